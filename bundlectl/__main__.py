@@ -1,0 +1,3 @@
+from bundlectl.cli import main
+
+raise SystemExit(main())

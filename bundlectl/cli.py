@@ -1,0 +1,208 @@
+"""Command-line entry point: parse, dispatch to `bundlectl.commands.*`, map errors to exit codes.
+
+Command bodies import their implementation lazily so that `--help` and the commands that do not
+talk to servers never pay for what they do not use (above all, the MCP SDK).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import click
+import typer
+
+from bundlectl import __version__
+from bundlectl.output import Format
+
+app = typer.Typer(
+    name="bundlectl",
+    help="Manage bundles of MCP servers and the per-agent tool policy that governs them.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+registry_app = typer.Typer(help="Publish and list bundles in the user registry.",
+                           no_args_is_help=True)
+app.add_typer(registry_app, name="registry")
+
+ConfigOpt = Annotated[
+    Optional[Path],  # noqa: UP045 - typer needs Optional on 3.11
+    typer.Option("--config", "-c", envvar="BUNDLECTL_CONFIG", dir_okay=False,
+                 help="Path to bundlectl.yaml (default: nearest one upwards)."),
+]
+FormatOpt = Annotated[Format, typer.Option("--format", help="Output format.")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Show what would change; write nothing.")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"bundlectl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", envvar="BUNDLECTL_DEBUG",
+                                        help="Show tracebacks for errors.")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    if debug:
+        os.environ["BUNDLECTL_DEBUG"] = "1"
+
+
+@app.command()
+def init(
+    config: ConfigOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> int:
+    """Write a commented bundlectl.yaml with secure defaults (and its lock)."""
+    from bundlectl.commands import init as cmd
+
+    return cmd.run(config, force=force)
+
+
+@app.command("list")
+def list_(
+    installed: Annotated[bool, typer.Option("--installed", help="Only bundles in the lock.")] = False,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """List the bundles available in every registry."""
+    from bundlectl.commands import listing
+
+    return listing.run(config, installed=installed, fmt=fmt)
+
+
+@app.command()
+def show(
+    requirement: Annotated[str, typer.Argument(metavar="NAME[SPEC]",
+                                               help="A bundle, optionally with a version spec.")],
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Show one bundle: versions, servers, tools, inputs, dependencies, agent defaults."""
+    from bundlectl.commands import show as cmd
+
+    return cmd.run(config, requirement, fmt=fmt)
+
+
+@app.command()
+def install(
+    requirements: Annotated[list[str], typer.Argument(metavar="REQ...",
+                                                      help="Bundles, e.g. basic 'github>=1,<2'.")],
+    dry_run: DryRunOpt = False,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Add bundles to bundlectl.yaml, resolve, and write the lock."""
+    from bundlectl.commands import install as cmd
+
+    return cmd.install(config, requirements, dry_run=dry_run, fmt=fmt)
+
+
+@app.command()
+def remove(
+    names: Annotated[list[str], typer.Argument(metavar="NAME...", help="Bundles to remove.")],
+    dry_run: DryRunOpt = False,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Remove bundles from bundlectl.yaml (refused while another bundle requires one)."""
+    from bundlectl.commands import install as cmd
+
+    return cmd.remove(config, names, dry_run=dry_run, fmt=fmt)
+
+
+@app.command()
+def lock(
+    names: Annotated[Optional[list[str]], typer.Argument(  # noqa: UP045
+        metavar="[NAME...]", help="With --upgrade: only these bundles.")] = None,
+    check: Annotated[bool, typer.Option("--check", help="Exit 1 when the lock is stale.")] = False,
+    upgrade: Annotated[bool, typer.Option(
+        "--upgrade", help="Ignore the lock's pins (of NAME... only, when given).")] = False,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Re-resolve and write bundlectl.lock (pins kept unless --upgrade)."""
+    from bundlectl.commands import install as cmd
+
+    return cmd.lock(config, names or [], check=check, upgrade=upgrade, fmt=fmt)
+
+
+@app.command()
+def resolve(
+    agent: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        "--agent", "-a", help="Only these agents' rules (repeatable).")] = None,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Print the effective servers (secrets as references) and each agent's rules."""
+    from bundlectl.commands import resolve as cmd
+
+    return cmd.run(config, agents=agent or [], fmt=fmt)
+
+
+@app.command()
+def schema(
+    out: Annotated[Path, typer.Option("--out", file_okay=False,
+                                      help="Folder to write the schemas to.")] = Path("schemas"),
+    check: Annotated[bool, typer.Option("--check", help="Exit 1 when the files differ.")] = False,
+) -> int:
+    """Write the JSON Schemas of bundle manifests, config and lock (generated from the models)."""
+    from bundlectl.commands import schema as cmd
+
+    return cmd.run(out, check=check)
+
+
+@registry_app.command("add")
+def registry_add(
+    path: Annotated[Path, typer.Argument(metavar="PATH", help="A bundle manifest file.")],
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Publish a manifest into the user registry (name + version are immutable)."""
+    from bundlectl.commands import registry as cmd
+
+    return cmd.add(path, fmt=fmt)
+
+
+@registry_app.command("list")
+def registry_list(
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """List the registries in precedence order, with their bundles."""
+    from bundlectl.commands import registry as cmd
+
+    return cmd.list_sources(config, fmt=fmt)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI and return its exit code; every expected failure ends in a message."""
+    from bundlectl.errors import BundlectlError
+
+    try:
+        result = app(args=argv, prog_name="bundlectl", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return 2 if isinstance(exc, click.UsageError) else exc.exit_code
+    except BundlectlError as exc:
+        from bundlectl import report
+
+        return report.failure(exc)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the funnel for bugs
+        from bundlectl import report
+
+        return report.crash(exc)
+    return result if isinstance(result, int) else 0

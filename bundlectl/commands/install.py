@@ -1,0 +1,134 @@
+"""`bundlectl install`, `remove` and `lock`: edit the config, resolve, write the lock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+from bundlectl.confedit import edit_bundles
+from bundlectl.errors import ReportedFailure, UsageError
+from bundlectl.fsio import atomic_write, project_lock
+from bundlectl.lockfile import describe_drift, dump_lock
+from bundlectl.models import LockFile, check_requirement
+from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, err, note, out
+from bundlectl.project import Project, Resolution, load_project, project_from_text, resolve_project
+
+
+def write_lock(resolution: Resolution) -> None:
+    atomic_write(resolution.project.lock_path, dump_lock(resolution.lock))
+
+
+def _changes(old: LockFile | None, new: LockFile) -> list[dict[str, str | None]]:
+    before = {n: b.version for n, b in (old.bundles.items() if old else [])}
+    after = {n: b.version for n, b in new.bundles.items()}
+    rows = []
+    for name in sorted(set(before) | set(after)):
+        if before.get(name) != after.get(name):
+            rows.append({"name": name, "from": before.get(name), "to": after.get(name)})
+    return rows
+
+
+def _report(project: Project, resolution: Resolution, *, dry_run: bool, fmt: Format,
+            wrote_config: bool) -> None:
+    changes = _changes(project.lock, resolution.lock)
+    if fmt is Format.json:
+        emit_json({"format_version": JSON_FORMAT_VERSION, "dry_run": dry_run, "changes": changes,
+                   "bundles": {n: b.version for n, b in resolution.lock.bundles.items()},
+                   "notes": resolution.merged.notes})
+        return
+    for line in resolution.merged.notes:
+        note(line)
+    for change in changes:
+        if change["from"] is None:
+            out(f"+ {change['name']} {change['to']}")
+        elif change["to"] is None:
+            out(f"- {change['name']} {change['from']}")
+        else:
+            out(f"~ {change['name']} {change['from']} -> {change['to']}")
+    if not changes:
+        out("no bundle versions change")
+    files = [project.display] if wrote_config else []
+    files.append(project.lock_path.name)
+    out(("would write " if dry_run else "wrote ") + " and ".join(files))
+
+
+def _apply(project: Project, new_text: str | None, *, dry_run: bool, fmt: Format,
+           upgrade: set[str] | None = None) -> int:
+    """Resolve the project as it would be with `new_text`, then write config and lock."""
+    target = project_from_text(project.config_path, new_text) if new_text else project
+    resolution = resolve_project(target, upgrade=upgrade)
+    if not dry_run:
+        if new_text is not None:
+            atomic_write(project.config_path, new_text)
+        write_lock(resolution)
+    _report(project, resolution, dry_run=dry_run, fmt=fmt, wrote_config=new_text is not None)
+    return 0
+
+
+def install(config: Path | None, requirements: list[str], *, dry_run: bool, fmt: Format) -> int:
+    for text in requirements:
+        try:
+            check_requirement(text)
+        except ValueError as exc:
+            raise UsageError(str(exc), hint="write NAME or NAME<spec>, e.g. 'github>=1,<2'") \
+                from None
+    project = load_project(config)
+    with project_lock(project.config_path):
+        text = project.config_path.read_text(encoding="utf-8")
+        return _apply(project, edit_bundles(text, add=requirements), dry_run=dry_run, fmt=fmt)
+
+
+def remove(config: Path | None, names: list[str], *, dry_run: bool, fmt: Format) -> int:
+    project = load_project(config)
+    listed = {Requirement(r).name for r in project.config.bundles}
+    missing = [n for n in names if n not in listed]
+    if missing:
+        raise UsageError(f"not in {project.display}: {', '.join(missing)}",
+                         hint=f"installed: {', '.join(sorted(listed)) or 'nothing'}")
+    with project_lock(project.config_path):
+        current = resolve_project(project)
+        gone = set(names)
+        for loaded in current.merged.bundles:
+            if loaded.manifest.name in gone:
+                continue
+            needs = gone & {Requirement(r).name for r in loaded.manifest.requires}
+            if needs:
+                raise ReportedFailure(
+                    f"cannot remove {', '.join(sorted(needs))}: required by {loaded.pin}",
+                    hint=f"remove {loaded.manifest.name} as well, or keep "
+                    f"{', '.join(sorted(needs))}",
+                )
+        text = project.config_path.read_text(encoding="utf-8")
+        return _apply(project, edit_bundles(text, remove=gone), dry_run=dry_run, fmt=fmt)
+
+
+def lock(config: Path | None, names: list[str], *, check: bool, upgrade: bool,
+         fmt: Format) -> int:
+    if names and not upgrade:
+        raise UsageError("bundle names go with --upgrade", hint="bundlectl lock --upgrade NAME")
+    if check and upgrade:
+        raise UsageError("--check and --upgrade cannot be combined")
+    project = load_project(config)
+    unknown = [n for n in names if n not in project.registry.names()]
+    if unknown:
+        raise UsageError(f"no bundle named {', '.join(unknown)} in any registry")
+    if not check:
+        with project_lock(project.config_path):
+            return _apply(project, None, dry_run=False, fmt=fmt,
+                          upgrade=set(names) if upgrade else None)
+    resolution = resolve_project(project)
+    fresh = dump_lock(resolution.lock)
+    on_disk = project.lock_path.read_text("utf-8") if project.lock_path.exists() else None
+    stale = fresh != on_disk
+    drift = describe_drift(project.lock, resolution.lock) if stale else []
+    if fmt is Format.json:
+        emit_json({"format_version": JSON_FORMAT_VERSION, "stale": stale, "reasons": drift})
+    elif stale:
+        err(f"error: {project.lock_path.name} is stale:")
+        for line in drift:
+            err(f"  {line}")
+        err("hint: run `bundlectl lock` and commit the result")
+    else:
+        out(f"{project.lock_path.name} is up to date")
+    return 1 if stale else 0

@@ -1,0 +1,55 @@
+"""`bundlectl registry add|list`: publish manifests into the user registry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bundlectl import paths
+from bundlectl.errors import ReportedFailure
+from bundlectl.fsio import atomic_write, project_lock
+from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, out, table
+from bundlectl.project import optional_project
+from bundlectl.registry import Registry, Source, load_manifest_file
+
+
+def add(path: Path, *, fmt: Format) -> int:
+    user = Source("user", paths.user_registry_dir())
+    loaded = load_manifest_file(path, user, str(path))
+    m = loaded.manifest
+    target = user.root / m.name / f"{m.version}.yaml"
+    raw = path.read_bytes()
+    with project_lock(target):
+        if target.exists():
+            if target.read_bytes() != raw:
+                raise ReportedFailure(
+                    f"{m.name} {m.version} is already published with different content",
+                    hint="a published version is immutable: bump `version` and publish again",
+                )
+            status = "unchanged"
+        else:
+            atomic_write(target, raw.decode("utf-8"))
+            status = "published"
+    if fmt is Format.json:
+        emit_json({"format_version": JSON_FORMAT_VERSION, "name": m.name, "version": m.version,
+                   "status": status, "path": str(target), "digest": loaded.digest})
+    else:
+        out(f"{status} {m.name} {m.version} to {target}")
+    return 0
+
+
+def list_sources(config: Path | None, *, fmt: Format) -> int:
+    project = optional_project(config)
+    registry = project.registry if project else Registry.default()
+    rows = []
+    for source in registry.sources:
+        names = source.names()
+        served = [n for n in names if registry.source_of(n) is source]
+        rows.append({"source": source.label, "path": str(source.root), "bundles": names,
+                     "shadowed": sorted(set(names) - set(served))})
+    if fmt is Format.json:
+        emit_json({"format_version": JSON_FORMAT_VERSION, "registries": rows})
+        return 0
+    table([[r["source"], r["path"], ", ".join(r["bundles"]) or "-",
+            ", ".join(r["shadowed"]) or "-"] for r in rows],
+          header=["SOURCE", "PATH", "BUNDLES", "SHADOWED"])
+    return 0

@@ -1,0 +1,90 @@
+"""`bundlectl resolve`: the effective servers and what each agent may call."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bundlectl.describe import endpoint, server_json
+from bundlectl.errors import UsageError
+from bundlectl.merge import catalog
+from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, note, out
+from bundlectl.project import Resolution, load_project, resolve_project
+
+
+def run(config: Path | None, *, agents: list[str], fmt: Format) -> int:
+    resolution = resolve_project(load_project(config))
+    policy = resolution.policy
+    unknown = [a for a in agents if a not in policy.agents]
+    if unknown:
+        raise UsageError(f"unknown agent: {', '.join(unknown)}",
+                         hint=f"agents: {', '.join(policy.agents) or 'none defined'}")
+    data = _data(resolution, agents or policy.agents)
+    if fmt is Format.json:
+        emit_json(data)
+    else:
+        _print(data)
+        for line in resolution.merged.notes:
+            note(line)
+    return 0
+
+
+def _data(resolution: Resolution, agents: list[str]) -> dict[str, Any]:
+    merged, config = resolution.merged, resolution.project.config
+    tools = sorted(catalog(merged))
+    policy = resolution.policy
+    agent_rows: dict[str, Any] = {}
+    for name in agents:
+        compiled = policy.agent(name)
+        decisions = [compiled.decide(s, t, interactive=True) for s, t in tools]
+        agent_rows[name] = {
+            "extends": compiled.chain[1:],
+            "rules": [{"effect": r.effect, "rule": r.pattern, "source": str(r.origin),
+                       "from_agent": r.agent} for r in compiled.rules],
+            "allow": [d.qualified for d in decisions if d.effect == "allow"],
+            "ask": [d.qualified for d in decisions if d.effect == "ask"],
+        }
+    return {
+        "format_version": JSON_FORMAT_VERSION,
+        "bundles": [{"name": b.manifest.name, "version": b.manifest.version,
+                     "source": b.source.label} for b in merged.bundles],
+        "servers": {
+            name: {"bundle": s.bundle, "endpoint": endpoint(s.spec), **server_json(s.spec),
+                   "tools": [t.name for t in s.spec.tools]}
+            for name, s in merged.servers.items()
+        },
+        "agents": agent_rows,
+        "policy": {"default": config.policy.default, "deny": config.policy.deny,
+                   "pin_tools": config.policy.pin_tools},
+        "notes": merged.notes,
+    }
+
+
+def _print(data: dict[str, Any]) -> None:
+    out("bundles:")
+    for b in data["bundles"]:
+        out(f"  {b['name']} {b['version']} ({b['source']})")
+    if not data["bundles"]:
+        out("  (none)")
+    out("servers:")
+    for name, s in data["servers"].items():
+        origin = s["bundle"] or "bundlectl.yaml"
+        disabled = "  [disabled]" if s.get("disabled") else ""
+        out(f"  {name}  [{origin}]  {s['endpoint']}{disabled}")
+        for key in ("env", "headers"):
+            if s.get(key):
+                out(f"    {key}: " + ", ".join(f"{k}={v}" for k, v in s[key].items()))
+        out(f"    tools: {', '.join(s['tools']) or '(none declared)'}")
+    out("agents:")
+    for name, a in data["agents"].items():
+        chain = f" (extends {', '.join(a['extends'])})" if a["extends"] else ""
+        out(f"  {name}{chain}")
+        for rule in a["rules"]:
+            out(f"    {rule['effect']:<5}  {rule['rule']}  ({rule['source']})")
+        out(f"    may call: {', '.join(a['allow']) or 'nothing'}")
+        if a["ask"]:
+            out(f"    after confirmation: {', '.join(a['ask'])}")
+    p = data["policy"]
+    out(f"policy: default {p['default']}; deny {', '.join(p['deny']) or '-'}; "
+        f"pin_tools {str(p['pin_tools']).lower()}")
+

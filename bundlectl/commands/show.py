@@ -1,0 +1,79 @@
+"""`bundlectl show NAME[SPEC]`: one bundle in detail."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from bundlectl.describe import endpoint, first_line, server_json, tool_flags
+from bundlectl.errors import UsageError
+from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, out
+from bundlectl.project import optional_project
+from bundlectl.registry import LoadedManifest, Registry
+from bundlectl.resolver import constraint, resolve
+
+
+def run(config: Path | None, requirement: str, *, fmt: Format) -> int:
+    try:
+        Requirement(requirement)
+    except InvalidRequirement as exc:
+        raise UsageError(f"invalid bundle requirement {requirement!r}: "
+                         f"{str(exc).splitlines()[0]}",
+                         hint="write NAME or NAME with a version spec, e.g. 'github>=1,<2'") from None
+    project = optional_project(config)
+    registry = project.registry if project else Registry.default()
+    wanted = constraint(requirement, "the command line")
+    # The resolver gives the same "no bundle named … did you mean" and conflict messages as install.
+    chosen = resolve([wanted], registry)[wanted.name]
+    loaded = registry.get(wanted.name, chosen)
+    versions = [str(v) for v in registry.versions(wanted.name)]
+    if fmt is Format.json:
+        emit_json(_as_json(loaded, versions))
+    else:
+        _print(loaded, versions)
+    return 0
+
+
+def _as_json(loaded: LoadedManifest, versions: list[str]) -> dict[str, object]:
+    data = loaded.manifest.model_dump(mode="json")
+    return {"format_version": JSON_FORMAT_VERSION, "source": loaded.source.label,
+            "versions": versions, "digest": loaded.digest, "bundle": data}
+
+
+def _print(loaded: LoadedManifest, versions: list[str]) -> None:
+    m = loaded.manifest
+    out(f"{m.name} {m.version} ({loaded.source.label}): {m.description}")
+    out(f"versions: {', '.join(versions)}")
+    out(f"requires: {', '.join(m.requires) if m.requires else '-'}")
+    if m.env:
+        out("inputs:")
+        for key, spec in m.env.items():
+            marks = [w for w, on in (("required", spec.required), ("secret", spec.secret)) if on]
+            default = f" (default {spec.default})" if spec.default is not None else ""
+            out(f"  {key}  {', '.join(marks) or 'optional'}{default}  {spec.description}")
+    out("servers:")
+    for name, spec in m.servers.items():
+        out(f"  {name}  {endpoint(spec)}")
+        if spec.description:
+            out(f"    {spec.description}")
+        extra = server_json(spec)
+        for key in ("env", "headers"):
+            if extra.get(key):
+                pairs = ", ".join(f"{k}={v}" for k, v in extra[key].items())
+                out(f"    {key}: {pairs}")
+        out(f"    timeout: {spec.timeout}s")
+        out(f"    tools ({len(spec.tools)}):")
+        width = max((len(t.name) for t in spec.tools), default=0)
+        for tool in spec.tools:
+            line = f"      {tool.name.ljust(width)}  {first_line(tool.description)}"
+            flags = tool_flags(tool)
+            out(f"{line}  {flags}".rstrip() if flags else line.rstrip())
+    if m.agents:
+        out("agent defaults:")
+        for name, rules in m.agents.items():
+            parts = [f"{effect}: {', '.join(getattr(rules, effect))}"
+                     for effect in ("allow", "ask", "deny") if getattr(rules, effect)]
+            if rules.extends:
+                parts.insert(0, f"extends: {', '.join(rules.extends)}")
+            out(f"  {name}  {'; '.join(parts) or 'no rules'}")

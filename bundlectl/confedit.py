@@ -1,0 +1,152 @@
+"""Edit the `bundles:` list of `bundlectl.yaml` as text, at the positions the parser reports.
+
+Everything outside the edited entries stays byte for byte: comments, quoting, indentation, flow or
+block style. The result is parsed again and checked before anyone writes it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Sequence
+
+from packaging.requirements import Requirement
+
+from bundlectl.errors import BundlectlError
+from bundlectl.yamlio import YamlDoc, parse_yaml
+
+_FLOW_UNSAFE = re.compile(r"[,\[\]{}#]")
+
+
+def _name(requirement: str) -> str:
+    return Requirement(requirement).name
+
+
+def _offsets(text: str) -> list[int]:
+    starts = [0]
+    for index, char in enumerate(text):
+        if char == "\n":
+            starts.append(index + 1)
+    return starts
+
+
+class _Text:
+    """The file as text with (line, column) → offset conversion (1-based)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.starts = _offsets(text)
+
+    def at(self, line: int, column: int) -> int:
+        return self.starts[line - 1] + column - 1
+
+    def line_end(self, line: int) -> int:
+        """Offset just past the newline of `line` (or the end of the text)."""
+        return self.starts[line] if line < len(self.starts) else len(self.text)
+
+
+def edit_bundles(text: str, *, add: Sequence[str] = (), remove: Collection[str] = ()) -> str:
+    """`text` with requirements added (an entry of the same bundle is replaced in place) and
+    bundles removed by name."""
+    doc = parse_yaml(text, "bundlectl.yaml")
+    expected = _expected(doc, add, remove)
+    new = _edit(doc, text, add, remove)
+    check = parse_yaml(new, "bundlectl.yaml")
+    got = check.data.get("bundles") if isinstance(check.data, dict) else None
+    if check.problems or (got or []) != expected:
+        raise BundlectlError("could not edit the bundles list of bundlectl.yaml safely",
+                             hint="edit the bundles: list by hand; nothing was written")
+    return new
+
+
+def _expected(doc: YamlDoc, add: Sequence[str], remove: Collection[str]) -> list[str]:
+    current = list(doc.data.get("bundles") or []) if isinstance(doc.data, dict) else []
+    replacing = {_name(r): r for r in add}
+    out = []
+    for item in current:
+        name = _name(item)
+        if name in remove:
+            continue
+        out.append(replacing.pop(name, item))
+    out.extend(replacing.values())
+    return out
+
+
+def _edit(doc: YamlDoc, text: str, add: Sequence[str], remove: Collection[str]) -> str:
+    buf = _Text(text)
+    if not isinstance(doc.data, dict) or "bundles" not in doc.data:
+        if not add:
+            return text
+        sep = "" if not text or text.endswith("\n") else "\n"
+        return text + sep + "bundles:\n" + "".join(f"  - {r}\n" for r in add)
+    items = doc.data["bundles"] or []
+    seq_span = doc.values[("bundles",)]
+    flow = items == [] and doc.data["bundles"] is not None or \
+        text[buf.at(seq_span.line, seq_span.column):].startswith("[")
+    replacing = {_name(r): r for r in add}
+    edits: list[tuple[int, int, str]] = []  # (start, end, replacement), applied back to front
+    kept = 0
+    for index, item in enumerate(items):
+        span = doc.values[("bundles", index)]
+        start, end = buf.at(span.line, span.column), buf.at(span.end_line, span.end_column)
+        name = _name(item)
+        if name in remove:
+            edits.append(_removal(buf, doc, index, len(items), flow, start, end))
+        else:
+            kept += 1
+            if name in replacing:
+                edits.append((start, end, _scalar(replacing.pop(name), flow)))
+    appended = [r for r in add if _name(r) in replacing]
+    if appended:
+        edits.append(_append(buf, doc, items, flow, kept, appended))
+    elif items and not kept and not flow:  # every entry removed: leave an empty list, not null
+        key = doc.keys[("bundles",)]
+        colon = text.index(":", buf.at(key.end_line, key.end_column))
+        edits.append((colon + 1, colon + 1, " []"))
+    new = text
+    for start, end, replacement in sorted(edits, key=lambda e: e[0], reverse=True):
+        new = new[:start] + replacement + new[end:]
+    return new
+
+
+def _scalar(requirement: str, flow: bool) -> str:
+    return f"'{requirement}'" if flow and _FLOW_UNSAFE.search(requirement) else requirement
+
+
+def _removal(buf: _Text, doc: YamlDoc, index: int, count: int, flow: bool,
+             start: int, end: int) -> tuple[int, int, str]:
+    if not flow:
+        span = doc.values[("bundles", index)]
+        return buf.starts[span.line - 1], buf.line_end(span.end_line), ""
+    text = buf.text
+    if index + 1 < count:  # remove up to the next item
+        nxt = doc.values[("bundles", index + 1)]
+        return start, buf.at(nxt.line, nxt.column), ""
+    # last item: remove from the previous comma (or the bracket) to the item's end
+    cut = start
+    while cut > 0 and text[cut - 1] not in ",[":
+        cut -= 1
+    if text[cut - 1] == ",":
+        cut -= 1
+    return cut, end, ""
+
+
+def _append(buf: _Text, doc: YamlDoc, items: list[str], flow: bool, kept: int,
+            appended: list[str]) -> tuple[int, int, str]:
+    text = buf.text
+    seq = doc.values[("bundles",)]
+    if flow:
+        close = buf.at(seq.end_line, seq.end_column) - 1  # the ']'
+        body = ", ".join(_scalar(r, True) for r in appended)
+        return close, close, (", " if kept else "") + body
+    if not items:  # `bundles:` with no value
+        key = doc.keys[("bundles",)]
+        end = buf.line_end(key.line)
+        indent = " " * (key.column + 1)
+        prefix = "" if text[:end].endswith("\n") else "\n"
+        return end, end, prefix + "".join(f"{indent}- {r}\n" for r in appended)
+    last = doc.values[("bundles", len(items) - 1)]
+    line_start = buf.starts[last.line - 1]
+    dash = text[line_start:buf.at(last.line, last.column)]
+    end = buf.line_end(last.end_line)
+    prefix = "" if text[:end].endswith("\n") else "\n"
+    return end, end, prefix + "".join(f"{dash}{r}\n" for r in appended)

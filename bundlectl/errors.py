@@ -1,0 +1,84 @@
+"""One error root. Each error knows its exit code (SPEC 4.1), a message, and a hint."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One positioned problem in an input file (1-based line and column)."""
+
+    file: str
+    line: int
+    column: int
+    message: str
+    yaml_path: str = ""
+    hint: str | None = None
+
+    def render(self) -> str:
+        where = f"{self.file}:{self.line}:{self.column}: "
+        path = f"{self.yaml_path}: " if self.yaml_path else ""
+        return f"{where}{path}{self.message}"
+
+
+class BundlectlError(Exception):
+    """Base of every expected failure; the CLI turns it into a message and an exit code."""
+
+    exit_code = 70
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class UsageError(BundlectlError):
+    """The command line is wrong (unknown agent, bad argument syntax, missing config)."""
+
+    exit_code = 2
+
+
+class InputFileError(BundlectlError):
+    """An input file cannot be read, parsed or validated; carries every problem found in it."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[Problem], *, hint: str | None = None) -> None:
+        self.problems = sorted(problems, key=lambda p: (p.file, p.line, p.column))
+        first = self.problems[0].render() if self.problems else "invalid input"
+        super().__init__(first, hint=hint)
+
+
+class ReportedFailure(BundlectlError):
+    """A failure the command reports as its result: conflict, stale lock, tool error (exit 1)."""
+
+    exit_code = 1
+
+
+class ResolutionError(ReportedFailure):
+    """No set of bundle versions satisfies every constraint; the message lists who asked for what."""
+
+
+class PolicyDenied(BundlectlError):
+    """The policy denies the call; nothing was started."""
+
+    exit_code = 3
+
+
+class ToolCallError(BundlectlError):
+    """The tool does not exist, or the arguments do not satisfy its input schema."""
+
+    exit_code = 4
+
+
+class ServerError(BundlectlError):
+    """The server could not start or connect, crashed, or broke the protocol."""
+
+    exit_code = 5
+
+
+class CallTimeout(BundlectlError):
+    """The call or the connection timed out; the server was stopped."""
+
+    exit_code = 6

@@ -1,0 +1,139 @@
+"""Merge resolved bundles and the project's own entries into one set of servers and agents. Pure.
+
+The project's server wins over a bundle's server of the same name (a note says so); two bundles
+defining one server name differently is a conflict. Bundle agent defaults sit under the project's
+agents: the project's entry for an agent replaces them; two bundles' defaults for one agent unite.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bundlectl.errors import ResolutionError
+from bundlectl.models import AgentRules, EnvInput, ProjectConfig, ServerSpec
+from bundlectl.policy import AgentSpec, Effect, Origin, PolicySet, Rule
+from bundlectl.registry import LoadedManifest
+from bundlectl.yamlio import YamlDoc, YamlPath
+
+
+@dataclass(frozen=True)
+class MergedServer:
+    """A server in the effective configuration, and where it came from."""
+
+    name: str
+    spec: ServerSpec
+    bundle: str | None  # "github@1.1.0", or None for the project's own
+    origin: Origin
+
+
+@dataclass(frozen=True)
+class EnvRequirement:
+    """An input a resolved bundle asks for."""
+
+    name: str
+    spec: EnvInput
+    bundle: str
+
+
+@dataclass
+class Merged:
+    """The effective configuration of a project."""
+
+    bundles: list[LoadedManifest]
+    servers: dict[str, MergedServer]
+    agents: dict[str, AgentSpec]
+    env: list[EnvRequirement]
+    notes: list[str] = field(default_factory=list)
+
+
+def origin_at(doc: YamlDoc, path: YamlPath, bundle: str | None = None) -> Origin:
+    span = doc.span(path)
+    return Origin(doc.file, span.line, span.column, bundle)
+
+
+def agent_spec(name: str, rules: AgentRules, doc: YamlDoc, base: YamlPath,
+               bundle: str | None = None) -> AgentSpec:
+    """An AgentSpec whose every rule and parent knows the file position it was written at."""
+    path = (*base, name)
+    built: list[Rule] = []
+    for effect in ("allow", "ask", "deny"):
+        patterns: list[str] = getattr(rules, effect)
+        typed: Effect = effect  # type: ignore[assignment]
+        built += [Rule(p, typed, origin_at(doc, (*path, effect, i), bundle), name)
+                  for i, p in enumerate(patterns)]
+    parents = tuple((p, origin_at(doc, (*path, "extends", i), bundle))
+                    for i, p in enumerate(rules.extends))
+    return AgentSpec(name, origin_at(doc, path, bundle), tuple(built), parents)
+
+
+def merge(config: ProjectConfig, doc: YamlDoc, bundles: list[LoadedManifest]) -> Merged:
+    """Merge resolved bundles (in resolution order) with the project's entries."""
+    servers: dict[str, MergedServer] = {}
+    notes: list[str] = []
+    for loaded in bundles:
+        for name, spec in loaded.manifest.servers.items():
+            incoming = MergedServer(name, spec, loaded.pin,
+                                    origin_at(loaded.doc, ("servers", name), loaded.pin))
+            existing = servers.get(name)
+            if existing is not None and existing.spec != spec and name not in config.servers:
+                raise ResolutionError(
+                    f"server {name!r} is defined differently by bundles {existing.bundle} and "
+                    f"{loaded.pin}",
+                    hint=f"define {name!r} under servers: in bundlectl.yaml to choose one, "
+                    "or drop one of the bundles",
+                )
+            servers.setdefault(name, incoming)
+    for name, spec in config.servers.items():
+        if name in servers:
+            notes.append(f"server {name!r} from bundlectl.yaml replaces the one from bundle "
+                         f"{servers[name].bundle}")
+        servers[name] = MergedServer(name, spec, None, origin_at(doc, ("servers", name)))
+
+    agents: dict[str, AgentSpec] = {}
+    for loaded in bundles:
+        for name, rules in loaded.manifest.agents.items():
+            spec = agent_spec(name, rules, loaded.doc, ("agents",), loaded.pin)
+            if name in agents:
+                prior = agents[name]
+                spec = AgentSpec(name, prior.origin, prior.rules + spec.rules,
+                                 prior.extends + spec.extends)
+            agents[name] = spec
+    for name, rules in config.agents.items():
+        if name in agents:
+            notes.append(f"agent {name!r} in bundlectl.yaml replaces the defaults of "
+                         f"bundle {agents[name].origin.bundle}")
+        agents[name] = agent_spec(name, rules, doc, ("agents",))
+
+    env = [EnvRequirement(key, spec, loaded.pin)
+           for loaded in bundles for key, spec in loaded.manifest.env.items()]
+    return Merged(bundles, dict(sorted(servers.items())), dict(sorted(agents.items())), env, notes)
+
+
+def policy_set(config: ProjectConfig, doc: YamlDoc, merged: Merged,
+               locked_tools: frozenset[tuple[str, str]] | None) -> PolicySet:
+    """The policy engine's input for this project."""
+    policy_data = doc.data.get("policy") if isinstance(doc.data, dict) else None
+    has_default = isinstance(policy_data, dict) and "default" in policy_data
+    global_deny = tuple(
+        Rule(p, "deny", origin_at(doc, ("policy", "deny", i)))
+        for i, p in enumerate(config.policy.deny)
+    )
+    return PolicySet(
+        agents=merged.agents,
+        default=config.policy.default,
+        default_origin=origin_at(doc, ("policy", "default")) if has_default else None,
+        global_deny=global_deny,
+        pin_tools=config.policy.pin_tools,
+        locked_tools=locked_tools,
+    )
+
+
+def catalog(merged: Merged) -> dict[tuple[str, str], tuple[MergedServer, int]]:
+    """Every declared tool of every enabled server: (server, tool) → (server, index in tools)."""
+    out: dict[tuple[str, str], tuple[MergedServer, int]] = {}
+    for server in merged.servers.values():
+        if server.spec.disabled:
+            continue
+        for index, tool in enumerate(server.spec.tools):
+            out[(server.name, tool.name)] = (server, index)
+    return out

@@ -1,0 +1,302 @@
+"""The file formats, as pydantic models. Every field is described so the JSON Schema documents
+itself (`bundlectl schema`). Models validate shape and syntax only; references between objects
+(unknown parents, unknown bundles) are checked where the whole picture is known.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
+
+NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+_NAME_HELP = "lowercase letters, digits, '-' and '_', starting with a letter or digit, at most 63"
+
+Name = Annotated[
+    str,
+    StringConstraints(pattern=NAME_RE),
+    Field(description=f"A name: {_NAME_HELP}."),
+]
+EnvVarName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+# Glob syntax we refuse, so a rule never means something other than what it says.
+_BAD_PATTERN = re.compile(r"[\[\]{}\\\s]|\*\*")
+
+
+def check_rule(rule: str) -> str:
+    """A rule is `server.tool` or a bare tool pattern, with `*` and `?` as the only wildcards."""
+    if not rule:
+        raise ValueError("empty rule")
+    bad = _BAD_PATTERN.search(rule)
+    if bad:
+        found = "'**'" if bad.group() == "**" else repr(bad.group())
+        raise ValueError(f"unsupported pattern {rule!r}: {found} is not allowed; "
+                         "only '*' and '?' are wildcards")
+    server, dot, tool = rule.partition(".")
+    if dot and (not server or not tool):
+        raise ValueError(f"rule {rule!r} has an empty server or tool part")
+    return rule
+
+
+Rule = Annotated[
+    str,
+    AfterValidator(check_rule),
+    Field(description="`server.tool` (split at the first '.') or a bare tool name; "
+                      "'*' and '?' are the only wildcards."),
+]
+
+
+def check_version(value: str) -> str:
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise ValueError(f"{value!r} is not a PEP 440 version (for example 1.2.0)") from None
+    return value
+
+
+def check_requirement(value: str) -> str:
+    try:
+        req = Requirement(value)
+    except InvalidRequirement as exc:
+        reason = str(exc).splitlines()[0]
+        raise ValueError(f"invalid requirement {value!r}: {reason}") from None
+    if not re.match(NAME_RE, req.name):
+        raise ValueError(f"bundle name {req.name!r} must be {_NAME_HELP} characters")
+    if req.extras or req.url or req.marker:
+        raise ValueError(f"requirement {value!r}: only a name and a version specifier are allowed")
+    return value
+
+
+VersionStr = Annotated[
+    str, AfterValidator(check_version), Field(description="A PEP 440 version, e.g. 1.2.0.")
+]
+RequirementStr = Annotated[
+    str,
+    AfterValidator(check_requirement),
+    Field(description="A bundle name with an optional PEP 440 specifier, e.g. `github>=1,<2`."),
+]
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+
+
+class ToolSpec(StrictModel):
+    """A tool a server declares, for offline lint, show, search and policy checks."""
+
+    name: str = Field(min_length=1, description="The tool's name exactly as the server lists it.")
+    title: str | None = Field(default=None, description="Human-readable title, if the server has one.")
+    description: str = Field(default="", description="What the tool does (the server's text).")
+    annotations: dict[str, Any] = Field(
+        default_factory=dict,
+        description="MCP tool annotations (readOnlyHint, destructiveHint, idempotentHint, ...).",
+    )
+    input_schema: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object"},
+        description="JSON Schema of the tool's arguments (the server's inputSchema).",
+    )
+
+
+Transport = Literal["stdio", "sse", "streamable-http"]
+
+
+class ServerSpec(StrictModel):
+    """How to start or reach one MCP server, and the tools it declares."""
+
+    description: str = Field(default="", description="What the server is for.")
+    transport: Transport = Field(default="stdio", description="stdio, sse or streamable-http.")
+    command: str | None = Field(default=None, description="stdio: the executable to run.")
+    args: list[str] = Field(
+        default_factory=list, description="stdio: arguments; `${VAR}` is expanded at start."
+    )
+    env: dict[EnvVarName, str] = Field(
+        default_factory=dict,
+        description="stdio: environment for the server; values are `${VAR}` references, "
+        "expanded only when the server starts.",
+    )
+    cwd: str | None = Field(
+        default=None, description="stdio: working directory (relative to the project root)."
+    )
+    url: str | None = Field(default=None, description="sse/streamable-http: the endpoint URL.")
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="sse/streamable-http: HTTP headers; `${VAR}` expanded."
+    )
+    timeout: int = Field(default=60, ge=1, le=3600, description="Call timeout in seconds.")
+    disabled: bool = Field(default=False, description="Keep the entry but never start it.")
+    tools: list[ToolSpec] = Field(
+        default_factory=list, description="The declared tool catalog (what the server exposes)."
+    )
+
+    @model_validator(mode="after")
+    def _fits_transport(self) -> ServerSpec:
+        if self.transport == "stdio":
+            if not self.command:
+                raise ValueError("a stdio server needs a 'command'")
+            if self.url or self.headers:
+                raise ValueError("'url' and 'headers' are for sse/streamable-http servers")
+        else:
+            if not self.url:
+                raise ValueError(f"a {self.transport} server needs a 'url'")
+            if self.command or self.args or self.env or self.cwd:
+                raise ValueError(f"'command', 'args', 'env' and 'cwd' are for stdio servers, "
+                                 f"not {self.transport}")
+        names = [tool.name for tool in self.tools]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"tools declared twice: {', '.join(dupes)}")
+        return self
+
+
+class AgentRules(StrictModel):
+    """What one agent may call. deny beats ask beats allow."""
+
+    description: str = Field(default="", description="What the agent does.")
+    extends: list[Name] = Field(
+        default_factory=list, description="Agents whose allow/ask/deny rules this one inherits."
+    )
+    allow: list[Rule] = Field(default_factory=list, description="Tools the agent may call.")
+    ask: list[Rule] = Field(
+        default_factory=list, description="Tools that need a human's confirmation per call."
+    )
+    deny: list[Rule] = Field(
+        default_factory=list, description="Tools the agent may never call (cannot be lifted)."
+    )
+
+
+class EnvInput(StrictModel):
+    """An input a bundle needs from the user's environment."""
+
+    description: str = Field(default="", description="What the value is and where to get it.")
+    secret: bool = Field(default=False, description="Never print, lock or log the value.")
+    required: bool = Field(default=False, description="The bundle's servers cannot work without it.")
+    default: str | None = Field(default=None, description="Value used when the variable is unset.")
+
+
+class BundleManifest(StrictModel):
+    """A published, immutable bundle version: `registry/<name>/<version>.yaml`."""
+
+    name: Name
+    version: VersionStr
+    description: str = Field(default="", description="One line on what the bundle gives an agent.")
+    requires: list[RequirementStr] = Field(
+        default_factory=list, description="Other bundles this one needs, with version specifiers."
+    )
+    env: dict[EnvVarName, EnvInput] = Field(
+        default_factory=dict, description="Inputs the bundle needs from the environment."
+    )
+    servers: dict[Name, ServerSpec] = Field(
+        default_factory=dict, description="The MCP servers the bundle provides, by name."
+    )
+    agents: dict[Name, AgentRules] = Field(
+        default_factory=dict,
+        description="Agent defaults the bundle suggests; the project's own entries win.",
+    )
+
+
+class PolicySettings(StrictModel):
+    """Project-wide policy."""
+
+    default: Literal["allow", "deny"] = Field(
+        default="allow",
+        description="What agents not listed under `agents` get (absent: allow, as agix does).",
+    )
+    deny: list[Rule] = Field(
+        default_factory=list, description="Denied for every agent, listed or not; cannot be lifted."
+    )
+    pin_tools: bool = Field(
+        default=False, description="Deny tools that the lock file does not record."
+    )
+
+
+class PolicyTest(StrictModel):
+    """A declarative expectation about the policy, checked by lint."""
+
+    agent: Name
+    allow: list[str] = Field(default_factory=list, description="server.tool names that must be allowed.")
+    ask: list[str] = Field(default_factory=list, description="server.tool names that must need asking.")
+    deny: list[str] = Field(default_factory=list, description="server.tool names that must be denied.")
+
+
+Severity = Literal["error", "warning", "info"]
+
+
+class LintSettings(StrictModel):
+    """Project settings for `bundlectl lint`."""
+
+    select: list[str] = Field(default_factory=list, description="Only these rule ids or prefixes.")
+    ignore: list[str] = Field(default_factory=list, description="Rule ids or prefixes to skip.")
+    severity: dict[str, Severity] = Field(
+        default_factory=dict, description="Per-rule severity overrides, e.g. {BCL204: error}."
+    )
+
+
+class ProjectConfig(StrictModel):
+    """`bundlectl.yaml`: the bundles a project uses, its own servers, and its agents' policy."""
+
+    version: Literal[1] = Field(description="Format version of this file; always 1.")
+    registries: list[str] = Field(
+        default_factory=list,
+        description="Project registries: folders of manifests, relative to this file; "
+        "searched before the user and built-in registries.",
+    )
+    bundles: list[RequirementStr] = Field(
+        default_factory=list, description="Bundles to install, with optional version specifiers."
+    )
+    servers: dict[Name, ServerSpec] = Field(
+        default_factory=dict, description="The project's own servers; they win over bundle servers."
+    )
+    agents: dict[Name, AgentRules] = Field(
+        default_factory=dict, description="Per-agent tool policy."
+    )
+    policy: PolicySettings = Field(
+        default_factory=PolicySettings, description="Project-wide policy settings."
+    )
+    tests: list[PolicyTest] = Field(
+        default_factory=list, description="Policy expectations that `bundlectl lint` checks."
+    )
+    lint: LintSettings = Field(default_factory=LintSettings, description="Lint settings.")
+
+
+class LockedBundle(StrictModel):
+    """One resolved bundle in the lock."""
+
+    version: str = Field(description="The exact version chosen.")
+    source: str = Field(description="The registry it came from (builtin, user, or a project path).")
+    digest: str = Field(description="sha256 of the manifest file.")
+    requires: list[str] = Field(default_factory=list, description="Its requirements, as written.")
+
+
+class LockedServer(StrictModel):
+    """One merged server in the lock."""
+
+    bundle: str | None = Field(description="The bundle that provides it; null for project servers.")
+    transport: Transport = Field(description="Its transport.")
+    digest: str = Field(description="sha256 of its configuration (with `${VAR}` references).")
+    tools: dict[str, str] = Field(
+        default_factory=dict, description="sha256 of each declared tool definition, by tool name."
+    )
+
+
+class LockFile(StrictModel):
+    """`bundlectl.lock`: what the config resolved to. Generated; never edit by hand."""
+
+    format_version: Literal[1] = Field(description="Format version of the lock; always 1.")
+    inputs_digest: str = Field(
+        description="sha256 of the config parts resolution depends on (drift detection)."
+    )
+    bundles: dict[str, LockedBundle] = Field(
+        default_factory=dict, description="Resolved bundles by name."
+    )
+    servers: dict[str, LockedServer] = Field(
+        default_factory=dict, description="Merged servers by name."
+    )

@@ -1,0 +1,328 @@
+"""The policy engine (SPEC 3). Pure: no I/O. Rules carry where they were written, so every
+decision can be explained.
+
+deny beats ask beats allow, whatever the order or specificity. An agent with allow/ask rules is an
+allow-list; a deny-only agent may call everything else; an agent with no rules may call nothing;
+unlisted agents get `policy.default`; `policy.deny` applies to all; with `pin_tools`, tools the lock
+does not record are denied.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal
+
+from bundlectl.errors import InputFileError, Problem, UsageError
+
+Effect = Literal["allow", "ask", "deny"]
+EFFECTS: tuple[Effect, ...] = ("deny", "ask", "allow")  # strongest first
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where something was written: a file position, and the bundle when a bundle supplied it."""
+
+    file: str
+    line: int = 0
+    column: int = 0
+    bundle: str | None = None  # "github@1.1.0" for bundle agent defaults
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}:{self.column}" if self.line else self.file
+        return f"bundle {self.bundle} ({where})" if self.bundle else where
+
+
+def split_name(qualified: str) -> tuple[str, str]:
+    """`server.tool` split at the first '.'; a bare name has server '*'."""
+    server, dot, tool = qualified.partition(".")
+    return (server, tool) if dot else ("*", qualified)
+
+
+def _pattern_regex(pattern: str) -> str:
+    out = []
+    for char in pattern:
+        if char == "*":
+            out.append("[^\x00]*")
+        elif char == "?":
+            out.append("[^\x00]")
+        else:
+            out.append(re.escape(char))
+    return "".join(out)
+
+
+def _has_wildcard(text: str) -> bool:
+    return "*" in text or "?" in text
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One pattern with its effect, the agent it belongs to (None: policy.deny), and its origin."""
+
+    pattern: str
+    effect: Effect
+    origin: Origin
+    agent: str | None = None
+
+    @cached_property
+    def parts(self) -> tuple[str, str]:
+        return split_name(self.pattern)
+
+    @cached_property
+    def _regex(self) -> re.Pattern[str]:
+        server, tool = self.parts
+        return re.compile(f"{_pattern_regex(server)}\x00{_pattern_regex(tool)}", re.DOTALL)
+
+    def matches(self, server: str, tool: str) -> bool:
+        return self._regex.fullmatch(f"{server}\x00{tool}") is not None
+
+    @property
+    def label(self) -> str:
+        owner = f"agents.{self.agent}.{self.effect}" if self.agent else "policy.deny"
+        return f"{owner}: {self.pattern}"
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """An agent's own rules (not yet inheriting) and its parents."""
+
+    name: str
+    origin: Origin
+    rules: tuple[Rule, ...] = ()
+    extends: tuple[tuple[str, Origin], ...] = ()
+
+
+@dataclass(frozen=True)
+class PolicySet:
+    """Everything the engine decides from."""
+
+    agents: Mapping[str, AgentSpec]
+    default: Literal["allow", "deny"] = "allow"
+    default_origin: Origin | None = None  # None: the key is absent (agix's allow)
+    global_deny: tuple[Rule, ...] = ()
+    pin_tools: bool = False
+    locked_tools: frozenset[tuple[str, str]] | None = None  # what the lock records
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The effect for one call, the rule that decided it (None: a default), and why."""
+
+    agent: str
+    server: str
+    tool: str
+    effect: Effect
+    rule: Rule | None
+    reason: str
+    matched_effect: Effect  # before an unconfirmable `ask` became deny
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.server}.{self.tool}"
+
+
+class _Matcher:
+    """The rules of one effect, indexed so a decision does not scan every rule."""
+
+    def __init__(self, rules: Iterable[Rule]) -> None:
+        self.rules = list(rules)
+        self.exact: dict[tuple[str, str], int] = {}
+        by_server: dict[str, list[int]] = {}
+        any_server: list[int] = []
+        bare_exact: dict[str, int] = {}
+        for index, rule in enumerate(self.rules):
+            server, tool = rule.parts
+            if not _has_wildcard(server) and not _has_wildcard(tool):
+                self.exact.setdefault((server, tool), index)
+            elif server == "*" and not _has_wildcard(tool):
+                bare_exact.setdefault(tool, index)
+            elif not _has_wildcard(server):
+                by_server.setdefault(server, []).append(index)
+            else:
+                any_server.append(index)
+        self.bare_exact = bare_exact
+        self.by_server = {s: self._alternation(ix) for s, ix in by_server.items()}
+        self.any_server = self._alternation(any_server)
+
+    def _alternation(self, indexes: list[int]) -> tuple[re.Pattern[str], list[int]] | None:
+        if not indexes:
+            return None
+        parts = []
+        for index in indexes:
+            server, tool = self.rules[index].parts
+            parts.append(f"({_pattern_regex(server)}\x00{_pattern_regex(tool)})")
+        return re.compile("|".join(parts), re.DOTALL), indexes
+
+    @staticmethod
+    def _first(compiled: tuple[re.Pattern[str], list[int]] | None, key: str) -> int | None:
+        if compiled is None:
+            return None
+        found = compiled[0].fullmatch(key)
+        return compiled[1][found.lastindex - 1] if found and found.lastindex else None
+
+    def first(self, server: str, tool: str) -> Rule | None:
+        """The first rule, in declaration order, that matches."""
+        key = f"{server}\x00{tool}"
+        hits = [
+            self.exact.get((server, tool)),
+            self.bare_exact.get(tool),
+            self._first(self.by_server.get(server), key),
+            self._first(self.any_server, key),
+        ]
+        found = [h for h in hits if h is not None]
+        return self.rules[min(found)] if found else None
+
+
+@dataclass
+class CompiledAgent:
+    """An agent's effective policy: own and inherited rules plus policy.deny, ready to decide."""
+
+    name: str
+    listed: bool
+    rules: list[Rule]
+    chain: list[str]  # the agent and its ancestors, nearest first
+    policy: PolicySet
+    _matchers: dict[Effect, _Matcher] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for effect in EFFECTS:
+            self._matchers[effect] = _Matcher(r for r in self.rules if r.effect == effect)
+        own = [r for r in self.rules if r.agent is not None]
+        self.has_grants = any(r.effect in ("allow", "ask") for r in own)
+        self.has_denies = any(r.effect == "deny" for r in own)
+
+    def decide(self, server: str, tool: str, *, interactive: bool = False) -> Decision:
+        def done(effect: Effect, rule: Rule | None, reason: str) -> Decision:
+            final: Effect = effect
+            if effect == "ask" and not interactive:
+                final = "deny"
+                reason += "; no one can confirm it here (use a terminal or --yes)"
+            return Decision(self.name, server, tool, final, rule, reason, effect)
+
+        deny = self._matchers["deny"].first(server, tool)
+        if deny is not None:
+            return done("deny", deny, f"denied by {deny.label}")
+        pol = self.policy
+        if pol.pin_tools and pol.locked_tools is not None \
+                and (server, tool) not in pol.locked_tools:
+            return done("deny", None, "policy.pin_tools: the lock does not record this tool")
+        ask = self._matchers["ask"].first(server, tool)
+        if ask is not None:
+            return done("ask", ask, f"needs confirmation by {ask.label}")
+        allow = self._matchers["allow"].first(server, tool)
+        if allow is not None:
+            return done("allow", allow, f"allowed by {allow.label}")
+        if not self.listed:
+            effect: Effect = pol.default
+            where = f" ({pol.default_origin})" if pol.default_origin else " (absent: allow)"
+            return done(effect, None, f"agent {self.name!r} is not listed under agents; "
+                                      f"policy.default is {effect}{where}")
+        if self.has_grants:
+            return done("deny", None, f"no allow or ask rule of agent {self.name!r} matches")
+        if self.has_denies:
+            return done("allow", None, f"agent {self.name!r} has only deny rules and none matches")
+        return done("deny", None, f"agent {self.name!r} has no rules: it may call nothing")
+
+    def matching(self, server: str, tool: str) -> list[Rule]:
+        """Every rule that matches, in effect order then declaration order (for explain)."""
+        return [r for effect in EFFECTS for r in self._matchers[effect].rules
+                if r.matches(server, tool)]
+
+
+class Policy:
+    """The engine over one PolicySet. Load-time errors (extends) are raised on construction."""
+
+    def __init__(self, policy_set: PolicySet) -> None:
+        self.set = policy_set
+        self._compiled: dict[str, CompiledAgent] = {}
+        problems = _check_extends(policy_set.agents)
+        if problems:
+            raise InputFileError(problems, hint="fix the agents' extends lists")
+
+    @property
+    def agents(self) -> list[str]:
+        return sorted(self.set.agents)
+
+    def agent(self, name: str) -> CompiledAgent:
+        """The compiled policy of an agent (listed or not)."""
+        if name not in self._compiled:
+            chain = _ancestors(self.set.agents, name)
+            rules: list[Rule] = []
+            for member in chain:
+                rules.extend(self.set.agents[member].rules)
+            rules.extend(self.set.global_deny)
+            self._compiled[name] = CompiledAgent(name, name in self.set.agents, rules, chain,
+                                                 self.set)
+        return self._compiled[name]
+
+    def decide(self, agent: str, qualified: str, *, interactive: bool = False) -> Decision:
+        server, tool = parse_tool_name(qualified)
+        return self.agent(agent).decide(server, tool, interactive=interactive)
+
+
+def parse_tool_name(qualified: str) -> tuple[str, str]:
+    """A concrete `server.tool` from the command line."""
+    server, dot, tool = qualified.partition(".")
+    if not dot or not server or not tool:
+        raise UsageError(f"{qualified!r} is not a qualified tool name",
+                         hint="write SERVER.TOOL, for example files.read_file")
+    return server, tool
+
+
+def _ancestors(agents: Mapping[str, AgentSpec], name: str) -> list[str]:
+    """The agent and every ancestor, breadth-first, each once."""
+    if name not in agents:
+        return []
+    seen = [name]
+    queue = [name]
+    while queue:
+        for parent, _ in agents[queue.pop(0)].extends:
+            if parent not in seen:
+                seen.append(parent)
+                queue.append(parent)
+    return seen
+
+
+def _check_extends(agents: Mapping[str, AgentSpec]) -> list[Problem]:
+    problems: list[Problem] = []
+    for spec in agents.values():
+        for parent, origin in spec.extends:
+            if parent not in agents:
+                problems.append(Problem(origin.file, origin.line, origin.column,
+                                        f"agent {spec.name!r} extends unknown agent {parent!r}",
+                                        f"agents.{spec.name}.extends",
+                                        f"define agent {parent!r} or remove it from extends"))
+    reported: set[frozenset[str]] = set()
+    for name in sorted(agents):
+        cycle = _find_cycle(agents, name)
+        if cycle and frozenset(cycle) not in reported:
+            reported.add(frozenset(cycle))
+            origin = agents[name].origin
+            problems.append(Problem(origin.file, origin.line, origin.column,
+                                    "extends cycle: " + " -> ".join([*cycle, cycle[0]]),
+                                    f"agents.{name}.extends",
+                                    "break the cycle: an agent cannot inherit from itself"))
+    return problems
+
+
+def _find_cycle(agents: Mapping[str, AgentSpec], start: str) -> list[str] | None:
+    path: list[str] = []
+    explored: set[str] = set()  # nodes from which `start` is not reachable
+
+    def visit(name: str) -> list[str] | None:
+        if name in path:
+            return path[path.index(name):] if name == start else None
+        if name not in agents or name in explored:
+            return None
+        path.append(name)
+        for parent, _ in agents[name].extends:
+            found = visit(parent)
+            if found:
+                return found
+        path.pop()
+        explored.add(name)
+        return None
+
+    return visit(start)

@@ -1,0 +1,117 @@
+"""A project on disk: find and load `bundlectl.yaml`, resolve it, read and write its lock."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from packaging.version import Version
+
+from bundlectl import paths
+from bundlectl.errors import UsageError
+from bundlectl.lockfile import build_lock, locked_tools, read_lock
+from bundlectl.merge import Merged, merge, policy_set
+from bundlectl.models import LockFile, ProjectConfig
+from bundlectl.policy import Policy
+from bundlectl.registry import Registry
+from bundlectl.resolver import constraint, resolve
+from bundlectl.validation import validate_doc
+from bundlectl.yamlio import YamlDoc, parse_yaml, read_yaml
+
+
+@dataclass
+class Project:
+    """A loaded, validated project config and the registries it can see."""
+
+    config_path: Path
+    doc: YamlDoc
+    config: ProjectConfig
+
+    @property
+    def root(self) -> Path:
+        return self.config_path.parent
+
+    @property
+    def display(self) -> str:
+        return self.doc.file
+
+    @property
+    def lock_path(self) -> Path:
+        return paths.lock_path_for(self.config_path)
+
+    @cached_property
+    def registry(self) -> Registry:
+        return Registry.default(self.root, self.config.registries)
+
+    @cached_property
+    def lock(self) -> LockFile | None:
+        return read_lock(self.lock_path, _display(self.lock_path))
+
+
+@dataclass
+class Resolution:
+    """A project resolved: versions, merged servers and agents, the lock it implies."""
+
+    project: Project
+    merged: Merged
+    lock: LockFile
+
+    @cached_property
+    def policy(self) -> Policy:
+        """The policy engine, with `pin_tools` judged against the lock on disk."""
+        on_disk = self.project.lock
+        pinned = locked_tools(on_disk if on_disk is not None else self.lock)
+        return Policy(policy_set(self.project.config, self.project.doc, self.merged, pinned))
+
+
+def _display(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
+
+
+def find_project(config: Path | None, cwd: Path | None = None) -> Path:
+    """The config file to use, or a usage error saying how to create one."""
+    found = paths.find_config(cwd or Path.cwd(), config)
+    if found is None:
+        raise UsageError(f"no {paths.CONFIG_NAME} in {Path.cwd()} or any parent folder",
+                         hint="run `bundlectl init` to create one, or pass --config PATH")
+    if not found.is_file():
+        raise UsageError(f"config file {found} does not exist",
+                         hint="check --config / BUNDLECTL_CONFIG, or run `bundlectl init`")
+    return found
+
+
+def load_project(config: Path | None = None) -> Project:
+    """Find, parse and validate the project config (every problem at once, exit 2)."""
+    path = find_project(config)
+    doc = read_yaml(path, _display(path))
+    return Project(path.resolve(), doc, validate_doc(doc, ProjectConfig, what="config"))
+
+
+def project_from_text(path: Path, text: str) -> Project:
+    """A project as it would be with `text` as its config (for edits before they are written)."""
+    doc = parse_yaml(text, _display(path))
+    return Project(path.resolve(), doc, validate_doc(doc, ProjectConfig, what="config"))
+
+
+def resolve_project(project: Project, *, upgrade: set[str] | None = None,
+                    use_lock: bool = True) -> Resolution:
+    """Resolve the project's bundles (preferring the lock's pins) and merge everything."""
+    prefer: dict[str, Version] = {}
+    if use_lock and project.lock is not None:
+        prefer = {name: Version(b.version) for name, b in project.lock.bundles.items()}
+    wanted = [constraint(text, project.display) for text in project.config.bundles]
+    versions = resolve(wanted, project.registry, prefer=prefer, upgrade=upgrade)
+    bundles = [project.registry.get(name, version) for name, version in versions.items()]
+    merged = merge(project.config, project.doc, bundles)
+    return Resolution(project, merged, build_lock(project.config, merged))
+
+
+def optional_project(config: Path | None) -> Project | None:
+    """The project when there is a config to find; commands like `show` also work without."""
+    path = paths.find_config(Path.cwd(), config)
+    return load_project(path) if path is not None else None

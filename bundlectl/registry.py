@@ -1,0 +1,167 @@
+"""Where bundle manifests come from: project registries, the user registry, the built-in one.
+
+A bundle name is served by the first source that has it, in that order, and only by it: versions
+of one name are never mixed across sources, so a name published elsewhere cannot shadow a
+project's bundle (dependency confusion).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from bundlectl import paths
+from bundlectl.errors import InputFileError, Problem, UsageError
+from bundlectl.models import BundleManifest
+from bundlectl.validation import validate_doc
+from bundlectl.yamlio import YamlDoc, parse_yaml
+
+
+@dataclass(frozen=True)
+class Source:
+    """One registry folder: `<root>/<name>/<version>.yaml`."""
+
+    label: str  # what the lock and the listings show: "builtin", "user", or the configured path
+    root: Path
+
+    def names(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and _has_versions(p))
+
+    def versions(self, name: str) -> dict[Version, Path]:
+        folder = self.root / name
+        found: dict[Version, Path] = {}
+        if folder.is_dir():
+            for file in folder.glob("*.yaml"):
+                try:
+                    found[Version(file.stem)] = file
+                except InvalidVersion:
+                    continue  # not a manifest; `bundlectl lint` reports such files
+        return found
+
+
+def _has_versions(folder: Path) -> bool:
+    return any(folder.glob("*.yaml"))
+
+
+@dataclass(frozen=True)
+class LoadedManifest:
+    """A validated manifest with the file it came from and its digest."""
+
+    manifest: BundleManifest
+    source: Source
+    path: Path
+    digest: str
+    doc: YamlDoc
+
+    @property
+    def version(self) -> Version:
+        return Version(self.manifest.version)
+
+    @property
+    def pin(self) -> str:
+        return f"{self.manifest.name}@{self.manifest.version}"
+
+
+def digest_bytes(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def load_manifest_file(path: Path, source: Source, display: str | None = None) -> LoadedManifest:
+    """Read, parse and validate one manifest file (every problem reported at once)."""
+    shown = display or str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputFileError([Problem(shown, 1, 1, f"cannot read manifest: {exc.strerror}")]) from None
+    doc = parse_yaml(raw.decode("utf-8", errors="replace"), shown)
+    manifest = validate_doc(doc, BundleManifest, what="bundle manifest")
+    return LoadedManifest(manifest, source, path, digest_bytes(raw), doc)
+
+
+class Registry:
+    """The ordered sources, with manifests loaded lazily and cached."""
+
+    def __init__(self, sources: list[Source]) -> None:
+        self.sources = sources
+        self._cache: dict[tuple[str, Version], LoadedManifest] = {}
+
+    @classmethod
+    def default(
+        cls, project_dir: Path | None = None, project_registries: Sequence[str] = ()
+    ) -> Registry:
+        """Project registries (relative to `project_dir`), then the user's, then the built-in."""
+        sources = [
+            Source(entry, (project_dir / entry) if project_dir else Path(entry))
+            for entry in project_registries
+        ]
+        sources.append(Source("user", paths.user_registry_dir()))
+        sources.append(Source("builtin", paths.builtin_registry_dir()))
+        return cls(sources)
+
+    @cached_property
+    def _owners(self) -> dict[str, Source]:
+        owners: dict[str, Source] = {}
+        for source in self.sources:
+            for name in source.names():
+                owners.setdefault(name, source)
+        return owners
+
+    def names(self) -> list[str]:
+        """Every bundle name, sorted."""
+        return sorted(self._owners)
+
+    def source_of(self, name: str) -> Source | None:
+        return self._owners.get(name)
+
+    def shadowed(self, name: str) -> list[Source]:
+        """Sources that also have `name` but are hidden by a higher-precedence one."""
+        owner = self.source_of(name)
+        return [s for s in self.sources if s is not owner and name in s.names()]
+
+    def versions(self, name: str) -> list[Version]:
+        """The versions of `name` in its owning source, oldest first."""
+        source = self.source_of(name)
+        return sorted(source.versions(name)) if source else []
+
+    def get(self, name: str, version: Version) -> LoadedManifest:
+        key = (name, version)
+        if key not in self._cache:
+            source = self.source_of(name)
+            files = source.versions(name) if source else {}
+            if source is None or version not in files:
+                raise UsageError(f"bundle {name} {version} is not in any registry")
+            loaded = load_manifest_file(files[version], source, _display(files[version]))
+            _check_identity(loaded, name, version)
+            self._cache[key] = loaded
+        return self._cache[key]
+
+    def requires(self, name: str, version: Version) -> list[str]:
+        """What a bundle version requires (the resolver's view of the registry)."""
+        return list(self.get(name, version).manifest.requires)
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _check_identity(loaded: LoadedManifest, name: str, version: Version) -> None:
+    problems = []
+    if loaded.manifest.name != name:
+        problems.append(loaded.doc.problem(("name",), f"manifest name {loaded.manifest.name!r} "
+                                           f"does not match its folder {name!r}"))
+    if loaded.version != version:
+        problems.append(loaded.doc.problem(("version",), f"manifest version "
+                                           f"{loaded.manifest.version} does not match its file "
+                                           f"name {version}"))
+    if problems:
+        raise InputFileError(problems, hint="a manifest lives at <registry>/<name>/<version>.yaml")

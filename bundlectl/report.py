@@ -1,0 +1,52 @@
+"""Turn errors into what the user sees: positioned lines, a hint, or a crash report."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+
+from bundlectl import __version__, paths
+from bundlectl.errors import BundlectlError, InputFileError
+
+
+def _debug() -> bool:
+    return os.environ.get("BUNDLECTL_DEBUG", "") not in ("", "0")
+
+
+def failure(exc: BundlectlError) -> int:
+    """`error: …` lines (one per problem), then `hint: …`; the error's exit code."""
+    if _debug():
+        traceback.print_exc()
+    if isinstance(exc, InputFileError):
+        for problem in exc.problems:
+            sys.stderr.write(f"error: {problem.render()}\n")
+            if problem.hint:
+                sys.stderr.write(f"  hint: {problem.hint}\n")
+    else:
+        lines = exc.message.splitlines() or [""]
+        sys.stderr.write(f"error: {lines[0]}\n")
+        for line in lines[1:]:
+            sys.stderr.write(f"{line}\n")
+    if exc.hint:
+        sys.stderr.write(f"hint: {exc.hint}\n")
+    return exc.exit_code
+
+
+def crash(exc: BaseException) -> int:
+    """A bug: one line, and the full report in a file ready to attach to an issue."""
+    report = "".join(traceback.format_exception(exc))
+    if _debug():
+        sys.stderr.write(report)
+    target = paths.state_dir() / "crash.log"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("a", encoding="utf-8") as handle:
+            handle.write(f"--- bundlectl {__version__} at {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
+            handle.write(f"command: {sys.argv[1:2]!r}\n{report}\n")  # no argument values: they may be secrets
+        where = str(target)
+    except OSError:
+        where = "(could not write the report; rerun with --debug)"
+    sys.stderr.write(f"internal error: {type(exc).__name__}: {exc} — report written to {where}\n")
+    return 70

@@ -1,0 +1,172 @@
+"""Pick one version per bundle so that every constraint holds. Pure: the registry is a protocol.
+
+Newest versions first, pins from the lock preferred unless upgrading, backtracking when a
+dependency's constraint conflicts with a choice already made. Deterministic: the order of work is
+the order of the requirements, then of each manifest's `requires`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from bundlectl.errors import ResolutionError
+
+
+class Repository(Protocol):
+    """What the resolver needs to know about the available bundles."""
+
+    def names(self) -> list[str]: ...
+
+    def versions(self, name: str) -> Sequence[Version]: ...
+
+    def requires(self, name: str, version: Version) -> Sequence[str]: ...
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A requirement and who imposed it (a file, or `name@version` of a bundle)."""
+
+    name: str
+    specifier: SpecifierSet
+    text: str
+    imposed_by: str
+
+    def describe(self) -> str:
+        return f"{self.text} (required by {self.imposed_by})"
+
+
+def constraint(text: str, imposed_by: str) -> Constraint:
+    req = Requirement(text)
+    return Constraint(req.name, req.specifier, text, imposed_by)
+
+
+@dataclass(frozen=True)
+class _Conflict:
+    name: str
+    constraints: tuple[Constraint, ...]
+    available: tuple[Version, ...]
+
+
+class _Solver:
+    def __init__(
+        self, repo: Repository, prefer: Mapping[str, Version], upgrade: set[str] | None
+    ) -> None:
+        self.repo = repo
+        self.prefer = prefer
+        self.upgrade = upgrade  # None: keep every pin; empty set: upgrade all; else these names
+        self.failed: set[frozenset[tuple[str, Version]]] = set()
+        self.conflict: _Conflict | None = None
+
+    def _preferred(self, name: str) -> Version | None:
+        if self.upgrade is not None and (not self.upgrade or name in self.upgrade):
+            return None
+        return self.prefer.get(name)
+
+    def candidates(self, name: str, constraints: Sequence[Constraint]) -> list[Version]:
+        combined = SpecifierSet()
+        for item in constraints:
+            combined &= item.specifier
+        available = sorted(self.repo.versions(name), reverse=True)
+        fitting = list(combined.filter(available))
+        pin = self._preferred(name)
+        if pin in fitting:
+            fitting.remove(pin)
+            fitting.insert(0, pin)
+        if not fitting:
+            self._note(_Conflict(name, tuple(constraints), tuple(sorted(available))))
+        return fitting
+
+    def _note(self, conflict: _Conflict) -> None:
+        if self.conflict is None:
+            self.conflict = conflict
+
+    def solve(
+        self, chosen: dict[str, Version], constraints: dict[str, list[Constraint]], order: list[str]
+    ) -> dict[str, Version] | None:
+        pending = next((n for n in order if n not in chosen), None)
+        if pending is None:
+            return chosen
+        key = frozenset(chosen.items())
+        if key in self.failed:
+            return None
+        for version in self.candidates(pending, constraints[pending]):
+            new = [constraint(t, f"{pending}@{version}")
+                   for t in self.repo.requires(pending, version)]
+            clash = next((c for c in new if c.name in chosen
+                          and not c.specifier.contains(chosen[c.name], prereleases=True)), None)
+            if clash is not None:
+                self._note(_Conflict(clash.name, (*constraints[clash.name], clash),
+                                     (chosen[clash.name],)))
+                continue
+            next_constraints = {k: list(v) for k, v in constraints.items()}
+            next_order = list(order)
+            for item in new:
+                if item.name not in next_constraints:
+                    next_constraints[item.name] = []
+                    next_order.append(item.name)
+                next_constraints[item.name].append(item)
+            result = self.solve({**chosen, pending: version}, next_constraints, next_order)
+            if result is not None:
+                return result
+        self.failed.add(key)
+        return None
+
+
+def resolve(
+    requirements: Iterable[Constraint],
+    repo: Repository,
+    *,
+    prefer: Mapping[str, Version] | None = None,
+    upgrade: set[str] | None = None,
+) -> dict[str, Version]:
+    """Choose versions for the requirements and everything they require.
+
+    `prefer` holds pins (from the lock) tried first; `upgrade` is None to keep pins, an empty set
+    to ignore all of them, or the names whose pins to ignore. Raises `ResolutionError`.
+    """
+    constraints: dict[str, list[Constraint]] = {}
+    order: list[str] = []
+    known = set(repo.names())
+    for item in requirements:
+        if item.name not in known:
+            close = difflib.get_close_matches(item.name, sorted(known), n=3)
+            hint = f"did you mean {', '.join(close)}?" if close else "`bundlectl list` shows them"
+            raise ResolutionError(
+                f"no bundle named {item.name!r} in any registry (required by {item.imposed_by})",
+                hint=hint,
+            )
+        if item.name not in constraints:
+            constraints[item.name] = []
+            order.append(item.name)
+        constraints[item.name].append(item)
+    solver = _Solver(repo, prefer or {}, upgrade)
+    result = solver.solve({}, constraints, order)
+    if result is None:
+        raise _explain(solver.conflict, known)
+    # Report in a stable order: the requirement order, then dependencies as discovered.
+    return result
+
+
+def _explain(conflict: _Conflict | None, known: set[str]) -> ResolutionError:
+    if conflict is None:  # pragma: no cover - the solver always records why it failed
+        return ResolutionError("no set of bundle versions satisfies the requirements")
+    if conflict.name not in known:
+        who = ", ".join(c.imposed_by for c in conflict.constraints)
+        return ResolutionError(f"no bundle named {conflict.name!r} in any registry "
+                               f"(required by {who})",
+                               hint="publish it with `bundlectl registry add` or fix the name")
+    lines = [f"no version of {conflict.name!r} satisfies every constraint:"]
+    lines += [f"  {c.describe()}" for c in conflict.constraints]
+    versions = ", ".join(str(v) for v in conflict.available) or "none"
+    lines.append(f"  available: {versions}")
+    return ResolutionError(
+        "\n".join(lines),
+        hint="relax one of these constraints, or run `bundlectl show NAME` to see the versions",
+    )

@@ -1,0 +1,189 @@
+"""YAML in: plain data plus the position of every node, duplicate keys reported, never lost.
+
+We compose the node graph ourselves instead of using a constructor so that every key and value
+keeps its 1-based line/column, every duplicate key is a problem (not last-one-wins), and lint can
+see how each scalar was written (BCL004).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from bundlectl.errors import InputFileError, Problem
+
+YamlPath = tuple[str | int, ...]
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+@dataclass(frozen=True)
+class Span:
+    """Where a node starts and ends, 1-based."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+
+@dataclass(frozen=True)
+class PlainScalar:
+    """An unquoted scalar that YAML resolved to something other than a string."""
+
+    text: str
+    tag: str
+
+
+@dataclass
+class YamlDoc:
+    """A parsed YAML file: its data, where each node was written, and what was wrong with it."""
+
+    file: str
+    text: str
+    data: Any = None
+    values: dict[YamlPath, Span] = field(default_factory=dict)
+    keys: dict[YamlPath, Span] = field(default_factory=dict)
+    plain_scalars: dict[YamlPath, PlainScalar] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+    def span(self, path: YamlPath, *, key: bool = False) -> Span:
+        """The span of the deepest node on `path` that exists (the key's span when `key`)."""
+        for cut in range(len(path), -1, -1):
+            prefix = path[:cut]
+            if key and cut == len(path) and prefix in self.keys:
+                return self.keys[prefix]
+            if prefix in self.values:
+                return self.values[prefix]
+        return Span(1, 1, 1, 1)
+
+    def problem(
+        self, path: YamlPath, message: str, *, hint: str | None = None, key: bool = False
+    ) -> Problem:
+        """A problem positioned at the node on `path`."""
+        at = self.span(path, key=key)
+        return Problem(self.file, at.line, at.column, message, format_path(path), hint)
+
+
+def format_path(path: YamlPath) -> str:
+    """`("agents", "a", "allow", 0)` → `agents.a.allow[0]`."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _span(node: Node) -> Span:
+    start, end = node.start_mark, node.end_mark
+    return Span(start.line + 1, start.column + 1, end.line + 1, end.column + 1)
+
+
+class _Builder:
+    def __init__(self, doc: YamlDoc) -> None:
+        self.doc = doc
+        self.constructor = YAML(typ="safe", pure=True).constructor
+
+    def build(self, node: Node, path: YamlPath) -> Any:
+        self.doc.values[path] = _span(node)
+        if isinstance(node, MappingNode):
+            return self._mapping(node, path)
+        if isinstance(node, SequenceNode):
+            return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+        value = self.constructor.construct_object(node, deep=True)
+        if isinstance(node, ScalarNode) and node.style is None and node.tag != _STR_TAG:
+            self.doc.plain_scalars[path] = PlainScalar(str(node.value), node.tag)
+        return value
+
+    def _mapping(self, node: MappingNode, path: YamlPath) -> dict[Any, Any]:
+        result: dict[Any, Any] = {}
+        first_seen: dict[Any, Span] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                self._merge(result, value_node, path)
+                continue
+            if not isinstance(key_node, ScalarNode):
+                self.doc.problems.append(
+                    Problem(self.doc.file, *_pos(key_node), "mapping keys must be plain scalars",
+                            _fmt(path))
+                )
+                continue
+            key = self.constructor.construct_object(key_node, deep=True)
+            if not isinstance(key, str):
+                key = str(key_node.value)
+            if key in first_seen:
+                first = first_seen[key]
+                self.doc.problems.append(
+                    Problem(
+                        self.doc.file, *_pos(key_node),
+                        f"duplicate key {key!r} (first defined at line {first.line})",
+                        format_path((*path, key)),
+                        "remove one of the two entries; YAML would silently keep only one",
+                    )
+                )
+                continue
+            first_seen[key] = _span(key_node)
+            self.doc.keys[(*path, key)] = first_seen[key]
+            result[key] = self.build(value_node, (*path, key))
+        return result
+
+    def _merge(self, result: dict[Any, Any], value_node: Node, path: YamlPath) -> None:
+        sources = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
+        for source in sources:
+            if isinstance(source, MappingNode):
+                for key, value in self._mapping(source, path).items():
+                    result.setdefault(key, value)
+
+
+def _pos(node: Node) -> tuple[int, int]:
+    return node.start_mark.line + 1, node.start_mark.column + 1
+
+
+def _fmt(path: YamlPath) -> str:
+    return format_path(path)
+
+
+def parse_yaml(text: str, file: str) -> YamlDoc:
+    """Parse `text`; syntax errors and duplicate keys land in `doc.problems` (never raised)."""
+    doc = YamlDoc(file=file, text=text)
+    try:
+        node = YAML(typ="safe", pure=True).compose(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+        message = " ".join(str(exc.problem or exc.context or "invalid YAML").split())
+        if exc.context and exc.problem:
+            message = f"{' '.join(str(exc.context).split())}: {message}"
+        doc.problems.append(
+            Problem(file, line, col, f"YAML syntax error: {message}", "",
+                    "fix the YAML syntax at this position (indentation, quotes, colons)")
+        )
+        return doc
+    except YAMLError as exc:
+        doc.problems.append(Problem(file, 1, 1, f"YAML error: {exc}", ""))
+        return doc
+    if node is not None:
+        doc.data = _Builder(doc).build(node, ())
+    return doc
+
+
+def read_yaml(path: Path, display: str | None = None) -> YamlDoc:
+    """Read and parse a file; an unreadable file is an input error (exit 2)."""
+    shown = display or str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputFileError(
+            [Problem(shown, 1, 1, "file not found")], hint="check the path"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InputFileError([Problem(shown, 1, 1, f"cannot read file: {reason}")]) from None
+    return parse_yaml(text, shown)
