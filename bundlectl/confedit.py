@@ -9,16 +9,15 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Sequence
 
-from packaging.requirements import Requirement
-
 from bundlectl.errors import BundlectlError
+from bundlectl.requirements import requirement_name
 from bundlectl.yamlio import YamlDoc, parse_yaml
 
 _FLOW_UNSAFE = re.compile(r"[,\[\]{}#]")
 
 
 def _name(requirement: str) -> str:
-    return Requirement(requirement).name
+    return requirement_name(requirement)
 
 
 def _offsets(text: str) -> list[int]:
@@ -80,7 +79,7 @@ def _edit(doc: YamlDoc, text: str, add: Sequence[str], remove: Collection[str]) 
         return text + sep + "bundles:\n" + "".join(f"  - {r}\n" for r in add)
     items = doc.data["bundles"] or []
     seq_span = doc.values[("bundles",)]
-    flow = items == [] and doc.data["bundles"] is not None or \
+    flow = (items == [] and doc.data["bundles"] is not None) or \
         text[buf.at(seq_span.line, seq_span.column):].startswith("[")
     replacing = {_name(r): r for r in add}
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement), applied back to front

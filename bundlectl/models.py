@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 from pydantic import (
     AfterValidator,
@@ -19,13 +18,12 @@ from pydantic import (
     model_validator,
 )
 
-NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,62}$"
-_NAME_HELP = "lowercase letters, digits, '-' and '_', starting with a letter or digit, at most 63"
+from bundlectl.requirements import NAME_HELP, NAME_RE, parse_requirement
 
 Name = Annotated[
     str,
     StringConstraints(pattern=NAME_RE),
-    Field(description=f"A name: {_NAME_HELP}."),
+    Field(description=f"A name: {NAME_HELP}."),
 ]
 EnvVarName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
@@ -65,15 +63,7 @@ def check_version(value: str) -> str:
 
 
 def check_requirement(value: str) -> str:
-    try:
-        req = Requirement(value)
-    except InvalidRequirement as exc:
-        reason = str(exc).splitlines()[0]
-        raise ValueError(f"invalid requirement {value!r}: {reason}") from None
-    if not re.match(NAME_RE, req.name):
-        raise ValueError(f"bundle name {req.name!r} must be {_NAME_HELP} characters")
-    if req.extras or req.url or req.marker:
-        raise ValueError(f"requirement {value!r}: only a name and a version specifier are allowed")
+    parse_requirement(value)  # raises ValueError with the reason
     return value
 
 
@@ -104,6 +94,9 @@ class ToolSpec(StrictModel):
     input_schema: dict[str, Any] = Field(
         default_factory=lambda: {"type": "object"},
         description="JSON Schema of the tool's arguments (the server's inputSchema).",
+    )
+    output_schema: dict[str, Any] | None = Field(
+        default=None, description="JSON Schema of structured results (outputSchema), if any."
     )
 
 

@@ -30,9 +30,13 @@ class Origin:
     column: int = 0
     bundle: str | None = None  # "github@1.1.0" for bundle agent defaults
 
+    @property
+    def position(self) -> str:
+        """`file:line:col`."""
+        return f"{self.file}:{self.line}:{self.column}" if self.line else self.file
+
     def __str__(self) -> str:
-        where = f"{self.file}:{self.line}:{self.column}" if self.line else self.file
-        return f"bundle {self.bundle} ({where})" if self.bundle else where
+        return f"bundle {self.bundle}" if self.bundle else self.position
 
 
 def split_name(qualified: str) -> tuple[str, str]:

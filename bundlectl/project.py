@@ -6,19 +6,21 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
 from bundlectl import paths
 from bundlectl.errors import UsageError
-from bundlectl.lockfile import build_lock, locked_tools, read_lock
-from bundlectl.merge import Merged, merge, policy_set
-from bundlectl.models import LockFile, ProjectConfig
-from bundlectl.policy import Policy
+from bundlectl.models import ProjectConfig
 from bundlectl.registry import Registry
-from bundlectl.resolver import constraint, resolve
 from bundlectl.validation import validate_doc
 from bundlectl.yamlio import YamlDoc, parse_yaml, read_yaml
+
+if TYPE_CHECKING:  # resolution-only modules stay unimported for `show`, `list`, `schema`
+    from bundlectl.merge import Merged
+    from bundlectl.models import LockFile
+    from bundlectl.policy import Policy
 
 
 @dataclass
@@ -47,6 +49,8 @@ class Project:
 
     @cached_property
     def lock(self) -> LockFile | None:
+        from bundlectl.lockfile import read_lock
+
         return read_lock(self.lock_path, _display(self.lock_path))
 
 
@@ -61,6 +65,10 @@ class Resolution:
     @cached_property
     def policy(self) -> Policy:
         """The policy engine, with `pin_tools` judged against the lock on disk."""
+        from bundlectl.lockfile import locked_tools
+        from bundlectl.merge import policy_set
+        from bundlectl.policy import Policy
+
         on_disk = self.project.lock
         pinned = locked_tools(on_disk if on_disk is not None else self.lock)
         return Policy(policy_set(self.project.config, self.project.doc, self.merged, pinned))
@@ -101,6 +109,10 @@ def project_from_text(path: Path, text: str) -> Project:
 def resolve_project(project: Project, *, upgrade: set[str] | None = None,
                     use_lock: bool = True) -> Resolution:
     """Resolve the project's bundles (preferring the lock's pins) and merge everything."""
+    from bundlectl.lockfile import build_lock
+    from bundlectl.merge import merge
+    from bundlectl.resolver import constraint, resolve
+
     prefer: dict[str, Version] = {}
     if use_lock and project.lock is not None:
         prefer = {name: Version(b.version) for name, b in project.lock.bundles.items()}

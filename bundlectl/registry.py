@@ -7,6 +7,7 @@ project's bundle (dependency confusion).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -80,9 +81,49 @@ def load_manifest_file(path: Path, source: Source, display: str | None = None) -
         raw = path.read_bytes()
     except OSError as exc:
         raise InputFileError([Problem(shown, 1, 1, f"cannot read manifest: {exc.strerror}")]) from None
-    doc = parse_yaml(raw.decode("utf-8", errors="replace"), shown)
-    manifest = validate_doc(doc, BundleManifest, what="bundle manifest")
-    return LoadedManifest(manifest, source, path, digest_bytes(raw), doc)
+    digest = digest_bytes(raw)
+    cached = _cache_get(digest)
+    if cached is not None:
+        doc, manifest = cached
+        doc.file = shown
+    else:
+        doc = parse_yaml(raw.decode("utf-8", errors="replace"), shown)
+        manifest = validate_doc(doc, BundleManifest, what="bundle manifest")
+        _cache_put(digest, doc, manifest)
+    return LoadedManifest(manifest, source, path, digest, doc)
+
+
+def _cache_entry(digest: str) -> Path:
+    # Keyed by content and by the models' source, so a changed model never sees a stale entry.
+    from bundlectl import models
+
+    stamp = Path(models.__file__).stat()
+    key = f"{digest.removeprefix('sha256:')}-{stamp.st_size}-{stamp.st_mtime_ns}"
+    return paths.cache_dir() / "manifests" / f"{key}.pickle"
+
+
+def _cache_get(digest: str) -> tuple[YamlDoc, BundleManifest] | None:
+    """A manifest validated before. Parsing and validating a large tool catalog costs tens of
+    milliseconds; this costs well under one. Only valid manifests are ever stored."""
+    import pickle
+
+    try:
+        with _cache_entry(digest).open("rb") as handle:
+            doc, manifest = pickle.load(handle)
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, TypeError, ValueError):
+        return None
+    if isinstance(doc, YamlDoc) and isinstance(manifest, BundleManifest):
+        return doc, manifest
+    return None
+
+
+def _cache_put(digest: str, doc: YamlDoc, manifest: BundleManifest) -> None:
+    import pickle
+
+    from bundlectl.fsio import atomic_write_bytes
+
+    with contextlib.suppress(OSError):
+        atomic_write_bytes(_cache_entry(digest), pickle.dumps((doc, manifest)))
 
 
 class Registry:

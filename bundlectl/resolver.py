@@ -12,11 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from bundlectl.errors import ResolutionError
+from bundlectl.requirements import parse_requirement
 
 
 class Repository(Protocol):
@@ -43,7 +43,7 @@ class Constraint:
 
 
 def constraint(text: str, imposed_by: str) -> Constraint:
-    req = Requirement(text)
+    req = parse_requirement(text)
     return Constraint(req.name, req.specifier, text, imposed_by)
 
 

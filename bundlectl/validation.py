@@ -54,6 +54,8 @@ def problems_from(exc: ValidationError, doc: YamlDoc, model: type[BaseModel]) ->
             out.append(doc.problem(path, message, hint=hint, key=True))
             continue
         message = _message(error)
+        # An error about a whole mapping (a model validator) reads best at the mapping's key.
+        on_key = on_key or isinstance(_node(doc.data, path), dict) and path in doc.keys
         if kind == "missing":
             hint = f"add the key {path[-1]!r}"
         out.append(doc.problem(path, message, hint=hint, key=on_key))
@@ -74,6 +76,15 @@ def _message(error: Any) -> str:
             and repr(error["input"]) not in msg:
         msg = f"{msg} (got {error['input']!r})"
     return msg
+
+
+def _node(data: Any, path: YamlPath) -> Any:
+    for part in path:
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
 
 
 def _yaml_path(loc: tuple[int | str, ...], doc: YamlDoc) -> tuple[YamlPath, bool]:

@@ -98,7 +98,7 @@ class _Builder:
         if isinstance(node, SequenceNode):
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
         value = self.constructor.construct_object(node, deep=True)
-        if isinstance(node, ScalarNode) and node.style is None and node.tag != _STR_TAG:
+        if isinstance(node, ScalarNode) and not node.style and node.tag != _STR_TAG:  # plain
             self.doc.plain_scalars[path] = PlainScalar(str(node.value), node.tag)
         return value
 
@@ -154,7 +154,7 @@ def parse_yaml(text: str, file: str) -> YamlDoc:
     """Parse `text`; syntax errors and duplicate keys land in `doc.problems` (never raised)."""
     doc = YamlDoc(file=file, text=text)
     try:
-        node = YAML(typ="safe", pure=True).compose(text)
+        node = YAML(typ="safe").compose(text)  # C parser when ruamel.yaml.clib is there
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from packaging.requirements import Requirement
-
 from bundlectl.confedit import edit_bundles
 from bundlectl.errors import ReportedFailure, UsageError
 from bundlectl.fsio import atomic_write, project_lock
@@ -13,6 +11,7 @@ from bundlectl.lockfile import describe_drift, dump_lock
 from bundlectl.models import LockFile, check_requirement
 from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, err, note, out
 from bundlectl.project import Project, Resolution, load_project, project_from_text, resolve_project
+from bundlectl.requirements import requirement_name
 
 
 def write_lock(resolution: Resolution) -> None:
@@ -29,9 +28,9 @@ def _changes(old: LockFile | None, new: LockFile) -> list[dict[str, str | None]]
     return rows
 
 
-def _report(project: Project, resolution: Resolution, *, dry_run: bool, fmt: Format,
-            wrote_config: bool) -> None:
-    changes = _changes(project.lock, resolution.lock)
+def _report(project: Project, before: LockFile | None, resolution: Resolution, *,
+            dry_run: bool, fmt: Format, wrote_config: bool) -> None:
+    changes = _changes(before, resolution.lock)
     if fmt is Format.json:
         emit_json({"format_version": JSON_FORMAT_VERSION, "dry_run": dry_run, "changes": changes,
                    "bundles": {n: b.version for n, b in resolution.lock.bundles.items()},
@@ -56,13 +55,14 @@ def _report(project: Project, resolution: Resolution, *, dry_run: bool, fmt: For
 def _apply(project: Project, new_text: str | None, *, dry_run: bool, fmt: Format,
            upgrade: set[str] | None = None) -> int:
     """Resolve the project as it would be with `new_text`, then write config and lock."""
+    before = project.lock  # read now: it is about to be replaced
     target = project_from_text(project.config_path, new_text) if new_text else project
     resolution = resolve_project(target, upgrade=upgrade)
     if not dry_run:
         if new_text is not None:
             atomic_write(project.config_path, new_text)
         write_lock(resolution)
-    _report(project, resolution, dry_run=dry_run, fmt=fmt, wrote_config=new_text is not None)
+    _report(project, before, resolution, dry_run=dry_run, fmt=fmt, wrote_config=new_text is not None)
     return 0
 
 
@@ -80,19 +80,23 @@ def install(config: Path | None, requirements: list[str], *, dry_run: bool, fmt:
 
 
 def remove(config: Path | None, names: list[str], *, dry_run: bool, fmt: Format) -> int:
+    """Remove bundles. A bundle installed only as a dependency may be named too, when everything
+    that requires it goes as well; anything still required by a remaining bundle is refused."""
     project = load_project(config)
-    listed = {Requirement(r).name for r in project.config.bundles}
-    missing = [n for n in names if n not in listed]
-    if missing:
-        raise UsageError(f"not in {project.display}: {', '.join(missing)}",
-                         hint=f"installed: {', '.join(sorted(listed)) or 'nothing'}")
+    listed = {requirement_name(r) for r in project.config.bundles}
     with project_lock(project.config_path):
         current = resolve_project(project)
+        installed = {m.manifest.name for m in current.merged.bundles}
+        unknown = [n for n in names if n not in listed and n not in installed]
+        if unknown:
+            raise UsageError(f"not installed: {', '.join(unknown)}",
+                             hint=f"listed in {project.display}: "
+                             f"{', '.join(sorted(listed)) or 'nothing'}")
         gone = set(names)
         for loaded in current.merged.bundles:
             if loaded.manifest.name in gone:
                 continue
-            needs = gone & {Requirement(r).name for r in loaded.manifest.requires}
+            needs = gone & {requirement_name(r) for r in loaded.manifest.requires}
             if needs:
                 raise ReportedFailure(
                     f"cannot remove {', '.join(sorted(needs))}: required by {loaded.pin}",
@@ -100,7 +104,8 @@ def remove(config: Path | None, names: list[str], *, dry_run: bool, fmt: Format)
                     f"{', '.join(sorted(needs))}",
                 )
         text = project.config_path.read_text(encoding="utf-8")
-        return _apply(project, edit_bundles(text, remove=gone), dry_run=dry_run, fmt=fmt)
+        return _apply(project, edit_bundles(text, remove=gone & listed), dry_run=dry_run,
+                      fmt=fmt)
 
 
 def lock(config: Path | None, names: list[str], *, check: bool, upgrade: bool,

@@ -4,23 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
-
 from bundlectl.describe import endpoint, first_line, server_json, tool_flags
 from bundlectl.errors import UsageError
 from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, out
 from bundlectl.project import optional_project
 from bundlectl.registry import LoadedManifest, Registry
+from bundlectl.requirements import parse_requirement
 from bundlectl.resolver import constraint, resolve
 
 
 def run(config: Path | None, requirement: str, *, fmt: Format) -> int:
     try:
-        Requirement(requirement)
-    except InvalidRequirement as exc:
-        raise UsageError(f"invalid bundle requirement {requirement!r}: "
-                         f"{str(exc).splitlines()[0]}",
-                         hint="write NAME or NAME with a version spec, e.g. 'github>=1,<2'") from None
+        parse_requirement(requirement)
+    except ValueError as exc:
+        raise UsageError(str(exc), hint="write NAME or NAME<spec>, e.g. 'github>=1,<2'") from None
     project = optional_project(config)
     registry = project.registry if project else Registry.default()
     wanted = constraint(requirement, "the command line")

@@ -1,0 +1,95 @@
+"""The `review` server: code metrics and diff viewing for code review, working in one root."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+
+from bundlectl.servers._tooling import tool
+from bundlectl.servers.complexity import METRICS, report
+from bundlectl.servers.files import MAX_READ_BYTES, confine
+
+MAX_DIFF_CHARS = 200_000
+
+
+def _git_diff(root: Path, args: list[str]) -> str:
+    try:
+        done = subprocess.run(["git", "diff", "--no-color", "--no-ext-diff", *args], cwd=root,
+                              capture_output=True, text=True, timeout=60, check=False)
+    except FileNotFoundError:
+        raise ToolError("git is not installed") from None
+    except subprocess.TimeoutExpired:
+        raise ToolError("git diff took longer than 60 s") from None
+    if done.returncode != 0:
+        raise ToolError(f"git diff failed: {done.stderr.strip() or done.returncode}")
+    return done.stdout
+
+
+def build(root: Path) -> MCPServer:
+    server: MCPServer = MCPServer(
+        "bundlectl-review",
+        instructions=f"Code review helpers for the repository at {root}.",
+        log_level="WARNING",
+    )
+
+    @tool(server, annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
+    def complexity_metrics(
+        file_path: str,
+        language: str = "python",
+        include_functions: bool = True,
+        metrics: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Complexity of a source file: cyclomatic (McCabe) and cognitive (SonarSource)
+        complexity and lines of code, per function and in total. Supported language: python.
+        `metrics` picks from cyclomatic, cognitive, loc (default: all)."""
+        if language.lower() != "python":
+            raise ToolError(f"language {language!r} is not supported; supported: python")
+        chosen = metrics or list(METRICS)
+        unknown = [m for m in chosen if m not in METRICS]
+        if unknown:
+            raise ToolError(f"unknown metrics {unknown}; choose from {list(METRICS)}")
+        target = confine(root, file_path)
+        if not target.is_file() or target.stat().st_size > MAX_READ_BYTES:
+            raise ToolError(f"{file_path!r} is not a file of at most {MAX_READ_BYTES} bytes")
+        try:
+            source = target.read_text(encoding="utf-8")
+            return report(source, file_path, chosen, include_functions)
+        except (SyntaxError, UnicodeDecodeError) as exc:
+            raise ToolError(f"cannot parse {file_path}: {exc}") from None
+
+    @tool(server, annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
+    def view_diff(
+        base: str | None = None,
+        head: str | None = None,
+        paths: list[str] | None = None,
+        staged: bool = False,
+        context_lines: int = 3,
+    ) -> str:
+        """A unified git diff: the working tree against the index (default), the index against
+        HEAD (`staged`), the working tree against `base`, or `base` against `head`. `paths`
+        limits it to files or folders. Long diffs are cut at 200,000 characters."""
+        args = [f"--unified={max(0, min(context_lines, 100))}"]
+        if staged:
+            args.append("--cached")
+        for ref in (base, head):
+            if ref is not None:
+                if ref.startswith("-") or not ref.strip():
+                    raise ToolError(f"invalid ref {ref!r}")
+                args.append(ref)
+        if head is not None and base is None:
+            raise ToolError("head needs a base")
+        args.append("--")
+        args.extend(str(confine(root, p, must_exist=False).relative_to(root)) or "."
+                    for p in paths or [])
+        diff = _git_diff(root, args)
+        if len(diff) > MAX_DIFF_CHARS:
+            cut = len(diff) - MAX_DIFF_CHARS
+            diff = diff[:MAX_DIFF_CHARS] + f"\n... diff cut: {cut} more characters\n"
+        return diff or "(no differences)"
+
+    return server

@@ -1,0 +1,66 @@
+"""Print the tool catalog of a real MCP server in bundle-manifest form.
+
+    python scripts/collect_catalog.py -- npx -y @modelcontextprotocol/server-github@2025.4.8
+    python scripts/collect_catalog.py --builtin files
+
+Used to write the `tools:` lists of the built-in manifests from what the servers really expose.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import anyio
+from ruamel.yaml import YAML
+
+
+async def collect(command: list[str]) -> list[dict[str, object]]:
+    from pathlib import Path
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    from bundlectl.servers import build
+
+    if command[0] == "--builtin":
+        target: object = build(command[1], Path.cwd())
+    else:
+        target = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+    tools: list[dict[str, object]] = []
+    async with Client(target) as client:  # type: ignore[arg-type]
+        cursor = None
+        while True:
+            page = await client.list_tools(cursor=cursor)
+            for tool in page.tools:
+                entry: dict[str, object] = {"name": tool.name}
+                if tool.title:
+                    entry["title"] = tool.title
+                entry["description"] = (tool.description or "").strip()
+                if tool.annotations:
+                    notes = tool.annotations.model_dump(by_alias=True, exclude_none=True)
+                    notes.pop("title", None)
+                    if notes:
+                        entry["annotations"] = notes
+                entry["input_schema"] = tool.input_schema
+                if tool.output_schema:
+                    entry["output_schema"] = tool.output_schema
+                tools.append(entry)
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if args and args[0] == "--":
+        args = args[1:]
+    tools = anyio.run(collect, args)
+    yaml = YAML()
+    yaml.width = 100
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    yaml.dump({"tools": tools}, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

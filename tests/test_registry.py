@@ -1,0 +1,88 @@
+"""Registry sources, precedence, identity checks and publishing."""
+
+from pathlib import Path
+
+from bundlectl import paths
+from tests.conftest import Run, make_registry, write
+
+
+def test_project_registry_wins_over_user_and_builtin_without_mixing(project: Path,
+                                                                    run: Run) -> None:
+    make_registry(project / "bundles", {"basic": {"0.1.0": {"description": "local basic"}}})
+    make_registry(paths.user_registry_dir(), {"basic": {"9.0.0": {}}, "extra": {"1.0.0": {}}})
+    write(project / "bundlectl.yaml", "version: 1\nregistries: [./bundles]\nbundles: [basic]\n")
+    result = run("show", "basic")
+    assert result.code == 0, result.err
+    assert result.lines[:2] == ["basic 0.1.0 (./bundles): local basic", "versions: 0.1.0"]
+    # The built-in basic 1.x and the user's 9.0 never mix with the project's.
+    assert run("show", "basic>=1").code == 1
+    listing = run("registry", "list")
+    assert "basic" in listing.out and "./bundles" in listing.out
+
+
+def test_manifest_identity_must_match_its_path(project: Path, run: Run) -> None:
+    write(project / "bundles" / "thing" / "1.0.0.yaml", "name: other\nversion: 1.0.1\n")
+    write(project / "bundlectl.yaml", "version: 1\nregistries: [bundles]\n")
+    result = run("show", "thing")
+    assert result.code == 2
+    assert result.err_lines[0].endswith(
+        "thing/1.0.0.yaml:1:7: name: manifest name 'other' does not match its folder 'thing'")
+
+
+def test_invalid_manifest_reports_positions(project: Path, run: Run) -> None:
+    write(project / "bundles" / "bad" / "1.0.0.yaml", """
+        name: bad
+        version: 1.0.0
+        servers:
+          s:
+            command: x
+            tools:
+              - {name: a}
+              - {name: a}
+        agents:
+          x: {allow: ["a b"]}
+    """)
+    write(project / "bundlectl.yaml", "version: 1\nregistries: [bundles]\n")
+    result = run("show", "bad")
+    assert result.code == 2
+    errors = [e.split("bad/1.0.0.yaml:")[1] for e in result.err_lines if e.startswith("error:")]
+    assert errors == [
+        "4:3: servers.s: tools declared twice: a",
+        "10:15: agents.x.allow[0]: unsupported pattern 'a b': ' ' is not allowed; only '*' and "
+        "'?' are wildcards",
+    ]
+
+
+def test_registry_add_is_immutable(tmp_path: Path, run: Run) -> None:
+    manifest = write(tmp_path / "m.yaml", "name: mine\nversion: 1.0.0\ndescription: one\n")
+    first = run("registry", "add", str(manifest))
+    assert first.code == 0, first.err
+    assert first.lines[0].startswith("published mine 1.0.0 to ")
+    assert run("registry", "add", str(manifest)).lines[0].startswith("unchanged mine 1.0.0")
+    write(manifest, "name: mine\nversion: 1.0.0\ndescription: two\n")
+    changed = run("registry", "add", str(manifest))
+    assert changed.code == 1
+    assert changed.err_lines == [
+        "error: mine 1.0.0 is already published with different content",
+        "hint: a published version is immutable: bump `version` and publish again",
+    ]
+    published = paths.user_registry_dir() / "mine" / "1.0.0.yaml"
+    assert "description: one" in published.read_text()
+    assert run("show", "mine").lines[0] == "mine 1.0.0 (user): one"
+
+
+def test_registry_add_rejects_invalid_and_missing(tmp_path: Path, run: Run) -> None:
+    bad = write(tmp_path / "m.yaml", "name: Mine\nversion: one\n")
+    result = run("registry", "add", str(bad))
+    assert result.code == 2
+    assert len([e for e in result.err_lines if e.startswith("error:")]) == 2
+    assert run("registry", "add", str(tmp_path / "absent.yaml")).code == 2
+    assert not paths.user_registry_dir().exists()
+
+
+def test_show_unknown_and_invalid(project: Path, run: Run) -> None:
+    result = run("show", "githb")
+    assert (result.code, result.err_lines) == (1, [
+        "error: no bundle named 'githb' in any registry (required by the command line)",
+        "hint: did you mean github?"])
+    assert run("show", "github>>1").code == 2

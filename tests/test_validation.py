@@ -1,0 +1,97 @@
+"""Every malformed config ends in positioned errors, all at once, exit 2 — through the CLI."""
+
+from pathlib import Path
+
+from tests.conftest import Run, write
+
+
+def test_all_problems_of_a_config_in_one_run(project: Path, run: Run) -> None:
+    write(project / "bundlectl.yaml", """
+        version: 1
+        bundles: [basic, 'Git>=1', 'github>=x']
+        servers:
+          Bad: {command: x}
+          ok: {comand: x}
+          web: {transport: sse}
+          slow: {command: x, timeout: 0}
+        agents:
+          a: {allow: ['read_[ab]ile', 'x.'], extends: [b]}
+        polcy: {}
+    """)
+    result = run("resolve")
+    assert result.code == 2
+    errors = [line for line in result.err_lines if line.startswith("error:")]
+    assert errors == [
+        "error: bundlectl.yaml:2:18: bundles[1]: bundle name 'Git' in 'Git>=1' must be lowercase "
+        "letters, digits, '-' and '_', starting with a letter or digit, at most 63 characters",
+        "error: bundlectl.yaml:2:28: bundles[2]: invalid version specifier '>=x' in 'github>=x': "
+        "use PEP 440 specifiers such as ==1.2.0, >=1,<2 or ~=1.1 (no extras, markers or URLs)",
+        "error: bundlectl.yaml:4:3: servers.Bad: 'Bad' is not a valid name: use lowercase "
+        "letters, digits, '-' and '_', starting with a letter or digit (at most 63 characters)",
+        "error: bundlectl.yaml:5:8: servers.ok.comand: unknown key 'comand'; did you mean "
+        "'command'?",
+        "error: bundlectl.yaml:6:3: servers.web: a sse server needs a 'url'",
+        "error: bundlectl.yaml:7:31: servers.slow.timeout: Input should be greater than or "
+        "equal to 1 (got 0)",
+        "error: bundlectl.yaml:9:15: agents.a.allow[0]: unsupported pattern 'read_[ab]ile': '[' "
+        "is not allowed; only '*' and '?' are wildcards",
+        "error: bundlectl.yaml:9:31: agents.a.allow[1]: rule 'x.' has an empty server or tool "
+        "part",
+        "error: bundlectl.yaml:10:1: polcy: unknown key 'polcy'; did you mean 'policy'?",
+    ]
+    assert "  hint: allowed keys here: agents, bundles, lint, policy, registries, servers, " \
+        "tests, version" in result.err_lines
+    assert "Traceback" not in result.err
+
+
+def test_duplicate_keys_are_errors_not_last_one_wins(project: Path, run: Run) -> None:
+    write(project / "bundlectl.yaml", """
+        version: 1
+        bundles: [basic]
+        agents:
+          a: {allow: [read_file]}
+          a: {allow: ["*"]}
+    """)
+    result = run("resolve")
+    assert result.code == 2
+    assert result.err_lines[0] == ("error: bundlectl.yaml:5:3: agents.a: duplicate key 'a' "
+                                   "(first defined at line 4)")
+
+
+def test_yaml_syntax_error(project: Path, run: Run) -> None:
+    write(project / "bundlectl.yaml", "version: 1\nbundles: [basic\nagents: {}\n")
+    result = run("resolve")
+    assert result.code == 2
+    assert result.err_lines[0].startswith("error: bundlectl.yaml:3:7: YAML syntax error:")
+
+
+def test_wrong_types_and_missing_version(project: Path, run: Run) -> None:
+    write(project / "bundlectl.yaml", "bundles: basic\nagents: []\n")
+    result = run("resolve")
+    assert result.code == 2
+    errors = [line for line in result.err_lines if line.startswith("error:")]
+    assert errors == [
+        "error: bundlectl.yaml:1:1: version: required key is missing",
+        "error: bundlectl.yaml:1:10: bundles: Input should be a valid list (got 'basic')",
+        "error: bundlectl.yaml:2:9: agents: Input should be a valid dictionary",
+    ]
+
+
+def test_not_a_mapping_and_unreadable(project: Path, run: Run) -> None:
+    write(project / "bundlectl.yaml", "- just\n- a list\n")
+    result = run("resolve")
+    assert (result.code, result.err_lines[0]) == (
+        2, "error: bundlectl.yaml:1:1: a config must be a mapping of keys to values")
+    (project / "bundlectl.yaml").write_bytes(b"version: 1\n\xff\xfe")
+    result = run("resolve")
+    assert result.code == 2
+    assert result.err_lines[0].startswith("error: bundlectl.yaml:1:1: cannot read file:")
+
+
+def test_no_config_anywhere(project: Path, run: Run) -> None:
+    result = run("resolve")
+    assert result.code == 2
+    assert result.err_lines[0].startswith("error: no bundlectl.yaml in ")
+    assert result.err_lines[1] == ("hint: run `bundlectl init` to create one, or pass "
+                                   "--config PATH")
+    assert run("resolve", "--config", "nope.yaml").code == 2

@@ -1,0 +1,42 @@
+from bundlectl.yamlio import format_path, parse_yaml
+
+
+def test_positions_of_keys_and_values_are_one_based() -> None:
+    doc = parse_yaml("a: 1\nb:\n  - x\n  - {c: d}\n", "f.yaml")
+    assert doc.data == {"a": 1, "b": ["x", {"c": "d"}]}
+    assert (doc.keys[("b",)].line, doc.keys[("b",)].column) == (2, 1)
+    assert (doc.values[("b", 1, "c")].line, doc.values[("b", 1, "c")].column) == (4, 9)
+    assert doc.problems == []
+
+
+def test_every_duplicate_key_is_reported_at_the_duplicate() -> None:
+    doc = parse_yaml("a: 1\nb: 2\na: 3\nc:\n  x: 1\n  x: 2\n", "f.yaml")
+    assert [(p.line, p.column, p.yaml_path) for p in doc.problems] == [(3, 1, "a"), (6, 3, "c.x")]
+    assert "first defined at line 1" in doc.problems[0].message
+    assert doc.data["a"] == 1  # the first one is kept, never silently the last
+
+
+def test_syntax_error_has_position_and_hint() -> None:
+    doc = parse_yaml("a: [1, 2\nb: 3\n", "f.yaml")
+    [problem] = doc.problems
+    assert (problem.file, problem.line) == ("f.yaml", 2)
+    assert problem.message.startswith("YAML syntax error:")
+    assert problem.hint
+
+
+def test_plain_scalars_that_are_not_strings_are_recorded() -> None:
+    doc = parse_yaml("version: 1.10\nname: x\nquoted: '1.10'\n", "f.yaml")
+    assert doc.plain_scalars[("version",)].text == "1.10"
+    assert ("name",) not in doc.plain_scalars
+    assert ("quoted",) not in doc.plain_scalars
+
+
+def test_merge_keys_and_empty_documents() -> None:
+    doc = parse_yaml("base: &b {x: 1}\nchild:\n  <<: *b\n  y: 2\n", "f.yaml")
+    assert doc.data["child"] == {"x": 1, "y": 2}
+    assert parse_yaml("", "f.yaml").data is None
+
+
+def test_format_path() -> None:
+    assert format_path(("agents", "a", "allow", 0)) == "agents.a.allow[0]"
+    assert format_path(()) == ""
