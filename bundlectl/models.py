@@ -14,18 +14,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    StringConstraints,
     model_validator,
 )
 
 from bundlectl.requirements import NAME_HELP, NAME_RE, parse_requirement
 
-Name = Annotated[
-    str,
-    StringConstraints(pattern=NAME_RE),
-    Field(description=f"A name: {NAME_HELP}."),
-]
-EnvVarName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+Name = Annotated[str, Field(pattern=NAME_RE, description=f"A name: {NAME_HELP}.")]
+EnvVarName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 # Glob syntax we refuse, so a rule never means something other than what it says.
 _BAD_PATTERN = re.compile(r"[\[\]{}\\\s]|\*\*")

@@ -37,14 +37,15 @@ class Constraint:
     specifier: SpecifierSet
     text: str
     imposed_by: str
+    by_bundle: str | None = None  # the bundle whose choice imposed it (None: the user)
 
     def describe(self) -> str:
         return f"{self.text} (required by {self.imposed_by})"
 
 
-def constraint(text: str, imposed_by: str) -> Constraint:
+def constraint(text: str, imposed_by: str, by_bundle: str | None = None) -> Constraint:
     req = parse_requirement(text)
-    return Constraint(req.name, req.specifier, text, imposed_by)
+    return Constraint(req.name, req.specifier, text, imposed_by, by_bundle)
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,18 @@ class _Solver:
         self.repo = repo
         self.prefer = prefer
         self.upgrade = upgrade  # None: keep every pin; empty set: upgrade all; else these names
-        self.failed: set[frozenset[tuple[str, Version]]] = set()
+        # state → the bundles whose choices made it fail (conflict-directed backjumping)
+        self.failed: dict[frozenset[tuple[str, Version]], frozenset[str]] = {}
         self.conflict: _Conflict | None = None
+        self._deps: dict[tuple[str, Version], list[Constraint]] = {}
+        self._fitting: dict[tuple[str, tuple[str, ...]], list[Version]] = {}
+
+    def dependencies(self, name: str, version: Version) -> list[Constraint]:
+        key = (name, version)
+        if key not in self._deps:
+            self._deps[key] = [constraint(t, f"{name}@{version}", name)
+                               for t in self.repo.requires(name, version)]
+        return self._deps[key]
 
     def _preferred(self, name: str) -> Version | None:
         if self.upgrade is not None and (not self.upgrade or name in self.upgrade):
@@ -70,17 +81,21 @@ class _Solver:
         return self.prefer.get(name)
 
     def candidates(self, name: str, constraints: Sequence[Constraint]) -> list[Version]:
-        combined = SpecifierSet()
-        for item in constraints:
-            combined &= item.specifier
-        available = sorted(self.repo.versions(name), reverse=True)
-        fitting = list(combined.filter(available))
+        key = (name, tuple(sorted({str(c.specifier) for c in constraints})))
+        if key not in self._fitting:
+            combined = SpecifierSet()
+            for item in constraints:
+                combined &= item.specifier
+            available = sorted(self.repo.versions(name), reverse=True)
+            self._fitting[key] = list(combined.filter(available))
+        fitting = list(self._fitting[key])
+        available = sorted(self.repo.versions(name))
         pin = self._preferred(name)
         if pin in fitting:
             fitting.remove(pin)
             fitting.insert(0, pin)
         if not fitting:
-            self._note(_Conflict(name, tuple(constraints), tuple(sorted(available))))
+            self._note(_Conflict(name, tuple(constraints), tuple(available)))
         return fitting
 
     def _note(self, conflict: _Conflict) -> None:
@@ -88,35 +103,46 @@ class _Solver:
             self.conflict = conflict
 
     def solve(
-        self, chosen: dict[str, Version], constraints: dict[str, list[Constraint]], order: list[str]
-    ) -> dict[str, Version] | None:
+        self, chosen: dict[str, Version], constraints: dict[str, tuple[Constraint, ...]],
+        order: list[str],
+    ) -> dict[str, Version] | frozenset[str]:
+        """A complete choice, or the set of bundle names whose choices caused the failure.
+
+        When a failure below does not involve the bundle being decided here, trying its other
+        versions cannot help, so the failure jumps straight back to a bundle that can.
+        """
         pending = next((n for n in order if n not in chosen), None)
         if pending is None:
             return chosen
         key = frozenset(chosen.items())
         if key in self.failed:
-            return None
+            return self.failed[key]
+        conflict = {c.by_bundle for c in constraints[pending] if c.by_bundle}
         for version in self.candidates(pending, constraints[pending]):
-            new = [constraint(t, f"{pending}@{version}")
-                   for t in self.repo.requires(pending, version)]
+            new = self.dependencies(pending, version)
             clash = next((c for c in new if c.name in chosen
                           and not c.specifier.contains(chosen[c.name], prereleases=True)), None)
             if clash is not None:
                 self._note(_Conflict(clash.name, (*constraints[clash.name], clash),
                                      (chosen[clash.name],)))
+                conflict.add(clash.name)
                 continue
-            next_constraints = {k: list(v) for k, v in constraints.items()}
+            next_constraints = dict(constraints)  # tuples are shared, never mutated
             next_order = list(order)
             for item in new:
                 if item.name not in next_constraints:
-                    next_constraints[item.name] = []
+                    next_constraints[item.name] = ()
                     next_order.append(item.name)
-                next_constraints[item.name].append(item)
+                next_constraints[item.name] = (*next_constraints[item.name], item)
             result = self.solve({**chosen, pending: version}, next_constraints, next_order)
-            if result is not None:
+            if isinstance(result, dict):
                 return result
-        self.failed.add(key)
-        return None
+            if pending not in result:
+                self.failed[key] = result
+                return result
+            conflict |= result - {pending}
+        self.failed[key] = frozenset(conflict)
+        return self.failed[key]
 
 
 def resolve(
@@ -131,7 +157,7 @@ def resolve(
     `prefer` holds pins (from the lock) tried first; `upgrade` is None to keep pins, an empty set
     to ignore all of them, or the names whose pins to ignore. Raises `ResolutionError`.
     """
-    constraints: dict[str, list[Constraint]] = {}
+    constraints: dict[str, tuple[Constraint, ...]] = {}
     order: list[str] = []
     known = set(repo.names())
     for item in requirements:
@@ -143,12 +169,12 @@ def resolve(
                 hint=hint,
             )
         if item.name not in constraints:
-            constraints[item.name] = []
+            constraints[item.name] = ()
             order.append(item.name)
-        constraints[item.name].append(item)
+        constraints[item.name] = (*constraints[item.name], item)
     solver = _Solver(repo, prefer or {}, upgrade)
     result = solver.solve({}, constraints, order)
-    if result is None:
+    if not isinstance(result, dict):
         raise _explain(solver.conflict, known)
     # Report in a stable order: the requirement order, then dependencies as discovered.
     return result

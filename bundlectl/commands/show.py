@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bundlectl.describe import endpoint, first_line, server_json, tool_flags
+from bundlectl.describe import endpoint, first_line, tool_flags
 from bundlectl.errors import UsageError
 from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, out
 from bundlectl.project import optional_project
@@ -54,11 +54,9 @@ def _print(loaded: LoadedManifest, versions: list[str]) -> None:
         out(f"  {name}  {endpoint(spec)}")
         if spec.description:
             out(f"    {spec.description}")
-        extra = server_json(spec)
-        for key in ("env", "headers"):
-            if extra.get(key):
-                pairs = ", ".join(f"{k}={v}" for k, v in extra[key].items())
-                out(f"    {key}: {pairs}")
+        for key, values in (("env", spec.env), ("headers", spec.headers)):
+            if values:
+                out(f"    {key}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
         out(f"    timeout: {spec.timeout}s")
         out(f"    tools ({len(spec.tools)}):")
         width = max((len(t.name) for t in spec.tools), default=0)

@@ -1,0 +1,61 @@
+"""Start-up cost of bundlectl commands against the bare import floor of their dependencies.
+
+    python bench/bench_cli.py [--runs 21]
+
+Runs each command and the floor interleaved (so machine noise hits both alike) in a fresh
+temporary BUNDLECTL_HOME, outside any project, and prints medians. The target for `show basic` is
+at most 1.5x the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+FLOOR = "import typer, pydantic, ruamel.yaml, platformdirs, packaging.specifiers"
+
+
+def timed(cmd: list[str], env: dict[str, str], cwd: str) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   check=False)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=21)
+    args = parser.parse_args()
+    exe = str(Path(sys.executable).with_name("bundlectl"))
+    with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as cwd:
+        env = {**os.environ, "BUNDLECTL_HOME": home}
+        cases = {
+            "floor (import typer, pydantic, ...)": [sys.executable, "-c", FLOOR],
+            # `import pydantic` is lazy; defining any model loads the rest (context, not target).
+            "floor + pydantic.BaseModel": [sys.executable, "-c",
+                                           FLOOR + "; from pydantic import BaseModel, Field"],
+            "bundlectl --version": [exe, "--version"],
+            "bundlectl show basic": [exe, "show", "basic"],
+            "bundlectl list": [exe, "list"],
+        }
+        for cmd in cases.values():  # warm the OS cache and the manifest cache
+            timed(cmd, env, cwd)
+        samples: dict[str, list[float]] = {name: [] for name in cases}
+        for _ in range(args.runs):
+            for name, cmd in cases.items():
+                samples[name].append(timed(cmd, env, cwd))
+    floor = statistics.median(samples[next(iter(cases))])
+    print(f"{'case':40} {'median ms':>10} {'x floor':>8}")
+    for name, values in samples.items():
+        median = statistics.median(values)
+        print(f"{name:40} {median * 1000:10.0f} {median / floor:8.2f}")
+
+
+if __name__ == "__main__":
+    main()
