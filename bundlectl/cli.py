@@ -28,6 +28,9 @@ app = typer.Typer(
 registry_app = typer.Typer(help="Publish and list bundles in the user registry.",
                            no_args_is_help=True)
 app.add_typer(registry_app, name="registry")
+policy_app = typer.Typer(help="Check, explain and review what each agent may call.",
+                         no_args_is_help=True)
+app.add_typer(policy_app, name="policy")
 
 ConfigOpt = Annotated[
     Optional[Path],  # noqa: UP045 - typer needs Optional on 3.11
@@ -179,6 +182,72 @@ def registry_list(
     from bundlectl.commands import registry as cmd
 
     return cmd.list_sources(config, fmt=fmt)
+
+
+AgentOpt = Annotated[str, typer.Option("--agent", "-a", help="The agent whose policy applies.")]
+InteractiveOpt = Annotated[bool, typer.Option(
+    "--interactive", help="Decide as if a human could confirm `ask` rules.")]
+
+
+@policy_app.command("check")
+def policy_check(
+    tools: Annotated[list[str], typer.Argument(metavar="SERVER.TOOL...")],
+    agent: AgentOpt,
+    interactive: InteractiveOpt = False,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Decide each tool for an agent; exit 3 when any is denied."""
+    from bundlectl.commands import policy as cmd
+
+    return cmd.check(config, agent, tools, interactive=interactive, fmt=fmt)
+
+
+@policy_app.command("explain")
+def policy_explain(
+    tool: Annotated[str, typer.Argument(metavar="SERVER.TOOL")],
+    agent: AgentOpt,
+    interactive: InteractiveOpt = False,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Why an agent may or may not call a tool: rule, source, losers, extends, defaults."""
+    from bundlectl.commands import policy as cmd
+
+    return cmd.explain_one(config, agent, tool, interactive=interactive, fmt=fmt)
+
+
+@policy_app.command("matrix")
+def policy_matrix(
+    agent: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        "--agent", "-a", help="Only these agents (repeatable).")] = None,
+    config: ConfigOpt = None,
+    fmt: Annotated[str, typer.Option("--format", help="text, json or csv.")] = "text",
+) -> int:
+    """Agents x tools with the effect in each cell, for review in pull requests."""
+    from bundlectl.commands import policy as cmd
+
+    return cmd.matrix(config, agent or [], fmt=fmt)
+
+
+@app.command()
+def tools(
+    agent: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--agent", "-a", help="Only what this agent may call (allow or ask).")] = None,
+    server: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--server", "-s", help="Only this server's tools.")] = None,
+    search: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--search", "-q", help="Rank by relevance of name and description.")] = None,
+    detail: Annotated[str, typer.Option(
+        "--detail", help="name, summary (adds the description) or full (adds the schema).")
+    ] = "summary",
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """The tool catalog, filtered by policy: ask only for the tools and detail you need."""
+    from bundlectl.commands import tools as cmd
+
+    return cmd.run(config, agent=agent, server=server, query=search, detail=detail, fmt=fmt)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -128,55 +128,52 @@ class Decision:
 
 
 class _Matcher:
-    """The rules of one effect, indexed so a decision does not scan every rule."""
+    """The rules of one effect, indexed per server so a decision does not scan every rule.
+
+    For each server (built on first use) the rules whose server part matches it are split into
+    exact tool names (a dict) and one alternation regex of the wildcard tool parts, written in
+    declaration order so the leftmost alternative that matches is the first rule that does.
+    """
 
     def __init__(self, rules: Iterable[Rule]) -> None:
         self.rules = list(rules)
-        self.exact: dict[tuple[str, str], int] = {}
-        by_server: dict[str, list[int]] = {}
-        any_server: list[int] = []
-        bare_exact: dict[str, int] = {}
+        self._servers: dict[str, tuple[dict[str, int], re.Pattern[str] | None, list[int]]] = {}
+
+    def _index(self, server: str) -> tuple[dict[str, int], re.Pattern[str] | None, list[int]]:
+        exact: dict[str, int] = {}
+        wild: list[int] = []
         for index, rule in enumerate(self.rules):
-            server, tool = rule.parts
-            if not _has_wildcard(server) and not _has_wildcard(tool):
-                self.exact.setdefault((server, tool), index)
-            elif server == "*" and not _has_wildcard(tool):
-                bare_exact.setdefault(tool, index)
-            elif not _has_wildcard(server):
-                by_server.setdefault(server, []).append(index)
+            server_part, tool_part = rule.parts
+            if server_part != server and not (
+                    _has_wildcard(server_part)
+                    and re.fullmatch(_pattern_regex(server_part), server, re.DOTALL)):
+                continue
+            if _has_wildcard(tool_part):
+                wild.append(index)
             else:
-                any_server.append(index)
-        self.bare_exact = bare_exact
-        self.by_server = {s: self._alternation(ix) for s, ix in by_server.items()}
-        self.any_server = self._alternation(any_server)
-
-    def _alternation(self, indexes: list[int]) -> tuple[re.Pattern[str], list[int]] | None:
-        if not indexes:
-            return None
-        parts = []
-        for index in indexes:
-            server, tool = self.rules[index].parts
-            parts.append(f"({_pattern_regex(server)}\x00{_pattern_regex(tool)})")
-        return re.compile("|".join(parts), re.DOTALL), indexes
-
-    @staticmethod
-    def _first(compiled: tuple[re.Pattern[str], list[int]] | None, key: str) -> int | None:
-        if compiled is None:
-            return None
-        found = compiled[0].fullmatch(key)
-        return compiled[1][found.lastindex - 1] if found and found.lastindex else None
+                exact.setdefault(tool_part, index)
+        regex = None
+        if wild:
+            regex = re.compile("|".join(f"({_pattern_regex(self.rules[i].parts[1])})"
+                                        for i in wild), re.DOTALL)
+        entry = (exact, regex, wild)
+        self._servers[server] = entry
+        return entry
 
     def first(self, server: str, tool: str) -> Rule | None:
         """The first rule, in declaration order, that matches."""
-        key = f"{server}\x00{tool}"
-        hits = [
-            self.exact.get((server, tool)),
-            self.bare_exact.get(tool),
-            self._first(self.by_server.get(server), key),
-            self._first(self.any_server, key),
-        ]
-        found = [h for h in hits if h is not None]
-        return self.rules[min(found)] if found else None
+        entry = self._servers.get(server)
+        if entry is None:
+            entry = self._index(server)
+        exact, regex, wild = entry
+        hit = exact.get(tool)
+        if regex is not None:
+            found = regex.fullmatch(tool)
+            if found is not None and found.lastindex:
+                other = wild[found.lastindex - 1]
+                if hit is None or other < hit:
+                    hit = other
+        return None if hit is None else self.rules[hit]
 
 
 @dataclass
@@ -241,9 +238,7 @@ class Policy:
     def __init__(self, policy_set: PolicySet) -> None:
         self.set = policy_set
         self._compiled: dict[str, CompiledAgent] = {}
-        problems = _check_extends(policy_set.agents)
-        if problems:
-            raise InputFileError(problems, hint="fix the agents' extends lists")
+        check_extends(policy_set.agents)
 
     @property
     def agents(self) -> list[str]:
@@ -289,7 +284,14 @@ def _ancestors(agents: Mapping[str, AgentSpec], name: str) -> list[str]:
     return seen
 
 
-def _check_extends(agents: Mapping[str, AgentSpec]) -> list[Problem]:
+def check_extends(agents: Mapping[str, AgentSpec]) -> None:
+    """Unknown parents and cycles are load errors (exit 2), each at its position."""
+    problems = extends_problems(agents)
+    if problems:
+        raise InputFileError(problems, hint="fix the agents' extends lists")
+
+
+def extends_problems(agents: Mapping[str, AgentSpec]) -> list[Problem]:
     problems: list[Problem] = []
     for spec in agents.values():
         for parent, origin in spec.extends:
@@ -330,3 +332,51 @@ def _find_cycle(agents: Mapping[str, AgentSpec], start: str) -> list[str] | None
         return None
 
     return visit(start)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Everything that went into one decision."""
+
+    decision: Decision
+    losers: list[tuple[Rule, str]]  # other matching rules and why they did not decide
+    extends: list[tuple[str, list[str]]]  # each agent of the chain with its parents
+    listed: bool
+    default_used: bool
+    global_deny: list[Rule]  # policy.deny rules that matched
+    pin_tools: str  # what policy.pin_tools did
+
+
+def explain(agent: CompiledAgent, server: str, tool: str, *, interactive: bool) -> Explanation:
+    """Explain the decision of `agent` on `server.tool`."""
+    decision = agent.decide(server, tool, interactive=interactive)
+    matched = agent.matching(server, tool)
+    losers = [(rule, _why_lost(rule, decision)) for rule in matched if rule != decision.rule]
+    parents = {name: [p for p, _ in spec.extends] for name, spec in agent.policy.agents.items()}
+    pol = agent.policy
+    if not pol.pin_tools:
+        pin = "off"
+    elif pol.locked_tools is None:
+        pin = "on, but there is no lock yet: nothing is denied by it"
+    elif (server, tool) in pol.locked_tools:
+        pin = "on; the lock records this tool"
+    else:
+        pin = "on; the lock does not record this tool, so it is denied"
+    return Explanation(
+        decision=decision,
+        losers=losers,
+        extends=[(name, parents.get(name, [])) for name in agent.chain],
+        listed=agent.listed,
+        default_used=decision.rule is None and not agent.listed,
+        global_deny=[r for r in matched if r.agent is None],
+        pin_tools=pin,
+    )
+
+
+def _why_lost(rule: Rule, decision: Decision) -> str:
+    won = decision.matched_effect
+    if decision.rule is None and won == "deny":
+        return f"{decision.reason}, which beats {rule.effect}"
+    if rule.effect == won:
+        return "same effect; the first matching rule is reported"
+    return f"{won} beats {rule.effect}"

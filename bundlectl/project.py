@@ -18,6 +18,7 @@ from bundlectl.validation import validate_doc
 from bundlectl.yamlio import YamlDoc, parse_yaml, read_yaml
 
 if TYPE_CHECKING:  # resolution-only modules stay unimported for `show`, `list`, `schema`
+    from bundlectl.catalog import Catalog
     from bundlectl.merge import Merged
     from bundlectl.models import LockFile
     from bundlectl.policy import Policy
@@ -73,6 +74,17 @@ class Resolution:
         pinned = locked_tools(on_disk if on_disk is not None else self.lock)
         return Policy(policy_set(self.project.config, self.project.doc, self.merged, pinned))
 
+    @cached_property
+    def catalog(self) -> Catalog:
+        """Every declared tool of every enabled server."""
+        from bundlectl.catalog import Catalog, ToolRef
+
+        return Catalog(
+            ToolRef(name, tool.name, tool.description)
+            for name, server in self.merged.servers.items() if not server.spec.disabled
+            for tool in server.spec.tools
+        )
+
 
 def _display(path: Path) -> str:
     try:
@@ -111,6 +123,7 @@ def resolve_project(project: Project, *, upgrade: set[str] | None = None,
     """Resolve the project's bundles (preferring the lock's pins) and merge everything."""
     from bundlectl.lockfile import build_lock
     from bundlectl.merge import merge
+    from bundlectl.policy import check_extends
     from bundlectl.resolver import constraint, resolve
 
     prefer: dict[str, Version] = {}
@@ -120,6 +133,7 @@ def resolve_project(project: Project, *, upgrade: set[str] | None = None,
     versions = resolve(wanted, project.registry, prefer=prefer, upgrade=upgrade)
     bundles = [project.registry.get(name, version) for name, version in versions.items()]
     merged = merge(project.config, project.doc, bundles)
+    check_extends(merged.agents)
     return Resolution(project, merged, build_lock(project.config, merged))
 
 

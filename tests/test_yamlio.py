@@ -40,3 +40,9 @@ def test_merge_keys_and_empty_documents() -> None:
 def test_format_path() -> None:
     assert format_path(("agents", "a", "allow", 0)) == "agents.a.allow[0]"
     assert format_path(()) == ""
+
+
+def test_flow_scalars_libyaml_rejects_are_still_read() -> None:
+    doc = parse_yaml("allow: [gh?.get_issue, files.read_fil?]\n", "f.yaml")
+    assert doc.problems == []
+    assert doc.data == {"allow": ["gh?.get_issue", "files.read_fil?"]}

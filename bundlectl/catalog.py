@@ -1,0 +1,164 @@
+"""The universe of tools, and the sets of tools each rule matches over it. Pure.
+
+A match set is an int bitmask over the catalog's order, computed once per pattern. Agents, the
+policy matrix and lint's exact analyses combine masks instead of deciding tool by tool.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from bundlectl.policy import EFFECTS, CompiledAgent, Effect, Rule, split_name
+
+
+@dataclass(frozen=True)
+class ToolRef:
+    """One tool of the catalog, with what search and `tools` print."""
+
+    server: str
+    tool: str
+    description: str = ""
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.server}.{self.tool}"
+
+
+class Catalog:
+    """An ordered set of tools with per-pattern match masks."""
+
+    def __init__(self, tools: Iterable[ToolRef]) -> None:
+        self.tools: list[ToolRef] = sorted(set(tools), key=lambda t: (t.server, t.tool))
+        self.index = {(t.server, t.tool): i for i, t in enumerate(self.tools)}
+        self.by_server: dict[str, list[int]] = {}
+        for i, t in enumerate(self.tools):
+            self.by_server.setdefault(t.server, []).append(i)
+        self.full = (1 << len(self.tools)) - 1
+        self._masks: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.tools)
+
+    def mask(self, pattern: str) -> int:
+        """Bitmask of the tools `pattern` matches."""
+        cached = self._masks.get(pattern)
+        if cached is None:
+            cached = self._masks[pattern] = self._compute(pattern, 0)
+        return cached
+
+    def mask_casefold(self, pattern: str) -> int:
+        """Bitmask of the tools `pattern` matches when case is ignored (lint BCL208)."""
+        return self._compute(pattern, re.IGNORECASE)
+
+    def _compute(self, pattern: str, flags: int) -> int:
+        server, tool = split_name(pattern)
+        servers = [s for s in self.by_server if _glob(server, flags).fullmatch(s)]
+        if not flags and "*" not in tool and "?" not in tool:
+            return sum(1 << self.index[(s, tool)] for s in servers if (s, tool) in self.index)
+        regex = _glob(tool, flags)
+        bits = 0
+        for s in servers:
+            for i in self.by_server[s]:
+                if regex.fullmatch(self.tools[i].tool):
+                    bits |= 1 << i
+        return bits
+
+    def members(self, mask: int) -> list[ToolRef]:
+        """The tools in `mask`, in catalog order."""
+        bits = format(mask, "b")[::-1]
+        return [self.tools[i] for i, bit in enumerate(bits) if bit == "1"]
+
+    def rules_mask(self, rules: Sequence[Rule]) -> int:
+        bits = 0
+        for rule in rules:
+            bits |= self.mask(rule.pattern)
+        return bits
+
+
+def _glob(pattern: str, flags: int) -> re.Pattern[str]:
+    body = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.compile(body, flags | re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One agent's effect on every tool of the catalog, as masks (ask as if confirmable)."""
+
+    agent: str
+    allow: int
+    ask: int
+
+    def effect(self, index: int) -> Effect:
+        bit = 1 << index
+        return "ask" if self.ask & bit else "allow" if self.allow & bit else "deny"
+
+    def effects(self, size: int) -> list[Effect]:
+        allow = format(self.allow, f"0{size}b")[::-1] if size else ""
+        ask = format(self.ask, f"0{size}b")[::-1] if size else ""
+        return ["ask" if k == "1" else "allow" if a == "1" else "deny"
+                for a, k in zip(allow, ask, strict=True)]
+
+
+def agent_row(agent: CompiledAgent, catalog: Catalog) -> Row:
+    """The agent's decisions over the whole catalog, by mask arithmetic (same rules as decide)."""
+    masks = {effect: catalog.rules_mask([r for r in agent.rules if r.effect == effect])
+             for effect in EFFECTS}
+    policy = agent.policy
+    denied = masks["deny"]
+    if policy.pin_tools and policy.locked_tools is not None:
+        locked = sum(1 << catalog.index[key] for key in policy.locked_tools
+                     if key in catalog.index)
+        denied |= catalog.full & ~locked
+    open_ = catalog.full & ~denied
+    ask = masks["ask"] & open_
+    allow = masks["allow"] & open_ & ~ask
+    rest = open_ & ~ask & ~allow
+    if (not agent.listed and policy.default == "allow") or \
+            (agent.listed and not agent.has_grants and agent.has_denies):
+        allow |= rest
+    return Row(agent.name, allow, ask)
+
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def search(tools: Sequence[ToolRef], query: str) -> list[tuple[float, ToolRef]]:
+    """Tools ranked by relevance of name and description to `query` (best first, no zeros).
+
+    Query words found in the tool's name count most, then in the server name, then in the
+    description; a whole-name match and a prefix match add a bonus.
+    """
+    terms = _words(query)
+    ranked: list[tuple[float, ToolRef]] = []
+    for ref in tools:
+        name_words = _words(ref.tool)
+        server_words = _words(ref.server)
+        desc_words = set(_words(ref.description))
+        score = 0.0
+        for term in terms:
+            if term in name_words:
+                score += 3
+            elif any(w.startswith(term) or term.startswith(w) for w in name_words if len(w) > 2):
+                score += 2
+            if term in server_words:
+                score += 1.5
+            if term in desc_words:
+                score += 1
+            elif any(w.startswith(term) for w in desc_words if len(term) > 3):
+                score += 0.5
+        if score and query.strip().lower() in (ref.tool.lower(), ref.qualified.lower()):
+            score += 5
+        if score and terms and all(term in name_words for term in terms):
+            score += 3
+        # Among equals, the name with fewer words beyond the query is the closer match.
+        score -= 0.01 * max(0, len(name_words) - len(terms)) if score else 0
+        if score:
+            ranked.append((score, ref))
+    ranked.sort(key=lambda pair: (-pair[0], pair[1].server, pair[1].tool))
+    return ranked

@@ -1,0 +1,126 @@
+"""`bundlectl policy check|explain|matrix`: see and test what each agent may call."""
+
+from __future__ import annotations
+
+import csv
+import io
+import sys
+from pathlib import Path
+from typing import Any
+
+from bundlectl.catalog import agent_row
+from bundlectl.errors import UsageError
+from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, note, out, table
+from bundlectl.policy import Decision, explain, parse_tool_name
+from bundlectl.project import Resolution, load_project, resolve_project
+
+MATRIX_FORMATS = ("text", "json", "csv")
+
+
+def _load(config: Path | None) -> Resolution:
+    return resolve_project(load_project(config))
+
+
+def _warn_unknown(resolution: Resolution, agent: str, tools: list[tuple[str, str]]) -> None:
+    if agent not in resolution.policy.set.agents:
+        note(f"agent {agent!r} is not listed under agents: policy.default applies")
+    for server, tool in tools:
+        if (server, tool) not in resolution.catalog.index:
+            note(f"{server}.{tool} is not in the catalog of declared tools")
+
+
+def _decision_json(d: Decision) -> dict[str, Any]:
+    return {"agent": d.agent, "tool": d.qualified, "server": d.server,
+            "decision": d.effect, "rule": d.rule.pattern if d.rule else None,
+            "source": str(d.rule.origin) if d.rule else None, "reason": d.reason}
+
+
+def _effect_label(d: Decision) -> str:
+    """`deny (ask)` when an ask rule matched but no one could confirm it."""
+    return f"{d.effect} ({d.matched_effect})" if d.effect != d.matched_effect else d.effect
+
+
+def check(config: Path | None, agent: str, tools: list[str], *, interactive: bool,
+          fmt: Format) -> int:
+    """One line per tool; exit 0 when none is denied, 3 when any is."""
+    names = [parse_tool_name(t) for t in tools]
+    resolution = _load(config)
+    compiled = resolution.policy.agent(agent)
+    decisions = [compiled.decide(s, t, interactive=interactive) for s, t in names]
+    if fmt is Format.json:
+        emit_json([_decision_json(d) for d in decisions])
+    else:
+        _warn_unknown(resolution, agent, names)
+        table([[_effect_label(d), d.qualified, d.rule.label if d.rule else d.reason,
+                f"({d.rule.origin})" if d.rule else ""] for d in decisions])
+    return 3 if any(d.effect == "deny" for d in decisions) else 0
+
+
+def explain_one(config: Path | None, agent: str, tool: str, *, interactive: bool,
+                fmt: Format) -> int:
+    server, name = parse_tool_name(tool)
+    resolution = _load(config)
+    why = explain(resolution.policy.agent(agent), server, name, interactive=interactive)
+    d = why.decision
+    if fmt is Format.json:
+        emit_json({
+            "format_version": JSON_FORMAT_VERSION, **_decision_json(d),
+            "matched_effect": d.matched_effect,
+            "other_rules": [{"rule": r.pattern, "effect": r.effect, "source": str(r.origin),
+                             "agent": r.agent, "why_not": why_not} for r, why_not in why.losers],
+            "extends": [{"agent": a, "parents": p} for a, p in why.extends],
+            "listed": why.listed, "policy_default_used": why.default_used,
+            "policy_deny": [r.pattern for r in why.global_deny], "pin_tools": why.pin_tools,
+        })
+        return 3 if d.effect == "deny" else 0
+    _warn_unknown(resolution, agent, [(server, name)])
+    suffix = ""
+    if d.matched_effect == "ask" and d.effect == "deny":
+        suffix = " (an ask rule matched, but no one can confirm here; --interactive to see ask)"
+    out(f"{d.qualified} for agent {agent}: {d.effect}{suffix}")
+    if d.rule:
+        out(f"  decided by: {d.rule.label}  ({d.rule.origin}"
+            + (f", {d.rule.origin.position}" if d.rule.origin.bundle else "") + ")")
+    out(f"  reason: {d.reason}")
+    if why.losers:
+        out("  other matching rules:")
+        for rule, why_not in why.losers:
+            out(f"    {rule.effect:<5}  {rule.label}  ({rule.origin}): {why_not}")
+    else:
+        out("  other matching rules: none")
+    if why.listed:
+        chain = "; ".join(f"{a} extends {', '.join(p)}" for a, p in why.extends if p)
+        out(f"  extends: {chain or 'none'}")
+        out("  policy.default: not used (the agent is listed)")
+    else:
+        out(f"  policy.default: {resolution.policy.set.default}"
+            + (" (used)" if why.default_used else " (not used: a rule decided)"))
+    deny = ", ".join(r.pattern for r in why.global_deny)
+    out(f"  policy.deny: {('matched ' + deny) if deny else 'no rule matched'}")
+    out(f"  policy.pin_tools: {why.pin_tools}")
+    return 3 if d.effect == "deny" else 0
+
+
+def matrix(config: Path | None, agents: list[str], *, fmt: str) -> int:
+    if fmt not in MATRIX_FORMATS:
+        raise UsageError(f"unknown format {fmt!r}", hint=f"use one of {', '.join(MATRIX_FORMATS)}")
+    resolution = _load(config)
+    policy, catalog = resolution.policy, resolution.catalog
+    names = agents or policy.agents
+    rows = [agent_row(policy.agent(a), catalog) for a in names]
+    tools = [t.qualified for t in catalog.tools]
+    columns = {row.agent: row.effects(len(catalog)) for row in rows}
+    if fmt == "json":
+        emit_json({"format_version": JSON_FORMAT_VERSION, "agents": list(names), "tools": tools,
+                   "effects": columns})
+    elif fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(["tool", *names])
+        for i, tool in enumerate(tools):
+            writer.writerow([tool, *(columns[a][i] for a in names)])
+        sys.stdout.write(buffer.getvalue())
+    else:
+        table([[tool, *(columns[a][i] for a in names)] for i, tool in enumerate(tools)],
+              header=["TOOL", *names])
+    return 0

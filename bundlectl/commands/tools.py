@@ -1,0 +1,82 @@
+"""`bundlectl tools`: the tool catalog, filtered by policy, searched, at the detail asked for."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bundlectl.catalog import ToolRef, agent_row, search
+from bundlectl.describe import first_line, tool_flags
+from bundlectl.errors import UsageError
+from bundlectl.models import ToolSpec
+from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, out
+from bundlectl.project import Resolution, load_project, resolve_project
+
+DETAILS = ("name", "summary", "full")
+
+
+def select(resolution: Resolution, *, agent: str | None, server: str | None,
+           query: str | None) -> list[tuple[ToolRef, str | None]]:
+    """The tools to show with the agent's effect on each (allow/ask), ranked when searching."""
+    catalog = resolution.catalog
+    if server is not None and server not in catalog.by_server:
+        known = ", ".join(sorted(catalog.by_server)) or "none"
+        raise UsageError(f"no server {server!r} in the resolved configuration",
+                         hint=f"servers: {known}")
+    refs = [t for t in catalog.tools if server is None or t.server == server]
+    effects: dict[tuple[str, str], str | None] = {(t.server, t.tool): None for t in refs}
+    if agent is not None:
+        row = agent_row(resolution.policy.agent(agent), catalog)
+        for ref in refs:
+            effects[(ref.server, ref.tool)] = row.effect(catalog.index[(ref.server, ref.tool)])
+        refs = [r for r in refs if effects[(r.server, r.tool)] != "deny"]
+    if query:
+        refs = [ref for _, ref in search(refs, query)]
+    return [(ref, effects[(ref.server, ref.tool)]) for ref in refs]
+
+
+def run(config: Path | None, *, agent: str | None, server: str | None, query: str | None,
+        detail: str, fmt: Format) -> int:
+    if detail not in DETAILS:
+        raise UsageError(f"unknown detail {detail!r}", hint=f"use one of {', '.join(DETAILS)}")
+    resolution = resolve_project(load_project(config))
+    chosen = select(resolution, agent=agent, server=server, query=query)
+    specs = {(name, t.name): t for name, s in resolution.merged.servers.items()
+             for t in s.spec.tools}
+    if fmt is Format.json:
+        emit_json({"format_version": JSON_FORMAT_VERSION, "agent": agent,
+                   "tools": [_as_json(ref, specs[(ref.server, ref.tool)], effect, detail)
+                             for ref, effect in chosen]})
+        return 0
+    for ref, effect in chosen:
+        spec = specs[(ref.server, ref.tool)]
+        mark = "  [ask]" if effect == "ask" else ""
+        if detail == "name":
+            out(f"{ref.qualified}{mark}")
+            continue
+        flags = tool_flags(spec)
+        out(f"{ref.qualified}{mark}  {first_line(spec.description)}"
+            + (f"  {flags}" if flags else ""))
+        if detail == "full":
+            if spec.annotations:
+                out(f"    annotations: {json.dumps(spec.annotations, sort_keys=True)}")
+            schema = json.dumps(spec.input_schema, indent=2, sort_keys=True)
+            out("    input schema:")
+            for line in schema.splitlines():
+                out(f"      {line}")
+    if not chosen:
+        out("(no tools)")
+    return 0
+
+
+def _as_json(ref: ToolRef, spec: ToolSpec, effect: str | None, detail: str) -> dict[str, Any]:
+    item: dict[str, Any] = {"name": ref.qualified, "server": ref.server, "tool": ref.tool}
+    if effect is not None:
+        item["decision"] = effect
+    if detail in ("summary", "full"):
+        item["description"] = spec.description
+    if detail == "full":
+        item["annotations"] = spec.annotations
+        item["input_schema"] = spec.input_schema
+    return item

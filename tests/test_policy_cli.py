@@ -1,0 +1,158 @@
+"""policy check / explain / matrix and tools, through the CLI, whole lines asserted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Run, write
+
+CONFIG = """\
+version: 1
+bundles: [basic]
+servers:
+  gh:
+    command: gh-server
+    tools:
+      - {name: get_issue, description: Get an issue by number, annotations: {readOnlyHint: true}}
+      - {name: create_issue, description: Create a new issue in a repository}
+      - {name: create_pull_request, description: Open a pull request from a branch}
+      - {name: delete_repo, description: Delete a repository, annotations: {destructiveHint: true}}
+agents:
+  reader:
+    allow: [files.read_file, files.list_directory, "gh.get_*"]
+  writer:
+    extends: [reader]
+    allow: ["gh.*"]
+    ask: [files.write_file, "gh.create_*"]
+  cleaner: {deny: [gh.delete_repo]}
+policy:
+  default: deny
+  deny: ["*.delete_*"]
+"""
+
+
+@pytest.fixture
+def configured(project: Path, run: Run) -> Path:
+    write(project / "bundlectl.yaml", CONFIG)
+    return project
+
+
+def test_check_lines_and_exit_codes(configured: Path, run: Run) -> None:
+    result = run("policy", "check", "--agent", "writer", "gh.get_issue", "gh.create_issue",
+                 "gh.delete_repo")
+    assert result.code == 3
+    assert result.lines == [
+        "allow       gh.get_issue     agents.writer.allow: gh.*       (bundlectl.yaml:16:13)",
+        "deny (ask)  gh.create_issue  agents.writer.ask: gh.create_*  (bundlectl.yaml:17:29)",
+        "deny        gh.delete_repo   policy.deny: *.delete_*         (bundlectl.yaml:21:10)",
+    ]
+    ok = run("policy", "check", "-a", "writer", "gh.create_issue", "--interactive")
+    assert (ok.code, ok.lines) == (0, [
+        "ask  gh.create_issue  agents.writer.ask: gh.create_*  (bundlectl.yaml:17:29)"])
+
+
+def test_check_json_and_notes(configured: Path, run: Run) -> None:
+    result = run("policy", "check", "--agent", "nobody", "gh.get_issue", "--format", "json")
+    assert result.code == 3
+    assert json.loads(result.out) == [{
+        "agent": "nobody", "tool": "gh.get_issue", "server": "gh", "decision": "deny",
+        "rule": None, "source": None,
+        "reason": "agent 'nobody' is not listed under agents; policy.default is deny "
+                  "(bundlectl.yaml:20:12)"}]
+    text = run("policy", "check", "--agent", "nobody", "gh.typo")
+    assert text.err_lines == [
+        "note: agent 'nobody' is not listed under agents: policy.default applies",
+        "note: gh.typo is not in the catalog of declared tools"]
+    bad = run("policy", "check", "--agent", "reader", "no_dot")
+    assert bad.code == 2
+    assert bad.err_lines == ["error: 'no_dot' is not a qualified tool name",
+                             "hint: write SERVER.TOOL, for example files.read_file"]
+
+
+def test_explain_names_winner_losers_chain_and_defaults(configured: Path, run: Run) -> None:
+    result = run("policy", "explain", "--agent", "writer", "gh.delete_repo")
+    assert result.code == 3
+    assert result.lines == [
+        "gh.delete_repo for agent writer: deny",
+        "  decided by: policy.deny: *.delete_*  (bundlectl.yaml:21:10)",
+        "  reason: denied by policy.deny: *.delete_*",
+        "  other matching rules:",
+        "    allow  agents.writer.allow: gh.*  (bundlectl.yaml:16:13): deny beats allow",
+        "  extends: writer extends reader",
+        "  policy.default: not used (the agent is listed)",
+        "  policy.deny: matched *.delete_*",
+        "  policy.pin_tools: off",
+    ]
+    ask = run("policy", "explain", "--agent", "writer", "gh.create_issue", "--interactive")
+    assert ask.code == 0
+    assert ask.lines[0] == "gh.create_issue for agent writer: ask"
+    assert "    allow  agents.writer.allow: gh.*  (bundlectl.yaml:16:13): ask beats allow" \
+        in ask.lines
+    data = json.loads(run("policy", "explain", "-a", "stranger", "gh.get_issue",
+                          "--format", "json").out)
+    assert data["decision"] == "deny" and data["policy_default_used"] is True
+    assert data["extends"] == [] and data["listed"] is False
+
+
+def test_explain_bundle_rule_source(project: Path, run: Run) -> None:
+    write(project / "bundlectl.yaml", "version: 1\nbundles: [basic]\n")
+    result = run("policy", "explain", "--agent", "file-writer", "files.read_file")
+    assert result.lines[1].startswith(
+        "  decided by: agents.file-reader.allow: files.read_file  (bundle basic@1.1.0, ")
+    assert result.lines[-4] == "  extends: file-writer extends file-reader"
+
+
+def test_matrix_text_json_csv(configured: Path, run: Run) -> None:
+    text = run("policy", "matrix", "-a", "reader", "-a", "writer", "-a", "cleaner")
+    assert text.code == 0
+    assert text.lines == [
+        "TOOL                    reader  writer  cleaner",
+        "files.list_directory    allow   allow   allow",
+        "files.read_file         allow   allow   allow",
+        "files.write_file        deny    ask     allow",
+        "gh.create_issue         deny    ask     allow",
+        "gh.create_pull_request  deny    ask     allow",
+        "gh.delete_repo          deny    deny    deny",
+        "gh.get_issue            allow   allow   allow",
+    ]
+    csv_out = run("policy", "matrix", "-a", "writer", "--format", "csv")
+    assert csv_out.lines[:2] == ["tool,writer", "files.list_directory,allow"]
+    data = json.loads(run("policy", "matrix", "--format", "json").out)
+    assert data["agents"] == ["cleaner", "file-reader", "file-writer", "reader", "writer"]
+    assert data["effects"]["writer"][data["tools"].index("gh.create_issue")] == "ask"
+    assert run("policy", "matrix", "--format", "xml").code == 2
+
+
+def test_tools_filtered_by_agent_and_detail(configured: Path, run: Run) -> None:
+    assert run("tools", "--agent", "reader", "--detail", "name").lines == [
+        "files.list_directory", "files.read_file", "gh.get_issue"]
+    summary = run("tools", "--agent", "writer", "--server", "gh")
+    assert summary.lines == [
+        "gh.create_issue  [ask]  Create a new issue in a repository",
+        "gh.create_pull_request  [ask]  Open a pull request from a branch",
+        "gh.get_issue  Get an issue by number  [read-only]",
+    ]
+    full = run("tools", "--server", "gh", "--search", "get issue", "--detail", "full")
+    assert full.lines[:4] == [
+        "gh.get_issue  Get an issue by number  [read-only]",
+        '    annotations: {"readOnlyHint": true}',
+        "    input schema:",
+        "      {",
+    ]
+    data = json.loads(run("tools", "-a", "writer", "--format", "json", "--detail", "name").out)
+    assert [t["name"] for t in data["tools"]] == [
+        "files.list_directory", "files.read_file", "files.write_file", "gh.create_issue",
+        "gh.create_pull_request", "gh.get_issue"]
+    assert data["tools"][2]["decision"] == "ask"
+    assert run("tools", "--server", "nope").code == 2
+    assert run("tools", "--detail", "everything").code == 2
+
+
+def test_search_ranks_by_relevance(configured: Path, run: Run) -> None:
+    result = run("tools", "--search", "create pull request", "--detail", "name")
+    assert result.lines[0] == "gh.create_pull_request"
+    assert result.lines[1] == "gh.create_issue"
+    assert run("tools", "--search", "zzz").lines == ["(no tools)"]
