@@ -1,3 +1,3 @@
-from bundlectl.cli import main
+from bundlectl.cli import entry
 
-raise SystemExit(main())
+entry()

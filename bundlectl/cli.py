@@ -241,13 +241,68 @@ def tools(
     detail: Annotated[str, typer.Option(
         "--detail", help="name, summary (adds the description) or full (adds the schema).")
     ] = "summary",
+    live: Annotated[bool, typer.Option(
+        "--live", help="Ask the servers and show where they differ from the declared catalog.")
+    ] = False,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
     """The tool catalog, filtered by policy: ask only for the tools and detail you need."""
     from bundlectl.commands import tools as cmd
 
-    return cmd.run(config, agent=agent, server=server, query=search, detail=detail, fmt=fmt)
+    return cmd.run(config, agent=agent, server=server, query=search, detail=detail, fmt=fmt,
+                   live=live)
+
+
+@app.command("exec")
+def exec_(
+    tool: Annotated[Optional[str], typer.Argument(  # noqa: UP045
+        metavar="SERVER.TOOL", help="The tool to call, e.g. files.read_file.")] = None,
+    arguments: Annotated[Optional[list[str]], typer.Argument(  # noqa: UP045
+        metavar="[KEY=VALUE...]", help="Arguments, typed by the tool's input schema.")] = None,
+    agent: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--agent", "-a", envvar="BUNDLECTL_AGENT",
+        help="The agent making the call (default: 'default').")] = None,
+    args_json: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--args", help="Arguments as a JSON object, @FILE, or - for standard input.")] = None,
+    timeout: Annotated[Optional[float], typer.Option(  # noqa: UP045
+        "--timeout", help="Call timeout in seconds (default: the server's timeout).")] = None,
+    connect_timeout: Annotated[float, typer.Option(
+        "--connect-timeout", help="Seconds allowed to start and connect.")] = 30.0,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Confirm `ask` rules.")] = False,
+    output_dir: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--output-dir", file_okay=False, help="Where images, audio and blobs are saved.")] = None,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="Send the server's stderr to a log file.")] = False,
+    batch: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--batch", dir_okay=False, help="JSON lines of {agent, tool, arguments}.")] = None,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Make one policy-checked tool call (or a batch): denied calls start nothing."""
+    from bundlectl.commands import exec as cmd
+
+    return cmd.run(config, tool, arguments or [], agent=agent, args_json=args_json,
+                   timeout=timeout, connect_timeout=connect_timeout, yes=yes, fmt=fmt,
+                   output_dir=output_dir, quiet=quiet, batch=batch)
+
+
+@app.command()
+def server(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="files or review.")],
+    root: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--root", file_okay=False, help="Folder to work in (default: the project root).")
+    ] = None,
+    transport: Annotated[str, typer.Option(
+        "--transport", help="stdio, sse or streamable-http.")] = "stdio",
+    host: Annotated[str, typer.Option("--host", help="Address for HTTP transports.")
+                    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port for HTTP transports.")] = 8000,
+) -> int:
+    """Run a built-in MCP server (files, review) for any MCP client."""
+    from bundlectl.commands import server as cmd
+
+    return cmd.run(name, root=root, transport=transport, host=host, port=port)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -273,8 +328,39 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
+    except Exception as exc:  # noqa: BLE001
+        if type(exc).__name__ == "Interrupted":  # the executor stopped cleanly on a signal
+            sys.stderr.write(f"{exc}\n")
+            return 130
+        from bundlectl import report
+
+        return report.crash(exc)
     except Exception as exc:
         from bundlectl import report
 
         return report.crash(exc)
     return result if isinstance(result, int) else 0
+
+
+def entry() -> None:
+    """The `bundlectl` console script: `main()`, then a fast exit after talking to servers.
+
+    Tearing down the MCP SDK's ~1,500 pydantic models at interpreter exit takes about 0.3 s and
+    achieves nothing for a finished command, so once everything is flushed we leave at once.
+    """
+    from bundlectl import runtime
+
+    runtime.FAST_EXIT = True
+    code = main()
+    if "mcp" in sys.modules:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        if "logging" in sys.modules:
+            import logging
+
+            logging.shutdown()
+        os._exit(code)
+    sys.exit(code)

@@ -37,10 +37,12 @@ def select(resolution: Resolution, *, agent: str | None, server: str | None,
 
 
 def run(config: Path | None, *, agent: str | None, server: str | None, query: str | None,
-        detail: str, fmt: Format) -> int:
+        detail: str, fmt: Format, live: bool = False) -> int:
     if detail not in DETAILS:
         raise UsageError(f"unknown detail {detail!r}", hint=f"use one of {', '.join(DETAILS)}")
     resolution = resolve_project(load_project(config))
+    if live:
+        return run_live(resolution, server=server, fmt=fmt)
     chosen = select(resolution, agent=agent, server=server, query=query)
     specs = {(name, t.name): t for name, s in resolution.merged.servers.items()
              for t in s.spec.tools}
@@ -80,3 +82,52 @@ def _as_json(ref: ToolRef, spec: ToolSpec, effect: str | None, detail: str) -> d
         item["annotations"] = spec.annotations
         item["input_schema"] = spec.input_schema
     return item
+
+
+def run_live(resolution: Resolution, *, server: str | None, fmt: Format) -> int:
+    """Compare each enabled server's live tools with its declared catalog.
+
+    Exit 0 when all match, 1 when any differs, 5 when a server could not be asked.
+    """
+    from bundlectl.executor import runner
+    from bundlectl.executor.connect import Target
+    from bundlectl.executor.live import survey
+
+    servers = {name: s for name, s in resolution.merged.servers.items() if not s.spec.disabled}
+    if server is not None:
+        if server not in servers:
+            raise UsageError(f"no enabled server {server!r}",
+                             hint=f"servers: {', '.join(servers) or 'none'}")
+        servers = {server: servers[server]}
+    targets = [Target(name, s.spec, resolution.project.root) for name, s in servers.items()]
+    declared = {name: list(s.spec.tools) for name, s in servers.items()}
+    try:
+        drifts = runner.run(lambda: survey(targets, declared, connect_timeout=30.0))
+    finally:
+        for target in targets:
+            target.close()
+    if fmt is Format.json:
+        emit_json({"format_version": JSON_FORMAT_VERSION, "servers": {
+            d.server: {"status": "error" if d.error else "ok" if d.clean else "differs",
+                       "error": d.error.message if d.error else None,
+                       "added": d.added, "removed": d.removed,
+                       "changed": [{"tool": n, "differs": w} for n, w in d.changed]}
+            for d in drifts}})
+    else:
+        for d in drifts:
+            if d.error is not None:
+                out(f"{d.server}: could not ask it: {d.error.message.splitlines()[0]}")
+            elif d.clean:
+                out(f"{d.server}: matches the declared catalog ({d.live_count} tools)")
+            else:
+                out(f"{d.server}: differs from the declared catalog")
+                for name in d.added:
+                    out(f"  + {name} (offered, not declared)")
+                for name in d.removed:
+                    out(f"  - {name} (declared, not offered)")
+                for name, what in d.changed:
+                    verb = "differs" if len(what) == 1 else "differ"
+                    out(f"  ~ {name}: {', '.join(what)} {verb}")
+    if any(d.error for d in drifts):
+        return 5
+    return 0 if all(d.clean for d in drifts) else 1

@@ -74,7 +74,7 @@ def build(root: Path) -> MCPServer:
         return EmbeddedResource(type="resource", resource=blob)
 
     @tool(server, annotations=ToolAnnotations(destructiveHint=True, idempotentHint=True,
-                                             openWorldHint=False))
+                                             openWorldHint=False), structured_output=False)
     def write_file(path: str, content: str) -> str:
         """Create or overwrite a UTF-8 text file below the root folder, atomically (readers see
         the old file or the new one). Parent folders are created. At most 1 MiB."""
@@ -92,7 +92,8 @@ def build(root: Path) -> MCPServer:
         atomic_write_bytes(target, data)
         return f"wrote {len(data)} bytes to {path}"
 
-    @tool(server, annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
+    @tool(server, annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+          structured_output=False)
     def list_directory(path: str = ".") -> str:
         """List a folder below the root: one entry per line, `[DIR] name` or `[FILE] name`."""
         target = confine(root, path)

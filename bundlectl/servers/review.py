@@ -62,7 +62,8 @@ def build(root: Path) -> MCPServer:
         except (SyntaxError, UnicodeDecodeError) as exc:
             raise ToolError(f"cannot parse {file_path}: {exc}") from None
 
-    @tool(server, annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
+    @tool(server, annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+          structured_output=False)
     def view_diff(
         base: str | None = None,
         head: str | None = None,

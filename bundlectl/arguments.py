@@ -1,0 +1,139 @@
+"""Tool arguments from the command line: KEY=VALUE pairs typed by the input schema, JSON, files.
+
+Typing follows the MCP Inspector's --tool-arg: integers, numbers and booleans by the property's
+schema type, JSON for arrays and objects, strings as given. Validation reports every violation.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from bundlectl.errors import ToolCallError, UsageError
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def load_json_args(source: str) -> dict[str, Any]:
+    """`--args`: a JSON object given inline, as `@file`, or `-` for standard input."""
+    where = "--args"
+    if source == "-":
+        text, where = sys.stdin.read(), "standard input"
+    elif source.startswith("@"):
+        path = Path(source[1:])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+        where = str(path)
+    else:
+        text = source
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{where}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}",
+                         hint="pass a JSON object, e.g. --args '{\"path\": \"README.md\"}'") \
+            from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{where}: the arguments must be a JSON object, not "
+                         f"{type(value).__name__}")
+    return value
+
+
+def split_pairs(pairs: list[str]) -> list[tuple[str, str]]:
+    """Syntax only (before anything starts): every item must be KEY=VALUE."""
+    out = []
+    for item in pairs:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise UsageError(f"argument {item!r} is not KEY=VALUE",
+                             hint="write path=README.md, or pass --args JSON")
+        out.append((key, value))
+    return out
+
+
+def _types(schema: dict[str, Any]) -> list[str]:
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        return [declared]
+    if isinstance(declared, list):
+        return [t for t in declared if isinstance(t, str)]
+    found: list[str] = []
+    for key in ("anyOf", "oneOf"):
+        for option in schema.get(key, []) or []:
+            if isinstance(option, dict):
+                found += _types(option)
+    return found
+
+
+def typed_value(key: str, raw: str, schema: dict[str, Any]) -> Any:
+    """Convert one KEY=VALUE by the property's declared type."""
+    types = [t for t in _types(schema) if t != "null"]
+    if raw == "null" and "null" in _types(schema):
+        return None
+    for kind in types:
+        if kind == "string":
+            return raw
+        if kind == "integer":
+            try:
+                return int(raw)
+            except ValueError:
+                continue
+        if kind == "number":
+            try:
+                return float(raw) if any(c in raw for c in ".eE") else int(raw)
+            except ValueError:
+                continue
+        if kind == "boolean" and raw.lower() in _TRUE | _FALSE:
+            return raw.lower() in _TRUE
+        if kind in ("array", "object"):
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, list if kind == "array" else dict):
+                return value
+    if types:
+        raise ToolCallError(f"argument {key}={raw!r} is not a valid {' or '.join(types)}",
+                            hint="arrays and objects take JSON, e.g. paths='[\"a\", \"b\"]'")
+    try:  # no declared type: JSON when it parses, else the string
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def build_arguments(pairs: list[tuple[str, str]], base: dict[str, Any],
+                    input_schema: dict[str, Any]) -> dict[str, Any]:
+    """`--args` first, then KEY=VALUE pairs (which win), typed by the input schema."""
+    properties = input_schema.get("properties") or {}
+    args = dict(base)
+    for key, raw in pairs:
+        prop = properties.get(key)
+        args[key] = typed_value(key, raw, prop if isinstance(prop, dict) else {})
+    return args
+
+
+def validate(arguments: dict[str, Any], input_schema: dict[str, Any], tool: str) -> None:
+    """Every violation of the input schema, listed (exit 4)."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+    from jsonschema.validators import validator_for
+
+    try:
+        cls = validator_for(input_schema, default=Draft202012Validator)
+        validator = cls(input_schema)
+        errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    except SchemaError as exc:
+        raise ToolCallError(f"tool {tool} declares an invalid input schema: {exc.message}") \
+            from None
+    if errors:
+        lines = [f"the arguments do not satisfy the input schema of {tool}:"]
+        for error in errors:
+            where = ".".join(str(p) for p in error.absolute_path) or "(arguments)"
+            lines.append(f"  {where}: {error.message}")
+        raise ToolCallError("\n".join(lines),
+                            hint=f"`bundlectl tools --detail full --search {tool.split('.')[-1]}` "
+                            "shows the schema")

@@ -1,0 +1,36 @@
+"""`bundlectl server NAME`: run a built-in server for any MCP client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bundlectl import paths
+from bundlectl.errors import UsageError
+from bundlectl.servers import BUILTIN
+
+TRANSPORTS = ("stdio", "sse", "streamable-http")
+
+
+def default_root() -> Path:
+    """The project root (the folder of the nearest bundlectl.yaml), else the working folder."""
+    found = paths.find_config(Path.cwd())
+    return found.resolve().parent if found else Path.cwd()
+
+
+def run(name: str, *, root: Path | None, transport: str, host: str, port: int) -> int:
+    if name not in BUILTIN:
+        raise UsageError(f"no built-in server {name!r}", hint=f"choose from {', '.join(BUILTIN)}")
+    if transport not in TRANSPORTS:
+        raise UsageError(f"unknown transport {transport!r}",
+                         hint=f"choose from {', '.join(TRANSPORTS)}")
+    folder = (root or default_root()).resolve()
+    if not folder.is_dir():
+        raise UsageError(f"root folder {folder} does not exist")
+    from bundlectl.servers import build
+
+    server = build(name, folder)
+    if transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run(transport, host=host, port=port)  # type: ignore[call-overload]
+    return 0

@@ -1,0 +1,97 @@
+"""One tool call on an open client: find the tool, type and validate arguments, call, time it."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from bundlectl.arguments import build_arguments, validate
+from bundlectl.errors import BundlectlError
+from bundlectl.executor.connect import Target, classify, list_all_tools, missing_tool
+from bundlectl.policy import Decision
+
+
+@dataclass
+class CallRequest:
+    """A call the policy has already allowed."""
+
+    agent: str
+    server: str
+    tool: str
+    decision: Decision
+    pairs: list[tuple[str, str]] = field(default_factory=list)
+    base_arguments: dict[str, Any] = field(default_factory=dict)
+    timeout: float = 60.0
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.server}.{self.tool}"
+
+
+@dataclass
+class CallOutcome:
+    """What happened: a result, or the error that ended the call; and how long it took."""
+
+    request: CallRequest
+    result: Any = None  # mcp_types.CallToolResult
+    arguments: dict[str, Any] | None = None
+    error: BundlectlError | None = None
+    duration_ms: float = 0.0
+
+    @property
+    def outcome(self) -> str:
+        if self.error is not None:
+            return {2: "usage-error", 3: "denied", 4: "invalid-call", 5: "server-error",
+                    6: "timeout"}.get(self.error.exit_code, "error")
+        return "tool-error" if self.result.is_error else "ok"
+
+
+class _Progress:
+    """Progress notifications as one rewritten line on a terminal."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.shown = False
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        if not sys.stderr.isatty():
+            return
+        amount = f"{progress:g}/{total:g}" if total else f"{progress:g}"
+        sys.stderr.write(f"\r{self.label}: {amount} {message or ''}".ljust(60)[:200])
+        sys.stderr.flush()
+        self.shown = True
+
+    def done(self) -> None:
+        if self.shown:
+            sys.stderr.write("\n")
+
+
+async def perform(client: Any, request: CallRequest, target: Target) -> CallOutcome:
+    """Run one call on an open session; errors are captured in the outcome, not raised."""
+    started = time.perf_counter()
+    outcome = CallOutcome(request)
+    progress = _Progress(request.qualified)
+    try:
+        tools = {t.name: t for t in await list_all_tools(client)}
+        tool = tools.get(request.tool)
+        if tool is None:
+            raise missing_tool(request.server, request.tool, sorted(tools))
+        schema = tool.input_schema or {"type": "object"}
+        outcome.arguments = build_arguments(request.pairs, request.base_arguments, schema)
+        validate(outcome.arguments, schema, request.qualified)
+        outcome.result = await client.call_tool(request.tool, outcome.arguments,
+                                                read_timeout_seconds=request.timeout,
+                                                progress_callback=progress)
+    except BundlectlError as exc:
+        outcome.error = exc
+    except Exception as exc:  # noqa: BLE001 - SDK failures are classified, bugs re-raised
+        error = classify(exc, target)
+        if error is None:
+            raise
+        outcome.error = error
+    finally:
+        progress.done()
+        outcome.duration_ms = (time.perf_counter() - started) * 1000
+    return outcome

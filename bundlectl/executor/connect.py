@@ -1,0 +1,251 @@
+"""Open a client session to one configured server, over its transport, with a connect deadline.
+
+Every failure becomes one of our errors (exit 5 server failure, 6 timeout) with a one-line reason
+and the tail of the server's stderr.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from bundlectl.errors import BundlectlError, CallTimeout, ServerError, ToolCallError
+from bundlectl.executor.stderr import StderrTee
+from bundlectl.executor.stdio import Child, child_transport
+from bundlectl.expand import child_environment, expand
+from bundlectl.models import ServerSpec
+from bundlectl.servers import BUILTIN
+
+
+@dataclass
+class Target:
+    """A server to talk to, and where its relative paths start."""
+
+    name: str
+    spec: ServerSpec
+    root: Path
+    log_file: Path | None = None  # --quiet: the server's stderr goes here
+    _stderr: StderrTee | None = None
+    child: Child | None = None  # a started stdio server
+
+    @property
+    def stderr(self) -> StderrTee | None:
+        """The tee for a stdio child's stderr, made when the child is about to start."""
+        if self._stderr is None and self.spec.transport == "stdio" and not self.builtin:
+            self._stderr = StderrTee(log_file=self.log_file)
+        return self._stderr
+
+    def close(self, *, wait: float = 1.0) -> None:
+        """Stop copying the server's stderr (`wait` 0: the server may still be exiting)."""
+        if self._stderr is not None:
+            self._stderr.close(wait)
+
+    @property
+    def builtin(self) -> str | None:
+        """The built-in server this entry runs (`bundlectl server NAME`), if any."""
+        spec = self.spec
+        if spec.transport == "stdio" and spec.command == "bundlectl" and len(spec.args) >= 2 \
+                and spec.args[0] == "server" and spec.args[1] in BUILTIN:
+            return spec.args[1]
+        return None
+
+    def builtin_root(self) -> Path:
+        args = self.spec.args
+        base = self.root / (self.spec.cwd or ".")
+        if "--root" in args and args.index("--root") + 1 < len(args):
+            return base / expand(args[args.index("--root") + 1], {}, where=self.name)
+        return base
+
+
+def start_child(target: Target) -> Child:
+    """Start a stdio server now (before the SDK is imported, so the two overlap)."""
+    spec = target.spec
+    where = f"server {target.name!r}"
+    environ = _environ()
+    argv = [expand(spec.command or "", environ, where=where),
+            *(expand(a, environ, where=where) for a in spec.args)]
+    env = child_environment(spec.env, server=target.name)
+    stderr = target.stderr
+    assert stderr is not None
+    try:
+        target.child = Child.start(_resolve_command(argv, env), env=env,
+                                   cwd=str(target.root / (spec.cwd or ".")), stderr=stderr.file)
+        return target.child
+    except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+        raise ServerError(f"could not start server {target.name!r}: {spec.command!r}: "
+                          f"{exc.strerror}",
+                          hint=f"install {spec.command!r} or fix servers.{target.name}.command "
+                          "(and cwd)") from None
+
+
+def _resolve_command(argv: list[str], env: dict[str, str]) -> list[str]:
+    """Find the executable on the child's PATH, then beside our own interpreter (pipx, venvs)."""
+    import shutil
+    import sys
+
+    found = shutil.which(argv[0], path=env.get("PATH"))
+    if found is None and os.sep not in argv[0]:
+        local = Path(sys.executable).parent / argv[0]
+        found = str(local) if local.exists() else None
+    return [found or argv[0], *argv[1:]]
+
+
+def _client_target(target: Target, child: Child | None) -> Any:
+    """What `mcp.Client` connects to: a server object, or a transport context manager."""
+    from bundlectl import servers
+
+    spec = target.spec
+    if target.builtin:
+        return servers.build(target.builtin, target.builtin_root())
+    if spec.transport == "stdio":
+        return child_transport(child or start_child(target))
+    where = f"server {target.name!r}"
+    url = expand(spec.url or "", _environ(), where=where)
+    headers = {k: expand(v, _environ(), where=f"{where} (headers.{k})")
+               for k, v in spec.headers.items()}
+    if spec.transport == "sse":
+        from mcp.client.sse import sse_client
+
+        return sse_client(url, headers=headers, timeout=30, sse_read_timeout=spec.timeout + 30)
+    return _streamable_http(url, headers)
+
+
+@asynccontextmanager
+async def _streamable_http(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
+    """The streamable HTTP transport with our headers; we own (and close) its HTTP client."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    # The SDK's timeouts: a server may hold a response stream open for minutes.
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
+        async with streamable_http_client(url, http_client=http) as streams:
+            yield streams
+
+
+def _environ() -> dict[str, str]:
+    return dict(os.environ)
+
+
+@asynccontextmanager
+async def connect(target: Target, *, connect_timeout: float,
+                  child: Child | None = None) -> AsyncIterator[Any]:
+    """An initialised `mcp.Client`; errors come out as BundlectlError subclasses.
+
+    `child` is a stdio server already started with `start_child`.
+    """
+    from mcp import Client
+
+    client_target = _client_target(target, child)
+    scope = anyio.CancelScope(deadline=anyio.current_time() + connect_timeout)
+    try:
+        with scope:
+            async with Client(client_target, mode="auto") as client:
+                scope.deadline = math.inf  # connected: only the call's own timeout applies now
+                yield client
+    except BundlectlError:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - classified below, re-raised otherwise
+        error = classify(exc, target)
+        if error is None:
+            raise
+        raise error from None
+    if scope.cancelled_caught:
+        raise CallTimeout(
+            f"server {target.name!r} did not finish connecting within {connect_timeout:g} s; "
+            "it was stopped" + _tail(target),
+            hint="raise --connect-timeout, or check that the server starts on its own",
+        )
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The non-group exceptions inside (possibly nested) exception groups."""
+    if isinstance(exc, BaseExceptionGroup):
+        out: list[BaseException] = []
+        for inner in exc.exceptions:
+            out.extend(leaves(inner))
+        return out
+    return [exc]
+
+
+def _tail(target: Target) -> str:
+    if target._stderr is None:
+        return ""
+    lines = target._stderr.last_lines()
+    if not lines:
+        return ""
+    return "\nlast lines of its stderr:\n" + "\n".join(f"  | {line}" for line in lines)
+
+
+def classify(exc: BaseException, target: Target) -> BundlectlError | None:
+    """Map an exception from the SDK or the OS to our error, or None when it is not ours."""
+    import httpx2
+    import pydantic
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+    found = leaves(exc)
+    ours = [e for e in found if isinstance(e, BundlectlError)]
+    if ours:
+        return ours[0]
+    for leaf in found:
+        if isinstance(leaf, KeyboardInterrupt | anyio.get_cancelled_exc_class()):
+            return None
+    name = target.name
+    if target.child is not None and target.child.violation:
+        return ServerError(f"server {name!r} broke the protocol: {target.child.violation}"
+                           + _tail(target))
+    # The most telling failure first: the SDK's own errors, then the OS's, then the rest.
+    found.sort(key=lambda e: 0 if isinstance(e, MCPError) else 1)
+    for leaf in found:
+        if isinstance(leaf, FileNotFoundError | PermissionError):
+            cmd = target.spec.command
+            return ServerError(f"could not start server {name!r}: {cmd!r}: {leaf.strerror}",
+                               hint=f"install {cmd!r} or fix servers.{name}.command")
+        if isinstance(leaf, MCPError):
+            if leaf.code == REQUEST_TIMEOUT:
+                return CallTimeout(f"server {name!r} did not answer in time" + _tail(target))
+            if leaf.code == CONNECTION_CLOSED:
+                return ServerError(f"server {name!r} closed the connection (it exited or "
+                                   "crashed)" + _tail(target))
+            return ServerError(f"server {name!r} returned an error: {leaf.error.message} "
+                               f"(code {leaf.code})" + _tail(target))
+        if isinstance(leaf, httpx2.HTTPError):
+            return ServerError(f"cannot reach server {name!r} at {target.spec.url}: "
+                               f"{type(leaf).__name__}: {leaf}" + _tail(target),
+                               hint="check that the server is running and the url is right")
+        if isinstance(leaf, pydantic.ValidationError | ValueError | RuntimeError):
+            first = str(leaf).splitlines()[0] if str(leaf) else type(leaf).__name__
+            return ServerError(f"server {name!r} broke the protocol: {first}" + _tail(target))
+        if isinstance(leaf, OSError | EOFError | anyio.BrokenResourceError
+                      | anyio.ClosedResourceError | anyio.EndOfStream):
+            return ServerError(f"lost the connection to server {name!r}: "
+                               f"{type(leaf).__name__}: {leaf}" + _tail(target))
+    return None
+
+
+def missing_tool(name: str, tool: str, available: list[str]) -> ToolCallError:
+    import difflib
+
+    close = difflib.get_close_matches(tool, available, n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(f'{name}.{c}' for c in close)}?" if close else \
+        f"`bundlectl tools --live --server {name}` lists what it has"
+    return ToolCallError(f"server {name!r} has no tool {tool!r}", hint=hint)
+
+
+async def list_all_tools(client: Any) -> list[Any]:
+    """Every tool, following pagination."""
+    tools: list[Any] = []
+    cursor = None
+    while True:
+        page = await client.list_tools(cursor=cursor)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            return tools

@@ -1,0 +1,70 @@
+"""`tools --live`: ask the running servers for their tools and compare with the declared catalog."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from bundlectl.errors import BundlectlError
+from bundlectl.executor.connect import Target, connect, list_all_tools
+from bundlectl.models import ToolSpec
+
+
+@dataclass
+class Drift:
+    """How one server's live tools differ from its declared catalog."""
+
+    server: str
+    error: BundlectlError | None = None
+    added: list[str] = field(default_factory=list)  # offered, not declared
+    removed: list[str] = field(default_factory=list)  # declared, not offered
+    changed: list[tuple[str, list[str]]] = field(default_factory=list)  # name, what differs
+    live_count: int = 0
+
+    @property
+    def clean(self) -> bool:
+        return self.error is None and not (self.added or self.removed or self.changed)
+
+
+def compare(server: str, declared: list[ToolSpec], live: list[Any]) -> Drift:
+    drift = Drift(server, live_count=len(live))
+    mine = {t.name: t for t in declared}
+    theirs = {t.name: t for t in live}
+    drift.added = sorted(set(theirs) - set(mine))
+    drift.removed = sorted(set(mine) - set(theirs))
+    for name in sorted(set(mine) & set(theirs)):
+        ours, real = mine[name], theirs[name]
+        what = []
+        if ours.input_schema != (real.input_schema or {"type": "object"}):
+            what.append("input schema")
+        if ours.description.strip() != (real.description or "").strip():
+            what.append("description")
+        notes = real.annotations.model_dump(by_alias=True, exclude_none=True) \
+            if real.annotations else {}
+        notes.pop("title", None)
+        if ours.annotations != notes:
+            what.append("annotations")
+        if what:
+            drift.changed.append((name, what))
+    return drift
+
+
+async def survey(targets: list[Target], declared: dict[str, list[ToolSpec]], *,
+                 connect_timeout: float) -> list[Drift]:
+    """Every server at once; a server that fails is reported, the others still compared."""
+    results: dict[str, Drift] = {}
+
+    async def one(target: Target) -> None:
+        try:
+            async with connect(target, connect_timeout=connect_timeout) as client:
+                tools = await list_all_tools(client)
+            results[target.name] = compare(target.name, declared[target.name], tools)
+        except BundlectlError as exc:
+            results[target.name] = Drift(target.name, error=exc)
+
+    async with anyio.create_task_group() as group:
+        for target in targets:
+            group.start_soon(one, target)
+    return [results[t.name] for t in targets]

@@ -1,0 +1,95 @@
+"""Printing a CallToolResult: text as is, media saved to files, resources with URI and type."""
+
+from __future__ import annotations
+
+import base64
+import json
+import mimetypes
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+TEXT_LIMIT = 1_000_000
+# Types the platform's mimetypes table often lacks.
+_EXTENSIONS = {"audio/wav": ".wav", "audio/x-wav": ".wav", "audio/mpeg": ".mp3",
+               "audio/ogg": ".ogg", "image/webp": ".webp", "image/png": ".png",
+               "image/jpeg": ".jpg", "application/octet-stream": ".bin"}  # characters of one text block in text mode; --format json keeps all
+
+
+def result_json(result: Any) -> dict[str, Any]:
+    """The CallToolResult as MCP JSON."""
+    data: dict[str, Any] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return data
+
+
+class OutputDir:
+    """Where images, audio and blobs go: --output-dir, or a temp folder made on first use."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.folder = folder
+        self.count = 0
+
+    def save(self, data: bytes, mime: str | None, stem: str) -> Path:
+        if self.folder is None:
+            self.folder = Path(tempfile.mkdtemp(prefix="bundlectl-"))
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.count += 1
+        suffix = _EXTENSIONS.get(mime or "") or mimetypes.guess_extension(mime or "") or ".bin"
+        path = self.folder / f"{stem}-{self.count}{suffix}"
+        path.write_bytes(data)
+        return path
+
+
+def _truncate(text: str) -> str:
+    if len(text) <= TEXT_LIMIT:
+        return text
+    cut = len(text) - TEXT_LIMIT
+    sys.stderr.write(f"note: output cut after {TEXT_LIMIT:,} characters ({cut:,} more); "
+                     "use --format json for everything\n")
+    return text[:TEXT_LIMIT]
+
+
+def render_text(result: Any, outdir: OutputDir, stem: str) -> list[str]:
+    """Lines for the terminal; error results are rendered the same (the caller routes them)."""
+    lines: list[str] = []
+    structured = result.structured_content
+    for block in result.content:
+        kind = block.type
+        if kind == "text":
+            if structured is not None and _same_json(block.text, structured):
+                continue  # the text form of the structured result: print it once, as JSON
+            lines.append(_truncate(block.text))
+        elif kind in ("image", "audio"):
+            data = base64.b64decode(block.data)
+            path = outdir.save(data, block.mime_type, stem)
+            lines.append(f"[{kind}: {path} ({block.mime_type}, {len(data):,} bytes)]")
+        elif kind == "resource_link":
+            mime = f", {block.mime_type}" if block.mime_type else ""
+            lines.append(f"[resource link: {block.uri} ({block.name}{mime})]")
+        elif kind == "resource":
+            res = block.resource
+            mime = res.mime_type or "unknown type"
+            if getattr(res, "text", None) is not None:
+                lines.append(f"[resource: {res.uri} ({mime})]")
+                lines.append(_truncate(res.text))
+            else:
+                data = base64.b64decode(res.blob)
+                path = outdir.save(data, res.mime_type, stem)
+                lines.append(f"[resource: {res.uri} ({mime}, {len(data):,} bytes) saved to "
+                             f"{path}]")
+        else:
+            lines.append(f"[{kind} content]")
+    texts = [b.text for b in result.content if b.type == "text"]
+    wrapped = isinstance(structured, dict) and list(structured) == ["result"] \
+        and "".join(texts) == structured["result"]
+    if structured is not None and not wrapped:  # {"result": text} only repeats the text
+        lines.append(json.dumps(structured, indent=2, ensure_ascii=False))
+    return lines
+
+
+def _same_json(text: str, value: Any) -> bool:
+    try:
+        return bool(json.loads(text) == value)
+    except (json.JSONDecodeError, TypeError):
+        return False

@@ -1,0 +1,56 @@
+"""A server's stderr: passed to ours (or a log file), with the last lines kept for error messages."""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+
+class StderrTee:
+    """A real file descriptor for the child's stderr; a thread copies it through.
+
+    The SDK needs a file with `fileno()` for a child's stderr. We hand it the write end of a pipe
+    and copy what arrives to our stderr (or to `log_file` with --quiet), keeping the tail.
+    """
+
+    def __init__(self, *, log_file: Path | None = None, keep: int = 20) -> None:
+        read_fd, write_fd = os.pipe()
+        self.file: IO[str] = os.fdopen(write_fd, "w", buffering=1, encoding="utf-8",
+                                       errors="replace")
+        self._reader = os.fdopen(read_fd, "r", encoding="utf-8", errors="replace")
+        self.tail: collections.deque[str] = collections.deque(maxlen=keep)
+        self.log_file = log_file
+        self._sink: IO[Any] | None = None
+        if log_file is not None:
+            log_file.parent.mkdir(parents=True, exist_ok=True)
+            self._sink = log_file.open("a", encoding="utf-8")
+        self._thread = threading.Thread(target=self._copy, name="server-stderr", daemon=True)
+        self._thread.start()
+
+    def _copy(self) -> None:
+        with self._reader:
+            for line in self._reader:
+                self.tail.append(line.rstrip("\n"))
+                sink = self._sink or sys.stderr
+                try:
+                    sink.write(line)
+                    sink.flush()
+                except (OSError, ValueError):
+                    pass
+
+    def close(self, wait: float = 1.0) -> None:
+        """Close our write end; the copy ends when every child has closed its copy too."""
+        try:
+            self.file.close()
+        except OSError:
+            pass
+        self._thread.join(wait)
+        if self._sink is not None:
+            self._sink.close()
+
+    def last_lines(self, count: int = 5) -> list[str]:
+        return [line for line in list(self.tail)[-count:] if line.strip()]

@@ -1,0 +1,162 @@
+"""A stdio transport for a server process we start ourselves, before the MCP SDK is imported.
+
+Importing the SDK takes about a second, and so does starting a Python MCP server. Starting the
+child first lets the two overlap. The transport speaks newline-delimited JSON-RPC over the
+child's pipes and shuts down as the MCP spec says: close stdin, wait, SIGTERM the process group,
+wait, SIGKILL — with the same grace periods the SDK uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+import anyio
+import anyio.lowlevel
+
+GRACE = 2.0  # seconds after closing stdin, and again after SIGTERM
+
+
+@dataclass
+class Child:
+    """A started server process with pipes to its stdin and stdout."""
+
+    process: subprocess.Popen[bytes]
+    # What broke the protocol, if anything (first non-JSON-RPC line on stdout).
+    violation: str | None = None
+    # Set once the result is printed: the rest of the shutdown need not hold the user up.
+    detach: bool = False
+
+    @classmethod
+    def start(cls, argv: list[str], *, env: dict[str, str], cwd: str, stderr: IO[str]) -> Child:
+        """Start now. A missing executable raises FileNotFoundError, as the SDK would."""
+        kwargs: dict[str, Any] = {}
+        if sys.platform != "win32":
+            kwargs["start_new_session"] = True  # its own process group: we can stop the tree
+        process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=stderr, env=env, cwd=cwd, bufsize=0, **kwargs)
+        return cls(process)
+
+    async def stop(self) -> None:
+        """Close stdin, wait, then terminate and kill the whole process group.
+
+        With `detach`, a server still running shortly after EOF is left to a detached watchdog
+        that applies the same escalation, so bundlectl can exit as soon as the result is out.
+        """
+        proc = self.process
+        with contextlib.suppress(OSError):
+            if proc.stdin is not None:
+                proc.stdin.close()
+        if self.detach and sys.platform != "win32":
+            if not await self._wait(0.05):
+                self._watchdog()
+            return
+        if await self._wait(GRACE):
+            return
+        self._signal(signal.SIGTERM)
+        if await self._wait(GRACE):
+            return
+        self._signal(signal.SIGKILL if sys.platform != "win32" else signal.SIGTERM)
+        await self._wait(GRACE)
+
+    def _watchdog(self) -> None:
+        """A tiny detached shell that stops the server's process group if it outlives GRACE.
+
+        The server already has EOF on stdin; most exit within a few hundred milliseconds and the
+        watchdog's signals then find nothing. It lives at most 2 x GRACE.
+        """
+        group = self.process.pid
+        script = (f"sleep {GRACE:g}; kill -0 -- -{group} 2>/dev/null || exit 0; "
+                  f"kill -TERM -- -{group} 2>/dev/null; sleep {GRACE:g}; "
+                  f"kill -KILL -- -{group} 2>/dev/null; exit 0")
+        with contextlib.suppress(OSError):
+            subprocess.Popen(["/bin/sh", "-c", script], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+
+    async def _wait(self, seconds: float) -> bool:
+        with anyio.move_on_after(seconds):
+            while self.process.poll() is None:
+                await anyio.sleep(0.01)
+        return self.process.poll() is not None
+
+    def _signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+            if sys.platform != "win32":
+                os.killpg(self.process.pid, sig)
+            else:
+                self.process.send_signal(sig)
+
+
+@contextlib.asynccontextmanager
+async def child_transport(child: Child) -> AsyncIterator[tuple[Any, Any]]:
+    """(read stream, write stream) for `mcp.Client`, over an already started child."""
+    from mcp.shared.message import SessionMessage
+    from mcp_types import jsonrpc_message_adapter
+
+    proc = child.process
+    assert proc.stdin is not None and proc.stdout is not None
+    stdin, stdout = proc.stdin, proc.stdout
+    incoming_send, incoming = anyio.create_memory_object_stream[Any](16)
+    outgoing, outgoing_receive = anyio.create_memory_object_stream[Any](16)
+
+    token = anyio.lowlevel.current_token()
+
+    def read_lines() -> None:
+        # A daemon thread, not an anyio worker: a blocking read of a server that is still
+        # exiting must never keep our process alive.
+        try:
+            for raw in iter(stdout.readline, b""):
+                line = raw.decode("utf-8", errors="replace").strip()
+                if not line:
+                    continue
+                try:
+                    item: Any = SessionMessage(jsonrpc_message_adapter.validate_json(
+                        line, by_name=False))
+                except ValueError:
+                    # Garbage on stdout: the SDK would only log it and wait. End the connection
+                    # so the caller fails now, and say what the server wrote.
+                    child.violation = f"its stdout has a line that is not JSON-RPC: {line[:120]!r}"
+                    return
+                anyio.from_thread.run(incoming_send.send, item, token=token)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError, RuntimeError,
+                anyio.RunFinishedError):
+            pass
+        finally:
+            with contextlib.suppress(RuntimeError, anyio.RunFinishedError):
+                anyio.from_thread.run_sync(incoming_send.close, token=token)
+
+    async def write_messages() -> None:
+        async with outgoing_receive:
+            async for message in outgoing_receive:
+                data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                try:
+                    await anyio.to_thread.run_sync(_write, stdin, (data + "\n").encode())
+                except (OSError, ValueError):  # the server is gone or stdin is closed
+                    return
+
+    reader = threading.Thread(target=read_lines, name="server-stdout", daemon=True)
+    reader.start()
+    async with anyio.create_task_group() as group:
+        group.start_soon(write_messages)
+        try:
+            yield incoming, outgoing
+        finally:
+            with anyio.CancelScope(shield=True):
+                outgoing.close()
+                await child.stop()
+                with contextlib.suppress(OSError):
+                    stdout.close()
+            group.cancel_scope.cancel()
+
+
+def _write(stream: IO[bytes], data: bytes) -> None:
+    stream.write(data)
+    stream.flush()

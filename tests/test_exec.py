@@ -1,0 +1,464 @@
+"""bundlectl exec against real servers: every exit code of SPEC 4.1 that exec can produce."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Run, write
+
+SERVERS = Path(__file__).parent / "servers"
+PY = sys.executable
+
+
+def kitchen_config(extra: str = "", policy: str = "allow") -> str:
+    return f"""\
+version: 1
+bundles: [basic]
+servers:
+  kitchen:
+    command: {PY}
+    args: ["{SERVERS / 'kitchen.py'}"]
+    env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}", GREETING: "${{GREETING:-hello}}"}}
+    timeout: 20
+  crash: {{command: {PY}, args: ["{SERVERS / 'misbehave.py'}", crash]}}
+  hang:
+    command: {PY}
+    args: ["{SERVERS / 'misbehave.py'}", hang]
+    env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}"}}
+  garbage: {{command: {PY}, args: ["{SERVERS / 'misbehave.py'}", garbage]}}
+  dying: {{command: {PY}, args: ["{SERVERS / 'misbehave.py'}", exit-after-init]}}
+  missing: {{command: no-such-binary-bundlectl-test}}
+  off: {{command: {PY}, disabled: true}}
+{extra}
+agents:
+  reader: {{allow: [files.read_file, files.list_directory, "kitchen.*"], deny: [kitchen.fail]}}
+  writer: {{extends: [reader], ask: [files.write_file]}}
+policy:
+  default: {policy}
+"""
+
+
+@pytest.fixture
+def starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "starts.txt"
+    monkeypatch.setenv("KITCHEN_STARTS", str(path))
+    return path
+
+
+@pytest.fixture
+def kitchen(project: Path, starts: Path) -> Path:
+    write(project / "bundlectl.yaml", kitchen_config())
+    (project / "hello.txt").write_text("hello\n")
+    return project
+
+
+def pids(starts: Path) -> list[int]:
+    return [int(p) for p in starts.read_text().split()] if starts.exists() else []
+
+
+def gone(pid: int, within: float = 6.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def audit_lines(home: Path) -> list[dict[str, object]]:
+    path = home / "state" / "audit.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+# --- 0: success, over every transport ---------------------------------------------------------
+
+def test_builtin_server_in_process(kitchen: Path, run: Run) -> None:
+    result = run("exec", "--agent", "reader", "files.read_file", "path=hello.txt")
+    assert (result.code, result.out) == (0, "hello\n")
+    listing = run("exec", "-a", "reader", "files.list_directory")
+    assert listing.lines == ["[FILE] bundlectl.yaml", "[FILE] hello.txt"]
+
+
+def test_stdio_server_typed_arguments_and_env(kitchen: Path, run: Run, starts: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    result = run("exec", "-a", "reader", "kitchen.echo", "text=hi", "times=3", "loud=true")
+    assert (result.code, result.out) == (0, "HI HI HI\n")
+    tags = run("exec", "-a", "reader", "kitchen.tags", 'items=["a","b"]', 'meta={"k": 1}')
+    assert tags.out == "a,b meta=['k']\n"
+    structured = run("exec", "-a", "reader", "kitchen.add", "--args", '{"a": 2}', "b=40")
+    assert json.loads(structured.out) == {"sum": 42}
+    monkeypatch.setenv("UNRELATED_SECRET", "s3cr3t-value")
+    keys = json.loads(run("exec", "-a", "reader", "kitchen.env_keys", "--format", "json").out)
+    names = keys["result"]["structuredContent"]["result"]
+    assert "UNRELATED_SECRET" not in names and "GREETING" in names and "PATH" in names
+    for pid in pids(starts):
+        assert gone(pid), "a server outlived its call"
+
+
+def test_real_third_party_servers(project: Path, run: Run) -> None:
+    write(project / "bundlectl.yaml", f"""
+        version: 1
+        servers:
+          time: {{command: {PY}, args: [-m, mcp_server_time, --local-timezone, UTC]}}
+          git: {{command: {PY}, args: [-m, mcp_server_git]}}
+        policy: {{default: allow}}
+    """)
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    now = run("exec", "time.get_current_time", "timezone=Europe/Paris", "--format", "json")
+    assert now.code == 0, now.err
+    data = json.loads(now.out)
+    assert data["result"]["structuredContent"]["timezone"] == "Europe/Paris"
+    assert (data["agent"], data["server"], data["tool"], data["decision"]) == (
+        "default", "time", "get_current_time", "allow")
+    status = run("exec", "git.git_status", f"repo_path={project}")
+    assert status.code == 0, status.err
+    assert "No commits yet" in status.out or "Untracked files" in status.out
+
+
+@pytest.fixture
+def http_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, int]]:
+    transport = request.param
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([PY, str(SERVERS / "kitchen.py"), "--transport", transport,
+                             "--port", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield transport, port
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.mark.parametrize("http_server", ["sse", "streamable-http"], indirect=True)
+def test_http_transports(http_server: tuple[str, int], project: Path, run: Run,
+                         monkeypatch: pytest.MonkeyPatch) -> None:
+    transport, port = http_server
+    path = "sse" if transport == "sse" else "mcp"
+    monkeypatch.setenv("KITCHEN_TOKEN", "tok-123")
+    write(project / "bundlectl.yaml", f"""
+        version: 1
+        servers:
+          remote:
+            transport: {transport}
+            url: http://127.0.0.1:${{KITCHEN_PORT:-{port}}}/{path}
+            headers: {{Authorization: "Bearer ${{KITCHEN_TOKEN}}"}}
+        policy: {{default: allow}}
+    """)
+    result = run("exec", "remote.echo", "text=over http", "times=2")
+    assert (result.code, result.out, result.err) == (0, "over http over http\n", "")
+    missing = run("exec", "remote.nope")
+    assert missing.code == 4
+
+
+def test_http_server_not_listening(project: Path, run: Run) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    write(project / "bundlectl.yaml", f"""
+        version: 1
+        servers:
+          remote: {{transport: streamable-http, url: "http://127.0.0.1:{port}/mcp"}}
+        policy: {{default: allow}}
+    """)
+    result = run("exec", "remote.echo", "text=x", "--connect-timeout", "10")
+    assert result.code == 5, result.err
+    assert result.err_lines[0].startswith("error: cannot reach server 'remote' at http://127.0.0.1:")
+
+
+# --- output rendering --------------------------------------------------------------------------
+
+def test_every_content_type(kitchen: Path, run: Run, tmp_path: Path) -> None:
+    out_dir = tmp_path / "media"
+    result = run("exec", "-a", "reader", "kitchen.media", "--output-dir", str(out_dir))
+    assert result.code == 0, result.err
+    assert result.lines == [
+        "here is everything",
+        f"[image: {out_dir}/kitchen-media-1.png (image/png, 70 bytes)]",
+        f"[audio: {out_dir}/kitchen-media-2.wav (audio/wav, 12 bytes)]",
+        "[resource link: file:///tmp/report.txt (report, text/plain)]",
+        "[resource: memo://note (text/markdown)]",
+        "# a note",
+        f"[resource: memo://blob (application/octet-stream, 3 bytes) saved to "
+        f"{out_dir}/kitchen-media-3.bin]",
+    ]
+    assert (out_dir / "kitchen-media-1.png").read_bytes().startswith(b"\x89PNG")
+    as_json = json.loads(run("exec", "-a", "reader", "kitchen.media", "--format", "json").out)
+    assert [c["type"] for c in as_json["result"]["content"]] == [
+        "text", "image", "audio", "resource_link", "resource", "resource"]
+
+
+def test_huge_output_is_cut_in_text_mode_only(kitchen: Path, run: Run) -> None:
+    text = run("exec", "-a", "reader", "kitchen.huge", "size=1500000")
+    assert text.code == 0
+    assert len(text.out) == 1_000_001
+    assert text.err_lines[-1] == ("note: output cut after 1,000,000 characters (500,000 more); "
+                                  "use --format json for everything")
+    full = json.loads(run("exec", "-a", "reader", "kitchen.huge", "size=1500000",
+                          "--format", "json").out)
+    assert len(full["result"]["content"][0]["text"]) == 1_500_000
+
+
+# --- 1: the tool reported an error -------------------------------------------------------------
+
+def test_tool_error_exits_1(project: Path, run: Run, starts: Path) -> None:
+    write(project / "bundlectl.yaml", kitchen_config())
+    result = run("exec", "kitchen.fail", "message=disk full")
+    assert result.code == 1
+    assert result.err_lines[-2:] == ["error: tool kitchen.fail reported an error:",
+                                     "Error executing tool fail: disk full"]
+    as_json = run("exec", "kitchen.fail", "--format", "json")
+    assert as_json.code == 1 and json.loads(as_json.out)["result"]["isError"] is True
+
+
+# --- 2: usage ----------------------------------------------------------------------------------
+
+def test_usage_errors_start_nothing(kitchen: Path, run: Run, starts: Path) -> None:
+    cases = [
+        (["exec", "kitchen.echo", "novalue"], "error: argument 'novalue' is not KEY=VALUE"),
+        (["exec", "nodot"], "error: 'nodot' is not a qualified tool name"),
+        (["exec", "ghost.echo"], "error: no server 'ghost' in the resolved configuration"),
+        (["exec", "off.x"], "error: server 'off' is disabled"),
+        (["exec", "kitchen.echo", "--args", "{oops"],
+         "error: --args:1:2: invalid JSON: Expecting property name enclosed in double quotes"),
+        (["exec", "kitchen.echo", "--args", "[1]"],
+         "error: --args: the arguments must be a JSON object, not list"),
+        (["exec"], "error: missing SERVER.TOOL"),
+    ]
+    for args, first in cases:
+        result = run(*args)
+        assert (result.code, result.err_lines[0]) == (2, first), args
+    os.environ.pop("KITCHEN_STARTS")
+    unset = run("exec", "-a", "reader", "kitchen.echo", "text=x")
+    assert unset.code == 2
+    assert unset.err_lines[0] == ("error: server 'kitchen' (env.KITCHEN_STARTS) needs the "
+                                  "environment variable KITCHEN_STARTS, which is not set")
+    assert not starts.exists()
+
+
+# --- 3: denied by policy -----------------------------------------------------------------------
+
+def test_denied_call_starts_nothing_and_is_audited(project: Path, run: Run, starts: Path,
+                                                   _isolated_home: Path) -> None:
+    write(project / "bundlectl.yaml", kitchen_config(policy="deny"))
+    result = run("exec", "--agent", "reader", "kitchen.fail")
+    assert result.code == 3
+    assert result.err_lines == [
+        "error: agent 'reader' may not call kitchen.fail: denied by agents.reader.deny: "
+        "kitchen.fail",
+        "hint: bundlectl policy explain --agent reader kitchen.fail"]
+    assert run("exec", "--agent", "stranger", "kitchen.echo", "text=x").code == 3
+    # ask without a terminal and without --yes is a deny
+    asked = run("exec", "--agent", "writer", "files.write_file", "path=a.txt", "content=x")
+    assert asked.code == 3
+    assert not (project / "a.txt").exists()
+    assert not starts.exists()
+    records = audit_lines(_isolated_home)
+    assert [(r["agent"], r["tool"], r["decision"], r["outcome"]) for r in records] == [
+        ("reader", "fail", "deny", "denied"), ("stranger", "echo", "deny", "denied"),
+        ("writer", "write_file", "deny", "denied")]
+    assert records[0]["rule"] == "kitchen.fail"
+    assert records[0]["rule_source"] == "bundlectl.yaml:20:80"
+    yes = run("exec", "--agent", "writer", "files.write_file", "path=a.txt", "content=x", "--yes")
+    assert yes.code == 0 and (project / "a.txt").read_text() == "x"
+
+
+def test_audit_never_holds_argument_values_or_secrets(kitchen: Path, run: Run,
+                                                      _isolated_home: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GREETING", "ghp_0123456789abcdefghijklmnopqrstuvwxyz")
+    run("exec", "-a", "reader", "kitchen.echo", "text=my-private-text")
+    raw = (_isolated_home / "state" / "audit.jsonl").read_text()
+    assert "my-private-text" not in raw and "ghp_" not in raw
+    [record] = audit_lines(_isolated_home)
+    assert set(record) == {"timestamp", "agent", "server", "tool", "decision", "rule",
+                           "rule_source", "lock_digest", "outcome", "duration_ms",
+                           "arguments_sha256"}
+    assert record["outcome"] == "ok" and str(record["arguments_sha256"]).startswith("sha256:")
+
+
+# --- 4: no such tool, invalid arguments --------------------------------------------------------
+
+def test_unknown_tool_lists_the_closest(kitchen: Path, run: Run) -> None:
+    result = run("exec", "-a", "reader", "kitchen.ecko", "text=x")
+    assert result.err_lines == ["error: server 'kitchen' has no tool 'ecko'",
+                                "hint: did you mean kitchen.echo?"]
+    assert result.code == 4
+
+
+def test_every_schema_violation_is_listed(kitchen: Path, run: Run) -> None:
+    result = run("exec", "-a", "reader", "kitchen.add", "--args", '{"a": "x", "c": 1}')
+    assert result.code == 4
+    assert result.err_lines[:3] == [
+        "error: the arguments do not satisfy the input schema of kitchen.add:",
+        "  (arguments): 'b' is a required property",
+        "  a: 'x' is not of type 'integer'",
+    ]
+    typed = run("exec", "-a", "reader", "kitchen.add", "a=one", "b=2")
+    assert (typed.code, typed.err_lines[0]) == (4, "error: argument a='one' is not a valid "
+                                                   "integer")
+
+
+# --- 5: server failures --------------------------------------------------------------------------
+
+def test_server_failures(kitchen: Path, run: Run) -> None:
+    crash = run("exec", "crash.anything")
+    assert crash.code == 5
+    assert "error: server 'crash' closed the connection (it exited or crashed)" in crash.err
+    assert "  | fatal: cannot open database /nonexistent.db" in crash.err_lines
+    missing = run("exec", "missing.anything")
+    assert missing.code == 5
+    assert missing.err_lines[0] == ("error: could not start server 'missing': "
+                                    "'no-such-binary-bundlectl-test': No such file or directory")
+    garbage = run("exec", "garbage.anything", "--connect-timeout", "10")
+    assert garbage.code == 5, garbage.err
+    assert "error: server 'garbage' broke the protocol: its stdout has a line that is not " \
+        "JSON-RPC: 'this is not json-rpc'" in garbage.err_lines
+    dying = run("exec", "dying.anything")
+    assert dying.code == 5
+    assert "  | segfault imitation" in dying.err_lines
+
+
+# --- 6: timeouts -------------------------------------------------------------------------------
+
+def test_call_timeout_stops_the_server(kitchen: Path, run: Run, starts: Path) -> None:
+    began = time.monotonic()
+    result = run("exec", "-a", "reader", "kitchen.sleep", "seconds=30", "--timeout", "1")
+    assert result.code == 6, result.err
+    assert result.err_lines[0] == "error: server 'kitchen' did not answer in time"
+    assert time.monotonic() - began < 15
+    [pid] = pids(starts)
+    assert gone(pid, within=0.5)
+
+
+def test_connect_timeout_stops_a_hung_server(kitchen: Path, run: Run, starts: Path) -> None:
+    result = run("exec", "hang.anything", "--connect-timeout", "1.5")
+    assert result.code == 6
+    errors = [line for line in result.err_lines if line.startswith("error:")]
+    assert errors == ["error: server 'hang' did not finish connecting within 1.5 s; it was stopped"]
+    assert "  | hanging forever" in result.err_lines
+    [pid] = pids(starts)
+    assert gone(pid, within=0.5)
+
+
+# --- 130: interrupted ---------------------------------------------------------------------------
+
+def test_sigterm_shuts_down_cleanly(kitchen: Path, starts: Path) -> None:
+    proc = subprocess.Popen([PY, "-m", "bundlectl", "exec", "-a", "reader", "kitchen.sleep",
+                             "seconds=60"], cwd=kitchen, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while not pids(starts) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.5)  # connected and sleeping
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, err
+    assert b"stopped by SIGTERM" in err
+    [pid] = pids(starts)
+    assert gone(pid, within=0.5)
+
+
+# --- batch ---------------------------------------------------------------------------------------
+
+def test_batch_in_order_one_start_per_server(kitchen: Path, run: Run, starts: Path,
+                                             tmp_path: Path) -> None:
+    batch = tmp_path / "calls.jsonl"
+    batch.write_text("\n".join(json.dumps(x) for x in [
+        {"agent": "reader", "tool": "kitchen.echo", "arguments": {"text": "one"}},
+        {"agent": "reader", "tool": "files.read_file", "arguments": {"path": "hello.txt"}},
+        {"agent": "reader", "tool": "kitchen.fail"},
+        {"agent": "reader", "tool": "kitchen.add", "arguments": {"a": 1, "b": 2}},
+        {"tool": "nodot"},
+    ]) + "\nnot json\n")
+    result = run("exec", "--batch", str(batch))
+    lines = [json.loads(line) for line in result.lines]
+    assert [line["line"] for line in lines] == [1, 2, 3, 4, 5, 6]
+    assert lines[0]["result"]["content"][0]["text"] == "one"
+    assert lines[1]["result"]["content"][0]["text"] == "hello\n"
+    assert lines[2]["error"]["exit_code"] == 3 and "server" in lines[2]
+    assert lines[3]["result"]["structuredContent"] == {"sum": 3}
+    assert lines[4]["error"]["exit_code"] == 2
+    assert lines[5]["error"]["message"].endswith("invalid JSON: Expecting value")
+    assert len(pids(starts)) == 1  # the kitchen started once for two calls
+    assert result.code == 3
+
+
+def test_progress_line_on_a_terminal() -> None:
+    import anyio
+
+    from bundlectl.executor.call import _Progress
+
+    class Terminal:
+        def __init__(self) -> None:
+            self.text = ""
+
+        def isatty(self) -> bool:
+            return True
+
+        def write(self, text: str) -> None:
+            self.text += text
+
+        def flush(self) -> None:
+            pass
+
+    screen = Terminal()
+    old, sys.stderr = sys.stderr, screen  # type: ignore[assignment]
+    try:
+        progress = _Progress("kitchen.sleep")
+        anyio.run(progress, 1.0, 4.0, "sleeping")
+        anyio.run(progress, 4.0, 4.0, None)
+        progress.done()
+    finally:
+        sys.stderr = old
+    assert screen.text.startswith("\rkitchen.sleep: 1/4 sleeping")
+    assert "\rkitchen.sleep: 4/4" in screen.text and screen.text.endswith("\n")
+
+
+def test_tools_live_shows_drift(project: Path, run: Run, starts: Path) -> None:
+    write(project / "bundlectl.yaml", f"""
+        version: 1
+        bundles: [basic]
+        servers:
+          kitchen:
+            command: {PY}
+            args: ["{SERVERS / 'kitchen.py'}"]
+            tools:
+              - {{name: echo, description: Repeat text., input_schema: {{type: object}}}}
+              - {{name: retired, description: gone}}
+          broken: {{command: {PY}, args: ["{SERVERS / 'misbehave.py'}", crash]}}
+    """)
+    result = run("tools", "--live")
+    assert result.code == 5
+    assert result.lines[0] == "broken: could not ask it: server 'broken' closed the connection " \
+        "(it exited or crashed)"
+    assert result.lines[1] == "files: matches the declared catalog (3 tools)"
+    assert result.lines[2:6] == [
+        "kitchen: differs from the declared catalog",
+        "  + add (offered, not declared)",
+        "  + env_keys (offered, not declared)",
+        "  + fail (offered, not declared)",
+    ]
+    assert "  - retired (declared, not offered)" in result.lines
+    assert "  ~ echo: input schema differs" in result.lines
+    only = run("tools", "--live", "--server", "files", "--format", "json")
+    assert only.code == 0
+    assert json.loads(only.out)["servers"]["files"]["status"] == "ok"
