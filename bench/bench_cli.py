@@ -23,8 +23,9 @@ FLOOR = "import typer, pydantic, ruamel.yaml, platformdirs, packaging.specifiers
 
 def timed(cmd: list[str], env: dict[str, str], cwd: str) -> float:
     start = time.perf_counter()
-    subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   check=False)
+    subprocess.run(
+        cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False
+    )
     return time.perf_counter() - start
 
 
@@ -38,8 +39,11 @@ def main() -> None:
         cases = {
             "floor (import typer, pydantic, ...)": [sys.executable, "-c", FLOOR],
             # `import pydantic` is lazy; defining any model loads the rest (context, not target).
-            "floor + pydantic.BaseModel": [sys.executable, "-c",
-                                           FLOOR + "; from pydantic import BaseModel, Field"],
+            "floor + pydantic.BaseModel": [
+                sys.executable,
+                "-c",
+                FLOOR + "; from pydantic import BaseModel, Field",
+            ],
             "bundlectl --version": [exe, "--version"],
             "bundlectl show basic": [exe, "show", "basic"],
             "bundlectl list": [exe, "list"],

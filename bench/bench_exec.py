@@ -27,8 +27,7 @@ INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
 
 def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
     start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          check=False)
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, check=False)
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr.decode()}")
@@ -48,23 +47,48 @@ def main() -> None:
         (root / "bundlectl.yaml").write_text(
             "version: 1\nbundles: [basic]\nservers:\n  time:\n"
             f"    command: {sys.executable}\n    args: [-m, mcp_server_time]\n"
-            "    tools: []\npolicy: {default: allow}\n")
+            "    tools: []\npolicy: {default: allow}\n"
+        )
         env = {**os.environ, "BUNDLECTL_HOME": str(root / "home")}
         cases: dict[str, list[str]] = {
             "bundlectl exec time.get_current_time": [
-                bundlectl, "exec", "time.get_current_time", "timezone=UTC"],
+                bundlectl,
+                "exec",
+                "time.get_current_time",
+                "timezone=UTC",
+            ],
             "bundlectl exec files.read_file (in-process)": [
-                bundlectl, "exec", "files.read_file", "path=hello.txt"],
+                bundlectl,
+                "exec",
+                "files.read_file",
+                "path=hello.txt",
+            ],
         }
         npx = shutil.which("npx")
         if npx:
             base = [npx, "-y", INSPECTOR, "--cli"]
             cases["inspector: mcp-server-time get_current_time"] = [
-                *base, *time_server, "--method", "tools/call", "--tool-name", "get_current_time",
-                "--tool-arg", "timezone=UTC"]
+                *base,
+                *time_server,
+                "--method",
+                "tools/call",
+                "--tool-name",
+                "get_current_time",
+                "--tool-arg",
+                "timezone=UTC",
+            ]
             cases["inspector: bundlectl server files read_file"] = [
-                *base, bundlectl, "server", "files", "--method", "tools/call",
-                "--tool-name", "read_file", "--tool-arg", "path=hello.txt"]
+                *base,
+                bundlectl,
+                "server",
+                "files",
+                "--method",
+                "tools/call",
+                "--tool-name",
+                "read_file",
+                "--tool-arg",
+                "path=hello.txt",
+            ]
         else:
             print("note: npx not found; the Inspector cases are skipped")
         for cmd in cases.values():  # warm caches (npm, manifests, bytecode)
@@ -77,10 +101,18 @@ def main() -> None:
     for name, value in medians.items():
         print(f"{name:50} {value * 1000:7.0f} ms")
     if npx:
-        pairs = [("bundlectl exec time.get_current_time",
-                  "inspector: mcp-server-time get_current_time", 0.8),
-                 ("bundlectl exec files.read_file (in-process)",
-                  "inspector: bundlectl server files read_file", 0.6)]
+        pairs = [
+            (
+                "bundlectl exec time.get_current_time",
+                "inspector: mcp-server-time get_current_time",
+                0.8,
+            ),
+            (
+                "bundlectl exec files.read_file (in-process)",
+                "inspector: bundlectl server files read_file",
+                0.6,
+            ),
+        ]
         for ours, theirs, target in pairs:
             ratio = medians[ours] / medians[theirs]
             print(f"{ours} / {theirs}: {ratio:.2f} (target <= {target})")

@@ -36,16 +36,26 @@ ORIGIN = Origin("bundlectl.yaml", 1, 1)
 def random_pattern(rng: random.Random) -> str:
     server, tool = rng.choice(SERVERS), rng.choice(TOOLS)
     verb, noun = tool.split("_")
-    return rng.choice([
-        f"{server}.{tool}", f"{server}.{verb}_*", f"{server}.*_{noun}", tool, f"*.{verb}_*",
-        f"{server}.*", f"srv?{server[-1]}.{tool}", f"{server}.{verb}_?{noun[1:]}",
-    ])
+    return rng.choice(
+        [
+            f"{server}.{tool}",
+            f"{server}.{verb}_*",
+            f"{server}.*_{noun}",
+            tool,
+            f"*.{verb}_*",
+            f"{server}.*",
+            f"srv?{server[-1]}.{tool}",
+            f"{server}.{verb}_?{noun[1:]}",
+        ]
+    )
 
 
 def rules_for(rng: random.Random, agent: str, count: int) -> tuple[Rule, ...]:
     effects = ["allow"] * 6 + ["ask"] * 2 + ["deny"] * 2
-    return tuple(Rule(random_pattern(rng), rng.choice(effects), ORIGIN, agent)  # type: ignore[arg-type]
-                 for _ in range(count))
+    return tuple(
+        Rule(random_pattern(rng), rng.choice(effects), ORIGIN, agent)  # type: ignore[arg-type]
+        for _ in range(count)
+    )
 
 
 def catalog() -> Catalog:
@@ -67,17 +77,20 @@ def bench_decisions() -> None:
         for server, tool in tools:
             compiled.decide(server, tool)
         per_call.append((time.perf_counter() - start) / len(tools) * 1e6)
-    print(f"1 agent x 1,000 rules, 5,000 distinct tools: compile {compile_ms:.1f} ms, "
-          f"first pass (indexes each server on first use) {per_call[0]:.2f} us, "
-          f"then median {statistics.median(per_call[1:]):.2f} us per decision")
+    print(
+        f"1 agent x 1,000 rules, 5,000 distinct tools: compile {compile_ms:.1f} ms, "
+        f"first pass (indexes each server on first use) {per_call[0]:.2f} us, "
+        f"then median {statistics.median(per_call[1:]):.2f} us per decision"
+    )
 
 
 def matrix_policy(rng: random.Random) -> Policy:
     agents = {}
     for i in range(1000):
         name = f"agent{i:04d}"
-        parents = tuple((f"agent{j:04d}", ORIGIN) for j in rng.sample(range(i), min(i, 2))
-                        if rng.random() < 0.3)
+        parents = tuple(
+            (f"agent{j:04d}", ORIGIN) for j in rng.sample(range(i), min(i, 2)) if rng.random() < 0.3
+        )
         agents[name] = AgentSpec(name, ORIGIN, rules_for(rng, name, rng.randint(3, 15)), parents)
     return Policy(PolicySet(agents, "deny", None, (Rule("*.delete_*", "deny", ORIGIN),)))
 
@@ -97,8 +110,10 @@ def bench_matrix() -> None:
         writer.writerow([ref.qualified, *(col[i] for col in columns)])
     total = time.perf_counter() - start
     cells = len(rows) * len(cat)
-    print(f"matrix 1,000 agents x 5,000 tools ({cells:,} cells): engine {computed:.2f} s, "
-          f"with CSV rendering {total:.2f} s ({len(buffer.getvalue()) / 1e6:.0f} MB)")
+    print(
+        f"matrix 1,000 agents x 5,000 tools ({cells:,} cells): engine {computed:.2f} s, "
+        f"with CSV rendering {total:.2f} s ({len(buffer.getvalue()) / 1e6:.0f} MB)"
+    )
 
 
 def bench_cli() -> None:
@@ -124,10 +139,17 @@ def bench_cli() -> None:
         exe = str(Path(sys.executable).with_name("bundlectl"))
         env = {**os.environ, "BUNDLECTL_HOME": str(root / "home")}
         start = time.perf_counter()
-        done = subprocess.run([exe, "policy", "matrix", "--format", "csv"], cwd=root, env=env,
-                              stdout=subprocess.PIPE, check=True)
-        print(f"bundlectl policy matrix --format csv (1,000 agents, 50 servers x 100 tools, "
-              f"{len(done.stdout) / 1e6:.0f} MB): {time.perf_counter() - start:.2f} s")
+        done = subprocess.run(
+            [exe, "policy", "matrix", "--format", "csv"],
+            cwd=root,
+            env=env,
+            stdout=subprocess.PIPE,
+            check=True,
+        )
+        print(
+            f"bundlectl policy matrix --format csv (1,000 agents, 50 servers x 100 tools, "
+            f"{len(done.stdout) / 1e6:.0f} MB): {time.perf_counter() - start:.2f} s"
+        )
 
 
 def main() -> None:

@@ -67,8 +67,10 @@ def main() -> None:
         start = time.perf_counter()
         result = resolve([constraint(r, "bench") for r in roots], index)
         times.append(time.perf_counter() - start)
-    print(f"resolver only: {len(result)} bundles resolved, median "
-          f"{statistics.median(times) * 1000:.0f} ms")
+    print(
+        f"resolver only: {len(result)} bundles resolved, median "
+        f"{statistics.median(times) * 1000:.0f} ms"
+    )
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -80,15 +82,15 @@ def main() -> None:
                 body += f"servers:\n  s-{name}:\n    command: server-{name}\n"
                 (folder / f"{version}.yaml").write_text(body)
         (root / "bundlectl.yaml").write_text(
-            "version: 1\nregistries: [bundles]\nbundles: [" + ", ".join(roots) + "]\n")
+            "version: 1\nregistries: [bundles]\nbundles: [" + ", ".join(roots) + "]\n"
+        )
         env = {**os.environ, "BUNDLECTL_HOME": str(root / "home")}
         exe = str(Path(sys.executable).with_name("bundlectl"))
         runs = []
         for attempt in range(4):
             (root / "bundlectl.lock").unlink(missing_ok=True)
             start = time.perf_counter()
-            subprocess.run([exe, "lock"], cwd=root, env=env, check=True,
-                           stdout=subprocess.DEVNULL)
+            subprocess.run([exe, "lock"], cwd=root, env=env, check=True, stdout=subprocess.DEVNULL)
             runs.append(time.perf_counter() - start)
             label = "cold cache" if attempt == 0 else "warm"
             print(f"bundlectl lock over 200x10 on disk ({label}): {runs[-1] * 1000:.0f} ms")

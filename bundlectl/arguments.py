@@ -34,12 +34,14 @@ def load_json_args(source: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{where}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}",
-                         hint="pass a JSON object, e.g. --args '{\"path\": \"README.md\"}'") \
-            from None
+        raise UsageError(
+            f"{where}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}",
+            hint='pass a JSON object, e.g. --args \'{"path": "README.md"}\'',
+        ) from None
     if not isinstance(value, dict):
-        raise UsageError(f"{where}: the arguments must be a JSON object, not "
-                         f"{type(value).__name__}")
+        raise UsageError(
+            f"{where}: the arguments must be a JSON object, not {type(value).__name__}"
+        )
     return value
 
 
@@ -49,8 +51,10 @@ def split_pairs(pairs: list[str]) -> list[tuple[str, str]]:
     for item in pairs:
         key, eq, value = item.partition("=")
         if not eq or not key:
-            raise UsageError(f"argument {item!r} is not KEY=VALUE",
-                             hint="write path=README.md, or pass --args JSON")
+            raise UsageError(
+                f"argument {item!r} is not KEY=VALUE",
+                hint="write path=README.md, or pass --args JSON",
+            )
         out.append((key, value))
     return out
 
@@ -69,44 +73,65 @@ def _types(schema: dict[str, Any]) -> list[str]:
     return found
 
 
+def _as_integer(raw: str) -> Any:
+    return int(raw)
+
+
+def _as_number(raw: str) -> Any:
+    return float(raw) if any(c in raw for c in ".eE") else int(raw)
+
+
+def _as_boolean(raw: str) -> Any:
+    if raw.lower() not in _TRUE | _FALSE:
+        raise ValueError(raw)
+    return raw.lower() in _TRUE
+
+
+def _as_json(kind: type) -> Any:
+    def convert(raw: str) -> Any:
+        value = json.loads(raw)
+        if not isinstance(value, kind):
+            raise ValueError(raw)
+        return value
+
+    return convert
+
+
+_CONVERT = {
+    "string": str,
+    "integer": _as_integer,
+    "number": _as_number,
+    "boolean": _as_boolean,
+    "array": _as_json(list),
+    "object": _as_json(dict),
+}
+
+
 def typed_value(key: str, raw: str, schema: dict[str, Any]) -> Any:
-    """Convert one KEY=VALUE by the property's declared type."""
-    types = [t for t in _types(schema) if t != "null"]
-    if raw == "null" and "null" in _types(schema):
+    """Convert one KEY=VALUE by the property's declared type (the first type that fits)."""
+    declared = _types(schema)
+    if raw == "null" and "null" in declared:
         return None
+    types = [t for t in declared if t in _CONVERT]
     for kind in types:
-        if kind == "string":
-            return raw
-        if kind == "integer":
-            try:
-                return int(raw)
-            except ValueError:
-                continue
-        if kind == "number":
-            try:
-                return float(raw) if any(c in raw for c in ".eE") else int(raw)
-            except ValueError:
-                continue
-        if kind == "boolean" and raw.lower() in _TRUE | _FALSE:
-            return raw.lower() in _TRUE
-        if kind in ("array", "object"):
-            try:
-                value = json.loads(raw)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(value, list if kind == "array" else dict):
-                return value
+        try:
+            return _CONVERT[kind](raw)
+        except ValueError:  # json.JSONDecodeError is a ValueError too
+            continue
     if types:
-        raise ToolCallError(f"argument {key}={raw!r} is not a valid {' or '.join(types)}",
-                            hint="arrays and objects take JSON, e.g. paths='[\"a\", \"b\"]'")
+        raise ToolCallError(
+            f"argument {key}={raw!r} is not a valid {' or '.join(types)}",
+            hint='arrays and objects take JSON, e.g. paths=\'["a", "b"]\'',
+        )
     try:  # no declared type: JSON when it parses, else the string
         return json.loads(raw)
     except json.JSONDecodeError:
         return raw
 
 
-def build_arguments(pairs: list[tuple[str, str]], base: dict[str, Any],
-                    input_schema: dict[str, Any]) -> dict[str, Any]:
+def build_arguments(
+    pairs: list[tuple[str, str]], base: dict[str, Any], input_schema: dict[str, Any]
+) -> dict[str, Any]:
     """`--args` first, then KEY=VALUE pairs (which win), typed by the input schema."""
     properties = input_schema.get("properties") or {}
     args = dict(base)
@@ -127,13 +152,14 @@ def validate(arguments: dict[str, Any], input_schema: dict[str, Any], tool: str)
         validator = cls(input_schema)
         errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
     except SchemaError as exc:
-        raise ToolCallError(f"tool {tool} declares an invalid input schema: {exc.message}") \
-            from None
+        raise ToolCallError(
+            f"tool {tool} declares an invalid input schema: {exc.message}"
+        ) from None
     if errors:
         lines = [f"the arguments do not satisfy the input schema of {tool}:"]
         for error in errors:
             where = ".".join(str(p) for p in error.absolute_path) or "(arguments)"
             lines.append(f"  {where}: {error.message}")
-        raise ToolCallError("\n".join(lines),
-                            hint=f"`bundlectl tools --detail full --search {tool.split('.')[-1]}` "
-                            "shows the schema")
+        name = tool.split(".", 1)[-1]
+        hint = f"`bundlectl tools --detail full --search {name}` shows the schema"
+        raise ToolCallError("\n".join(lines), hint=hint)

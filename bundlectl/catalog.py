@@ -97,26 +97,30 @@ class Row:
     def effects(self, size: int) -> list[Effect]:
         allow = format(self.allow, f"0{size}b")[::-1] if size else ""
         ask = format(self.ask, f"0{size}b")[::-1] if size else ""
-        return ["ask" if k == "1" else "allow" if a == "1" else "deny"
-                for a, k in zip(allow, ask, strict=True)]
+        return [
+            "ask" if k == "1" else "allow" if a == "1" else "deny"
+            for a, k in zip(allow, ask, strict=True)
+        ]
 
 
 def agent_row(agent: CompiledAgent, catalog: Catalog) -> Row:
     """The agent's decisions over the whole catalog, by mask arithmetic (same rules as decide)."""
-    masks = {effect: catalog.rules_mask([r for r in agent.rules if r.effect == effect])
-             for effect in EFFECTS}
+    masks = {
+        effect: catalog.rules_mask([r for r in agent.rules if r.effect == effect])
+        for effect in EFFECTS
+    }
     policy = agent.policy
     denied = masks["deny"]
     if policy.pin_tools and policy.locked_tools is not None:
-        locked = sum(1 << catalog.index[key] for key in policy.locked_tools
-                     if key in catalog.index)
+        locked = sum(1 << catalog.index[key] for key in policy.locked_tools if key in catalog.index)
         denied |= catalog.full & ~locked
     open_ = catalog.full & ~denied
     ask = masks["ask"] & open_
     allow = masks["allow"] & open_ & ~ask
     rest = open_ & ~ask & ~allow
-    if (not agent.listed and policy.default == "allow") or \
-            (agent.listed and not agent.has_grants and agent.has_denies):
+    if (not agent.listed and policy.default == "allow") or (
+        agent.listed and not agent.has_grants and agent.has_denies
+    ):
         allow |= rest
     return Row(agent.name, allow, ask)
 

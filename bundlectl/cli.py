@@ -6,10 +6,11 @@ talk to servers never pay for what they do not use (above all, the MCP SDK).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import click
 import typer
@@ -25,20 +26,29 @@ app = typer.Typer(
     add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-registry_app = typer.Typer(help="Publish and list bundles in the user registry.",
-                           no_args_is_help=True)
+registry_app = typer.Typer(
+    help="Publish and list bundles in the user registry.", no_args_is_help=True
+)
 app.add_typer(registry_app, name="registry")
-policy_app = typer.Typer(help="Check, explain and review what each agent may call.",
-                         no_args_is_help=True)
+policy_app = typer.Typer(
+    help="Check, explain and review what each agent may call.", no_args_is_help=True
+)
 app.add_typer(policy_app, name="policy")
 
 ConfigOpt = Annotated[
-    Optional[Path],  # noqa: UP045 - typer needs Optional on 3.11
-    typer.Option("--config", "-c", envvar="BUNDLECTL_CONFIG", dir_okay=False,
-                 help="Path to bundlectl.yaml (default: nearest one upwards)."),
+    Path | None,
+    typer.Option(
+        "--config",
+        "-c",
+        envvar="BUNDLECTL_CONFIG",
+        dir_okay=False,
+        help="Path to bundlectl.yaml (default: nearest one upwards).",
+    ),
 ]
 FormatOpt = Annotated[Format, typer.Option("--format", help="Output format.")]
-DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Show what would change; write nothing.")]
+DryRunOpt = Annotated[
+    bool, typer.Option("--dry-run", help="Show what would change; write nothing.")
+]
 
 
 def _version(value: bool) -> None:
@@ -49,10 +59,15 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    debug: Annotated[bool, typer.Option("--debug", envvar="BUNDLECTL_DEBUG",
-                                        help="Show tracebacks for errors.")] = False,
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="Print the version and exit.")] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", envvar="BUNDLECTL_DEBUG", help="Show tracebacks for errors.")
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
 ) -> None:
     if debug:
         os.environ["BUNDLECTL_DEBUG"] = "1"
@@ -71,7 +86,9 @@ def init(
 
 @app.command("list")
 def list_(
-    installed: Annotated[bool, typer.Option("--installed", help="Only bundles in the lock.")] = False,
+    installed: Annotated[
+        bool, typer.Option("--installed", help="Only bundles in the lock.")
+    ] = False,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
@@ -83,8 +100,9 @@ def list_(
 
 @app.command()
 def show(
-    requirement: Annotated[str, typer.Argument(metavar="NAME[SPEC]",
-                                               help="A bundle, optionally with a version spec.")],
+    requirement: Annotated[
+        str, typer.Argument(metavar="NAME[SPEC]", help="A bundle, optionally with a version spec.")
+    ],
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
@@ -96,8 +114,9 @@ def show(
 
 @app.command()
 def install(
-    requirements: Annotated[list[str], typer.Argument(metavar="REQ...",
-                                                      help="Bundles, e.g. basic 'github>=1,<2'.")],
+    requirements: Annotated[
+        list[str], typer.Argument(metavar="REQ...", help="Bundles, e.g. basic 'github>=1,<2'.")
+    ],
     dry_run: DryRunOpt = False,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
@@ -123,11 +142,15 @@ def remove(
 
 @app.command()
 def lock(
-    names: Annotated[Optional[list[str]], typer.Argument(  # noqa: UP045
-        metavar="[NAME...]", help="With --upgrade: only these bundles.")] = None,
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="[NAME...]", help="With --upgrade: only these bundles."),
+    ] = None,
     check: Annotated[bool, typer.Option("--check", help="Exit 1 when the lock is stale.")] = False,
-    upgrade: Annotated[bool, typer.Option(
-        "--upgrade", help="Ignore the lock's pins (of NAME... only, when given).")] = False,
+    upgrade: Annotated[
+        bool,
+        typer.Option("--upgrade", help="Ignore the lock's pins (of NAME... only, when given)."),
+    ] = False,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
@@ -139,8 +162,10 @@ def lock(
 
 @app.command()
 def resolve(
-    agent: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
-        "--agent", "-a", help="Only these agents' rules (repeatable).")] = None,
+    agent: Annotated[
+        list[str] | None,
+        typer.Option("--agent", "-a", help="Only these agents' rules (repeatable)."),
+    ] = None,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
@@ -152,8 +177,9 @@ def resolve(
 
 @app.command()
 def schema(
-    out: Annotated[Path, typer.Option("--out", file_okay=False,
-                                      help="Folder to write the schemas to.")] = Path("schemas"),
+    out: Annotated[
+        Path, typer.Option("--out", file_okay=False, help="Folder to write the schemas to.")
+    ] = Path("schemas"),
     check: Annotated[bool, typer.Option("--check", help="Exit 1 when the files differ.")] = False,
 ) -> int:
     """Write the JSON Schemas of bundle manifests, config and lock (generated from the models)."""
@@ -185,8 +211,9 @@ def registry_list(
 
 
 AgentOpt = Annotated[str, typer.Option("--agent", "-a", help="The agent whose policy applies.")]
-InteractiveOpt = Annotated[bool, typer.Option(
-    "--interactive", help="Decide as if a human could confirm `ask` rules.")]
+InteractiveOpt = Annotated[
+    bool, typer.Option("--interactive", help="Decide as if a human could confirm `ask` rules.")
+]
 
 
 @policy_app.command("check")
@@ -219,8 +246,10 @@ def policy_explain(
 
 @policy_app.command("matrix")
 def policy_matrix(
-    agent: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
-        "--agent", "-a", help="Only these agents (repeatable).")] = None,
+    agent: Annotated[
+        list[str] | None,
+        typer.Option("--agent", "-a", help="Only these agents (repeatable)."),
+    ] = None,
     config: ConfigOpt = None,
     fmt: Annotated[str, typer.Option("--format", help="text, json or csv.")] = "text",
 ) -> int:
@@ -232,17 +261,29 @@ def policy_matrix(
 
 @app.command()
 def tools(
-    agent: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--agent", "-a", help="Only what this agent may call (allow or ask).")] = None,
-    server: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--server", "-s", help="Only this server's tools.")] = None,
-    search: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--search", "-q", help="Rank by relevance of name and description.")] = None,
-    detail: Annotated[str, typer.Option(
-        "--detail", help="name, summary (adds the description) or full (adds the schema).")
+    agent: Annotated[
+        str | None,
+        typer.Option("--agent", "-a", help="Only what this agent may call (allow or ask)."),
+    ] = None,
+    server: Annotated[
+        str | None,
+        typer.Option("--server", "-s", help="Only this server's tools."),
+    ] = None,
+    search: Annotated[
+        str | None,
+        typer.Option("--search", "-q", help="Rank by relevance of name and description."),
+    ] = None,
+    detail: Annotated[
+        str,
+        typer.Option(
+            "--detail", help="name, summary (adds the description) or full (adds the schema)."
+        ),
     ] = "summary",
-    live: Annotated[bool, typer.Option(
-        "--live", help="Ask the servers and show where they differ from the declared catalog.")
+    live: Annotated[
+        bool,
+        typer.Option(
+            "--live", help="Ask the servers and show where they differ from the declared catalog."
+        ),
     ] = False,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
@@ -250,53 +291,92 @@ def tools(
     """The tool catalog, filtered by policy: ask only for the tools and detail you need."""
     from bundlectl.commands import tools as cmd
 
-    return cmd.run(config, agent=agent, server=server, query=search, detail=detail, fmt=fmt,
-                   live=live)
+    return cmd.run(
+        config, agent=agent, server=server, query=search, detail=detail, fmt=fmt, live=live
+    )
 
 
 @app.command("exec")
 def exec_(
-    tool: Annotated[Optional[str], typer.Argument(  # noqa: UP045
-        metavar="SERVER.TOOL", help="The tool to call, e.g. files.read_file.")] = None,
-    arguments: Annotated[Optional[list[str]], typer.Argument(  # noqa: UP045
-        metavar="[KEY=VALUE...]", help="Arguments, typed by the tool's input schema.")] = None,
-    agent: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--agent", "-a", envvar="BUNDLECTL_AGENT",
-        help="The agent making the call (default: 'default').")] = None,
-    args_json: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--args", help="Arguments as a JSON object, @FILE, or - for standard input.")] = None,
-    timeout: Annotated[Optional[float], typer.Option(  # noqa: UP045
-        "--timeout", help="Call timeout in seconds (default: the server's timeout).")] = None,
-    connect_timeout: Annotated[float, typer.Option(
-        "--connect-timeout", help="Seconds allowed to start and connect.")] = 30.0,
+    tool: Annotated[
+        str | None,
+        typer.Argument(metavar="SERVER.TOOL", help="The tool to call, e.g. files.read_file."),
+    ] = None,
+    arguments: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[KEY=VALUE...]", help="Arguments, typed by the tool's input schema."
+        ),
+    ] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent",
+            "-a",
+            envvar="BUNDLECTL_AGENT",
+            help="The agent making the call (default: 'default').",
+        ),
+    ] = None,
+    args_json: Annotated[
+        str | None,
+        typer.Option("--args", help="Arguments as a JSON object, @FILE, or - for standard input."),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", help="Call timeout in seconds (default: the server's timeout)."),
+    ] = None,
+    connect_timeout: Annotated[
+        float, typer.Option("--connect-timeout", help="Seconds allowed to start and connect.")
+    ] = 30.0,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Confirm `ask` rules.")] = False,
-    output_dir: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        "--output-dir", file_okay=False, help="Where images, audio and blobs are saved.")] = None,
-    quiet: Annotated[bool, typer.Option(
-        "--quiet", "-q", help="Send the server's stderr to a log file.")] = False,
-    batch: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        "--batch", dir_okay=False, help="JSON lines of {agent, tool, arguments}.")] = None,
+    output_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--output-dir", file_okay=False, help="Where images, audio and blobs are saved."
+        ),
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Send the server's stderr to a log file.")
+    ] = False,
+    batch: Annotated[
+        Path | None,
+        typer.Option("--batch", dir_okay=False, help="JSON lines of {agent, tool, arguments}."),
+    ] = None,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
     """Make one policy-checked tool call (or a batch): denied calls start nothing."""
     from bundlectl.commands import exec as cmd
 
-    return cmd.run(config, tool, arguments or [], agent=agent, args_json=args_json,
-                   timeout=timeout, connect_timeout=connect_timeout, yes=yes, fmt=fmt,
-                   output_dir=output_dir, quiet=quiet, batch=batch)
+    return cmd.run(
+        config,
+        tool,
+        arguments or [],
+        agent=agent,
+        args_json=args_json,
+        timeout=timeout,
+        connect_timeout=connect_timeout,
+        yes=yes,
+        fmt=fmt,
+        output_dir=output_dir,
+        quiet=quiet,
+        batch=batch,
+    )
 
 
 @app.command()
 def server(
     name: Annotated[str, typer.Argument(metavar="NAME", help="files or review.")],
-    root: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        "--root", file_okay=False, help="Folder to work in (default: the project root).")
+    root: Annotated[
+        Path | None,
+        typer.Option(
+            "--root", file_okay=False, help="Folder to work in (default: the project root)."
+        ),
     ] = None,
-    transport: Annotated[str, typer.Option(
-        "--transport", help="stdio, sse or streamable-http.")] = "stdio",
-    host: Annotated[str, typer.Option("--host", help="Address for HTTP transports.")
-                    ] = "127.0.0.1",
+    transport: Annotated[
+        str, typer.Option("--transport", help="stdio, sse or streamable-http.")
+    ] = "stdio",
+    host: Annotated[str, typer.Option("--host", help="Address for HTTP transports.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port for HTTP transports.")] = 8000,
 ) -> int:
     """Run a built-in MCP server (files, review) for any MCP client."""
@@ -328,13 +408,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
-    except Exception as exc:  # noqa: BLE001
-        if type(exc).__name__ == "Interrupted":  # the executor stopped cleanly on a signal
-            sys.stderr.write(f"{exc}\n")
-            return 130
-        from bundlectl import report
-
-        return report.crash(exc)
     except Exception as exc:
         from bundlectl import report
 
@@ -354,10 +427,8 @@ def entry() -> None:
     code = main()
     if "mcp" in sys.modules:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 stream.flush()
-            except (OSError, ValueError):
-                pass
         if "logging" in sys.modules:
             import logging
 

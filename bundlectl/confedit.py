@@ -52,8 +52,10 @@ def edit_bundles(text: str, *, add: Sequence[str] = (), remove: Collection[str] 
     check = parse_yaml(new, "bundlectl.yaml")
     got = check.data.get("bundles") if isinstance(check.data, dict) else None
     if check.problems or (got or []) != expected:
-        raise BundlectlError("could not edit the bundles list of bundlectl.yaml safely",
-                             hint="edit the bundles: list by hand; nothing was written")
+        raise BundlectlError(
+            "could not edit the bundles list of bundlectl.yaml safely",
+            hint="edit the bundles: list by hand; nothing was written",
+        )
     return new
 
 
@@ -79,8 +81,9 @@ def _edit(doc: YamlDoc, text: str, add: Sequence[str], remove: Collection[str]) 
         return text + sep + "bundles:\n" + "".join(f"  - {r}\n" for r in add)
     items = doc.data["bundles"] or []
     seq_span = doc.values[("bundles",)]
-    flow = (items == [] and doc.data["bundles"] is not None) or \
-        text[buf.at(seq_span.line, seq_span.column):].startswith("[")
+    flow = (items == [] and doc.data["bundles"] is not None) or text[
+        buf.at(seq_span.line, seq_span.column) :
+    ].startswith("[")
     replacing = {_name(r): r for r in add}
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement), applied back to front
     kept = 0
@@ -89,14 +92,16 @@ def _edit(doc: YamlDoc, text: str, add: Sequence[str], remove: Collection[str]) 
         start, end = buf.at(span.line, span.column), buf.at(span.end_line, span.end_column)
         name = _name(item)
         if name in remove:
-            edits.append(_removal(buf, doc, index, len(items), flow, start, end))
+            edits.append(
+                _removal(buf, doc, index, count=len(items), flow=flow, start=start, end=end)
+            )
         else:
             kept += 1
             if name in replacing:
                 edits.append((start, end, _scalar(replacing.pop(name), flow)))
     appended = [r for r in add if _name(r) in replacing]
     if appended:
-        edits.append(_append(buf, doc, items, flow, kept, appended))
+        edits.append(_append(buf, doc, items, flow=flow, kept=kept, appended=appended))
     elif items and not kept and not flow:  # every entry removed: leave an empty list, not null
         key = doc.keys[("bundles",)]
         colon = text.index(":", buf.at(key.end_line, key.end_column))
@@ -111,8 +116,9 @@ def _scalar(requirement: str, flow: bool) -> str:
     return f"'{requirement}'" if flow and _FLOW_UNSAFE.search(requirement) else requirement
 
 
-def _removal(buf: _Text, doc: YamlDoc, index: int, count: int, flow: bool,
-             start: int, end: int) -> tuple[int, int, str]:
+def _removal(
+    buf: _Text, doc: YamlDoc, index: int, *, count: int, flow: bool, start: int, end: int
+) -> tuple[int, int, str]:
     if not flow:
         span = doc.values[("bundles", index)]
         return buf.starts[span.line - 1], buf.line_end(span.end_line), ""
@@ -129,8 +135,9 @@ def _removal(buf: _Text, doc: YamlDoc, index: int, count: int, flow: bool,
     return cut, end, ""
 
 
-def _append(buf: _Text, doc: YamlDoc, items: list[str], flow: bool, kept: int,
-            appended: list[str]) -> tuple[int, int, str]:
+def _append(
+    buf: _Text, doc: YamlDoc, items: list[str], *, flow: bool, kept: int, appended: list[str]
+) -> tuple[int, int, str]:
     text = buf.text
     seq = doc.values[("bundles",)]
     if flow:
@@ -145,7 +152,7 @@ def _append(buf: _Text, doc: YamlDoc, items: list[str], flow: bool, kept: int,
         return end, end, prefix + "".join(f"{indent}- {r}\n" for r in appended)
     last = doc.values[("bundles", len(items) - 1)]
     line_start = buf.starts[last.line - 1]
-    dash = text[line_start:buf.at(last.line, last.column)]
+    dash = text[line_start : buf.at(last.line, last.column)]
     end = buf.line_end(last.end_line)
     prefix = "" if text[:end].endswith("\n") else "\n"
     return end, end, prefix + "".join(f"{dash}{r}\n" for r in appended)

@@ -57,7 +57,7 @@ class ReportedFailure(BundlectlError):
 
 
 class ResolutionError(ReportedFailure):
-    """No set of bundle versions satisfies every constraint; the message lists who asked for what."""
+    """No set of bundle versions satisfies every constraint; says who asked for what."""
 
 
 class PolicyDenied(BundlectlError):
@@ -82,3 +82,9 @@ class CallTimeout(BundlectlError):
     """The call or the connection timed out; the server was stopped."""
 
     exit_code = 6
+
+
+class Interrupted(BundlectlError):
+    """SIGTERM or Ctrl-C arrived; servers were stopped before we exit."""
+
+    exit_code = 130

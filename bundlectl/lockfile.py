@@ -99,8 +99,9 @@ def describe_drift(old: LockFile | None, new: LockFile) -> list[str]:
         return ["there is no lock file"]
     lines = []
     if old.inputs_digest != new.inputs_digest:
-        lines.append("bundlectl.yaml changed since the lock was written (bundles, registries or "
-                     "servers)")
+        lines.append(
+            "bundlectl.yaml changed since the lock was written (bundles, registries or servers)"
+        )
     for name in sorted(set(old.bundles) | set(new.bundles)):
         before, after = old.bundles.get(name), new.bundles.get(name)
         if before is None and after is not None:

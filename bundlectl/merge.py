@@ -51,18 +51,23 @@ def origin_at(doc: YamlDoc, path: YamlPath, bundle: str | None = None) -> Origin
     return Origin(doc.file, span.line, span.column, bundle)
 
 
-def agent_spec(name: str, rules: AgentRules, doc: YamlDoc, base: YamlPath,
-               bundle: str | None = None) -> AgentSpec:
+def agent_spec(
+    name: str, rules: AgentRules, doc: YamlDoc, base: YamlPath, bundle: str | None = None
+) -> AgentSpec:
     """An AgentSpec whose every rule and parent knows the file position it was written at."""
     path = (*base, name)
     built: list[Rule] = []
-    for effect in ("allow", "ask", "deny"):
+    effects: tuple[Effect, ...] = ("allow", "ask", "deny")
+    for effect in effects:
         patterns: list[str] = getattr(rules, effect)
-        typed: Effect = effect  # type: ignore[assignment]
-        built += [Rule(p, typed, origin_at(doc, (*path, effect, i), bundle), name)
-                  for i, p in enumerate(patterns)]
-    parents = tuple((p, origin_at(doc, (*path, "extends", i), bundle))
-                    for i, p in enumerate(rules.extends))
+        typed: Effect = effect
+        built += [
+            Rule(p, typed, origin_at(doc, (*path, effect, i), bundle), name)
+            for i, p in enumerate(patterns)
+        ]
+    parents = tuple(
+        (p, origin_at(doc, (*path, "extends", i), bundle)) for i, p in enumerate(rules.extends)
+    )
     return AgentSpec(name, origin_at(doc, path, bundle), tuple(built), parents)
 
 
@@ -72,8 +77,9 @@ def merge(config: ProjectConfig, doc: YamlDoc, bundles: list[LoadedManifest]) ->
     notes: list[str] = []
     for loaded in bundles:
         for name, spec in loaded.manifest.servers.items():
-            incoming = MergedServer(name, spec, loaded.pin,
-                                    origin_at(loaded.doc, ("servers", name), loaded.pin))
+            incoming = MergedServer(
+                name, spec, loaded.pin, origin_at(loaded.doc, ("servers", name), loaded.pin)
+            )
             existing = servers.get(name)
             if existing is not None and existing.spec != spec and name not in config.servers:
                 raise ResolutionError(
@@ -85,32 +91,47 @@ def merge(config: ProjectConfig, doc: YamlDoc, bundles: list[LoadedManifest]) ->
             servers.setdefault(name, incoming)
     for name, spec in config.servers.items():
         if name in servers:
-            notes.append(f"server {name!r} from bundlectl.yaml replaces the one from bundle "
-                         f"{servers[name].bundle}")
+            notes.append(
+                f"server {name!r} from bundlectl.yaml replaces the one from bundle "
+                f"{servers[name].bundle}"
+            )
         servers[name] = MergedServer(name, spec, None, origin_at(doc, ("servers", name)))
 
     agents: dict[str, AgentSpec] = {}
     for loaded in bundles:
         for name, rules in loaded.manifest.agents.items():
-            spec = agent_spec(name, rules, loaded.doc, ("agents",), loaded.pin)
+            suggested = agent_spec(name, rules, loaded.doc, ("agents",), loaded.pin)
             if name in agents:
                 prior = agents[name]
-                spec = AgentSpec(name, prior.origin, prior.rules + spec.rules,
-                                 prior.extends + spec.extends)
-            agents[name] = spec
+                suggested = AgentSpec(
+                    name,
+                    prior.origin,
+                    prior.rules + suggested.rules,
+                    prior.extends + suggested.extends,
+                )
+            agents[name] = suggested
     for name, rules in config.agents.items():
         if name in agents:
-            notes.append(f"agent {name!r} in bundlectl.yaml replaces the defaults of "
-                         f"bundle {agents[name].origin.bundle}")
+            notes.append(
+                f"agent {name!r} in bundlectl.yaml replaces the defaults of "
+                f"bundle {agents[name].origin.bundle}"
+            )
         agents[name] = agent_spec(name, rules, doc, ("agents",))
 
-    env = [EnvRequirement(key, spec, loaded.pin)
-           for loaded in bundles for key, spec in loaded.manifest.env.items()]
+    env = [
+        EnvRequirement(key, spec, loaded.pin)
+        for loaded in bundles
+        for key, spec in loaded.manifest.env.items()
+    ]
     return Merged(bundles, dict(sorted(servers.items())), dict(sorted(agents.items())), env, notes)
 
 
-def policy_set(config: ProjectConfig, doc: YamlDoc, merged: Merged,
-               locked_tools: frozenset[tuple[str, str]] | None) -> PolicySet:
+def policy_set(
+    config: ProjectConfig,
+    doc: YamlDoc,
+    merged: Merged,
+    locked_tools: frozenset[tuple[str, str]] | None,
+) -> PolicySet:
     """The policy engine's input for this project."""
     policy_data = doc.data.get("policy") if isinstance(doc.data, dict) else None
     has_default = isinstance(policy_data, dict) and "default" in policy_data

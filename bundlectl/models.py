@@ -33,8 +33,9 @@ def check_rule(rule: str) -> str:
     bad = _BAD_PATTERN.search(rule)
     if bad:
         found = "'**'" if bad.group() == "**" else repr(bad.group())
-        raise ValueError(f"unsupported pattern {rule!r}: {found} is not allowed; "
-                         "only '*' and '?' are wildcards")
+        raise ValueError(
+            f"unsupported pattern {rule!r}: {found} is not allowed; only '*' and '?' are wildcards"
+        )
     server, dot, tool = rule.partition(".")
     if dot and (not server or not tool):
         raise ValueError(f"rule {rule!r} has an empty server or tool part")
@@ -44,8 +45,10 @@ def check_rule(rule: str) -> str:
 Rule = Annotated[
     str,
     AfterValidator(check_rule),
-    Field(description="`server.tool` (split at the first '.') or a bare tool name; "
-                      "'*' and '?' are the only wildcards."),
+    Field(
+        description="`server.tool` (split at the first '.') or a bare tool name; "
+        "'*' and '?' are the only wildcards."
+    ),
 ]
 
 
@@ -80,7 +83,9 @@ class ToolSpec(StrictModel):
     """A tool a server declares, for offline lint, show, search and policy checks."""
 
     name: str = Field(min_length=1, description="The tool's name exactly as the server lists it.")
-    title: str | None = Field(default=None, description="Human-readable title, if the server has one.")
+    title: str | None = Field(
+        default=None, description="Human-readable title, if the server has one."
+    )
     description: str = Field(default="", description="What the tool does (the server's text).")
     annotations: dict[str, Any] = Field(
         default_factory=dict,
@@ -136,8 +141,10 @@ class ServerSpec(StrictModel):
             if not self.url:
                 raise ValueError(f"a {self.transport} server needs a 'url'")
             if self.command or self.args or self.env or self.cwd:
-                raise ValueError(f"'command', 'args', 'env' and 'cwd' are for stdio servers, "
-                                 f"not {self.transport}")
+                raise ValueError(
+                    f"'command', 'args', 'env' and 'cwd' are for stdio servers, "
+                    f"not {self.transport}"
+                )
         names = [tool.name for tool in self.tools]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -166,7 +173,9 @@ class EnvInput(StrictModel):
 
     description: str = Field(default="", description="What the value is and where to get it.")
     secret: bool = Field(default=False, description="Never print, lock or log the value.")
-    required: bool = Field(default=False, description="The bundle's servers cannot work without it.")
+    required: bool = Field(
+        default=False, description="The bundle's servers cannot work without it."
+    )
     default: str | None = Field(default=None, description="Value used when the variable is unset.")
 
 
@@ -210,9 +219,15 @@ class PolicyTest(StrictModel):
     """A declarative expectation about the policy, checked by lint."""
 
     agent: Name
-    allow: list[str] = Field(default_factory=list, description="server.tool names that must be allowed.")
-    ask: list[str] = Field(default_factory=list, description="server.tool names that must need asking.")
-    deny: list[str] = Field(default_factory=list, description="server.tool names that must be denied.")
+    allow: list[str] = Field(
+        default_factory=list, description="server.tool names that must be allowed."
+    )
+    ask: list[str] = Field(
+        default_factory=list, description="server.tool names that must need asking."
+    )
+    deny: list[str] = Field(
+        default_factory=list, description="server.tool names that must be denied."
+    )
 
 
 Severity = Literal["error", "warning", "info"]

@@ -49,7 +49,7 @@ def cache_dir() -> Path:
 
 
 def audit_log_file(configured: str | None = None) -> Path:
-    """The audit log: `BUNDLECTL_AUDIT_LOG`, else `audit.path` from the user config, else state dir."""
+    """The audit log: `BUNDLECTL_AUDIT_LOG`, else `audit.path` of the user config, else state."""
     env = os.environ.get("BUNDLECTL_AUDIT_LOG")
     if env:
         return Path(env).expanduser()
@@ -59,7 +59,7 @@ def audit_log_file(configured: str | None = None) -> Path:
 
 
 def builtin_registry_dir() -> Path:
-    """The registry shipped with bundlectl (inside the wheel, or `registry/` of a source checkout)."""
+    """The registry shipped with bundlectl (in the wheel, or `registry/` of a source checkout)."""
     here = Path(__file__).resolve().parent
     packaged = here / "_registry"
     return packaged if packaged.is_dir() else here.parent / "registry"

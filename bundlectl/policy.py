@@ -145,8 +145,9 @@ class _Matcher:
         for index, rule in enumerate(self.rules):
             server_part, tool_part = rule.parts
             if server_part != server and not (
-                    _has_wildcard(server_part)
-                    and re.fullmatch(_pattern_regex(server_part), server, re.DOTALL)):
+                _has_wildcard(server_part)
+                and re.fullmatch(_pattern_regex(server_part), server, re.DOTALL)
+            ):
                 continue
             if _has_wildcard(tool_part):
                 wild.append(index)
@@ -154,8 +155,9 @@ class _Matcher:
                 exact.setdefault(tool_part, index)
         regex = None
         if wild:
-            regex = re.compile("|".join(f"({_pattern_regex(self.rules[i].parts[1])})"
-                                        for i in wild), re.DOTALL)
+            regex = re.compile(
+                "|".join(f"({_pattern_regex(self.rules[i].parts[1])})" for i in wild), re.DOTALL
+            )
         entry = (exact, regex, wild)
         self._servers[server] = entry
         return entry
@@ -206,8 +208,11 @@ class CompiledAgent:
         if deny is not None:
             return done("deny", deny, f"denied by {deny.label}")
         pol = self.policy
-        if pol.pin_tools and pol.locked_tools is not None \
-                and (server, tool) not in pol.locked_tools:
+        if (
+            pol.pin_tools
+            and pol.locked_tools is not None
+            and (server, tool) not in pol.locked_tools
+        ):
             return done("deny", None, "policy.pin_tools: the lock does not record this tool")
         ask = self._matchers["ask"].first(server, tool)
         if ask is not None:
@@ -218,8 +223,12 @@ class CompiledAgent:
         if not self.listed:
             effect: Effect = pol.default
             where = f" ({pol.default_origin})" if pol.default_origin else " (absent: allow)"
-            return done(effect, None, f"agent {self.name!r} is not listed under agents; "
-                                      f"policy.default is {effect}{where}")
+            return done(
+                effect,
+                None,
+                f"agent {self.name!r} is not listed under agents; "
+                f"policy.default is {effect}{where}",
+            )
         if self.has_grants:
             return done("deny", None, f"no allow or ask rule of agent {self.name!r} matches")
         if self.has_denies:
@@ -228,8 +237,9 @@ class CompiledAgent:
 
     def matching(self, server: str, tool: str) -> list[Rule]:
         """Every rule that matches, in effect order then declaration order (for explain)."""
-        return [r for effect in EFFECTS for r in self._matchers[effect].rules
-                if r.matches(server, tool)]
+        return [
+            r for effect in EFFECTS for r in self._matchers[effect].rules if r.matches(server, tool)
+        ]
 
 
 class Policy:
@@ -252,8 +262,9 @@ class Policy:
             for member in chain:
                 rules.extend(self.set.agents[member].rules)
             rules.extend(self.set.global_deny)
-            self._compiled[name] = CompiledAgent(name, name in self.set.agents, rules, chain,
-                                                 self.set)
+            self._compiled[name] = CompiledAgent(
+                name, name in self.set.agents, rules, chain, self.set
+            )
         return self._compiled[name]
 
     def decide(self, agent: str, qualified: str, *, interactive: bool = False) -> Decision:
@@ -265,8 +276,10 @@ def parse_tool_name(qualified: str) -> tuple[str, str]:
     """A concrete `server.tool` from the command line."""
     server, dot, tool = qualified.partition(".")
     if not dot or not server or not tool:
-        raise UsageError(f"{qualified!r} is not a qualified tool name",
-                         hint="write SERVER.TOOL, for example files.read_file")
+        raise UsageError(
+            f"{qualified!r} is not a qualified tool name",
+            hint="write SERVER.TOOL, for example files.read_file",
+        )
     return server, tool
 
 
@@ -296,20 +309,32 @@ def extends_problems(agents: Mapping[str, AgentSpec]) -> list[Problem]:
     for spec in agents.values():
         for parent, origin in spec.extends:
             if parent not in agents:
-                problems.append(Problem(origin.file, origin.line, origin.column,
-                                        f"agent {spec.name!r} extends unknown agent {parent!r}",
-                                        f"agents.{spec.name}.extends",
-                                        f"define agent {parent!r} or remove it from extends"))
+                problems.append(
+                    Problem(
+                        origin.file,
+                        origin.line,
+                        origin.column,
+                        f"agent {spec.name!r} extends unknown agent {parent!r}",
+                        f"agents.{spec.name}.extends",
+                        f"define agent {parent!r} or remove it from extends",
+                    )
+                )
     reported: set[frozenset[str]] = set()
     for name in sorted(agents):
         cycle = _find_cycle(agents, name)
         if cycle and frozenset(cycle) not in reported:
             reported.add(frozenset(cycle))
             origin = agents[name].origin
-            problems.append(Problem(origin.file, origin.line, origin.column,
-                                    "extends cycle: " + " -> ".join([*cycle, cycle[0]]),
-                                    f"agents.{name}.extends",
-                                    "break the cycle: an agent cannot inherit from itself"))
+            problems.append(
+                Problem(
+                    origin.file,
+                    origin.line,
+                    origin.column,
+                    "extends cycle: " + " -> ".join([*cycle, cycle[0]]),
+                    f"agents.{name}.extends",
+                    "break the cycle: an agent cannot inherit from itself",
+                )
+            )
     return problems
 
 
@@ -319,7 +344,7 @@ def _find_cycle(agents: Mapping[str, AgentSpec], start: str) -> list[str] | None
 
     def visit(name: str) -> list[str] | None:
         if name in path:
-            return path[path.index(name):] if name == start else None
+            return path[path.index(name) :] if name == start else None
         if name not in agents or name in explored:
             return None
         path.append(name)

@@ -81,7 +81,8 @@ class Resolution:
 
         return Catalog(
             ToolRef(name, tool.name, tool.description)
-            for name, server in self.merged.servers.items() if not server.spec.disabled
+            for name, server in self.merged.servers.items()
+            if not server.spec.disabled
             for tool in server.spec.tools
         )
 
@@ -97,11 +98,15 @@ def find_project(config: Path | None, cwd: Path | None = None) -> Path:
     """The config file to use, or a usage error saying how to create one."""
     found = paths.find_config(cwd or Path.cwd(), config)
     if found is None:
-        raise UsageError(f"no {paths.CONFIG_NAME} in {Path.cwd()} or any parent folder",
-                         hint="run `bundlectl init` to create one, or pass --config PATH")
+        raise UsageError(
+            f"no {paths.CONFIG_NAME} in {Path.cwd()} or any parent folder",
+            hint="run `bundlectl init` to create one, or pass --config PATH",
+        )
     if not found.is_file():
-        raise UsageError(f"config file {found} does not exist",
-                         hint="check --config / BUNDLECTL_CONFIG, or run `bundlectl init`")
+        raise UsageError(
+            f"config file {found} does not exist",
+            hint="check --config / BUNDLECTL_CONFIG, or run `bundlectl init`",
+        )
     return found
 
 
@@ -118,8 +123,9 @@ def project_from_text(path: Path, text: str) -> Project:
     return Project(path.resolve(), doc, validate_doc(doc, ProjectConfig, what="config"))
 
 
-def resolve_project(project: Project, *, upgrade: set[str] | None = None,
-                    use_lock: bool = True) -> Resolution:
+def resolve_project(
+    project: Project, *, upgrade: set[str] | None = None, use_lock: bool = True
+) -> Resolution:
     """Resolve the project's bundles (preferring the lock's pins) and merge everything."""
     from bundlectl.lockfile import build_lock
     from bundlectl.merge import merge

@@ -80,7 +80,8 @@ def load_manifest_file(path: Path, source: Source, display: str | None = None) -
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise InputFileError([Problem(shown, 1, 1, f"cannot read manifest: {exc.strerror}")]) from None
+        problem = Problem(shown, 1, 1, f"cannot read manifest: {exc.strerror}")
+        raise InputFileError([problem]) from None
     digest = digest_bytes(raw)
     cached = _cache_get(digest)
     if cached is not None:
@@ -198,11 +199,20 @@ def _display(path: Path) -> str:
 def _check_identity(loaded: LoadedManifest, name: str, version: Version) -> None:
     problems = []
     if loaded.manifest.name != name:
-        problems.append(loaded.doc.problem(("name",), f"manifest name {loaded.manifest.name!r} "
-                                           f"does not match its folder {name!r}"))
+        problems.append(
+            loaded.doc.problem(
+                ("name",),
+                f"manifest name {loaded.manifest.name!r} does not match its folder {name!r}",
+            )
+        )
     if loaded.version != version:
-        problems.append(loaded.doc.problem(("version",), f"manifest version "
-                                           f"{loaded.manifest.version} does not match its file "
-                                           f"name {version}"))
+        problems.append(
+            loaded.doc.problem(
+                ("version",),
+                f"manifest version "
+                f"{loaded.manifest.version} does not match its file "
+                f"name {version}",
+            )
+        )
     if problems:
         raise InputFileError(problems, hint="a manifest lives at <registry>/<name>/<version>.yaml")

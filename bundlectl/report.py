@@ -44,7 +44,8 @@ def crash(exc: BaseException) -> int:
         target.parent.mkdir(parents=True, exist_ok=True)
         with target.open("a", encoding="utf-8") as handle:
             handle.write(f"--- bundlectl {__version__} at {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
-            handle.write(f"command: {sys.argv[1:2]!r}\n{report}\n")  # no argument values: they may be secrets
+            # The command name only: argument values may be secrets.
+            handle.write(f"command: {sys.argv[1:2]!r}\n{report}\n")
         where = str(target)
     except OSError:
         where = "(could not write the report; rerun with --debug)"

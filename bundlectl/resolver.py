@@ -71,8 +71,9 @@ class _Solver:
     def dependencies(self, name: str, version: Version) -> list[Constraint]:
         key = (name, version)
         if key not in self._deps:
-            self._deps[key] = [constraint(t, f"{name}@{version}", name)
-                               for t in self.repo.requires(name, version)]
+            self._deps[key] = [
+                constraint(t, f"{name}@{version}", name) for t in self.repo.requires(name, version)
+            ]
         return self._deps[key]
 
     def _preferred(self, name: str) -> Version | None:
@@ -103,7 +104,9 @@ class _Solver:
             self.conflict = conflict
 
     def solve(
-        self, chosen: dict[str, Version], constraints: dict[str, tuple[Constraint, ...]],
+        self,
+        chosen: dict[str, Version],
+        constraints: dict[str, tuple[Constraint, ...]],
         order: list[str],
     ) -> dict[str, Version] | frozenset[str]:
         """A complete choice, or the set of bundle names whose choices caused the failure.
@@ -120,11 +123,19 @@ class _Solver:
         conflict = {c.by_bundle for c in constraints[pending] if c.by_bundle}
         for version in self.candidates(pending, constraints[pending]):
             new = self.dependencies(pending, version)
-            clash = next((c for c in new if c.name in chosen
-                          and not c.specifier.contains(chosen[c.name], prereleases=True)), None)
+            clash = next(
+                (
+                    c
+                    for c in new
+                    if c.name in chosen
+                    and not c.specifier.contains(chosen[c.name], prereleases=True)
+                ),
+                None,
+            )
             if clash is not None:
-                self._note(_Conflict(clash.name, (*constraints[clash.name], clash),
-                                     (chosen[clash.name],)))
+                self._note(
+                    _Conflict(clash.name, (*constraints[clash.name], clash), (chosen[clash.name],))
+                )
                 conflict.add(clash.name)
                 continue
             next_constraints = dict(constraints)  # tuples are shared, never mutated
@@ -185,9 +196,10 @@ def _explain(conflict: _Conflict | None, known: set[str]) -> ResolutionError:
         return ResolutionError("no set of bundle versions satisfies the requirements")
     if conflict.name not in known:
         who = ", ".join(c.imposed_by for c in conflict.constraints)
-        return ResolutionError(f"no bundle named {conflict.name!r} in any registry "
-                               f"(required by {who})",
-                               hint="publish it with `bundlectl registry add` or fix the name")
+        return ResolutionError(
+            f"no bundle named {conflict.name!r} in any registry (required by {who})",
+            hint="publish it with `bundlectl registry add` or fix the name",
+        )
     lines = [f"no version of {conflict.name!r} satisfies every constraint:"]
     lines += [f"  {c.describe()}" for c in conflict.constraints]
     versions = ", ".join(str(v) for v in conflict.available) or "none"

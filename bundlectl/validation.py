@@ -55,7 +55,7 @@ def problems_from(exc: ValidationError, doc: YamlDoc, model: type[BaseModel]) ->
             continue
         message = _message(error)
         # An error about a whole mapping (a model validator) reads best at the mapping's key.
-        on_key = on_key or isinstance(_node(doc.data, path), dict) and path in doc.keys
+        on_key = on_key or (isinstance(_node(doc.data, path), dict) and path in doc.keys)
         if kind == "missing":
             hint = f"add the key {path[-1]!r}"
         out.append(doc.problem(path, message, hint=hint, key=on_key))
@@ -66,14 +66,19 @@ def _message(error: Any) -> str:
     msg = str(error["msg"])
     for prefix in ("Value error, ", "Assertion failed, "):
         if msg.startswith(prefix):
-            msg = msg[len(prefix):]
+            msg = msg[len(prefix) :]
     if error["type"] == "string_pattern_mismatch":
-        msg = (f"{error['input']!r} is not a valid name: use lowercase letters, digits, '-' and "
-               "'_', starting with a letter or digit (at most 63 characters)")
+        msg = (
+            f"{error['input']!r} is not a valid name: use lowercase letters, digits, '-' and "
+            "'_', starting with a letter or digit (at most 63 characters)"
+        )
     elif error["type"] == "missing":
         msg = "required key is missing"
-    elif "input" in error and not isinstance(error["input"], dict | list) \
-            and repr(error["input"]) not in msg:
+    elif (
+        "input" in error
+        and not isinstance(error["input"], dict | list)
+        and repr(error["input"]) not in msg
+    ):
         msg = f"{msg} (got {error['input']!r})"
     return msg
 
@@ -97,8 +102,12 @@ def _yaml_path(loc: tuple[int | str, ...], doc: YamlDoc) -> tuple[YamlPath, bool
             break
         candidate = (*path, part)
         # Union/function tags (e.g. "function-after[...]") are not part of the document path.
-        if isinstance(part, str) and candidate not in doc.values and candidate not in doc.keys \
-                and ("[" in part or part in {"str", "int", "bool", "list", "dict"}):
+        if (
+            isinstance(part, str)
+            and candidate not in doc.values
+            and candidate not in doc.keys
+            and ("[" in part or part in {"str", "int", "bool", "list", "dict"})
+        ):
             continue
         path.append(part)
     return tuple(path), on_key

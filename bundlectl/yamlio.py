@@ -99,7 +99,7 @@ class _Builder:
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
         value = self.constructor.construct_object(node, deep=True)
         if isinstance(node, ScalarNode) and not node.style and node.tag != _STR_TAG:  # plain
-            self.doc.plain_scalars[path] = PlainScalar(str(node.value), node.tag)
+            self.doc.plain_scalars[path] = PlainScalar(str(node.value), node.tag or "")
         return value
 
     def _mapping(self, node: MappingNode, path: YamlPath) -> dict[Any, Any]:
@@ -111,8 +111,12 @@ class _Builder:
                 continue
             if not isinstance(key_node, ScalarNode):
                 self.doc.problems.append(
-                    Problem(self.doc.file, *_pos(key_node), "mapping keys must be plain scalars",
-                            _fmt(path))
+                    Problem(
+                        self.doc.file,
+                        *_pos(key_node),
+                        "mapping keys must be plain scalars",
+                        _fmt(path),
+                    )
                 )
                 continue
             key = self.constructor.construct_object(key_node, deep=True)
@@ -122,7 +126,8 @@ class _Builder:
                 first = first_seen[key]
                 self.doc.problems.append(
                     Problem(
-                        self.doc.file, *_pos(key_node),
+                        self.doc.file,
+                        *_pos(key_node),
                         f"duplicate key {key!r} (first defined at line {first.line})",
                         format_path((*path, key)),
                         "remove one of the two entries; YAML would silently keep only one",
@@ -174,8 +179,14 @@ def parse_yaml(text: str, file: str) -> YamlDoc:
         if exc.context and exc.problem:
             message = f"{' '.join(str(exc.context).split())}: {message}"
         doc.problems.append(
-            Problem(file, line, col, f"YAML syntax error: {message}", "",
-                    "fix the YAML syntax at this position (indentation, quotes, colons)")
+            Problem(
+                file,
+                line,
+                col,
+                f"YAML syntax error: {message}",
+                "",
+                "fix the YAML syntax at this position (indentation, quotes, colons)",
+            )
         )
         return doc
     except YAMLError as exc:

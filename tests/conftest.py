@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,8 +19,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
-def _isolated_home(tmp_path_factory: pytest.TempPathFactory,
-                   monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def _isolated_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
     """Point every bundlectl location at a temp dir and make platformdirs unusable."""
     home = tmp_path_factory.mktemp("bundlectl-home")
     monkeypatch.setenv("BUNDLECTL_HOME", str(home))
@@ -32,7 +33,7 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory,
 
     for name in ("user_config_dir", "user_data_dir", "user_state_dir", "user_cache_dir"):
         monkeypatch.setattr(platformdirs, name, unreachable)
-    yield home
+    return home
 
 
 @dataclass
@@ -99,3 +100,9 @@ def load_yaml(path: Path) -> Any:
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+
+
+@pytest.fixture
+def isolated_home(_isolated_home: Path) -> Path:
+    """The temporary BUNDLECTL_HOME of this test."""
+    return _isolated_home

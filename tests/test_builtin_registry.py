@@ -34,8 +34,7 @@ def test_third_party_packages_are_pinned_and_secrets_are_references() -> None:
 
 
 @pytest.mark.parametrize(("bundle", "server"), [("basic", "files"), ("code-review", "review")])
-def test_builtin_catalog_matches_the_real_server(bundle: str, server: str,
-                                                 tmp_path: Path) -> None:
+def test_builtin_catalog_matches_the_real_server(bundle: str, server: str, tmp_path: Path) -> None:
     from mcp import Client
 
     from bundlectl.servers import build
@@ -45,10 +44,15 @@ def test_builtin_catalog_matches_the_real_server(bundle: str, server: str,
     async def live() -> list[dict[str, object]]:
         async with Client(build(server, tmp_path)) as client:
             return [
-                {"name": t.name, "description": t.description or "",
-                 "input_schema": t.input_schema, "output_schema": t.output_schema,
-                 "annotations": t.annotations.model_dump(by_alias=True, exclude_none=True)
-                 if t.annotations else {}}
+                {
+                    "name": t.name,
+                    "description": t.description or "",
+                    "input_schema": t.input_schema,
+                    "output_schema": t.output_schema,
+                    "annotations": t.annotations.model_dump(by_alias=True, exclude_none=True)
+                    if t.annotations
+                    else {},
+                }
                 for t in (await client.list_tools()).tools
             ]
 
@@ -76,8 +80,14 @@ def test_show_lists_servers_tools_inputs_and_agents(project: Path, run: Run) -> 
 
 def test_list_and_init(project: Path, run: Run) -> None:
     listing = run("list")
-    assert listing.lines[0].split() == ["NAME", "NEWEST", "VERSIONS", "INSTALLED", "SOURCE",
-                                        "DESCRIPTION"]
+    assert listing.lines[0].split() == [
+        "NAME",
+        "NEWEST",
+        "VERSIONS",
+        "INSTALLED",
+        "SOURCE",
+        "DESCRIPTION",
+    ]
     assert [line.split()[0] for line in listing.lines[1:]] == BUILTIN.names()
     init = run("init")
     assert init.code == 0, init.err

@@ -27,16 +27,16 @@ bundles: [basic]
 servers:
   kitchen:
     command: {PY}
-    args: ["{SERVERS / 'kitchen.py'}"]
+    args: ["{SERVERS / "kitchen.py"}"]
     env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}", GREETING: "${{GREETING:-hello}}"}}
     timeout: 20
-  crash: {{command: {PY}, args: ["{SERVERS / 'misbehave.py'}", crash]}}
+  crash: {{command: {PY}, args: ["{SERVERS / "misbehave.py"}", crash]}}
   hang:
     command: {PY}
-    args: ["{SERVERS / 'misbehave.py'}", hang]
+    args: ["{SERVERS / "misbehave.py"}", hang]
     env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}"}}
-  garbage: {{command: {PY}, args: ["{SERVERS / 'misbehave.py'}", garbage]}}
-  dying: {{command: {PY}, args: ["{SERVERS / 'misbehave.py'}", exit-after-init]}}
+  garbage: {{command: {PY}, args: ["{SERVERS / "misbehave.py"}", garbage]}}
+  dying: {{command: {PY}, args: ["{SERVERS / "misbehave.py"}", exit-after-init]}}
   missing: {{command: no-such-binary-bundlectl-test}}
   off: {{command: {PY}, disabled: true}}
 {extra}
@@ -84,6 +84,7 @@ def audit_lines(home: Path) -> list[dict[str, object]]:
 
 # --- 0: success, over every transport ---------------------------------------------------------
 
+
 def test_builtin_server_in_process(kitchen: Path, run: Run) -> None:
     result = run("exec", "--agent", "reader", "files.read_file", "path=hello.txt")
     assert (result.code, result.out) == (0, "hello\n")
@@ -91,8 +92,9 @@ def test_builtin_server_in_process(kitchen: Path, run: Run) -> None:
     assert listing.lines == ["[FILE] bundlectl.yaml", "[FILE] hello.txt"]
 
 
-def test_stdio_server_typed_arguments_and_env(kitchen: Path, run: Run, starts: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stdio_server_typed_arguments_and_env(
+    kitchen: Path, run: Run, starts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     result = run("exec", "-a", "reader", "kitchen.echo", "text=hi", "times=3", "loud=true")
     assert (result.code, result.out) == (0, "HI HI HI\n")
     tags = run("exec", "-a", "reader", "kitchen.tags", 'items=["a","b"]', 'meta={"k": 1}')
@@ -108,20 +110,27 @@ def test_stdio_server_typed_arguments_and_env(kitchen: Path, run: Run, starts: P
 
 
 def test_real_third_party_servers(project: Path, run: Run) -> None:
-    write(project / "bundlectl.yaml", f"""
+    write(
+        project / "bundlectl.yaml",
+        f"""
         version: 1
         servers:
           time: {{command: {PY}, args: [-m, mcp_server_time, --local-timezone, UTC]}}
           git: {{command: {PY}, args: [-m, mcp_server_git]}}
         policy: {{default: allow}}
-    """)
+    """,
+    )
     subprocess.run(["git", "init", "-q", str(project)], check=True)
     now = run("exec", "time.get_current_time", "timezone=Europe/Paris", "--format", "json")
     assert now.code == 0, now.err
     data = json.loads(now.out)
     assert data["result"]["structuredContent"]["timezone"] == "Europe/Paris"
     assert (data["agent"], data["server"], data["tool"], data["decision"]) == (
-        "default", "time", "get_current_time", "allow")
+        "default",
+        "time",
+        "get_current_time",
+        "allow",
+    )
     status = run("exec", "git.git_status", f"repo_path={project}")
     assert status.code == 0, status.err
     assert "No commits yet" in status.out or "Untracked files" in status.out
@@ -133,9 +142,11 @@ def http_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tupl
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    proc = subprocess.Popen([PY, str(SERVERS / "kitchen.py"), "--transport", transport,
-                             "--port", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [PY, str(SERVERS / "kitchen.py"), "--transport", transport, "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
@@ -149,12 +160,15 @@ def http_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tupl
 
 
 @pytest.mark.parametrize("http_server", ["sse", "streamable-http"], indirect=True)
-def test_http_transports(http_server: tuple[str, int], project: Path, run: Run,
-                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_http_transports(
+    http_server: tuple[str, int], project: Path, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
     transport, port = http_server
     path = "sse" if transport == "sse" else "mcp"
     monkeypatch.setenv("KITCHEN_TOKEN", "tok-123")
-    write(project / "bundlectl.yaml", f"""
+    write(
+        project / "bundlectl.yaml",
+        f"""
         version: 1
         servers:
           remote:
@@ -162,7 +176,8 @@ def test_http_transports(http_server: tuple[str, int], project: Path, run: Run,
             url: http://127.0.0.1:${{KITCHEN_PORT:-{port}}}/{path}
             headers: {{Authorization: "Bearer ${{KITCHEN_TOKEN}}"}}
         policy: {{default: allow}}
-    """)
+    """,
+    )
     result = run("exec", "remote.echo", "text=over http", "times=2")
     assert (result.code, result.out, result.err) == (0, "over http over http\n", "")
     missing = run("exec", "remote.nope")
@@ -173,18 +188,24 @@ def test_http_server_not_listening(project: Path, run: Run) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    write(project / "bundlectl.yaml", f"""
+    write(
+        project / "bundlectl.yaml",
+        f"""
         version: 1
         servers:
           remote: {{transport: streamable-http, url: "http://127.0.0.1:{port}/mcp"}}
         policy: {{default: allow}}
-    """)
+    """,
+    )
     result = run("exec", "remote.echo", "text=x", "--connect-timeout", "10")
     assert result.code == 5, result.err
-    assert result.err_lines[0].startswith("error: cannot reach server 'remote' at http://127.0.0.1:")
+    assert result.err_lines[0].startswith(
+        "error: cannot reach server 'remote' at http://127.0.0.1:"
+    )
 
 
 # --- output rendering --------------------------------------------------------------------------
+
 
 def test_every_content_type(kitchen: Path, run: Run, tmp_path: Path) -> None:
     out_dir = tmp_path / "media"
@@ -203,33 +224,46 @@ def test_every_content_type(kitchen: Path, run: Run, tmp_path: Path) -> None:
     assert (out_dir / "kitchen-media-1.png").read_bytes().startswith(b"\x89PNG")
     as_json = json.loads(run("exec", "-a", "reader", "kitchen.media", "--format", "json").out)
     assert [c["type"] for c in as_json["result"]["content"]] == [
-        "text", "image", "audio", "resource_link", "resource", "resource"]
+        "text",
+        "image",
+        "audio",
+        "resource_link",
+        "resource",
+        "resource",
+    ]
 
 
 def test_huge_output_is_cut_in_text_mode_only(kitchen: Path, run: Run) -> None:
     text = run("exec", "-a", "reader", "kitchen.huge", "size=1500000")
     assert text.code == 0
     assert len(text.out) == 1_000_001
-    assert text.err_lines[-1] == ("note: output cut after 1,000,000 characters (500,000 more); "
-                                  "use --format json for everything")
-    full = json.loads(run("exec", "-a", "reader", "kitchen.huge", "size=1500000",
-                          "--format", "json").out)
+    assert text.err_lines[-1] == (
+        "note: output cut after 1,000,000 characters (500,000 more); "
+        "use --format json for everything"
+    )
+    full = json.loads(
+        run("exec", "-a", "reader", "kitchen.huge", "size=1500000", "--format", "json").out
+    )
     assert len(full["result"]["content"][0]["text"]) == 1_500_000
 
 
 # --- 1: the tool reported an error -------------------------------------------------------------
 
+
 def test_tool_error_exits_1(project: Path, run: Run, starts: Path) -> None:
     write(project / "bundlectl.yaml", kitchen_config())
     result = run("exec", "kitchen.fail", "message=disk full")
     assert result.code == 1
-    assert result.err_lines[-2:] == ["error: tool kitchen.fail reported an error:",
-                                     "Error executing tool fail: disk full"]
+    assert result.err_lines[-2:] == [
+        "error: tool kitchen.fail reported an error:",
+        "Error executing tool fail: disk full",
+    ]
     as_json = run("exec", "kitchen.fail", "--format", "json")
     assert as_json.code == 1 and json.loads(as_json.out)["result"]["isError"] is True
 
 
 # --- 2: usage ----------------------------------------------------------------------------------
+
 
 def test_usage_errors_start_nothing(kitchen: Path, run: Run, starts: Path) -> None:
     cases = [
@@ -237,10 +271,14 @@ def test_usage_errors_start_nothing(kitchen: Path, run: Run, starts: Path) -> No
         (["exec", "nodot"], "error: 'nodot' is not a qualified tool name"),
         (["exec", "ghost.echo"], "error: no server 'ghost' in the resolved configuration"),
         (["exec", "off.x"], "error: server 'off' is disabled"),
-        (["exec", "kitchen.echo", "--args", "{oops"],
-         "error: --args:1:2: invalid JSON: Expecting property name enclosed in double quotes"),
-        (["exec", "kitchen.echo", "--args", "[1]"],
-         "error: --args: the arguments must be a JSON object, not list"),
+        (
+            ["exec", "kitchen.echo", "--args", "{oops"],
+            "error: --args:1:2: invalid JSON: Expecting property name enclosed in double quotes",
+        ),
+        (
+            ["exec", "kitchen.echo", "--args", "[1]"],
+            "error: --args: the arguments must be a JSON object, not list",
+        ),
         (["exec"], "error: missing SERVER.TOOL"),
     ]
     for args, first in cases:
@@ -249,58 +287,78 @@ def test_usage_errors_start_nothing(kitchen: Path, run: Run, starts: Path) -> No
     os.environ.pop("KITCHEN_STARTS")
     unset = run("exec", "-a", "reader", "kitchen.echo", "text=x")
     assert unset.code == 2
-    assert unset.err_lines[0] == ("error: server 'kitchen' (env.KITCHEN_STARTS) needs the "
-                                  "environment variable KITCHEN_STARTS, which is not set")
+    assert unset.err_lines[0] == (
+        "error: server 'kitchen' (env.KITCHEN_STARTS) needs the "
+        "environment variable KITCHEN_STARTS, which is not set"
+    )
     assert not starts.exists()
 
 
 # --- 3: denied by policy -----------------------------------------------------------------------
 
-def test_denied_call_starts_nothing_and_is_audited(project: Path, run: Run, starts: Path,
-                                                   _isolated_home: Path) -> None:
+
+def test_denied_call_starts_nothing_and_is_audited(
+    project: Path, run: Run, starts: Path, isolated_home: Path
+) -> None:
     write(project / "bundlectl.yaml", kitchen_config(policy="deny"))
     result = run("exec", "--agent", "reader", "kitchen.fail")
     assert result.code == 3
     assert result.err_lines == [
         "error: agent 'reader' may not call kitchen.fail: denied by agents.reader.deny: "
         "kitchen.fail",
-        "hint: bundlectl policy explain --agent reader kitchen.fail"]
+        "hint: bundlectl policy explain --agent reader kitchen.fail",
+    ]
     assert run("exec", "--agent", "stranger", "kitchen.echo", "text=x").code == 3
     # ask without a terminal and without --yes is a deny
     asked = run("exec", "--agent", "writer", "files.write_file", "path=a.txt", "content=x")
     assert asked.code == 3
     assert not (project / "a.txt").exists()
     assert not starts.exists()
-    records = audit_lines(_isolated_home)
+    records = audit_lines(isolated_home)
     assert [(r["agent"], r["tool"], r["decision"], r["outcome"]) for r in records] == [
-        ("reader", "fail", "deny", "denied"), ("stranger", "echo", "deny", "denied"),
-        ("writer", "write_file", "deny", "denied")]
+        ("reader", "fail", "deny", "denied"),
+        ("stranger", "echo", "deny", "denied"),
+        ("writer", "write_file", "deny", "denied"),
+    ]
     assert records[0]["rule"] == "kitchen.fail"
     assert records[0]["rule_source"] == "bundlectl.yaml:20:80"
     yes = run("exec", "--agent", "writer", "files.write_file", "path=a.txt", "content=x", "--yes")
     assert yes.code == 0 and (project / "a.txt").read_text() == "x"
 
 
-def test_audit_never_holds_argument_values_or_secrets(kitchen: Path, run: Run,
-                                                      _isolated_home: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_audit_never_holds_argument_values_or_secrets(
+    kitchen: Path, run: Run, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GREETING", "ghp_0123456789abcdefghijklmnopqrstuvwxyz")
     run("exec", "-a", "reader", "kitchen.echo", "text=my-private-text")
-    raw = (_isolated_home / "state" / "audit.jsonl").read_text()
+    raw = (isolated_home / "state" / "audit.jsonl").read_text()
     assert "my-private-text" not in raw and "ghp_" not in raw
-    [record] = audit_lines(_isolated_home)
-    assert set(record) == {"timestamp", "agent", "server", "tool", "decision", "rule",
-                           "rule_source", "lock_digest", "outcome", "duration_ms",
-                           "arguments_sha256"}
+    [record] = audit_lines(isolated_home)
+    assert set(record) == {
+        "timestamp",
+        "agent",
+        "server",
+        "tool",
+        "decision",
+        "rule",
+        "rule_source",
+        "lock_digest",
+        "outcome",
+        "duration_ms",
+        "arguments_sha256",
+    }
     assert record["outcome"] == "ok" and str(record["arguments_sha256"]).startswith("sha256:")
 
 
 # --- 4: no such tool, invalid arguments --------------------------------------------------------
 
+
 def test_unknown_tool_lists_the_closest(kitchen: Path, run: Run) -> None:
     result = run("exec", "-a", "reader", "kitchen.ecko", "text=x")
-    assert result.err_lines == ["error: server 'kitchen' has no tool 'ecko'",
-                                "hint: did you mean kitchen.echo?"]
+    assert result.err_lines == [
+        "error: server 'kitchen' has no tool 'ecko'",
+        "hint: did you mean kitchen.echo?",
+    ]
     assert result.code == 4
 
 
@@ -313,11 +371,11 @@ def test_every_schema_violation_is_listed(kitchen: Path, run: Run) -> None:
         "  a: 'x' is not of type 'integer'",
     ]
     typed = run("exec", "-a", "reader", "kitchen.add", "a=one", "b=2")
-    assert (typed.code, typed.err_lines[0]) == (4, "error: argument a='one' is not a valid "
-                                                   "integer")
+    assert (typed.code, typed.err_lines[0]) == (4, "error: argument a='one' is not a valid integer")
 
 
 # --- 5: server failures --------------------------------------------------------------------------
+
 
 def test_server_failures(kitchen: Path, run: Run) -> None:
     crash = run("exec", "crash.anything")
@@ -326,18 +384,23 @@ def test_server_failures(kitchen: Path, run: Run) -> None:
     assert "  | fatal: cannot open database /nonexistent.db" in crash.err_lines
     missing = run("exec", "missing.anything")
     assert missing.code == 5
-    assert missing.err_lines[0] == ("error: could not start server 'missing': "
-                                    "'no-such-binary-bundlectl-test': No such file or directory")
+    assert missing.err_lines[0] == (
+        "error: could not start server 'missing': "
+        "'no-such-binary-bundlectl-test': No such file or directory"
+    )
     garbage = run("exec", "garbage.anything", "--connect-timeout", "10")
     assert garbage.code == 5, garbage.err
-    assert "error: server 'garbage' broke the protocol: its stdout has a line that is not " \
+    assert (
+        "error: server 'garbage' broke the protocol: its stdout has a line that is not "
         "JSON-RPC: 'this is not json-rpc'" in garbage.err_lines
+    )
     dying = run("exec", "dying.anything")
     assert dying.code == 5
     assert "  | segfault imitation" in dying.err_lines
 
 
 # --- 6: timeouts -------------------------------------------------------------------------------
+
 
 def test_call_timeout_stops_the_server(kitchen: Path, run: Run, starts: Path) -> None:
     began = time.monotonic()
@@ -361,10 +424,14 @@ def test_connect_timeout_stops_a_hung_server(kitchen: Path, run: Run, starts: Pa
 
 # --- 130: interrupted ---------------------------------------------------------------------------
 
+
 def test_sigterm_shuts_down_cleanly(kitchen: Path, starts: Path) -> None:
-    proc = subprocess.Popen([PY, "-m", "bundlectl", "exec", "-a", "reader", "kitchen.sleep",
-                             "seconds=60"], cwd=kitchen, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [PY, "-m", "bundlectl", "exec", "-a", "reader", "kitchen.sleep", "seconds=60"],
+        cwd=kitchen,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 20
     while not pids(starts) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -379,16 +446,24 @@ def test_sigterm_shuts_down_cleanly(kitchen: Path, starts: Path) -> None:
 
 # --- batch ---------------------------------------------------------------------------------------
 
-def test_batch_in_order_one_start_per_server(kitchen: Path, run: Run, starts: Path,
-                                             tmp_path: Path) -> None:
+
+def test_batch_in_order_one_start_per_server(
+    kitchen: Path, run: Run, starts: Path, tmp_path: Path
+) -> None:
     batch = tmp_path / "calls.jsonl"
-    batch.write_text("\n".join(json.dumps(x) for x in [
-        {"agent": "reader", "tool": "kitchen.echo", "arguments": {"text": "one"}},
-        {"agent": "reader", "tool": "files.read_file", "arguments": {"path": "hello.txt"}},
-        {"agent": "reader", "tool": "kitchen.fail"},
-        {"agent": "reader", "tool": "kitchen.add", "arguments": {"a": 1, "b": 2}},
-        {"tool": "nodot"},
-    ]) + "\nnot json\n")
+    batch.write_text(
+        "\n".join(
+            json.dumps(x)
+            for x in [
+                {"agent": "reader", "tool": "kitchen.echo", "arguments": {"text": "one"}},
+                {"agent": "reader", "tool": "files.read_file", "arguments": {"path": "hello.txt"}},
+                {"agent": "reader", "tool": "kitchen.fail"},
+                {"agent": "reader", "tool": "kitchen.add", "arguments": {"a": 1, "b": 2}},
+                {"tool": "nodot"},
+            ]
+        )
+        + "\nnot json\n"
+    )
     result = run("exec", "--batch", str(batch))
     lines = [json.loads(line) for line in result.lines]
     assert [line["line"] for line in lines] == [1, 2, 3, 4, 5, 6]
@@ -434,22 +509,27 @@ def test_progress_line_on_a_terminal() -> None:
 
 
 def test_tools_live_shows_drift(project: Path, run: Run, starts: Path) -> None:
-    write(project / "bundlectl.yaml", f"""
+    write(
+        project / "bundlectl.yaml",
+        f"""
         version: 1
         bundles: [basic]
         servers:
           kitchen:
             command: {PY}
-            args: ["{SERVERS / 'kitchen.py'}"]
+            args: ["{SERVERS / "kitchen.py"}"]
             tools:
               - {{name: echo, description: Repeat text., input_schema: {{type: object}}}}
               - {{name: retired, description: gone}}
-          broken: {{command: {PY}, args: ["{SERVERS / 'misbehave.py'}", crash]}}
-    """)
+          broken: {{command: {PY}, args: ["{SERVERS / "misbehave.py"}", crash]}}
+    """,
+    )
     result = run("tools", "--live")
     assert result.code == 5
-    assert result.lines[0] == "broken: could not ask it: server 'broken' closed the connection " \
+    assert (
+        result.lines[0] == "broken: could not ask it: server 'broken' closed the connection "
         "(it exited or crashed)"
+    )
     assert result.lines[1] == "files: matches the declared catalog (3 tools)"
     assert result.lines[2:6] == [
         "kitchen: differs from the declared catalog",

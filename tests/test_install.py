@@ -30,14 +30,21 @@ def configured(project: Path, run: Run) -> Path:
 def test_install_keeps_every_comment_and_the_formatting(configured: Path, run: Run) -> None:
     result = run("install", "docs-writer", "github>=1,<2")
     assert result.code == 0, result.err
-    assert result.lines == ["+ docs-writer 1.0.0", "+ github 1.1.0",
-                            "wrote bundlectl.yaml and bundlectl.lock"]
+    assert result.lines == [
+        "+ docs-writer 1.0.0",
+        "+ github 1.1.0",
+        "wrote bundlectl.yaml and bundlectl.lock",
+    ]
     assert (configured / "bundlectl.yaml").read_text() == CONFIG.replace(
         "    - basic      # files for everyone\n",
-        "    - basic      # files for everyone\n    - docs-writer\n    - github>=1,<2\n")
+        "    - basic      # files for everyone\n    - docs-writer\n    - github>=1,<2\n",
+    )
     lock = load_yaml(configured / "bundlectl.lock")
     assert {n: b["version"] for n, b in lock["bundles"].items()} == {
-        "basic": "1.1.0", "docs-writer": "1.0.0", "github": "1.1.0"}
+        "basic": "1.1.0",
+        "docs-writer": "1.0.0",
+        "github": "1.1.0",
+    }
 
 
 def test_install_replaces_an_entry_in_place_and_upgrades(configured: Path, run: Run) -> None:
@@ -55,18 +62,21 @@ def test_dry_run_writes_nothing(configured: Path, run: Run) -> None:
     assert result.lines[-1] == "would write bundlectl.yaml and bundlectl.lock"
     assert "+ code-review 1.0.0" in result.lines
     assert {p.name: p.read_bytes() for p in configured.iterdir()} == before
-    assert run("remove", "basic", "--dry-run").lines[-1] == \
-        "would write bundlectl.yaml and bundlectl.lock"
+    assert (
+        run("remove", "basic", "--dry-run").lines[-1]
+        == "would write bundlectl.yaml and bundlectl.lock"
+    )
     assert {p.name: p.read_bytes() for p in configured.iterdir()} == before
 
 
-def test_remove_refuses_while_required_and_names_the_dependent(configured: Path,
-                                                              run: Run) -> None:
+def test_remove_refuses_while_required_and_names_the_dependent(configured: Path, run: Run) -> None:
     run("install", "docs-writer")
     result = run("remove", "github")
     assert result.code == 1
-    assert result.err_lines == ["error: cannot remove github: required by docs-writer@1.0.0",
-                                "hint: remove docs-writer as well, or keep github"]
+    assert result.err_lines == [
+        "error: cannot remove github: required by docs-writer@1.0.0",
+        "hint: remove docs-writer as well, or keep github",
+    ]
     both = run("remove", "docs-writer", "github")
     assert both.code == 0, both.err
     assert both.lines[:2] == ["- docs-writer 1.0.0", "- github 2.0.0"]
@@ -119,8 +129,9 @@ def test_lock_check_without_lock_and_json(project: Path, run: Run) -> None:
     assert '"reasons": [\n    "there is no lock file"\n  ]' in result.out
 
 
-def test_lock_never_contains_expanded_secrets(configured: Path, run: Run,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lock_never_contains_expanded_secrets(
+    configured: Path, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("API_TOKEN", "ghp_supersecretvalue1234567890abcdef")
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_anothersecretvalue1234567890abcd")
     run("install", "github")
@@ -140,42 +151,68 @@ def test_lock_is_deterministic(configured: Path, run: Run) -> None:
 
 
 def test_project_server_wins_with_a_note(project: Path, run: Run) -> None:
-    write(project / "bundlectl.yaml", """
+    write(
+        project / "bundlectl.yaml",
+        """
         version: 1
         bundles: [basic]
         servers:
           files: {command: my-files}
-    """)
+    """,
+    )
     result = run("resolve")
     assert result.code == 0
     assert "  files  [bundlectl.yaml]  stdio: my-files" in result.lines
-    assert "note: server 'files' from bundlectl.yaml replaces the one from bundle basic@1.1.0" \
+    assert (
+        "note: server 'files' from bundlectl.yaml replaces the one from bundle basic@1.1.0"
         in result.err_lines
+    )
 
 
 def test_two_bundles_defining_one_server_differently(project: Path, run: Run) -> None:
     for name in ("one", "two"):
-        write(project / "bundles" / name / "1.0.0.yaml",
-              f"name: {name}\nversion: 1.0.0\nservers:\n  shared: {{command: {name}}}\n")
+        write(
+            project / "bundles" / name / "1.0.0.yaml",
+            f"name: {name}\nversion: 1.0.0\nservers:\n  shared: {{command: {name}}}\n",
+        )
     write(project / "bundlectl.yaml", "version: 1\nregistries: [bundles]\nbundles: [one, two]\n")
     result = run("lock")
     assert result.code == 1
-    assert result.err_lines[0] == ("error: server 'shared' is defined differently by bundles "
-                                   "one@1.0.0 and two@1.0.0")
+    assert result.err_lines[0] == (
+        "error: server 'shared' is defined differently by bundles one@1.0.0 and two@1.0.0"
+    )
 
 
-@pytest.mark.parametrize(("text", "add", "remove", "expected"), [
-    ("version: 1\nbundles: [basic]  # c\n", ["github>=1,<2"], [],
-     "version: 1\nbundles: [basic, 'github>=1,<2']  # c\n"),
-    ("version: 1\nbundles: [basic, x]  # c\n", [], ["basic"], "version: 1\nbundles: [x]  # c\n"),
-    ("version: 1\nbundles: [basic, x]\n", [], ["x"], "version: 1\nbundles: [basic]\n"),
-    ("version: 1\nbundles: []\n", ["basic"], [], "version: 1\nbundles: [basic]\n"),
-    ("version: 1\n", ["basic"], [], "version: 1\nbundles:\n  - basic\n"),
-    ("version: 1", ["basic"], [], "version: 1\nbundles:\n  - basic\n"),
-    ("version: 1\nbundles:\nagents: {}\n", ["b"], [], "version: 1\nbundles:\n  - b\nagents: {}\n"),
-    ("bundles:\n- a\n- b\n", [], ["a", "b"], "bundles: []\n"),
-    ("bundles:\n- a  # one\n- b\n", ["a==1"], [], "bundles:\n- a==1  # one\n- b\n"),
-])
-def test_edit_bundles_is_surgical(text: str, add: list[str], remove: list[str],
-                                  expected: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "add", "remove", "expected"),
+    [
+        (
+            "version: 1\nbundles: [basic]  # c\n",
+            ["github>=1,<2"],
+            [],
+            "version: 1\nbundles: [basic, 'github>=1,<2']  # c\n",
+        ),
+        (
+            "version: 1\nbundles: [basic, x]  # c\n",
+            [],
+            ["basic"],
+            "version: 1\nbundles: [x]  # c\n",
+        ),
+        ("version: 1\nbundles: [basic, x]\n", [], ["x"], "version: 1\nbundles: [basic]\n"),
+        ("version: 1\nbundles: []\n", ["basic"], [], "version: 1\nbundles: [basic]\n"),
+        ("version: 1\n", ["basic"], [], "version: 1\nbundles:\n  - basic\n"),
+        ("version: 1", ["basic"], [], "version: 1\nbundles:\n  - basic\n"),
+        (
+            "version: 1\nbundles:\nagents: {}\n",
+            ["b"],
+            [],
+            "version: 1\nbundles:\n  - b\nagents: {}\n",
+        ),
+        ("bundles:\n- a\n- b\n", [], ["a", "b"], "bundles: []\n"),
+        ("bundles:\n- a  # one\n- b\n", ["a==1"], [], "bundles:\n- a==1  # one\n- b\n"),
+    ],
+)
+def test_edit_bundles_is_surgical(
+    text: str, add: list[str], remove: list[str], expected: str
+) -> None:
     assert edit_bundles(text, add=add, remove=remove) == expected

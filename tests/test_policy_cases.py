@@ -31,9 +31,14 @@ def _cases(kind: str) -> list[Any]:
 
 
 def _write_project(root: Path, catalog: dict[str, list[str]], fragment: dict[str, Any]) -> Path:
-    config = {"version": 1, **fragment,
-              "servers": {s: {"command": "true", "tools": [{"name": t} for t in tools]}
-                          for s, tools in catalog.items()}}
+    config = {
+        "version": 1,
+        **fragment,
+        "servers": {
+            s: {"command": "true", "tools": [{"name": t} for t in tools]}
+            for s, tools in catalog.items()
+        },
+    }
     path = root / "bundlectl.yaml"
     with path.open("w") as handle:
         YAML(typ="safe", pure=True).dump(config, handle)
@@ -41,15 +46,17 @@ def _write_project(root: Path, catalog: dict[str, list[str]], fragment: dict[str
 
 
 @pytest.mark.parametrize(("catalog", "case"), _cases("cases"))
-def test_decisions(catalog: dict[str, list[str]], case: dict[str, Any], project: Path,
-                   run: Run) -> None:
+def test_decisions(
+    catalog: dict[str, list[str]], case: dict[str, Any], project: Path, run: Run
+) -> None:
     _write_project(project, catalog, case["config"])
     assert run("lock").code == 0  # the lock records the catalog (pin_tools)
     resolution = resolve_project(load_project())
     policy = resolution.policy
     for call in case["calls"]:
-        decision = policy.decide(call["agent"], call["tool"],
-                                 interactive=call.get("interactive", False))
+        decision = policy.decide(
+            call["agent"], call["tool"], interactive=call.get("interactive", False)
+        )
         assert decision.effect == call["want"], (call, decision.reason)
         # The CLI agrees, with the exit code of SPEC 4.1.
         args = ["policy", "check", "--agent", call["agent"], call["tool"]]
@@ -63,17 +70,22 @@ def test_decisions(catalog: dict[str, list[str]], case: dict[str, Any], project:
         compiled = policy.agent(agent)
         row = agent_row(compiled, resolution.catalog)
         for index, ref in enumerate(resolution.catalog.tools):
-            assert row.effect(index) == compiled.decide(ref.server, ref.tool,
-                                                        interactive=True).effect
+            assert (
+                row.effect(index) == compiled.decide(ref.server, ref.tool, interactive=True).effect
+            )
 
 
 @pytest.mark.parametrize(("catalog", "case"), _cases("invalid"))
-def test_invalid_configs_fail_at_load_with_positions(catalog: dict[str, list[str]],
-                                                     case: dict[str, Any], project: Path,
-                                                     run: Run) -> None:
+def test_invalid_configs_fail_at_load_with_positions(
+    catalog: dict[str, list[str]], case: dict[str, Any], project: Path, run: Run
+) -> None:
     _write_project(project, catalog, case["config"])
-    for command in (["resolve"], ["lock"], ["policy", "check", "--agent", "a", "files.x"],
-                    ["tools"]):
+    for command in (
+        ["resolve"],
+        ["lock"],
+        ["policy", "check", "--agent", "a", "files.x"],
+        ["tools"],
+    ):
         result = run(*command)
         assert result.code == 2, (command, result.err)
         assert result.err.startswith("error: bundlectl.yaml:"), result.err
@@ -81,8 +93,10 @@ def test_invalid_configs_fail_at_load_with_positions(catalog: dict[str, list[str
 
 
 def test_cycle_is_named(project: Path, run: Run) -> None:
-    _write_project(project, {"files": ["read_file"]},
-                   {"agents": {"a": {"extends": ["b"]}, "b": {"extends": ["c"]},
-                               "c": {"extends": ["a"]}}})
+    _write_project(
+        project,
+        {"files": ["read_file"]},
+        {"agents": {"a": {"extends": ["b"]}, "b": {"extends": ["c"]}, "c": {"extends": ["a"]}}},
+    )
     result = run("resolve")
     assert "extends cycle: a -> b -> c -> a" in result.err_lines[0]

@@ -41,8 +41,9 @@ def configured(project: Path, run: Run) -> Path:
 
 
 def test_check_lines_and_exit_codes(configured: Path, run: Run) -> None:
-    result = run("policy", "check", "--agent", "writer", "gh.get_issue", "gh.create_issue",
-                 "gh.delete_repo")
+    result = run(
+        "policy", "check", "--agent", "writer", "gh.get_issue", "gh.create_issue", "gh.delete_repo"
+    )
     assert result.code == 3
     assert result.lines == [
         "allow       gh.get_issue     agents.writer.allow: gh.*       (bundlectl.yaml:16:13)",
@@ -50,26 +51,38 @@ def test_check_lines_and_exit_codes(configured: Path, run: Run) -> None:
         "deny        gh.delete_repo   policy.deny: *.delete_*         (bundlectl.yaml:21:10)",
     ]
     ok = run("policy", "check", "-a", "writer", "gh.create_issue", "--interactive")
-    assert (ok.code, ok.lines) == (0, [
-        "ask  gh.create_issue  agents.writer.ask: gh.create_*  (bundlectl.yaml:17:29)"])
+    assert (ok.code, ok.lines) == (
+        0,
+        ["ask  gh.create_issue  agents.writer.ask: gh.create_*  (bundlectl.yaml:17:29)"],
+    )
 
 
 def test_check_json_and_notes(configured: Path, run: Run) -> None:
     result = run("policy", "check", "--agent", "nobody", "gh.get_issue", "--format", "json")
     assert result.code == 3
-    assert json.loads(result.out) == [{
-        "agent": "nobody", "tool": "gh.get_issue", "server": "gh", "decision": "deny",
-        "rule": None, "source": None,
-        "reason": "agent 'nobody' is not listed under agents; policy.default is deny "
-                  "(bundlectl.yaml:20:12)"}]
+    assert json.loads(result.out) == [
+        {
+            "agent": "nobody",
+            "tool": "gh.get_issue",
+            "server": "gh",
+            "decision": "deny",
+            "rule": None,
+            "source": None,
+            "reason": "agent 'nobody' is not listed under agents; policy.default is deny "
+            "(bundlectl.yaml:20:12)",
+        }
+    ]
     text = run("policy", "check", "--agent", "nobody", "gh.typo")
     assert text.err_lines == [
         "note: agent 'nobody' is not listed under agents: policy.default applies",
-        "note: gh.typo is not in the catalog of declared tools"]
+        "note: gh.typo is not in the catalog of declared tools",
+    ]
     bad = run("policy", "check", "--agent", "reader", "no_dot")
     assert bad.code == 2
-    assert bad.err_lines == ["error: 'no_dot' is not a qualified tool name",
-                             "hint: write SERVER.TOOL, for example files.read_file"]
+    assert bad.err_lines == [
+        "error: 'no_dot' is not a qualified tool name",
+        "hint: write SERVER.TOOL, for example files.read_file",
+    ]
 
 
 def test_explain_names_winner_losers_chain_and_defaults(configured: Path, run: Run) -> None:
@@ -89,10 +102,12 @@ def test_explain_names_winner_losers_chain_and_defaults(configured: Path, run: R
     ask = run("policy", "explain", "--agent", "writer", "gh.create_issue", "--interactive")
     assert ask.code == 0
     assert ask.lines[0] == "gh.create_issue for agent writer: ask"
-    assert "    allow  agents.writer.allow: gh.*  (bundlectl.yaml:16:13): ask beats allow" \
-        in ask.lines
-    data = json.loads(run("policy", "explain", "-a", "stranger", "gh.get_issue",
-                          "--format", "json").out)
+    assert (
+        "    allow  agents.writer.allow: gh.*  (bundlectl.yaml:16:13): ask beats allow" in ask.lines
+    )
+    data = json.loads(
+        run("policy", "explain", "-a", "stranger", "gh.get_issue", "--format", "json").out
+    )
     assert data["decision"] == "deny" and data["policy_default_used"] is True
     assert data["extends"] == [] and data["listed"] is False
 
@@ -101,7 +116,8 @@ def test_explain_bundle_rule_source(project: Path, run: Run) -> None:
     write(project / "bundlectl.yaml", "version: 1\nbundles: [basic]\n")
     result = run("policy", "explain", "--agent", "file-writer", "files.read_file")
     assert result.lines[1].startswith(
-        "  decided by: agents.file-reader.allow: files.read_file  (bundle basic@1.1.0, ")
+        "  decided by: agents.file-reader.allow: files.read_file  (bundle basic@1.1.0, "
+    )
     assert result.lines[-4] == "  extends: file-writer extends file-reader"
 
 
@@ -128,7 +144,10 @@ def test_matrix_text_json_csv(configured: Path, run: Run) -> None:
 
 def test_tools_filtered_by_agent_and_detail(configured: Path, run: Run) -> None:
     assert run("tools", "--agent", "reader", "--detail", "name").lines == [
-        "files.list_directory", "files.read_file", "gh.get_issue"]
+        "files.list_directory",
+        "files.read_file",
+        "gh.get_issue",
+    ]
     summary = run("tools", "--agent", "writer", "--server", "gh")
     assert summary.lines == [
         "gh.create_issue  [ask]  Create a new issue in a repository",
@@ -144,8 +163,13 @@ def test_tools_filtered_by_agent_and_detail(configured: Path, run: Run) -> None:
     ]
     data = json.loads(run("tools", "-a", "writer", "--format", "json", "--detail", "name").out)
     assert [t["name"] for t in data["tools"]] == [
-        "files.list_directory", "files.read_file", "files.write_file", "gh.create_issue",
-        "gh.create_pull_request", "gh.get_issue"]
+        "files.list_directory",
+        "files.read_file",
+        "files.write_file",
+        "gh.create_issue",
+        "gh.create_pull_request",
+        "gh.get_issue",
+    ]
     assert data["tools"][2]["decision"] == "ask"
     assert run("tools", "--server", "nope").code == 2
     assert run("tools", "--detail", "everything").code == 2

@@ -51,24 +51,45 @@ def specs(draw: st.DrawFn) -> Spec:
         name: {effect: draw(st.lists(patterns, max_size=3)) for effect in ("allow", "ask", "deny")}
         for name in names
     }
-    extends = {name: draw(st.lists(st.sampled_from(names[:i]), max_size=2, unique=True))
-               if i else [] for i, name in enumerate(names)}
+    extends = {
+        name: draw(st.lists(st.sampled_from(names[:i]), max_size=2, unique=True)) if i else []
+        for i, name in enumerate(names)
+    }
     locked = frozenset(draw(st.sets(st.sampled_from(CATALOG))))
-    return Spec(agents, extends, draw(st.sampled_from(["allow", "deny"])),
-                draw(st.lists(patterns, max_size=2)), draw(st.booleans()), locked)
+    return Spec(
+        agents,
+        extends,
+        draw(st.sampled_from(["allow", "deny"])),
+        draw(st.lists(patterns, max_size=2)),
+        draw(st.booleans()),
+        locked,
+    )
 
 
 def build(spec: Spec) -> Policy:
     agents = {
-        name: AgentSpec(name, ORIGIN,
-                        tuple(Rule(p, e, ORIGIN, name)  # type: ignore[arg-type]
-                              for e in ("allow", "ask", "deny") for p in rules[e]),
-                        tuple((parent, ORIGIN) for parent in spec.extends[name]))
+        name: AgentSpec(
+            name,
+            ORIGIN,
+            tuple(
+                Rule(p, e, ORIGIN, name)  # type: ignore[arg-type]
+                for e in ("allow", "ask", "deny")
+                for p in rules[e]
+            ),
+            tuple((parent, ORIGIN) for parent in spec.extends[name]),
+        )
         for name, rules in spec.agents.items()
     }
-    return Policy(PolicySet(agents, spec.default, ORIGIN,
-                            tuple(Rule(p, "deny", ORIGIN) for p in spec.global_deny),
-                            spec.pin_tools, spec.locked))
+    return Policy(
+        PolicySet(
+            agents,
+            spec.default,
+            ORIGIN,
+            tuple(Rule(p, "deny", ORIGIN) for p in spec.global_deny),
+            spec.pin_tools,
+            spec.locked,
+        )
+    )
 
 
 def naive(spec: Spec, agent: str, server: str, tool: str, interactive: bool) -> Effect:
@@ -80,8 +101,14 @@ def naive(spec: Spec, agent: str, server: str, tool: str, interactive: bool) -> 
             rs, rt = "*", rule
 
         def glob(p: str, s: str) -> bool:
-            return re.fullmatch("".join(".*" if c == "*" else "." if c == "?" else re.escape(c)
-                                        for c in p), s, re.DOTALL) is not None
+            return (
+                re.fullmatch(
+                    "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in p),
+                    s,
+                    re.DOTALL,
+                )
+                is not None
+            )
 
         return glob(rs, server) and glob(rt, tool)
 
@@ -132,33 +159,43 @@ def test_engine_matches_the_naive_reference(spec: Spec) -> None:
         for server, tool in CATALOG:
             for interactive in (False, True):
                 got = compiled.decide(server, tool, interactive=interactive).effect
-                assert got == naive(spec, agent, server, tool, interactive), \
-                    (agent, server, tool, interactive)
+                assert got == naive(spec, agent, server, tool, interactive), (
+                    agent,
+                    server,
+                    tool,
+                    interactive,
+                )
             assert row.effect(catalog.index[(server, tool)]) == naive(
-                spec, agent, server, tool, True)
+                spec, agent, server, tool, True
+            )
 
 
 def permitted(policy: Policy, agent: str) -> set[tuple[str, str, str]]:
     compiled = policy.agent(agent)
-    return {(s, t, compiled.decide(s, t, interactive=True).effect) for s, t in CATALOG
-            if compiled.decide(s, t, interactive=True).effect != "deny"}
+    return {
+        (s, t, compiled.decide(s, t, interactive=True).effect)
+        for s, t in CATALOG
+        if compiled.decide(s, t, interactive=True).effect != "deny"
+    }
 
 
 @settings(max_examples=150, deadline=None)
 @given(specs(), st.randoms(use_true_random=False))
 def test_reordering_rules_changes_nothing(spec: Spec, rng: object) -> None:
-    shuffled = {name: {e: rng.sample(r, len(r)) for e, r in rules.items()}  # type: ignore[attr-defined]
-                for name, rules in spec.agents.items()}
-    other = replace(spec, agents=shuffled,
-                    global_deny=rng.sample(spec.global_deny, len(spec.global_deny)))  # type: ignore[attr-defined]
+    shuffled = {
+        name: {e: rng.sample(r, len(r)) for e, r in rules.items()}  # type: ignore[attr-defined]
+        for name, rules in spec.agents.items()
+    }
+    other = replace(
+        spec, agents=shuffled, global_deny=rng.sample(spec.global_deny, len(spec.global_deny))
+    )  # type: ignore[attr-defined]
     for agent in AGENTS:
         assert permitted(build(spec), agent) == permitted(build(other), agent)
 
 
 @settings(max_examples=150, deadline=None)
 @given(specs(), patterns, st.sampled_from(["a0", "global"]))
-def test_adding_a_deny_never_grows_what_is_permitted(spec: Spec, pattern: str,
-                                                     where: str) -> None:
+def test_adding_a_deny_never_grows_what_is_permitted(spec: Spec, pattern: str, where: str) -> None:
     before = {a: permitted(build(spec), a) for a in AGENTS}
     if where == "global":
         spec = replace(spec, global_deny=[*spec.global_deny, pattern])
@@ -167,8 +204,11 @@ def test_adding_a_deny_never_grows_what_is_permitted(spec: Spec, pattern: str,
     after = {a: permitted(build(spec), a) for a in AGENTS}
     for agent in AGENTS:
         # A first deny turns an empty entry into a deny-list: SPEC's one exception.
-        if where != "global" and agent != "stranger" and not any(
-                r for e in ("allow", "ask") for r in spec.agents["a0"][e]):
+        if (
+            where != "global"
+            and agent != "stranger"
+            and not any(r for e in ("allow", "ask") for r in spec.agents["a0"][e])
+        ):
             continue
         assert {(s, t) for s, t, _ in after[agent]} <= {(s, t) for s, t, _ in before[agent]}
 

@@ -6,8 +6,9 @@ from bundlectl import paths
 from tests.conftest import Run, make_registry, write
 
 
-def test_project_registry_wins_over_user_and_builtin_without_mixing(project: Path,
-                                                                    run: Run) -> None:
+def test_project_registry_wins_over_user_and_builtin_without_mixing(
+    project: Path, run: Run
+) -> None:
     make_registry(project / "bundles", {"basic": {"0.1.0": {"description": "local basic"}}})
     make_registry(paths.user_registry_dir(), {"basic": {"9.0.0": {}}, "extra": {"1.0.0": {}}})
     write(project / "bundlectl.yaml", "version: 1\nregistries: [./bundles]\nbundles: [basic]\n")
@@ -26,11 +27,14 @@ def test_manifest_identity_must_match_its_path(project: Path, run: Run) -> None:
     result = run("show", "thing")
     assert result.code == 2
     assert result.err_lines[0].endswith(
-        "thing/1.0.0.yaml:1:7: name: manifest name 'other' does not match its folder 'thing'")
+        "thing/1.0.0.yaml:1:7: name: manifest name 'other' does not match its folder 'thing'"
+    )
 
 
 def test_invalid_manifest_reports_positions(project: Path, run: Run) -> None:
-    write(project / "bundles" / "bad" / "1.0.0.yaml", """
+    write(
+        project / "bundles" / "bad" / "1.0.0.yaml",
+        """
         name: bad
         version: 1.0.0
         servers:
@@ -41,7 +45,8 @@ def test_invalid_manifest_reports_positions(project: Path, run: Run) -> None:
               - {name: a}
         agents:
           x: {allow: ["a b"]}
-    """)
+    """,
+    )
     write(project / "bundlectl.yaml", "version: 1\nregistries: [bundles]\n")
     result = run("show", "bad")
     assert result.code == 2
@@ -82,7 +87,11 @@ def test_registry_add_rejects_invalid_and_missing(tmp_path: Path, run: Run) -> N
 
 def test_show_unknown_and_invalid(project: Path, run: Run) -> None:
     result = run("show", "githb")
-    assert (result.code, result.err_lines) == (1, [
-        "error: no bundle named 'githb' in any registry (required by the command line)",
-        "hint: did you mean github?"])
+    assert (result.code, result.err_lines) == (
+        1,
+        [
+            "error: no bundle named 'githb' in any registry (required by the command line)",
+            "hint: did you mean github?",
+        ],
+    )
     assert run("show", "github>>1").code == 2

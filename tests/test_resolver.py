@@ -34,8 +34,7 @@ def test_newest_satisfying_versions(repo: Registry) -> None:
 
 def test_backtracks_when_a_dependency_conflicts(repo: Registry) -> None:
     # gamma 1.5 needs beta 2 → alpha >= 2, which conflicts with alpha<2: back to gamma 1.0.
-    assert solve(repo, "alpha<2", "gamma") == {"alpha": "1.1.0", "gamma": "1.0.0",
-                                               "beta": "1.0.0"}
+    assert solve(repo, "alpha<2", "gamma") == {"alpha": "1.1.0", "gamma": "1.0.0", "beta": "1.0.0"}
     # delta pins alpha<1.1 after alpha was chosen: the solver backtracks alpha as well.
     assert solve(repo, "alpha", "delta") == {"alpha": "1.0.0", "delta": "1.0.0"}
 
@@ -55,22 +54,26 @@ def test_conflict_lists_every_constraint_and_who_imposed_it(repo: Registry) -> N
 def test_unknown_names_with_suggestions(repo: Registry) -> None:
     with pytest.raises(ResolutionError) as info:
         solve(repo, "alpah")
-    assert info.value.message == "no bundle named 'alpah' in any registry (required by " \
-        "bundlectl.yaml)"
+    assert (
+        info.value.message == "no bundle named 'alpah' in any registry (required by bundlectl.yaml)"
+    )
     assert info.value.hint == "did you mean alpha?"
     with pytest.raises(ResolutionError) as info:
         solve(repo, "epsilon")
-    assert "no bundle named 'missing-bundle' in any registry (required by epsilon@1.0.0)" \
-        == info.value.message
+    assert (
+        info.value.message
+        == "no bundle named 'missing-bundle' in any registry (required by epsilon@1.0.0)"
+    )
 
 
 def test_prefers_pins_unless_upgrading(repo: Registry) -> None:
     locked = {"alpha": Version("1.0.0"), "beta": Version("1.0.0")}
     assert solve(repo, "beta", prefer=locked) == {"beta": "1.0.0", "alpha": "1.0.0"}
-    assert solve(repo, "beta", prefer=locked, upgrade={"alpha"}) == {"beta": "1.0.0",
-                                                                     "alpha": "1.1.0"}
-    assert solve(repo, "beta", prefer=locked, upgrade=set()) == {"beta": "2.0.0",
-                                                                 "alpha": "2.0.0"}
+    assert solve(repo, "beta", prefer=locked, upgrade={"alpha"}) == {
+        "beta": "1.0.0",
+        "alpha": "1.1.0",
+    }
+    assert solve(repo, "beta", prefer=locked, upgrade=set()) == {"beta": "2.0.0", "alpha": "2.0.0"}
     # A pin that no longer satisfies the constraints is dropped.
     assert solve(repo, "alpha>=1.1", prefer=locked) == {"alpha": "2.0.0"}
 

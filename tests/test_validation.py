@@ -6,7 +6,9 @@ from tests.conftest import Run, write
 
 
 def test_all_problems_of_a_config_in_one_run(project: Path, run: Run) -> None:
-    write(project / "bundlectl.yaml", """
+    write(
+        project / "bundlectl.yaml",
+        """
         version: 1
         bundles: [basic, 'Git>=1', 'github>=x']
         servers:
@@ -17,7 +19,8 @@ def test_all_problems_of_a_config_in_one_run(project: Path, run: Run) -> None:
         agents:
           a: {allow: ['read_[ab]ile', 'x.'], extends: [b]}
         polcy: {}
-    """)
+    """,
+    )
     result = run("resolve")
     assert result.code == 2
     errors = [line for line in result.err_lines if line.startswith("error:")]
@@ -35,27 +38,32 @@ def test_all_problems_of_a_config_in_one_run(project: Path, run: Run) -> None:
         "equal to 1 (got 0)",
         "error: bundlectl.yaml:9:15: agents.a.allow[0]: unsupported pattern 'read_[ab]ile': '[' "
         "is not allowed; only '*' and '?' are wildcards",
-        "error: bundlectl.yaml:9:31: agents.a.allow[1]: rule 'x.' has an empty server or tool "
-        "part",
+        "error: bundlectl.yaml:9:31: agents.a.allow[1]: rule 'x.' has an empty server or tool part",
         "error: bundlectl.yaml:10:1: polcy: unknown key 'polcy'; did you mean 'policy'?",
     ]
-    assert "  hint: allowed keys here: agents, bundles, lint, policy, registries, servers, " \
+    assert (
+        "  hint: allowed keys here: agents, bundles, lint, policy, registries, servers, "
         "tests, version" in result.err_lines
+    )
     assert "Traceback" not in result.err
 
 
 def test_duplicate_keys_are_errors_not_last_one_wins(project: Path, run: Run) -> None:
-    write(project / "bundlectl.yaml", """
+    write(
+        project / "bundlectl.yaml",
+        """
         version: 1
         bundles: [basic]
         agents:
           a: {allow: [read_file]}
           a: {allow: ["*"]}
-    """)
+    """,
+    )
     result = run("resolve")
     assert result.code == 2
-    assert result.err_lines[0] == ("error: bundlectl.yaml:5:3: agents.a: duplicate key 'a' "
-                                   "(first defined at line 4)")
+    assert result.err_lines[0] == (
+        "error: bundlectl.yaml:5:3: agents.a: duplicate key 'a' (first defined at line 4)"
+    )
 
 
 def test_yaml_syntax_error(project: Path, run: Run) -> None:
@@ -81,7 +89,9 @@ def test_not_a_mapping_and_unreadable(project: Path, run: Run) -> None:
     write(project / "bundlectl.yaml", "- just\n- a list\n")
     result = run("resolve")
     assert (result.code, result.err_lines[0]) == (
-        2, "error: bundlectl.yaml:1:1: a config must be a mapping of keys to values")
+        2,
+        "error: bundlectl.yaml:1:1: a config must be a mapping of keys to values",
+    )
     (project / "bundlectl.yaml").write_bytes(b"version: 1\n\xff\xfe")
     result = run("resolve")
     assert result.code == 2
@@ -92,6 +102,7 @@ def test_no_config_anywhere(project: Path, run: Run) -> None:
     result = run("resolve")
     assert result.code == 2
     assert result.err_lines[0].startswith("error: no bundlectl.yaml in ")
-    assert result.err_lines[1] == ("hint: run `bundlectl init` to create one, or pass "
-                                   "--config PATH")
+    assert result.err_lines[1] == (
+        "hint: run `bundlectl init` to create one, or pass --config PATH"
+    )
     assert run("resolve", "--config", "nope.yaml").code == 2

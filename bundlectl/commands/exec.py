@@ -16,7 +16,7 @@ from typing import Any
 
 from bundlectl import audit, runtime
 from bundlectl.arguments import load_json_args, split_pairs
-from bundlectl.errors import BundlectlError, PolicyDenied, UsageError
+from bundlectl.errors import BundlectlError, Interrupted, PolicyDenied, UsageError
 from bundlectl.output import Format, emit_json, err
 from bundlectl.policy import Decision, parse_tool_name
 from bundlectl.project import Resolution, load_project, resolve_project
@@ -33,15 +33,26 @@ def _interactive() -> bool:
     return sys.stdin.isatty() and sys.stderr.isatty() and not ci
 
 
-def _audit(resolution: Resolution, decision: Decision, outcome: str, duration_ms: float,
-           arguments: dict[str, Any] | None) -> None:
+def _audit(
+    resolution: Resolution,
+    decision: Decision,
+    outcome: str,
+    duration_ms: float,
+    arguments: dict[str, Any] | None,
+) -> None:
     rule = decision.rule
     record = audit.AuditRecord(
-        agent=decision.agent, server=decision.server, tool=decision.tool,
-        decision=decision.effect, rule=rule.pattern if rule else None,
+        agent=decision.agent,
+        server=decision.server,
+        tool=decision.tool,
+        decision=decision.effect,
+        rule=rule.pattern if rule else None,
         rule_source=str(rule.origin) if rule else None,
-        lock_digest=audit.lock_digest(resolution.project.lock_path), outcome=outcome,
-        duration_ms=duration_ms, arguments_sha256=audit.arguments_digest(arguments))
+        lock_digest=audit.lock_digest(resolution.project.lock_path),
+        outcome=outcome,
+        duration_ms=duration_ms,
+        arguments_sha256=audit.arguments_digest(arguments),
+    )
     try:
         audit.append(record)
     except OSError as exc:
@@ -55,29 +66,40 @@ def _target(resolution: Resolution, server: str, quiet: bool) -> Any:
     merged = resolution.merged.servers.get(server)
     if merged is None:
         known = ", ".join(resolution.merged.servers) or "none"
-        raise UsageError(f"no server {server!r} in the resolved configuration",
-                         hint=f"servers: {known}")
+        raise UsageError(
+            f"no server {server!r} in the resolved configuration", hint=f"servers: {known}"
+        )
     if merged.spec.disabled:
-        raise UsageError(f"server {server!r} is disabled",
-                         hint=f"set servers.{server}.disabled: false to use it")
-    return Target(server, merged.spec, resolution.project.root,
-                  log_file=paths.state_dir() / "logs" / f"{server}.log" if quiet else None)
+        raise UsageError(
+            f"server {server!r} is disabled", hint=f"set servers.{server}.disabled: false to use it"
+        )
+    return Target(
+        server,
+        merged.spec,
+        resolution.project.root,
+        log_file=paths.state_dir() / "logs" / f"{server}.log" if quiet else None,
+    )
 
 
-def _decide(resolution: Resolution, agent: str, server: str, tool: str, *, yes: bool,
-            prompt: bool) -> Decision:
+def _decide(
+    resolution: Resolution, agent: str, server: str, tool: str, *, yes: bool, prompt: bool
+) -> Decision:
     """The policy decision, confirmed with a human where an ask rule needs it."""
     compiled = resolution.policy.agent(agent)
     can_ask = yes or (prompt and _interactive())
     decision = compiled.decide(server, tool, interactive=can_ask)
     if decision.effect == "deny":
         _audit(resolution, decision, "denied", 0.0, None)
-        raise PolicyDenied(f"agent {agent!r} may not call {server}.{tool}: {decision.reason}",
-                           hint=f"bundlectl policy explain --agent {agent} {server}.{tool}")
+        raise PolicyDenied(
+            f"agent {agent!r} may not call {server}.{tool}: {decision.reason}",
+            hint=f"bundlectl policy explain --agent {agent} {server}.{tool}",
+        )
     if decision.effect == "ask" and not yes:
         assert decision.rule is not None
-        sys.stderr.write(f"agent {agent!r} wants to call {server}.{tool} "
-                         f"({decision.rule.label}, {decision.rule.origin}). Allow? [y/N] ")
+        sys.stderr.write(
+            f"agent {agent!r} wants to call {server}.{tool} "
+            f"({decision.rule.label}, {decision.rule.origin}). Allow? [y/N] "
+        )
         sys.stderr.flush()
         answer = sys.stdin.readline().strip().lower()
         if answer not in ("y", "yes"):
@@ -86,16 +108,37 @@ def _decide(resolution: Resolution, agent: str, server: str, tool: str, *, yes: 
     return decision
 
 
-def run(config: Path | None, tool: str | None, pairs: list[str], *, agent: str | None,
-        args_json: str | None, timeout: float | None, connect_timeout: float, yes: bool,
-        fmt: Format, output_dir: Path | None, quiet: bool, batch: Path | None) -> int:
+def run(
+    config: Path | None,
+    tool: str | None,
+    pairs: list[str],
+    *,
+    agent: str | None,
+    args_json: str | None,
+    timeout: float | None,
+    connect_timeout: float,
+    yes: bool,
+    fmt: Format,
+    output_dir: Path | None,
+    quiet: bool,
+    batch: Path | None,
+) -> int:
     if batch is not None:
         if tool or pairs or args_json:
             raise UsageError("--batch takes its calls from the file; give no tool or arguments")
-        return run_batch(config, batch, agent=agent, timeout=timeout,
-                         connect_timeout=connect_timeout, yes=yes, quiet=quiet)
+        return run_batch(
+            config,
+            batch,
+            agent=agent,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            yes=yes,
+            quiet=quiet,
+        )
     if not tool:
-        raise UsageError("missing SERVER.TOOL", hint="bundlectl exec files.read_file path=README.md")
+        raise UsageError(
+            "missing SERVER.TOOL", hint="bundlectl exec files.read_file path=README.md"
+        )
     server, name = parse_tool_name(tool)
     split = split_pairs(pairs)
     base = load_json_args(args_json) if args_json else {}
@@ -107,15 +150,21 @@ def run(config: Path | None, tool: str | None, pairs: list[str], *, agent: str |
     from bundlectl.executor.connect import start_child
 
     # Start a stdio server before the SDK is imported: its start-up and our import overlap.
-    child = start_child(target) if target.spec.transport == "stdio" and not target.builtin \
-        else None
+    child = start_child(target) if target.spec.transport == "stdio" and not target.builtin else None
 
     from bundlectl.executor import runner
     from bundlectl.executor.call import CallRequest, perform
     from bundlectl.executor.connect import connect
 
-    request = CallRequest(who, server, name, decision, split, base,
-                          timeout if timeout is not None else float(target.spec.timeout))
+    request = CallRequest(
+        who,
+        server,
+        name,
+        decision,
+        split,
+        base,
+        timeout if timeout is not None else float(target.spec.timeout),
+    )
 
     printed: dict[str, int] = {}
 
@@ -134,7 +183,7 @@ def run(config: Path | None, tool: str | None, pairs: list[str], *, agent: str |
     except BundlectlError as exc:
         _audit(resolution, decision, "error", (time.perf_counter() - started) * 1000, None)
         raise exc from None
-    except runner.Interrupted:
+    except Interrupted:
         _audit(resolution, decision, "interrupted", (time.perf_counter() - started) * 1000, None)
         raise
     finally:
@@ -151,36 +200,49 @@ def _print(outcome: Any, fmt: Format, output_dir: Path | None) -> int:
     request, result = outcome.request, outcome.result
     if fmt is Format.json:
         rule = request.decision.rule
-        emit_json({"agent": request.agent, "server": request.server, "tool": request.tool,
-                   "decision": request.decision.effect,
-                   "rule": rule.pattern if rule else None,
-                   "duration_ms": round(outcome.duration_ms, 1), "result": result_json(result)})
+        emit_json(
+            {
+                "agent": request.agent,
+                "server": request.server,
+                "tool": request.tool,
+                "decision": request.decision.effect,
+                "rule": rule.pattern if rule else None,
+                "duration_ms": round(outcome.duration_ms, 1),
+                "result": result_json(result),
+            }
+        )
         return 1 if result.is_error else 0
     lines = render_text(result, OutputDir(output_dir), f"{request.server}-{request.tool}")
     if result.is_error:  # reported on stderr (exit 1) once the audit record is written
-        sys.stderr.write(f"error: tool {request.qualified} reported an error:\n"
-                         + "".join(line if line.endswith("\n") else line + "\n"
-                                   for line in lines))
+        sys.stderr.write(
+            f"error: tool {request.qualified} reported an error:\n"
+            + "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+        )
         return 1
     for line in lines:
         sys.stdout.write(line if line.endswith("\n") else line + "\n")
     return 0
 
 
-def run_batch(config: Path | None, batch: Path, *, agent: str | None, timeout: float | None,
-              connect_timeout: float, yes: bool, quiet: bool) -> int:
+def _parse_batch(
+    resolution: Resolution,
+    batch: Path,
+    *,
+    agent: str | None,
+    timeout: float | None,
+    yes: bool,
+    quiet: bool,
+) -> tuple[list[Any], dict[str, Any]]:
+    """Each line decided by the policy now; what is allowed becomes a request."""
     import json
 
-    from bundlectl.executor import runner
-    from bundlectl.executor.batch import BatchItem, run_batch as run_items, write_line
-    from bundlectl.executor.call import CallOutcome, CallRequest
-    from bundlectl.executor.render import result_json
+    from bundlectl.executor.batch import BatchItem
+    from bundlectl.executor.call import CallRequest
 
     try:
         lines = batch.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise UsageError(f"cannot read {batch}: {exc.strerror}") from None
-    resolution = resolve_project(load_project(config))
     items: list[BatchItem] = []
     targets: dict[str, Any] = {}
     for number, line in enumerate(lines, start=1):
@@ -190,48 +252,90 @@ def run_batch(config: Path | None, batch: Path, *, agent: str | None, timeout: f
         try:
             entry = json.loads(line)
             if not isinstance(entry, dict) or not isinstance(entry.get("tool"), str):
-                raise UsageError("each line must be an object with a \"tool\"")
+                raise UsageError('each line must be an object with a "tool"')
             arguments = entry.get("arguments") or {}
             if not isinstance(arguments, dict):
-                raise UsageError("\"arguments\" must be an object")
+                raise UsageError('"arguments" must be an object')
             who = default_agent(entry.get("agent") or agent)
             server, name = parse_tool_name(entry["tool"])
             call = {"agent": who, "server": server, "tool": name}
             if server not in targets:
                 targets[server] = _target(resolution, server, quiet)
             decision = _decide(resolution, who, server, name, yes=yes, prompt=False)
-            spec_timeout = float(targets[server].spec.timeout)
-            items.append(BatchItem(number, CallRequest(
-                who, server, name, decision, [], arguments,
-                timeout if timeout is not None else spec_timeout)))
+            limit = timeout if timeout is not None else float(targets[server].spec.timeout)
+            items.append(
+                BatchItem(number, CallRequest(who, server, name, decision, [], arguments, limit))
+            )
         except json.JSONDecodeError as exc:
-            items.append(BatchItem(number, None, UsageError(
-                f"{batch}:{number}:{exc.colno}: invalid JSON: {exc.msg}")))
+            items.append(
+                BatchItem(
+                    number,
+                    None,
+                    UsageError(f"{batch}:{number}:{exc.colno}: invalid JSON: {exc.msg}"),
+                )
+            )
         except BundlectlError as exc:
             items.append(BatchItem(number, None, exc, call))
+    return items, targets
 
+
+def _batch_line(item: Any, outcome: Any) -> tuple[dict[str, Any], int]:
+    """One output line of a batch, and its exit code."""
+    from bundlectl.executor.render import result_json
+
+    error = item.error if outcome is None else outcome.error
+    data: dict[str, Any] = {"line": item.line, **(item.call or {})}
+    if item.request is not None:
+        req = item.request
+        data.update(
+            agent=req.agent,
+            server=req.server,
+            tool=req.tool,
+            decision=req.decision.effect,
+            rule=req.decision.rule.pattern if req.decision.rule else None,
+        )
+    if outcome is not None:
+        data["duration_ms"] = round(outcome.duration_ms, 1)
+    if error is not None:
+        data["error"] = {"exit_code": error.exit_code, "message": error.message}
+        return data, error.exit_code
+    data["result"] = result_json(outcome.result)
+    return data, 1 if outcome.result.is_error else 0
+
+
+def run_batch(
+    config: Path | None,
+    batch: Path,
+    *,
+    agent: str | None,
+    timeout: float | None,
+    connect_timeout: float,
+    yes: bool,
+    quiet: bool,
+) -> int:
+    """Run a batch; exit with the code of the first call that did not succeed (0 if none)."""
+    from bundlectl.executor import runner
+    from bundlectl.executor.batch import BatchItem, write_line
+    from bundlectl.executor.batch import run_batch as run_items
+    from bundlectl.executor.call import CallOutcome
+
+    resolution = resolve_project(load_project(config))
+    items, targets = _parse_batch(
+        resolution, batch, agent=agent, timeout=timeout, yes=yes, quiet=quiet
+    )
     codes: list[int] = []
 
     def emit(item: BatchItem, outcome: CallOutcome | None) -> None:
-        error = item.error if outcome is None else outcome.error
-        data: dict[str, Any] = {"line": item.line, **(item.call or {})}
-        if item.request is not None:
-            req = item.request
-            data.update(agent=req.agent, server=req.server, tool=req.tool,
-                        decision=req.decision.effect,
-                        rule=req.decision.rule.pattern if req.decision.rule else None)
-        if outcome is not None:
-            data["duration_ms"] = round(outcome.duration_ms, 1)
-            if item.request is not None:
-                _audit(resolution, item.request.decision, outcome.outcome, outcome.duration_ms,
-                       outcome.arguments)
-        if error is not None:
-            data["error"] = {"exit_code": error.exit_code, "message": error.message}
-            codes.append(error.exit_code)
-        else:
-            assert outcome is not None
-            data["result"] = result_json(outcome.result)
-            codes.append(1 if outcome.result.is_error else 0)
+        if outcome is not None and item.request is not None:
+            _audit(
+                resolution,
+                item.request.decision,
+                outcome.outcome,
+                outcome.duration_ms,
+                outcome.arguments,
+            )
+        data, code = _batch_line(item, outcome)
+        codes.append(code)
         write_line(data)
 
     async def go() -> Any:

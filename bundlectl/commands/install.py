@@ -28,13 +28,26 @@ def _changes(old: LockFile | None, new: LockFile) -> list[dict[str, str | None]]
     return rows
 
 
-def _report(project: Project, before: LockFile | None, resolution: Resolution, *,
-            dry_run: bool, fmt: Format, wrote_config: bool) -> None:
+def _report(
+    project: Project,
+    before: LockFile | None,
+    resolution: Resolution,
+    *,
+    dry_run: bool,
+    fmt: Format,
+    wrote_config: bool,
+) -> None:
     changes = _changes(before, resolution.lock)
     if fmt is Format.json:
-        emit_json({"format_version": JSON_FORMAT_VERSION, "dry_run": dry_run, "changes": changes,
-                   "bundles": {n: b.version for n, b in resolution.lock.bundles.items()},
-                   "notes": resolution.merged.notes})
+        emit_json(
+            {
+                "format_version": JSON_FORMAT_VERSION,
+                "dry_run": dry_run,
+                "changes": changes,
+                "bundles": {n: b.version for n, b in resolution.lock.bundles.items()},
+                "notes": resolution.merged.notes,
+            }
+        )
         return
     for line in resolution.merged.notes:
         note(line)
@@ -52,8 +65,14 @@ def _report(project: Project, before: LockFile | None, resolution: Resolution, *
     out(("would write " if dry_run else "wrote ") + " and ".join(files))
 
 
-def _apply(project: Project, new_text: str | None, *, dry_run: bool, fmt: Format,
-           upgrade: set[str] | None = None) -> int:
+def _apply(
+    project: Project,
+    new_text: str | None,
+    *,
+    dry_run: bool,
+    fmt: Format,
+    upgrade: set[str] | None = None,
+) -> int:
     """Resolve the project as it would be with `new_text`, then write config and lock."""
     before = project.lock  # read now: it is about to be replaced
     target = project_from_text(project.config_path, new_text) if new_text else project
@@ -62,7 +81,9 @@ def _apply(project: Project, new_text: str | None, *, dry_run: bool, fmt: Format
         if new_text is not None:
             atomic_write(project.config_path, new_text)
         write_lock(resolution)
-    _report(project, before, resolution, dry_run=dry_run, fmt=fmt, wrote_config=new_text is not None)
+    _report(
+        project, before, resolution, dry_run=dry_run, fmt=fmt, wrote_config=new_text is not None
+    )
     return 0
 
 
@@ -71,8 +92,9 @@ def install(config: Path | None, requirements: list[str], *, dry_run: bool, fmt:
         try:
             check_requirement(text)
         except ValueError as exc:
-            raise UsageError(str(exc), hint="write NAME or NAME<spec>, e.g. 'github>=1,<2'") \
-                from None
+            raise UsageError(
+                str(exc), hint="write NAME or NAME<spec>, e.g. 'github>=1,<2'"
+            ) from None
     project = load_project(config)
     with project_lock(project.config_path):
         text = project.config_path.read_text(encoding="utf-8")
@@ -89,9 +111,10 @@ def remove(config: Path | None, names: list[str], *, dry_run: bool, fmt: Format)
         installed = {m.manifest.name for m in current.merged.bundles}
         unknown = [n for n in names if n not in listed and n not in installed]
         if unknown:
-            raise UsageError(f"not installed: {', '.join(unknown)}",
-                             hint=f"listed in {project.display}: "
-                             f"{', '.join(sorted(listed)) or 'nothing'}")
+            raise UsageError(
+                f"not installed: {', '.join(unknown)}",
+                hint=f"listed in {project.display}: {', '.join(sorted(listed)) or 'nothing'}",
+            )
         gone = set(names)
         for loaded in current.merged.bundles:
             if loaded.manifest.name in gone:
@@ -104,12 +127,10 @@ def remove(config: Path | None, names: list[str], *, dry_run: bool, fmt: Format)
                     f"{', '.join(sorted(needs))}",
                 )
         text = project.config_path.read_text(encoding="utf-8")
-        return _apply(project, edit_bundles(text, remove=gone & listed), dry_run=dry_run,
-                      fmt=fmt)
+        return _apply(project, edit_bundles(text, remove=gone & listed), dry_run=dry_run, fmt=fmt)
 
 
-def lock(config: Path | None, names: list[str], *, check: bool, upgrade: bool,
-         fmt: Format) -> int:
+def lock(config: Path | None, names: list[str], *, check: bool, upgrade: bool, fmt: Format) -> int:
     if names and not upgrade:
         raise UsageError("bundle names go with --upgrade", hint="bundlectl lock --upgrade NAME")
     if check and upgrade:
@@ -120,8 +141,9 @@ def lock(config: Path | None, names: list[str], *, check: bool, upgrade: bool,
         raise UsageError(f"no bundle named {', '.join(unknown)} in any registry")
     if not check:
         with project_lock(project.config_path):
-            return _apply(project, None, dry_run=False, fmt=fmt,
-                          upgrade=set(names) if upgrade else None)
+            return _apply(
+                project, None, dry_run=False, fmt=fmt, upgrade=set(names) if upgrade else None
+            )
     resolution = resolve_project(project)
     fresh = dump_lock(resolution.lock)
     on_disk = project.lock_path.read_text("utf-8") if project.lock_path.exists() else None

@@ -30,9 +30,15 @@ def _warn_unknown(resolution: Resolution, agent: str, tools: list[tuple[str, str
 
 
 def _decision_json(d: Decision) -> dict[str, Any]:
-    return {"agent": d.agent, "tool": d.qualified, "server": d.server,
-            "decision": d.effect, "rule": d.rule.pattern if d.rule else None,
-            "source": str(d.rule.origin) if d.rule else None, "reason": d.reason}
+    return {
+        "agent": d.agent,
+        "tool": d.qualified,
+        "server": d.server,
+        "decision": d.effect,
+        "rule": d.rule.pattern if d.rule else None,
+        "source": str(d.rule.origin) if d.rule else None,
+        "reason": d.reason,
+    }
 
 
 def _effect_label(d: Decision) -> str:
@@ -40,8 +46,9 @@ def _effect_label(d: Decision) -> str:
     return f"{d.effect} ({d.matched_effect})" if d.effect != d.matched_effect else d.effect
 
 
-def check(config: Path | None, agent: str, tools: list[str], *, interactive: bool,
-          fmt: Format) -> int:
+def check(
+    config: Path | None, agent: str, tools: list[str], *, interactive: bool, fmt: Format
+) -> int:
     """One line per tool; exit 0 when none is denied, 3 when any is."""
     names = [parse_tool_name(t) for t in tools]
     resolution = _load(config)
@@ -51,27 +58,50 @@ def check(config: Path | None, agent: str, tools: list[str], *, interactive: boo
         emit_json([_decision_json(d) for d in decisions])
     else:
         _warn_unknown(resolution, agent, names)
-        table([[_effect_label(d), d.qualified, d.rule.label if d.rule else d.reason,
-                f"({d.rule.origin})" if d.rule else ""] for d in decisions])
+        table(
+            [
+                [
+                    _effect_label(d),
+                    d.qualified,
+                    d.rule.label if d.rule else d.reason,
+                    f"({d.rule.origin})" if d.rule else "",
+                ]
+                for d in decisions
+            ]
+        )
     return 3 if any(d.effect == "deny" for d in decisions) else 0
 
 
-def explain_one(config: Path | None, agent: str, tool: str, *, interactive: bool,
-                fmt: Format) -> int:
+def explain_one(
+    config: Path | None, agent: str, tool: str, *, interactive: bool, fmt: Format
+) -> int:
     server, name = parse_tool_name(tool)
     resolution = _load(config)
     why = explain(resolution.policy.agent(agent), server, name, interactive=interactive)
     d = why.decision
     if fmt is Format.json:
-        emit_json({
-            "format_version": JSON_FORMAT_VERSION, **_decision_json(d),
-            "matched_effect": d.matched_effect,
-            "other_rules": [{"rule": r.pattern, "effect": r.effect, "source": str(r.origin),
-                             "agent": r.agent, "why_not": why_not} for r, why_not in why.losers],
-            "extends": [{"agent": a, "parents": p} for a, p in why.extends],
-            "listed": why.listed, "policy_default_used": why.default_used,
-            "policy_deny": [r.pattern for r in why.global_deny], "pin_tools": why.pin_tools,
-        })
+        emit_json(
+            {
+                "format_version": JSON_FORMAT_VERSION,
+                **_decision_json(d),
+                "matched_effect": d.matched_effect,
+                "other_rules": [
+                    {
+                        "rule": r.pattern,
+                        "effect": r.effect,
+                        "source": str(r.origin),
+                        "agent": r.agent,
+                        "why_not": why_not,
+                    }
+                    for r, why_not in why.losers
+                ],
+                "extends": [{"agent": a, "parents": p} for a, p in why.extends],
+                "listed": why.listed,
+                "policy_default_used": why.default_used,
+                "policy_deny": [r.pattern for r in why.global_deny],
+                "pin_tools": why.pin_tools,
+            }
+        )
         return 3 if d.effect == "deny" else 0
     _warn_unknown(resolution, agent, [(server, name)])
     suffix = ""
@@ -79,8 +109,11 @@ def explain_one(config: Path | None, agent: str, tool: str, *, interactive: bool
         suffix = " (an ask rule matched, but no one can confirm here; --interactive to see ask)"
     out(f"{d.qualified} for agent {agent}: {d.effect}{suffix}")
     if d.rule:
-        out(f"  decided by: {d.rule.label}  ({d.rule.origin}"
-            + (f", {d.rule.origin.position}" if d.rule.origin.bundle else "") + ")")
+        out(
+            f"  decided by: {d.rule.label}  ({d.rule.origin}"
+            + (f", {d.rule.origin.position}" if d.rule.origin.bundle else "")
+            + ")"
+        )
     out(f"  reason: {d.reason}")
     if why.losers:
         out("  other matching rules:")
@@ -93,8 +126,10 @@ def explain_one(config: Path | None, agent: str, tool: str, *, interactive: bool
         out(f"  extends: {chain or 'none'}")
         out("  policy.default: not used (the agent is listed)")
     else:
-        out(f"  policy.default: {resolution.policy.set.default}"
-            + (" (used)" if why.default_used else " (not used: a rule decided)"))
+        out(
+            f"  policy.default: {resolution.policy.set.default}"
+            + (" (used)" if why.default_used else " (not used: a rule decided)")
+        )
     deny = ", ".join(r.pattern for r in why.global_deny)
     out(f"  policy.deny: {('matched ' + deny) if deny else 'no rule matched'}")
     out(f"  policy.pin_tools: {why.pin_tools}")
@@ -111,8 +146,14 @@ def matrix(config: Path | None, agents: list[str], *, fmt: str) -> int:
     tools = [t.qualified for t in catalog.tools]
     columns = {row.agent: row.effects(len(catalog)) for row in rows}
     if fmt == "json":
-        emit_json({"format_version": JSON_FORMAT_VERSION, "agents": list(names), "tools": tools,
-                   "effects": columns})
+        emit_json(
+            {
+                "format_version": JSON_FORMAT_VERSION,
+                "agents": list(names),
+                "tools": tools,
+                "effects": columns,
+            }
+        )
     elif fmt == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
@@ -121,6 +162,8 @@ def matrix(config: Path | None, agents: list[str], *, fmt: str) -> int:
             writer.writerow([tool, *(columns[a][i] for a in names)])
         sys.stdout.write(buffer.getvalue())
     else:
-        table([[tool, *(columns[a][i] for a in names)] for i, tool in enumerate(tools)],
-              header=["TOOL", *names])
+        table(
+            [[tool, *(columns[a][i] for a in names)] for i, tool in enumerate(tools)],
+            header=["TOOL", *names],
+        )
     return 0

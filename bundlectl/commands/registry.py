@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from bundlectl import paths
 from bundlectl.errors import ReportedFailure
@@ -30,8 +31,16 @@ def add(path: Path, *, fmt: Format) -> int:
             atomic_write(target, raw.decode("utf-8"))
             status = "published"
     if fmt is Format.json:
-        emit_json({"format_version": JSON_FORMAT_VERSION, "name": m.name, "version": m.version,
-                   "status": status, "path": str(target), "digest": loaded.digest})
+        emit_json(
+            {
+                "format_version": JSON_FORMAT_VERSION,
+                "name": m.name,
+                "version": m.version,
+                "status": status,
+                "path": str(target),
+                "digest": loaded.digest,
+            }
+        )
     else:
         out(f"{status} {m.name} {m.version} to {target}")
     return 0
@@ -40,16 +49,31 @@ def add(path: Path, *, fmt: Format) -> int:
 def list_sources(config: Path | None, *, fmt: Format) -> int:
     project = optional_project(config)
     registry = project.registry if project else Registry.default()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for source in registry.sources:
         names = source.names()
         served = [n for n in names if registry.source_of(n) is source]
-        rows.append({"source": source.label, "path": str(source.root), "bundles": names,
-                     "shadowed": sorted(set(names) - set(served))})
+        rows.append(
+            {
+                "source": source.label,
+                "path": str(source.root),
+                "bundles": names,
+                "shadowed": sorted(set(names) - set(served)),
+            }
+        )
     if fmt is Format.json:
         emit_json({"format_version": JSON_FORMAT_VERSION, "registries": rows})
         return 0
-    table([[r["source"], r["path"], ", ".join(r["bundles"]) or "-",
-            ", ".join(r["shadowed"]) or "-"] for r in rows],
-          header=["SOURCE", "PATH", "BUNDLES", "SHADOWED"])
+    table(
+        [
+            [
+                r["source"],
+                r["path"],
+                ", ".join(r["bundles"]) or "-",
+                ", ".join(r["shadowed"]) or "-",
+            ]
+            for r in rows
+        ],
+        header=["SOURCE", "PATH", "BUNDLES", "SHADOWED"],
+    )
     return 0

@@ -17,8 +17,10 @@ def run(config: Path | None, *, agents: list[str], fmt: Format) -> int:
     policy = resolution.policy
     unknown = [a for a in agents if a not in policy.agents]
     if unknown:
-        raise UsageError(f"unknown agent: {', '.join(unknown)}",
-                         hint=f"agents: {', '.join(policy.agents) or 'none defined'}")
+        raise UsageError(
+            f"unknown agent: {', '.join(unknown)}",
+            hint=f"agents: {', '.join(policy.agents) or 'none defined'}",
+        )
     data = _data(resolution, agents or policy.agents)
     if fmt is Format.json:
         emit_json(data)
@@ -39,23 +41,39 @@ def _data(resolution: Resolution, agents: list[str]) -> dict[str, Any]:
         decisions = [compiled.decide(s, t, interactive=True) for s, t in tools]
         agent_rows[name] = {
             "extends": compiled.chain[1:],
-            "rules": [{"effect": r.effect, "rule": r.pattern, "source": str(r.origin),
-                       "from_agent": r.agent} for r in compiled.rules],
+            "rules": [
+                {
+                    "effect": r.effect,
+                    "rule": r.pattern,
+                    "source": str(r.origin),
+                    "from_agent": r.agent,
+                }
+                for r in compiled.rules
+            ],
             "allow": [d.qualified for d in decisions if d.effect == "allow"],
             "ask": [d.qualified for d in decisions if d.effect == "ask"],
         }
     return {
         "format_version": JSON_FORMAT_VERSION,
-        "bundles": [{"name": b.manifest.name, "version": b.manifest.version,
-                     "source": b.source.label} for b in merged.bundles],
+        "bundles": [
+            {"name": b.manifest.name, "version": b.manifest.version, "source": b.source.label}
+            for b in merged.bundles
+        ],
         "servers": {
-            name: {"bundle": s.bundle, "endpoint": endpoint(s.spec), **server_json(s.spec),
-                   "tools": [t.name for t in s.spec.tools]}
+            name: {
+                "bundle": s.bundle,
+                "endpoint": endpoint(s.spec),
+                **server_json(s.spec),
+                "tools": [t.name for t in s.spec.tools],
+            }
             for name, s in merged.servers.items()
         },
         "agents": agent_rows,
-        "policy": {"default": config.policy.default, "deny": config.policy.deny,
-                   "pin_tools": config.policy.pin_tools},
+        "policy": {
+            "default": config.policy.default,
+            "deny": config.policy.deny,
+            "pin_tools": config.policy.pin_tools,
+        },
         "notes": merged.notes,
     }
 
@@ -85,6 +103,7 @@ def _print(data: dict[str, Any]) -> None:
         if a["ask"]:
             out(f"    after confirmation: {', '.join(a['ask'])}")
     p = data["policy"]
-    out(f"policy: default {p['default']}; deny {', '.join(p['deny']) or '-'}; "
-        f"pin_tools {str(p['pin_tools']).lower()}")
-
+    out(
+        f"policy: default {p['default']}; deny {', '.join(p['deny']) or '-'}; "
+        f"pin_tools {str(p['pin_tools']).lower()}"
+    )

@@ -11,9 +11,11 @@ from bundlectl.output import err, out
 
 def generate() -> dict[str, str]:
     """File name → schema text, for every on-disk format."""
+    from pydantic import BaseModel
+
     from bundlectl.models import BundleManifest, LockFile, ProjectConfig
 
-    targets = {
+    targets: dict[str, tuple[type[BaseModel], str]] = {
         "bundle.schema.json": (BundleManifest, "bundlectl bundle manifest"),
         "config.schema.json": (ProjectConfig, "bundlectl.yaml"),
         "lock.schema.json": (LockFile, "bundlectl.lock"),
@@ -21,16 +23,23 @@ def generate() -> dict[str, str]:
     files = {}
     for name, (model, title) in targets.items():
         schema = model.model_json_schema()
-        schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": name,
-                  **schema, "title": title}
+        schema = {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": name,
+            **schema,
+            "title": title,
+        }
         files[name] = json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     return files
 
 
 def run(folder: Path, *, check: bool) -> int:
     files = generate()
-    stale = [name for name, text in files.items()
-             if not (folder / name).is_file() or (folder / name).read_text("utf-8") != text]
+    stale = [
+        name
+        for name, text in files.items()
+        if not (folder / name).is_file() or (folder / name).read_text("utf-8") != text
+    ]
     if check:
         for name in stale:
             err(f"{folder / name}: differs from the models")

@@ -21,8 +21,9 @@ def run(name: str, *, root: Path | None, transport: str, host: str, port: int) -
     if name not in BUILTIN:
         raise UsageError(f"no built-in server {name!r}", hint=f"choose from {', '.join(BUILTIN)}")
     if transport not in TRANSPORTS:
-        raise UsageError(f"unknown transport {transport!r}",
-                         hint=f"choose from {', '.join(TRANSPORTS)}")
+        raise UsageError(
+            f"unknown transport {transport!r}", hint=f"choose from {', '.join(TRANSPORTS)}"
+        )
     folder = (root or default_root()).resolve()
     if not folder.is_dir():
         raise UsageError(f"root folder {folder} does not exist")

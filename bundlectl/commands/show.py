@@ -34,8 +34,13 @@ def run(config: Path | None, requirement: str, *, fmt: Format) -> int:
 
 def _as_json(loaded: LoadedManifest, versions: list[str]) -> dict[str, object]:
     data = loaded.manifest.model_dump(mode="json")
-    return {"format_version": JSON_FORMAT_VERSION, "source": loaded.source.label,
-            "versions": versions, "digest": loaded.digest, "bundle": data}
+    return {
+        "format_version": JSON_FORMAT_VERSION,
+        "source": loaded.source.label,
+        "versions": versions,
+        "digest": loaded.digest,
+        "bundle": data,
+    }
 
 
 def _print(loaded: LoadedManifest, versions: list[str]) -> None:
@@ -45,10 +50,12 @@ def _print(loaded: LoadedManifest, versions: list[str]) -> None:
     out(f"requires: {', '.join(m.requires) if m.requires else '-'}")
     if m.env:
         out("inputs:")
-        for key, spec in m.env.items():
-            marks = [w for w, on in (("required", spec.required), ("secret", spec.secret)) if on]
-            default = f" (default {spec.default})" if spec.default is not None else ""
-            out(f"  {key}  {', '.join(marks) or 'optional'}{default}  {spec.description}")
+        for key, wanted in m.env.items():
+            marks = [
+                w for w, on in (("required", wanted.required), ("secret", wanted.secret)) if on
+            ]
+            default = f" (default {wanted.default})" if wanted.default is not None else ""
+            out(f"  {key}  {', '.join(marks) or 'optional'}{default}  {wanted.description}")
     out("servers:")
     for name, spec in m.servers.items():
         out(f"  {name}  {endpoint(spec)}")
@@ -67,8 +74,11 @@ def _print(loaded: LoadedManifest, versions: list[str]) -> None:
     if m.agents:
         out("agent defaults:")
         for name, rules in m.agents.items():
-            parts = [f"{effect}: {', '.join(getattr(rules, effect))}"
-                     for effect in ("allow", "ask", "deny") if getattr(rules, effect)]
+            parts = [
+                f"{effect}: {', '.join(getattr(rules, effect))}"
+                for effect in ("allow", "ask", "deny")
+                if getattr(rules, effect)
+            ]
             if rules.extends:
                 parts.insert(0, f"extends: {', '.join(rules.extends)}")
             out(f"  {name}  {'; '.join(parts) or 'no rules'}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bundlectl.catalog import ToolRef, agent_row, search
 from bundlectl.describe import first_line, tool_flags
@@ -13,17 +13,22 @@ from bundlectl.models import ToolSpec
 from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, out
 from bundlectl.project import Resolution, load_project, resolve_project
 
+if TYPE_CHECKING:
+    from bundlectl.executor.live import Drift
+
 DETAILS = ("name", "summary", "full")
 
 
-def select(resolution: Resolution, *, agent: str | None, server: str | None,
-           query: str | None) -> list[tuple[ToolRef, str | None]]:
+def select(
+    resolution: Resolution, *, agent: str | None, server: str | None, query: str | None
+) -> list[tuple[ToolRef, str | None]]:
     """The tools to show with the agent's effect on each (allow/ask), ranked when searching."""
     catalog = resolution.catalog
     if server is not None and server not in catalog.by_server:
         known = ", ".join(sorted(catalog.by_server)) or "none"
-        raise UsageError(f"no server {server!r} in the resolved configuration",
-                         hint=f"servers: {known}")
+        raise UsageError(
+            f"no server {server!r} in the resolved configuration", hint=f"servers: {known}"
+        )
     refs = [t for t in catalog.tools if server is None or t.server == server]
     effects: dict[tuple[str, str], str | None] = {(t.server, t.tool): None for t in refs}
     if agent is not None:
@@ -36,20 +41,36 @@ def select(resolution: Resolution, *, agent: str | None, server: str | None,
     return [(ref, effects[(ref.server, ref.tool)]) for ref in refs]
 
 
-def run(config: Path | None, *, agent: str | None, server: str | None, query: str | None,
-        detail: str, fmt: Format, live: bool = False) -> int:
+def run(
+    config: Path | None,
+    *,
+    agent: str | None,
+    server: str | None,
+    query: str | None,
+    detail: str,
+    fmt: Format,
+    live: bool = False,
+) -> int:
     if detail not in DETAILS:
         raise UsageError(f"unknown detail {detail!r}", hint=f"use one of {', '.join(DETAILS)}")
     resolution = resolve_project(load_project(config))
     if live:
         return run_live(resolution, server=server, fmt=fmt)
     chosen = select(resolution, agent=agent, server=server, query=query)
-    specs = {(name, t.name): t for name, s in resolution.merged.servers.items()
-             for t in s.spec.tools}
+    specs = {
+        (name, t.name): t for name, s in resolution.merged.servers.items() for t in s.spec.tools
+    }
     if fmt is Format.json:
-        emit_json({"format_version": JSON_FORMAT_VERSION, "agent": agent,
-                   "tools": [_as_json(ref, specs[(ref.server, ref.tool)], effect, detail)
-                             for ref, effect in chosen]})
+        emit_json(
+            {
+                "format_version": JSON_FORMAT_VERSION,
+                "agent": agent,
+                "tools": [
+                    _as_json(ref, specs[(ref.server, ref.tool)], effect, detail)
+                    for ref, effect in chosen
+                ],
+            }
+        )
         return 0
     for ref, effect in chosen:
         spec = specs[(ref.server, ref.tool)]
@@ -58,8 +79,10 @@ def run(config: Path | None, *, agent: str | None, server: str | None, query: st
             out(f"{ref.qualified}{mark}")
             continue
         flags = tool_flags(spec)
-        out(f"{ref.qualified}{mark}  {first_line(spec.description)}"
-            + (f"  {flags}" if flags else ""))
+        out(
+            f"{ref.qualified}{mark}  {first_line(spec.description)}"
+            + (f"  {flags}" if flags else "")
+        )
         if detail == "full":
             if spec.annotations:
                 out(f"    annotations: {json.dumps(spec.annotations, sort_keys=True)}")
@@ -96,8 +119,9 @@ def run_live(resolution: Resolution, *, server: str | None, fmt: Format) -> int:
     servers = {name: s for name, s in resolution.merged.servers.items() if not s.spec.disabled}
     if server is not None:
         if server not in servers:
-            raise UsageError(f"no enabled server {server!r}",
-                             hint=f"servers: {', '.join(servers) or 'none'}")
+            raise UsageError(
+                f"no enabled server {server!r}", hint=f"servers: {', '.join(servers) or 'none'}"
+            )
         servers = {server: servers[server]}
     targets = [Target(name, s.spec, resolution.project.root) for name, s in servers.items()]
     declared = {name: list(s.spec.tools) for name, s in servers.items()}
@@ -107,27 +131,41 @@ def run_live(resolution: Resolution, *, server: str | None, fmt: Format) -> int:
         for target in targets:
             target.close()
     if fmt is Format.json:
-        emit_json({"format_version": JSON_FORMAT_VERSION, "servers": {
-            d.server: {"status": "error" if d.error else "ok" if d.clean else "differs",
-                       "error": d.error.message if d.error else None,
-                       "added": d.added, "removed": d.removed,
-                       "changed": [{"tool": n, "differs": w} for n, w in d.changed]}
-            for d in drifts}})
+        emit_json(
+            {
+                "format_version": JSON_FORMAT_VERSION,
+                "servers": {d.server: _drift_json(d) for d in drifts},
+            }
+        )
     else:
         for d in drifts:
-            if d.error is not None:
-                out(f"{d.server}: could not ask it: {d.error.message.splitlines()[0]}")
-            elif d.clean:
-                out(f"{d.server}: matches the declared catalog ({d.live_count} tools)")
-            else:
-                out(f"{d.server}: differs from the declared catalog")
-                for name in d.added:
-                    out(f"  + {name} (offered, not declared)")
-                for name in d.removed:
-                    out(f"  - {name} (declared, not offered)")
-                for name, what in d.changed:
-                    verb = "differs" if len(what) == 1 else "differ"
-                    out(f"  ~ {name}: {', '.join(what)} {verb}")
+            _print_drift(d)
     if any(d.error for d in drifts):
         return 5
     return 0 if all(d.clean for d in drifts) else 1
+
+
+def _drift_json(d: Drift) -> dict[str, Any]:
+    return {
+        "status": "error" if d.error else "ok" if d.clean else "differs",
+        "error": d.error.message if d.error else None,
+        "added": d.added,
+        "removed": d.removed,
+        "changed": [{"tool": n, "differs": w} for n, w in d.changed],
+    }
+
+
+def _print_drift(d: Drift) -> None:
+    if d.error is not None:
+        out(f"{d.server}: could not ask it: {d.error.message.splitlines()[0]}")
+        return
+    if d.clean:
+        out(f"{d.server}: matches the declared catalog ({d.live_count} tools)")
+        return
+    out(f"{d.server}: differs from the declared catalog")
+    for name in d.added:
+        out(f"  + {name} (offered, not declared)")
+    for name in d.removed:
+        out(f"  - {name} (declared, not offered)")
+    for name, what in d.changed:
+        out(f"  ~ {name}: {', '.join(what)} {'differs' if len(what) == 1 else 'differ'}")

@@ -26,9 +26,13 @@ class BatchItem:
     call: dict[str, str] | None = None  # agent/server/tool as far as the line said
 
 
-async def run_batch(items: list[BatchItem], targets: dict[str, Target],
-                    emit: Callable[[BatchItem, CallOutcome | None], None], *,
-                    connect_timeout: float) -> list[CallOutcome | None]:
+async def run_batch(
+    items: list[BatchItem],
+    targets: dict[str, Target],
+    emit: Callable[[BatchItem, CallOutcome | None], None],
+    *,
+    connect_timeout: float,
+) -> list[CallOutcome | None]:
     outcomes: list[CallOutcome | None] = [None] * len(items)
     done = [False] * len(items)
     state = {"next": 0}

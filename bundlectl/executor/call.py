@@ -43,8 +43,13 @@ class CallOutcome:
     @property
     def outcome(self) -> str:
         if self.error is not None:
-            return {2: "usage-error", 3: "denied", 4: "invalid-call", 5: "server-error",
-                    6: "timeout"}.get(self.error.exit_code, "error")
+            return {
+                2: "usage-error",
+                3: "denied",
+                4: "invalid-call",
+                5: "server-error",
+                6: "timeout",
+            }.get(self.error.exit_code, "error")
         return "tool-error" if self.result.is_error else "ok"
 
 
@@ -81,12 +86,15 @@ async def perform(client: Any, request: CallRequest, target: Target) -> CallOutc
         schema = tool.input_schema or {"type": "object"}
         outcome.arguments = build_arguments(request.pairs, request.base_arguments, schema)
         validate(outcome.arguments, schema, request.qualified)
-        outcome.result = await client.call_tool(request.tool, outcome.arguments,
-                                                read_timeout_seconds=request.timeout,
-                                                progress_callback=progress)
+        outcome.result = await client.call_tool(
+            request.tool,
+            outcome.arguments,
+            read_timeout_seconds=request.timeout,
+            progress_callback=progress,
+        )
     except BundlectlError as exc:
         outcome.error = exc
-    except Exception as exc:  # noqa: BLE001 - SDK failures are classified, bugs re-raised
+    except Exception as exc:
         error = classify(exc, target)
         if error is None:
             raise

@@ -51,8 +51,13 @@ class Target:
     def builtin(self) -> str | None:
         """The built-in server this entry runs (`bundlectl server NAME`), if any."""
         spec = self.spec
-        if spec.transport == "stdio" and spec.command == "bundlectl" and len(spec.args) >= 2 \
-                and spec.args[0] == "server" and spec.args[1] in BUILTIN:
+        if (
+            spec.transport == "stdio"
+            and spec.command == "bundlectl"
+            and len(spec.args) >= 2
+            and spec.args[0] == "server"
+            and spec.args[1] in BUILTIN
+        ):
             return spec.args[1]
         return None
 
@@ -69,20 +74,26 @@ def start_child(target: Target) -> Child:
     spec = target.spec
     where = f"server {target.name!r}"
     environ = _environ()
-    argv = [expand(spec.command or "", environ, where=where),
-            *(expand(a, environ, where=where) for a in spec.args)]
+    argv = [
+        expand(spec.command or "", environ, where=where),
+        *(expand(a, environ, where=where) for a in spec.args),
+    ]
     env = child_environment(spec.env, server=target.name)
     stderr = target.stderr
     assert stderr is not None
     try:
-        target.child = Child.start(_resolve_command(argv, env), env=env,
-                                   cwd=str(target.root / (spec.cwd or ".")), stderr=stderr.file)
+        target.child = Child.start(
+            _resolve_command(argv, env),
+            env=env,
+            cwd=str(target.root / (spec.cwd or ".")),
+            stderr=stderr.file,
+        )
         return target.child
     except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
-        raise ServerError(f"could not start server {target.name!r}: {spec.command!r}: "
-                          f"{exc.strerror}",
-                          hint=f"install {spec.command!r} or fix servers.{target.name}.command "
-                          "(and cwd)") from None
+        raise ServerError(
+            f"could not start server {target.name!r}: {spec.command!r}: {exc.strerror}",
+            hint=f"install {spec.command!r} or fix servers.{target.name}.command (and cwd)",
+        ) from None
 
 
 def _resolve_command(argv: list[str], env: dict[str, str]) -> list[str]:
@@ -108,8 +119,9 @@ def _client_target(target: Target, child: Child | None) -> Any:
         return child_transport(child or start_child(target))
     where = f"server {target.name!r}"
     url = expand(spec.url or "", _environ(), where=where)
-    headers = {k: expand(v, _environ(), where=f"{where} (headers.{k})")
-               for k, v in spec.headers.items()}
+    headers = {
+        k: expand(v, _environ(), where=f"{where} (headers.{k})") for k, v in spec.headers.items()
+    }
     if spec.transport == "sse":
         from mcp.client.sse import sse_client
 
@@ -124,9 +136,9 @@ async def _streamable_http(url: str, headers: dict[str, str]) -> AsyncIterator[A
     from mcp.client.streamable_http import streamable_http_client
 
     # The SDK's timeouts: a server may hold a response stream open for minutes.
-    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
-        async with streamable_http_client(url, http_client=http) as streams:
-            yield streams
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300))
+    async with http, streamable_http_client(url, http_client=http) as streams:
+        yield streams
 
 
 def _environ() -> dict[str, str]:
@@ -134,8 +146,9 @@ def _environ() -> dict[str, str]:
 
 
 @asynccontextmanager
-async def connect(target: Target, *, connect_timeout: float,
-                  child: Child | None = None) -> AsyncIterator[Any]:
+async def connect(
+    target: Target, *, connect_timeout: float, child: Child | None = None
+) -> AsyncIterator[Any]:
     """An initialised `mcp.Client`; errors come out as BundlectlError subclasses.
 
     `child` is a stdio server already started with `start_child`.
@@ -151,7 +164,7 @@ async def connect(target: Target, *, connect_timeout: float,
                 yield client
     except BundlectlError:
         raise
-    except BaseException as exc:  # noqa: BLE001 - classified below, re-raised otherwise
+    except BaseException as exc:
         error = classify(exc, target)
         if error is None:
             raise
@@ -199,34 +212,50 @@ def classify(exc: BaseException, target: Target) -> BundlectlError | None:
             return None
     name = target.name
     if target.child is not None and target.child.violation:
-        return ServerError(f"server {name!r} broke the protocol: {target.child.violation}"
-                           + _tail(target))
+        return ServerError(
+            f"server {name!r} broke the protocol: {target.child.violation}" + _tail(target)
+        )
     # The most telling failure first: the SDK's own errors, then the OS's, then the rest.
     found.sort(key=lambda e: 0 if isinstance(e, MCPError) else 1)
     for leaf in found:
         if isinstance(leaf, FileNotFoundError | PermissionError):
             cmd = target.spec.command
-            return ServerError(f"could not start server {name!r}: {cmd!r}: {leaf.strerror}",
-                               hint=f"install {cmd!r} or fix servers.{name}.command")
+            return ServerError(
+                f"could not start server {name!r}: {cmd!r}: {leaf.strerror}",
+                hint=f"install {cmd!r} or fix servers.{name}.command",
+            )
         if isinstance(leaf, MCPError):
             if leaf.code == REQUEST_TIMEOUT:
                 return CallTimeout(f"server {name!r} did not answer in time" + _tail(target))
             if leaf.code == CONNECTION_CLOSED:
-                return ServerError(f"server {name!r} closed the connection (it exited or "
-                                   "crashed)" + _tail(target))
-            return ServerError(f"server {name!r} returned an error: {leaf.error.message} "
-                               f"(code {leaf.code})" + _tail(target))
+                return ServerError(
+                    f"server {name!r} closed the connection (it exited or crashed)" + _tail(target)
+                )
+            return ServerError(
+                f"server {name!r} returned an error: {leaf.error.message} "
+                f"(code {leaf.code})" + _tail(target)
+            )
         if isinstance(leaf, httpx2.HTTPError):
-            return ServerError(f"cannot reach server {name!r} at {target.spec.url}: "
-                               f"{type(leaf).__name__}: {leaf}" + _tail(target),
-                               hint="check that the server is running and the url is right")
+            return ServerError(
+                f"cannot reach server {name!r} at {target.spec.url}: "
+                f"{type(leaf).__name__}: {leaf}" + _tail(target),
+                hint="check that the server is running and the url is right",
+            )
         if isinstance(leaf, pydantic.ValidationError | ValueError | RuntimeError):
             first = str(leaf).splitlines()[0] if str(leaf) else type(leaf).__name__
             return ServerError(f"server {name!r} broke the protocol: {first}" + _tail(target))
-        if isinstance(leaf, OSError | EOFError | anyio.BrokenResourceError
-                      | anyio.ClosedResourceError | anyio.EndOfStream):
-            return ServerError(f"lost the connection to server {name!r}: "
-                               f"{type(leaf).__name__}: {leaf}" + _tail(target))
+        if isinstance(
+            leaf,
+            OSError
+            | EOFError
+            | anyio.BrokenResourceError
+            | anyio.ClosedResourceError
+            | anyio.EndOfStream,
+        ):
+            return ServerError(
+                f"lost the connection to server {name!r}: "
+                f"{type(leaf).__name__}: {leaf}" + _tail(target)
+            )
     return None
 
 
@@ -234,8 +263,11 @@ def missing_tool(name: str, tool: str, available: list[str]) -> ToolCallError:
     import difflib
 
     close = difflib.get_close_matches(tool, available, n=3, cutoff=0.5)
-    hint = f"did you mean {', '.join(f'{name}.{c}' for c in close)}?" if close else \
-        f"`bundlectl tools --live --server {name}` lists what it has"
+    hint = (
+        f"did you mean {', '.join(f'{name}.{c}' for c in close)}?"
+        if close
+        else f"`bundlectl tools --live --server {name}` lists what it has"
+    )
     return ToolCallError(f"server {name!r} has no tool {tool!r}", hint=hint)
 
 

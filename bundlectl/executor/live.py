@@ -41,8 +41,11 @@ def compare(server: str, declared: list[ToolSpec], live: list[Any]) -> Drift:
             what.append("input schema")
         if ours.description.strip() != (real.description or "").strip():
             what.append("description")
-        notes = real.annotations.model_dump(by_alias=True, exclude_none=True) \
-            if real.annotations else {}
+        notes = (
+            real.annotations.model_dump(by_alias=True, exclude_none=True)
+            if real.annotations
+            else {}
+        )
         notes.pop("title", None)
         if ours.annotations != notes:
             what.append("annotations")
@@ -51,8 +54,9 @@ def compare(server: str, declared: list[ToolSpec], live: list[Any]) -> Drift:
     return drift
 
 
-async def survey(targets: list[Target], declared: dict[str, list[ToolSpec]], *,
-                 connect_timeout: float) -> list[Drift]:
+async def survey(
+    targets: list[Target], declared: dict[str, list[ToolSpec]], *, connect_timeout: float
+) -> list[Drift]:
     """Every server at once; a server that fails is reported, the others still compared."""
     results: dict[str, Drift] = {}
 

@@ -12,9 +12,16 @@ from typing import Any
 
 TEXT_LIMIT = 1_000_000
 # Types the platform's mimetypes table often lacks.
-_EXTENSIONS = {"audio/wav": ".wav", "audio/x-wav": ".wav", "audio/mpeg": ".mp3",
-               "audio/ogg": ".ogg", "image/webp": ".webp", "image/png": ".png",
-               "image/jpeg": ".jpg", "application/octet-stream": ".bin"}  # characters of one text block in text mode; --format json keeps all
+_EXTENSIONS = {
+    "audio/wav": ".wav",
+    "audio/x-wav": ".wav",
+    "audio/mpeg": ".mp3",
+    "audio/ogg": ".ogg",
+    "image/webp": ".webp",
+    "image/png": ".png",
+    "image/jpeg": ".jpg",
+    "application/octet-stream": ".bin",
+}  # characters of one text block in text mode; --format json keeps all
 
 
 def result_json(result: Any) -> dict[str, Any]:
@@ -45,8 +52,10 @@ def _truncate(text: str) -> str:
     if len(text) <= TEXT_LIMIT:
         return text
     cut = len(text) - TEXT_LIMIT
-    sys.stderr.write(f"note: output cut after {TEXT_LIMIT:,} characters ({cut:,} more); "
-                     "use --format json for everything\n")
+    sys.stderr.write(
+        f"note: output cut after {TEXT_LIMIT:,} characters ({cut:,} more); "
+        "use --format json for everything\n"
+    )
     return text[:TEXT_LIMIT]
 
 
@@ -76,13 +85,15 @@ def render_text(result: Any, outdir: OutputDir, stem: str) -> list[str]:
             else:
                 data = base64.b64decode(res.blob)
                 path = outdir.save(data, res.mime_type, stem)
-                lines.append(f"[resource: {res.uri} ({mime}, {len(data):,} bytes) saved to "
-                             f"{path}]")
+                lines.append(f"[resource: {res.uri} ({mime}, {len(data):,} bytes) saved to {path}]")
         else:
             lines.append(f"[{kind} content]")
     texts = [b.text for b in result.content if b.type == "text"]
-    wrapped = isinstance(structured, dict) and list(structured) == ["result"] \
+    wrapped = (
+        isinstance(structured, dict)
+        and list(structured) == ["result"]
         and "".join(texts) == structured["result"]
+    )
     if structured is not None and not wrapped:  # {"result": text} only repeats the text
         lines.append(json.dumps(structured, indent=2, ensure_ascii=False))
     return lines

@@ -8,11 +8,9 @@ from typing import TypeVar
 
 import anyio
 
+from bundlectl.errors import Interrupted
+
 T = TypeVar("T")
-
-
-class Interrupted(Exception):
-    """SIGTERM or Ctrl-C arrived; servers were stopped before we exit (exit 130)."""
 
 
 def run(fn: Callable[[], Awaitable[T]]) -> T:

@@ -1,8 +1,9 @@
-"""A server's stderr: passed to ours (or a log file), with the last lines kept for error messages."""
+"""A server's stderr: passed to ours (or a log file), the last lines kept for error messages."""
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import sys
 import threading
@@ -19,8 +20,9 @@ class StderrTee:
 
     def __init__(self, *, log_file: Path | None = None, keep: int = 20) -> None:
         read_fd, write_fd = os.pipe()
-        self.file: IO[str] = os.fdopen(write_fd, "w", buffering=1, encoding="utf-8",
-                                       errors="replace")
+        self.file: IO[str] = os.fdopen(
+            write_fd, "w", buffering=1, encoding="utf-8", errors="replace"
+        )
         self._reader = os.fdopen(read_fd, "r", encoding="utf-8", errors="replace")
         self.tail: collections.deque[str] = collections.deque(maxlen=keep)
         self.log_file = log_file
@@ -44,10 +46,8 @@ class StderrTee:
 
     def close(self, wait: float = 1.0) -> None:
         """Close our write end; the copy ends when every child has closed its copy too."""
-        try:
+        with contextlib.suppress(OSError):
             self.file.close()
-        except OSError:
-            pass
         self._thread.join(wait)
         if self._sink is not None:
             self._sink.close()

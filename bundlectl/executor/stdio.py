@@ -40,8 +40,16 @@ class Child:
         kwargs: dict[str, Any] = {}
         if sys.platform != "win32":
             kwargs["start_new_session"] = True  # its own process group: we can stop the tree
-        process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=stderr, env=env, cwd=cwd, bufsize=0, **kwargs)
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=env,
+            cwd=cwd,
+            bufsize=0,
+            **kwargs,
+        )
         return cls(process)
 
     async def stop(self) -> None:
@@ -73,13 +81,19 @@ class Child:
         watchdog's signals then find nothing. It lives at most 2 x GRACE.
         """
         group = self.process.pid
-        script = (f"sleep {GRACE:g}; kill -0 -- -{group} 2>/dev/null || exit 0; "
-                  f"kill -TERM -- -{group} 2>/dev/null; sleep {GRACE:g}; "
-                  f"kill -KILL -- -{group} 2>/dev/null; exit 0")
+        script = (
+            f"sleep {GRACE:g}; kill -0 -- -{group} 2>/dev/null || exit 0; "
+            f"kill -TERM -- -{group} 2>/dev/null; sleep {GRACE:g}; "
+            f"kill -KILL -- -{group} 2>/dev/null; exit 0"
+        )
         with contextlib.suppress(OSError):
-            subprocess.Popen(["/bin/sh", "-c", script], stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
+            subprocess.Popen(
+                ["/bin/sh", "-c", script],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
     async def _wait(self, seconds: float) -> bool:
         with anyio.move_on_after(seconds):
@@ -102,7 +116,8 @@ async def child_transport(child: Child) -> AsyncIterator[tuple[Any, Any]]:
     from mcp_types import jsonrpc_message_adapter
 
     proc = child.process
-    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdin is not None
+    assert proc.stdout is not None
     stdin, stdout = proc.stdin, proc.stdout
     incoming_send, incoming = anyio.create_memory_object_stream[Any](16)
     outgoing, outgoing_receive = anyio.create_memory_object_stream[Any](16)
@@ -118,16 +133,22 @@ async def child_transport(child: Child) -> AsyncIterator[tuple[Any, Any]]:
                 if not line:
                     continue
                 try:
-                    item: Any = SessionMessage(jsonrpc_message_adapter.validate_json(
-                        line, by_name=False))
+                    item: Any = SessionMessage(
+                        jsonrpc_message_adapter.validate_json(line, by_name=False)
+                    )
                 except ValueError:
                     # Garbage on stdout: the SDK would only log it and wait. End the connection
                     # so the caller fails now, and say what the server wrote.
                     child.violation = f"its stdout has a line that is not JSON-RPC: {line[:120]!r}"
                     return
                 anyio.from_thread.run(incoming_send.send, item, token=token)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError, RuntimeError,
-                anyio.RunFinishedError):
+        except (
+            anyio.ClosedResourceError,
+            anyio.BrokenResourceError,
+            OSError,
+            RuntimeError,
+            anyio.RunFinishedError,
+        ):
             pass
         finally:
             with contextlib.suppress(RuntimeError, anyio.RunFinishedError):

@@ -24,8 +24,16 @@ def _cyclomatic(node: ast.AST) -> int:
     """McCabe: 1 + one per decision point (branches, loops, handlers, boolean operands, cases)."""
     score = 1
     for child in _walk_own(node):
-        if isinstance(child, ast.If | ast.IfExp | ast.For | ast.AsyncFor | ast.While
-                      | ast.ExceptHandler | ast.Assert):
+        if isinstance(
+            child,
+            ast.If
+            | ast.IfExp
+            | ast.For
+            | ast.AsyncFor
+            | ast.While
+            | ast.ExceptHandler
+            | ast.Assert,
+        ):
             score += 1
         elif isinstance(child, ast.BoolOp):
             score += len(child.values) - 1
@@ -89,13 +97,17 @@ class _Cognitive(ast.NodeVisitor):
 
     visit_For = visit_AsyncFor = visit_While = _loop
 
-    def visit_Try(self, node: ast.Try) -> None:
+    def _try(self, node: ast.Try | ast.TryStar) -> None:
         for stmt in node.body + node.finalbody + node.orelse:
             self.visit(stmt)
         for handler in node.handlers:
             self._nested(handler, [handler.body])
 
-    visit_TryStar = visit_Try
+    def visit_Try(self, node: ast.Try) -> None:
+        self._try(node)
+
+    def visit_TryStar(self, node: ast.TryStar) -> None:
+        self._try(node)
 
     def visit_Match(self, node: ast.Match) -> None:
         self._nested(node, [case.body for case in node.cases])
@@ -153,8 +165,16 @@ def analyse(source: str, filename: str = "<source>") -> list[FunctionMetrics]:
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
                 name = f"{prefix}{child.name}"
                 end = child.end_lineno or child.lineno
-                found.append(FunctionMetrics(name, child.lineno, end, _cyclomatic(child),
-                                             _cognitive(child), end - child.lineno + 1))
+                found.append(
+                    FunctionMetrics(
+                        name,
+                        child.lineno,
+                        end,
+                        _cyclomatic(child),
+                        _cognitive(child),
+                        end - child.lineno + 1,
+                    )
+                )
                 visit(child, f"{name}.")
             elif isinstance(child, ast.ClassDef):
                 visit(child, f"{prefix}{child.name}.")
@@ -165,12 +185,13 @@ def analyse(source: str, filename: str = "<source>") -> list[FunctionMetrics]:
     return sorted(found, key=lambda f: f.line)
 
 
-def report(source: str, filename: str, metrics: list[str], include_functions: bool) -> dict[str, object]:
+def report(
+    source: str, filename: str, metrics: list[str], include_functions: bool
+) -> dict[str, object]:
     """The `complexity_metrics` result: totals and maxima, and per function when asked."""
     functions = analyse(source, filename)
     chosen = [m for m in METRICS if m in metrics]
-    summary: dict[str, object] = {"functions": len(functions),
-                                  "lines": len(source.splitlines())}
+    summary: dict[str, object] = {"functions": len(functions), "lines": len(source.splitlines())}
     for metric in chosen:
         values = [getattr(f, metric) for f in functions]
         summary[f"max_{metric}"] = max(values, default=0)

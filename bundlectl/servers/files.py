@@ -52,8 +52,11 @@ def build(root: Path) -> MCPServer:
         log_level="WARNING",
     )
 
-    @tool(server, annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
-                 structured_output=False)
+    @tool(
+        server,
+        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+        structured_output=False,
+    )
     def read_file(path: str) -> str | EmbeddedResource:
         """Read a file below the root folder. Text comes back as is; binary files come back as
         an embedded resource (base64 blob). Files over 1 MiB are refused."""
@@ -69,12 +72,16 @@ def build(root: Path) -> MCPServer:
         import base64
 
         mime = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
-        blob = BlobResourceContents(uri=target.as_uri(), mime_type=mime,
-                                    blob=base64.b64encode(data).decode("ascii"))
+        blob = BlobResourceContents(
+            uri=target.as_uri(), mime_type=mime, blob=base64.b64encode(data).decode("ascii")
+        )
         return EmbeddedResource(type="resource", resource=blob)
 
-    @tool(server, annotations=ToolAnnotations(destructiveHint=True, idempotentHint=True,
-                                             openWorldHint=False), structured_output=False)
+    @tool(
+        server,
+        annotations=ToolAnnotations(destructiveHint=True, idempotentHint=True, openWorldHint=False),
+        structured_output=False,
+    )
     def write_file(path: str, content: str) -> str:
         """Create or overwrite a UTF-8 text file below the root folder, atomically (readers see
         the old file or the new one). Parent folders are created. At most 1 MiB."""
@@ -92,16 +99,20 @@ def build(root: Path) -> MCPServer:
         atomic_write_bytes(target, data)
         return f"wrote {len(data)} bytes to {path}"
 
-    @tool(server, annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
-          structured_output=False)
+    @tool(
+        server,
+        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+        structured_output=False,
+    )
     def list_directory(path: str = ".") -> str:
         """List a folder below the root: one entry per line, `[DIR] name` or `[FILE] name`."""
         target = confine(root, path)
         if not target.is_dir():
             raise ToolError(f"{path!r} is not a folder")
         entries = sorted(target.iterdir(), key=lambda p: p.name)
-        lines = [f"[DIR] {p.name}" if p.is_dir() else f"[FILE] {p.name}"
-                 for p in entries[:MAX_ENTRIES]]
+        lines = [
+            f"[DIR] {p.name}" if p.is_dir() else f"[FILE] {p.name}" for p in entries[:MAX_ENTRIES]
+        ]
         if len(entries) > MAX_ENTRIES:
             lines.append(f"... {len(entries) - MAX_ENTRIES} more entries not shown")
         return "\n".join(lines) if lines else "(empty folder)"

@@ -19,8 +19,14 @@ MAX_DIFF_CHARS = 200_000
 
 def _git_diff(root: Path, args: list[str]) -> str:
     try:
-        done = subprocess.run(["git", "diff", "--no-color", "--no-ext-diff", *args], cwd=root,
-                              capture_output=True, text=True, timeout=60, check=False)
+        done = subprocess.run(
+            ["git", "diff", "--no-color", "--no-ext-diff", *args],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     except FileNotFoundError:
         raise ToolError("git is not installed") from None
     except subprocess.TimeoutExpired:
@@ -62,8 +68,11 @@ def build(root: Path) -> MCPServer:
         except (SyntaxError, UnicodeDecodeError) as exc:
             raise ToolError(f"cannot parse {file_path}: {exc}") from None
 
-    @tool(server, annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
-          structured_output=False)
+    @tool(
+        server,
+        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+        structured_output=False,
+    )
     def view_diff(
         base: str | None = None,
         head: str | None = None,
@@ -85,8 +94,9 @@ def build(root: Path) -> MCPServer:
         if head is not None and base is None:
             raise ToolError("head needs a base")
         args.append("--")
-        args.extend(str(confine(root, p, must_exist=False).relative_to(root)) or "."
-                    for p in paths or [])
+        args.extend(
+            str(confine(root, p, must_exist=False).relative_to(root)) or "." for p in paths or []
+        )
         diff = _git_diff(root, args)
         if len(diff) > MAX_DIFF_CHARS:
             cut = len(diff) - MAX_DIFF_CHARS

@@ -28,7 +28,8 @@ from mcp_types import (
 )
 
 PNG = base64.b64decode(
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
 
 server = MCPServer("kitchen", log_level="WARNING")
 
@@ -58,15 +59,29 @@ def media() -> list[Any]:
     return [
         TextContent(type="text", text="here is everything"),
         ImageContent(type="image", data=base64.b64encode(PNG).decode(), mime_type="image/png"),
-        AudioContent(type="audio", data=base64.b64encode(b"RIFF....WAVE").decode(),
-                     mime_type="audio/wav"),
-        ResourceLink(type="resource_link", uri="file:///tmp/report.txt", name="report",
-                     mime_type="text/plain"),
-        EmbeddedResource(type="resource", resource=TextResourceContents(
-            uri="memo://note", mime_type="text/markdown", text="# a note")),
-        EmbeddedResource(type="resource", resource=BlobResourceContents(
-            uri="memo://blob", mime_type="application/octet-stream",
-            blob=base64.b64encode(b"\x00\x01\x02").decode())),
+        AudioContent(
+            type="audio", data=base64.b64encode(b"RIFF....WAVE").decode(), mime_type="audio/wav"
+        ),
+        ResourceLink(
+            type="resource_link",
+            uri="file:///tmp/report.txt",
+            name="report",
+            mime_type="text/plain",
+        ),
+        EmbeddedResource(
+            type="resource",
+            resource=TextResourceContents(
+                uri="memo://note", mime_type="text/markdown", text="# a note"
+            ),
+        ),
+        EmbeddedResource(
+            type="resource",
+            resource=BlobResourceContents(
+                uri="memo://blob",
+                mime_type="application/octet-stream",
+                blob=base64.b64encode(b"\x00\x01\x02").decode(),
+            ),
+        ),
     ]
 
 

@@ -21,7 +21,7 @@ if mode == "hang":
     while True:
         time.sleep(1)
 if mode == "garbage":
-    for line in sys.stdin:
+    for _ in sys.stdin:
         sys.stdout.write("this is not json-rpc\n")
         sys.stdout.flush()
 if mode == "exit-after-init":
@@ -29,12 +29,21 @@ if mode == "exit-after-init":
         message = json.loads(line)
         if message.get("method") in ("initialize", "server/discover"):
             if message["method"] == "server/discover":
-                reply = {"jsonrpc": "2.0", "id": message["id"],
-                         "error": {"code": -32601, "message": "Method not found"}}
+                reply = {
+                    "jsonrpc": "2.0",
+                    "id": message["id"],
+                    "error": {"code": -32601, "message": "Method not found"},
+                }
             else:
-                reply = {"jsonrpc": "2.0", "id": message["id"], "result": {
-                    "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
-                    "serverInfo": {"name": "dying", "version": "1"}}}
+                reply = {
+                    "jsonrpc": "2.0",
+                    "id": message["id"],
+                    "result": {
+                        "protocolVersion": "2025-11-25",
+                        "capabilities": {"tools": {}},
+                        "serverInfo": {"name": "dying", "version": "1"},
+                    },
+                }
             sys.stdout.write(json.dumps(reply) + "\n")
             sys.stdout.flush()
         elif message.get("method") == "tools/list":
