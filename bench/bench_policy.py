@@ -116,26 +116,30 @@ def bench_matrix() -> None:
     )
 
 
+def write_project(root: Path, policy: Policy) -> None:
+    """A bundlectl.yaml with 50 servers x 100 declared tools and the policy's agents."""
+    lines = ["version: 1", "servers:"]
+    for s in SERVERS:
+        lines.append(f"  {s}:\n    command: {s}\n    tools:")
+        lines += [f"      - name: {t}" for t in TOOLS]
+    lines.append("agents:")
+    for name, spec in policy.set.agents.items():
+        lines.append(f"  {name}:")
+        if spec.extends:
+            lines.append(f"    extends: [{', '.join(p for p, _ in spec.extends)}]")
+        for effect in ("allow", "ask", "deny"):
+            pats = [f"'{r.pattern}'" for r in spec.rules if r.effect == effect]
+            if pats:
+                lines.append(f"    {effect}: [{', '.join(pats)}]")
+    lines.append("policy: {default: deny, deny: ['*.delete_*']}")
+    (root / "bundlectl.yaml").write_text("\n".join(lines) + "\n")
+
+
 def bench_cli() -> None:
-    rng = random.Random(3)
-    policy = matrix_policy(rng)
+    policy = matrix_policy(random.Random(3))
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        lines = ["version: 1", "servers:"]
-        for s in SERVERS:
-            lines.append(f"  {s}:\n    command: {s}\n    tools:")
-            lines += [f"      - name: {t}" for t in TOOLS]
-        lines.append("agents:")
-        for name, spec in policy.set.agents.items():
-            lines.append(f"  {name}:")
-            if spec.extends:
-                lines.append(f"    extends: [{', '.join(p for p, _ in spec.extends)}]")
-            for effect in ("allow", "ask", "deny"):
-                pats = [f"'{r.pattern}'" for r in spec.rules if r.effect == effect]
-                if pats:
-                    lines.append(f"    {effect}: [{', '.join(pats)}]")
-        lines.append("policy: {default: deny, deny: ['*.delete_*']}")
-        (root / "bundlectl.yaml").write_text("\n".join(lines) + "\n")
+        write_project(root, policy)
         exe = str(Path(sys.executable).with_name("bundlectl"))
         env = {**os.environ, "BUNDLECTL_HOME": str(root / "home")}
         start = time.perf_counter()

@@ -6,6 +6,7 @@ policy matrix and lint's exact analyses combine masks instead of deciding tool b
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -66,9 +67,13 @@ class Catalog:
         return bits
 
     def members(self, mask: int) -> list[ToolRef]:
-        """The tools in `mask`, in catalog order."""
-        bits = format(mask, "b")[::-1]
-        return [self.tools[i] for i, bit in enumerate(bits) if bit == "1"]
+        """The tools in `mask`, in catalog order (walks the set bits only)."""
+        found = []
+        while mask:
+            low = mask & -mask
+            found.append(self.tools[low.bit_length() - 1])
+            mask ^= low
+        return found
 
     def rules_mask(self, rules: Sequence[Rule]) -> int:
         bits = 0
@@ -77,6 +82,7 @@ class Catalog:
         return bits
 
 
+@functools.lru_cache(maxsize=4096)
 def _glob(pattern: str, flags: int) -> re.Pattern[str]:
     body = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
     return re.compile(body, flags | re.DOTALL)

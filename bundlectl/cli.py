@@ -385,6 +385,48 @@ def server(
     return cmd.run(name, root=root, transport=transport, host=host, port=port)
 
 
+@app.command()
+def lint(
+    targets: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            metavar="[PATH...]",
+            help="Projects, bundlectl.yaml files, manifests or registry folders.",
+        ),
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help="text, json, sarif or github.")] = "text",
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", dir_okay=False, help="Write to a file.")
+    ] = None,
+    fail_level: Annotated[
+        str, typer.Option("--fail-level", help="Exit 1 at this severity or above.")
+    ] = "error",
+    select: Annotated[
+        list[str] | None, typer.Option("--select", help="Only these rule ids or prefixes.")
+    ] = None,
+    ignore: Annotated[
+        list[str] | None, typer.Option("--ignore", help="Skip these rule ids or prefixes.")
+    ] = None,
+    exit_zero: Annotated[
+        bool, typer.Option("--exit-zero", help="Always exit 0 when lint could run.")
+    ] = False,
+    config: ConfigOpt = None,
+) -> int:
+    """Validate and analyse config, manifests and lock, with rule ids and positions."""
+    from bundlectl.commands import lint as cmd
+
+    return cmd.run(
+        targets or [],
+        config=config,
+        fmt=fmt,
+        output=output,
+        fail_level=fail_level,
+        select=select or [],
+        ignore=ignore or [],
+        exit_zero=exit_zero,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; every expected failure ends in a message."""
     # pydantic scans every installed distribution for plugins on first use (~20 ms); bundlectl

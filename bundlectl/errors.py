@@ -15,6 +15,7 @@ class Problem:
     message: str
     yaml_path: str = ""
     hint: str | None = None
+    code: str = ""  # what kind of problem (pydantic error type, or ours), for lint rules
 
     def render(self) -> str:
         where = f"{self.file}:{self.line}:{self.column}: "

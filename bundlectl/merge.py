@@ -44,6 +44,8 @@ class Merged:
     agents: dict[str, AgentSpec]
     env: list[EnvRequirement]
     notes: list[str] = field(default_factory=list)
+    # Servers two bundles define differently: (server, first bundle, second bundle).
+    collisions: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def origin_at(doc: YamlDoc, path: YamlPath, bundle: str | None = None) -> Origin:
@@ -75,6 +77,7 @@ def merge(config: ProjectConfig, doc: YamlDoc, bundles: list[LoadedManifest]) ->
     """Merge resolved bundles (in resolution order) with the project's entries."""
     servers: dict[str, MergedServer] = {}
     notes: list[str] = []
+    collisions: list[tuple[str, str, str]] = []
     for loaded in bundles:
         for name, spec in loaded.manifest.servers.items():
             incoming = MergedServer(
@@ -82,12 +85,7 @@ def merge(config: ProjectConfig, doc: YamlDoc, bundles: list[LoadedManifest]) ->
             )
             existing = servers.get(name)
             if existing is not None and existing.spec != spec and name not in config.servers:
-                raise ResolutionError(
-                    f"server {name!r} is defined differently by bundles {existing.bundle} and "
-                    f"{loaded.pin}",
-                    hint=f"define {name!r} under servers: in bundlectl.yaml to choose one, "
-                    "or drop one of the bundles",
-                )
+                collisions.append((name, existing.bundle or "", loaded.pin))
             servers.setdefault(name, incoming)
     for name, spec in config.servers.items():
         if name in servers:
@@ -123,7 +121,21 @@ def merge(config: ProjectConfig, doc: YamlDoc, bundles: list[LoadedManifest]) ->
         for loaded in bundles
         for key, spec in loaded.manifest.env.items()
     ]
-    return Merged(bundles, dict(sorted(servers.items())), dict(sorted(agents.items())), env, notes)
+    return Merged(
+        bundles, dict(sorted(servers.items())), dict(sorted(agents.items())), env, notes, collisions
+    )
+
+
+def collision_error(merged: Merged) -> ResolutionError | None:
+    """The first server two bundles define differently, as an error (exit 1)."""
+    if not merged.collisions:
+        return None
+    name, first, second = merged.collisions[0]
+    return ResolutionError(
+        f"server {name!r} is defined differently by bundles {first} and {second}",
+        hint=f"define {name!r} under servers: in bundlectl.yaml to choose one, "
+        "or drop one of the bundles",
+    )
 
 
 def policy_set(

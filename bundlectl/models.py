@@ -16,6 +16,7 @@ from pydantic import (
     Field,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from bundlectl.requirements import NAME_HELP, NAME_RE, parse_requirement
 
@@ -29,16 +30,19 @@ _BAD_PATTERN = re.compile(r"[\[\]{}\\\s]|\*\*")
 def check_rule(rule: str) -> str:
     """A rule is `server.tool` or a bare tool pattern, with `*` and `?` as the only wildcards."""
     if not rule:
-        raise ValueError("empty rule")
+        raise PydanticCustomError("unsupported_pattern", "empty rule")
     bad = _BAD_PATTERN.search(rule)
     if bad:
         found = "'**'" if bad.group() == "**" else repr(bad.group())
-        raise ValueError(
-            f"unsupported pattern {rule!r}: {found} is not allowed; only '*' and '?' are wildcards"
+        raise PydanticCustomError(
+            "unsupported_pattern",
+            f"unsupported pattern {rule!r}: {found} is not allowed; only '*' and '?' are wildcards",
         )
     server, dot, tool = rule.partition(".")
     if dot and (not server or not tool):
-        raise ValueError(f"rule {rule!r} has an empty server or tool part")
+        raise PydanticCustomError(
+            "unsupported_pattern", f"rule {rule!r} has an empty server or tool part"
+        )
     return rule
 
 
@@ -61,7 +65,11 @@ def check_version(value: str) -> str:
 
 
 def check_requirement(value: str) -> str:
-    parse_requirement(value)  # raises ValueError with the reason
+    try:
+        parse_requirement(value)
+    except ValueError as exc:
+        kind = "invalid_name" if "bundle name" in str(exc) else "invalid_requirement"
+        raise PydanticCustomError(kind, str(exc).replace("{", "{{").replace("}", "}}")) from None
     return value
 
 

@@ -124,11 +124,15 @@ def project_from_text(path: Path, text: str) -> Project:
 
 
 def resolve_project(
-    project: Project, *, upgrade: set[str] | None = None, use_lock: bool = True
+    project: Project,
+    *,
+    upgrade: set[str] | None = None,
+    use_lock: bool = True,
+    strict: bool = True,
 ) -> Resolution:
     """Resolve the project's bundles (preferring the lock's pins) and merge everything."""
     from bundlectl.lockfile import build_lock
-    from bundlectl.merge import merge
+    from bundlectl.merge import collision_error, merge
     from bundlectl.policy import check_extends
     from bundlectl.resolver import constraint, resolve
 
@@ -139,7 +143,11 @@ def resolve_project(
     versions = resolve(wanted, project.registry, prefer=prefer, upgrade=upgrade)
     bundles = [project.registry.get(name, version) for name, version in versions.items()]
     merged = merge(project.config, project.doc, bundles)
-    check_extends(merged.agents)
+    if strict:  # lint reports these itself, with positions, and carries on
+        collision = collision_error(merged)
+        if collision is not None:
+            raise collision
+        check_extends(merged.agents)
     return Resolution(project, merged, build_lock(project.config, merged))
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import difflib
 import types
 import typing
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from bundlectl.errors import InputFileError, Problem
+from bundlectl.requirements import NAME_RE
 from bundlectl.yamlio import YamlDoc, YamlPath
 
 M = TypeVar("M", bound=BaseModel)
@@ -51,14 +53,17 @@ def problems_from(exc: ValidationError, doc: YamlDoc, model: type[BaseModel]) ->
             if close:
                 message += f"; did you mean {close[0]!r}?"
             hint = f"allowed keys here: {', '.join(allowed)}" if allowed else None
-            out.append(doc.problem(path, message, hint=hint, key=True))
+            out.append(replace(doc.problem(path, message, hint=hint, key=True), code=kind))
             continue
         message = _message(error)
+        code = kind
+        if kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == NAME_RE:
+            code = "invalid_name"
         # An error about a whole mapping (a model validator) reads best at the mapping's key.
         on_key = on_key or (isinstance(_node(doc.data, path), dict) and path in doc.keys)
         if kind == "missing":
             hint = f"add the key {path[-1]!r}"
-        out.append(doc.problem(path, message, hint=hint, key=on_key))
+        out.append(replace(doc.problem(path, message, hint=hint, key=on_key), code=code))
     return out
 
 
@@ -67,7 +72,10 @@ def _message(error: Any) -> str:
     for prefix in ("Value error, ", "Assertion failed, "):
         if msg.startswith(prefix):
             msg = msg[len(prefix) :]
-    if error["type"] == "string_pattern_mismatch":
+    if (
+        error["type"] == "string_pattern_mismatch"
+        and error.get("ctx", {}).get("pattern") == NAME_RE
+    ):
         msg = (
             f"{error['input']!r} is not a valid name: use lowercase letters, digits, '-' and "
             "'_', starting with a letter or digit (at most 63 characters)"

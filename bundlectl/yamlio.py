@@ -7,6 +7,7 @@ see how each scalar was written (BCL004).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,10 @@ from bundlectl.errors import InputFileError, Problem
 YamlPath = tuple[str | int, ...]
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _STR_TAG = "tag:yaml.org,2002:str"
+# Plain strings that YAML 1.1 readers (PyYAML, many tools) take for booleans or numbers.
+_YAML11_AMBIGUOUS = re.compile(
+    r"^(y|Y|yes|Yes|YES|n|N|no|No|NO|on|On|ON|off|Off|OFF|0[0-7]+|[0-9]+(:[0-5]?[0-9])+)$"
+)
 
 
 @dataclass(frozen=True)
@@ -34,7 +39,7 @@ class Span:
 
 @dataclass(frozen=True)
 class PlainScalar:
-    """An unquoted scalar that YAML resolved to something other than a string."""
+    """An unquoted scalar that is not a string, or that YAML 1.1 would not read as one."""
 
     text: str
     tag: str
@@ -98,7 +103,8 @@ class _Builder:
         if isinstance(node, SequenceNode):
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
         value = self.constructor.construct_object(node, deep=True)
-        if isinstance(node, ScalarNode) and not node.style and node.tag != _STR_TAG:  # plain
+        plain = isinstance(node, ScalarNode) and not node.style  # unquoted
+        if plain and (node.tag != _STR_TAG or _YAML11_AMBIGUOUS.match(str(node.value))):
             self.doc.plain_scalars[path] = PlainScalar(str(node.value), node.tag or "")
         return value
 
@@ -131,6 +137,7 @@ class _Builder:
                         f"duplicate key {key!r} (first defined at line {first.line})",
                         format_path((*path, key)),
                         "remove one of the two entries; YAML would silently keep only one",
+                        "duplicate_key",
                     )
                 )
                 continue
@@ -186,11 +193,12 @@ def parse_yaml(text: str, file: str) -> YamlDoc:
                 f"YAML syntax error: {message}",
                 "",
                 "fix the YAML syntax at this position (indentation, quotes, colons)",
+                "yaml_syntax",
             )
         )
         return doc
     except YAMLError as exc:
-        doc.problems.append(Problem(file, 1, 1, f"YAML error: {exc}", ""))
+        doc.problems.append(Problem(file, 1, 1, f"YAML error: {exc}", "", code="yaml_syntax"))
         return doc
     if node is not None:
         doc.data = _Builder(doc).build(node, ())

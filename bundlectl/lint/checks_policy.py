@@ -1,0 +1,223 @@
+"""2xx: policy logic, exact over the catalog — each rule's match set is computed and compared."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from bundlectl.catalog import Catalog, agent_row
+from bundlectl.lint.context import Context, at
+from bundlectl.lint.rules import Finding
+from bundlectl.models import ProjectConfig, ToolSpec
+from bundlectl.policy import Rule
+from bundlectl.project import Resolution
+from bundlectl.yamlio import YamlDoc, YamlPath
+
+_DESTRUCTIVE_NAME = re.compile(
+    r"(^|[_\-./])(delete|remove|rm|write|push|exec|run|drop|destroy|kill|uninstall|apply|merge|"
+    r"update|patch|create|move|rename|truncate|reset|revert|force)([_\-./]|$)",
+    re.IGNORECASE,
+)
+
+
+def _parts(ctx: Context) -> tuple[Resolution, YamlDoc, ProjectConfig] | None:
+    """What the policy checks need, when the config resolved and its policy is sound."""
+    if not ctx.policy_ok or ctx.resolution is None or ctx.config is None:
+        return None
+    model = ctx.config_model
+    return None if model is None else (ctx.resolution, ctx.config.doc, model)
+
+
+def _own_rules(resolution: Resolution, agent: str) -> list[tuple[YamlPath, Rule]]:
+    """The agent's rules written in the config, with their YAML paths."""
+    out: list[tuple[YamlPath, Rule]] = []
+    position = dict.fromkeys(("allow", "ask", "deny"), 0)
+    for rule in resolution.policy.agent(agent).rules:
+        if rule.agent == agent and rule.origin.bundle is None:
+            out.append((("agents", agent, rule.effect, position[rule.effect]), rule))
+            position[rule.effect] += 1
+    return out
+
+
+def overridden_and_shadowed(ctx: Context) -> Iterator[Finding]:
+    """BCL201 allow/ask rules that deny covers entirely; BCL202 rules covered by another."""
+    parts = _parts(ctx)
+    if parts is None:
+        return
+    resolution, doc, model = parts
+    catalog = resolution.catalog
+    for agent in model.agents:
+        rules = resolution.policy.agent(agent).rules
+        denied = catalog.rules_mask([r for r in rules if r.effect == "deny"])
+        for path, rule in _own_rules(resolution, agent):
+            mask = catalog.mask(rule.pattern)
+            if not mask:
+                continue
+            if rule.effect != "deny" and mask & ~denied == 0:
+                by = _deniers(rules, catalog, mask)
+                yield at(
+                    "BCL201",
+                    doc,
+                    path,
+                    f"everything {rule.pattern!r} matches is denied anyway ({by})",
+                    anchor=rule.pattern,
+                )
+                continue
+            cover = _covering(rule, rules, catalog, mask)
+            if cover is not None:
+                yield at(
+                    "BCL202",
+                    doc,
+                    path,
+                    f"{rule.effect} rule {rule.pattern!r} is covered "
+                    f"by {cover.pattern!r} ({cover.origin})",
+                    anchor=rule.pattern,
+                )
+
+
+def _deniers(rules: list[Rule], catalog: Catalog, mask: int) -> str:
+    hits = [r for r in rules if r.effect == "deny" and catalog.mask(r.pattern) & mask]
+    return ", ".join(r.label for r in hits[:3])
+
+
+def _covering(rule: Rule, rules: list[Rule], catalog: Catalog, mask: int) -> Rule | None:
+    for other in rules:
+        if other is rule or other.effect != rule.effect:
+            continue
+        theirs = catalog.mask(other.pattern)
+        if mask & ~theirs == 0 and (theirs != mask or rules.index(other) < rules.index(rule)):
+            return other
+    return None
+
+
+def permits_nothing(ctx: Context) -> Iterator[Finding]:
+    """BCL203: a listed agent that can call no tool of a non-empty catalog."""
+    parts = _parts(ctx)
+    if parts is None or not len(parts[0].catalog):
+        return
+    resolution, doc, model = parts
+    for agent in model.agents:
+        row = agent_row(resolution.policy.agent(agent), resolution.catalog)
+        if not (row.allow | row.ask):
+            yield at(
+                "BCL203",
+                doc,
+                ("agents", agent),
+                f"agent {agent!r} can call no tool",
+                key=True,
+                anchor=agent,
+            )
+
+
+def _destructive(spec: ToolSpec) -> bool:
+    notes = spec.annotations
+    if notes.get("destructiveHint") is True:
+        return True
+    if notes.get("readOnlyHint") is True or notes.get("destructiveHint") is False:
+        return False
+    return bool(_DESTRUCTIVE_NAME.search(spec.name))
+
+
+def broad_destructive(ctx: Context) -> Iterator[Finding]:
+    """BCL204: a wildcard allow that lets destructive tools through without ask or deny."""
+    parts = _parts(ctx)
+    if parts is None:
+        return
+    resolution, doc, model = parts
+    catalog = resolution.catalog
+    specs = {(n, t.name): t for n, s in resolution.merged.servers.items() for t in s.spec.tools}
+    for agent in model.agents:
+        row = agent_row(resolution.policy.agent(agent), catalog)
+        for path, rule in _own_rules(resolution, agent):
+            if rule.effect != "allow" or ("*" not in rule.pattern and "?" not in rule.pattern):
+                continue
+            reached = catalog.members(catalog.mask(rule.pattern) & row.allow)
+            risky = [t.qualified for t in reached if _destructive(specs[(t.server, t.tool)])]
+            if risky:
+                more = f" and {len(risky) - 3} more" if len(risky) > 3 else ""
+                yield at(
+                    "BCL204",
+                    doc,
+                    path,
+                    f"wildcard {rule.pattern!r} allows destructive "
+                    f"tools without asking: {', '.join(risky[:3])}{more}",
+                    anchor=rule.pattern,
+                )
+
+
+def default_allow(ctx: Context) -> Iterator[Finding]:
+    """BCL205: agents not listed get every tool."""
+    config, model = ctx.config, ctx.config_model
+    if config is None or model is None:
+        return
+    policy = config.doc.data.get("policy") if isinstance(config.doc.data, dict) else None
+    if isinstance(policy, dict) and "default" in policy:
+        if model.policy.default == "allow":
+            yield at(
+                "BCL205",
+                config.doc,
+                ("policy", "default"),
+                "policy.default is allow: agents not listed get every tool",
+                anchor="allow",
+            )
+        return
+    yield at(
+        "BCL205",
+        config.doc,
+        ("policy",) if isinstance(policy, dict) else (),
+        "policy.default is not set, so it is allow: agents not listed get every tool",
+        key=isinstance(policy, dict),
+        anchor="absent",
+    )
+
+
+def future_tools(ctx: Context) -> Iterator[Finding]:
+    """BCL207: a wildcard allow/ask will also grant tools the server adds later."""
+    parts = _parts(ctx)
+    if parts is None or parts[2].policy.pin_tools:
+        return
+    resolution, doc, model = parts
+    for agent in model.agents:
+        for path, rule in _own_rules(resolution, agent):
+            if rule.effect != "deny" and ("*" in rule.parts[1] or "?" in rule.parts[1]):
+                yield at(
+                    "BCL207",
+                    doc,
+                    path,
+                    f"{rule.pattern!r} will also grant tools its servers add later",
+                    anchor=rule.pattern,
+                )
+
+
+def policy_tests(ctx: Context) -> Iterator[Finding]:
+    """BCL209: every expectation under tests: must hold (ask as if a human could confirm)."""
+    parts = _parts(ctx)
+    if parts is None:
+        return
+    resolution, doc, model = parts
+    for index, test in enumerate(model.tests):
+        compiled = resolution.policy.agent(test.agent)
+        for want in ("allow", "ask", "deny"):
+            for position, name in enumerate(getattr(test, want)):
+                path: YamlPath = ("tests", index, want, position)
+                server, dot, tool = name.partition(".")
+                if not dot:
+                    yield at(
+                        "BCL209",
+                        doc,
+                        path,
+                        f"{name!r} is not a qualified server.tool name",
+                        anchor=name,
+                    )
+                    continue
+                got = compiled.decide(server, tool, interactive=True)
+                if got.effect != want:
+                    by = f"{got.rule.label} ({got.rule.origin})" if got.rule else got.reason
+                    yield at(
+                        "BCL209",
+                        doc,
+                        path,
+                        f"expected {want} for agent {test.agent!r} "
+                        f"on {name}, got {got.effect}: {by}",
+                        anchor=f"{test.agent}:{name}:{want}",
+                    )

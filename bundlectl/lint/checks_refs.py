@@ -1,0 +1,194 @@
+"""1xx: references and resolution — bundles, the lock, servers named in rules, extends."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator
+
+from bundlectl.errors import ResolutionError
+from bundlectl.lint.context import Context, at
+from bundlectl.lint.rules import Finding
+from bundlectl.policy import split_name
+from bundlectl.requirements import requirement_name
+
+
+def unknown_bundles(ctx: Context) -> Iterator[Finding]:
+    """BCL101 in the config's bundles and in every linted manifest's requires."""
+    if ctx.project is None:
+        return
+    known = set(ctx.project.registry.names())
+    sources = []
+    if ctx.config is not None and ctx.config_model is not None:
+        sources.append((ctx.config.doc, "bundles", ctx.config_model.bundles))
+    sources += [(f.doc, "requires", m.requires) for f, m in ctx.manifests()]
+    for doc, key, requirements in sources:
+        for index, text in enumerate(requirements):
+            name = requirement_name(text)
+            if name not in known:
+                close = difflib.get_close_matches(name, sorted(known), n=1)
+                hint = f"did you mean {close[0]}?" if close else None
+                yield at(
+                    "BCL101",
+                    doc,
+                    (key, index),
+                    f"no bundle named {name!r} in any registry",
+                    anchor=name,
+                    hint=hint,
+                )
+
+
+def unsatisfiable(ctx: Context) -> Iterator[Finding]:
+    """BCL102: the resolver found no versions that satisfy every constraint."""
+    error = ctx.resolution_error
+    config, model = ctx.config, ctx.config_model
+    if not isinstance(error, ResolutionError) or config is None or model is None:
+        return
+    if not error.message.startswith("no version of"):
+        return  # unknown bundles are BCL101, collisions BCL107
+    name = error.message.split("'")[1]
+    index = next((i for i, r in enumerate(model.bundles) if requirement_name(r) == name), None)
+    path: tuple[str | int, ...] = ("bundles", index) if index is not None else ("bundles",)
+    lines = [line.strip() for line in error.message.splitlines()]
+    yield at("BCL102", config.doc, path, f"{lines[0]} {'; '.join(lines[1:])}", anchor=name)
+
+
+def server_collisions(ctx: Context) -> Iterator[Finding]:
+    """BCL107, at the requirement that brought in the second bundle (or at bundles)."""
+    if ctx.resolution is None or ctx.config is None or ctx.config_model is None:
+        return
+    for server, first, second in ctx.resolution.merged.collisions:
+        name = second.split("@")[0]
+        index = next(
+            (i for i, r in enumerate(ctx.config_model.bundles) if requirement_name(r) == name), None
+        )
+        path: tuple[str | int, ...] = ("bundles", index) if index is not None else ("bundles",)
+        yield at(
+            "BCL107",
+            ctx.config.doc,
+            path,
+            f"server {server!r} is defined differently by bundles {first} and {second}",
+            anchor=server,
+        )
+
+
+def invalid_extends(ctx: Context) -> Iterator[Finding]:
+    """BCL108: unknown parents and cycles (each at its position)."""
+    if ctx.resolution is None:
+        return
+    from bundlectl.policy import extends_problems
+
+    docs = {f.doc.file: f.doc for f in ctx.files}
+    for problem in extends_problems(ctx.resolution.merged.agents):
+        doc = docs.get(problem.file)
+        if doc is None:
+            continue  # in a manifest that is not under lint
+        from bundlectl.lint.context import from_problem
+
+        yield from_problem("BCL108", problem, doc)
+
+
+def lock_drift(ctx: Context) -> Iterator[Finding]:
+    """BCL103: the lock is missing, or differs from what the config resolves to now."""
+    if ctx.resolution is None or ctx.project is None or ctx.config is None:
+        return
+    from bundlectl.lockfile import describe_drift, dump_lock
+    from bundlectl.yamlio import read_yaml
+
+    project = ctx.project
+    fresh = dump_lock(ctx.resolution.lock)
+    if not project.lock_path.exists():
+        yield at("BCL103", ctx.config.doc, (), "bundlectl.lock is missing", anchor="missing")
+        return
+    if project.lock_path.read_text("utf-8") == fresh:
+        return
+    lock_doc = read_yaml(
+        project.lock_path,
+        str(project.lock_path.relative_to(project.root))
+        if project.lock_path.is_relative_to(project.root)
+        else str(project.lock_path),
+    )
+    for line in describe_drift(project.lock, ctx.resolution.lock):
+        path: tuple[str | int, ...] = ()
+        words = line.split()
+        if line.startswith("bundle ") and len(words) > 1:
+            path = ("bundles", words[1].rstrip(":"))
+        elif line.startswith("server ") and len(words) > 1:
+            path = ("servers", words[1].rstrip(":"))
+        elif line.startswith("bundlectl.yaml changed"):
+            path = ("inputs_digest",)
+        yield at("BCL103", lock_doc, path, f"stale lock: {line}", key=bool(path), anchor=line)
+
+
+def rule_targets(ctx: Context) -> Iterator[Finding]:
+    """BCL104 unknown server, BCL105 matches nothing, BCL106 ambiguous bare allow,
+    BCL208 matches only when case is ignored — for every rule written in the config."""
+    if ctx.resolution is None or ctx.config is None or ctx.config_model is None:
+        return
+    catalog = ctx.resolution.catalog
+    servers = set(ctx.resolution.merged.servers)
+    declared = {name for name, s in ctx.resolution.merged.servers.items() if s.spec.tools}
+    doc = ctx.config.doc
+    for path, pattern, effect in _config_rules(ctx):
+        server, tool = split_name(pattern)
+        literal_server = "*" not in server and "?" not in server
+        if literal_server and server not in servers:
+            close = difflib.get_close_matches(server, sorted(servers), n=1)
+            yield at(
+                "BCL104",
+                doc,
+                path,
+                f"rule {pattern!r} names server {server!r}, which is not configured",
+                anchor=pattern,
+                hint=f"did you mean {close[0]}.{tool}?" if close else None,
+            )
+            continue
+        if literal_server and server not in declared:
+            continue  # no declared catalog: nothing to compare against
+        mask = catalog.mask(pattern)
+        defensive = effect == "deny" and ("*" in pattern or "?" in pattern)
+        if mask == 0 and not defensive:  # a wildcard deny also guards tools yet to come
+            folded = catalog.mask_casefold(pattern)
+            if folded:
+                shown = ", ".join(t.qualified for t in catalog.members(folded)[:3])
+                yield at(
+                    "BCL208",
+                    doc,
+                    path,
+                    f"rule {pattern!r} matches only when case is ignored ({shown})",
+                    anchor=pattern,
+                )
+            else:
+                names = [t.qualified for t in catalog.tools]
+                close = difflib.get_close_matches(
+                    pattern if "." in pattern else f"{server}.{tool}", names, n=1
+                )
+                yield at(
+                    "BCL105",
+                    doc,
+                    path,
+                    f"rule {pattern!r} matches no known tool",
+                    anchor=pattern,
+                    hint=f"did you mean {close[0]}?" if close else None,
+                )
+        elif mask and effect == "allow" and server == "*":
+            spread = {t.server for t in catalog.members(mask)}
+            if len(spread) > 1:
+                yield at(
+                    "BCL106",
+                    doc,
+                    path,
+                    f"bare rule {pattern!r} allows tools on "
+                    f"{len(spread)} servers: {', '.join(sorted(spread))}",
+                    anchor=pattern,
+                )
+
+
+def _config_rules(ctx: Context) -> Iterator[tuple[tuple[str | int, ...], str, str]]:
+    model = ctx.config_model
+    assert model is not None
+    for name, rules in model.agents.items():
+        for effect in ("allow", "ask", "deny"):
+            for index, pattern in enumerate(getattr(rules, effect)):
+                yield ("agents", name, effect, index), pattern, effect
+    for index, pattern in enumerate(model.policy.deny):
+        yield ("policy", "deny", index), pattern, "deny"

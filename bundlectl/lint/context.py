@@ -1,0 +1,101 @@
+"""What the checks look at: the parsed files, and the resolved project when there is one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from bundlectl.errors import Problem
+from bundlectl.lint.rules import RULES, Finding
+from bundlectl.yamlio import YamlDoc, YamlPath, format_path
+
+if TYPE_CHECKING:
+    from bundlectl.models import BundleManifest, ProjectConfig
+    from bundlectl.project import Project, Resolution
+
+
+@dataclass
+class LintedFile:
+    """One input file: its parse, and its model when it validated."""
+
+    kind: str  # config | manifest | lock
+    doc: YamlDoc
+    model: Any = None
+    problems: list[Problem] = field(default_factory=list)
+
+
+@dataclass
+class Context:
+    """The files under lint, and the project they form (when the config is valid)."""
+
+    files: list[LintedFile]
+    project: Project | None = None
+    resolution: Resolution | None = None
+    resolution_error: Exception | None = None
+    policy_ok: bool = False  # the agents' extends are sound, so the engine can be built
+
+    @property
+    def config(self) -> LintedFile | None:
+        return next((f for f in self.files if f.kind == "config"), None)
+
+    def manifests(self) -> Iterator[tuple[LintedFile, BundleManifest]]:
+        for f in self.files:
+            if f.kind == "manifest" and f.model is not None:
+                yield f, f.model
+
+    @property
+    def config_model(self) -> ProjectConfig | None:
+        config = self.config
+        return config.model if config is not None else None
+
+
+def at(
+    rule: str,
+    doc: YamlDoc,
+    path: YamlPath,
+    message: str,
+    *,
+    key: bool = False,
+    anchor: str = "",
+    hint: str | None = None,
+) -> Finding:
+    """A finding at the node on `path` of `doc`."""
+    span = doc.span(path, key=key)
+    return Finding(
+        rule,
+        message,
+        doc.file,
+        span.line,
+        span.column,
+        span.end_line,
+        span.end_column,
+        format_path(path),
+        RULES[rule].severity,
+        hint or RULES[rule].hint,
+        anchor,
+    )
+
+
+def from_problem(rule: str, problem: Problem, doc: YamlDoc | None = None) -> Finding:
+    """A finding from a positioned problem of the loader or validator."""
+    end_line, end_column = problem.line, problem.column
+    if doc is not None:
+        for spans in (doc.keys, doc.values):
+            for span in spans.values():
+                if (span.line, span.column) == (problem.line, problem.column):
+                    end_line, end_column = span.end_line, span.end_column
+                    break
+    return Finding(
+        rule,
+        problem.message,
+        problem.file,
+        problem.line,
+        problem.column,
+        end_line,
+        end_column,
+        problem.yaml_path,
+        RULES[rule].severity,
+        problem.hint or RULES[rule].hint,
+        problem.message,
+    )

@@ -1,0 +1,251 @@
+"""The lint rules: stable ids, names, default severities, rationale and fix hints."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Literal
+
+Severity = Literal["error", "warning", "info"]
+SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    """What a rule checks and what to do about it."""
+
+    id: str
+    name: str
+    severity: Severity
+    rationale: str
+    hint: str
+    security: float | None = None  # GitHub code scanning's security-severity (0-10)
+
+
+def _rules(*rules: RuleInfo) -> dict[str, RuleInfo]:
+    return {rule.id: rule for rule in rules}
+
+
+RULES = _rules(
+    RuleInfo(
+        "BCL001",
+        "yaml-syntax",
+        "error",
+        "The file cannot be parsed as YAML.",
+        "Fix the YAML syntax at the reported position.",
+    ),
+    RuleInfo(
+        "BCL002",
+        "duplicate-key",
+        "error",
+        "A key appears twice in one mapping; YAML tools disagree on which one wins.",
+        "Remove or merge one of the entries.",
+    ),
+    RuleInfo(
+        "BCL003",
+        "schema",
+        "error",
+        "The file does not follow its JSON Schema (unknown key, wrong type, bad value).",
+        "Compare with schemas/*.schema.json; unknown keys usually are typos.",
+    ),
+    RuleInfo(
+        "BCL004",
+        "ambiguous-scalar",
+        "warning",
+        "An unquoted value that YAML reads differently than meant (1.10 as a number, "
+        "no/on as booleans in YAML 1.1).",
+        "Quote the value.",
+    ),
+    RuleInfo(
+        "BCL005",
+        "invalid-name",
+        "error",
+        "Server, agent and bundle names must match ^[a-z0-9][a-z0-9_-]{0,62}$.",
+        "Use lowercase letters, digits, '-' and '_'.",
+    ),
+    RuleInfo(
+        "BCL101",
+        "unknown-bundle",
+        "error",
+        "A requirement names no bundle in any registry.",
+        "Fix the name, or publish the bundle with `bundlectl registry add`.",
+    ),
+    RuleInfo(
+        "BCL102",
+        "unsatisfiable",
+        "error",
+        "No version satisfies all the constraints on a bundle.",
+        "Relax one of the listed constraints.",
+    ),
+    RuleInfo(
+        "BCL103",
+        "lock-drift",
+        "error",
+        "bundlectl.lock does not match bundlectl.yaml (missing, stale, or digests differ).",
+        "Run `bundlectl lock` and commit the result.",
+        5.0,
+    ),
+    RuleInfo(
+        "BCL104",
+        "unknown-server-in-rule",
+        "error",
+        "A rule names a server that is not configured: it can never match.",
+        "Fix the server name or remove the rule.",
+        4.0,
+    ),
+    RuleInfo(
+        "BCL105",
+        "rule-matches-nothing",
+        "warning",
+        "A rule matches no known tool: a typo, or a rule left behind.",
+        "Fix the tool name or remove the rule.",
+    ),
+    RuleInfo(
+        "BCL106",
+        "ambiguous-bare-allow",
+        "warning",
+        "A bare allow rule (no server part) matches tools on more than one server.",
+        "Qualify it as server.tool.",
+        4.0,
+    ),
+    RuleInfo(
+        "BCL107",
+        "server-collision",
+        "error",
+        "Two bundles define the same server name differently.",
+        "Define the server in bundlectl.yaml to choose one, or drop a bundle.",
+    ),
+    RuleInfo(
+        "BCL108",
+        "invalid-extends",
+        "error",
+        "An agent extends an unknown agent, or the extends chain is a cycle.",
+        "Fix the parent's name or break the cycle.",
+    ),
+    RuleInfo(
+        "BCL201",
+        "allow-overridden",
+        "warning",
+        "Everything an allow/ask rule matches is denied anyway: the rule has no effect.",
+        "Remove the rule or the deny that covers it.",
+    ),
+    RuleInfo(
+        "BCL202",
+        "shadowed-rule",
+        "info",
+        "A rule is covered by another rule of the same effect.",
+        "Remove the narrower rule.",
+    ),
+    RuleInfo(
+        "BCL203",
+        "permits-nothing",
+        "warning",
+        "An agent can call no tool at all.",
+        "Add allow rules, or remove the agent.",
+    ),
+    RuleInfo(
+        "BCL204",
+        "broad-destructive-allow",
+        "warning",
+        "A wildcard allow covers destructive tools without asking a human.",
+        "Allow the destructive tools explicitly, or list them under ask or deny.",
+        7.0,
+    ),
+    RuleInfo(
+        "BCL205",
+        "default-allow",
+        "warning",
+        "Agents that are not listed get every tool (policy.default absent or allow).",
+        "Set policy.default: deny.",
+        6.0,
+    ),
+    RuleInfo(
+        "BCL206",
+        "unsupported-pattern",
+        "error",
+        "Only '*' and '?' are wildcards; other glob syntax is rejected.",
+        "Rewrite the pattern with * and ? only.",
+    ),
+    RuleInfo(
+        "BCL207",
+        "wildcard-future-tools",
+        "info",
+        "A wildcard allow also grants tools that a server adds later.",
+        "Consider policy.pin_tools: true, or list the tools.",
+    ),
+    RuleInfo(
+        "BCL208",
+        "case-mismatch",
+        "warning",
+        "A rule matches a tool only when case is ignored; matching is case-sensitive.",
+        "Write the tool name with the server's exact case.",
+    ),
+    RuleInfo(
+        "BCL209",
+        "policy-test-failed",
+        "error",
+        "A policy expectation under tests: does not hold.",
+        "Fix the policy, or the expectation.",
+    ),
+    RuleInfo(
+        "BCL301",
+        "plaintext-secret",
+        "error",
+        "A literal secret in env, args, headers or url; it would end up in git.",
+        "Replace it with a ${VAR} reference and set the variable where the server runs.",
+        9.0,
+    ),
+    RuleInfo(
+        "BCL302",
+        "missing-required-env",
+        "warning",
+        "A bundle's required input is not set in the environment and has no default.",
+        "Export the variable before starting the servers.",
+    ),
+    RuleInfo(
+        "BCL401",
+        "unpinned-package",
+        "warning",
+        "npx/uvx/pipx/docker runs a package without an exact version or digest.",
+        "Pin the version: pkg@1.2.3, pkg==1.2.3, image:1.2.3 or image@sha256:...",
+        5.0,
+    ),
+    RuleInfo(
+        "BCL901",
+        "unused-suppression",
+        "info",
+        "A suppression comment suppressed nothing.",
+        "Remove the comment.",
+    ),
+)
+
+
+@dataclass
+class Finding:
+    """One problem, at a 1-based position of the offending YAML node."""
+
+    rule: str
+    message: str
+    file: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    yaml_path: str = ""
+    severity: Severity = "error"
+    hint: str | None = None
+    anchor: str = ""  # what the finding is about (stable text), for the fingerprint
+    suppressed: bool = field(default=False, compare=False)
+
+    @property
+    def info(self) -> RuleInfo:
+        return RULES[self.rule]
+
+    @property
+    def fingerprint(self) -> str:
+        """Stable when unrelated lines move: no line numbers, only what and where in the tree."""
+        key = "\x00".join((self.rule, self.file, self.yaml_path, self.anchor or self.message))
+        return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+    def sort_key(self) -> tuple[str, int, int, str]:
+        return (self.file, self.line, self.column, self.rule)

@@ -1,0 +1,54 @@
+"""The lock is written by hand: it must parse back to exactly the same model."""
+
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bundlectl.lockfile import dump_lock, read_lock
+from bundlectl.models import LockedBundle, LockedServer, LockFile
+
+names = st.text(min_size=1, max_size=12).filter(lambda s: s.strip() == s and "\x00" not in s)
+awkward = st.one_of(
+    names,
+    st.sampled_from(
+        [
+            "yes",
+            "no",
+            "on",
+            "null",
+            "1.10",
+            "a.b/c",
+            "x: y",
+            '"q"',
+            "#c",
+            "-dash",
+            "ünï",
+            "true",
+            "~",
+        ]
+    ),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tools=st.dictionaries(awkward, awkward, max_size=5),
+    requires=st.lists(awkward, max_size=3),
+    version=awkward,
+)
+def test_lock_round_trips(
+    tmp_path_factory: object, tools: dict[str, str], requires: list[str], version: str
+) -> None:
+    lock = LockFile(
+        format_version=1,
+        inputs_digest="sha256:" + "0" * 64,
+        bundles={
+            "b": LockedBundle(version=version, source="./reg", digest="sha256:1", requires=requires)
+        },
+        servers={"s": LockedServer(bundle=None, transport="stdio", digest="sha256:2", tools=tools)},
+    )
+    folder = Path(tmp_path_factory.mktemp("lock"))  # type: ignore[attr-defined]
+    path = folder / "bundlectl.lock"
+    path.write_text(dump_lock(lock), encoding="utf-8")
+    assert read_lock(path, "bundlectl.lock") == lock
