@@ -542,3 +542,56 @@ def test_tools_live_shows_drift(project: Path, run: Run, starts: Path) -> None:
     only = run("tools", "--live", "--server", "files", "--format", "json")
     assert only.code == 0
     assert json.loads(only.out)["servers"]["files"]["status"] == "ok"
+
+
+def test_builtin_in_process_equals_the_subprocess_server(kitchen: Path, run: Run) -> None:
+    write(
+        kitchen / "bundlectl.yaml",
+        f"""
+        version: 1
+        bundles: [basic]
+        servers:
+          files-sub: {{command: {PY}, args: [-m, bundlectl, server, files]}}
+        policy: {{default: allow}}
+    """,
+    )
+    (kitchen / "data.bin").write_bytes(b"\x00\x01binary")
+    for args in (
+        ["read_file", "path=hello.txt"],
+        ["read_file", "path=data.bin"],
+        ["list_directory"],
+        ["read_file", "path=../outside"],
+    ):
+        inproc = json.loads(run("exec", f"files.{args[0]}", *args[1:], "--format", "json").out)
+        sub = json.loads(run("exec", f"files-sub.{args[0]}", *args[1:], "--format", "json").out)
+        for data in (inproc, sub):
+            data.pop("server")
+            data.pop("duration_ms")
+            data.pop("rule")
+        assert inproc == sub, args
+
+
+def test_quiet_sends_server_stderr_to_a_log(project: Path, run: Run, isolated_home: Path) -> None:
+    write(project / "bundlectl.yaml", kitchen_config())
+    result = run("exec", "crash.anything", "--quiet")
+    assert result.code == 5
+    assert "fatal: cannot open database" not in result.err.split("last lines")[0]
+    log = isolated_home / "state" / "logs" / "crash.log"
+    assert "fatal: cannot open database /nonexistent.db" in log.read_text()
+
+
+def test_audit_path_from_the_user_config(
+    kitchen: Path, run: Run, isolated_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "elsewhere" / "audit.jsonl"
+    write(isolated_home / "config" / "config.yaml", f"audit: {{path: '{target}'}}\n")
+    run("exec", "-a", "reader", "files.read_file", "path=hello.txt")
+    assert json.loads(target.read_text())["tool"] == "read_file"
+    override = tmp_path / "override.jsonl"
+    monkeypatch.setenv("BUNDLECTL_AUDIT_LOG", str(override))
+    run("exec", "-a", "reader", "files.read_file", "path=hello.txt")
+    assert override.exists() and len(target.read_text().splitlines()) == 1
+    write(isolated_home / "config" / "config.yaml", "audit: {pth: x}\n")
+    bad = run("exec", "-a", "reader", "files.read_file", "path=hello.txt")
+    assert bad.code == 2
+    assert "config.yaml:1:9: audit.pth: unknown key 'pth'; did you mean 'path'?" in bad.err

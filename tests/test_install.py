@@ -216,3 +216,31 @@ def test_edit_bundles_is_surgical(
     text: str, add: list[str], remove: list[str], expected: str
 ) -> None:
     assert edit_bundles(text, add=add, remove=remove) == expected
+
+
+def test_resolve_json_is_stable(configured: Path, run: Run) -> None:
+    import json
+
+    data = json.loads(run("resolve", "--format", "json").out)
+    assert data["format_version"] == 1
+    assert data["bundles"] == [{"name": "basic", "version": "1.1.0", "source": "builtin"}]
+    assert data["servers"]["local"] == {
+        "bundle": None,
+        "endpoint": "stdio: ./run.sh --token '${API_TOKEN}'",
+        "transport": "stdio",
+        "command": "./run.sh",
+        "args": ["--token", "${API_TOKEN}"],
+        "tools": [],
+    }
+    assert data["agents"]["reader"]["allow"] == ["files.read_file"]
+    assert data["agents"]["reader"]["rules"] == [
+        {
+            "effect": "allow",
+            "rule": "files.read_file",
+            "source": "bundlectl.yaml:9:22",
+            "from_agent": "reader",
+        }
+    ]
+    only = json.loads(run("resolve", "--agent", "reader", "--format", "json").out)
+    assert list(only["agents"]) == ["reader"]
+    assert run("resolve", "--agent", "nobody").code == 2

@@ -53,8 +53,10 @@ def _audit(
         duration_ms=duration_ms,
         arguments_sha256=audit.arguments_digest(arguments),
     )
+    from bundlectl import userconfig
+
     try:
-        audit.append(record)
+        audit.append(record, userconfig.load().audit.path)
     except OSError as exc:
         err(f"warning: could not write the audit log: {exc}")
 

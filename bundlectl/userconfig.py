@@ -1,0 +1,35 @@
+"""The user's own settings: `config.yaml` in the platformdirs config dir (or BUNDLECTL_HOME)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from bundlectl import paths
+from bundlectl.validation import validate_doc
+from bundlectl.yamlio import read_yaml
+
+
+class AuditSettings(BaseModel):
+    """Where `exec` writes its audit records."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str | None = Field(
+        default=None, description="The audit log file (default: the user state dir)."
+    )
+
+
+class UserConfig(BaseModel):
+    """`config.yaml`: settings of one user, for every project."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    audit: AuditSettings = Field(default_factory=AuditSettings, description="Audit log settings.")
+
+
+def load() -> UserConfig:
+    """The user config, or the defaults when there is none (an invalid one is exit 2)."""
+    path = paths.user_config_file()
+    if not path.is_file():
+        return UserConfig()
+    return validate_doc(read_yaml(path), UserConfig, what="user config")
