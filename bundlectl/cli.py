@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 
 from bundlectl import __version__
@@ -436,13 +435,17 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         result = app(args=argv, prog_name="bundlectl", standalone_mode=False)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return exc.exit_code
-    except click.exceptions.Abort:
+    except typer.Abort:
         return 130
-    except click.ClickException as exc:
-        exc.show()
-        return 2 if isinstance(exc, click.UsageError) else exc.exit_code
+    except typer.TyperException as exc:  # usage errors from parsing: exit 2, no traceback
+        show = getattr(exc, "show", None)
+        if callable(show):
+            show()
+        else:
+            sys.stderr.write(f"error: {exc.format_message()}\n")
+        return exc.exit_code
     except BundlectlError as exc:
         from bundlectl import report
 
