@@ -30,6 +30,11 @@ class Source:
     label: str  # what the lock and the listings show: "builtin", "user", or the configured path
     root: Path
 
+    @property
+    def is_project(self) -> bool:
+        """A registry the project lists in bundlectl.yaml (not the user's or the built-in)."""
+        return self.label not in ("user", "builtin")
+
     def names(self) -> list[str]:
         if not self.root.is_dir():
             return []

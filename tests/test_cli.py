@@ -53,3 +53,43 @@ def test_bugs_end_in_one_line_and_a_report(
     assert err.count("\n") == 1
     text = (isolated_home / "state" / "crash.log").read_text()
     assert "Traceback" in text and "KeyError: 'missing'" in text
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["show", "basic"],
+        ["list"],
+        ["resolve"],
+        ["lock", "--check"],
+        ["lint"],
+        ["policy", "check", "--agent", "reader", "files.read_file"],
+        ["tools"],
+        ["schema", "--check", "--out", "s"],
+    ],
+)
+def test_commands_that_do_not_talk_to_servers_never_import_mcp(
+    args: list[str], project: Path
+) -> None:
+    """`import mcp` costs about a second; only exec, tools --live and server may pay it."""
+    import subprocess
+    import sys
+
+    (project / "bundlectl.yaml").write_text(
+        "version: 1\nbundles: [basic]\nagents:\n  reader: {allow: [files.read_file]}\n"
+    )
+    subprocess.run(
+        [sys.executable, "-m", "bundlectl", "lock"], cwd=project, check=True, capture_output=True
+    )
+    script = (
+        "import sys\nfrom bundlectl.cli import main\ncode = main(sys.argv[1:])\n"
+        "print('MCP' if 'mcp' in sys.modules else 'NO-MCP')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.stdout.strip().endswith("NO-MCP"), (done.stdout[-200:], done.stderr[-500:])

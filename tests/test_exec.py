@@ -595,3 +595,38 @@ def test_audit_path_from_the_user_config(
     bad = run("exec", "-a", "reader", "files.read_file", "path=hello.txt")
     assert bad.code == 2
     assert "config.yaml:1:9: audit.pth: unknown key 'pth'; did you mean 'path'?" in bad.err
+
+
+def test_bundlectl_server_over_streamable_http(project: Path, run: Run, tmp_path: Path) -> None:
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "note.txt").write_text("served over http\n")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([PY, "-m", "bundlectl", "server", "files", "--root", str(served),
+                             "--transport", "streamable-http", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        write(project / "bundlectl.yaml", f"""
+            version: 1
+            servers:
+              remote-files: {{transport: streamable-http, url: "http://127.0.0.1:{port}/mcp"}}
+            policy: {{default: allow}}
+        """)
+        result = run("exec", "remote-files.read_file", "path=note.txt")
+        assert (result.code, result.out) == (0, "served over http\n")
+        outside = run("exec", "remote-files.read_file", "path=../note.txt")
+        assert outside.code == 1
+        assert "is outside the root folder" in outside.err
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert run("server", "nope").code == 2

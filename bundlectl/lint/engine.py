@@ -127,7 +127,7 @@ def lint_project(config_path: Path) -> tuple[Context, list[Finding]]:
     if config.model is None:
         return ctx, extra
     ctx.project = Project(config_path.resolve(), config.doc, config.model)
-    for source in ctx.project.registry.sources[:-2]:  # the project's own registries
+    for source in (s for s in ctx.project.registry.sources if s.is_project):
         for name in source.names():
             for file in sorted(source.versions(name).values()):
                 ctx.files.append(_load("manifest", file, BundleManifest))
