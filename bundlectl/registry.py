@@ -138,6 +138,7 @@ class Registry:
     def __init__(self, sources: list[Source]) -> None:
         self.sources = sources
         self._cache: dict[tuple[str, Version], LoadedManifest] = {}
+        self._files: dict[str, dict[Version, Path]] = {}
 
     @classmethod
     def default(
@@ -172,16 +173,23 @@ class Registry:
         owner = self.source_of(name)
         return [s for s in self.sources if s is not owner and name in s.names()]
 
+    def _version_files(self, name: str) -> dict[Version, Path]:
+        """The manifest files of `name` in its owning source (scanned once per command)."""
+        if name not in self._files:
+            source = self.source_of(name)
+            found = source.versions(name) if source else {}
+            self._files[name] = dict(sorted(found.items()))
+        return self._files[name]
+
     def versions(self, name: str) -> list[Version]:
         """The versions of `name` in its owning source, oldest first."""
-        source = self.source_of(name)
-        return sorted(source.versions(name)) if source else []
+        return list(self._version_files(name))
 
     def get(self, name: str, version: Version) -> LoadedManifest:
         key = (name, version)
         if key not in self._cache:
             source = self.source_of(name)
-            files = source.versions(name) if source else {}
+            files = self._version_files(name)
             if source is None or version not in files:
                 raise UsageError(f"bundle {name} {version} is not in any registry")
             loaded = load_manifest_file(files[version], source, _display(files[version]))

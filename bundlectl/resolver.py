@@ -90,13 +90,13 @@ class _Solver:
             available = sorted(self.repo.versions(name), reverse=True)
             self._fitting[key] = list(combined.filter(available))
         fitting = list(self._fitting[key])
-        available = sorted(self.repo.versions(name))
         pin = self._preferred(name)
         if pin in fitting:
             fitting.remove(pin)
             fitting.insert(0, pin)
         if not fitting:
-            self._note(_Conflict(name, tuple(constraints), tuple(available)))
+            available = tuple(sorted(self.repo.versions(name)))
+            self._note(_Conflict(name, tuple(constraints), available))
         return fitting
 
     def _note(self, conflict: _Conflict) -> None:

@@ -604,9 +604,23 @@ def test_bundlectl_server_over_streamable_http(project: Path, run: Run, tmp_path
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    proc = subprocess.Popen([PY, "-m", "bundlectl", "server", "files", "--root", str(served),
-                             "--transport", "streamable-http", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            PY,
+            "-m",
+            "bundlectl",
+            "server",
+            "files",
+            "--root",
+            str(served),
+            "--transport",
+            "streamable-http",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -615,12 +629,15 @@ def test_bundlectl_server_over_streamable_http(project: Path, run: Run, tmp_path
                 break
             except OSError:
                 time.sleep(0.05)
-        write(project / "bundlectl.yaml", f"""
+        write(
+            project / "bundlectl.yaml",
+            f"""
             version: 1
             servers:
               remote-files: {{transport: streamable-http, url: "http://127.0.0.1:{port}/mcp"}}
             policy: {{default: allow}}
-        """)
+        """,
+        )
         result = run("exec", "remote-files.read_file", "path=note.txt")
         assert (result.code, result.out) == (0, "served over http\n")
         outside = run("exec", "remote-files.read_file", "path=../note.txt")
