@@ -95,8 +95,8 @@ class _Solver:
             fitting.remove(pin)
             fitting.insert(0, pin)
         if not fitting:
-            available = tuple(sorted(self.repo.versions(name)))
-            self._note(_Conflict(name, tuple(constraints), available))
+            known = tuple(sorted(self.repo.versions(name)))
+            self._note(_Conflict(name, tuple(constraints), known))
         return fitting
 
     def _note(self, conflict: _Conflict) -> None:
