@@ -647,3 +647,47 @@ def test_bundlectl_server_over_streamable_http(project: Path, run: Run, tmp_path
         proc.terminate()
         proc.wait(10)
     assert run("server", "nope").code == 2
+
+
+@pytest.mark.parametrize(("answer", "code"), [("y", 0), ("n", 3)])
+def test_ask_is_confirmed_on_a_terminal(kitchen: Path, answer: str, code: int) -> None:
+    """A real pseudo-terminal: the prompt appears, and only 'y' lets the call through."""
+    import pty
+
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: bundlectl with the terminal as stdin/stdout/stderr
+        os.chdir(kitchen)
+        os.execve(
+            PY,
+            [
+                PY,
+                "-m",
+                "bundlectl",
+                "exec",
+                "--agent",
+                "writer",
+                "files.write_file",
+                "path=asked.txt",
+                "content=confirmed",
+            ],
+            env,
+        )
+    seen = b""
+    deadline = time.monotonic() + 30
+    while b"Allow? [y/N]" not in seen and time.monotonic() < deadline:
+        seen += os.read(fd, 1024)
+    assert b"agent 'writer' wants to call files.write_file" in seen
+    os.write(fd, f"{answer}\n".encode())
+    while True:
+        try:
+            chunk = os.read(fd, 1024)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == code, seen.decode(errors="replace")
+    assert (kitchen / "asked.txt").exists() == (answer == "y")
