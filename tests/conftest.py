@@ -100,6 +100,11 @@ def load_yaml(path: Path) -> Any:
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    # The same examples on every run and machine (a deterministic suite), no example database.
+    from hypothesis import settings
+
+    settings.register_profile("bundlectl", derandomize=True, database=None, deadline=None)
+    settings.load_profile("bundlectl")
 
 
 @pytest.fixture
