@@ -77,6 +77,24 @@ def gone(pid: int, within: float = 6.0) -> bool:
     return False
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def wait_for_port(port: int, within: float = 20.0) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"nothing listens on 127.0.0.1:{port}")
+
+
 def audit_lines(home: Path) -> list[dict[str, object]]:
     path = home / "state" / "audit.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -139,21 +157,13 @@ def test_real_third_party_servers(project: Path, run: Run) -> None:
 @pytest.fixture
 def http_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, int]]:
     transport = request.param
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen(
         [PY, str(SERVERS / "kitchen.py"), "--transport", transport, "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
+    wait_for_port(port)
     yield transport, port
     proc.terminate()
     proc.wait(10)
@@ -185,9 +195,7 @@ def test_http_transports(
 
 
 def test_http_server_not_listening(project: Path, run: Run) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     write(
         project / "bundlectl.yaml",
         f"""
@@ -601,9 +609,7 @@ def test_bundlectl_server_over_streamable_http(project: Path, run: Run, tmp_path
     served = tmp_path / "served"
     served.mkdir()
     (served / "note.txt").write_text("served over http\n")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen(
         [
             PY,
@@ -622,13 +628,7 @@ def test_bundlectl_server_over_streamable_http(project: Path, run: Run, tmp_path
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+        wait_for_port(port)
         write(
             project / "bundlectl.yaml",
             f"""
