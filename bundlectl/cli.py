@@ -58,6 +58,15 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            dir_okay=False,
+            help="Path to bundlectl.yaml, for every command (also after the command).",
+        ),
+    ] = None,
     debug: Annotated[
         bool, typer.Option("--debug", envvar="BUNDLECTL_DEBUG", help="Show tracebacks for errors.")
     ] = False,
@@ -70,6 +79,8 @@ def _root(
 ) -> None:
     if debug:
         os.environ["BUNDLECTL_DEBUG"] = "1"
+    if config is not None:  # `bundlectl -c FILE cmd` works like `bundlectl cmd -c FILE`
+        os.environ["BUNDLECTL_CONFIG"] = str(config)
 
 
 @app.command()

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from bundlectl.errors import InputFileError
 from bundlectl.merge import Merged
 from bundlectl.models import LockedBundle, LockedServer, LockFile, ProjectConfig
 from bundlectl.validation import validate_doc
@@ -127,7 +128,14 @@ def read_lock(path: Path, display: str) -> LockFile | None:
     """The lock beside the config, or None when there is none (invalid: exit 2)."""
     if not path.exists():
         return None
-    return validate_doc(read_yaml(path, display), LockFile, what="lock file")
+    try:
+        return validate_doc(read_yaml(path, display), LockFile, what="lock file")
+    except InputFileError as exc:
+        exc.hint = (
+            f"the lock is generated: delete {display} and run `bundlectl lock` to write "
+            "a new one (its pins are then chosen afresh)"
+        )
+        raise
 
 
 def locked_tools(lock: LockFile | None) -> frozenset[tuple[str, str]] | None:

@@ -93,3 +93,31 @@ def test_commands_that_do_not_talk_to_servers_never_import_mcp(
         check=False,
     )
     assert done.stdout.strip().endswith("NO-MCP"), (done.stdout[-200:], done.stderr[-500:])
+
+
+def test_config_option_before_or_after_the_command(
+    project: Path, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = project / "elsewhere"
+    other.mkdir()
+    (other / "team.yaml").write_text("version: 1\nbundles: [basic]\n")
+    monkeypatch.delenv("BUNDLECTL_CONFIG", raising=False)
+    before = run("-c", str(other / "team.yaml"), "resolve")
+    assert before.code == 0, before.err
+    monkeypatch.delenv("BUNDLECTL_CONFIG", raising=False)
+    after = run("resolve", "-c", str(other / "team.yaml"))
+    assert after.out == before.out
+
+
+def test_a_broken_lock_says_how_to_recover(project: Path, run: Run) -> None:
+    (project / "bundlectl.yaml").write_text("version: 1\nbundles: [basic]\n")
+    (project / "bundlectl.lock").write_text("garbage: [\n")
+    result = run("lock")
+    assert result.code == 2
+    assert result.err_lines[-1] == (
+        "hint: the lock is generated: delete bundlectl.lock and run "
+        "`bundlectl lock` to write a new one (its pins are then "
+        "chosen afresh)"
+    )
+    lint = run("lint")
+    assert lint.lines[0].startswith("bundlectl.lock:2:1: BCL001 error YAML syntax error")

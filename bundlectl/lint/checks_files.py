@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from bundlectl.errors import Problem
 from bundlectl.lint.context import Context, LintedFile, at, from_problem
 from bundlectl.lint.rules import Finding
 
@@ -22,6 +23,11 @@ _RULE_OF_CODE = {
 }
 
 
+def rule_of(problem: Problem) -> str:
+    """The rule a loader or validator problem belongs to."""
+    return _RULE_OF_CODE.get(problem.code, "BCL003")
+
+
 def file_problems(ctx: Context) -> Iterator[Finding]:
     """Every loader and validator problem, as the rule its kind belongs to."""
     for linted in ctx.files:
@@ -31,7 +37,7 @@ def file_problems(ctx: Context) -> Iterator[Finding]:
 def _classify(linted: LintedFile) -> Iterator[Finding]:
     doc = linted.doc
     for problem in linted.problems:
-        rule = _RULE_OF_CODE.get(problem.code, "BCL003")
+        rule = rule_of(problem)
         path = tuple(_path_parts(problem.yaml_path))
         plain = doc.plain_scalars.get(path)
         if problem.code == "string_type" and plain is not None and plain.tag in _TYPES:

@@ -136,8 +136,8 @@ def lint_project(config_path: Path) -> tuple[Context, list[Finding]]:
         from bundlectl.policy import extends_problems
 
         ctx.policy_ok = not extends_problems(ctx.resolution.merged.agents)
-    except InputFileError as exc:  # a manifest in a registry outside the lint targets
-        extra += [from_problem("BCL003", p) for p in exc.problems]
+    except InputFileError as exc:  # the lock, or a manifest outside the lint targets
+        extra += [from_problem(checks_files.rule_of(p), p) for p in exc.problems]
     except BundlectlError as exc:
         ctx.resolution_error = exc
     return ctx, extra
