@@ -159,14 +159,3 @@ def policy_set(
         pin_tools=config.policy.pin_tools,
         locked_tools=locked_tools,
     )
-
-
-def catalog(merged: Merged) -> dict[tuple[str, str], tuple[MergedServer, int]]:
-    """Every declared tool of every enabled server: (server, tool) → (server, index in tools)."""
-    out: dict[tuple[str, str], tuple[MergedServer, int]] = {}
-    for server in merged.servers.values():
-        if server.spec.disabled:
-            continue
-        for index, tool in enumerate(server.spec.tools):
-            out[(server.name, tool.name)] = (server, index)
-    return out

@@ -168,11 +168,6 @@ class Registry:
     def source_of(self, name: str) -> Source | None:
         return self._owners.get(name)
 
-    def shadowed(self, name: str) -> list[Source]:
-        """Sources that also have `name` but are hidden by a higher-precedence one."""
-        owner = self.source_of(name)
-        return [s for s in self.sources if s is not owner and name in s.names()]
-
     def _version_files(self, name: str) -> dict[Version, Path]:
         """The manifest files of `name` in its owning source (scanned once per command)."""
         if name not in self._files:

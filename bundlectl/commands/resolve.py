@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bundlectl.catalog import agent_row
 from bundlectl.describe import endpoint, server_json
 from bundlectl.errors import UsageError
-from bundlectl.merge import catalog
 from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, note, out
 from bundlectl.project import Resolution, load_project, resolve_project
 
@@ -33,12 +33,12 @@ def run(config: Path | None, *, agents: list[str], fmt: Format) -> int:
 
 def _data(resolution: Resolution, agents: list[str]) -> dict[str, Any]:
     merged, config = resolution.merged, resolution.project.config
-    tools = sorted(catalog(merged))
+    catalog = resolution.catalog
     policy = resolution.policy
     agent_rows: dict[str, Any] = {}
     for name in agents:
         compiled = policy.agent(name)
-        decisions = [compiled.decide(s, t, interactive=True) for s, t in tools]
+        row = agent_row(compiled, catalog)
         agent_rows[name] = {
             "extends": compiled.chain[1:],
             "rules": [
@@ -50,8 +50,8 @@ def _data(resolution: Resolution, agents: list[str]) -> dict[str, Any]:
                 }
                 for r in compiled.rules
             ],
-            "allow": [d.qualified for d in decisions if d.effect == "allow"],
-            "ask": [d.qualified for d in decisions if d.effect == "ask"],
+            "allow": [t.qualified for t in catalog.members(row.allow)],
+            "ask": [t.qualified for t in catalog.members(row.ask)],
         }
     return {
         "format_version": JSON_FORMAT_VERSION,
