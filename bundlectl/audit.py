@@ -37,6 +37,7 @@ class AuditRecord:
     rule: str | None
     rule_source: str | None
     lock_digest: str | None
+    policy_digest: str | None  # the effective policy that decided (SPEC 6)
     outcome: str
     duration_ms: float
     arguments_sha256: str | None

@@ -9,12 +9,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bundlectl.errors import InputFileError
 from bundlectl.merge import Merged
 from bundlectl.models import LockedBundle, LockedServer, LockFile, ProjectConfig
+from bundlectl.policy import PolicySet, canonical_policy
 from bundlectl.validation import validate_doc
 from bundlectl.yamlio import read_yaml
 
@@ -33,7 +35,14 @@ def inputs_digest(config: ProjectConfig) -> str:
     return digest_json(data)
 
 
-def build_lock(config: ProjectConfig, merged: Merged) -> LockFile:
+def policy_digests(policy: PolicySet) -> tuple[str, dict[str, str]]:
+    """The policy digest (SPEC 6) and the digest of each agent's effective rules."""
+    settings, agents = canonical_policy(policy)
+    per_agent = {name: digest_json(rules) for name, rules in agents.items()}
+    return digest_json({"settings": settings, "agents": per_agent}), per_agent
+
+
+def build_lock(config: ProjectConfig, merged: Merged, policy: PolicySet) -> LockFile:
     bundles = {
         loaded.manifest.name: LockedBundle(
             version=loaded.manifest.version,
@@ -53,9 +62,12 @@ def build_lock(config: ProjectConfig, merged: Merged) -> LockFile:
             digest=digest_json({k: v for k, v in spec.items() if k != "tools"}),
             tools=tools,
         )
+    policy_digest, agents = policy_digests(policy)
     return LockFile(
         format_version=1,
         inputs_digest=inputs_digest(config),
+        policy_digest=policy_digest,
+        agents=agents,
         bundles=dict(sorted(bundles.items())),
         servers=dict(sorted(servers.items())),
     )
@@ -144,26 +156,74 @@ def locked_tools(lock: LockFile | None) -> frozenset[tuple[str, str]] | None:
     return frozenset((s, t) for s, server in lock.servers.items() for t in server.tools)
 
 
-def describe_drift(old: LockFile | None, new: LockFile) -> list[str]:
-    """Human lines saying how the lock on disk differs from a fresh resolution."""
+FORMATTING_ONLY = "the lock's formatting differs; run `bundlectl lock` to rewrite it"
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One way the lock on disk differs from a fresh resolution, and the lock key it concerns."""
+
+    path: tuple[str, ...]  # in the lock: ("bundles", "github"), ("policy_digest",), () for none
+    message: str
+
+
+def drift(old: LockFile | None, new: LockFile) -> list[Drift]:
+    """How the lock on disk differs from a fresh resolution (empty: only formatting, or none)."""
     if old is None:
-        return ["there is no lock file"]
-    lines = []
+        return [Drift((), "there is no lock file")]
+    found: list[Drift] = []
     if old.inputs_digest != new.inputs_digest:
-        lines.append(
-            "bundlectl.yaml changed since the lock was written (bundles, registries or servers)"
+        found.append(
+            Drift(
+                ("inputs_digest",),
+                "bundlectl.yaml changed since the lock was written (bundles, registries or "
+                "servers)",
+            )
         )
+    found += _bundle_drift(old, new)
+    for name in sorted(set(old.servers) | set(new.servers)):
+        if old.servers.get(name) != new.servers.get(name):
+            found.append(
+                Drift(
+                    ("servers", name), f"server {name}: configuration or tools differ from the lock"
+                )
+            )
+    if old.policy_digest != new.policy_digest:
+        found.append(Drift(("policy_digest",), _policy_change(old, new)))
+    return found
+
+
+def _bundle_drift(old: LockFile, new: LockFile) -> list[Drift]:
+    found = []
     for name in sorted(set(old.bundles) | set(new.bundles)):
         before, after = old.bundles.get(name), new.bundles.get(name)
         if before is None and after is not None:
-            lines.append(f"bundle {name} {after.version} is not locked")
+            message = f"bundle {name} {after.version} is not locked"
         elif after is None and before is not None:
-            lines.append(f"bundle {name} {before.version} is locked but no longer required")
+            message = f"bundle {name} {before.version} is locked but no longer required"
         elif before and after and before.version != after.version:
-            lines.append(f"bundle {name}: locked {before.version}, resolves to {after.version}")
+            message = f"bundle {name}: locked {before.version}, resolves to {after.version}"
         elif before and after and before.digest != after.digest:
-            lines.append(f"bundle {name} {after.version}: the manifest changed since it was locked")
-    for name in sorted(set(old.servers) | set(new.servers)):
-        if old.servers.get(name) != new.servers.get(name):
-            lines.append(f"server {name}: configuration or tools differ from the lock")
-    return lines or ["the lock's formatting differs; run `bundlectl lock` to rewrite it"]
+            message = f"bundle {name} {after.version}: the manifest changed since it was locked"
+        else:
+            continue
+        found.append(Drift(("bundles", name), message))
+    return found
+
+
+def _policy_change(old: LockFile, new: LockFile) -> str:
+    if old.policy_digest is None:
+        return "policy changed: the lock records no policy digest (an older bundlectl wrote it)"
+    agents = sorted(
+        name
+        for name in set(old.agents) | set(new.agents)
+        if old.agents.get(name) != new.agents.get(name)
+    )
+    if not agents:
+        return "policy changed: policy.default, policy.deny or policy.pin_tools"
+    return "policy changed: agents " + ", ".join(agents)
+
+
+def describe_drift(old: LockFile | None, new: LockFile) -> list[str]:
+    """Human lines saying how the lock on disk differs from a fresh resolution."""
+    return [d.message for d in drift(old, new)] or [FORMATTING_ONLY]

@@ -305,6 +305,16 @@ class LockFile(StrictModel):
     inputs_digest: str = Field(
         description="sha256 of the config parts resolution depends on (drift detection)."
     )
+    policy_digest: str | None = Field(
+        default=None,
+        description="sha256 of the effective policy (every agent's rules after extends, bundle "
+        "agent defaults and policy.*); audit records carry it. Absent in locks written before "
+        "bundlectl recorded the policy.",
+    )
+    agents: dict[str, str] = Field(
+        default_factory=dict,
+        description="sha256 of each agent's effective allow/ask/deny rules, by agent name.",
+    )
     bundles: dict[str, LockedBundle] = Field(
         default_factory=dict, description="Resolved bundles by name."
     )

@@ -290,11 +290,39 @@ def _ancestors(agents: Mapping[str, AgentSpec], name: str) -> list[str]:
     seen = [name]
     queue = [name]
     while queue:
-        for parent, _ in agents[queue.pop(0)].extends:
+        spec = agents.get(queue.pop(0))  # an unknown parent is a load error reported elsewhere
+        if spec is None:
+            continue
+        for parent, _ in spec.extends:
             if parent not in seen:
                 seen.append(parent)
                 queue.append(parent)
     return seen
+
+
+def canonical_policy(policy_set: PolicySet) -> tuple[dict[str, object], dict[str, object]]:
+    """The effective policy as plain data: (project-wide settings, each agent's rules).
+
+    Each agent's allow/ask/deny are the flattened union over its `extends` chain, sorted and
+    without duplicates, so comments, key order, formatting, the order of rules and where a rule
+    was written change nothing; what an agent may call changes it. Load errors in `extends` leave
+    the affected agents with what they can reach.
+    """
+    agents: dict[str, object] = {}
+    for name in sorted(policy_set.agents):
+        rules = [r for m in _ancestors(policy_set.agents, name) for r in _own(policy_set, m)]
+        agents[name] = {e: sorted({r.pattern for r in rules if r.effect == e}) for e in EFFECTS}
+    settings: dict[str, object] = {
+        "default": policy_set.default,
+        "deny": sorted({r.pattern for r in policy_set.global_deny}),
+        "pin_tools": policy_set.pin_tools,
+    }
+    return settings, agents
+
+
+def _own(policy_set: PolicySet, name: str) -> tuple[Rule, ...]:
+    spec = policy_set.agents.get(name)
+    return spec.rules if spec is not None else ()
 
 
 def check_extends(agents: Mapping[str, AgentSpec]) -> None:

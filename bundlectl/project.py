@@ -132,7 +132,7 @@ def resolve_project(
 ) -> Resolution:
     """Resolve the project's bundles (preferring the lock's pins) and merge everything."""
     from bundlectl.lockfile import build_lock
-    from bundlectl.merge import collision_error, merge
+    from bundlectl.merge import collision_error, merge, policy_set
     from bundlectl.policy import check_extends
     from bundlectl.resolver import constraint, resolve
 
@@ -148,7 +148,8 @@ def resolve_project(
         if collision is not None:
             raise collision
         check_extends(merged.agents)
-    return Resolution(project, merged, build_lock(project.config, merged))
+    unpinned = policy_set(project.config, project.doc, merged, None)
+    return Resolution(project, merged, build_lock(project.config, merged, unpinned))
 
 
 def optional_project(config: Path | None) -> Project | None:

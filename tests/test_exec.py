@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Run, write
+from tests.conftest import Run, load_yaml, write
 
 SERVERS = Path(__file__).parent / "servers"
 PY = sys.executable
@@ -351,11 +351,31 @@ def test_audit_never_holds_argument_values_or_secrets(
         "rule",
         "rule_source",
         "lock_digest",
+        "policy_digest",
         "outcome",
         "duration_ms",
         "arguments_sha256",
     }
     assert record["outcome"] == "ok" and str(record["arguments_sha256"]).startswith("sha256:")
+
+
+def test_audit_names_the_policy_that_decided(kitchen: Path, run: Run, isolated_home: Path) -> None:
+    assert run("lock").code == 0
+    run("exec", "-a", "reader", "files.read_file", "path=hello.txt")
+    locked = load_yaml(kitchen / "bundlectl.lock")["policy_digest"]
+    config = kitchen / "bundlectl.yaml"
+    config.write_text(config.read_text().replace('"kitchen.*"', '"kitchen.*", files.write_file'))
+    # The lock is now stale; the record still says which policy allowed the call.
+    run("exec", "-a", "reader", "files.write_file", "path=w.txt", "content=x")
+    first, second = audit_lines(isolated_home)
+    assert first["policy_digest"] == locked
+    assert second["outcome"] == "ok" and second["policy_digest"] != locked
+    assert run("lock", "--check").err_lines[:2] == [
+        "error: bundlectl.lock is stale:",
+        "  policy changed: agents reader, writer",
+    ]
+    assert run("lock").code == 0
+    assert load_yaml(kitchen / "bundlectl.lock")["policy_digest"] == second["policy_digest"]
 
 
 # --- 4: no such tool, invalid arguments --------------------------------------------------------

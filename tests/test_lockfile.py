@@ -52,3 +52,45 @@ def test_lock_round_trips(
     path = folder / "bundlectl.lock"
     path.write_text(dump_lock(lock), encoding="utf-8")
     assert read_lock(path, "bundlectl.lock") == lock
+
+
+def _policy_digest(project_dir: Path, text: str) -> tuple[str | None, dict[str, str]]:
+    from bundlectl.project import project_from_text, resolve_project
+
+    lock = resolve_project(project_from_text(project_dir / "bundlectl.yaml", text)).lock
+    return lock.policy_digest, lock.agents
+
+
+BASE = """\
+version: 1
+bundles: [basic]
+agents:
+  reader: {allow: [files.read_file, files.list_directory]}
+  writer: {extends: [reader], ask: [files.write_file]}
+policy: {default: deny, deny: ["*.delete_*"]}
+"""
+
+
+def test_policy_digest_ignores_form_and_follows_meaning(project: Path) -> None:
+    digest, agents = _policy_digest(project, BASE)
+    same = """\
+# a comment
+version: 1
+policy: {deny: ["*.delete_*"], default: deny}
+bundles: [basic]
+agents:
+  writer:
+    ask: [files.write_file]   # moved, reformatted
+    extends: [reader]
+  reader:
+    allow: [files.list_directory, files.read_file, files.read_file]
+"""
+    assert _policy_digest(project, same) == (digest, agents)
+    wider, wider_agents = _policy_digest(project, BASE.replace("files.list_directory", "files.*"))
+    assert wider != digest
+    # The change reaches the agent that extends reader, and nobody else.
+    assert {a for a in agents if agents[a] != wider_agents[a]} == {"reader", "writer"}
+    stricter, stricter_agents = _policy_digest(
+        project, BASE.replace("default: deny", "default: allow")
+    )
+    assert stricter != digest and stricter_agents == agents

@@ -46,3 +46,37 @@ def test_flow_scalars_libyaml_rejects_are_still_read() -> None:
     doc = parse_yaml("allow: [gh?.get_issue, files.read_fil?]\n", "f.yaml")
     assert doc.problems == []
     assert doc.data == {"allow": ["gh?.get_issue", "files.read_fil?"]}
+
+
+def _alias_bomb(levels: int) -> str:
+    lines = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    for level in range(1, levels + 1):
+        prev = "a" if level == 1 else f"b{level - 1}"
+        lines.append(f"b{level}: &b{level} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_an_alias_bomb_is_a_positioned_problem_not_gigabytes() -> None:
+    doc = parse_yaml(_alias_bomb(9), "f.yaml")  # 9**10 nodes once expanded
+    [problem] = doc.problems
+    assert problem.message == "alias *b4 expands the document past 100,000 nodes"
+    assert (problem.line, problem.column) == (6, 10)  # b5: the second *b4 crossed the bound
+    assert doc.data is None
+
+
+def test_a_few_aliases_are_fine() -> None:
+    doc = parse_yaml(_alias_bomb(3), "f.yaml")  # 9**4 = 6,561 nodes
+    assert doc.problems == []
+    assert len(doc.data["b3"]) == 9 and doc.data["b3"][0][0][0][0] == "x"
+
+
+def test_deep_nesting_is_a_positioned_problem_in_flow_and_block_style() -> None:
+    flow = parse_yaml("x: " + "[" * 200_000 + "]" * 200_000 + "\n", "f.yaml")
+    assert [(p.line, p.column, p.message) for p in flow.problems] == [
+        (1, 103, "the document nests deeper than 100 levels")
+    ]
+    block = "".join("  " * depth + "k:\n" for depth in range(150))
+    [problem] = parse_yaml(block, "f.yaml").problems
+    assert (problem.line, problem.message) == (101, "the document nests deeper than 100 levels")
+    fine = parse_yaml("x: " + "[" * 99 + "]" * 99 + "\n", "f.yaml")
+    assert fine.problems == []

@@ -49,6 +49,8 @@ def _audit(
         rule=rule.pattern if rule else None,
         rule_source=str(rule.origin) if rule else None,
         lock_digest=audit.lock_digest(resolution.project.lock_path),
+        # The policy that decided: the config as loaded now, whether or not the lock is fresh.
+        policy_digest=resolution.lock.policy_digest,
         outcome=outcome,
         duration_ms=duration_ms,
         arguments_sha256=audit.arguments_digest(arguments),

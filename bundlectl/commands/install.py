@@ -9,7 +9,7 @@ from bundlectl.errors import ReportedFailure, UsageError
 from bundlectl.fsio import atomic_write, project_lock
 from bundlectl.lockfile import describe_drift, dump_lock
 from bundlectl.models import LockFile, check_requirement
-from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, err, note, out
+from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, note, out
 from bundlectl.project import Project, Resolution, load_project, project_from_text, resolve_project
 from bundlectl.requirements import requirement_name
 
@@ -151,11 +151,11 @@ def lock(config: Path | None, names: list[str], *, check: bool, upgrade: bool, f
     drift = describe_drift(project.lock, resolution.lock) if stale else []
     if fmt is Format.json:
         emit_json({"format_version": JSON_FORMAT_VERSION, "stale": stale, "reasons": drift})
-    elif stale:
-        err(f"error: {project.lock_path.name} is stale:")
-        for line in drift:
-            err(f"  {line}")
-        err("hint: run `bundlectl lock` and commit the result")
-    else:
-        out(f"{project.lock_path.name} is up to date")
-    return 1 if stale else 0
+        return 1 if stale else 0
+    if stale:
+        raise ReportedFailure(
+            f"{project.lock_path.name} is stale:\n" + "\n".join(f"  {line}" for line in drift),
+            hint="run `bundlectl lock` and commit the result",
+        )
+    out(f"{project.lock_path.name} is up to date")
+    return 0

@@ -17,6 +17,7 @@ _TYPES = {
 }
 _RULE_OF_CODE = {
     "yaml_syntax": "BCL001",
+    "yaml_limit": "BCL001",
     "duplicate_key": "BCL002",
     "invalid_name": "BCL005",
     "unsupported_pattern": "BCL206",

@@ -91,7 +91,7 @@ def lock_drift(ctx: Context) -> Iterator[Finding]:
     """BCL103: the lock is missing, or differs from what the config resolves to now."""
     if ctx.resolution is None or ctx.project is None or ctx.config is None:
         return
-    from bundlectl.lockfile import describe_drift, dump_lock
+    from bundlectl.lockfile import FORMATTING_ONLY, Drift, drift, dump_lock
     from bundlectl.yamlio import read_yaml
 
     project = ctx.project
@@ -107,16 +107,16 @@ def lock_drift(ctx: Context) -> Iterator[Finding]:
         if project.lock_path.is_relative_to(project.root)
         else str(project.lock_path),
     )
-    for line in describe_drift(project.lock, ctx.resolution.lock):
-        path: tuple[str | int, ...] = ()
-        words = line.split()
-        if line.startswith("bundle ") and len(words) > 1:
-            path = ("bundles", words[1].rstrip(":"))
-        elif line.startswith("server ") and len(words) > 1:
-            path = ("servers", words[1].rstrip(":"))
-        elif line.startswith("bundlectl.yaml changed"):
-            path = ("inputs_digest",)
-        yield at("BCL103", lock_doc, path, f"stale lock: {line}", key=bool(path), anchor=line)
+    differences = drift(project.lock, ctx.resolution.lock) or [Drift((), FORMATTING_ONLY)]
+    for item in differences:
+        yield at(
+            "BCL103",
+            lock_doc,
+            item.path,
+            f"stale lock: {item.message}",
+            key=bool(item.path),
+            anchor=item.message,
+        )
 
 
 def rule_targets(ctx: Context) -> Iterator[Finding]:
