@@ -28,10 +28,14 @@ class BundlectlError(Exception):
 
     exit_code = 70
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, hint: str | None = None, problems: list[Problem] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        # Positioned problems, each shown as its own `error:` line with its own hint.
+        self.problems = sorted(problems or [], key=lambda p: (p.file, p.line, p.column))
 
 
 class UsageError(BundlectlError):
@@ -46,9 +50,8 @@ class InputFileError(BundlectlError):
     exit_code = 2
 
     def __init__(self, problems: list[Problem], *, hint: str | None = None) -> None:
-        self.problems = sorted(problems, key=lambda p: (p.file, p.line, p.column))
-        first = self.problems[0].render() if self.problems else "invalid input"
-        super().__init__(first, hint=hint)
+        first = min(problems, key=lambda p: (p.file, p.line, p.column)) if problems else None
+        super().__init__(first.render() if first else "invalid input", hint=hint, problems=problems)
 
 
 class ReportedFailure(BundlectlError):

@@ -29,6 +29,25 @@ INHERITED = (
 )
 
 
+def malformed_reference(text: str) -> str | None:
+    """What is wrong with the first `${` in `text` that is not a whole reference, if any.
+
+    `${` always starts a reference (there is no escape), so `${UNTERMINATED`, `${}` or `${1X}`
+    would otherwise reach a server unexpanded, or expand to something the user did not mean.
+    """
+    start = text.find("${")
+    while start != -1:
+        match = _REF.match(text, start)
+        if match is None:
+            end = text.find("}", start)
+            shown = text[start:] if end == -1 else text[start : end + 1]
+            if end == -1:
+                return f"{shown!r} has no closing '}}'"
+            return f"{shown!r} is not a well-formed reference"
+        start = text.find("${", match.end())
+    return None
+
+
 def references(text: str) -> list[str]:
     """The variable names `text` refers to."""
     return [m.group(1) for m in _REF.finditer(text)]

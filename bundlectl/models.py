@@ -18,6 +18,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from bundlectl.expand import malformed_reference
 from bundlectl.requirements import NAME_HELP, NAME_RE, parse_requirement
 
 Name = Annotated[str, Field(pattern=NAME_RE, description=f"A name: {NAME_HELP}.")]
@@ -83,6 +84,27 @@ RequirementStr = Annotated[
 ]
 
 
+def check_references(value: str) -> str:
+    """Every `${` starts a well-formed `${NAME}` or `${NAME:-default}`."""
+    problem = malformed_reference(value)
+    if problem is not None:
+        raise PydanticCustomError("malformed_reference", "{problem}", {"problem": problem})
+    return value
+
+
+Expandable = Annotated[
+    str,
+    AfterValidator(check_references),
+    Field(
+        description="Text in which `${VAR}` and `${VAR:-default}` are expanded at start.",
+        # For editors; the validator above gives the precise message.
+        json_schema_extra={
+            "pattern": r"^(?:[^$]|\$(?!\{)|\$\{[A-Za-z_][A-Za-z0-9_]*(?::-[^}]*)?\})*$"
+        },
+    ),
+]
+
+
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
@@ -116,11 +138,11 @@ class ServerSpec(StrictModel):
 
     description: str = Field(default="", description="What the server is for.")
     transport: Transport = Field(default="stdio", description="stdio, sse or streamable-http.")
-    command: str | None = Field(default=None, description="stdio: the executable to run.")
-    args: list[str] = Field(
+    command: Expandable | None = Field(default=None, description="stdio: the executable to run.")
+    args: list[Expandable] = Field(
         default_factory=list, description="stdio: arguments; `${VAR}` is expanded at start."
     )
-    env: dict[EnvVarName, str] = Field(
+    env: dict[EnvVarName, Expandable] = Field(
         default_factory=dict,
         description="stdio: environment for the server; values are `${VAR}` references, "
         "expanded only when the server starts.",
@@ -128,8 +150,10 @@ class ServerSpec(StrictModel):
     cwd: str | None = Field(
         default=None, description="stdio: working directory (relative to the project root)."
     )
-    url: str | None = Field(default=None, description="sse/streamable-http: the endpoint URL.")
-    headers: dict[str, str] = Field(
+    url: Expandable | None = Field(
+        default=None, description="sse/streamable-http: the endpoint URL."
+    )
+    headers: dict[str, Expandable] = Field(
         default_factory=dict, description="sse/streamable-http: HTTP headers; `${VAR}` expanded."
     )
     timeout: int = Field(default=60, ge=1, le=3600, description="Call timeout in seconds.")

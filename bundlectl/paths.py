@@ -13,6 +13,18 @@ LOCK_NAME = "bundlectl.lock"
 _APP = "bundlectl"
 
 
+def display_path(path: Path) -> str:
+    """How every message names a file: relative to the working directory when it is below it or
+    up to two folders above (a project found by walking up), absolute otherwise (the built-in
+    registry inside site-packages, a user registry)."""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive, on Windows
+        return str(path)
+    climbs = sum(1 for part in Path(relative).parts if part == "..")
+    return relative if climbs <= 2 else str(Path(path).absolute())
+
+
 def _home(kind: str) -> Path:
     override = os.environ.get("BUNDLECTL_HOME")
     if override:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+import difflib
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 from packaging.version import Version
 
 from bundlectl import paths
-from bundlectl.errors import UsageError
+from bundlectl.errors import InputFileError, Problem, ResolutionError, UsageError
 from bundlectl.models import ProjectConfig
 from bundlectl.registry import Registry
+from bundlectl.requirements import requirement_name
 from bundlectl.validation import validate_doc
 from bundlectl.yamlio import YamlDoc, parse_yaml, read_yaml
 
@@ -48,11 +49,44 @@ class Project:
     def registry(self) -> Registry:
         return Registry.default(self.root, self.config.registries)
 
+    def registry_problems(self) -> list[Problem]:
+        """Registries that do not exist, and invalid entries or manifests in the others."""
+        problems = []
+        for index, entry in enumerate(self.config.registries):
+            folder = self.root / entry
+            if not folder.is_dir():
+                what = "is not a folder" if folder.exists() else "does not exist"
+                problem = self.doc.problem(
+                    ("registries", index),
+                    f"registry {entry!r} {what}",
+                    hint=f"create the folder or fix the path; it is relative to {self.display}",
+                )
+                problems.append(replace(problem, code="missing_registry"))
+        return problems + self.registry.problems()
+
+    def unknown_bundles(self) -> list[Problem]:
+        """Requirements in `bundles:` that name no bundle in any registry."""
+        known = self.registry.names()
+        problems = []
+        for index, text in enumerate(self.config.bundles):
+            name = requirement_name(text)
+            if name not in known:
+                close = difflib.get_close_matches(name, known, n=1)
+                problem = self.doc.problem(
+                    ("bundles", index),
+                    f"no bundle named {name!r} in any registry",
+                    hint=f"did you mean {close[0]}?"
+                    if close
+                    else "`bundlectl list` shows the available bundles",
+                )
+                problems.append(replace(problem, code="unknown_bundle"))
+        return problems
+
     @cached_property
     def lock(self) -> LockFile | None:
         from bundlectl.lockfile import read_lock
 
-        return read_lock(self.lock_path, _display(self.lock_path))
+        return read_lock(self.lock_path, paths.display_path(self.lock_path))
 
 
 @dataclass
@@ -87,13 +121,6 @@ class Resolution:
         )
 
 
-def _display(path: Path) -> str:
-    try:
-        return os.path.relpath(path)
-    except ValueError:
-        return str(path)
-
-
 def find_project(config: Path | None, cwd: Path | None = None) -> Path:
     """The config file to use, or a usage error saying how to create one."""
     found = paths.find_config(cwd or Path.cwd(), config)
@@ -113,13 +140,13 @@ def find_project(config: Path | None, cwd: Path | None = None) -> Path:
 def load_project(config: Path | None = None) -> Project:
     """Find, parse and validate the project config (every problem at once, exit 2)."""
     path = find_project(config)
-    doc = read_yaml(path, _display(path))
+    doc = read_yaml(path, paths.display_path(path))
     return Project(path.resolve(), doc, validate_doc(doc, ProjectConfig, what="config"))
 
 
 def project_from_text(path: Path, text: str) -> Project:
     """A project as it would be with `text` as its config (for edits before they are written)."""
-    doc = parse_yaml(text, _display(path))
+    doc = parse_yaml(text, paths.display_path(path))
     return Project(path.resolve(), doc, validate_doc(doc, ProjectConfig, what="config"))
 
 
@@ -136,6 +163,13 @@ def resolve_project(
     from bundlectl.policy import check_extends
     from bundlectl.resolver import constraint, resolve
 
+    if strict:  # lint reports these itself, as findings, and carries on
+        problems = project.registry_problems()
+        if problems:
+            raise InputFileError(problems, hint="fix the registries and run the command again")
+        unknown = project.unknown_bundles()
+        if unknown:
+            raise ResolutionError(unknown[0].render(), problems=unknown)
     prefer: dict[str, Version] = {}
     if use_lock and project.lock is not None:
         prefer = {name: Version(b.version) for name, b in project.lock.bundles.items()}
@@ -143,7 +177,7 @@ def resolve_project(
     versions = resolve(wanted, project.registry, prefer=prefer, upgrade=upgrade)
     bundles = [project.registry.get(name, version) for name, version in versions.items()]
     merged = merge(project.config, project.doc, bundles)
-    if strict:  # lint reports these itself, with positions, and carries on
+    if strict:
         collision = collision_error(merged)
         if collision is not None:
             raise collision

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -19,6 +20,7 @@ from packaging.version import InvalidVersion, Version
 from bundlectl import paths
 from bundlectl.errors import InputFileError, Problem, UsageError
 from bundlectl.models import BundleManifest
+from bundlectl.requirements import NAME_HELP, NAME_RE
 from bundlectl.validation import validate_doc
 from bundlectl.yamlio import YamlDoc, parse_yaml
 
@@ -36,24 +38,64 @@ class Source:
         return self.label not in ("user", "builtin")
 
     def names(self) -> list[str]:
-        if not self.root.is_dir():
-            return []
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and _has_versions(p))
+        """The bundle folders with a valid name and at least one manifest file."""
+        return [folder.name for folder, _ in self._folders() if _NAME.match(folder.name)]
 
     def versions(self, name: str) -> dict[Version, Path]:
-        folder = self.root / name
+        """The manifest files of a bundle whose names are versions (others: `layout_problems`)."""
         found: dict[Version, Path] = {}
-        if folder.is_dir():
-            for file in folder.glob("*.yaml"):
+        for file in sorted((self.root / name).glob("*.yaml")):
+            with contextlib.suppress(InvalidVersion):
+                found[Version(file.stem)] = file
+        return found
+
+    def layout_problems(self) -> list[Problem]:
+        """Bundle folders that are not bundle names, and manifest files not named by a version.
+
+        Such files would otherwise vanish from the registry without a word ("available: none").
+        """
+        problems: list[Problem] = []
+        for folder, files in self._folders():
+            if not _NAME.match(folder.name):
+                problems.append(
+                    _file_problem(
+                        files[0],
+                        f"bundle folder {folder.name!r} is not a valid bundle name, so none of "
+                        "its manifests can be used",
+                        f"rename the folder: {NAME_HELP}",
+                    )
+                )
+                continue
+            for file in files:
                 try:
-                    found[Version(file.stem)] = file
+                    Version(file.stem)
                 except InvalidVersion:
-                    continue  # not a manifest; `bundlectl lint` reports such files
+                    problems.append(
+                        _file_problem(
+                            file,
+                            f"manifest file name {file.name!r} is not a PEP 440 version, so the "
+                            "manifest is not part of the registry",
+                            "name it <version>.yaml after its version: key (e.g. 1.0.0.yaml)",
+                        )
+                    )
+        return problems
+
+    def _folders(self) -> list[tuple[Path, list[Path]]]:
+        if not self.root.is_dir():
+            return []
+        found = []
+        for folder in sorted(self.root.iterdir()):
+            files = sorted(folder.glob("*.yaml")) if folder.is_dir() else []
+            if files:
+                found.append((folder, files))
         return found
 
 
-def _has_versions(folder: Path) -> bool:
-    return any(folder.glob("*.yaml"))
+_NAME = re.compile(NAME_RE)
+
+
+def _file_problem(file: Path, message: str, hint: str) -> Problem:
+    return Problem(paths.display_path(file), 1, 1, message, "", hint, "registry_layout")
 
 
 @dataclass(frozen=True)
@@ -187,21 +229,33 @@ class Registry:
             files = self._version_files(name)
             if source is None or version not in files:
                 raise UsageError(f"bundle {name} {version} is not in any registry")
-            loaded = load_manifest_file(files[version], source, _display(files[version]))
+            loaded = load_manifest_file(files[version], source, paths.display_path(files[version]))
             _check_identity(loaded, name, version)
             self._cache[key] = loaded
         return self._cache[key]
 
+    def problems(self) -> list[Problem]:
+        """What is wrong in the registries a project brings: every manifest of its project
+        registries is loaded and checked; every non-built-in registry's layout is checked."""
+        problems: list[Problem] = []
+        for source in self.sources:
+            if source.label != "builtin":
+                problems += source.layout_problems()
+            if not source.is_project:
+                continue
+            for name in source.names():
+                if self.source_of(name) is not source:
+                    continue  # served by an earlier project registry
+                for version in self.versions(name):
+                    try:
+                        self.get(name, version)
+                    except InputFileError as exc:
+                        problems += exc.problems
+        return problems
+
     def requires(self, name: str, version: Version) -> list[str]:
         """What a bundle version requires (the resolver's view of the registry)."""
         return list(self.get(name, version).manifest.requires)
-
-
-def _display(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
 
 
 def _check_identity(loaded: LoadedManifest, name: str, version: Version) -> None:

@@ -8,7 +8,7 @@ import time
 import traceback
 
 from bundlectl import __version__, paths
-from bundlectl.errors import BundlectlError, InputFileError
+from bundlectl.errors import BundlectlError
 
 
 def _debug() -> bool:
@@ -19,7 +19,7 @@ def failure(exc: BundlectlError) -> int:
     """`error: …` lines (one per problem), then `hint: …`; the error's exit code."""
     if _debug():
         traceback.print_exc()
-    if isinstance(exc, InputFileError):
+    if exc.problems:
         for problem in exc.problems:
             sys.stderr.write(f"error: {problem.render()}\n")
             if problem.hint:

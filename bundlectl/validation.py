@@ -11,27 +11,39 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from bundlectl.errors import InputFileError, Problem
+from bundlectl.models import ServerSpec
 from bundlectl.requirements import NAME_RE
 from bundlectl.yamlio import YamlDoc, YamlPath
 
 M = TypeVar("M", bound=BaseModel)
 
 
+def check_doc(doc: YamlDoc, model: type[M], *, what: str) -> tuple[M | None, list[Problem]]:
+    """Validate a parsed file against `model`: the model, or None, and every problem found.
+
+    Declared tool schemas (in configs and manifests) are checked against their meta-schema too.
+    """
+    problems = list(doc.problems)
+    if problems:
+        return None, problems
+    data = doc.data if doc.data is not None else {}
+    if not isinstance(data, dict):
+        return None, [doc.problem((), f"a {what} must be a mapping of keys to values")]
+    try:
+        result = model.model_validate(data)
+    except ValidationError as exc:
+        return None, problems_from(exc, doc, model)
+    servers = getattr(result, "servers", None) or {}
+    if any(isinstance(s, ServerSpec) and s.tools for s in servers.values()):
+        from bundlectl.toolschemas import schema_problems
+
+        problems = schema_problems(doc, servers)  # the model stays usable for lint's checks
+    return result, problems
+
+
 def validate_doc(doc: YamlDoc, model: type[M], *, what: str) -> M:
     """Validate a parsed file against `model`; raise every problem of the file at once (exit 2)."""
-    problems = list(doc.problems)
-    result: M | None = None
-    if not problems:
-        data = doc.data
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            problems.append(doc.problem((), f"a {what} must be a mapping of keys to values"))
-        else:
-            try:
-                result = model.model_validate(data)
-            except ValidationError as exc:
-                problems.extend(problems_from(exc, doc, model))
+    result, problems = check_doc(doc, model, what=what)
     if problems or result is None:
         raise InputFileError(problems, hint=f"fix the {what} and run the command again")
     return result
@@ -63,6 +75,11 @@ def problems_from(exc: ValidationError, doc: YamlDoc, model: type[BaseModel]) ->
         on_key = on_key or (isinstance(_node(doc.data, path), dict) and path in doc.keys)
         if kind == "missing":
             hint = f"add the key {path[-1]!r}"
+        elif kind == "malformed_reference":
+            hint = (
+                "write ${NAME} or ${NAME:-default} (NAME: letters, digits and '_', not starting "
+                "with a digit); every '${' starts a reference"
+            )
         out.append(replace(doc.problem(path, message, hint=hint, key=on_key), code=code))
     return out
 

@@ -95,3 +95,63 @@ def test_show_unknown_and_invalid(project: Path, run: Run) -> None:
         ],
     )
     assert run("show", "github>>1").code == 2
+
+
+def test_misnamed_manifests_and_folders_are_errors_in_every_resolving_command(
+    project: Path, run: Run
+) -> None:
+    make_registry(project / "bundles", {"mb": {"1.0.0": {}}})
+    write(project / "bundles" / "mb" / "1.x.yaml", "name: mb\nversion: 1.x\n")
+    write(project / "bundles" / "BadName" / "1.0.0.yaml", "name: badname\nversion: 1.0.0\n")
+    write(project / "bundlectl.yaml", "version: 1\nregistries: [./bundles]\nbundles: [mb]\n")
+    expected = [
+        "error: bundles/BadName/1.0.0.yaml:1:1: bundle folder 'BadName' is not a valid bundle "
+        "name, so none of its manifests can be used",
+        "error: bundles/mb/1.x.yaml:1:1: manifest file name '1.x.yaml' is not a PEP 440 version, "
+        "so the manifest is not part of the registry",
+    ]
+    for command in (["lock"], ["resolve"], ["install", "basic"], ["lock", "--check"]):
+        result = run(*command)
+        assert result.code == 2, command
+        assert [line for line in result.err_lines if line.startswith("error:")] == expected
+    assert not (project / "bundlectl.lock").exists()
+    assert "basic" not in (project / "bundlectl.yaml").read_text()
+
+
+def test_an_invalid_manifest_of_an_unused_bundle_is_still_an_error(project: Path, run: Run) -> None:
+    make_registry(project / "bundles", {"used": {"1.0.0": {}}})
+    write(
+        project / "bundles" / "unused" / "1.0.0.yaml", "name: unused\nversion: 1.0.0\nservers: 3\n"
+    )
+    write(project / "bundlectl.yaml", "version: 1\nregistries: [./bundles]\nbundles: [used]\n")
+    result = run("lock")
+    assert result.code == 2
+    assert result.err_lines[0].startswith("error: bundles/unused/1.0.0.yaml:3:10: servers:")
+
+
+def test_missing_project_registry_is_an_error_at_its_entry(project: Path, run: Run) -> None:
+    (project / "bundles").mkdir()
+    write(
+        project / "bundlectl.yaml",
+        "version: 1\nregistries: [./bundles, ./bundels, /nonexistent/dir]\nbundles: [basic]\n",
+    )
+    result = run("resolve")
+    assert result.code == 2
+    assert result.err_lines[:4] == [
+        "error: bundlectl.yaml:2:25: registries[1]: registry './bundels' does not exist",
+        "  hint: create the folder or fix the path; it is relative to bundlectl.yaml",
+        "error: bundlectl.yaml:2:36: registries[2]: registry '/nonexistent/dir' does not exist",
+        "  hint: create the folder or fix the path; it is relative to bundlectl.yaml",
+    ]
+
+
+def test_unknown_bundles_have_positions_in_resolve_as_in_lint(project: Path, run: Run) -> None:
+    write(project / "bundlectl.yaml", "version: 1\nbundles:\n  - basic\n  - githib>=1\n")
+    result = run("resolve")
+    assert result.code == 1
+    assert result.err_lines == [
+        "error: bundlectl.yaml:4:5: bundles[1]: no bundle named 'githib' in any registry",
+        "  hint: did you mean github?",
+    ]
+    linted = run("lint", "--select", "BCL101")
+    assert linted.lines[0].startswith("bundlectl.yaml:4:5: BCL101 error no bundle named 'githib'")

@@ -106,3 +106,38 @@ def test_no_config_anywhere(project: Path, run: Run) -> None:
         "hint: run `bundlectl init` to create one, or pass --config PATH"
     )
     assert run("resolve", "--config", "nope.yaml").code == 2
+
+
+def test_malformed_references_and_tool_schemas_fail_resolve_at_their_scalars(
+    project: Path, run: Run
+) -> None:
+    write(
+        project / "bundlectl.yaml",
+        """
+        version: 1
+        servers:
+          api:
+            command: ./api
+            args: ["--token=${UNTERMINATED", "${HOME}", "${PORT:-80}", "$PATH"]
+            tools:
+              - {name: t, input_schema: {type: 5}}
+              - {name: u, input_schema: {type: object, required: [x]}}
+        """,
+    )
+    for command in ("resolve", "lock"):
+        result = run(command)
+        assert result.code == 2
+        assert [line for line in result.err_lines if line.startswith("error:")] == [
+            "error: bundlectl.yaml:5:12: servers.api.args[0]: '${UNTERMINATED' has no closing '}' "
+            "(got '--token=${UNTERMINATED')",
+        ]
+    text = (project / "bundlectl.yaml").read_text().replace("${UNTERMINATED", "${TOKEN}")
+    (project / "bundlectl.yaml").write_text(text)
+    result = run("lock")
+    assert result.code == 2
+    assert result.err_lines[:2] == [
+        "error: bundlectl.yaml:7:40: servers.api.tools[0].input_schema.type: input_schema of tool "
+        "'t' is not a valid JSON Schema: 5 is not valid under any of the given schemas",
+        "  hint: copy the schema exactly as the server lists it (`bundlectl tools --live` shows it)",
+    ]
+    assert not (project / "bundlectl.lock").exists()

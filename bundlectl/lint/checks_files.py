@@ -18,6 +18,10 @@ _TYPES = {
 _RULE_OF_CODE = {
     "yaml_syntax": "BCL001",
     "yaml_limit": "BCL001",
+    "invalid_tool_schema": "BCL006",
+    "unknown_bundle": "BCL101",
+    "missing_registry": "BCL109",
+    "registry_layout": "BCL110",
     "duplicate_key": "BCL002",
     "invalid_name": "BCL005",
     "unsupported_pattern": "BCL206",

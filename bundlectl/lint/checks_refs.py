@@ -92,6 +92,7 @@ def lock_drift(ctx: Context) -> Iterator[Finding]:
     if ctx.resolution is None or ctx.project is None or ctx.config is None:
         return
     from bundlectl.lockfile import FORMATTING_ONLY, Drift, drift, dump_lock
+    from bundlectl.paths import display_path
     from bundlectl.yamlio import read_yaml
 
     project = ctx.project
@@ -101,12 +102,7 @@ def lock_drift(ctx: Context) -> Iterator[Finding]:
         return
     if project.lock_path.read_text("utf-8") == fresh:
         return
-    lock_doc = read_yaml(
-        project.lock_path,
-        str(project.lock_path.relative_to(project.root))
-        if project.lock_path.is_relative_to(project.root)
-        else str(project.lock_path),
-    )
+    lock_doc = read_yaml(project.lock_path, display_path(project.lock_path))
     differences = drift(project.lock, ctx.resolution.lock) or [Drift((), FORMATTING_ONLY)]
     for item in differences:
         yield at(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -61,30 +60,12 @@ class Selection:
         return not any(rule.startswith(p) for p in self.ignore)
 
 
-def _display(path: Path) -> str:
-    try:
-        return os.path.relpath(path)
-    except ValueError:
-        return str(path)
-
-
 def _load(kind: str, path: Path, model: type[BaseModel]) -> LintedFile:
-    from bundlectl.validation import problems_from
+    from bundlectl.validation import check_doc
 
-    doc = read_yaml(path, _display(path))
-    linted = LintedFile(kind, doc, problems=list(doc.problems))
-    if doc.problems:
-        return linted
-    from pydantic import ValidationError
-
-    data = doc.data if doc.data is not None else {}
-    if not isinstance(data, dict):
-        linted.problems.append(doc.problem((), f"a {kind} must be a mapping of keys to values"))
-        return linted
-    try:
-        linted.model = model.model_validate(data)
-    except ValidationError as exc:
-        linted.problems.extend(problems_from(exc, doc, model))
+    doc = read_yaml(path, paths.display_path(path))
+    linted = LintedFile(kind, doc)
+    linted.model, linted.problems = check_doc(doc, model, what=kind)
     return linted
 
 
@@ -131,6 +112,8 @@ def lint_project(config_path: Path) -> tuple[Context, list[Finding]]:
         for name in source.names():
             for file in sorted(source.versions(name).values()):
                 ctx.files.append(_load("manifest", file, BundleManifest))
+    # Missing registries, misnamed folders and files, manifests that do not match their place.
+    extra += [from_problem(checks_files.rule_of(p), p) for p in ctx.project.registry_problems()]
     try:
         ctx.resolution = resolve_project(ctx.project, strict=False)
         from bundlectl.policy import extends_problems

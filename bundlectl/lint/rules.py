@@ -64,6 +64,14 @@ RULES = _rules(
         "Use lowercase letters, digits, '-' and '_'.",
     ),
     RuleInfo(
+        "BCL006",
+        "invalid-tool-schema",
+        "error",
+        "A declared input or output schema is not a valid JSON Schema, so arguments cannot be "
+        "checked against it.",
+        "Copy the schema exactly as the server lists it (`bundlectl tools --live`).",
+    ),
+    RuleInfo(
         "BCL101",
         "unknown-bundle",
         "error",
@@ -121,6 +129,22 @@ RULES = _rules(
         "error",
         "An agent extends an unknown agent, or the extends chain is a cycle.",
         "Fix the parent's name or break the cycle.",
+    ),
+    RuleInfo(
+        "BCL109",
+        "missing-registry",
+        "error",
+        "A project registry listed under registries: does not exist, so its bundles cannot be "
+        "found (a typo such as ./bundels).",
+        "Create the folder or fix the path; it is relative to bundlectl.yaml.",
+    ),
+    RuleInfo(
+        "BCL110",
+        "registry-layout",
+        "error",
+        "A registry folder is not a valid bundle name, or a manifest file is not named by a "
+        "PEP 440 version: its manifests silently drop out of the registry.",
+        "Manifests live at <registry>/<name>/<version>.yaml.",
     ),
     RuleInfo(
         "BCL201",
