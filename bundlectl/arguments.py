@@ -17,6 +17,28 @@ _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice (JSON parsers would silently keep the last)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"key {key!r} appears twice in one object")
+        self.key = key
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(key)
+        out[key] = value
+    return out
+
+
+def loads_strict(text: str) -> Any:
+    """`json.loads`, but a duplicate key is an error (DuplicateKeyError), never last-one-wins."""
+    return json.loads(text, object_pairs_hook=_unique)
+
+
 def load_json_args(source: str) -> dict[str, Any]:
     """`--args`: a JSON object given inline, as `@file`, or `-` for standard input."""
     where = "--args"
@@ -32,12 +54,14 @@ def load_json_args(source: str) -> dict[str, Any]:
     else:
         text = source
     try:
-        value = json.loads(text)
+        value = loads_strict(text)
     except json.JSONDecodeError as exc:
         raise UsageError(
             f"{where}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}",
             hint='pass a JSON object, e.g. --args \'{"path": "README.md"}\'',
         ) from None
+    except DuplicateKeyError as exc:
+        raise UsageError(f"{where}: {exc}", hint="give each key once") from None
     if not isinstance(value, dict):
         raise UsageError(
             f"{where}: the arguments must be a JSON object, not {type(value).__name__}"
@@ -47,7 +71,7 @@ def load_json_args(source: str) -> dict[str, Any]:
 
 def split_pairs(pairs: list[str]) -> list[tuple[str, str]]:
     """Syntax only (before anything starts): every item must be KEY=VALUE."""
-    out = []
+    out: dict[str, str] = {}
     for item in pairs:
         key, eq, value = item.partition("=")
         if not eq or not key:
@@ -55,8 +79,13 @@ def split_pairs(pairs: list[str]) -> list[tuple[str, str]]:
                 f"argument {item!r} is not KEY=VALUE",
                 hint="write path=README.md, or pass --args JSON",
             )
-        out.append((key, value))
-    return out
+        if key in out:  # never silently last-one-wins
+            raise UsageError(
+                f"argument {key!r} is given twice",
+                hint=f'give {key}= once; for a list, pass JSON: {key}=\'["a", "b"]\'',
+            )
+        out[key] = value
+    return list(out.items())
 
 
 def _types(schema: dict[str, Any]) -> list[str]:
@@ -107,6 +136,16 @@ _CONVERT = {
 }
 
 
+_EXAMPLES = {
+    "string": "a string is taken as written: {key}=text",
+    "integer": "an integer is written in digits: {key}=10",
+    "number": "a number is written as 10 or 2.5",
+    "boolean": "a boolean is true or false: {key}=true",
+    "array": 'an array takes JSON: {key}=\'["a", "b"]\'',
+    "object": 'an object takes JSON: {key}=\'{{"k": "v"}}\'',
+}
+
+
 def typed_value(key: str, raw: str, schema: dict[str, Any]) -> Any:
     """Convert one KEY=VALUE by the property's declared type (the first type that fits)."""
     declared = _types(schema)
@@ -121,7 +160,7 @@ def typed_value(key: str, raw: str, schema: dict[str, Any]) -> Any:
     if types:
         raise ToolCallError(
             f"argument {key}={raw!r} is not a valid {' or '.join(types)}",
-            hint='arrays and objects take JSON, e.g. paths=\'["a", "b"]\'',
+            hint="; ".join(dict.fromkeys(_EXAMPLES[t].format(key=key) for t in types)),
         )
     try:  # no declared type: JSON when it parses, else the string
         return json.loads(raw)

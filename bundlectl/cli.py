@@ -333,10 +333,19 @@ def exec_(
     ] = None,
     timeout: Annotated[
         float | None,
-        typer.Option("--timeout", help="Call timeout in seconds (default: the server's timeout)."),
+        typer.Option(
+            "--timeout",
+            min=1,
+            max=3600,
+            help="Seconds for the whole call, connecting included, 1-3600 "
+            "(default: the server's timeout).",
+        ),
     ] = None,
     connect_timeout: Annotated[
-        float, typer.Option("--connect-timeout", help="Seconds allowed to start and connect.")
+        float,
+        typer.Option(
+            "--connect-timeout", min=1, max=3600, help="Seconds allowed to start and connect."
+        ),
     ] = 30.0,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Confirm `ask` rules.")] = False,
     output_dir: Annotated[

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import os
 import tempfile
@@ -17,8 +18,19 @@ def atomic_write(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def write_project_file(path: Path, text: str) -> None:
+    """`atomic_write` for `bundlectl.yaml` and the lock, under `project_lock`: temp files that an
+    earlier write left when it was killed halfway are removed first (safe only while we hold the
+    project's lock, so no other writer's temp file is in flight)."""
+    for stray in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        with contextlib.suppress(OSError):
+            stray.unlink()
+    atomic_write(path, text)
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Same-folder temp file, fsync, keep the old file's mode, os.replace."""
+    """Same-folder temp file, fsync, os.replace. The file keeps its mode; a new file gets the
+    mode the umask gives (mkstemp's 0600 is for secrets, and these files are for review)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -26,13 +38,22 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        with contextlib.suppress(FileNotFoundError):
-            os.chmod(tmp, path.stat().st_mode & 0o777)
+        try:
+            mode = path.stat().st_mode & 0o7777
+        except FileNotFoundError:
+            mode = 0o666 & ~_umask()
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    current = os.umask(0o022)  # reading the umask means setting it; put it back at once
+    os.umask(current)
+    return current
 
 
 @contextlib.contextmanager

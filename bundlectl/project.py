@@ -108,6 +108,13 @@ class Resolution:
         pinned = locked_tools(on_disk if on_disk is not None else self.lock)
         return Policy(policy_set(self.project.config, self.project.doc, self.merged, pinned))
 
+    def write_lock(self) -> None:
+        """Write the lock this resolution implies (call under `fsio.project_lock`)."""
+        from bundlectl.fsio import write_project_file
+        from bundlectl.lockfile import dump_lock
+
+        write_project_file(self.project.lock_path, dump_lock(self.lock))
+
     @cached_property
     def catalog(self) -> Catalog:
         """Every declared tool of every enabled server."""

@@ -505,6 +505,47 @@ def test_batch_in_order_one_start_per_server(
     assert result.code == 3
 
 
+def test_batch_line_with_a_duplicate_key_is_an_error_for_that_line(
+    kitchen: Path, run: Run, starts: Path, tmp_path: Path
+) -> None:
+    batch = tmp_path / "calls.jsonl"
+    batch.write_text(
+        '{"agent": "stranger", "agent": "reader", "tool": "kitchen.echo", "arguments": {}}\n'
+        '{"agent": "reader", "tool": "kitchen.echo", "arguments": {"text": "a", "text": "b"}}\n'
+        '{"agent": "reader", "tool": "kitchen.echo", "arguments": {"text": "ok"}}\n'
+    )
+    lines = [json.loads(line) for line in run("exec", "--batch", str(batch)).lines]
+    assert [line.get("error", {}).get("message") for line in lines[:2]] == [
+        f"{batch}:1: key 'agent' appears twice in one object",
+        f"{batch}:2: key 'text' appears twice in one object",
+    ]
+    assert lines[2]["result"]["content"][0]["text"] == "ok"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "3601"])
+def test_timeout_out_of_range_is_a_usage_error(kitchen: Path, run: Run, value: str) -> None:
+    result = run("exec", "-a", "reader", "kitchen.echo", "text=x", "--timeout", value)
+    assert result.code == 2
+    assert "is not in the range 1<=x<=3600" in result.err
+
+
+def test_repeated_argument_keys_are_a_usage_error(kitchen: Path, run: Run, starts: Path) -> None:
+    result = run("exec", "-a", "reader", "files.read_file", "path=hello.txt", "path=other.txt")
+    assert (result.code, result.err_lines[0]) == (2, "error: argument 'path' is given twice")
+    duplicated = run("exec", "-a", "reader", "kitchen.echo", "--args", '{"text": 1, "text": 2}')
+    assert duplicated.err_lines[0] == "error: --args: key 'text' appears twice in one object"
+    assert not pids(starts)
+
+
+def test_the_hint_for_a_badly_typed_argument_fits_its_type(kitchen: Path, run: Run) -> None:
+    result = run("exec", "-a", "reader", "kitchen.add", "a=notanumber", "b=1")
+    assert result.code == 4
+    assert result.err_lines == [
+        "error: argument a='notanumber' is not a valid integer",
+        "hint: an integer is written in digits: a=10",
+    ]
+
+
 def test_progress_line_on_a_terminal() -> None:
     import anyio
 

@@ -244,3 +244,33 @@ def test_resolve_json_is_stable(configured: Path, run: Run) -> None:
     only = json.loads(run("resolve", "--agent", "reader", "--format", "json").out)
     assert list(only["agents"]) == ["reader"]
     assert run("resolve", "--agent", "nobody").code == 2
+
+
+def test_new_files_follow_the_umask_and_rewrites_keep_the_mode(project: Path, run: Run) -> None:
+    import os
+
+    old = os.umask(0o022)
+    try:
+        assert run("init").code == 0
+        config, lock = project / "bundlectl.yaml", project / "bundlectl.lock"
+        assert (config.stat().st_mode & 0o777, lock.stat().st_mode & 0o777) == (0o644, 0o644)
+        config.chmod(0o664)
+        lock.chmod(0o640)
+        assert run("install", "github>=1,<2").code == 0
+        assert (config.stat().st_mode & 0o777, lock.stat().st_mode & 0o777) == (0o664, 0o640)
+    finally:
+        os.umask(old)
+
+
+def test_temp_files_left_by_a_killed_write_are_removed_by_the_next(
+    configured: Path, run: Run
+) -> None:
+    stray = [configured / ".bundlectl.lock.abc123.tmp", configured / ".bundlectl.yaml.x9.tmp"]
+    for path in stray:
+        path.write_text("half a file")
+    unrelated = configured / ".other.tmp"
+    unrelated.write_text("not ours")
+    assert run("install", "github>=1,<2").code == 0
+    assert not any(path.exists() for path in stray)
+    assert unrelated.exists()
+    assert sorted(p.name for p in configured.iterdir() if p.name.startswith(".")) == [".other.tmp"]

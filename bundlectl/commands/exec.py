@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bundlectl import audit, runtime
-from bundlectl.arguments import load_json_args, split_pairs
+from bundlectl.arguments import DuplicateKeyError, load_json_args, loads_strict, split_pairs
 from bundlectl.errors import BundlectlError, Interrupted, PolicyDenied, UsageError
 from bundlectl.output import Format, emit_json, err
 from bundlectl.policy import Decision, parse_tool_name
@@ -254,7 +254,7 @@ def _parse_batch(
             continue
         call: dict[str, str] | None = None
         try:
-            entry = json.loads(line)
+            entry = loads_strict(line)
             if not isinstance(entry, dict) or not isinstance(entry.get("tool"), str):
                 raise UsageError('each line must be an object with a "tool"')
             arguments = entry.get("arguments") or {}
@@ -278,6 +278,8 @@ def _parse_batch(
                     UsageError(f"{batch}:{number}:{exc.colno}: invalid JSON: {exc.msg}"),
                 )
             )
+        except DuplicateKeyError as exc:
+            items.append(BatchItem(number, None, UsageError(f"{batch}:{number}: {exc}")))
         except BundlectlError as exc:
             items.append(BatchItem(number, None, exc, call))
     return items, targets

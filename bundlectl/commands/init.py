@@ -6,7 +6,7 @@ from pathlib import Path
 
 from bundlectl import paths
 from bundlectl.errors import UsageError
-from bundlectl.fsio import atomic_write, project_lock
+from bundlectl.fsio import project_lock, write_project_file
 from bundlectl.output import out
 
 TEMPLATE = """\
@@ -42,14 +42,13 @@ def run(config: Path | None, *, force: bool) -> int:
     target = config or Path.cwd() / paths.CONFIG_NAME
     if target.exists() and not force:
         raise UsageError(f"{target} already exists", hint="pass --force to overwrite it")
-    from bundlectl.commands.install import write_lock
     from bundlectl.project import load_project, resolve_project
 
     with project_lock(target):
-        atomic_write(target, TEMPLATE)
+        write_project_file(target, TEMPLATE)
         project = load_project(target)
         resolution = resolve_project(project, use_lock=False)
-        write_lock(resolution)
+        resolution.write_lock()
     out(f"wrote {target} and {paths.lock_path_for(target).name}")
     out("next: `bundlectl resolve` to see the servers, `bundlectl list` for more bundles")
     return 0

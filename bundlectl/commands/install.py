@@ -6,16 +6,12 @@ from pathlib import Path
 
 from bundlectl.confedit import edit_bundles
 from bundlectl.errors import ReportedFailure, UsageError
-from bundlectl.fsio import atomic_write, project_lock
+from bundlectl.fsio import project_lock, write_project_file
 from bundlectl.lockfile import describe_drift, dump_lock
 from bundlectl.models import LockFile, check_requirement
 from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, note, out
 from bundlectl.project import Project, Resolution, load_project, project_from_text, resolve_project
 from bundlectl.requirements import requirement_name
-
-
-def write_lock(resolution: Resolution) -> None:
-    atomic_write(resolution.project.lock_path, dump_lock(resolution.lock))
 
 
 def _changes(old: LockFile | None, new: LockFile) -> list[dict[str, str | None]]:
@@ -79,8 +75,8 @@ def _apply(
     resolution = resolve_project(target, upgrade=upgrade)
     if not dry_run:
         if new_text is not None:
-            atomic_write(project.config_path, new_text)
-        write_lock(resolution)
+            write_project_file(project.config_path, new_text)
+        resolution.write_lock()
     _report(
         project, before, resolution, dry_run=dry_run, fmt=fmt, wrote_config=new_text is not None
     )
