@@ -37,6 +37,16 @@ servers:
     env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}"}}
   garbage: {{command: {PY}, args: ["{SERVERS / "misbehave.py"}", garbage]}}
   dying: {{command: {PY}, args: ["{SERVERS / "misbehave.py"}", exit-after-init]}}
+  silent: {{command: {PY}, args: ["{SERVERS / "misbehave.py"}", silent-crash]}}
+  spawn:
+    command: {PY}
+    args: ["{SERVERS / "misbehave.py"}", spawn-and-hang]
+    env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}"}}
+  linger:
+    command: {PY}
+    args: ["{SERVERS / "misbehave.py"}", linger]
+    env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}"}}
+  flood: {{command: {PY}, args: ["{SERVERS / "misbehave.py"}", flood]}}
   missing: {{command: no-such-binary-bundlectl-test}}
   off: {{command: {PY}, disabled: true}}
 {extra}
@@ -66,12 +76,24 @@ def pids(starts: Path) -> list[int]:
     return [int(p) for p in starts.read_text().split()] if starts.exists() else []
 
 
+def running(pid: int) -> bool:
+    """Whether the process runs: an exited one that init has not reaped yet (a zombie of an
+    orphan, which this machine's init reaps only now and then) does not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return not Path("/proc/self").exists()
+    return stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X")
+
+
 def gone(pid: int, within: float = 6.0) -> bool:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not running(pid):
             return True
         time.sleep(0.05)
     return False
@@ -329,7 +351,7 @@ def test_denied_call_starts_nothing_and_is_audited(
         ("writer", "write_file", "deny", "denied"),
     ]
     assert records[0]["rule"] == "kitchen.fail"
-    assert records[0]["rule_source"] == "bundlectl.yaml:20:80"
+    assert records[0]["rule_source"] == "bundlectl.yaml:30:80"
     yes = run("exec", "--agent", "writer", "files.write_file", "path=a.txt", "content=x", "--yes")
     assert yes.code == 0 and (project / "a.txt").read_text() == "x"
 
@@ -450,7 +472,80 @@ def test_connect_timeout_stops_a_hung_server(kitchen: Path, run: Run, starts: Pa
     assert gone(pid, within=0.5)
 
 
+def test_timeout_bounds_connecting_and_the_whole_group_is_stopped(
+    kitchen: Path, run: Run, starts: Path
+) -> None:
+    began = time.monotonic()
+    result = run("exec", "spawn.anything", "--timeout", "2")
+    assert result.code == 6, result.err
+    assert result.err_lines[0] == (
+        "error: server 'spawn' did not finish connecting within 2 s; it was stopped"
+    )
+    assert result.err_lines[-1] == (
+        "hint: raise --timeout, or check that the server starts on its own"
+    )
+    assert time.monotonic() - began < 10  # was the 30 s connect timeout
+    server, grandchild = pids(starts)
+    # The server exits at EOF by itself; what it started must not outlive the call.
+    assert gone(server, within=0.5) and gone(grandchild, within=0.5)
+
+
+def test_a_stream_overflowing_line_times_out_without_a_thread_traceback(
+    kitchen: Path, run: Run
+) -> None:
+    for _ in range(3):  # the race showed in 3 of 5 runs
+        result = run("exec", "flood.anything", "--timeout", "2")
+        assert result.code == 6, result.err
+        assert "Traceback" not in result.err and "Exception in thread" not in result.err
+
+
+def test_a_server_that_dies_silently_says_so(kitchen: Path, run: Run) -> None:
+    result = run("exec", "silent.anything")
+    assert result.code == 5
+    assert result.err_lines == [
+        "error: server 'silent' closed the connection (it exited or crashed)",
+        "(it wrote nothing to stderr)",
+    ]
+
+
+def test_no_process_outlives_a_successful_call_of_a_server_that_ignores_eof(
+    kitchen: Path, starts: Path
+) -> None:
+    """The console script prints and leaves; the detached watchdog stops what is left."""
+    began = time.monotonic()
+    done = subprocess.run(
+        [PY, "-m", "bundlectl", "exec", "linger.ping"],
+        cwd=kitchen,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PATH": "/usr/bin:/bin"},  # the watchdog needs no shell from PATH
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (0, "pong\n"), done.stderr
+    assert time.monotonic() - began < 10
+    server, grandchild = pids(starts)
+    assert gone(server, within=5.0) and gone(grandchild, within=5.0)
+
+
 # --- 130: interrupted ---------------------------------------------------------------------------
+
+
+def test_sigint_while_connecting_leaves_nothing_behind(kitchen: Path, starts: Path) -> None:
+    proc = subprocess.Popen(
+        [PY, "-m", "bundlectl", "exec", "spawn.anything"],
+        cwd=kitchen,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 20
+    while len(pids(starts)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, err
+    server, grandchild = pids(starts)
+    assert gone(server, within=0.5) and gone(grandchild, within=0.5)
 
 
 def test_sigterm_shuts_down_cleanly(kitchen: Path, starts: Path) -> None:
@@ -470,6 +565,54 @@ def test_sigterm_shuts_down_cleanly(kitchen: Path, starts: Path) -> None:
     assert b"stopped by SIGTERM" in err
     [pid] = pids(starts)
     assert gone(pid, within=0.5)
+
+
+def test_sigterm_during_a_streamable_http_call_cancels_it_and_ends_the_session(
+    project: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "requests.log"
+    port = free_port()
+    server = subprocess.Popen(
+        [PY, str(SERVERS / "kitchen.py"), "--transport", "streamable-http", "--port", str(port)],
+        # The 2025-11-25 handshake: a session that the client must end with DELETE.
+        env={**os.environ, "KITCHEN_LOG": str(log), "KITCHEN_LEGACY": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port)
+        write(
+            project / "bundlectl.yaml",
+            f"""
+            version: 1
+            servers:
+              remote: {{transport: streamable-http, url: "http://127.0.0.1:{port}/mcp"}}
+            policy: {{default: allow}}
+            """,
+        )
+        call = subprocess.Popen(
+            [PY, "-m", "bundlectl", "exec", "remote.sleep", "seconds=60"],
+            cwd=project,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 30
+        while "sleep started" not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline and call.poll() is None
+            time.sleep(0.05)
+        call.send_signal(signal.SIGTERM)
+        _, err = call.communicate(timeout=20)
+        assert call.returncode == 130, err
+        assert b"stopped by SIGTERM" in err
+        deadline = time.monotonic() + 5
+        while "DELETE /mcp" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        events = log.read_text().splitlines()
+        assert "sleep cancelled" in events  # the server was told to stop the call
+        assert "DELETE /mcp" in events  # and the session was ended
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 # --- batch ---------------------------------------------------------------------------------------

@@ -138,6 +138,7 @@ def test_malformed_references_and_tool_schemas_fail_resolve_at_their_scalars(
     assert result.err_lines[:2] == [
         "error: bundlectl.yaml:7:40: servers.api.tools[0].input_schema.type: input_schema of tool "
         "'t' is not a valid JSON Schema: 5 is not valid under any of the given schemas",
-        "  hint: copy the schema exactly as the server lists it (`bundlectl tools --live` shows it)",
+        "  hint: copy the schema exactly as the server lists it "
+        "(`bundlectl tools --live` shows it)",
     ]
     assert not (project / "bundlectl.lock").exists()

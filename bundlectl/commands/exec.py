@@ -156,6 +156,8 @@ def run(
     # Start a stdio server before the SDK is imported: its start-up and our import overlap.
     child = start_child(target) if target.spec.transport == "stdio" and not target.builtin else None
 
+    import anyio
+
     from bundlectl.executor import runner
     from bundlectl.executor.call import CallRequest, perform
     from bundlectl.executor.connect import connect
@@ -173,7 +175,15 @@ def run(
     printed: dict[str, int] = {}
 
     async def call() -> Any:
-        async with connect(target, connect_timeout=connect_timeout, child=child) as client:
+        began = anyio.current_time()
+        # --timeout bounds the whole call, connecting included; without it the server's timeout
+        # bounds the call and --connect-timeout the connection.
+        limit, option = connect_timeout, "--connect-timeout"
+        if timeout is not None and timeout < connect_timeout:
+            limit, option = timeout, "--timeout"
+        async with connect(target, connect_timeout=limit, option=option, child=child) as client:
+            if timeout is not None:
+                request.timeout = max(timeout - (anyio.current_time() - began), 0.001)
             outcome = await perform(client, request, target)
             if outcome.error is None:  # print before the server's shutdown, not after it
                 printed["code"] = _print(outcome, fmt, output_dir)
@@ -184,12 +194,12 @@ def run(
     started = time.perf_counter()
     try:
         outcome = runner.run(call)
-    except BundlectlError as exc:
-        _audit(resolution, decision, "error", (time.perf_counter() - started) * 1000, None)
-        raise exc from None
     except Interrupted:
         _audit(resolution, decision, "interrupted", (time.perf_counter() - started) * 1000, None)
         raise
+    except BundlectlError as exc:
+        _audit(resolution, decision, "error", (time.perf_counter() - started) * 1000, None)
+        raise exc from None
     finally:
         target.close(wait=0 if child is not None and child.detach else 1.0)
     _audit(resolution, decision, outcome.outcome, outcome.duration_ms, outcome.arguments)

@@ -9,6 +9,7 @@ from typing import Any
 
 from bundlectl.arguments import build_arguments, validate
 from bundlectl.errors import BundlectlError
+from bundlectl.executor import runner
 from bundlectl.executor.connect import Target, classify, list_all_tools, missing_tool
 from bundlectl.policy import Decision
 
@@ -49,6 +50,7 @@ class CallOutcome:
                 4: "invalid-call",
                 5: "server-error",
                 6: "timeout",
+                130: "interrupted",
             }.get(self.error.exit_code, "error")
         return "tool-error" if self.result.is_error else "ok"
 
@@ -86,12 +88,15 @@ async def perform(client: Any, request: CallRequest, target: Target) -> CallOutc
         schema = tool.input_schema or {"type": "object"}
         outcome.arguments = build_arguments(request.pairs, request.base_arguments, schema)
         validate(outcome.arguments, schema, request.qualified)
-        outcome.result = await client.call_tool(
-            request.tool,
-            outcome.arguments,
-            read_timeout_seconds=request.timeout,
-            progress_callback=progress,
-        )
+        with runner.interruptible() as scope:
+            outcome.result = await client.call_tool(
+                request.tool,
+                outcome.arguments,
+                read_timeout_seconds=request.timeout,
+                progress_callback=progress,
+            )
+        if scope.cancelled_caught:
+            raise runner.stopped()
     except BundlectlError as exc:
         outcome.error = exc
     except Exception as exc:

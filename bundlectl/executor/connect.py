@@ -147,7 +147,11 @@ def _environ() -> dict[str, str]:
 
 @asynccontextmanager
 async def connect(
-    target: Target, *, connect_timeout: float, child: Child | None = None
+    target: Target,
+    *,
+    connect_timeout: float,
+    child: Child | None = None,
+    option: str = "--connect-timeout",
 ) -> AsyncIterator[Any]:
     """An initialised `mcp.Client`; errors come out as BundlectlError subclasses.
 
@@ -173,7 +177,7 @@ async def connect(
         raise CallTimeout(
             f"server {target.name!r} did not finish connecting within {connect_timeout:g} s; "
             "it was stopped" + _tail(target),
-            hint="raise --connect-timeout, or check that the server starts on its own",
+            hint=f"raise {option}, or check that the server starts on its own",
         )
 
 
@@ -188,11 +192,14 @@ def leaves(exc: BaseException) -> list[BaseException]:
 
 
 def _tail(target: Target) -> str:
-    if target._stderr is None:
+    tee = target._stderr
+    if tee is None:
         return ""
-    lines = target._stderr.last_lines()
+    if target.child is not None and target.child.process.poll() is not None:
+        tee.close(wait=0.5)  # the server is gone: let the copy reach the end of what it wrote
+    lines = tee.last_lines()
     if not lines:
-        return ""
+        return "\n(it wrote nothing to stderr)"
     return "\nlast lines of its stderr:\n" + "\n".join(f"  | {line}" for line in lines)
 
 

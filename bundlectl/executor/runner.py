@@ -1,9 +1,18 @@
-"""Running the async executor from the CLI: SIGTERM and Ctrl-C become a clean cancellation."""
+"""Running the async executor from the CLI: SIGTERM and Ctrl-C wind the calls down cleanly.
+
+A first signal cancels the tool calls in flight (`interruptible`), so each session still ends the
+way the protocol asks: the server gets `notifications/cancelled`, a streamable-HTTP session its
+DELETE, a stdio server EOF and then the signals of the shutdown sequence. When no call is in
+flight (while connecting), or on a second signal, everything is cancelled at once; stdio servers
+are still stopped, since that part of the shutdown is shielded.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar
 from typing import TypeVar
 
 import anyio
@@ -13,20 +22,66 @@ from bundlectl.errors import Interrupted
 T = TypeVar("T")
 
 
+class _Stop:
+    """Who stopped us, and the cancel scopes of the calls in flight."""
+
+    def __init__(self, everything: anyio.CancelScope) -> None:
+        self.by = ""
+        self.everything = everything
+        self.calls: set[anyio.CancelScope] = set()
+
+    def fire(self, by: str) -> None:
+        if self.by or not self.calls:
+            self.everything.cancel()
+        self.by = self.by or by
+        for scope in self.calls:
+            scope.cancel()
+
+
+_STOP: ContextVar[_Stop | None] = ContextVar("bundlectl_stop", default=None)
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[anyio.CancelScope]:
+    """A cancel scope for one call on an open session, cancelled by a stop signal.
+
+    Check `scope.cancelled_caught` afterwards; a call that would start after the stop is cancelled
+    before it sends anything.
+    """
+    stop = _STOP.get()
+    with anyio.CancelScope() as scope:
+        if stop is None:
+            yield scope
+            return
+        if stop.by:
+            scope.cancel()
+        stop.calls.add(scope)
+        try:
+            yield scope
+        finally:
+            stop.calls.discard(scope)
+
+
+def stopped() -> Interrupted:
+    """The error for a call that a stop signal ended."""
+    stop = _STOP.get()
+    return Interrupted(f"stopped by {stop.by}" if stop and stop.by else "interrupted")
+
+
 def run(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run `fn` in an event loop; a SIGTERM cancels it so every server is shut down properly."""
+    """Run `fn` in an event loop with SIGTERM and SIGINT turned into a clean stop."""
     box: dict[str, T] = {}
-    stopped = {"by": ""}
+    state: dict[str, _Stop] = {}
 
     async def main() -> None:
         async with anyio.create_task_group() as group:
+            stop = state["stop"] = _Stop(group.cancel_scope)
+            _STOP.set(stop)
 
             async def watch() -> None:
-                with anyio.open_signal_receiver(signal.SIGTERM) as signals:
-                    async for _ in signals:
-                        stopped["by"] = "SIGTERM"
-                        group.cancel_scope.cancel()
-                        return
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for signum in signals:
+                        stop.fire(signal.Signals(signum).name)
 
             group.start_soon(watch)
             box["value"] = await fn()
@@ -38,8 +93,9 @@ def run(fn: Callable[[], Awaitable[T]]) -> T:
         raise Interrupted("interrupted") from None
     except BaseExceptionGroup as group:
         raise _unwrap(group) from None
-    if stopped["by"]:
-        raise Interrupted(f"stopped by {stopped['by']}")
+    stop = state.get("stop")
+    if stop is not None and stop.by:
+        raise Interrupted(f"stopped by {stop.by}")
     return box["value"]
 
 

@@ -21,6 +21,8 @@ from typing import IO, Any
 import anyio
 import anyio.lowlevel
 
+from bundlectl.executor.watchdog import group_alive
+
 GRACE = 2.0  # seconds after closing stdin, and again after SIGTERM
 
 
@@ -55,40 +57,42 @@ class Child:
     async def stop(self) -> None:
         """Close stdin, wait, then terminate and kill the whole process group.
 
-        With `detach`, a server still running shortly after EOF is left to a detached watchdog
-        that applies the same escalation, so bundlectl can exit as soon as the result is out.
+        The group is stopped even when the server itself exits at once: whatever it started
+        (`sleep 600 &`) must not outlive the call. With `detach`, a server still running shortly
+        after EOF is left to a detached watchdog that applies the same escalation, so bundlectl
+        can exit as soon as the result is out.
         """
         proc = self.process
         with contextlib.suppress(OSError):
             if proc.stdin is not None:
                 proc.stdin.close()
-        if self.detach and sys.platform != "win32":
-            if not await self._wait(0.05):
-                self._watchdog()
+        if sys.platform == "win32":
+            await self._stop_windows()
             return
+        exited = await self._wait(0.05 if self.detach else GRACE)
+        if exited and not group_alive(proc.pid):
+            return
+        if self.detach:
+            self._watchdog()
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            self._signal(sig)
+            if await self._wait_group(GRACE):
+                return
+
+    async def _stop_windows(self) -> None:
         if await self._wait(GRACE):
             return
-        self._signal(signal.SIGTERM)
-        if await self._wait(GRACE):
-            return
-        self._signal(signal.SIGKILL if sys.platform != "win32" else signal.SIGTERM)
+        self.process.terminate()
         await self._wait(GRACE)
 
     def _watchdog(self) -> None:
-        """A tiny detached shell that stops the server's process group if it outlives GRACE.
+        """A detached Python process that stops the server's group if it outlives GRACE."""
+        from bundlectl.executor import watchdog
 
-        The server already has EOF on stdin; most exit within a few hundred milliseconds and the
-        watchdog's signals then find nothing. It lives at most 2 x GRACE.
-        """
-        group = self.process.pid
-        script = (
-            f"sleep {GRACE:g}; kill -0 -- -{group} 2>/dev/null || exit 0; "
-            f"kill -TERM -- -{group} 2>/dev/null; sleep {GRACE:g}; "
-            f"kill -KILL -- -{group} 2>/dev/null; exit 0"
-        )
         with contextlib.suppress(OSError):
             subprocess.Popen(
-                ["/bin/sh", "-c", script],
+                [sys.executable, "-I", "-S", watchdog.__file__, str(self.process.pid), str(GRACE)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -101,12 +105,17 @@ class Child:
                 await anyio.sleep(0.01)
         return self.process.poll() is not None
 
+    async def _wait_group(self, seconds: float) -> bool:
+        """Until the server is reaped and nothing of its group is left."""
+        with anyio.move_on_after(seconds):
+            while self.process.poll() is None or group_alive(self.process.pid):
+                await anyio.sleep(0.02)
+            return True
+        return False
+
     def _signal(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
-            if sys.platform != "win32":
-                os.killpg(self.process.pid, sig)
-            else:
-                self.process.send_signal(sig)
+            os.killpg(self.process.pid, sig)
 
 
 @contextlib.asynccontextmanager
@@ -129,23 +138,28 @@ async def child_transport(child: Child) -> AsyncIterator[tuple[Any, Any]]:
         # exiting must never keep our process alive.
         try:
             for raw in iter(stdout.readline, b""):
-                line = raw.decode("utf-8", errors="replace").strip()
-                if not line:
+                if raw.isspace():
                     continue
                 try:
+                    # Parsed from the bytes as read: no decoded or stripped copy of a result
+                    # that may be hundreds of megabytes.
                     item: Any = SessionMessage(
-                        jsonrpc_message_adapter.validate_json(line, by_name=False)
+                        jsonrpc_message_adapter.validate_json(raw, by_name=False)
                     )
                 except ValueError:
                     # Garbage on stdout: the SDK would only log it and wait. End the connection
                     # so the caller fails now, and say what the server wrote.
-                    child.violation = f"its stdout has a line that is not JSON-RPC: {line[:120]!r}"
+                    shown = raw[:120].decode("utf-8", errors="replace").strip()
+                    child.violation = f"its stdout has a line that is not JSON-RPC: {shown!r}"
                     return
+                del raw
                 anyio.from_thread.run(incoming_send.send, item, token=token)
         except (
             anyio.ClosedResourceError,
             anyio.BrokenResourceError,
             OSError,
+            # The pipe closed under a read in progress (we are shutting down): not an error.
+            ValueError,
             RuntimeError,
             anyio.RunFinishedError,
         ):

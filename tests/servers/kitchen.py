@@ -91,15 +91,28 @@ def fail(message: str = "it broke") -> str:
     raise ToolError(message)
 
 
+def log(event: str) -> None:
+    """Append to $KITCHEN_LOG (when set): what reached the server, for the tests."""
+    path = os.environ.get("KITCHEN_LOG")
+    if path:
+        with open(path, "a") as handle:
+            handle.write(event + "\n")
+
+
 @server.tool()
 async def sleep(seconds: float, ctx: Context) -> str:
     """Sleep, reporting progress every 0.1 s."""
-    steps = max(1, int(seconds / 0.1))
-    for step in range(steps):
-        await ctx.report_progress(step, steps, "sleeping")
-        import anyio
+    import anyio
 
-        await anyio.sleep(seconds / steps)
+    log("sleep started")
+    steps = max(1, int(seconds / 0.1))
+    try:
+        for step in range(steps):
+            await ctx.report_progress(step, steps, "sleeping")
+            await anyio.sleep(seconds / steps)
+    except anyio.get_cancelled_exc_class():
+        log("sleep cancelled")
+        raise
     return f"slept {seconds}"
 
 
@@ -121,6 +134,36 @@ def whoami() -> dict[str, Any]:
     return {"pid": os.getpid(), "cwd": os.getcwd(), "argv": sys.argv[1:]}
 
 
+async def legacy_only(app: Any, scope: Any, receive: Any, send: Any) -> None:
+    """Refuse `server/discover`, so clients fall back to the 2025-11-25 handshake and its
+    sessions (mcp-session-id, ended with DELETE), as older servers do."""
+    import json
+
+    body, more = b"", True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    request = json.loads(body or b"{}")
+    if isinstance(request, dict) and request.get("method") == "server/discover":
+        error = {"code": -32601, "message": "Method not found"}
+        reply = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "error": error}).encode()
+        headers = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": reply})
+        return
+    replayed = False
+
+    async def replay() -> Any:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    await app(scope, replay, send)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--transport", default="stdio")
@@ -133,6 +176,20 @@ def main() -> None:
             handle.write(f"{os.getpid()}\n")
     if args.transport == "stdio":
         server.run("stdio")
+    elif args.transport == "streamable-http":
+        import uvicorn
+
+        app = server.streamable_http_app(host="127.0.0.1")
+
+        async def logged(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http":
+                log(f"{scope['method']} {scope['path']}")
+                if scope["method"] == "POST" and os.environ.get("KITCHEN_LEGACY"):
+                    await legacy_only(app, scope, receive, send)
+                    return
+            await app(scope, receive, send)
+
+        uvicorn.run(logged, host="127.0.0.1", port=args.port, log_level="warning")
     else:
         server.run(args.transport, host="127.0.0.1", port=args.port)  # type: ignore[call-overload]
 

@@ -1,10 +1,14 @@
-"""Servers that break: `crash` (exits at once), `hang` (never answers), `garbage` (writes
-non-JSON to stdout), `exit-after-init` (answers the handshake, then dies)."""
+"""Servers that break: `crash` (exits at once), `silent-crash` (exits at once, says nothing),
+`hang` (never answers), `garbage` (writes non-JSON to stdout), `exit-after-init` (answers the
+handshake, then dies), `spawn-and-hang` (starts a grandchild, never answers, exits on EOF and
+leaves the grandchild), `linger` (a minimal working server with a grandchild, which ignores EOF),
+`flood` (answers the first message with one endless line)."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -13,6 +17,66 @@ starts = os.environ.get("KITCHEN_STARTS")
 if starts:
     with open(starts, "a") as handle:
         handle.write(f"{os.getpid()}\n")
+
+
+def note(pid: int) -> None:
+    if starts:
+        with open(starts, "a") as handle:
+            handle.write(f"{pid}\n")
+
+
+def grandchild() -> None:
+    """A process in our group that outlives us unless someone stops the group."""
+    note(subprocess.Popen(["sleep", "600"]).pid)
+
+
+def reply(message: dict[str, object], result: object) -> None:
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\n")
+    sys.stdout.flush()
+
+
+def not_found(message: dict[str, object]) -> None:
+    error = {"code": -32601, "message": "Method not found"}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "error": error}) + "\n")
+    sys.stdout.flush()
+
+
+INIT = {
+    "protocolVersion": "2025-11-25",
+    "capabilities": {"tools": {}},
+    "serverInfo": {"name": "misbehave", "version": "1"},
+}
+PING = {"name": "ping", "description": "Answer pong.", "inputSchema": {"type": "object"}}
+
+if mode == "silent-crash":
+    sys.exit(3)
+if mode == "spawn-and-hang":
+    grandchild()
+    sys.stdin.read()
+    sys.exit(0)
+if mode == "linger":
+    grandchild()
+    for line in sys.stdin:
+        message = json.loads(line)
+        method = message.get("method")
+        if "id" not in message:
+            continue
+        if method == "initialize":
+            reply(message, INIT)
+        elif method == "tools/list":
+            reply(message, {"tools": [PING]})
+        elif method == "tools/call":
+            reply(message, {"content": [{"type": "text", "text": "pong"}]})
+        else:
+            not_found(message)
+    time.sleep(60)  # ignores EOF: only the shutdown's signals end it
+if mode == "flood":
+    sys.stdin.readline()
+    chunk = b"x" * (1 << 20)
+    for _ in range(100):  # 100 MB, no newline
+        sys.stdout.buffer.write(chunk)
+    sys.stdout.buffer.flush()
+    time.sleep(60)
 if mode == "crash":
     sys.stderr.write("starting up\nfatal: cannot open database /nonexistent.db\n")
     sys.exit(3)
