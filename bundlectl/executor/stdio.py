@@ -9,12 +9,13 @@ wait, SIGKILL — with the same grace periods the SDK uses.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -137,14 +138,15 @@ async def child_transport(child: Child) -> AsyncIterator[tuple[Any, Any]]:
         # A daemon thread, not an anyio worker: a blocking read of a server that is still
         # exiting must never keep our process alive.
         try:
-            for raw in iter(stdout.readline, b""):
+            for raw in _lines(stdout):
                 if raw.isspace():
                     continue
                 try:
-                    # Parsed from the bytes as read: no decoded or stripped copy of a result
-                    # that may be hundreds of megabytes.
+                    # json.loads, then pydantic on the objects: pydantic's own JSON parser holds
+                    # a second copy of every string while it builds the first (a 100 MB result
+                    # peaked at +380 MB instead of +190 MB), and is 3x slower on a tools/list.
                     item: Any = SessionMessage(
-                        jsonrpc_message_adapter.validate_json(raw, by_name=False)
+                        jsonrpc_message_adapter.validate_python(json.loads(raw), by_name=False)
                     )
                 except ValueError:
                     # Garbage on stdout: the SDK would only log it and wait. End the connection
@@ -190,6 +192,32 @@ async def child_transport(child: Child) -> AsyncIterator[tuple[Any, Any]]:
                 with contextlib.suppress(OSError):
                     stdout.close()
             group.cancel_scope.cancel()
+
+
+def _lines(pipe: IO[bytes], chunk: int = 1 << 16) -> Iterator[bytes | bytearray]:
+    """The newline-delimited messages of an unbuffered pipe, read a chunk per system call.
+
+    (`readline` on an unbuffered pipe reads one byte per system call: 50 s for a 50 MB result.)
+    A message that ends a read is handed over as the buffer itself, not copied: a tool result
+    of hundreds of megabytes is then held once as bytes while it is parsed.
+    """
+    buffer = bytearray()
+    while True:
+        data = pipe.read(chunk)
+        if not data:
+            if buffer:
+                yield buffer
+            return
+        searched = len(buffer)
+        buffer += data
+        while (end := buffer.find(b"\n", searched)) != -1:
+            if end == len(buffer) - 1:
+                whole, buffer = [buffer], bytearray()
+                yield whole.pop()  # keeps no reference: the consumer frees it after parsing
+                break
+            yield bytes(buffer[: end + 1])
+            del buffer[: end + 1]
+            searched = 0
 
 
 def _write(stream: IO[bytes], data: bytes) -> None:
