@@ -151,54 +151,63 @@ def run(
     target = _target(resolution, server, quiet)
     decision = _decide(resolution, who, server, name, yes=yes, prompt=True)
 
+    from bundlectl.executor.call import CallRequest
     from bundlectl.executor.connect import start_child
+    from bundlectl.executor.stdio import stop_on_failure
 
+    limit = timeout if timeout is not None else float(target.spec.timeout)
+    request = CallRequest(who, server, name, decision, split, base, limit)
     # Start a stdio server before the SDK is imported: its start-up and our import overlap.
     child = start_child(target) if target.spec.transport == "stdio" and not target.builtin else None
+    # Whatever happens before the transport owns the child (Ctrl-C while the SDK imports),
+    # the server and everything it started must not outlive us.
+    with stop_on_failure(child):
+        return _call(
+            resolution,
+            target,
+            child,
+            request,
+            connect_timeout=connect_timeout,
+            whole=timeout,
+            fmt=fmt,
+            output_dir=output_dir,
+        )
 
-    import anyio
 
+def _call(
+    resolution: Resolution,
+    target: Any,
+    child: Any,
+    request: Any,
+    *,
+    connect_timeout: float,
+    whole: float | None,
+    fmt: Format,
+    output_dir: Path | None,
+) -> int:
+    """Connect, call, print (before the server's shutdown), audit; the exit code."""
     from bundlectl.executor import runner
-    from bundlectl.executor.call import CallRequest, perform
-    from bundlectl.executor.connect import connect
-
-    request = CallRequest(
-        who,
-        server,
-        name,
-        decision,
-        split,
-        base,
-        timeout if timeout is not None else float(target.spec.timeout),
-    )
+    from bundlectl.executor.call import call_once
 
     printed: dict[str, int] = {}
 
-    async def call() -> Any:
-        began = anyio.current_time()
-        # --timeout bounds the whole call, connecting included; without it the server's timeout
-        # bounds the call and --connect-timeout the connection.
-        limit, option = connect_timeout, "--connect-timeout"
-        if timeout is not None and timeout < connect_timeout:
-            limit, option = timeout, "--timeout"
-        async with connect(target, connect_timeout=limit, option=option, child=child) as client:
-            if timeout is not None:
-                request.timeout = max(timeout - (anyio.current_time() - began), 0.001)
-            outcome = await perform(client, request, target)
-            if outcome.error is None:  # print before the server's shutdown, not after it
-                printed["code"] = _print(outcome, fmt, output_dir)
-                if child is not None and runtime.FAST_EXIT:
-                    child.detach = True
-            return outcome
+    def show(outcome: Any) -> None:
+        printed["code"] = _print(outcome, fmt, output_dir)
+        if child is not None and runtime.FAST_EXIT:
+            child.detach = True  # the rest of the shutdown need not hold the user up
 
+    async def go() -> Any:
+        return await call_once(
+            target, request, child=child, connect_timeout=connect_timeout, whole=whole, show=show
+        )
+
+    decision = request.decision
     started = time.perf_counter()
     try:
-        outcome = runner.run(call)
-    except Interrupted:
-        _audit(resolution, decision, "interrupted", (time.perf_counter() - started) * 1000, None)
-        raise
+        outcome = runner.run(go)
     except BundlectlError as exc:
-        _audit(resolution, decision, "error", (time.perf_counter() - started) * 1000, None)
+        kind = "interrupted" if isinstance(exc, Interrupted) else "error"
+        _audit(resolution, decision, kind, (time.perf_counter() - started) * 1000, None)
         raise exc from None
     finally:
         target.close(wait=0 if child is not None and child.detach else 1.0)

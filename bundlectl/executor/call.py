@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +12,7 @@ from bundlectl.arguments import build_arguments, validate
 from bundlectl.errors import BundlectlError
 from bundlectl.executor import runner
 from bundlectl.executor.connect import Target, classify, list_all_tools, missing_tool
+from bundlectl.executor.stdio import Child
 from bundlectl.policy import Decision
 
 
@@ -108,3 +110,34 @@ async def perform(client: Any, request: CallRequest, target: Target) -> CallOutc
         progress.done()
         outcome.duration_ms = (time.perf_counter() - started) * 1000
     return outcome
+
+
+async def call_once(
+    target: Target,
+    request: CallRequest,
+    *,
+    child: Child | None,
+    connect_timeout: float,
+    whole: float | None,
+    show: Callable[[CallOutcome], None],
+) -> CallOutcome:
+    """Connect, make one call, and `show` a successful outcome before the session closes.
+
+    `whole` (exec --timeout) bounds everything, connecting included; without it the request's
+    own timeout bounds the call and `connect_timeout` the connection.
+    """
+    import anyio
+
+    from bundlectl.executor.connect import connect
+
+    began = anyio.current_time()
+    limit, option = connect_timeout, "--connect-timeout"
+    if whole is not None and whole < connect_timeout:
+        limit, option = whole, "--timeout"
+    async with connect(target, connect_timeout=limit, option=option, child=child) as client:
+        if whole is not None:
+            request.timeout = max(whole - (anyio.current_time() - began), 0.001)
+        outcome = await perform(client, request, target)
+        if outcome.error is None:
+            show(outcome)
+        return outcome

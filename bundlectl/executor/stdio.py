@@ -81,6 +81,21 @@ class Child:
             if await self._wait_group(GRACE):
                 return
 
+    def terminate_now(self) -> None:
+        """Without an event loop (we are failing): SIGTERM the group, wait, SIGKILL."""
+        with contextlib.suppress(OSError):
+            if self.process.stdin is not None:
+                self.process.stdin.close()
+        if sys.platform == "win32":
+            self.process.terminate()
+            return
+        from bundlectl.executor.watchdog import stop_group
+
+        if self.process.poll() is None or group_alive(self.process.pid):
+            self._signal(signal.SIGTERM)
+            stop_group(self.process.pid, GRACE)
+        self.process.poll()
+
     async def _stop_windows(self) -> None:
         if await self._wait(GRACE):
             return
@@ -117,6 +132,17 @@ class Child:
     def _signal(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
             os.killpg(self.process.pid, sig)
+
+
+@contextlib.contextmanager
+def stop_on_failure(child: Child | None) -> Iterator[None]:
+    """Stop `child` (and its process group) when the block fails or is interrupted."""
+    try:
+        yield
+    except BaseException:
+        if child is not None:
+            child.terminate_now()
+        raise
 
 
 @contextlib.asynccontextmanager
