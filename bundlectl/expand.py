@@ -61,13 +61,22 @@ def expand(text: str, environ: Mapping[str, str], *, where: str) -> str:
         if name in environ:
             return environ[name]
         if default is not None:
-            return default
+            return _home(default, environ)
         raise UsageError(
             f"{where} needs the environment variable {name}, which is not set",
             hint=f"export {name}=... (or give a default: ${{{name}:-value}})",
         )
 
     return _REF.sub(value, text)
+
+
+def _home(default: str, environ: Mapping[str, str]) -> str:
+    """`~` at the start of a default is the home folder, as a shell expands `${VAR:-~/x}`
+    (servers receive the value as is, and most do not expand `~` themselves)."""
+    if default != "~" and not default.startswith("~/"):
+        return default
+    home = environ.get("HOME") or os.path.expanduser("~")
+    return home + default[1:]
 
 
 def child_environment(

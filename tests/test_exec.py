@@ -149,6 +149,45 @@ def test_stdio_server_typed_arguments_and_env(
         assert gone(pid), "a server outlived its call"
 
 
+def test_code_review_works_offline_without_uv(
+    project: Path, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bundle's `uvx mcp-server-git==V` runs the same release from this environment."""
+    import shutil
+
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no uv, no uvx
+    assert shutil.which("uvx") is None
+    write(
+        project / "bundlectl.yaml",
+        "version: 1\nbundles: [code-review]\npolicy: {default: deny}\n",
+    )
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    status = run("exec", "-a", "code-reviewer", "git.git_status", f"repo_path={project}")
+    assert status.code == 0, status.err
+    assert status.out.startswith("Repository status:")
+    shown = run("show", "code-review")
+    assert (
+        "    needs: nothing more: mcp-server-git==2026.10.19 is installed beside bundlectl "
+        "and runs offline" in shown.lines
+    )
+
+
+def test_the_git_extra_pins_the_release_the_bundle_runs() -> None:
+    import tomllib
+
+    from bundlectl.launchers import pinned_uvx
+
+    root = Path(__file__).resolve().parent.parent
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    manifest = load_yaml(root / "registry" / "code-review" / "1.0.0.yaml")
+    git = manifest["servers"]["git"]
+    pinned = pinned_uvx(git["command"], git["args"])
+    assert pinned is not None
+    assert extras["git"] == [f"{pinned.package}=={pinned.version}"]
+
+
 def test_real_third_party_servers(project: Path, run: Run) -> None:
     write(
         project / "bundlectl.yaml",

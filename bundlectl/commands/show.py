@@ -6,6 +6,7 @@ from pathlib import Path
 
 from bundlectl.describe import endpoint, first_line, tool_flags
 from bundlectl.errors import UsageError
+from bundlectl.launchers import needs
 from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, out
 from bundlectl.project import optional_project
 from bundlectl.registry import LoadedManifest, Registry
@@ -61,6 +62,7 @@ def _print(loaded: LoadedManifest, versions: list[str]) -> None:
         out(f"  {name}  {endpoint(spec)}")
         if spec.description:
             out(f"    {spec.description}")
+        out(f"    needs: {needs(spec)}")
         for key, values in (("env", spec.env), ("headers", spec.headers)):
             if values:
                 out(f"    {key}: " + ", ".join(f"{k}={v}" for k, v in values.items()))

@@ -97,10 +97,14 @@ def start_child(target: Target) -> Child:
 
 
 def _resolve_command(argv: list[str], env: dict[str, str]) -> list[str]:
-    """Find the executable on the child's PATH, then beside our own interpreter (pipx, venvs)."""
+    """A pinned `uvx` release installed here runs from this environment (offline, no uv);
+    other executables are found on the child's PATH, then beside our interpreter (pipx, venvs)."""
     import shutil
     import sys
 
+    from bundlectl.launchers import resolve_argv
+
+    argv = resolve_argv(argv)
     found = shutil.which(argv[0], path=env.get("PATH"))
     if found is None and os.sep not in argv[0]:
         local = Path(sys.executable).parent / argv[0]
