@@ -22,7 +22,7 @@ from bundlectl.errors import InputFileError, Problem, UsageError
 from bundlectl.models import BundleManifest
 from bundlectl.requirements import NAME_HELP, NAME_RE
 from bundlectl.validation import validate_doc
-from bundlectl.yamlio import YamlDoc, parse_yaml
+from bundlectl.yamlio import YamlDoc, parse_bytes
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ def load_manifest_file(path: Path, source: Source, display: str | None = None) -
         doc, manifest = cached
         doc.file = shown
     else:
-        doc = parse_yaml(raw.decode("utf-8", errors="replace"), shown)
+        doc = parse_bytes(raw, shown)
         manifest = validate_doc(doc, BundleManifest, what="bundle manifest")
         _cache_put(digest, doc, manifest)
     return LoadedManifest(manifest, source, path, digest, doc)

@@ -293,12 +293,36 @@ def read_yaml(path: Path, display: str | None = None) -> YamlDoc:
     """Read and parse a file; an unreadable file is an input error (exit 2)."""
     shown = display or str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise InputFileError(
             [Problem(shown, 1, 1, "file not found")], hint="check the path"
         ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise InputFileError([Problem(shown, 1, 1, f"cannot read file: {reason}")]) from None
-    return parse_yaml(text, shown)
+    except OSError as exc:
+        raise InputFileError([Problem(shown, 1, 1, f"cannot read file: {exc.strerror}")]) from None
+    return parse_bytes(raw, shown)
+
+
+def parse_bytes(raw: bytes, file: str) -> YamlDoc:
+    """`parse_yaml` of a file's bytes; bytes that are not UTF-8 are a positioned problem."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return YamlDoc(file=file, text="", problems=[_not_utf8(raw, exc, file)])
+    return parse_yaml(text, file)
+
+
+def _not_utf8(raw: bytes, exc: UnicodeDecodeError, file: str) -> Problem:
+    """The undecodable byte's line and column (counted in characters of the valid text)."""
+    before = raw[: exc.start].decode("utf-8", errors="replace")
+    line = before.count("\n") + 1
+    column = len(before) - (before.rfind("\n") + 1) + 1
+    return Problem(
+        file,
+        line,
+        column,
+        f"not UTF-8: byte 0x{raw[exc.start]:02x} cannot start or continue a character",
+        "",
+        "save the file as UTF-8",
+        "yaml_syntax",
+    )
