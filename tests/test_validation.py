@@ -95,7 +95,10 @@ def test_not_a_mapping_and_unreadable(project: Path, run: Run) -> None:
     (project / "bundlectl.yaml").write_bytes(b"version: 1\n\xff\xfe")
     result = run("resolve")
     assert result.code == 2
-    assert result.err_lines[0].startswith("error: bundlectl.yaml:1:1: cannot read file:")
+    assert result.err_lines[:2] == [
+        "error: bundlectl.yaml:2:1: not UTF-8: byte 0xff cannot start or continue a character",
+        "  hint: save the file as UTF-8",
+    ]
 
 
 def test_no_config_anywhere(project: Path, run: Run) -> None:
