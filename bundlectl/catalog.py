@@ -6,32 +6,56 @@ policy matrix and lint's exact analyses combine masks instead of deciding tool b
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
-from bundlectl.policy import EFFECTS, CompiledAgent, Effect, Rule, split_name
+from bundlectl.models import ToolSpec
+from bundlectl.patterns import compiled, has_wildcard, part_matches, split_rule
+from bundlectl.policy import EFFECTS, CompiledAgent, Effect, Rule
+
+_DESTRUCTIVE_NAME = re.compile(
+    r"(^|[_\-./])(delete|remove|rm|write|push|exec|run|drop|destroy|kill|uninstall|apply|merge|"
+    r"update|patch|create|move|rename|truncate|reset|revert|force)([_\-./]|$)",
+    re.IGNORECASE,
+)
+
+
+def is_destructive(spec: ToolSpec) -> bool:
+    """Whether a tool may change or destroy things: its annotations say so, or, without a
+    `readOnlyHint` or `destructiveHint: false`, its name holds a verb such as delete or write."""
+    notes = spec.annotations
+    if notes.get("destructiveHint") is True:
+        return True
+    if notes.get("readOnlyHint") is True or notes.get("destructiveHint") is False:
+        return False
+    return bool(_DESTRUCTIVE_NAME.search(spec.name))
 
 
 @dataclass(frozen=True)
 class ToolRef:
-    """One tool of the catalog, with what search and `tools` print."""
+    """One tool of the catalog: its qualified name and its declared definition."""
 
     server: str
     tool: str
-    description: str = ""
+    spec: ToolSpec | None = field(default=None, compare=False)
 
     @property
     def qualified(self) -> str:
         return f"{self.server}.{self.tool}"
+
+    @property
+    def description(self) -> str:
+        return self.spec.description if self.spec is not None else ""
 
 
 class Catalog:
     """An ordered set of tools with per-pattern match masks."""
 
     def __init__(self, tools: Iterable[ToolRef]) -> None:
-        self.tools: list[ToolRef] = sorted(set(tools), key=lambda t: (t.server, t.tool))
+        unique = {(t.server, t.tool): t for t in tools}
+        self.tools: list[ToolRef] = [unique[key] for key in sorted(unique)]
         self.index = {(t.server, t.tool): i for i, t in enumerate(self.tools)}
         self.by_server: dict[str, list[int]] = {}
         for i, t in enumerate(self.tools):
@@ -46,19 +70,19 @@ class Catalog:
         """Bitmask of the tools `pattern` matches."""
         cached = self._masks.get(pattern)
         if cached is None:
-            cached = self._masks[pattern] = self._compute(pattern, 0)
+            cached = self._masks[pattern] = self._compute(pattern)
         return cached
 
     def mask_casefold(self, pattern: str) -> int:
         """Bitmask of the tools `pattern` matches when case is ignored (lint BCL208)."""
-        return self._compute(pattern, re.IGNORECASE)
+        return self._compute(pattern, casefold=True)
 
-    def _compute(self, pattern: str, flags: int) -> int:
-        server, tool = split_name(pattern)
-        servers = [s for s in self.by_server if _glob(server, flags).fullmatch(s)]
-        if not flags and "*" not in tool and "?" not in tool:
+    def _compute(self, pattern: str, *, casefold: bool = False) -> int:
+        server, tool = split_rule(pattern)
+        servers = [s for s in self.by_server if part_matches(server, s, casefold=casefold)]
+        if not casefold and not has_wildcard(tool):
             return sum(1 << self.index[(s, tool)] for s in servers if (s, tool) in self.index)
-        regex = _glob(tool, flags)
+        regex = compiled(tool, casefold=casefold)
         bits = 0
         for s in servers:
             for i in self.by_server[s]:
@@ -66,10 +90,19 @@ class Catalog:
                     bits |= 1 << i
         return bits
 
-    def members(self, mask: int) -> list[ToolRef]:
-        """The tools in `mask`, in catalog order (walks the set bits only)."""
-        found = []
-        while mask:
+    @cached_property
+    def destructive(self) -> int:
+        """Bitmask of the tools `is_destructive` says may change or destroy things."""
+        bits = 0
+        for i, ref in enumerate(self.tools):
+            if ref.spec is not None and is_destructive(ref.spec):
+                bits |= 1 << i
+        return bits
+
+    def members(self, mask: int, limit: int | None = None) -> list[ToolRef]:
+        """The tools in `mask` (the first `limit`), in catalog order (walks the set bits only)."""
+        found: list[ToolRef] = []
+        while mask and (limit is None or len(found) < limit):
             low = mask & -mask
             found.append(self.tools[low.bit_length() - 1])
             mask ^= low
@@ -80,12 +113,6 @@ class Catalog:
         for rule in rules:
             bits |= self.mask(rule.pattern)
         return bits
-
-
-@functools.lru_cache(maxsize=4096)
-def _glob(pattern: str, flags: int) -> re.Pattern[str]:
-    body = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
-    return re.compile(body, flags | re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -110,24 +137,17 @@ class Row:
 
 
 def agent_row(agent: CompiledAgent, catalog: Catalog) -> Row:
-    """The agent's decisions over the whole catalog, by mask arithmetic (same rules as decide)."""
+    """The agent's decisions over the whole catalog: its own `grant` over the rules' masks."""
     masks = {
         effect: catalog.rules_mask([r for r in agent.rules if r.effect == effect])
         for effect in EFFECTS
     }
     policy = agent.policy
-    denied = masks["deny"]
+    unpinned = 0
     if policy.pin_tools and policy.locked_tools is not None:
         locked = sum(1 << catalog.index[key] for key in policy.locked_tools if key in catalog.index)
-        denied |= catalog.full & ~locked
-    open_ = catalog.full & ~denied
-    ask = masks["ask"] & open_
-    allow = masks["allow"] & open_ & ~ask
-    rest = open_ & ~ask & ~allow
-    if (not agent.listed and policy.default == "allow") or (
-        agent.listed and not agent.has_grants and agent.has_denies
-    ):
-        allow |= rest
+        unpinned = catalog.full & ~locked
+    allow, ask = agent.grant(masks["deny"], masks["ask"], masks["allow"], unpinned, catalog.full)
     return Row(agent.name, allow, ask)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from bundlectl.catalog import is_destructive
 from bundlectl.models import ServerSpec, ToolSpec
 
 
@@ -21,7 +22,7 @@ def tool_flags(tool: ToolSpec) -> str:
     flags = []
     if notes.get("readOnlyHint"):
         flags.append("read-only")
-    if notes.get("destructiveHint"):
+    if is_destructive(tool):  # the same judgement as lint's BCL204
         flags.append("destructive")
     if notes.get("openWorldHint"):
         flags.append("open-world")

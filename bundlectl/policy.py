@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
-from bundlectl.errors import InputFileError, Problem, UsageError
+from bundlectl.errors import InputFileError, Problem
+from bundlectl.patterns import has_wildcard, parse_tool_name, part_matches, regex_source, split_rule
 
 Effect = Literal["allow", "ask", "deny"]
 EFFECTS: tuple[Effect, ...] = ("deny", "ask", "allow")  # strongest first
@@ -39,28 +40,6 @@ class Origin:
         return f"bundle {self.bundle}" if self.bundle else self.position
 
 
-def split_name(qualified: str) -> tuple[str, str]:
-    """`server.tool` split at the first '.'; a bare name has server '*'."""
-    server, dot, tool = qualified.partition(".")
-    return (server, tool) if dot else ("*", qualified)
-
-
-def _pattern_regex(pattern: str) -> str:
-    out = []
-    for char in pattern:
-        if char == "*":
-            out.append("[^\x00]*")
-        elif char == "?":
-            out.append("[^\x00]")
-        else:
-            out.append(re.escape(char))
-    return "".join(out)
-
-
-def _has_wildcard(text: str) -> bool:
-    return "*" in text or "?" in text
-
-
 @dataclass(frozen=True)
 class Rule:
     """One pattern with its effect, the agent it belongs to (None: policy.deny), and its origin."""
@@ -72,15 +51,11 @@ class Rule:
 
     @cached_property
     def parts(self) -> tuple[str, str]:
-        return split_name(self.pattern)
-
-    @cached_property
-    def _regex(self) -> re.Pattern[str]:
-        server, tool = self.parts
-        return re.compile(f"{_pattern_regex(server)}\x00{_pattern_regex(tool)}", re.DOTALL)
+        return split_rule(self.pattern)
 
     def matches(self, server: str, tool: str) -> bool:
-        return self._regex.fullmatch(f"{server}\x00{tool}") is not None
+        server_part, tool_part = self.parts
+        return part_matches(server_part, server) and part_matches(tool_part, tool)
 
     @property
     def label(self) -> str:
@@ -144,19 +119,16 @@ class _Matcher:
         wild: list[int] = []
         for index, rule in enumerate(self.rules):
             server_part, tool_part = rule.parts
-            if server_part != server and not (
-                _has_wildcard(server_part)
-                and re.fullmatch(_pattern_regex(server_part), server, re.DOTALL)
-            ):
+            if not part_matches(server_part, server):
                 continue
-            if _has_wildcard(tool_part):
+            if has_wildcard(tool_part):
                 wild.append(index)
             else:
                 exact.setdefault(tool_part, index)
         regex = None
         if wild:
             regex = re.compile(
-                "|".join(f"({_pattern_regex(self.rules[i].parts[1])})" for i in wild), re.DOTALL
+                "|".join(f"({regex_source(self.rules[i].parts[1])})" for i in wild), re.DOTALL
             )
         entry = (exact, regex, wild)
         self._servers[server] = entry
@@ -196,44 +168,78 @@ class CompiledAgent:
         self.has_grants = any(r.effect in ("allow", "ask") for r in own)
         self.has_denies = any(r.effect == "deny" for r in own)
 
-    def decide(self, server: str, tool: str, *, interactive: bool = False) -> Decision:
-        def done(effect: Effect, rule: Rule | None, reason: str) -> Decision:
-            final: Effect = effect
-            if effect == "ask" and not interactive:
-                final = "deny"
-                reason += "; no one can confirm it here (use a terminal or --yes)"
-            return Decision(self.name, server, tool, final, rule, reason, effect)
+    @property
+    def falls_open(self) -> bool:
+        """Whether a tool no rule matches is allowed: an unlisted agent under `default: allow`,
+        or a listed agent with deny rules only (SPEC 3)."""
+        if not self.listed:
+            return self.policy.default == "allow"
+        return not self.has_grants and self.has_denies
 
-        deny = self._matchers["deny"].first(server, tool)
-        if deny is not None:
-            return done("deny", deny, f"denied by {deny.label}")
+    def grant(self, deny: int, ask: int, allow: int, unpinned: int, full: int) -> tuple[int, int]:
+        """(allowed, asked) from which rules match: the one place precedence is written.
+
+        Each argument is a set of tools as a bitmask (bit i: tool i matched a rule of that effect;
+        `unpinned`: not recorded in the lock under `pin_tools`). `decide` uses it over a set of one
+        tool, the catalog's masks (`catalog.agent_row`) over every tool at once: deny beats ask
+        beats allow, and what nothing matched is allowed only when the agent falls open.
+        """
+        open_ = full & ~(deny | unpinned)
+        asked = ask & open_
+        allowed = allow & open_ & ~asked
+        if self.falls_open:
+            allowed |= open_ & ~asked
+        return allowed, asked
+
+    def decide(self, server: str, tool: str, *, interactive: bool = False) -> Decision:
         pol = self.policy
-        if (
+        deny = self._matchers["deny"].first(server, tool)
+        ask = self._matchers["ask"].first(server, tool)
+        allow = self._matchers["allow"].first(server, tool)
+        unpinned = (
             pol.pin_tools
             and pol.locked_tools is not None
             and (server, tool) not in pol.locked_tools
-        ):
-            return done("deny", None, "policy.pin_tools: the lock does not record this tool")
-        ask = self._matchers["ask"].first(server, tool)
+        )
+        allowed, asked = self.grant(
+            int(deny is not None), int(ask is not None), int(allow is not None), int(unpinned), 1
+        )
+        effect: Effect = "ask" if asked else "allow" if allowed else "deny"
+        rule, reason = self._why(effect, deny, ask, allow, unpinned)
+        final: Effect = effect
+        if effect == "ask" and not interactive:
+            final = "deny"
+            reason += "; no one can confirm it here (use a terminal or --yes)"
+        return Decision(self.name, server, tool, final, rule, reason, effect)
+
+    def _why(
+        self,
+        effect: Effect,
+        deny: Rule | None,
+        ask: Rule | None,
+        allow: Rule | None,
+        unpinned: bool,
+    ) -> tuple[Rule | None, str]:
+        """The rule that decided, and the reason in words."""
+        if deny is not None:
+            return deny, f"denied by {deny.label}"
+        if unpinned:
+            return None, "policy.pin_tools: the lock does not record this tool"
         if ask is not None:
-            return done("ask", ask, f"needs confirmation by {ask.label}")
-        allow = self._matchers["allow"].first(server, tool)
+            return ask, f"needs confirmation by {ask.label}"
         if allow is not None:
-            return done("allow", allow, f"allowed by {allow.label}")
+            return allow, f"allowed by {allow.label}"
+        pol = self.policy
         if not self.listed:
-            effect: Effect = pol.default
             where = f" ({pol.default_origin})" if pol.default_origin else " (absent: allow)"
-            return done(
-                effect,
-                None,
-                f"agent {self.name!r} is not listed under agents; "
-                f"policy.default is {effect}{where}",
+            return None, (
+                f"agent {self.name!r} is not listed under agents; policy.default is {effect}{where}"
             )
         if self.has_grants:
-            return done("deny", None, f"no allow or ask rule of agent {self.name!r} matches")
+            return None, f"no allow or ask rule of agent {self.name!r} matches"
         if self.has_denies:
-            return done("allow", None, f"agent {self.name!r} has only deny rules and none matches")
-        return done("deny", None, f"agent {self.name!r} has no rules: it may call nothing")
+            return None, f"agent {self.name!r} has only deny rules and none matches"
+        return None, f"agent {self.name!r} has no rules: it may call nothing"
 
     def matching(self, server: str, tool: str) -> list[Rule]:
         """Every rule that matches, in effect order then declaration order (for explain)."""
@@ -270,17 +276,6 @@ class Policy:
     def decide(self, agent: str, qualified: str, *, interactive: bool = False) -> Decision:
         server, tool = parse_tool_name(qualified)
         return self.agent(agent).decide(server, tool, interactive=interactive)
-
-
-def parse_tool_name(qualified: str) -> tuple[str, str]:
-    """A concrete `server.tool` from the command line."""
-    server, dot, tool = qualified.partition(".")
-    if not dot or not server or not tool:
-        raise UsageError(
-            f"{qualified!r} is not a qualified tool name",
-            hint="write SERVER.TOOL, for example files.read_file",
-        )
-    return server, tool
 
 
 def _ancestors(agents: Mapping[str, AgentSpec], name: str) -> list[str]:

@@ -121,7 +121,7 @@ class Resolution:
         from bundlectl.catalog import Catalog, ToolRef
 
         return Catalog(
-            ToolRef(name, tool.name, tool.description)
+            ToolRef(name, tool.name, tool)
             for name, server in self.merged.servers.items()
             if not server.spec.disabled
             for tool in server.spec.tools

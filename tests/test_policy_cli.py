@@ -150,8 +150,9 @@ def test_tools_filtered_by_agent_and_detail(configured: Path, run: Run) -> None:
     ]
     summary = run("tools", "--agent", "writer", "--server", "gh")
     assert summary.lines == [
-        "gh.create_issue  [ask]  Create a new issue in a repository",
-        "gh.create_pull_request  [ask]  Open a pull request from a branch",
+        # [destructive]: no annotation says otherwise and the name says create (as BCL204 judges)
+        "gh.create_issue  [ask]  Create a new issue in a repository  [destructive]",
+        "gh.create_pull_request  [ask]  Open a pull request from a branch  [destructive]",
         "gh.get_issue  Get an issue by number  [read-only]",
     ]
     full = run("tools", "--server", "gh", "--search", "get issue", "--detail", "full")

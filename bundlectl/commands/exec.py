@@ -18,7 +18,8 @@ from bundlectl import audit, runtime
 from bundlectl.arguments import DuplicateKeyError, load_json_args, loads_strict, split_pairs
 from bundlectl.errors import BundlectlError, Interrupted, PolicyDenied, UsageError
 from bundlectl.output import Format, emit_json, err
-from bundlectl.policy import Decision, parse_tool_name
+from bundlectl.patterns import parse_tool_name
+from bundlectl.policy import Decision
 from bundlectl.project import Resolution, load_project, resolve_project
 
 DEFAULT_AGENT = "default"

@@ -11,7 +11,8 @@ from typing import Any
 from bundlectl.catalog import agent_row
 from bundlectl.errors import UsageError
 from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, note, out, table
-from bundlectl.policy import Decision, explain, parse_tool_name
+from bundlectl.patterns import parse_tool_name
+from bundlectl.policy import Decision, explain
 from bundlectl.project import Resolution, load_project, resolve_project
 
 MATRIX_FORMATS = ("text", "json", "csv")

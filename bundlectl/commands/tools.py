@@ -57,23 +57,17 @@ def run(
     if live:
         return run_live(resolution, server=server, fmt=fmt)
     chosen = select(resolution, agent=agent, server=server, query=query)
-    specs = {
-        (name, t.name): t for name, s in resolution.merged.servers.items() for t in s.spec.tools
-    }
     if fmt is Format.json:
         emit_json(
             {
                 "format_version": JSON_FORMAT_VERSION,
                 "agent": agent,
-                "tools": [
-                    _as_json(ref, specs[(ref.server, ref.tool)], effect, detail)
-                    for ref, effect in chosen
-                ],
+                "tools": [_as_json(ref, _spec(ref), effect, detail) for ref, effect in chosen],
             }
         )
         return 0
     for ref, effect in chosen:
-        spec = specs[(ref.server, ref.tool)]
+        spec = _spec(ref)
         mark = "  [ask]" if effect == "ask" else ""
         if detail == "name":
             out(f"{ref.qualified}{mark}")
@@ -93,6 +87,11 @@ def run(
     if not chosen:
         out("(no tools)")
     return 0
+
+
+def _spec(ref: ToolRef) -> ToolSpec:
+    assert ref.spec is not None  # the resolution's catalog carries every definition
+    return ref.spec
 
 
 def _as_json(ref: ToolRef, spec: ToolSpec, effect: str | None, detail: str) -> dict[str, Any]:

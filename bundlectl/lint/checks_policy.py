@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 from bundlectl.catalog import Catalog, agent_row
 from bundlectl.lint.context import Context, at
 from bundlectl.lint.rules import Finding
-from bundlectl.models import ProjectConfig, ToolSpec
+from bundlectl.models import ProjectConfig
 from bundlectl.policy import Rule
 from bundlectl.project import Resolution
 from bundlectl.yamlio import YamlDoc, YamlPath
-
-_DESTRUCTIVE_NAME = re.compile(
-    r"(^|[_\-./])(delete|remove|rm|write|push|exec|run|drop|destroy|kill|uninstall|apply|merge|"
-    r"update|patch|create|move|rename|truncate|reset|revert|force)([_\-./]|$)",
-    re.IGNORECASE,
-)
 
 
 def _parts(ctx: Context) -> tuple[Resolution, YamlDoc, ProjectConfig] | None:
@@ -109,15 +102,6 @@ def permits_nothing(ctx: Context) -> Iterator[Finding]:
             )
 
 
-def _destructive(spec: ToolSpec) -> bool:
-    notes = spec.annotations
-    if notes.get("destructiveHint") is True:
-        return True
-    if notes.get("readOnlyHint") is True or notes.get("destructiveHint") is False:
-        return False
-    return bool(_DESTRUCTIVE_NAME.search(spec.name))
-
-
 def broad_destructive(ctx: Context) -> Iterator[Finding]:
     """BCL204: a wildcard allow that lets destructive tools through without ask or deny."""
     parts = _parts(ctx)
@@ -125,16 +109,16 @@ def broad_destructive(ctx: Context) -> Iterator[Finding]:
         return
     resolution, doc, model = parts
     catalog = resolution.catalog
-    specs = {(n, t.name): t for n, s in resolution.merged.servers.items() for t in s.spec.tools}
     for agent in model.agents:
         row = agent_row(resolution.policy.agent(agent), catalog)
         for path, rule in _own_rules(resolution, agent):
             if rule.effect != "allow" or ("*" not in rule.pattern and "?" not in rule.pattern):
                 continue
-            reached = catalog.members(catalog.mask(rule.pattern) & row.allow)
-            risky = [t.qualified for t in reached if _destructive(specs[(t.server, t.tool)])]
-            if risky:
-                more = f" and {len(risky) - 3} more" if len(risky) > 3 else ""
+            reached = catalog.mask(rule.pattern) & row.allow & catalog.destructive
+            if reached:
+                risky = [t.qualified for t in catalog.members(reached, limit=3)]
+                count = reached.bit_count()
+                more = f" and {count - 3} more" if count > 3 else ""
                 yield at(
                     "BCL204",
                     doc,

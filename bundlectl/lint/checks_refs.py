@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from bundlectl.errors import ResolutionError
 from bundlectl.lint.context import Context, at
 from bundlectl.lint.rules import Finding
-from bundlectl.policy import split_name
+from bundlectl.patterns import split_rule
 from bundlectl.requirements import requirement_name
 
 
@@ -125,7 +125,7 @@ def rule_targets(ctx: Context) -> Iterator[Finding]:
     declared = {name for name, s in ctx.resolution.merged.servers.items() if s.spec.tools}
     doc = ctx.config.doc
     for path, pattern, effect in _config_rules(ctx):
-        server, tool = split_name(pattern)
+        server, tool = split_rule(pattern)
         literal_server = "*" not in server and "?" not in server
         if literal_server and server not in servers:
             close = difflib.get_close_matches(server, sorted(servers), n=1)

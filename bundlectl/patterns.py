@@ -1,0 +1,59 @@
+"""Tool names and the patterns that match them (SPEC 3). Pure; the only glob code there is.
+
+A rule names `server.tool`, split at the first '.' (tool names may contain '.' and '/', server
+names may not); a rule without '.' is a bare tool pattern, the same as `*.tool`. `*` and `?` are
+the only wildcards, matched case-sensitively and separately on each part, so a `*` never crosses
+the '.'. A concrete name from the command line must have both parts.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from bundlectl.errors import UsageError
+
+
+def split_rule(pattern: str) -> tuple[str, str]:
+    """`server.tool` split at the first '.'; a bare pattern has server part '*'."""
+    server, dot, tool = pattern.partition(".")
+    return (server, tool) if dot else ("*", pattern)
+
+
+def parse_tool_name(qualified: str) -> tuple[str, str]:
+    """A concrete `server.tool` (from the command line, a batch line, a gateway call)."""
+    server, dot, tool = qualified.partition(".")
+    if not dot or not server or not tool:
+        raise UsageError(
+            f"{qualified!r} is not a qualified tool name",
+            hint="write SERVER.TOOL, for example files.read_file",
+        )
+    return server, tool
+
+
+def has_wildcard(part: str) -> bool:
+    return "*" in part or "?" in part
+
+
+def regex_source(part: str) -> str:
+    """The regular expression (for `re.fullmatch` with DOTALL) of one part of a pattern."""
+    return "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in part)
+
+
+@functools.lru_cache(maxsize=8192)
+def compiled(part: str, *, casefold: bool = False) -> re.Pattern[str]:
+    """One part of a pattern, compiled (cached: rules repeat across agents)."""
+    return re.compile(regex_source(part), re.DOTALL | (re.IGNORECASE if casefold else 0))
+
+
+def part_matches(part: str, text: str, *, casefold: bool = False) -> bool:
+    """Whether one part of a pattern (the server or the tool part) matches `text`."""
+    if not casefold and not has_wildcard(part):
+        return part == text
+    return compiled(part, casefold=casefold).fullmatch(text) is not None
+
+
+def matches(pattern: str, server: str, tool: str) -> bool:
+    """Whether a rule pattern matches the tool (server, tool)."""
+    server_part, tool_part = split_rule(pattern)
+    return part_matches(server_part, server) and part_matches(tool_part, tool)

@@ -1,0 +1,73 @@
+"""The catalog: tools with their definitions, match masks, destructiveness, search."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bundlectl.catalog import Catalog, ToolRef, is_destructive, search
+from bundlectl.models import ToolSpec
+from tests.conftest import Run, write
+
+
+def spec(name: str, description: str = "", **annotations: bool) -> ToolSpec:
+    return ToolSpec(name=name, description=description, annotations=annotations)
+
+
+def test_destructive_by_annotation_first_then_by_name() -> None:
+    assert is_destructive(spec("delete_file"))
+    assert is_destructive(spec("cleanup", destructiveHint=True))
+    assert not is_destructive(spec("delete_file", readOnlyHint=True))
+    assert not is_destructive(spec("write_file", destructiveHint=False))
+    assert not is_destructive(spec("read_file"))
+    assert not is_destructive(spec("rewrite_notes"))  # 'write' must be a word of the name
+
+
+def test_masks_members_and_the_destructive_mask() -> None:
+    tools = [
+        ToolRef("fs", "read_file", spec("read_file", "Read a file")),
+        ToolRef("fs", "write_file", spec("write_file", "Write a file")),
+        ToolRef("gh", "create_issue", spec("create_issue", "Open an issue")),
+        ToolRef("fs", "read_file", spec("read_file", "duplicate is dropped")),
+    ]
+    catalog = Catalog(tools)
+    assert [t.qualified for t in catalog.tools] == [
+        "fs.read_file",
+        "fs.write_file",
+        "gh.create_issue",
+    ]
+    assert [t.qualified for t in catalog.members(catalog.mask("fs.*"))] == [
+        "fs.read_file",
+        "fs.write_file",
+    ]
+    assert [t.qualified for t in catalog.members(catalog.destructive)] == [
+        "fs.write_file",
+        "gh.create_issue",
+    ]
+    assert len(catalog.members(catalog.full, limit=2)) == 2
+    assert catalog.mask_casefold("FS.READ_*") == catalog.mask("fs.read_*") == 1
+    assert [ref.qualified for _, ref in search(catalog.tools, "issue")] == ["gh.create_issue"]
+
+
+def test_tools_flags_destructive_exactly_where_lint_warns(project: Path, run: Run) -> None:
+    write(
+        project / "bundlectl.yaml",
+        """
+        version: 1
+        servers:
+          api:
+            command: ./api
+            tools:
+              - {name: update_record, description: Change a record}
+              - {name: get_record, description: Read a record, annotations: {readOnlyHint: true}}
+        agents:
+          agent: {allow: ["api.*"]}
+        policy: {default: deny}
+        """,
+    )
+    assert run("lock").code == 0
+    assert run("tools", "--server", "api").lines == [
+        "api.get_record  Read a record  [read-only]",
+        "api.update_record  Change a record  [destructive]",
+    ]
+    lint = run("lint", "--select", "BCL204")
+    assert "allows destructive tools without asking: api.update_record" in lint.out
