@@ -6,14 +6,15 @@ policy matrix and lint's exact analyses combine masks instead of deciding tool b
 
 from __future__ import annotations
 
+import operator
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from bundlectl.models import ToolSpec
 from bundlectl.patterns import compiled, has_wildcard, part_matches, split_rule
-from bundlectl.policy import EFFECTS, CompiledAgent, Effect, Rule
+from bundlectl.policy import EFFECTS, AgentSpec, CompiledAgent, Effect, Rule
 
 _DESTRUCTIVE_NAME = re.compile(
     r"(^|[_\-./])(delete|remove|rm|write|push|exec|run|drop|destroy|kill|uninstall|apply|merge|"
@@ -62,6 +63,9 @@ class Catalog:
             self.by_server.setdefault(t.server, []).append(i)
         self.full = (1 << len(self.tools)) - 1
         self._masks: dict[str, int] = {}
+        self._inherited: dict[
+            int, tuple[Mapping[str, AgentSpec], dict[str, tuple[int, int, int]]]
+        ] = {}
 
     def __len__(self) -> int:
         return len(self.tools)
@@ -114,6 +118,35 @@ class Catalog:
             bits |= self.mask(rule.pattern)
         return bits
 
+    def inherited_masks(self, agents: Mapping[str, AgentSpec], name: str) -> tuple[int, int, int]:
+        """(deny, ask, allow) masks of an agent's own and inherited rules.
+
+        Each agent's masks are built once from its own rules and its parents' masks, so long
+        `extends` chains cost one OR per parent instead of one mask per inherited rule.
+        """
+        # Keyed by the mapping's identity, which the entry keeps alive (so the id is not reused).
+        memo = self._inherited.setdefault(id(agents), (agents, {}))[1]
+        stack, active = [(name, False)], set()
+        while stack:
+            current, expanded = stack.pop()
+            if current in memo or current not in agents:
+                continue
+            parents = [p for p, _ in agents[current].extends if p in agents]
+            if not expanded:
+                active.add(current)
+                stack.append((current, True))
+                # An extends cycle is a load error; a parent still open is skipped, not looped.
+                stack.extend((p, False) for p in parents if p not in memo and p not in active)
+                continue
+            active.discard(current)
+            rules = agents[current].rules
+            own = [self.rules_mask([r for r in rules if r.effect == e]) for e in EFFECTS]
+            for parent in parents:
+                inherited = memo.get(parent, (0, 0, 0))
+                own = [mine | theirs for mine, theirs in zip(own, inherited, strict=True)]
+            memo[current] = (own[0], own[1], own[2])
+        return memo.get(name, (0, 0, 0))
+
 
 @dataclass(frozen=True)
 class Row:
@@ -128,20 +161,29 @@ class Row:
         return "ask" if self.ask & bit else "allow" if self.allow & bit else "deny"
 
     def effects(self, size: int) -> list[Effect]:
-        allow = format(self.allow, f"0{size}b")[::-1] if size else ""
-        ask = format(self.ask, f"0{size}b")[::-1] if size else ""
-        return [
-            "ask" if k == "1" else "allow" if a == "1" else "deny"
-            for a, k in zip(allow, ask, strict=True)
-        ]
+        """The effect on each of the catalog's `size` tools, in catalog order.
+
+        Per-tool work happens in C (bit strings, byte translation, `map`): a 3,000 x 5,000
+        matrix is 15 million cells.
+        """
+        if not size:
+            return []
+        allow = format(self.allow, f"0{size}b")[::-1].encode().translate(_ALLOW_CODE)
+        ask = format(self.ask, f"0{size}b")[::-1].encode().translate(_ASK_CODE)
+        return list(map(_EFFECT_OF_CODE.__getitem__, map(operator.or_, allow, ask)))
+
+
+_ALLOW_CODE = bytes.maketrans(b"01", b"\x00\x01")
+_ASK_CODE = bytes.maketrans(b"01", b"\x00\x02")
+_EFFECT_OF_CODE: tuple[Effect, ...] = ("deny", "allow", "ask", "ask")
 
 
 def agent_row(agent: CompiledAgent, catalog: Catalog) -> Row:
     """The agent's decisions over the whole catalog: its own `grant` over the rules' masks."""
-    masks = {
-        effect: catalog.rules_mask([r for r in agent.rules if r.effect == effect])
-        for effect in EFFECTS
-    }
+    inherited = catalog.inherited_masks(agent.policy.agents, agent.name)
+    global_deny = catalog.rules_mask(agent.policy.global_deny)
+    masks = dict(zip(EFFECTS, inherited, strict=True))
+    masks["deny"] |= global_deny
     policy = agent.policy
     unpinned = 0
     if policy.pin_tools and policy.locked_tools is not None:

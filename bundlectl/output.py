@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from enum import Enum
 from typing import Any
 
@@ -33,6 +33,59 @@ def note(line: str) -> None:
 def emit_json(value: Any) -> None:
     """JSON on stdout, pretty and key-ordered as built (stable)."""
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+
+
+class Lazy:
+    """A JSON object (from (key, value) pairs) or array (from items) produced while it is
+    written, so a large document is never held whole (`stream_json`)."""
+
+    def __init__(self, items: Iterable[Any], *, mapping: bool) -> None:
+        self.items = items
+        self.mapping = mapping
+
+
+def stream_json(value: Any, *, expand: int = 2) -> None:
+    """Write a large JSON document to stdout as it is produced.
+
+    Objects and arrays in the first `expand` levels are written one member per line; deeper
+    values are encoded whole by the C encoder on one line (`json.dumps(..., indent=2)` falls back
+    to the pure-Python encoder: 5x slower on a policy matrix). `Lazy` members are consumed as
+    they are written.
+    """
+    write = sys.stdout.write
+    _stream(value, expand, 0, write)
+    write("\n")
+
+
+def _stream(value: Any, expand: int, depth: int, write: Any) -> None:
+    lazy = isinstance(value, Lazy)
+    is_map = isinstance(value, dict) or (lazy and value.mapping)
+    if depth >= expand or not (lazy or isinstance(value, dict | list)):
+        write(json.dumps(_materialise(value), ensure_ascii=False))
+        return
+    items: Iterable[Any] = value.items if lazy else (value.items() if is_map else value)
+    pad = "  " * (depth + 1)
+    write("{" if is_map else "[")
+    first = True
+    for entry in items:
+        write("\n" + pad if first else ",\n" + pad)
+        first = False
+        member = entry
+        if is_map:
+            key, member = entry
+            write(json.dumps(str(key), ensure_ascii=False) + ": ")
+        _stream(member, expand, depth + 1, write)
+    if not first:
+        write("\n" + "  " * depth)
+    write("}" if is_map else "]")
+
+
+def _materialise(value: Any) -> Any:
+    if isinstance(value, Lazy):
+        if value.mapping:
+            return {k: _materialise(v) for k, v in value.items}
+        return [_materialise(v) for v in value.items]
+    return value
 
 
 def table(rows: Sequence[Sequence[str]], header: Sequence[str] | None = None) -> None:

@@ -10,8 +10,9 @@ does not record are denied.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
 
@@ -159,11 +160,14 @@ class CompiledAgent:
     rules: list[Rule]
     chain: list[str]  # the agent and its ancestors, nearest first
     policy: PolicySet
-    _matchers: dict[Effect, _Matcher] = field(default_factory=dict)
+
+    @cached_property
+    def _matchers(self) -> dict[Effect, _Matcher]:
+        """Per effect, the rules indexed for single decisions (built on the first `decide`;
+        the catalog's masks never need them)."""
+        return {effect: _Matcher(r for r in self.rules if r.effect == effect) for effect in EFFECTS}
 
     def __post_init__(self) -> None:
-        for effect in EFFECTS:
-            self._matchers[effect] = _Matcher(r for r in self.rules if r.effect == effect)
         own = [r for r in self.rules if r.agent is not None]
         self.has_grants = any(r.effect in ("allow", "ask") for r in own)
         self.has_denies = any(r.effect == "deny" for r in own)
@@ -282,17 +286,17 @@ def _ancestors(agents: Mapping[str, AgentSpec], name: str) -> list[str]:
     """The agent and every ancestor, breadth-first, each once."""
     if name not in agents:
         return []
-    seen = [name]
-    queue = [name]
+    order, seen, queue = [name], {name}, deque([name])
     while queue:
-        spec = agents.get(queue.pop(0))  # an unknown parent is a load error reported elsewhere
+        spec = agents.get(queue.popleft())  # an unknown parent is a load error reported elsewhere
         if spec is None:
             continue
         for parent, _ in spec.extends:
             if parent not in seen:
-                seen.append(parent)
+                seen.add(parent)
+                order.append(parent)
                 queue.append(parent)
-    return seen
+    return order
 
 
 def canonical_policy(policy_set: PolicySet) -> tuple[dict[str, object], dict[str, object]]:
@@ -303,10 +307,11 @@ def canonical_policy(policy_set: PolicySet) -> tuple[dict[str, object], dict[str
     was written change nothing; what an agent may call changes it. Load errors in `extends` leave
     the affected agents with what they can reach.
     """
+    flat = _flattened(policy_set.agents)
     agents: dict[str, object] = {}
     for name in sorted(policy_set.agents):
-        rules = [r for m in _ancestors(policy_set.agents, name) for r in _own(policy_set, m)]
-        agents[name] = {e: sorted({r.pattern for r in rules if r.effect == e}) for e in EFFECTS}
+        rules = flat[name]
+        agents[name] = {e: sorted(p for effect, p in rules if effect == e) for e in EFFECTS}
     settings: dict[str, object] = {
         "default": policy_set.default,
         "deny": sorted({r.pattern for r in policy_set.global_deny}),
@@ -315,9 +320,28 @@ def canonical_policy(policy_set: PolicySet) -> tuple[dict[str, object], dict[str
     return settings, agents
 
 
-def _own(policy_set: PolicySet, name: str) -> tuple[Rule, ...]:
-    spec = policy_set.agents.get(name)
-    return spec.rules if spec is not None else ()
+def _flattened(agents: Mapping[str, AgentSpec]) -> dict[str, frozenset[tuple[str, str]]]:
+    """Each agent's (effect, pattern) set with everything it inherits, each parent's set built
+    once (children reuse it) instead of walking every agent's whole ancestry."""
+    done: dict[str, frozenset[tuple[str, str]]] = {}
+    for root in agents:
+        stack = [(root, False)]
+        active: set[str] = set()
+        while stack:
+            name, expanded = stack.pop()
+            if name in done or name not in agents:
+                continue
+            parents = [p for p, _ in agents[name].extends]
+            if not expanded:
+                active.add(name)
+                stack.append((name, True))
+                # A parent still being expanded closes a cycle (a load error): it is skipped.
+                stack.extend((p, False) for p in parents if p not in active)
+                continue
+            active.discard(name)
+            own = frozenset((r.effect, r.pattern) for r in agents[name].rules)
+            done[name] = own.union(*(done.get(p, frozenset()) for p in parents))
+    return done
 
 
 def check_extends(agents: Mapping[str, AgentSpec]) -> None:
@@ -343,7 +367,8 @@ def extends_problems(agents: Mapping[str, AgentSpec]) -> list[Problem]:
                     )
                 )
     reported: set[frozenset[str]] = set()
-    for name in sorted(agents):
+    cyclic = _on_cycles(agents)
+    for name in sorted(cyclic):
         cycle = _find_cycle(agents, name)
         if cycle and frozenset(cycle) not in reported:
             reported.add(frozenset(cycle))
@@ -361,25 +386,54 @@ def extends_problems(agents: Mapping[str, AgentSpec]) -> list[Problem]:
     return problems
 
 
+def _on_cycles(agents: Mapping[str, AgentSpec]) -> set[str]:
+    """The agents that lie on an extends cycle: what remains after repeatedly removing agents
+    that no remaining agent extends (Kahn's algorithm), keeping only those that reach a cycle
+    through their parents, as a cycle's members do. Linear; no recursion."""
+    children: dict[str, int] = dict.fromkeys(agents, 0)
+    for spec in agents.values():
+        for parent, _ in spec.extends:
+            if parent in children:
+                children[parent] += 1
+    ready = deque(name for name, count in children.items() if count == 0)
+    while ready:
+        spec = agents[ready.popleft()]
+        for parent, _ in spec.extends:
+            if parent in children:
+                children[parent] -= 1
+                if children[parent] == 0:
+                    ready.append(parent)
+    left = {name for name, count in children.items() if count > 0}
+    # Left are the cycles and what they extend: a superset of the cycles' members, since each
+    # member extends another agent that is left.
+    return {n for n in left if any(p in left for p, _ in agents[n].extends)}
+
+
 def _find_cycle(agents: Mapping[str, AgentSpec], start: str) -> list[str] | None:
-    path: list[str] = []
-    explored: set[str] = set()  # nodes from which `start` is not reachable
+    """A path of parents from `start` back to itself, if there is one (iterative: an extends
+    chain may be thousands long)."""
 
-    def visit(name: str) -> list[str] | None:
-        if name in path:
-            return path[path.index(name) :] if name == start else None
-        if name not in agents or name in explored:
-            return None
-        path.append(name)
-        for parent, _ in agents[name].extends:
-            found = visit(parent)
-            if found:
-                return found
-        path.pop()
-        explored.add(name)
-        return None
+    def parents(name: str) -> Iterator[str]:
+        return iter([p for p, _ in agents[name].extends])
 
-    return visit(start)
+    path, on_path, explored = [start], {start}, set()
+    stack = [parents(start)]
+    while stack:
+        parent = next(stack[-1], None)
+        if parent is None:
+            stack.pop()
+            done = path.pop()
+            on_path.discard(done)
+            explored.add(done)
+            continue
+        if parent == start:
+            return list(path)
+        if parent in on_path or parent in explored or parent not in agents:
+            continue
+        path.append(parent)
+        on_path.add(parent)
+        stack.append(parents(parent))
+    return None
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,16 @@ class Resolution:
 
     project: Project
     merged: Merged
-    lock: LockFile
+
+    @cached_property
+    def lock(self) -> LockFile:
+        """The lock this resolution implies (built when asked: digesting a large policy takes a
+        while, and `matrix` or `tools` never need it)."""
+        from bundlectl.lockfile import build_lock
+        from bundlectl.merge import policy_set
+
+        unpinned = policy_set(self.project.config, self.project.doc, self.merged, None)
+        return build_lock(self.project.config, self.merged, unpinned)
 
     @cached_property
     def policy(self) -> Policy:
@@ -165,8 +174,7 @@ def resolve_project(
     strict: bool = True,
 ) -> Resolution:
     """Resolve the project's bundles (preferring the lock's pins) and merge everything."""
-    from bundlectl.lockfile import build_lock
-    from bundlectl.merge import collision_error, merge, policy_set
+    from bundlectl.merge import collision_error, merge
     from bundlectl.policy import check_extends
     from bundlectl.resolver import constraint, resolve
 
@@ -189,8 +197,7 @@ def resolve_project(
         if collision is not None:
             raise collision
         check_extends(merged.agents)
-    unpinned = policy_set(project.config, project.doc, merged, None)
-    return Resolution(project, merged, build_lock(project.config, merged, unpinned))
+    return Resolution(project, merged)
 
 
 def optional_project(config: Path | None) -> Project | None:

@@ -10,7 +10,7 @@ from ruamel.yaml import YAML
 
 from bundlectl.catalog import agent_row
 from bundlectl.project import load_project, resolve_project
-from tests.conftest import Run
+from tests.conftest import Run, write
 
 DATA = Path(__file__).parent / "data"
 SOURCES = ["policy-cases.yaml", "policy-corpus.yaml"]
@@ -100,3 +100,21 @@ def test_cycle_is_named(project: Path, run: Run) -> None:
     )
     result = run("resolve")
     assert "extends cycle: a -> b -> c -> a" in result.err_lines[0]
+
+
+def test_long_extends_chains_and_a_cycle_at_their_end(project: Path, run: Run) -> None:
+    """3,000 agents in one chain: no recursion limit, and the cycle at the far end is named."""
+    lines = ["version: 1", "bundles: [basic]", "agents:"]
+    lines += [f"  a{i}: {{extends: [a{i + 1}]}}" for i in range(2999)]
+    lines.append("  a2999: {allow: [files.read_file]}")
+    write(project / "bundlectl.yaml", "\n".join(lines) + "\n")
+    allowed = run("policy", "check", "--agent", "a0", "files.read_file")
+    assert allowed.code == 0, allowed.err
+    (project / "bundlectl.yaml").write_text(
+        (project / "bundlectl.yaml")
+        .read_text()
+        .replace("a2999: {allow: [files.read_file]}", "a2999: {extends: [a2998]}")
+    )
+    cycle = run("policy", "check", "--agent", "a0", "files.read_file")
+    assert cycle.code == 2
+    assert cycle.err_lines[0].endswith("extends cycle: a2998 -> a2999 -> a2998")

@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import csv
-import io
 import sys
 from pathlib import Path
 from typing import Any
 
 from bundlectl.catalog import agent_row
 from bundlectl.errors import UsageError
-from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, note, out, table
+from bundlectl.output import (
+    JSON_FORMAT_VERSION,
+    Format,
+    Lazy,
+    emit_json,
+    note,
+    out,
+    stream_json,
+    table,
+)
 from bundlectl.patterns import parse_tool_name
 from bundlectl.policy import Decision, explain
 from bundlectl.project import Resolution, load_project, resolve_project
@@ -145,23 +153,25 @@ def matrix(config: Path | None, agents: list[str], *, fmt: str) -> int:
     names = agents or policy.agents
     rows = [agent_row(policy.agent(a), catalog) for a in names]
     tools = [t.qualified for t in catalog.tools]
-    columns = {row.agent: row.effects(len(catalog)) for row in rows}
-    if fmt == "json":
-        emit_json(
+    if fmt == "json":  # one agent's column at a time: 3,000 x 5,000 cells are never held whole
+        size = len(catalog)
+        effects = Lazy(((row.agent, row.effects(size)) for row in rows), mapping=True)
+        stream_json(
             {
                 "format_version": JSON_FORMAT_VERSION,
                 "agents": list(names),
                 "tools": tools,
-                "effects": columns,
-            }
+                "effects": effects,
+            },
+            expand=2,
         )
-    elif fmt == "csv":
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
+        return 0
+    columns = {row.agent: row.effects(len(catalog)) for row in rows}
+    if fmt == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(["tool", *names])
         for i, tool in enumerate(tools):
             writer.writerow([tool, *(columns[a][i] for a in names)])
-        sys.stdout.write(buffer.getvalue())
     else:
         table(
             [[tool, *(columns[a][i] for a in names)] for i, tool in enumerate(tools)],

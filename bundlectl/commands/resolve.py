@@ -8,7 +8,7 @@ from typing import Any
 from bundlectl.catalog import agent_row
 from bundlectl.describe import endpoint, server_json
 from bundlectl.errors import UsageError
-from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, note, out
+from bundlectl.output import JSON_FORMAT_VERSION, Format, Lazy, note, out, stream_json
 from bundlectl.project import Resolution, load_project, resolve_project
 
 
@@ -23,7 +23,7 @@ def run(config: Path | None, *, agents: list[str], fmt: Format) -> int:
         )
     data = _data(resolution, agents or policy.agents)
     if fmt is Format.json:
-        emit_json(data)
+        stream_json(data, expand=2)  # agent by agent: thousands of agents are never held whole
     else:
         _print(data)
         for line in resolution.merged.notes:
@@ -35,11 +35,11 @@ def _data(resolution: Resolution, agents: list[str]) -> dict[str, Any]:
     merged, config = resolution.merged, resolution.project.config
     catalog = resolution.catalog
     policy = resolution.policy
-    agent_rows: dict[str, Any] = {}
-    for name in agents:
+
+    def agent(name: str) -> dict[str, Any]:
         compiled = policy.agent(name)
         row = agent_row(compiled, catalog)
-        agent_rows[name] = {
+        return {
             "extends": compiled.chain[1:],
             "rules": [
                 {
@@ -53,6 +53,8 @@ def _data(resolution: Resolution, agents: list[str]) -> dict[str, Any]:
             "allow": [t.qualified for t in catalog.members(row.allow)],
             "ask": [t.qualified for t in catalog.members(row.ask)],
         }
+
+    agent_rows = Lazy(((name, agent(name)) for name in agents), mapping=True)
     return {
         "format_version": JSON_FORMAT_VERSION,
         "bundles": [
@@ -94,7 +96,7 @@ def _print(data: dict[str, Any]) -> None:
                 out(f"    {key}: " + ", ".join(f"{k}={v}" for k, v in s[key].items()))
         out(f"    tools: {', '.join(s['tools']) or '(none declared)'}")
     out("agents:")
-    for name, a in data["agents"].items():
+    for name, a in data["agents"].items:
         chain = f" (extends {', '.join(a['extends'])})" if a["extends"] else ""
         out(f"  {name}{chain}")
         for rule in a["rules"]:

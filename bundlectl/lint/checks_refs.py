@@ -5,11 +5,13 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterator
 
+from bundlectl.catalog import Catalog
 from bundlectl.errors import ResolutionError
 from bundlectl.lint.context import Context, at
 from bundlectl.lint.rules import Finding
 from bundlectl.patterns import split_rule
 from bundlectl.requirements import requirement_name
+from bundlectl.suggest import Suggester
 
 
 def unknown_bundles(ctx: Context) -> Iterator[Finding]:
@@ -124,11 +126,13 @@ def rule_targets(ctx: Context) -> Iterator[Finding]:
     servers = set(ctx.resolution.merged.servers)
     declared = {name for name, s in ctx.resolution.merged.servers.items() if s.spec.tools}
     doc = ctx.config.doc
+    server_names = Suggester(servers)
+    tools = _ToolSuggestions(catalog)
     for path, pattern, effect in _config_rules(ctx):
         server, tool = split_rule(pattern)
         literal_server = "*" not in server and "?" not in server
         if literal_server and server not in servers:
-            close = difflib.get_close_matches(server, sorted(servers), n=1)
+            close = server_names.closest(server)
             yield at(
                 "BCL104",
                 doc,
@@ -154,10 +158,7 @@ def rule_targets(ctx: Context) -> Iterator[Finding]:
                     anchor=pattern,
                 )
             else:
-                names = [t.qualified for t in catalog.tools]
-                close = difflib.get_close_matches(
-                    pattern if "." in pattern else f"{server}.{tool}", names, n=1
-                )
+                close = tools.closest(server if literal_server else None, tool)
                 yield at(
                     "BCL105",
                     doc,
@@ -177,6 +178,31 @@ def rule_targets(ctx: Context) -> Iterator[Finding]:
                     f"{len(spread)} servers: {', '.join(sorted(spread))}",
                     anchor=pattern,
                 )
+
+
+class _ToolSuggestions:
+    """Close tool names: among the named server's tools, or every tool for a wildcard server."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self._per_server: dict[str | None, Suggester] = {}
+        self._owner: dict[str, str] = {}
+
+    def closest(self, server: str | None, tool: str) -> list[str]:
+        index = self._per_server.get(server)
+        if index is None:
+            refs = self.catalog.tools
+            names = [t.tool for t in refs if server is None or t.server == server]
+            index = self._per_server[server] = Suggester(names)
+        found = index.closest(tool)
+        if not found:
+            return []
+        if server is not None:
+            return [f"{server}.{found[0]}"]
+        if not self._owner:
+            for ref in self.catalog.tools:  # catalog order: the first server that has the name
+                self._owner.setdefault(ref.tool, ref.server)
+        return [f"{self._owner[found[0]]}.{found[0]}"]
 
 
 def _config_rules(ctx: Context) -> Iterator[tuple[tuple[str | int, ...], str, str]]:

@@ -1,0 +1,113 @@
+"""Whole commands at scale: 3,000 agents over 5,000 declared tools, in several policy shapes.
+
+    python bench/bench_scale.py [--agents 3000] [--shapes random misses extends] [--commands ...]
+
+Shapes (50 servers x 100 tools each, `policy.default: deny`, a global `*.delete_*` deny):
+  random   2-6 rules per agent from a mix of exact names and wildcards of every kind
+  misses   2-6 rules per agent, a third of the exact ones naming tools that do not exist
+           (typos), and per-server denies
+  extends  2-6 rules per agent, and most agents extend one or two earlier agents
+Each command runs in a fresh process; the figures are its wall time and its own peak RSS.
+Goal: each command <= 2 s and <= 300 MiB for every shape, growing linearly with the size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_policy import ORIGIN, SERVERS, TOOLS, random_pattern, write_project
+
+from bundlectl.policy import AgentSpec, Policy, PolicySet, Rule
+
+COMMANDS = {
+    "lock": ["lock"],
+    "resolve": ["resolve", "--format", "json"],
+    "matrix": ["policy", "matrix", "--format", "json"],
+    "lint": ["lint", "--format", "json", "--exit-zero"],
+}
+PROBE = """
+import resource, sys
+from bundlectl.cli import main
+code = main(sys.argv[1:])
+sys.stdout.flush()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(f"PEAK {code} {peak:.0f}", file=sys.stderr)
+"""
+
+
+def typo(rng: random.Random, tool: str) -> str:
+    i = rng.randrange(len(tool))
+    return tool[:i] + tool[i + 1 :] if rng.random() < 0.5 else tool[:i] + "x" + tool[i:]
+
+
+def shaped_rule(rng: random.Random, shape: str, agent: str) -> Rule:
+    effect = rng.choice(["allow"] * 6 + ["ask"] * 2 + ["deny"] * 2)
+    pattern = random_pattern(rng)
+    if shape == "misses":
+        roll = rng.random()
+        if roll < 0.33:
+            pattern = f"{rng.choice(SERVERS)}.{typo(rng, rng.choice(TOOLS))}"
+        elif roll < 0.5:
+            pattern, effect = f"{rng.choice(SERVERS)}.*", "deny"
+    return Rule(pattern, effect, ORIGIN, agent)  # type: ignore[arg-type]
+
+
+def policy(shape: str, agents: int, rng: random.Random) -> Policy:
+    specs = {}
+    for i in range(agents):
+        name = f"agent{i:04d}"
+        parents: tuple[tuple[str, object], ...] = ()
+        if shape == "extends" and i and rng.random() < 0.8:
+            picks = rng.sample(range(max(0, i - 50), i), min(i, rng.randint(1, 2)))
+            parents = tuple((f"agent{j:04d}", ORIGIN) for j in picks)
+        rules = tuple(shaped_rule(rng, shape, name) for _ in range(rng.randint(2, 6)))
+        specs[name] = AgentSpec(name, ORIGIN, rules, parents)  # type: ignore[arg-type]
+    return Policy(PolicySet(specs, "deny", None, (Rule("*.delete_*", "deny", ORIGIN),)))
+
+
+def run(root: Path, args: list[str]) -> tuple[float, str]:
+    env = {**os.environ, "BUNDLECTL_HOME": str(root / "home")}
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    elapsed = time.perf_counter() - start
+    line = next((x for x in done.stderr.splitlines() if x.startswith("PEAK ")), "")
+    if not line:
+        raise SystemExit(f"{args} failed:\n{done.stderr[-2000:]}")
+    _, code, peak = line.split()
+    return elapsed, f"{peak:>5} MiB (exit {code})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--agents", type=int, default=3000)
+    parser.add_argument("--shapes", nargs="+", default=["random", "misses", "extends"])
+    parser.add_argument("--commands", nargs="+", default=list(COMMANDS))
+    args = parser.parse_args()
+    for shape in args.shapes:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            write_project(root, policy(shape, args.agents, random.Random(7)))
+            run(root, ["lock"])  # warm the cache and write the lock
+            for command in args.commands:
+                elapsed, peak = run(root, COMMANDS[command])
+                print(f"{shape:>8} {args.agents} agents  {command:>8}  {elapsed:6.2f} s  {peak}")
+
+
+if __name__ == "__main__":
+    main()
