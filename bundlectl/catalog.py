@@ -79,7 +79,18 @@ class Catalog:
 
     def mask_casefold(self, pattern: str) -> int:
         """Bitmask of the tools `pattern` matches when case is ignored (lint BCL208)."""
+        server, tool = split_rule(pattern)
+        if not has_wildcard(server) and not has_wildcard(tool):  # the common case: a dict hit
+            return self._folded.get((server.lower(), tool.lower()), 0)
         return self._compute(pattern, casefold=True)
+
+    @cached_property
+    def _folded(self) -> dict[tuple[str, str], int]:
+        folded: dict[tuple[str, str], int] = {}
+        for i, ref in enumerate(self.tools):
+            key = (ref.server.lower(), ref.tool.lower())
+            folded[key] = folded.get(key, 0) | 1 << i
+        return folded
 
     def _compute(self, pattern: str, *, casefold: bool = False) -> int:
         server, tool = split_rule(pattern)

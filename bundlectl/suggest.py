@@ -11,7 +11,7 @@ import difflib
 from collections import Counter
 from collections.abc import Iterable
 
-_SHORTLIST = 24
+_SHORTLIST = 8
 
 
 def _grams(text: str) -> set[str]:
