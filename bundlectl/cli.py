@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from bundlectl import __version__
-from bundlectl.output import Format
+from bundlectl.output import Detail, FailLevel, Format, LintFormat, MatrixFormat
 
 app = typer.Typer(
     name="bundlectl",
@@ -261,7 +261,9 @@ def policy_matrix(
         typer.Option("--agent", "-a", help="Only these agents (repeatable)."),
     ] = None,
     config: ConfigOpt = None,
-    fmt: Annotated[str, typer.Option("--format", help="text, json or csv.")] = "text",
+    fmt: Annotated[MatrixFormat, typer.Option("--format", help="Output format.")] = (
+        MatrixFormat.text
+    ),
 ) -> int:
     """Agents x tools with the effect in each cell, for review in pull requests."""
     from bundlectl.commands import policy as cmd
@@ -284,11 +286,11 @@ def tools(
         typer.Option("--search", "-q", help="Rank by relevance of name and description."),
     ] = None,
     detail: Annotated[
-        str,
+        Detail,
         typer.Option(
             "--detail", help="name, summary (adds the description) or full (adds the schema)."
         ),
-    ] = "summary",
+    ] = Detail.summary,
     live: Annotated[
         bool,
         typer.Option(
@@ -413,13 +415,13 @@ def lint(
             help="Projects, bundlectl.yaml files, manifests or registry folders.",
         ),
     ] = None,
-    fmt: Annotated[str, typer.Option("--format", help="text, json, sarif or github.")] = "text",
+    fmt: Annotated[LintFormat, typer.Option("--format", help="Output format.")] = LintFormat.text,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", dir_okay=False, help="Write to a file.")
     ] = None,
     fail_level: Annotated[
-        str, typer.Option("--fail-level", help="Exit 1 at this severity or above.")
-    ] = "error",
+        FailLevel, typer.Option("--fail-level", help="Exit 1 at this severity or above.")
+    ] = FailLevel.error,
     select: Annotated[
         list[str] | None, typer.Option("--select", help="Only these rule ids or prefixes.")
     ] = None,

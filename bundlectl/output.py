@@ -18,6 +18,39 @@ class Format(str, Enum):
     json = "json"
 
 
+class MatrixFormat(str, Enum):
+    """`policy matrix --format`."""
+
+    text = "text"
+    json = "json"
+    csv = "csv"
+
+
+class LintFormat(str, Enum):
+    """`lint --format`: the reporters of `lint.formats.FORMATS`."""
+
+    text = "text"
+    json = "json"
+    sarif = "sarif"
+    github = "github"
+
+
+class FailLevel(str, Enum):
+    """`lint --fail-level`."""
+
+    error = "error"
+    warning = "warning"
+    info = "info"
+
+
+class Detail(str, Enum):
+    """`tools --detail`."""
+
+    name = "name"
+    summary = "summary"
+    full = "full"
+
+
 def out(line: str = "") -> None:
     sys.stdout.write(line + "\n")
 

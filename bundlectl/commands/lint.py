@@ -5,32 +5,28 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bundlectl.errors import UsageError
 from bundlectl.fsio import atomic_write
 from bundlectl.lint import engine
 from bundlectl.lint.formats import FORMATS
-from bundlectl.lint.rules import SEVERITY_RANK, Severity
+from bundlectl.lint.rules import Severity
+from bundlectl.output import FailLevel, LintFormat
 
 
 def run(
     targets: list[Path],
     *,
     config: Path | None,
-    fmt: str,
+    fmt: LintFormat,
     output: Path | None,
-    fail_level: str,
+    fail_level: FailLevel,
     select: list[str],
     ignore: list[str],
     exit_zero: bool,
 ) -> int:
-    if fmt not in FORMATS:
-        raise UsageError(f"unknown format {fmt!r}", hint=f"use one of {', '.join(FORMATS)}")
-    if fail_level not in SEVERITY_RANK:
-        raise UsageError(f"unknown fail level {fail_level!r}", hint="use error, warning or info")
-    level: Severity = fail_level  # type: ignore[assignment]
+    level: Severity = fail_level.value
     selection = engine.Selection(engine.check_ids(select), engine.check_ids(ignore))
     findings = engine.run(targets, config, selection)
-    rendered = FORMATS[fmt](findings)
+    rendered = FORMATS[fmt.value](findings)
     if output is not None:
         atomic_write(output, rendered)
     else:

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from bundlectl.catalog import agent_row
-from bundlectl.errors import UsageError
 from bundlectl.output import (
     JSON_FORMAT_VERSION,
     Format,
     Lazy,
+    MatrixFormat,
     emit_json,
     note,
     out,
@@ -22,8 +22,6 @@ from bundlectl.output import (
 from bundlectl.patterns import parse_tool_name
 from bundlectl.policy import Decision, explain
 from bundlectl.project import Resolution, load_project, resolve_project
-
-MATRIX_FORMATS = ("text", "json", "csv")
 
 
 def _load(config: Path | None) -> Resolution:
@@ -145,15 +143,15 @@ def explain_one(
     return 3 if d.effect == "deny" else 0
 
 
-def matrix(config: Path | None, agents: list[str], *, fmt: str) -> int:
-    if fmt not in MATRIX_FORMATS:
-        raise UsageError(f"unknown format {fmt!r}", hint=f"use one of {', '.join(MATRIX_FORMATS)}")
+def matrix(config: Path | None, agents: list[str], *, fmt: MatrixFormat) -> int:
     resolution = _load(config)
     policy, catalog = resolution.policy, resolution.catalog
     names = agents or policy.agents
     rows = [agent_row(policy.agent(a), catalog) for a in names]
     tools = [t.qualified for t in catalog.tools]
-    if fmt == "json":  # one agent's column at a time: 3,000 x 5,000 cells are never held whole
+    if (
+        fmt is MatrixFormat.json
+    ):  # one agent's column at a time: 3,000 x 5,000 cells are never held whole
         size = len(catalog)
         effects = Lazy(((row.agent, row.effects(size)) for row in rows), mapping=True)
         stream_json(
@@ -167,7 +165,7 @@ def matrix(config: Path | None, agents: list[str], *, fmt: str) -> int:
         )
         return 0
     columns = {row.agent: row.effects(len(catalog)) for row in rows}
-    if fmt == "csv":
+    if fmt is MatrixFormat.csv:
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(["tool", *names])
         for i, tool in enumerate(tools):

@@ -10,13 +10,11 @@ from bundlectl.catalog import ToolRef, agent_row, search
 from bundlectl.describe import first_line, tool_flags
 from bundlectl.errors import UsageError
 from bundlectl.models import ToolSpec
-from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, out
+from bundlectl.output import JSON_FORMAT_VERSION, Detail, Format, emit_json, out
 from bundlectl.project import Resolution, load_project, resolve_project
 
 if TYPE_CHECKING:
     from bundlectl.executor.live import Drift
-
-DETAILS = ("name", "summary", "full")
 
 
 def select(
@@ -47,12 +45,10 @@ def run(
     agent: str | None,
     server: str | None,
     query: str | None,
-    detail: str,
+    detail: Detail,
     fmt: Format,
     live: bool = False,
 ) -> int:
-    if detail not in DETAILS:
-        raise UsageError(f"unknown detail {detail!r}", hint=f"use one of {', '.join(DETAILS)}")
     resolution = resolve_project(load_project(config))
     if live:
         return run_live(resolution, server=server, fmt=fmt)
@@ -94,7 +90,7 @@ def _spec(ref: ToolRef) -> ToolSpec:
     return ref.spec
 
 
-def _as_json(ref: ToolRef, spec: ToolSpec, effect: str | None, detail: str) -> dict[str, Any]:
+def _as_json(ref: ToolRef, spec: ToolSpec, effect: str | None, detail: Detail) -> dict[str, Any]:
     item: dict[str, Any] = {"name": ref.qualified, "server": ref.server, "tool": ref.tool}
     if effect is not None:
         item["decision"] = effect
