@@ -7,13 +7,17 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
 
-from bundlectl.errors import BundlectlError
+from bundlectl.arguments import DuplicateKeyError, loads_strict
+from bundlectl.errors import BundlectlError, UsageError
 from bundlectl.executor.call import CallOutcome, CallRequest, perform
 from bundlectl.executor.connect import Target, connect
+from bundlectl.executor.pipeline import Pipeline, default_agent
+from bundlectl.patterns import parse_tool_name
 
 
 @dataclass
@@ -26,7 +30,7 @@ class BatchItem:
     call: dict[str, str] | None = None  # agent/server/tool as far as the line said
 
 
-async def run_batch(
+async def run_items(
     items: list[BatchItem],
     targets: dict[str, Target],
     emit: Callable[[BatchItem, CallOutcome | None], None],
@@ -75,3 +79,84 @@ async def run_batch(
 def write_line(data: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
     sys.stdout.flush()
+
+
+def read_batch(
+    path: Path, pipeline: Pipeline, *, agent: str | None, timeout: float | None, quiet: bool
+) -> tuple[list[BatchItem], dict[str, Target]]:
+    """Each line decided by the policy now; what is allowed becomes a request. A bad line is an
+    error for that line only (with its number), never for the batch."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    items: list[BatchItem] = []
+    targets: dict[str, Target] = {}
+    for number, line in enumerate(lines, start=1):
+        if line.strip():
+            where = (path, number)
+            items.append(
+                _item(where, line, pipeline, targets, agent=agent, timeout=timeout, quiet=quiet)
+            )
+    return items, targets
+
+
+def _item(
+    where: tuple[Path, int],
+    line: str,
+    pipeline: Pipeline,
+    targets: dict[str, Target],
+    *,
+    agent: str | None,
+    timeout: float | None,
+    quiet: bool,
+) -> BatchItem:
+    path, number = where
+    call: dict[str, str] | None = None
+    try:
+        entry = loads_strict(line)
+        if not isinstance(entry, dict) or not isinstance(entry.get("tool"), str):
+            raise UsageError('each line must be an object with a "tool"')
+        arguments = entry.get("arguments") or {}
+        if not isinstance(arguments, dict):
+            raise UsageError('"arguments" must be an object')
+        who = default_agent(entry.get("agent") or agent)
+        server, name = parse_tool_name(entry["tool"])
+        call = {"agent": who, "server": server, "tool": name}
+        if server not in targets:
+            targets[server] = pipeline.target(server, quiet=quiet)
+        decision = pipeline.decide(who, server, name)
+        limit = timeout if timeout is not None else float(targets[server].spec.timeout)
+        return BatchItem(number, CallRequest(who, server, name, decision, [], arguments, limit))
+    except json.JSONDecodeError as exc:
+        error = UsageError(f"{path}:{number}:{exc.colno}: invalid JSON: {exc.msg}")
+        return BatchItem(number, None, error)
+    except DuplicateKeyError as exc:
+        return BatchItem(number, None, UsageError(f"{path}:{number}: {exc}"))
+    except BundlectlError as exc:
+        return BatchItem(number, None, exc, call)
+
+
+def batch_line(item: BatchItem, outcome: CallOutcome | None) -> tuple[dict[str, Any], int]:
+    """One output line of a batch, and its exit code."""
+    from bundlectl.executor.render import result_json
+
+    error = item.error if outcome is None else outcome.error
+    data: dict[str, Any] = {"line": item.line, **(item.call or {})}
+    if item.request is not None:
+        req = item.request
+        data.update(
+            agent=req.agent,
+            server=req.server,
+            tool=req.tool,
+            decision=req.decision.effect,
+            rule=req.decision.rule.pattern if req.decision.rule else None,
+        )
+    if outcome is not None:
+        data["duration_ms"] = round(outcome.duration_ms, 1)
+    if error is not None:
+        data["error"] = {"exit_code": error.exit_code, "message": error.message}
+        return data, error.exit_code
+    assert outcome is not None
+    data["result"] = result_json(outcome.result)
+    return data, 1 if outcome.result.is_error else 0

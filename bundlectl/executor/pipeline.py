@@ -1,0 +1,153 @@
+"""The call pipeline every front door shares (`exec`, `exec --batch`, and the gateway to come).
+
+decide → confirm `ask` → (start/connect → check the tool → validate → call: `executor.call`)
+→ audit. A front door supplies what differs between them through two small interfaces: who
+confirms an `ask` rule (a terminal prompt, `--yes`, an MCP elicitation) and where audit records go.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from bundlectl import audit
+from bundlectl.errors import PolicyDenied, UsageError
+from bundlectl.output import err
+from bundlectl.policy import Decision
+from bundlectl.project import Resolution
+
+if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowed the call
+    from bundlectl.executor.connect import Target
+
+DEFAULT_AGENT = "default"
+
+# Asks a human whether an `ask` rule's call may go ahead; True: it may.
+Confirmer = Callable[[Decision], bool]
+
+
+class AuditSink(Protocol):
+    """Where the record of each decision and its outcome goes."""
+
+    def record(
+        self,
+        decision: Decision,
+        outcome: str,
+        duration_ms: float,
+        arguments: dict[str, Any] | None,
+    ) -> None: ...
+
+
+def default_agent(agent: str | None) -> str:
+    """The calling agent: as given, else $BUNDLECTL_AGENT, else `default` (`policy.default`)."""
+    return agent or os.environ.get("BUNDLECTL_AGENT") or DEFAULT_AGENT
+
+
+@dataclass
+class AuditLog:
+    """The audit log file (SPEC 4.2): digests of the lock, the policy and the arguments; never
+    argument values. A log that cannot be written is a warning, never a failed call."""
+
+    resolution: Resolution
+
+    def record(
+        self,
+        decision: Decision,
+        outcome: str,
+        duration_ms: float,
+        arguments: dict[str, Any] | None,
+    ) -> None:
+        rule = decision.rule
+        entry = audit.AuditRecord(
+            agent=decision.agent,
+            server=decision.server,
+            tool=decision.tool,
+            decision=decision.effect,
+            rule=rule.pattern if rule else None,
+            rule_source=str(rule.origin) if rule else None,
+            lock_digest=audit.lock_digest(self.resolution.project.lock_path),
+            # The policy that decided: the config as loaded now, whether or not the lock is fresh.
+            policy_digest=self.resolution.lock.policy_digest,
+            outcome=outcome,
+            duration_ms=duration_ms,
+            arguments_sha256=audit.arguments_digest(arguments),
+        )
+        from bundlectl import userconfig
+
+        try:
+            audit.append(entry, userconfig.load().audit.path)
+        except OSError as exc:
+            err(f"warning: could not write the audit log: {exc}")
+
+
+def terminal_confirmer() -> Confirmer | None:
+    """A y/N prompt on the terminal, or None when no one is there to answer (CI, pipes)."""
+    ci = os.environ.get("CI", "").lower() not in ("", "0", "false")
+    if ci or not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return None
+
+    def confirm(decision: Decision) -> bool:
+        assert decision.rule is not None
+        sys.stderr.write(
+            f"agent {decision.agent!r} wants to call {decision.qualified} "
+            f"({decision.rule.label}, {decision.rule.origin}). Allow? [y/N] "
+        )
+        sys.stderr.flush()
+        return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+    return confirm
+
+
+def always_yes(decision: Decision) -> bool:
+    """`--yes`: every `ask` rule is confirmed in advance."""
+    return True
+
+
+@dataclass
+class Pipeline:
+    """The policy side of every call: decisions, confirmation, targets, audit."""
+
+    resolution: Resolution
+    audit: AuditSink
+    confirm: Confirmer | None  # None: an `ask` rule cannot be confirmed, so it denies
+
+    def decide(self, agent: str, server: str, tool: str) -> Decision:
+        """The decision, confirmed where an ask rule needs it; a denial is audited and raised
+        (exit 3) before anything starts."""
+        compiled = self.resolution.policy.agent(agent)
+        decision = compiled.decide(server, tool, interactive=self.confirm is not None)
+        if decision.effect == "deny":
+            self.audit.record(decision, "denied", 0.0, None)
+            raise PolicyDenied(
+                f"agent {agent!r} may not call {server}.{tool}: {decision.reason}",
+                hint=f"bundlectl policy explain --agent {agent} {server}.{tool}",
+            )
+        if decision.effect == "ask" and self.confirm is not None and not self.confirm(decision):
+            self.audit.record(decision, "denied-by-user", 0.0, None)
+            raise PolicyDenied(f"{server}.{tool} was not confirmed; nothing was started")
+        return decision
+
+    def target(self, server: str, *, quiet: bool = False) -> Target:
+        """The configured server to call (its stderr to a log file when `quiet`)."""
+        from bundlectl import paths
+        from bundlectl.executor.connect import Target
+
+        merged = self.resolution.merged.servers.get(server)
+        if merged is None:
+            known = ", ".join(self.resolution.merged.servers) or "none"
+            raise UsageError(
+                f"no server {server!r} in the resolved configuration", hint=f"servers: {known}"
+            )
+        if merged.spec.disabled:
+            raise UsageError(
+                f"server {server!r} is disabled",
+                hint=f"set servers.{server}.disabled: false to use it",
+            )
+        return Target(
+            server,
+            merged.spec,
+            self.resolution.project.root,
+            log_file=paths.state_dir() / "logs" / f"{server}.log" if quiet else None,
+        )
