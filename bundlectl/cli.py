@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -34,6 +35,31 @@ policy_app = typer.Typer(
 )
 app.add_typer(policy_app, name="policy")
 
+
+@dataclass
+class Invocation:
+    """What one run of the CLI was asked for before the command: carried in typer's context
+    (never written to os.environ, so nothing leaks into the next in-process `main()`)."""
+
+    config: Path | None = None  # `bundlectl -c FILE COMMAND`
+    debug: bool = False
+    fast_exit: bool = False  # the console script leaves with os._exit (see `entry`)
+
+
+def _invocation(ctx: typer.Context) -> Invocation:
+    found = ctx.find_object(Invocation)
+    return found if found is not None else Invocation()
+
+
+def _config(ctx: typer.Context, value: Path | None) -> Path | None:
+    """A command's --config: its own -c, else the one before the command, else
+    $BUNDLECTL_CONFIG, else None (the nearest bundlectl.yaml upwards)."""
+    source = ctx.get_parameter_source("config")  # typer vendors click: compare by name
+    given = source is not None and source.name == "COMMANDLINE"
+    root = _invocation(ctx).config
+    return value if given or root is None else root
+
+
 ConfigOpt = Annotated[
     Path | None,
     typer.Option(
@@ -41,6 +67,7 @@ ConfigOpt = Annotated[
         "-c",
         envvar="BUNDLECTL_CONFIG",
         dir_okay=False,
+        callback=_config,
         help="Path to bundlectl.yaml (default: nearest one upwards).",
     ),
 ]
@@ -58,6 +85,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     config: Annotated[
         Path | None,
         typer.Option(
@@ -77,10 +105,9 @@ def _root(
         ),
     ] = False,
 ) -> None:
-    if debug:
-        os.environ["BUNDLECTL_DEBUG"] = "1"
-    if config is not None:  # `bundlectl -c FILE cmd` works like `bundlectl cmd -c FILE`
-        os.environ["BUNDLECTL_CONFIG"] = str(config)
+    invocation = _invocation(ctx)
+    invocation.debug = debug
+    invocation.config = config  # `bundlectl -c FILE cmd` works like `bundlectl cmd -c FILE`
 
 
 @app.command()
@@ -365,6 +392,8 @@ def exec_(
     ] = None,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
+    *,
+    ctx: typer.Context,
 ) -> int:
     """Make one policy-checked tool call (or a batch): denied calls start nothing."""
     from bundlectl.commands import exec as cmd
@@ -382,6 +411,7 @@ def exec_(
         output_dir=output_dir,
         quiet=quiet,
         batch=batch,
+        fast_exit=_invocation(ctx).fast_exit,
     )
 
 
@@ -448,15 +478,16 @@ def lint(
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, fast_exit: bool = False) -> int:
     """Run the CLI and return its exit code; every expected failure ends in a message."""
     # pydantic scans every installed distribution for plugins on first use (~20 ms); bundlectl
     # uses none. Users can still opt in by setting the variable themselves.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     from bundlectl.errors import BundlectlError
 
+    invocation = Invocation(fast_exit=fast_exit)
     try:
-        result = app(args=argv, prog_name="bundlectl", standalone_mode=False)
+        result = app(args=argv, prog_name="bundlectl", standalone_mode=False, obj=invocation)
     except typer.Exit as exc:
         return exc.exit_code
     except typer.Abort:
@@ -471,15 +502,20 @@ def main(argv: list[str] | None = None) -> int:
     except BundlectlError as exc:
         from bundlectl import report
 
-        return report.failure(exc)
+        return report.failure(exc, debug=_debug(invocation))
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
     except Exception as exc:
         from bundlectl import report
 
-        return report.crash(exc)
+        return report.crash(exc, debug=_debug(invocation))
     return result if isinstance(result, int) else 0
+
+
+def _debug(invocation: Invocation) -> bool:
+    # --debug, or $BUNDLECTL_DEBUG when the command line failed before it was read.
+    return invocation.debug or os.environ.get("BUNDLECTL_DEBUG", "") not in ("", "0")
 
 
 def entry() -> None:
@@ -488,10 +524,7 @@ def entry() -> None:
     Tearing down the MCP SDK's ~1,500 pydantic models at interpreter exit takes about 0.3 s and
     achieves nothing for a finished command, so once everything is flushed we leave at once.
     """
-    from bundlectl import runtime
-
-    runtime.FAST_EXIT = True
-    code = main()
+    code = main(fast_exit=True)
     if "mcp" in sys.modules:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import traceback
@@ -11,13 +10,9 @@ from bundlectl import __version__, paths
 from bundlectl.errors import BundlectlError
 
 
-def _debug() -> bool:
-    return os.environ.get("BUNDLECTL_DEBUG", "") not in ("", "0")
-
-
-def failure(exc: BundlectlError) -> int:
+def failure(exc: BundlectlError, *, debug: bool = False) -> int:
     """`error: …` lines (one per problem), then `hint: …`; the error's exit code."""
-    if _debug():
+    if debug:
         traceback.print_exc()
     if exc.problems:
         for problem in exc.problems:
@@ -34,10 +29,10 @@ def failure(exc: BundlectlError) -> int:
     return exc.exit_code
 
 
-def crash(exc: BaseException) -> int:
+def crash(exc: BaseException, *, debug: bool = False) -> int:
     """A bug: one line, and the full report in a file ready to attach to an issue."""
     report = "".join(traceback.format_exception(exc))
-    if _debug():
+    if debug:
         sys.stderr.write(report)
     target = paths.state_dir() / "crash.log"
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -101,12 +102,25 @@ def test_config_option_before_or_after_the_command(
     other = project / "elsewhere"
     other.mkdir()
     (other / "team.yaml").write_text("version: 1\nbundles: [basic]\n")
-    monkeypatch.delenv("BUNDLECTL_CONFIG", raising=False)
     before = run("-c", str(other / "team.yaml"), "resolve")
     assert before.code == 0, before.err
-    monkeypatch.delenv("BUNDLECTL_CONFIG", raising=False)
     after = run("resolve", "-c", str(other / "team.yaml"))
     assert after.out == before.out
+    # Nothing leaks into the next run in the same process (no config here, and no --debug).
+    assert "BUNDLECTL_CONFIG" not in os.environ and "BUNDLECTL_DEBUG" not in os.environ
+    assert run("resolve").err_lines[0].startswith("error: no bundlectl.yaml in ")
+    # -c before the command beats $BUNDLECTL_CONFIG; -c after the command beats both.
+    (other / "env.yaml").write_text("version: 1\nbundles: []\n")
+    monkeypatch.setenv("BUNDLECTL_CONFIG", str(other / "env.yaml"))
+    assert run("resolve").out != before.out
+    assert run("-c", str(other / "team.yaml"), "resolve").out == before.out
+    both = run("-c", str(other / "env.yaml"), "resolve", "-c", str(other / "team.yaml"))
+    assert both.out == before.out
+
+
+def test_debug_shows_the_traceback_for_this_run_only(project: Path, run: Run) -> None:
+    assert "Traceback" in run("--debug", "resolve").err
+    assert "Traceback" not in run("resolve").err
 
 
 def test_a_broken_lock_says_how_to_recover(project: Path, run: Run) -> None:

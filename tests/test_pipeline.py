@@ -75,14 +75,11 @@ def test_ask_goes_to_the_confirmer(resolution: Any, answer: bool, outcome: str |
     assert Pipeline(resolution, sink, always_yes).decide("writer", "files", "write_file")
 
 
-def test_targets(resolution: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_targets(resolution: Any) -> None:
     pipeline = Pipeline(resolution, Recorded(), None)
     assert pipeline.target("files").builtin == "files"
     with pytest.raises(UsageError, match="disabled"):
         pipeline.target("off")
     with pytest.raises(UsageError, match="no server 'nope'"):
         pipeline.target("nope")
-    monkeypatch.setenv("BUNDLECTL_AGENT", "from-env")
-    assert (default_agent("given"), default_agent(None)) == ("given", "from-env")
-    monkeypatch.delenv("BUNDLECTL_AGENT")
-    assert default_agent(None) == "default"
+    assert (default_agent("given"), default_agent(None)) == ("given", "default")

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bundlectl import runtime
 from bundlectl.arguments import load_json_args, split_pairs
 from bundlectl.errors import BundlectlError, Interrupted, UsageError
 from bundlectl.executor.pipeline import (
@@ -54,7 +53,10 @@ def run(
     output_dir: Path | None,
     quiet: bool,
     batch: Path | None,
+    fast_exit: bool = False,
 ) -> int:
+    """`fast_exit`: the process leaves with os._exit once the command returns, so a finished
+    stdio server's shutdown may be left to the detached watchdog."""
     if batch is not None:
         if tool or pairs or args_json:
             raise UsageError("--batch takes its calls from the file; give no tool or arguments")
@@ -99,6 +101,7 @@ def run(
             whole=timeout,
             fmt=fmt,
             output_dir=output_dir,
+            detach=fast_exit,
         )
 
 
@@ -112,6 +115,7 @@ def _call(
     whole: float | None,
     fmt: Format,
     output_dir: Path | None,
+    detach: bool,
 ) -> int:
     """Connect, call, print (before the server's shutdown), audit; the exit code."""
     from bundlectl.executor import runner
@@ -121,7 +125,7 @@ def _call(
 
     def show(outcome: CallOutcome) -> None:
         printed["code"] = _print(outcome, fmt, output_dir)
-        if child is not None and runtime.FAST_EXIT:
+        if child is not None and detach:
             child.detach = True  # the rest of the shutdown need not hold the user up
 
     async def go() -> CallOutcome:

@@ -41,8 +41,9 @@ class AuditSink(Protocol):
 
 
 def default_agent(agent: str | None) -> str:
-    """The calling agent: as given, else $BUNDLECTL_AGENT, else `default` (`policy.default`)."""
-    return agent or os.environ.get("BUNDLECTL_AGENT") or DEFAULT_AGENT
+    """The calling agent: as given (`--agent`, which typer also reads from $BUNDLECTL_AGENT),
+    else `default`, which `policy.default` governs unless an agent of that name is listed."""
+    return agent or DEFAULT_AGENT
 
 
 @dataclass
