@@ -500,16 +500,16 @@ def main(argv: list[str] | None = None, *, fast_exit: bool = False) -> int:
             sys.stderr.write(f"error: {exc.format_message()}\n")
         return exc.exit_code
     except BundlectlError as exc:
-        from bundlectl import report
+        from bundlectl import error_handler
 
-        return report.failure(exc, debug=_debug(invocation))
+        return error_handler.failure(exc, debug=_debug(invocation))
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
     except Exception as exc:
-        from bundlectl import report
+        from bundlectl import error_handler
 
-        return report.crash(exc, debug=_debug(invocation))
+        return error_handler.crash(exc, debug=_debug(invocation))
     return result if isinstance(result, int) else 0
 
 

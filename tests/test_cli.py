@@ -42,12 +42,12 @@ def test_help_and_version(run: Run) -> None:
 def test_bugs_end_in_one_line_and_a_report(
     isolated_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from bundlectl import report
+    from bundlectl import error_handler
 
     try:
         {}["missing"]  # a real bug, raised for real
     except KeyError as exc:
-        code = report.crash(exc)
+        code = error_handler.crash(exc)
     err = capsys.readouterr().err
     assert code == 70
     assert err.startswith("internal error: KeyError: 'missing' — report written to ")

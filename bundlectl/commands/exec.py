@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bundlectl.arguments import load_json_args, split_pairs
 from bundlectl.errors import BundlectlError, Interrupted, UsageError
+from bundlectl.executor.arguments import load_json_args, split_pairs
 from bundlectl.executor.pipeline import (
     AuditLog,
     Pipeline,

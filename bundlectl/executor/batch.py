@@ -12,8 +12,8 @@ from typing import Any
 
 import anyio
 
-from bundlectl.arguments import DuplicateKeyError, loads_strict
 from bundlectl.errors import BundlectlError, UsageError
+from bundlectl.executor.arguments import DuplicateKeyError, loads_strict
 from bundlectl.executor.call import CallOutcome, CallRequest, perform
 from bundlectl.executor.connect import Target, connect
 from bundlectl.executor.pipeline import Pipeline, default_agent

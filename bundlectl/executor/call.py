@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bundlectl.arguments import build_arguments, validate
 from bundlectl.errors import BundlectlError
 from bundlectl.executor import runner
+from bundlectl.executor.arguments import build_arguments, validate
 from bundlectl.executor.connect import Target, classify, list_all_tools, missing_tool
 from bundlectl.executor.stdio import Child
 from bundlectl.policy import Decision

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from bundlectl import audit
 from bundlectl.errors import PolicyDenied, UsageError
+from bundlectl.executor import audit
 from bundlectl.output import err
 from bundlectl.policy import Decision
 from bundlectl.project import Resolution
@@ -75,7 +75,7 @@ class AuditLog:
             duration_ms=duration_ms,
             arguments_sha256=audit.arguments_digest(arguments),
         )
-        from bundlectl import userconfig
+        from bundlectl.executor import userconfig
 
         try:
             audit.append(entry, userconfig.load().audit.path)

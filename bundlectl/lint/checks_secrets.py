@@ -13,7 +13,6 @@ from bundlectl.lint.context import Context, at
 from bundlectl.lint.rules import Finding
 from bundlectl.models import ServerSpec
 from bundlectl.requirements import requirement_name
-from bundlectl.yamlio import YamlDoc
 
 _TOKENS = [
     ("a GitHub token", re.compile(r"\b(gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})")),
@@ -66,18 +65,9 @@ def _server_values(spec: ServerSpec) -> Iterator[tuple[tuple[str | int, ...], st
         yield ("url",), "url", spec.url
 
 
-def _servers(ctx: Context) -> Iterator[tuple[YamlDoc, str, ServerSpec]]:
-    if ctx.config is not None and ctx.config_model is not None:
-        for name, spec in ctx.config_model.servers.items():
-            yield ctx.config.doc, name, spec
-    for linted, manifest in ctx.manifests():
-        for name, spec in manifest.servers.items():
-            yield linted.doc, name, spec
-
-
 def plaintext_secrets(ctx: Context) -> Iterator[Finding]:
     """BCL301. The message never repeats the secret."""
-    for doc, name, spec in _servers(ctx):
+    for doc, name, spec in ctx.servers():
         for path, key, value in _server_values(spec):
             kind = _secret_kind(key, value)
             if kind:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from bundlectl.lint.checks_secrets import _servers
 from bundlectl.lint.context import Context, at
 from bundlectl.lint.rules import Finding
 
@@ -71,7 +70,7 @@ def _image_index(args: list[str]) -> int:
 
 def unpinned(ctx: Context) -> Iterator[Finding]:
     """BCL401."""
-    for doc, name, spec in _servers(ctx):
+    for doc, name, spec in ctx.servers():
         if spec.transport != "stdio" or not spec.command:
             continue
         found = _package_index(spec.command, spec.args)

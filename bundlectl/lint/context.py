@@ -11,7 +11,7 @@ from bundlectl.lint.rules import RULES, Finding
 from bundlectl.yamlio import YamlDoc, YamlPath, format_path
 
 if TYPE_CHECKING:
-    from bundlectl.models import BundleManifest, ProjectConfig
+    from bundlectl.models import BundleManifest, ProjectConfig, ServerSpec
     from bundlectl.project import Project, Resolution
 
 
@@ -43,6 +43,16 @@ class Context:
         for f in self.files:
             if f.kind == "manifest" and f.model is not None:
                 yield f, f.model
+
+    def servers(self) -> Iterator[tuple[YamlDoc, str, ServerSpec]]:
+        """Every server written in the files under lint: the config's, then the manifests'."""
+        config, model = self.config, self.config_model
+        if config is not None and model is not None:
+            for name, spec in model.servers.items():
+                yield config.doc, name, spec
+        for linted, manifest in self.manifests():
+            for name, spec in manifest.servers.items():
+                yield linted.doc, name, spec
 
     @property
     def config_model(self) -> ProjectConfig | None:

@@ -1,4 +1,5 @@
-"""Turn errors into what the user sees: positioned lines, a hint, or a crash report."""
+"""The error funnel: expected failures become positioned lines, a hint and an exit code; a bug
+becomes one line and a crash report."""
 
 from __future__ import annotations
 
