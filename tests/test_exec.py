@@ -28,7 +28,8 @@ servers:
   kitchen:
     command: {PY}
     args: ["{SERVERS / "kitchen.py"}"]
-    env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}", GREETING: "${{GREETING:-hello}}"}}
+    env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}", GREETING: "${{GREETING:-hello}}",
+          KITCHEN_LOG: "${{KITCHEN_LOG:-}}"}}
     timeout: 20
   crash: {{command: {PY}, args: ["{SERVERS / "misbehave.py"}", crash]}}
   hang:
@@ -587,23 +588,28 @@ def test_sigint_while_connecting_leaves_nothing_behind(kitchen: Path, starts: Pa
     assert gone(server, within=0.5) and gone(grandchild, within=0.5)
 
 
-def test_sigterm_shuts_down_cleanly(kitchen: Path, starts: Path) -> None:
+def test_sigterm_shuts_down_cleanly(
+    kitchen: Path, starts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "kitchen.log"
+    monkeypatch.setenv("KITCHEN_LOG", str(log))
     proc = subprocess.Popen(
         [PY, "-m", "bundlectl", "exec", "-a", "reader", "kitchen.sleep", "seconds=60"],
         cwd=kitchen,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + 20
-    while not pids(starts) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 30
+    while "sleep started" not in (log.read_text() if log.exists() else ""):  # the call is on
+        assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.05)
-    time.sleep(1.5)  # connected and sleeping
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 130, err
     assert b"stopped by SIGTERM" in err
     [pid] = pids(starts)
     assert gone(pid, within=0.5)
+    assert "sleep cancelled" in log.read_text()  # the call ended in the server, not mid-air
 
 
 def test_sigterm_during_a_streamable_http_call_cancels_it_and_ends_the_session(
