@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -118,6 +119,36 @@ def wait_for_port(port: int, within: float = 20.0) -> None:
     raise AssertionError(f"nothing listens on 127.0.0.1:{port}")
 
 
+@contextlib.contextmanager
+def listening(argv: list[str], env: dict[str, str] | None = None) -> Iterator[int]:
+    """Run an HTTP server `argv + ["--port", PORT]` on a free loopback port until the block ends."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [*argv, "--port", str(port)],
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def remote_config(project: Path, name: str, port: int) -> None:
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          {name}: {{transport: streamable-http, url: "http://127.0.0.1:{port}/mcp"}}
+        policy: {{default: allow}}
+        """,
+    )
+
+
 def audit_lines(home: Path) -> list[dict[str, object]]:
     path = home / "state" / "audit.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -219,16 +250,8 @@ def test_real_third_party_servers(project: Path, run: Run) -> None:
 @pytest.fixture
 def http_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, int]]:
     transport = request.param
-    port = free_port()
-    proc = subprocess.Popen(
-        [PY, str(SERVERS / "kitchen.py"), "--transport", transport, "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_for_port(port)
-    yield transport, port
-    proc.terminate()
-    proc.wait(10)
+    with listening([PY, str(SERVERS / "kitchen.py"), "--transport", transport]) as port:
+        yield transport, port
 
 
 @pytest.mark.parametrize("http_server", ["sse", "streamable-http"], indirect=True)
@@ -616,25 +639,10 @@ def test_sigterm_during_a_streamable_http_call_cancels_it_and_ends_the_session(
     project: Path, tmp_path: Path
 ) -> None:
     log = tmp_path / "requests.log"
-    port = free_port()
-    server = subprocess.Popen(
-        [PY, str(SERVERS / "kitchen.py"), "--transport", "streamable-http", "--port", str(port)],
-        # The 2025-11-25 handshake: a session that the client must end with DELETE.
-        env={**os.environ, "KITCHEN_LOG": str(log), "KITCHEN_LEGACY": "1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port)
-        write(
-            project / "bundlectl.yaml",
-            f"""
-            version: 1
-            servers:
-              remote: {{transport: streamable-http, url: "http://127.0.0.1:{port}/mcp"}}
-            policy: {{default: allow}}
-            """,
-        )
+    kitchen = [PY, str(SERVERS / "kitchen.py"), "--transport", "streamable-http"]
+    # The 2025-11-25 handshake: a session that the client must end with DELETE.
+    with listening(kitchen, {"KITCHEN_LOG": str(log), "KITCHEN_LEGACY": "1"}) as port:
+        remote_config(project, "remote", port)
         call = subprocess.Popen(
             [PY, "-m", "bundlectl", "exec", "remote.sleep", "seconds=60"],
             cwd=project,
@@ -655,9 +663,6 @@ def test_sigterm_during_a_streamable_http_call_cancels_it_and_ends_the_session(
         events = log.read_text().splitlines()
         assert "sleep cancelled" in events  # the server was told to stop the call
         assert "DELETE /mcp" in events  # and the session was ended
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 # --- batch ---------------------------------------------------------------------------------------
@@ -858,43 +863,14 @@ def test_bundlectl_server_over_streamable_http(project: Path, run: Run, tmp_path
     served = tmp_path / "served"
     served.mkdir()
     (served / "note.txt").write_text("served over http\n")
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            PY,
-            "-m",
-            "bundlectl",
-            "server",
-            "files",
-            "--root",
-            str(served),
-            "--transport",
-            "streamable-http",
-            "--port",
-            str(port),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port)
-        write(
-            project / "bundlectl.yaml",
-            f"""
-            version: 1
-            servers:
-              remote-files: {{transport: streamable-http, url: "http://127.0.0.1:{port}/mcp"}}
-            policy: {{default: allow}}
-        """,
-        )
+    server = [PY, "-m", "bundlectl", "server", "files", "--root", str(served)]
+    with listening([*server, "--transport", "streamable-http"]) as port:
+        remote_config(project, "remote-files", port)
         result = run("exec", "remote-files.read_file", "path=note.txt")
         assert (result.code, result.out) == (0, "served over http\n")
         outside = run("exec", "remote-files.read_file", "path=../note.txt")
         assert outside.code == 1
         assert "is outside the root folder" in outside.err
-    finally:
-        proc.terminate()
-        proc.wait(10)
     assert run("server", "nope").code == 2
 
 
