@@ -16,6 +16,8 @@ class Problem:
     yaml_path: str = ""
     hint: str | None = None
     code: str = ""  # what kind of problem (pydantic error type, or ours), for lint rules
+    end_line: int = 0  # where the offending node ends (0: a point, at line:column)
+    end_column: int = 0
 
     def render(self) -> str:
         where = f"{self.file}:{self.line}:{self.column}: "

@@ -85,7 +85,16 @@ class YamlDoc:
     ) -> Problem:
         """A problem positioned at the node on `path`."""
         at = self.span(path, key=key)
-        return Problem(self.file, at.line, at.column, message, format_path(path), hint)
+        return Problem(
+            self.file,
+            at.line,
+            at.column,
+            message,
+            format_path(path),
+            hint,
+            end_line=at.end_line,
+            end_column=at.end_column,
+        )
 
 
 def format_path(path: YamlPath) -> str:

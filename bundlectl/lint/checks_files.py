@@ -56,7 +56,7 @@ def _classify(linted: LintedFile) -> Iterator[Finding]:
                 anchor=plain.text,
             )
             continue
-        yield from_problem(rule, problem, doc)
+        yield from_problem(rule, problem)
 
 
 def _path_parts(text: str) -> list[str | int]:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from bundlectl.catalog import Catalog
 from bundlectl.errors import ResolutionError
-from bundlectl.lint.context import Context, at
+from bundlectl.lint.context import Context, at, from_problem
 from bundlectl.lint.rules import Finding
 from bundlectl.patterns import split_rule
 from bundlectl.requirements import requirement_name
@@ -79,14 +79,10 @@ def invalid_extends(ctx: Context) -> Iterator[Finding]:
         return
     from bundlectl.policy import extends_problems
 
-    docs = {f.doc.file: f.doc for f in ctx.files}
+    linted = {f.doc.file for f in ctx.files}
     for problem in extends_problems(ctx.resolution.merged.agents):
-        doc = docs.get(problem.file)
-        if doc is None:
-            continue  # in a manifest that is not under lint
-        from bundlectl.lint.context import from_problem
-
-        yield from_problem("BCL108", problem, doc)
+        if problem.file in linted:  # not in a manifest outside the lint targets
+            yield from_problem("BCL108", problem)
 
 
 def lock_drift(ctx: Context) -> Iterator[Finding]:

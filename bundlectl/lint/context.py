@@ -87,23 +87,16 @@ def at(
     )
 
 
-def from_problem(rule: str, problem: Problem, doc: YamlDoc | None = None) -> Finding:
+def from_problem(rule: str, problem: Problem) -> Finding:
     """A finding from a positioned problem of the loader or validator."""
-    end_line, end_column = problem.line, problem.column
-    if doc is not None:
-        for spans in (doc.keys, doc.values):
-            for span in spans.values():
-                if (span.line, span.column) == (problem.line, problem.column):
-                    end_line, end_column = span.end_line, span.end_column
-                    break
     return Finding(
         rule,
         problem.message,
         problem.file,
         problem.line,
         problem.column,
-        end_line,
-        end_column,
+        problem.end_line or problem.line,
+        problem.end_column or problem.column,
         problem.yaml_path,
         RULES[rule].severity,
         problem.hint or RULES[rule].hint,
