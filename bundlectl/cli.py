@@ -416,6 +416,25 @@ def exec_(
 
 
 @app.command()
+def serve(
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent",
+            "-a",
+            envvar="BUNDLECTL_AGENT",
+            help="The agent whose policy applies (default: 'default').",
+        ),
+    ] = None,
+    config: ConfigOpt = None,
+) -> int:
+    """Serve every resolved server's tools to one agent over stdio, policy enforced per call."""
+    from bundlectl.commands import serve as cmd
+
+    return cmd.run(config, agent=agent)
+
+
+@app.command()
 def server(
     name: Annotated[str, typer.Argument(metavar="NAME", help="files or review.")],
     root: Annotated[

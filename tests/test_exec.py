@@ -414,7 +414,7 @@ def test_denied_call_starts_nothing_and_is_audited(
         ("writer", "write_file", "deny", "denied"),
     ]
     assert records[0]["rule"] == "kitchen.fail"
-    assert records[0]["rule_source"] == "bundlectl.yaml:30:80"
+    assert records[0]["rule_source"] == "bundlectl.yaml:31:80"
     yes = run("exec", "--agent", "writer", "files.write_file", "path=a.txt", "content=x", "--yes")
     assert yes.code == 0 and (project / "a.txt").read_text() == "x"
 
@@ -440,7 +440,9 @@ def test_audit_never_holds_argument_values_or_secrets(
         "outcome",
         "duration_ms",
         "arguments_sha256",
+        "via",
     }
+    assert record["via"] == "exec"
     assert record["outcome"] == "ok" and str(record["arguments_sha256"]).startswith("sha256:")
 
 

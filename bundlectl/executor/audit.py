@@ -41,6 +41,7 @@ class AuditRecord:
     outcome: str
     duration_ms: float
     arguments_sha256: str | None
+    via: str = "exec"  # the front door: exec, or serve
 
     def as_json(self) -> str:
         data = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **vars(self)}

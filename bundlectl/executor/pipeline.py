@@ -52,6 +52,7 @@ class AuditLog:
     argument values. A log that cannot be written is a warning, never a failed call."""
 
     resolution: Resolution
+    via: str = "exec"
 
     def record(
         self,
@@ -74,6 +75,7 @@ class AuditLog:
             outcome=outcome,
             duration_ms=duration_ms,
             arguments_sha256=audit.arguments_digest(arguments),
+            via=self.via,
         )
         from bundlectl.executor import userconfig
 

@@ -1,0 +1,303 @@
+"""`bundlectl serve`: one MCP server in front of every resolved server, enforcing one agent's
+policy at run time (SPEC 7). This slice serves one agent over stdio in direct mode.
+
+Direct mode: `tools/list` holds the tools the agent may call (allow or ask), named
+`server__tool`, with their definitions passed through; a denied tool is invisible and calling it
+answers exactly as calling a tool that does not exist (the audit log records the real reason).
+Every call goes through the pipeline `exec` uses — decide, validate, call with the server's
+timeout, audit (`via: serve`) — and every failure comes back as a tool result with `isError` and
+a message the model can act on; the gateway never dies of a downstream failure.
+
+Each downstream server is an actor: a task that starts the server on first use, holds its client
+session (entered and left in that one task, as the SDK requires) and runs one call at a time; a
+server whose connection broke is started again on the next call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+import sys
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import mcp_types as types
+from anyio.abc import TaskGroup, TaskStatus
+
+from bundlectl.errors import BundlectlError, ServerError
+from bundlectl.executor.call import CallOutcome, CallRequest, perform
+from bundlectl.executor.connect import Target, connect, list_all_tools
+from bundlectl.executor.pipeline import Pipeline
+from bundlectl.policy import Decision
+
+CONNECT_TIMEOUT = 30.0
+_SAFE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_UNSAFE_CHAR = re.compile(r"[^A-Za-z0-9_-]")
+
+Job = Callable[[Any], Awaitable[Any]]
+
+
+def gateway_name(server: str, tool: str) -> str:
+    """`server__tool`, made client-safe (`^[A-Za-z0-9_-]{1,64}$`): other characters become `_`,
+    and a name that had to change or is too long gets a stable hash suffix, so two tools never
+    share a name."""
+    plain = f"{server}__{tool}"
+    if _SAFE.match(plain):
+        return plain
+    suffix = hashlib.sha256(plain.encode()).hexdigest()[:8]
+    return f"{_UNSAFE_CHAR.sub('_', plain)[:55]}_{suffix}"
+
+
+@dataclass
+class Downstream:
+    """One server behind the gateway: started on first use, warm after, one call at a time."""
+
+    target: Target
+    _inbox: Any = None  # the actor's job queue while it runs
+    _lock: anyio.Lock = field(default_factory=anyio.Lock)
+
+    async def run(self, group: TaskGroup, job: Job) -> Any:
+        """Run `job(client)` on this server's session, starting the server when needed."""
+        async with self._lock:
+            if self._inbox is None:
+                self._inbox = await group.start(self._actor)
+            reply_send, reply = anyio.create_memory_object_stream[tuple[Any, Any]](1)
+            await self._inbox.send((job, reply_send))
+            try:
+                value, error = await reply.receive()
+            except anyio.EndOfStream:  # the actor died under the call
+                self._inbox = None
+                raise ServerError(f"server {self.target.name!r} stopped during the call") from None
+            if isinstance(error, ServerError):  # the connection is gone: start afresh next time
+                await self._stop()
+            if error is not None:
+                raise error
+            return value
+
+    async def _stop(self) -> None:
+        inbox, self._inbox = self._inbox, None
+        if inbox is not None:
+            await inbox.aclose()
+
+    async def _actor(self, *, task_status: TaskStatus[Any]) -> None:
+        send, receive = anyio.create_memory_object_stream[tuple[Job, Any]](1)
+        try:
+            async with connect(self.target, connect_timeout=CONNECT_TIMEOUT) as client:
+                task_status.started(send)
+                async with receive:
+                    async for job, reply in receive:
+                        async with reply:
+                            try:
+                                await reply.send((await job(client), None))
+                            except BundlectlError as exc:
+                                await reply.send((None, exc))
+        finally:
+            self.target.close(wait=0)
+
+
+@dataclass
+class Gateway:
+    """The agent's view of every resolved server, and the calls it makes through them."""
+
+    pipeline: Pipeline
+    agent: str
+    group: TaskGroup
+    quiet: bool = True
+    _servers: dict[str, Downstream] = field(default_factory=dict)
+    _names: dict[str, tuple[str, str]] = field(default_factory=dict)  # gateway name → tool
+
+    def _downstream(self, server: str) -> Downstream:
+        if server not in self._servers:
+            self._servers[server] = Downstream(self.pipeline.target(server, quiet=self.quiet))
+        return self._servers[server]
+
+    def _usable(self, server: str, tool: str) -> Decision | None:
+        """The decision when the agent may call the tool (allow, or ask), else None."""
+        compiled = self.pipeline.resolution.policy.agent(self.agent)
+        decision = compiled.decide(server, tool, interactive=True)
+        return decision if decision.effect != "deny" else None
+
+    async def list_tools(self) -> list[types.Tool]:
+        """The tools the agent may call: declared definitions, or the server's own when it
+        declares none (it is then started to ask)."""
+        tools: list[types.Tool] = []
+        for name, merged in self.pipeline.resolution.merged.servers.items():
+            if merged.spec.disabled:
+                continue
+            if merged.spec.tools:
+                offered = [_declared(spec) for spec in merged.spec.tools]
+            else:
+                try:
+                    offered = await self._downstream(name).run(self.group, list_all_tools)
+                except BundlectlError:
+                    continue  # a server that cannot start offers nothing
+            for tool in offered:
+                public = gateway_name(name, tool.name)
+                # Every tool is known by name, so a call to a denied one is audited for what it
+                # is; only the usable ones are shown.
+                self._names[public] = (name, tool.name)
+                if self._usable(name, tool.name) is not None:
+                    tools.append(tool.model_copy(update={"name": public}))
+        return sorted(tools, key=lambda t: t.name)
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """One call through the pipeline; every failure is a result the model can act on."""
+        if not self._names:
+            await self.list_tools()
+        found = self._names.get(name)
+        if found is None:
+            return _error(f"unknown tool {name!r}; tools/list shows the tools you can call")
+        server, tool = found
+        usable = self._usable(server, tool)
+        if usable is not None and usable.effect == "ask" and self.pipeline.confirm is None:
+            self.pipeline.audit.record(usable, "denied", 0.0, None)
+            return _error(
+                f"{name} needs a person's confirmation ({usable.reason}), and this gateway "
+                "cannot ask one yet; ask the user to run it with `bundlectl exec`"
+            )
+        try:
+            decision = self.pipeline.decide(self.agent, server, tool)
+        except BundlectlError:  # denied (and audited with the reason): said as for no such tool
+            return _error(f"unknown tool {name!r}; tools/list shows the tools you can call")
+        downstream = self._downstream(server)
+        request = CallRequest(
+            self.agent, server, tool, decision, [], arguments, float(downstream.target.spec.timeout)
+        )
+
+        async def call(client: Any) -> CallOutcome:
+            return await perform(client, request, downstream.target)
+
+        try:
+            outcome = await downstream.run(self.group, call)
+        except BundlectlError as exc:
+            self.pipeline.audit.record(decision, "server-error", 0.0, arguments)
+            return _error(_explain(exc))
+        self.pipeline.audit.record(
+            decision, outcome.outcome, outcome.duration_ms, outcome.arguments
+        )
+        if outcome.error is not None:
+            if isinstance(outcome.error, ServerError):
+                await downstream._stop()
+            return _error(_explain(outcome.error))
+        result: types.CallToolResult = outcome.result
+        return result
+
+
+def _declared(spec: Any) -> types.Tool:
+    annotations = spec.annotations or None
+    return types.Tool(
+        name=spec.name,
+        title=spec.title,
+        description=spec.description or None,
+        input_schema=spec.input_schema,
+        output_schema=spec.output_schema,
+        annotations=types.ToolAnnotations(**annotations) if annotations else None,
+    )
+
+
+def _explain(exc: BundlectlError) -> str:
+    return exc.message + (f"\n{exc.hint}" if exc.hint else "")
+
+
+def _error(message: str) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=message)], is_error=True
+    )
+
+
+async def serve_stdio(pipeline: Pipeline, agent: str) -> None:
+    """Serve the agent over stdin/stdout until the client closes them (or a stop signal)."""
+    from mcp.server.lowlevel import Server
+
+    from bundlectl import __version__
+
+    async with anyio.create_task_group() as group:
+        gateway = Gateway(pipeline, agent, group)
+
+        async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+            return types.ListToolsResult(tools=await gateway.list_tools())
+
+        async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
+            return await gateway.call_tool(params.name, dict(params.arguments or {}))
+
+        server: Any = Server(
+            "bundlectl",
+            version=__version__,
+            instructions=f"The tools agent {agent!r} may call, under bundlectl's policy.",
+            on_list_tools=on_list_tools,
+            on_call_tool=on_call_tool,
+        )
+        async with _stdio() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+        group.cancel_scope.cancel()  # the client is gone: stop every downstream server
+
+
+@asynccontextmanager
+async def _stdio() -> AsyncIterator[tuple[Any, Any]]:
+    """Our stdin and stdout as the SDK's message streams.
+
+    The SDK's own stdio server reads stdin in a worker thread that cannot be cancelled, so a
+    SIGTERM would wait for the client's next line; a daemon thread here is simply abandoned, and
+    the shutdown (every downstream server stopped) goes ahead at once.
+    """
+    from mcp.shared.message import SessionMessage
+    from mcp_types import jsonrpc_message_adapter
+
+    read_send, read = anyio.create_memory_object_stream[Any](16)
+    write, write_receive = anyio.create_memory_object_stream[Any](16)
+    token = anyio.lowlevel.current_token()
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+
+    def reader() -> None:
+        try:
+            for line in iter(stdin.readline, b""):
+                if line.isspace():
+                    continue
+                item: Any
+                try:
+                    message = jsonrpc_message_adapter.validate_python(
+                        json.loads(line), by_name=False
+                    )
+                    item = SessionMessage(message)
+                except ValueError as exc:  # the SDK answers a malformed message with an error
+                    item = exc
+                anyio.from_thread.run(read_send.send, item, token=token)
+        except (
+            anyio.ClosedResourceError,
+            anyio.BrokenResourceError,
+            anyio.RunFinishedError,
+            RuntimeError,
+            OSError,
+            ValueError,
+        ):
+            pass
+        finally:
+            with contextlib.suppress(RuntimeError, anyio.RunFinishedError):
+                anyio.from_thread.run_sync(read_send.close, token=token)
+
+    async def writer() -> None:
+        async with write_receive:
+            async for message in write_receive:
+                data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                await anyio.to_thread.run_sync(_write_line, stdout, data.encode())
+
+    threading.Thread(target=reader, name="gateway-stdin", daemon=True).start()
+    async with anyio.create_task_group() as group:
+        group.start_soon(writer)
+        try:
+            yield read, write
+        finally:
+            write.close()
+            group.cancel_scope.cancel()
+
+
+def _write_line(stream: Any, data: bytes) -> None:
+    stream.write(data + b"\n")
+    stream.flush()

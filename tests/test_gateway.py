@@ -1,0 +1,183 @@
+"""`bundlectl serve` (stdio, direct mode) with the SDK's own client, as a real MCP client uses it:
+the gateway in a subprocess, the built-in and a stdio test server behind it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from bundlectl.executor.gateway import gateway_name
+from tests.conftest import write
+from tests.test_exec import SERVERS, gone, pids
+
+PY = sys.executable
+
+
+@pytest.fixture
+def gateway_project(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    starts = tmp_path / "starts.txt"
+    monkeypatch.setenv("KITCHEN_STARTS", str(starts))
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        bundles: [basic]
+        servers:
+          kitchen:
+            command: {PY}
+            args: ["{SERVERS / "kitchen.py"}"]
+            env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}"}}
+          crash:
+            command: {PY}
+            args: ["{SERVERS / "misbehave.py"}", crash]
+            tools: [{{name: anything}}]
+        agents:
+          reader:
+            allow: [files.read_file, files.list_directory, "kitchen.*", "crash.*"]
+            ask: [files.write_file]
+            deny: [kitchen.fail]
+        policy: {{default: deny}}
+        """,
+    )
+    (project / "hello.txt").write_text("hello\n")
+    return project
+
+
+async def _session(project: Path, home: Path, script: Any) -> Any:
+    from mcp import Client, StdioServerParameters
+
+    params = StdioServerParameters(
+        command=PY,
+        args=["-m", "bundlectl", "serve", "--agent", "reader"],
+        cwd=str(project),
+        env={**os.environ, "BUNDLECTL_HOME": str(home)},
+    )
+    async with Client(params) as client:
+        return await script(client)
+
+
+def texts(result: Any) -> list[str]:
+    return [block.text for block in result.content]
+
+
+def test_direct_mode_lists_and_calls_only_what_the_policy_allows(
+    gateway_project: Path, isolated_home: Path
+) -> None:
+    async def script(client: Any) -> dict[str, Any]:
+        listed = await client.list_tools()
+        return {
+            "names": sorted(t.name for t in listed.tools),
+            "read": await client.call_tool("files__read_file", {"path": "hello.txt"}),
+            "echo": await client.call_tool("kitchen__echo", {"text": "hi", "times": 2}),
+            "denied": await client.call_tool("kitchen__fail", {}),
+            "missing": await client.call_tool("kitchen__nope", {}),
+            "invalid": await client.call_tool("files__read_file", {"path": 5}),
+            "ask": await client.call_tool("files__write_file", {"path": "x", "content": "y"}),
+            "crash": await client.call_tool("crash__anything", {}),
+            "after": await client.call_tool("kitchen__echo", {"text": "still here"}),
+        }
+
+    seen = anyio.run(_session, gateway_project, isolated_home, script)
+    names = seen["names"]
+    assert "files__read_file" in names and "kitchen__echo" in names
+    assert "files__write_file" in names  # ask: listed, confirmed per call
+    assert "kitchen__fail" not in names and not any("delete" in n for n in names)
+    assert (seen["read"].is_error, texts(seen["read"])) == (False, ["hello\n"])
+    assert texts(seen["echo"]) == ["hi hi"]
+    # A denied tool answers exactly as a tool that does not exist.
+    assert seen["denied"].is_error and seen["missing"].is_error
+    assert texts(seen["denied"]) == [
+        "unknown tool 'kitchen__fail'; tools/list shows the tools you can call"
+    ]
+    assert texts(seen["missing"]) == [
+        "unknown tool 'kitchen__nope'; tools/list shows the tools you can call"
+    ]
+    assert (
+        seen["invalid"].is_error and "path: 5 is not of type 'string'" in texts(seen["invalid"])[0]
+    )
+    assert seen["ask"].is_error and "needs a person's confirmation" in texts(seen["ask"])[0]
+    assert not (gateway_project / "x").exists()
+    assert seen["crash"].is_error and "closed the connection" in texts(seen["crash"])[0]
+    assert texts(seen["after"]) == ["still here"]  # the gateway outlives a crashed downstream
+
+    records = [
+        json.loads(line)
+        for line in (isolated_home / "state" / "audit.jsonl").read_text().splitlines()
+    ]
+    assert {r["via"] for r in records} == {"serve"}
+    outcomes = [(r["tool"], r["decision"], r["outcome"]) for r in records]
+    assert ("fail", "deny", "denied") in outcomes  # the real reason is in the audit log
+    assert ("read_file", "allow", "ok") in outcomes
+    assert ("read_file", "allow", "invalid-call") in outcomes
+
+
+def test_the_downstream_servers_stop_with_the_gateway(
+    gateway_project: Path, tmp_path: Path
+) -> None:
+    async def script(client: Any) -> None:
+        await client.call_tool("kitchen__echo", {"text": "warm"})
+        await client.call_tool("kitchen__echo", {"text": "still warm"})
+
+    anyio.run(_session, gateway_project, tmp_path / "home", script)
+    [pid] = pids(tmp_path / "starts.txt")  # started once, reused
+    assert gone(pid, within=5.0)
+
+
+def test_sigterm_stops_the_gateway_and_its_servers(gateway_project: Path, tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [PY, "-m", "bundlectl", "serve", "--agent", "reader"],
+        cwd=gateway_project,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    messages = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "1"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "kitchen__echo", "arguments": {"text": "x"}},
+        },
+    ]
+    for message in messages:
+        proc.stdin.write((json.dumps(message) + "\n").encode())
+    proc.stdin.flush()
+    replies = [json.loads(proc.stdout.readline()) for _ in range(2)]
+    assert replies[1]["result"]["content"][0]["text"] == "x"
+    [pid] = pids(tmp_path / "starts.txt")
+    began = time.monotonic()
+    proc.terminate()
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 130, err
+    assert gone(pid, within=5.0) and time.monotonic() - began < 5
+
+
+def test_gateway_names_are_client_safe_and_distinct() -> None:
+    assert gateway_name("files", "read_file") == "files__read_file"
+    odd = [gateway_name("fs", "read.file/v2"), gateway_name("fs", "read_file_v2")]
+    assert odd[1] == "fs__read_file_v2" and odd[0] != odd[1]
+    long = gateway_name("server", "t" * 100)
+    assert len(long) <= 64 and long == gateway_name("server", "t" * 100)
+    import re
+
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", n) for n in [*odd, long])
