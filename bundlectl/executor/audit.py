@@ -49,11 +49,15 @@ class AuditRecord:
         return json.dumps(data, ensure_ascii=False, sort_keys=False)
 
 
-def append(record: AuditRecord, configured: str | None = None) -> Path:
+def log_path(configured: str | None = None) -> Path:
+    """The audit log file: $BUNDLECTL_AUDIT_LOG, the user config's `audit.path`, or the default."""
+    return paths.audit_log_file(configured)
+
+
+def append(record: AuditRecord, target: Path) -> Path:
     """Append one line atomically with respect to other writers (O_APPEND + a file lock)."""
     from filelock import FileLock
 
-    target = paths.audit_log_file(configured)
     target.parent.mkdir(parents=True, exist_ok=True)
     line = (record.as_json() + "\n").encode("utf-8")
     with FileLock(str(target) + ".lock", timeout=30):

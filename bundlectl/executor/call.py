@@ -77,13 +77,20 @@ class _Progress:
             sys.stderr.write("\n")
 
 
-async def perform(client: Any, request: CallRequest, target: Target) -> CallOutcome:
-    """Run one call on an open session; errors are captured in the outcome, not raised."""
+async def perform(
+    client: Any, request: CallRequest, target: Target, tools: dict[str, Any] | None = None
+) -> CallOutcome:
+    """Run one call on an open session; errors are captured in the outcome, not raised.
+
+    `tools`: the session's tools by name when the caller already has them (a warm gateway
+    session); otherwise they are listed first.
+    """
     started = time.perf_counter()
     outcome = CallOutcome(request)
     progress = _Progress(request.qualified)
     try:
-        tools = {t.name: t for t in await list_all_tools(client)}
+        if tools is None:
+            tools = {t.name: t for t in await list_all_tools(client)}
         tool = tools.get(request.tool)
         if tool is None:
             raise missing_tool(request.server, request.tool, sorted(tools))

@@ -35,6 +35,7 @@ from bundlectl.errors import BundlectlError, ServerError
 from bundlectl.executor.call import CallOutcome, CallRequest, perform
 from bundlectl.executor.connect import Target, connect, list_all_tools
 from bundlectl.executor.pipeline import Pipeline
+from bundlectl.executor.stdio import write_pipe
 from bundlectl.policy import Decision
 
 CONNECT_TIMEOUT = 30.0
@@ -62,6 +63,7 @@ class Downstream:
     target: Target
     _inbox: Any = None  # the actor's job queue while it runs
     _lock: anyio.Lock = field(default_factory=anyio.Lock)
+    tools: dict[str, Any] | None = None  # the live tools of the current session, by name
 
     async def run(self, group: TaskGroup, job: Job) -> Any:
         """Run `job(client)` on this server's session, starting the server when needed."""
@@ -81,7 +83,15 @@ class Downstream:
                 raise error
             return value
 
+    async def live_tools(self, group: TaskGroup) -> dict[str, Any]:
+        """The session's tools, listed once per session (a restart lists them again)."""
+        if self.tools is None or self._inbox is None:
+            listed = await self.run(group, list_all_tools)
+            self.tools = {tool.name: tool for tool in listed}
+        return self.tools
+
     async def _stop(self) -> None:
+        self.tools = None
         inbox, self._inbox = self._inbox, None
         if inbox is not None:
             await inbox.aclose()
@@ -135,7 +145,7 @@ class Gateway:
                 offered = [_declared(spec) for spec in merged.spec.tools]
             else:
                 try:
-                    offered = await self._downstream(name).run(self.group, list_all_tools)
+                    offered = list((await self._downstream(name).live_tools(self.group)).values())
                 except BundlectlError:
                     continue  # a server that cannot start offers nothing
             for tool in offered:
@@ -171,10 +181,12 @@ class Gateway:
             self.agent, server, tool, decision, [], arguments, float(downstream.target.spec.timeout)
         )
 
-        async def call(client: Any) -> CallOutcome:
-            return await perform(client, request, downstream.target)
-
         try:
+            tools = await downstream.live_tools(self.group)
+
+            async def call(client: Any) -> CallOutcome:
+                return await perform(client, request, downstream.target, tools)
+
             outcome = await downstream.run(self.group, call)
         except BundlectlError as exc:
             self.pipeline.audit.record(decision, "server-error", 0.0, arguments)
@@ -286,7 +298,7 @@ async def _stdio() -> AsyncIterator[tuple[Any, Any]]:
         async with write_receive:
             async for message in write_receive:
                 data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                await anyio.to_thread.run_sync(_write_line, stdout, data.encode())
+                await write_pipe(stdout, data.encode() + b"\n")
 
     threading.Thread(target=reader, name="gateway-stdin", daemon=True).start()
     async with anyio.create_task_group() as group:
@@ -296,8 +308,3 @@ async def _stdio() -> AsyncIterator[tuple[Any, Any]]:
         finally:
             write.close()
             group.cancel_scope.cancel()
-
-
-def _write_line(stream: Any, data: bytes) -> None:
-    stream.write(data + b"\n")
-    stream.flush()

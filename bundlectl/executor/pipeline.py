@@ -53,6 +53,21 @@ class AuditLog:
 
     resolution: Resolution
     via: str = "exec"
+    _lock_digest: tuple[tuple[int, int], str | None] | None = None
+    _path: Any = None  # the log file: the user config is read once per log
+
+    def _digest_of_lock(self) -> str | None:
+        """The lock's digest, hashed again only when the file changed (a gateway makes many
+        calls)."""
+        path = self.resolution.project.lock_path
+        try:
+            stat = path.stat()
+            key = (stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            return None
+        if self._lock_digest is None or self._lock_digest[0] != key:
+            self._lock_digest = (key, audit.lock_digest(path))
+        return self._lock_digest[1]
 
     def record(
         self,
@@ -69,7 +84,7 @@ class AuditLog:
             decision=decision.effect,
             rule=rule.pattern if rule else None,
             rule_source=str(rule.origin) if rule else None,
-            lock_digest=audit.lock_digest(self.resolution.project.lock_path),
+            lock_digest=self._digest_of_lock(),
             # The policy that decided: the config as loaded now, whether or not the lock is fresh.
             policy_digest=self.resolution.lock.policy_digest,
             outcome=outcome,
@@ -77,10 +92,12 @@ class AuditLog:
             arguments_sha256=audit.arguments_digest(arguments),
             via=self.via,
         )
-        from bundlectl.executor import userconfig
-
         try:
-            audit.append(entry, userconfig.load().audit.path)
+            if self._path is None:
+                from bundlectl.executor import userconfig
+
+                self._path = audit.log_path(userconfig.load().audit.path)
+            audit.append(entry, self._path)
         except OSError as exc:
             err(f"warning: could not write the audit log: {exc}")
 

@@ -1,0 +1,71 @@
+"""Warm call overhead of `bundlectl serve`: the same tool call made through the gateway and made
+directly with the SDK client to the same kind of downstream server, interleaved in one run.
+
+    python bench/bench_gateway.py [--calls 300]
+
+Both sessions are opened once and warmed; then calls alternate between them. The downstream is
+the test suite's `kitchen` server (a Python MCP server over stdio), tool `echo`.
+Goal: gateway <= 1.3x direct and <= 2 ms added at the median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+from mcp import Client, StdioServerParameters
+
+ROOT = Path(__file__).resolve().parent.parent
+KITCHEN = ROOT / "tests" / "servers" / "kitchen.py"
+
+
+async def bench(calls: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        project = Path(tmp)
+        (project / "bundlectl.yaml").write_text(
+            "version: 1\nservers:\n"
+            f"  kitchen: {{command: {sys.executable}, args: ['{KITCHEN}']}}\n"
+            "agents:\n  bench: {allow: ['kitchen.echo']}\npolicy: {default: deny}\n"
+        )
+        env = {**os.environ, "BUNDLECTL_HOME": str(project / "home")}
+        gateway = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "bundlectl", "serve", "--agent", "bench"],
+            cwd=str(project),
+            env=env,
+        )
+        direct = StdioServerParameters(command=sys.executable, args=[str(KITCHEN)], env=env)
+        async with Client(gateway) as through, Client(direct) as straight:
+            pairs = [(through, "kitchen__echo"), (straight, "echo")]
+            for client, name in pairs:  # warm: start the downstream, list the tools
+                for _ in range(5):
+                    await client.call_tool(name, {"text": "warm"})
+            samples: dict[str, list[float]] = {"gateway": [], "direct": []}
+            for _ in range(calls):
+                for (client, name), label in zip(pairs, samples, strict=True):
+                    start = time.perf_counter()
+                    result = await client.call_tool(name, {"text": "x"})
+                    samples[label].append((time.perf_counter() - start) * 1000)
+                    assert not result.is_error, result
+    gw, dr = (statistics.median(samples[k]) for k in ("gateway", "direct"))
+    p99 = {k: sorted(v)[int(len(v) * 0.99) - 1] for k, v in samples.items()}
+    print(f"warm call, median of {calls}: gateway {gw:.2f} ms, direct {dr:.2f} ms")
+    print(f"ratio {gw / dr:.2f} (goal <= 1.3), added {gw - dr:.2f} ms (goal <= 2)")
+    print(f"p99: gateway {p99['gateway']:.2f} ms, direct {p99['direct']:.2f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=300)
+    args = parser.parse_args()
+    anyio.run(bench, args.calls)
+
+
+if __name__ == "__main__":
+    main()
