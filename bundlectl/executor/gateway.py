@@ -35,7 +35,7 @@ from bundlectl.errors import BundlectlError, ServerError
 from bundlectl.executor.call import CallOutcome, CallRequest, perform
 from bundlectl.executor.connect import Target, connect, list_all_tools
 from bundlectl.executor.pipeline import Pipeline
-from bundlectl.executor.stdio import write_pipe
+from bundlectl.executor.stdio import pipe_lines, write_pipe
 from bundlectl.policy import Decision
 
 CONNECT_TIMEOUT = 30.0
@@ -267,20 +267,24 @@ async def _stdio() -> AsyncIterator[tuple[Any, Any]]:
     token = anyio.lowlevel.current_token()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
 
-    def reader() -> None:
+    def parse(line: bytes) -> Any:
+        try:
+            message = jsonrpc_message_adapter.validate_python(json.loads(line), by_name=False)
+            return SessionMessage(message)
+        except ValueError as exc:  # the SDK answers a malformed message with an error
+            return exc
+
+    async def read_async(lines: AsyncIterator[bytes]) -> None:
+        async with read_send:
+            async for line in lines:
+                if not line.isspace():
+                    await read_send.send(parse(line))
+
+    def reader() -> None:  # when stdin is not a pipe (a file): a thread reads it
         try:
             for line in iter(stdin.readline, b""):
-                if line.isspace():
-                    continue
-                item: Any
-                try:
-                    message = jsonrpc_message_adapter.validate_python(
-                        json.loads(line), by_name=False
-                    )
-                    item = SessionMessage(message)
-                except ValueError as exc:  # the SDK answers a malformed message with an error
-                    item = exc
-                anyio.from_thread.run(read_send.send, item, token=token)
+                if not line.isspace():
+                    anyio.from_thread.run(read_send.send, parse(line), token=token)
         except (
             anyio.ClosedResourceError,
             anyio.BrokenResourceError,
@@ -300,9 +304,13 @@ async def _stdio() -> AsyncIterator[tuple[Any, Any]]:
                 data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                 await write_pipe(stdout, data.encode() + b"\n")
 
-    threading.Thread(target=reader, name="gateway-stdin", daemon=True).start()
+    lines = await pipe_lines(stdin)
+    if lines is None:
+        threading.Thread(target=reader, name="gateway-stdin", daemon=True).start()
     async with anyio.create_task_group() as group:
         group.start_soon(writer)
+        if lines is not None:
+            group.start_soon(read_async, lines)
         try:
             yield read, write
         finally:

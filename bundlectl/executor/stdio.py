@@ -246,6 +246,31 @@ def _lines(pipe: IO[bytes], chunk: int = 1 << 16) -> Iterator[bytes | bytearray]
             searched = 0
 
 
+async def pipe_lines(pipe: IO[bytes]) -> AsyncIterator[bytes] | None:
+    """The lines of a pipe read by the event loop itself (no thread, no hop per message), or
+    None when the stream is not a pipe or socket (a file, on some platforms) and a thread must
+    read it instead."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 31, loop=loop)
+    try:
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader, loop=loop), pipe
+        )
+    except (ValueError, OSError, NotImplementedError):
+        return None
+
+    async def lines() -> AsyncIterator[bytes]:
+        try:
+            while line := await reader.readline():
+                yield line
+        finally:
+            transport.close()
+
+    return lines()
+
+
 # A message this small fits the pipe's buffer (64 KiB on Linux) and is written at once; a thread
 # hop would add a few hundred microseconds to every call of a warm session.
 _DIRECT_WRITE = 16 * 1024
