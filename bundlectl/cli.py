@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from bundlectl import __version__
-from bundlectl.output import Detail, FailLevel, Format, LintFormat, MatrixFormat
+from bundlectl.output import Detail, FailLevel, Format, LintFormat, MatrixFormat, Names
 
 app = typer.Typer(
     name="bundlectl",
@@ -324,6 +324,10 @@ def tools(
             "--live", help="Ask the servers and show where they differ from the declared catalog."
         ),
     ] = False,
+    names: Annotated[
+        Names,
+        typer.Option("--names", help="qualified (server.tool) or gateway (as `serve` names them)."),
+    ] = Names.qualified,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
@@ -331,7 +335,14 @@ def tools(
     from bundlectl.commands import tools as cmd
 
     return cmd.run(
-        config, agent=agent, server=server, query=search, detail=detail, fmt=fmt, live=live
+        config,
+        agent=agent,
+        server=server,
+        query=search,
+        detail=detail,
+        fmt=fmt,
+        live=live,
+        names=names,
     )
 
 

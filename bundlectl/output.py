@@ -43,6 +43,13 @@ class FailLevel(str, Enum):
     info = "info"
 
 
+class Names(str, Enum):
+    """`tools --names`: how tools are named."""
+
+    qualified = "qualified"  # server.tool, as rules and exec name them
+    gateway = "gateway"  # server__tool, as `bundlectl serve` lists them
+
+
 class Detail(str, Enum):
     """`tools --detail`."""
 

@@ -9,6 +9,7 @@ the '.'. A concrete name from the command line must have both parts.
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 
 from bundlectl.errors import UsageError
@@ -57,3 +58,18 @@ def matches(pattern: str, server: str, tool: str) -> bool:
     """Whether a rule pattern matches the tool (server, tool)."""
     server_part, tool_part = split_rule(pattern)
     return part_matches(server_part, server) and part_matches(tool_part, tool)
+
+
+_CLIENT_SAFE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_UNSAFE_CHAR = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def gateway_name(server: str, tool: str) -> str:
+    """The name `bundlectl serve` gives a tool: `server__tool`, made client-safe
+    (`^[A-Za-z0-9_-]{1,64}$`); a name that had to change or is too long gets a stable hash
+    suffix, so two tools never share a name and the mapping never changes between runs."""
+    plain = f"{server}__{tool}"
+    if _CLIENT_SAFE.match(plain):
+        return plain
+    suffix = hashlib.sha256(plain.encode()).hexdigest()[:8]
+    return f"{_UNSAFE_CHAR.sub('_', plain)[:55]}_{suffix}"

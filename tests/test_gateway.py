@@ -14,8 +14,8 @@ from typing import Any
 import anyio
 import pytest
 
-from bundlectl.executor.gateway import gateway_name
-from tests.conftest import write
+from bundlectl.patterns import gateway_name
+from tests.conftest import Run, write
 from tests.test_exec import SERVERS, gone, pids
 
 PY = sys.executable
@@ -170,6 +170,21 @@ def test_sigterm_stops_the_gateway_and_its_servers(gateway_project: Path, tmp_pa
     _, err = proc.communicate(timeout=10)
     assert proc.returncode == 130, err
     assert gone(pid, within=5.0) and time.monotonic() - began < 5
+
+
+def test_tools_names_gateway_shows_what_serve_lists(
+    gateway_project: Path, isolated_home: Path, run: Run
+) -> None:
+    async def script(client: Any) -> list[str]:
+        return sorted(t.name for t in (await client.list_tools()).tools)
+
+    served = anyio.run(_session, gateway_project, isolated_home, script)
+    shown = json.loads(run("tools", "--agent", "reader", "--format", "json").out)["tools"]
+    # The declared catalogs: every tool serve lists from them carries the name `tools` gives.
+    declared = {t["gateway_name"] for t in shown}
+    assert declared and declared <= set(served)
+    text = run("tools", "--agent", "reader", "--names", "gateway", "--detail", "name").lines
+    assert "files__read_file  (files.read_file)" in text
 
 
 def test_gateway_names_are_client_safe_and_distinct() -> None:

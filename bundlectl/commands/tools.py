@@ -10,7 +10,8 @@ from bundlectl.catalog import ToolRef, agent_row, search
 from bundlectl.describe import first_line, tool_flags
 from bundlectl.errors import UsageError
 from bundlectl.models import ToolSpec
-from bundlectl.output import JSON_FORMAT_VERSION, Detail, Format, emit_json, out
+from bundlectl.output import JSON_FORMAT_VERSION, Detail, Format, Names, emit_json, out
+from bundlectl.patterns import gateway_name
 from bundlectl.project import Resolution, load_project, resolve_project
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ def run(
     detail: Detail,
     fmt: Format,
     live: bool = False,
+    names: Names = Names.qualified,
 ) -> int:
     resolution = resolve_project(load_project(config))
     if live:
@@ -65,14 +67,14 @@ def run(
     for ref, effect in chosen:
         spec = _spec(ref)
         mark = "  [ask]" if effect == "ask" else ""
+        shown = ref.qualified
+        if names is Names.gateway:
+            shown = f"{gateway_name(ref.server, ref.tool)}  ({ref.qualified})"
         if detail == "name":
-            out(f"{ref.qualified}{mark}")
+            out(f"{shown}{mark}")
             continue
         flags = tool_flags(spec)
-        out(
-            f"{ref.qualified}{mark}  {first_line(spec.description)}"
-            + (f"  {flags}" if flags else "")
-        )
+        out(f"{shown}{mark}  {first_line(spec.description)}" + (f"  {flags}" if flags else ""))
         if detail == "full":
             if spec.annotations:
                 out(f"    annotations: {json.dumps(spec.annotations, sort_keys=True)}")
@@ -91,7 +93,12 @@ def _spec(ref: ToolRef) -> ToolSpec:
 
 
 def _as_json(ref: ToolRef, spec: ToolSpec, effect: str | None, detail: Detail) -> dict[str, Any]:
-    item: dict[str, Any] = {"name": ref.qualified, "server": ref.server, "tool": ref.tool}
+    item: dict[str, Any] = {
+        "name": ref.qualified,
+        "server": ref.server,
+        "tool": ref.tool,
+        "gateway_name": gateway_name(ref.server, ref.tool),
+    }
     if effect is not None:
         item["decision"] = effect
     if detail in ("summary", "full"):

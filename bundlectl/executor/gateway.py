@@ -16,9 +16,7 @@ server whose connection broke is started again on the next call.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
-import re
 import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -36,24 +34,12 @@ from bundlectl.executor.call import CallOutcome, CallRequest, perform
 from bundlectl.executor.connect import Target, connect, list_all_tools
 from bundlectl.executor.pipeline import Pipeline
 from bundlectl.executor.stdio import pipe_lines, write_pipe
+from bundlectl.patterns import gateway_name
 from bundlectl.policy import Decision
 
 CONNECT_TIMEOUT = 30.0
-_SAFE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_UNSAFE_CHAR = re.compile(r"[^A-Za-z0-9_-]")
 
 Job = Callable[[Any], Awaitable[Any]]
-
-
-def gateway_name(server: str, tool: str) -> str:
-    """`server__tool`, made client-safe (`^[A-Za-z0-9_-]{1,64}$`): other characters become `_`,
-    and a name that had to change or is too long gets a stable hash suffix, so two tools never
-    share a name."""
-    plain = f"{server}__{tool}"
-    if _SAFE.match(plain):
-        return plain
-    suffix = hashlib.sha256(plain.encode()).hexdigest()[:8]
-    return f"{_UNSAFE_CHAR.sub('_', plain)[:55]}_{suffix}"
 
 
 @dataclass
