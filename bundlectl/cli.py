@@ -16,7 +16,15 @@ from typing import Annotated
 import typer
 
 from bundlectl import __version__
-from bundlectl.output import Detail, FailLevel, Format, LintFormat, MatrixFormat, Names
+from bundlectl.output import (
+    Detail,
+    FailLevel,
+    Format,
+    LintFormat,
+    MatrixFormat,
+    Names,
+    ServeMode,
+)
 
 app = typer.Typer(
     name="bundlectl",
@@ -437,12 +445,18 @@ def serve(
             help="The agent whose policy applies (default: 'default').",
         ),
     ] = None,
+    mode: Annotated[
+        ServeMode,
+        typer.Option(
+            "--mode", help="direct (every tool listed) or search (search_tools and call_tool)."
+        ),
+    ] = ServeMode.direct,
     config: ConfigOpt = None,
 ) -> int:
     """Serve every resolved server's tools to one agent over stdio, policy enforced per call."""
     from bundlectl.commands import serve as cmd
 
-    return cmd.run(config, agent=agent)
+    return cmd.run(config, agent=agent, mode=mode)
 
 
 @app.command()

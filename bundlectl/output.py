@@ -43,6 +43,13 @@ class FailLevel(str, Enum):
     info = "info"
 
 
+class ServeMode(str, Enum):
+    """`serve --mode`."""
+
+    direct = "direct"  # every usable tool in tools/list
+    search = "search"  # two tools: search_tools and call_tool (progressive disclosure)
+
+
 class Names(str, Enum):
     """`tools --names`: how tools are named."""
 

@@ -196,3 +196,55 @@ def test_gateway_names_are_client_safe_and_distinct() -> None:
     import re
 
     assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", n) for n in [*odd, long])
+
+
+def test_search_mode_two_tools_ranked_search_and_calls_by_name(
+    gateway_project: Path, isolated_home: Path
+) -> None:
+    from mcp import Client, StdioServerParameters
+
+    async def session() -> dict[str, Any]:
+        params = StdioServerParameters(
+            command=PY,
+            args=["-m", "bundlectl", "serve", "--agent", "reader", "--mode", "search"],
+            cwd=str(gateway_project),
+            env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
+        )
+        async with Client(params) as client:
+            listed = (await client.list_tools()).tools
+            found = await client.call_tool("search_tools", {"query": "read file", "limit": 3})
+            names = await client.call_tool("search_tools", {"detail": "name", "server": "kitchen"})
+            full = await client.call_tool("search_tools", {"query": "echo", "detail": "full"})
+            call = await client.call_tool(
+                "call_tool", {"name": "files.read_file", "arguments": {"path": "hello.txt"}}
+            )
+            denied = await client.call_tool("call_tool", {"name": "kitchen.fail"})
+            direct = await client.call_tool("files__read_file", {"path": "hello.txt"})
+            return {
+                "listed": listed,
+                "found": found,
+                "names": names,
+                "full": full,
+                "call": call,
+                "denied": denied,
+                "direct": direct,
+            }
+
+    seen = anyio.run(session)
+    assert [t.name for t in seen["listed"]] == ["search_tools", "call_tool"]
+    found = json.loads(texts(seen["found"])[0])
+    assert found["tools"][0] == {
+        "name": "files.read_file",
+        "description": "Read a file below the root folder. Text comes back as is; binary files "
+        "come back as an embedded resource (base64 blob). Files over 1 MiB are refused.",
+    }
+    assert len(found["tools"]) <= 3
+    kitchen = json.loads(texts(seen["names"])[0])["tools"]
+    assert "kitchen.echo" in kitchen and "kitchen.fail" not in kitchen  # denied: never shown
+    full = json.loads(texts(seen["full"])[0])["tools"][0]
+    assert full["name"] == "kitchen.echo" and full["input_schema"]["required"] == ["text"]
+    assert texts(seen["call"]) == ["hello\n"]
+    assert texts(seen["denied"]) == [
+        "unknown tool 'kitchen.fail'; search_tools shows the tools you can call"
+    ]
+    assert seen["direct"].is_error  # in search mode, only the two tools exist

@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from bundlectl.executor.pipeline import AuditLog, Pipeline, default_agent
+from bundlectl.output import ServeMode
 from bundlectl.project import load_project, resolve_project
 
 
-def run(config: Path | None, *, agent: str | None) -> int:
+def run(config: Path | None, *, agent: str | None, mode: ServeMode = ServeMode.direct) -> int:
     resolution = resolve_project(load_project(config))
     who = default_agent(agent)
     resolution.policy.agent(who)  # extends errors and the like fail now, before serving
@@ -18,7 +19,7 @@ def run(config: Path | None, *, agent: str | None) -> int:
     from bundlectl.executor.gateway import serve_stdio
 
     async def go() -> None:
-        await serve_stdio(pipeline, who)
+        await serve_stdio(pipeline, who, mode.value)
 
     runner.run(go)
     return 0

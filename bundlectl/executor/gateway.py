@@ -105,9 +105,15 @@ class Gateway:
     pipeline: Pipeline
     agent: str
     group: TaskGroup
+    mode: str = "direct"  # direct | search
     quiet: bool = True
     _servers: dict[str, Downstream] = field(default_factory=dict)
     _names: dict[str, tuple[str, str]] = field(default_factory=dict)  # gateway name → tool
+
+    @property
+    def listing(self) -> str:
+        """Where the agent finds the names it may call."""
+        return "search_tools" if self.mode == "search" else "tools/list"
 
     def _downstream(self, server: str) -> Downstream:
         if server not in self._servers:
@@ -120,10 +126,11 @@ class Gateway:
         decision = compiled.decide(server, tool, interactive=True)
         return decision if decision.effect != "deny" else None
 
-    async def list_tools(self) -> list[types.Tool]:
-        """The tools the agent may call: declared definitions, or the server's own when it
-        declares none (it is then started to ask)."""
-        tools: list[types.Tool] = []
+    async def _catalog(self) -> list[tuple[str, types.Tool]]:
+        """(server, tool) for every tool the agent may call: declared definitions, or the
+        server's own when it declares none (it is then started to ask). Every tool, usable or
+        not, is known by name afterwards, so a call to a denied one is audited for what it is."""
+        usable: list[tuple[str, types.Tool]] = []
         for name, merged in self.pipeline.resolution.merged.servers.items():
             if merged.spec.disabled:
                 continue
@@ -135,21 +142,56 @@ class Gateway:
                 except BundlectlError:
                     continue  # a server that cannot start offers nothing
             for tool in offered:
-                public = gateway_name(name, tool.name)
-                # Every tool is known by name, so a call to a denied one is audited for what it
-                # is; only the usable ones are shown.
-                self._names[public] = (name, tool.name)
+                self._names[gateway_name(name, tool.name)] = (name, tool.name)
+                self._names[f"{name}.{tool.name}"] = (name, tool.name)
                 if self._usable(name, tool.name) is not None:
-                    tools.append(tool.model_copy(update={"name": public}))
+                    usable.append((name, tool))
+        return usable
+
+    async def list_tools(self) -> list[types.Tool]:
+        """Direct mode: the usable tools, named `server__tool`, definitions passed through."""
+        tools = [
+            tool.model_copy(update={"name": gateway_name(server, tool.name)})
+            for server, tool in await self._catalog()
+        ]
         return sorted(tools, key=lambda t: t.name)
 
+    async def search(
+        self, query: str, server: str | None, detail: str, limit: int
+    ) -> types.CallToolResult:
+        """Search mode's `search_tools`: the usable tools ranked as `bundlectl tools --search`
+        ranks them, at the detail asked for."""
+        from bundlectl.catalog import ToolRef, search
+        from bundlectl.models import ToolSpec
+
+        if detail not in DETAILS:
+            return _error(f"detail must be one of {', '.join(DETAILS)}, not {detail!r}")
+        found = {
+            (name, tool.name): tool
+            for name, tool in await self._catalog()
+            if server is None or name == server
+        }
+        refs = [
+            ToolRef(
+                name, tool, ToolSpec(name=tool, description=found[(name, tool)].description or "")
+            )
+            for name, tool in sorted(found)
+        ]
+        ranked = [ref for _, ref in search(refs, query)] if query.strip() else refs
+        items = [_describe(ref.server, found[(ref.server, ref.tool)], detail) for ref in ranked]
+        shown = items[: max(1, limit)]
+        payload = {"tools": shown, "more": len(items) - len(shown)}
+        text = types.TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))
+        return types.CallToolResult(content=[text])
+
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        """One call through the pipeline; every failure is a result the model can act on."""
+        """One call through the pipeline, by `server__tool` (direct mode) or `server.tool`
+        (search mode's `call_tool`); every failure is a result the model can act on."""
         if not self._names:
-            await self.list_tools()
+            await self._catalog()
         found = self._names.get(name)
         if found is None:
-            return _error(f"unknown tool {name!r}; tools/list shows the tools you can call")
+            return _error(f"unknown tool {name!r}; {self.listing} shows the tools you can call")
         server, tool = found
         usable = self._usable(server, tool)
         if usable is not None and usable.effect == "ask" and self.pipeline.confirm is None:
@@ -161,7 +203,7 @@ class Gateway:
         try:
             decision = self.pipeline.decide(self.agent, server, tool)
         except BundlectlError:  # denied (and audited with the reason): said as for no such tool
-            return _error(f"unknown tool {name!r}; tools/list shows the tools you can call")
+            return _error(f"unknown tool {name!r}; {self.listing} shows the tools you can call")
         downstream = self._downstream(server)
         request = CallRequest(
             self.agent, server, tool, decision, [], arguments, float(downstream.target.spec.timeout)
@@ -188,6 +230,63 @@ class Gateway:
         return result
 
 
+DETAILS = ("name", "summary", "full")
+
+
+def _describe(server: str, tool: types.Tool, detail: str) -> Any:
+    """One search result: the qualified name, with the first line of the description
+    (`summary`) or the whole definition (`full`)."""
+    name = f"{server}.{tool.name}"
+    if detail == "name":
+        return name
+    item: dict[str, Any] = {"name": name}
+    description = (tool.description or "").strip()
+    if detail == "summary":
+        item["description"] = description.splitlines()[0] if description else ""
+        return item
+    item["description"] = description
+    item["input_schema"] = tool.input_schema
+    if tool.output_schema:
+        item["output_schema"] = tool.output_schema
+    if tool.annotations:
+        item["annotations"] = tool.annotations.model_dump(by_alias=True, exclude_none=True)
+    return item
+
+
+def search_mode_tools() -> list[types.Tool]:
+    """Search mode's whole `tools/list`: find tools, then call them by name."""
+    search_schema = {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "Words to match; empty lists all."},
+            "server": {"type": "string", "description": "Only this server's tools."},
+            "detail": {"type": "string", "enum": list(DETAILS), "default": "summary"},
+            "limit": {"type": "integer", "minimum": 1, "default": 20},
+        },
+    }
+    call_schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "server.tool, as search_tools names it."},
+            "arguments": {"type": "object", "description": "The tool's arguments."},
+        },
+        "required": ["name"],
+    }
+    return [
+        types.Tool(
+            name="search_tools",
+            description="Find the tools you may call: name only, a summary, or full schemas.",
+            input_schema=search_schema,
+            annotations=types.ToolAnnotations(read_only_hint=True),
+        ),
+        types.Tool(
+            name="call_tool",
+            description="Call a tool found with search_tools, by its server.tool name.",
+            input_schema=call_schema,
+        ),
+    ]
+
+
 def _declared(spec: Any) -> types.Tool:
     annotations = spec.annotations or None
     return types.Tool(
@@ -210,20 +309,25 @@ def _error(message: str) -> types.CallToolResult:
     )
 
 
-async def serve_stdio(pipeline: Pipeline, agent: str) -> None:
+async def serve_stdio(pipeline: Pipeline, agent: str, mode: str = "direct") -> None:
     """Serve the agent over stdin/stdout until the client closes them (or a stop signal)."""
     from mcp.server.lowlevel import Server
 
     from bundlectl import __version__
 
     async with anyio.create_task_group() as group:
-        gateway = Gateway(pipeline, agent, group)
+        gateway = Gateway(pipeline, agent, group, mode)
 
         async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+            if mode == "search":
+                return types.ListToolsResult(tools=search_mode_tools())
             return types.ListToolsResult(tools=await gateway.list_tools())
 
         async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
-            return await gateway.call_tool(params.name, dict(params.arguments or {}))
+            arguments = dict(params.arguments or {})
+            if mode != "search":
+                return await gateway.call_tool(params.name, arguments)
+            return await _search_mode_call(gateway, params.name, arguments)
 
         server: Any = Server(
             "bundlectl",
@@ -235,6 +339,26 @@ async def serve_stdio(pipeline: Pipeline, agent: str) -> None:
         async with _stdio() as (read, write):
             await server.run(read, write, server.create_initialization_options())
         group.cancel_scope.cancel()  # the client is gone: stop every downstream server
+
+
+async def _search_mode_call(
+    gateway: Gateway, name: str, arguments: dict[str, Any]
+) -> types.CallToolResult:
+    """Search mode's two tools; any other name is unknown, as in direct mode."""
+    if name == "search_tools":
+        query, server = arguments.get("query", ""), arguments.get("server")
+        detail, limit = arguments.get("detail", "summary"), arguments.get("limit", 20)
+        if not isinstance(query, str) or not (server is None or isinstance(server, str)):
+            return _error("query and server are strings")
+        if not isinstance(limit, int) or not isinstance(detail, str):
+            return _error("limit is an integer and detail one of name, summary, full")
+        return await gateway.search(query, server, detail, limit)
+    if name == "call_tool":
+        target, inner = arguments.get("name"), arguments.get("arguments") or {}
+        if not isinstance(target, str) or "." not in target or not isinstance(inner, dict):
+            return _error("call_tool takes name (server.tool, from search_tools) and arguments")
+        return await gateway.call_tool(target, inner)
+    return _error(f"unknown tool {name!r}; use search_tools, then call_tool")
 
 
 @asynccontextmanager
