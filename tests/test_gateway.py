@@ -248,3 +248,40 @@ def test_search_mode_two_tools_ranked_search_and_calls_by_name(
         "unknown tool 'kitchen.fail'; search_tools shows the tools you can call"
     ]
     assert seen["direct"].is_error  # in search mode, only the two tools exist
+
+
+@pytest.mark.parametrize(("action", "written"), [("accept", True), ("decline", False)])
+@pytest.mark.parametrize("protocol", ["auto", "legacy"])  # 2026-07-28 input-required; 2025-11-25
+def test_ask_is_confirmed_by_the_clients_user_through_elicitation(
+    gateway_project: Path, isolated_home: Path, action: str, written: bool, protocol: str
+) -> None:
+    import mcp_types as types
+    from mcp import Client, StdioServerParameters
+
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action=action)  # type: ignore[arg-type]
+
+    async def session() -> Any:
+        params = StdioServerParameters(
+            command=PY,
+            args=["-m", "bundlectl", "serve", "--agent", "reader"],
+            cwd=str(gateway_project),
+            env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
+        )
+        async with Client(params, elicitation_callback=elicit, mode=protocol) as client:
+            return await client.call_tool("files__write_file", {"path": "w.txt", "content": "ok"})
+
+    result = anyio.run(session)
+    assert len(asked) == 1 and "wants to call files.write_file" in asked[0]
+    assert result.is_error is not written
+    assert (gateway_project / "w.txt").exists() is written
+    if not written:
+        assert texts(result) == ["the user did not confirm files__write_file; it was not called"]
+    records = [
+        json.loads(line)
+        for line in (isolated_home / "state" / "audit.jsonl").read_text().splitlines()
+    ]
+    assert records[-1]["outcome"] == ("ok" if written else "denied-by-user")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -40,6 +41,9 @@ from bundlectl.policy import Decision
 CONNECT_TIMEOUT = 30.0
 
 Job = Callable[[Any], Awaitable[Any]]
+# Asks the person at the client whether an `ask` rule's call may go ahead: the answer, or (on
+# the 2026-07-28 protocol) the result that asks the client to ask, and to retry with the answer.
+AskUser = Callable[[Decision], Awaitable["bool | types.InputRequiredResult"]]
 
 
 @dataclass
@@ -108,6 +112,8 @@ class Gateway:
     mode: str = "direct"  # direct | search
     quiet: bool = True
     _servers: dict[str, Downstream] = field(default_factory=dict)
+    # Confirmations asked for through an InputRequiredResult: request_state → tool name.
+    pending: dict[str, str] = field(default_factory=dict)
     _names: dict[str, tuple[str, str]] = field(default_factory=dict)  # gateway name → tool
 
     @property
@@ -184,26 +190,41 @@ class Gateway:
         text = types.TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))
         return types.CallToolResult(content=[text])
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], confirm: AskUser | None = None
+    ) -> types.CallToolResult:
         """One call through the pipeline, by `server__tool` (direct mode) or `server.tool`
-        (search mode's `call_tool`); every failure is a result the model can act on."""
+        (search mode's `call_tool`); every failure is a result the model can act on.
+
+        `confirm` asks the person at the client about an `ask` rule (an MCP elicitation); without
+        it such a call is refused.
+        """
         if not self._names:
             await self._catalog()
         found = self._names.get(name)
+        unknown = f"unknown tool {name!r}; {self.listing} shows the tools you can call"
         if found is None:
-            return _error(f"unknown tool {name!r}; {self.listing} shows the tools you can call")
+            return _error(unknown)
         server, tool = found
-        usable = self._usable(server, tool)
-        if usable is not None and usable.effect == "ask" and self.pipeline.confirm is None:
-            self.pipeline.audit.record(usable, "denied", 0.0, None)
-            return _error(
-                f"{name} needs a person's confirmation ({usable.reason}), and this gateway "
-                "cannot ask one yet; ask the user to run it with `bundlectl exec`"
-            )
-        try:
-            decision = self.pipeline.decide(self.agent, server, tool)
-        except BundlectlError:  # denied (and audited with the reason): said as for no such tool
-            return _error(f"unknown tool {name!r}; {self.listing} shows the tools you can call")
+        compiled = self.pipeline.resolution.policy.agent(self.agent)
+        decision = compiled.decide(server, tool, interactive=True)
+        if decision.effect == "deny":  # audited with the reason; said as for no such tool
+            self.pipeline.audit.record(decision, "denied", 0.0, None)
+            return _error(unknown)
+        if decision.effect == "ask":
+            if confirm is None:
+                self.pipeline.audit.record(decision, "denied", 0.0, None)
+                return _error(
+                    f"{name} needs a person's confirmation ({decision.reason}), and this client "
+                    "cannot ask for it (no elicitation support); ask the user to run it with "
+                    "`bundlectl exec`"
+                )
+            answer = await confirm(decision)
+            if isinstance(answer, types.InputRequiredResult):
+                return answer  # type: ignore[return-value]  # the client asks, then retries
+            if not answer:
+                self.pipeline.audit.record(decision, "denied-by-user", 0.0, None)
+                return _error(f"the user did not confirm {name}; it was not called")
         downstream = self._downstream(server)
         request = CallRequest(
             self.agent, server, tool, decision, [], arguments, float(downstream.target.spec.timeout)
@@ -325,9 +346,10 @@ async def serve_stdio(pipeline: Pipeline, agent: str, mode: str = "direct") -> N
 
         async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
             arguments = dict(params.arguments or {})
+            confirm = _elicitation(ctx, gateway, params)
             if mode != "search":
-                return await gateway.call_tool(params.name, arguments)
-            return await _search_mode_call(gateway, params.name, arguments)
+                return await gateway.call_tool(params.name, arguments, confirm)
+            return await _search_mode_call(gateway, params.name, arguments, confirm)
 
         server: Any = Server(
             "bundlectl",
@@ -341,8 +363,54 @@ async def serve_stdio(pipeline: Pipeline, agent: str, mode: str = "direct") -> N
         group.cancel_scope.cancel()  # the client is gone: stop every downstream server
 
 
+_NO_FIELDS: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+def _question(decision: Decision) -> str:
+    rule = decision.rule
+    where = f" ({rule.label}, {rule.origin})" if rule is not None else ""
+    return f"Agent {decision.agent!r} wants to call {decision.qualified}{where}. Allow it?"
+
+
+def _elicitation(ctx: Any, gateway: Gateway, params: types.CallToolRequestParams) -> AskUser | None:
+    """A confirmer that asks the client's user with an MCP elicitation, when the client declared
+    it can elicit: a request sent back to the client (2025-11-25 sessions), or, on the 2026-07-28
+    protocol, an InputRequiredResult that the client answers by retrying the call."""
+    capabilities = ctx.session.client_capabilities
+    if capabilities is None or capabilities.elicitation is None:
+        return None
+    state = params.request_state
+    if state is not None and params.input_responses is not None:
+        asked_for = gateway.pending.pop(state, None)  # single use; unknown state: ask again
+        reply = params.input_responses.get("confirm")
+        if asked_for == params.name:
+            accepted = isinstance(reply, types.ElicitResult) and reply.action == "accept"
+
+            async def answered(decision: Decision) -> bool:
+                return accepted
+
+            return answered
+
+    async def confirm(decision: Decision) -> bool | types.InputRequiredResult:
+        if ctx.session.can_send_request:
+            answer = await ctx.session.elicit_form(
+                _question(decision), _NO_FIELDS, related_request_id=ctx.request_id
+            )
+            return bool(answer.action == "accept")
+        token = secrets.token_urlsafe(16)
+        gateway.pending[token] = params.name
+        request = types.ElicitRequest(
+            params=types.ElicitRequestFormParams(
+                message=_question(decision), requested_schema=_NO_FIELDS
+            )
+        )
+        return types.InputRequiredResult(input_requests={"confirm": request}, request_state=token)
+
+    return confirm
+
+
 async def _search_mode_call(
-    gateway: Gateway, name: str, arguments: dict[str, Any]
+    gateway: Gateway, name: str, arguments: dict[str, Any], confirm: AskUser | None
 ) -> types.CallToolResult:
     """Search mode's two tools; any other name is unknown, as in direct mode."""
     if name == "search_tools":
@@ -357,7 +425,7 @@ async def _search_mode_call(
         target, inner = arguments.get("name"), arguments.get("arguments") or {}
         if not isinstance(target, str) or "." not in target or not isinstance(inner, dict):
             return _error("call_tool takes name (server.tool, from search_tools) and arguments")
-        return await gateway.call_tool(target, inner)
+        return await gateway.call_tool(target, inner, confirm)
     return _error(f"unknown tool {name!r}; use search_tools, then call_tool")
 
 
