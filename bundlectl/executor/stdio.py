@@ -217,6 +217,9 @@ async def child_transport(child: Child) -> AsyncIterator[tuple[Any, Any]]:
                 await child.stop()
                 with contextlib.suppress(OSError):
                     stdout.close()
+                # Closed here too: the reader thread's own close cannot reach an event loop that
+                # has already finished, and an unclosed stream is a ResourceWarning at exit.
+                incoming_send.close()
             group.cancel_scope.cancel()
 
 
