@@ -256,6 +256,16 @@ def registry_list(
 
 
 AgentOpt = Annotated[str, typer.Option("--agent", "-a", help="The agent whose policy applies.")]
+# The agent that makes calls (exec, serve): also from $BUNDLECTL_AGENT.
+CallerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--agent",
+        "-a",
+        envvar="BUNDLECTL_AGENT",
+        help="The agent making the calls (default: 'default', governed by policy.default).",
+    ),
+]
 InteractiveOpt = Annotated[
     bool, typer.Option("--interactive", help="Decide as if a human could confirm `ask` rules.")
 ]
@@ -366,15 +376,7 @@ def exec_(
             metavar="[KEY=VALUE...]", help="Arguments, typed by the tool's input schema."
         ),
     ] = None,
-    agent: Annotated[
-        str | None,
-        typer.Option(
-            "--agent",
-            "-a",
-            envvar="BUNDLECTL_AGENT",
-            help="The agent making the call (default: 'default').",
-        ),
-    ] = None,
+    agent: CallerOpt = None,
     args_json: Annotated[
         str | None,
         typer.Option("--args", help="Arguments as a JSON object, @FILE, or - for standard input."),
@@ -436,15 +438,7 @@ def exec_(
 
 @app.command()
 def serve(
-    agent: Annotated[
-        str | None,
-        typer.Option(
-            "--agent",
-            "-a",
-            envvar="BUNDLECTL_AGENT",
-            help="The agent whose policy applies (default: 'default').",
-        ),
-    ] = None,
+    agent: CallerOpt = None,
     mode: Annotated[
         ServeMode,
         typer.Option(
