@@ -52,7 +52,7 @@ def gateway_project(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 async def _session(project: Path, home: Path, script: Any) -> Any:
-    from mcp import Client, StdioServerParameters
+    from mcp import StdioServerParameters
 
     params = StdioServerParameters(
         command=PY,
@@ -60,8 +60,17 @@ async def _session(project: Path, home: Path, script: Any) -> Any:
         cwd=str(project),
         env={**os.environ, "BUNDLECTL_HOME": str(home)},
     )
-    async with Client(params) as client:
+    async with connected(params) as client:
         return await script(client)
+
+
+def connected(params: Any, **options: Any) -> Any:
+    """The SDK client over stdio, with the gateway's stderr on the real stderr: the SDK's default
+    (`sys.stderr` when it was first imported) may be a pytest capture with no file descriptor."""
+    from mcp import Client
+    from mcp.client.stdio import stdio_client
+
+    return Client(stdio_client(params, errlog=sys.__stderr__), **options)
 
 
 def texts(result: Any) -> list[str]:
@@ -201,7 +210,7 @@ def test_gateway_names_are_client_safe_and_distinct() -> None:
 def test_search_mode_two_tools_ranked_search_and_calls_by_name(
     gateway_project: Path, isolated_home: Path
 ) -> None:
-    from mcp import Client, StdioServerParameters
+    from mcp import StdioServerParameters
 
     async def session() -> dict[str, Any]:
         params = StdioServerParameters(
@@ -210,7 +219,7 @@ def test_search_mode_two_tools_ranked_search_and_calls_by_name(
             cwd=str(gateway_project),
             env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
         )
-        async with Client(params) as client:
+        async with connected(params) as client:
             listed = (await client.list_tools()).tools
             found = await client.call_tool("search_tools", {"query": "read file", "limit": 3})
             names = await client.call_tool("search_tools", {"detail": "name", "server": "kitchen"})
@@ -256,7 +265,7 @@ def test_ask_is_confirmed_by_the_clients_user_through_elicitation(
     gateway_project: Path, isolated_home: Path, action: str, written: bool, protocol: str
 ) -> None:
     import mcp_types as types
-    from mcp import Client, StdioServerParameters
+    from mcp import StdioServerParameters
 
     asked: list[str] = []
 
@@ -271,7 +280,7 @@ def test_ask_is_confirmed_by_the_clients_user_through_elicitation(
             cwd=str(gateway_project),
             env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
         )
-        async with Client(params, elicitation_callback=elicit, mode=protocol) as client:
+        async with connected(params, elicitation_callback=elicit, mode=protocol) as client:
             return await client.call_tool("files__write_file", {"path": "w.txt", "content": "ok"})
 
     result = anyio.run(session)

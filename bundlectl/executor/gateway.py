@@ -34,7 +34,7 @@ from bundlectl.errors import BundlectlError, ServerError
 from bundlectl.executor.call import CallOutcome, CallRequest, perform
 from bundlectl.executor.connect import Target, connect, list_all_tools
 from bundlectl.executor.pipeline import Pipeline
-from bundlectl.executor.stdio import pipe_lines, write_pipe
+from bundlectl.executor.stdio import decode_message, pipe_lines, write_pipe
 from bundlectl.patterns import gateway_name
 from bundlectl.policy import Decision
 
@@ -437,8 +437,6 @@ async def _stdio() -> AsyncIterator[tuple[Any, Any]]:
     SIGTERM would wait for the client's next line; a daemon thread here is simply abandoned, and
     the shutdown (every downstream server stopped) goes ahead at once.
     """
-    from mcp.shared.message import SessionMessage
-    from mcp_types import jsonrpc_message_adapter
 
     read_send, read = anyio.create_memory_object_stream[Any](16)
     write, write_receive = anyio.create_memory_object_stream[Any](16)
@@ -447,8 +445,7 @@ async def _stdio() -> AsyncIterator[tuple[Any, Any]]:
 
     def parse(line: bytes) -> Any:
         try:
-            message = jsonrpc_message_adapter.validate_python(json.loads(line), by_name=False)
-            return SessionMessage(message)
+            return decode_message(line)
         except ValueError as exc:  # the SDK answers a malformed message with an error
             return exc
 

@@ -148,8 +148,6 @@ def stop_on_failure(child: Child | None) -> Iterator[None]:
 @contextlib.asynccontextmanager
 async def child_transport(child: Child) -> AsyncIterator[tuple[Any, Any]]:
     """(read stream, write stream) for `mcp.Client`, over an already started child."""
-    from mcp.shared.message import SessionMessage
-    from mcp_types import jsonrpc_message_adapter
 
     proc = child.process
     assert proc.stdin is not None
@@ -168,12 +166,7 @@ async def child_transport(child: Child) -> AsyncIterator[tuple[Any, Any]]:
                 if raw.isspace():
                     continue
                 try:
-                    # json.loads, then pydantic on the objects: pydantic's own JSON parser holds
-                    # a second copy of every string while it builds the first (a 100 MB result
-                    # peaked at +380 MB instead of +190 MB), and is 3x slower on a tools/list.
-                    item: Any = SessionMessage(
-                        jsonrpc_message_adapter.validate_python(json.loads(raw), by_name=False)
-                    )
+                    item = decode_message(raw)
                 except ValueError:
                     # Garbage on stdout: the SDK would only log it and wait. End the connection
                     # so the caller fails now, and say what the server wrote.
@@ -221,6 +214,19 @@ async def child_transport(child: Child) -> AsyncIterator[tuple[Any, Any]]:
                 # has already finished, and an unclosed stream is a ResourceWarning at exit.
                 incoming_send.close()
             group.cancel_scope.cancel()
+
+
+def decode_message(raw: bytes | bytearray) -> Any:
+    """One JSON-RPC message (a line) as the SDK's SessionMessage; ValueError when it is none.
+
+    json.loads, then pydantic on the objects: pydantic's own JSON parser holds a second copy of
+    every string while it builds the first (a 100 MB result peaked at +380 MB instead of
+    +190 MB), and is 3x slower on a tools/list.
+    """
+    from mcp.shared.message import SessionMessage
+    from mcp_types import jsonrpc_message_adapter
+
+    return SessionMessage(jsonrpc_message_adapter.validate_python(json.loads(raw), by_name=False))
 
 
 def _lines(pipe: IO[bytes], chunk: int = 1 << 16) -> Iterator[bytes | bytearray]:
