@@ -24,6 +24,7 @@ from bundlectl.output import (
     MatrixFormat,
     Names,
     ServeMode,
+    ServeTransport,
 )
 
 app = typer.Typer(
@@ -445,12 +446,40 @@ def serve(
             "--mode", help="direct (every tool listed) or search (search_tools and call_tool)."
         ),
     ] = ServeMode.direct,
+    transport: Annotated[
+        ServeTransport,
+        typer.Option(
+            "--transport", help="stdio (one client) or streamable-http (many, bearer tokens)."
+        ),
+    ] = ServeTransport.stdio,
+    host: Annotated[
+        str, typer.Option("--host", help="streamable-http: the address to listen on.")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int,
+        typer.Option("--port", min=0, max=65535, help="streamable-http: the port (0: any free)."),
+    ] = 8765,
+    stateless: Annotated[
+        bool,
+        typer.Option(
+            "--stateless", help="streamable-http: no session state, for replicas behind a balancer."
+        ),
+    ] = False,
     config: ConfigOpt = None,
 ) -> int:
-    """Serve every resolved server's tools to one agent over stdio, policy enforced per call."""
+    """Serve every resolved server's tools to agents over MCP, each agent's policy enforced per
+    call: one agent over stdio, or many over streamable HTTP with bearer tokens."""
     from bundlectl.commands import serve as cmd
 
-    return cmd.run(config, agent=agent, mode=mode)
+    return cmd.run(
+        config,
+        agent=agent,
+        mode=mode,
+        transport=transport,
+        host=host,
+        port=port,
+        stateless=stateless,
+    )
 
 
 @app.command()

@@ -198,6 +198,11 @@ class AgentRules(StrictModel):
     deny: list[Rule] = Field(
         default_factory=list, description="Tools the agent may never call (cannot be lifted)."
     )
+    token: Expandable | None = Field(
+        default=None,
+        description="`serve` over HTTP: the bearer token that identifies this agent; "
+        "a ${VAR} reference (never a literal).",
+    )
 
 
 class EnvInput(StrictModel):

@@ -50,6 +50,13 @@ class ServeMode(str, Enum):
     search = "search"  # two tools: search_tools and call_tool (progressive disclosure)
 
 
+class ServeTransport(str, Enum):
+    """`serve --transport`."""
+
+    stdio = "stdio"  # one client, one agent
+    streamable_http = "streamable-http"  # many clients and agents, bearer tokens
+
+
 class Names(str, Enum):
     """`tools --names`: how tools are named."""
 

@@ -64,13 +64,13 @@ async def _session(project: Path, home: Path, script: Any) -> Any:
         return await script(client)
 
 
-def connected(params: Any, **options: Any) -> Any:
+def connected(params: Any, errlog: Any = None, **options: Any) -> Any:
     """The SDK client over stdio, with the gateway's stderr on the real stderr: the SDK's default
     (`sys.stderr` when it was first imported) may be a pytest capture with no file descriptor."""
     from mcp import Client
     from mcp.client.stdio import stdio_client
 
-    return Client(stdio_client(params, errlog=sys.__stderr__), **options)
+    return Client(stdio_client(params, errlog=errlog or sys.__stderr__), **options)
 
 
 def texts(result: Any) -> list[str]:
@@ -294,3 +294,52 @@ def test_ask_is_confirmed_by_the_clients_user_through_elicitation(
         for line in (isolated_home / "state" / "audit.jsonl").read_text().splitlines()
     ]
     assert records[-1]["outcome"] == ("ok" if written else "denied-by-user")
+
+
+def test_edits_apply_from_the_next_request_and_a_broken_edit_keeps_the_last_good_policy(
+    gateway_project: Path, isolated_home: Path, tmp_path: Path
+) -> None:
+    from mcp import StdioServerParameters
+
+    config = gateway_project / "bundlectl.yaml"
+    original = config.read_text()
+    log = tmp_path / "gateway.log"
+
+    async def session() -> dict[str, Any]:
+        params = StdioServerParameters(
+            command=PY,
+            args=["-m", "bundlectl", "serve", "--agent", "reader"],
+            cwd=str(gateway_project),
+            env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
+        )
+        seen: dict[str, Any] = {}
+        with log.open("w") as errlog:
+            async with connected(params, errlog=errlog) as client:
+                seen["before"] = await client.call_tool("kitchen__echo", {"text": "a"})
+                # echo is no longer allowed; the kitchen's environment changed (a restart)
+                config.write_text(
+                    original.replace('"kitchen.*"', "kitchen.add").replace(
+                        "KITCHEN_STARTS: ", "EXTRA: x, KITCHEN_STARTS: "
+                    )
+                )
+                seen["denied"] = await client.call_tool("kitchen__echo", {"text": "b"})
+                seen["listed"] = [t.name for t in (await client.list_tools()).tools]
+                seen["add"] = await client.call_tool("kitchen__add", {"a": 1, "b": 1})
+                config.write_text(original + "\nagents: [broken\n")
+                seen["kept"] = await client.call_tool("kitchen__add", {"a": 2, "b": 2})
+                seen["still_denied"] = await client.call_tool("kitchen__echo", {"text": "c"})
+        return seen
+
+    seen = anyio.run(session)
+    assert texts(seen["before"]) == ["a"]
+    assert texts(seen["denied"]) == [
+        "unknown tool 'kitchen__echo'; tools/list shows the tools you can call"
+    ]
+    assert "kitchen__add" in seen["listed"] and "kitchen__echo" not in seen["listed"]
+    assert seen["add"].structured_content == {"sum": 2}
+    assert seen["kept"].structured_content == {"sum": 4}  # the last good policy still serves
+    assert seen["still_denied"].is_error
+    assert len(pids(tmp_path / "starts.txt")) == 2  # the changed server was started afresh
+    text = log.read_text()
+    assert "bundlectl serve: reload failed; the last good policy stays in force" in text
+    assert "bundlectl.yaml:" in text  # the error says where

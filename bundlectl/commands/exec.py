@@ -86,7 +86,9 @@ def run(
     from bundlectl.executor.stdio import stop_on_failure
 
     limit = timeout if timeout is not None else float(target.spec.timeout)
-    request = CallRequest(who, server, name, decision, split, base, limit)
+    request = CallRequest(
+        who, server, name, decision, split, base, limit, check=pipeline.pin_check(server)
+    )
     # Start a stdio server before the SDK is imported: its start-up and our import overlap.
     child = start_child(target) if target.spec.transport == "stdio" and not target.builtin else None
     # Whatever happens before the transport owns the child (Ctrl-C while the SDK imports),

@@ -1,25 +1,48 @@
-"""`bundlectl serve`: the policy-enforcing MCP gateway for one agent (stdio, direct mode)."""
+"""`bundlectl serve`: the policy-enforcing MCP gateway (SPEC 7), over stdio or streamable HTTP."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from bundlectl.executor.pipeline import AuditLog, Pipeline, default_agent
-from bundlectl.output import ServeMode
+from bundlectl.output import ServeMode, ServeTransport
 from bundlectl.project import load_project, resolve_project
 
 
-def run(config: Path | None, *, agent: str | None, mode: ServeMode = ServeMode.direct) -> int:
+def run(
+    config: Path | None,
+    *,
+    agent: str | None,
+    mode: ServeMode = ServeMode.direct,
+    transport: ServeTransport = ServeTransport.stdio,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    stateless: bool = False,
+) -> int:
     resolution = resolve_project(load_project(config))
-    who = default_agent(agent)
-    resolution.policy.agent(who)  # extends errors and the like fail now, before serving
     pipeline = Pipeline(resolution, AuditLog(resolution, via="serve"), confirm=None)
-
     from bundlectl.executor import runner
-    from bundlectl.executor.gateway import serve_stdio
 
-    async def go() -> None:
-        await serve_stdio(pipeline, who, mode.value)
+    if transport is ServeTransport.stdio:
+        who = default_agent(agent)
+        resolution.policy.agent(who)  # extends errors and the like fail now, before serving
+        from bundlectl.executor.gateway import serve_stdio
 
-    runner.run(go)
+        async def stdio() -> None:
+            await serve_stdio(pipeline, who, mode.value)
+
+        runner.run(stdio)
+        return 0
+
+    from bundlectl.executor.gateway_http import access_for, bind, serve_http
+
+    access = access_for(pipeline, agent, host)
+    for name in [*access.tokens, *([access.open_agent] if access.open_agent else [])]:
+        resolution.policy.agent(name)
+    sock = bind(host, port)
+
+    async def http() -> None:
+        await serve_http(pipeline, access=access, sock=sock, mode=mode.value, stateless=stateless)
+
+    runner.run(http)
     return 0

@@ -34,18 +34,21 @@ class AuditRecord:
     server: str
     tool: str
     decision: str
-    rule: str | None
-    rule_source: str | None
     lock_digest: str | None
     policy_digest: str | None  # the effective policy that decided (SPEC 6)
     outcome: str
-    duration_ms: float
-    arguments_sha256: str | None
+    rule: str | None = None
+    rule_source: str | None = None
+    duration_ms: float = 0.0
+    arguments_sha256: str | None = None
     via: str = "exec"  # the front door: exec, or serve
+    remote: str | None = None  # serve over HTTP: the address of a refused request
 
     def as_json(self) -> str:
         data = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **vars(self)}
         data["duration_ms"] = round(self.duration_ms, 1)
+        if self.remote is None:
+            del data["remote"]
         return json.dumps(data, ensure_ascii=False, sort_keys=False)
 
 

@@ -127,7 +127,9 @@ def _item(
             targets[server] = pipeline.target(server, quiet=quiet)
         decision = pipeline.decide(who, server, name)
         limit = timeout if timeout is not None else float(targets[server].spec.timeout)
-        return BatchItem(number, CallRequest(who, server, name, decision, [], arguments, limit))
+        check = pipeline.pin_check(server)
+        request = CallRequest(who, server, name, decision, [], arguments, limit, check=check)
+        return BatchItem(number, request)
     except json.JSONDecodeError as exc:
         error = UsageError(f"{path}:{number}:{exc.colno}: invalid JSON: {exc.msg}")
         return BatchItem(number, None, error)

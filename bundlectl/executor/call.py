@@ -27,6 +27,8 @@ class CallRequest:
     pairs: list[tuple[str, str]] = field(default_factory=list)
     base_arguments: dict[str, Any] = field(default_factory=dict)
     timeout: float = 60.0
+    # A last check on the live tool before anything is sent (`pin_tools`): the refusal, or None.
+    check: Callable[[Any], BundlectlError | None] | None = None
 
     @property
     def qualified(self) -> str:
@@ -94,6 +96,9 @@ async def perform(
         tool = tools.get(request.tool)
         if tool is None:
             raise missing_tool(request.server, request.tool, sorted(tools))
+        refusal = request.check(tool) if request.check is not None else None
+        if refusal is not None:
+            raise refusal
         schema = tool.input_schema or {"type": "object"}
         outcome.arguments = build_arguments(request.pairs, request.base_arguments, schema)
         validate(outcome.arguments, schema, request.qualified)

@@ -1,5 +1,6 @@
-"""`bundlectl serve`: one MCP server in front of every resolved server, enforcing one agent's
-policy at run time (SPEC 7). This slice serves one agent over stdio in direct mode.
+"""`bundlectl serve`: one MCP server in front of every resolved server, enforcing each agent's
+policy at run time (SPEC 7). The transports are `serve_stdio` (one agent) here and
+`gateway_http` (many agents, bearer tokens).
 
 Direct mode: `tools/list` holds the tools the agent may call (allow or ask), named
 `server__tool`, with their definitions passed through; a denied tool is invisible and calling it
@@ -8,16 +9,17 @@ Every call goes through the pipeline `exec` uses — decide, validate, call with
 timeout, audit (`via: serve`) — and every failure comes back as a tool result with `isError` and
 a message the model can act on; the gateway never dies of a downstream failure.
 
-Each downstream server is an actor: a task that starts the server on first use, holds its client
+The `Hub` holds what all sessions share: the policy (reloaded when the config or the lock
+changes; a file that does not load keeps the last good one) and the downstream servers. Each
+downstream server is an actor: a task that starts the server on first use, holds its client
 session (entered and left in that one task, as the SDK requires) and runs one call at a time; a
-server whose connection broke is started again on the next call.
+server whose connection broke is started again on the next call. A `Gateway` is one agent's view.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import secrets
 import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -103,54 +105,135 @@ class Downstream:
 
 
 @dataclass
-class Gateway:
-    """The agent's view of every resolved server, and the calls it makes through them."""
+class Hub:
+    """Everything behind the gateway that its sessions share: the policy in force (reloaded
+    when the config or the lock changes) and the downstream servers (one actor each, whichever
+    agent calls them)."""
 
     pipeline: Pipeline
-    agent: str
     group: TaskGroup
-    mode: str = "direct"  # direct | search
     quiet: bool = True
-    _servers: dict[str, Downstream] = field(default_factory=dict)
-    # Confirmations asked for through an InputRequiredResult: request_state → tool name.
-    pending: dict[str, str] = field(default_factory=dict)
-    _names: dict[str, tuple[str, str]] = field(default_factory=dict)  # gateway name → tool
+    log: Callable[[str], None] = lambda line: None
+    agents: set[str] = field(default_factory=set)  # served agents: checked again on reload
+    servers: dict[str, Downstream] = field(default_factory=dict)
+    _names: dict[str, tuple[str, str]] | None = None  # gateway name → (server, tool)
+    _stamp: tuple[Any, ...] | None = None
+    _reloading: anyio.Lock = field(default_factory=anyio.Lock)
+
+    def __post_init__(self) -> None:
+        self._stamp = self._files()
+
+    @property
+    def resolution(self) -> Any:
+        return self.pipeline.resolution
+
+    def view(self, agent: str, mode: str = "direct") -> Gateway:
+        return Gateway(self, agent, mode)
+
+    def downstream(self, server: str) -> Downstream:
+        if server not in self.servers:
+            self.servers[server] = Downstream(self.pipeline.target(server, quiet=self.quiet))
+        return self.servers[server]
+
+    def names(self) -> dict[str, tuple[str, str]]:
+        """Every known tool by gateway name: the declared catalogs, and the live tools of the
+        servers listed so far."""
+        if self._names is None:
+            self._names = {}
+            for server, merged in self.pipeline.resolution.merged.servers.items():
+                self.learn(server, merged.spec.tools)
+        return self._names
+
+    def learn(self, server: str, tools: Any) -> None:
+        names = self.names()
+        for tool in tools:
+            names[gateway_name(server, tool.name)] = (server, tool.name)
+
+    def _files(self) -> tuple[Any, ...]:
+        project = self.pipeline.resolution.project
+        stamps: list[Any] = []
+        for path in (project.config_path, project.lock_path):
+            try:
+                stat = path.stat()
+                stamps.append((stat.st_mtime_ns, stat.st_size, stat.st_ino))
+            except OSError:
+                stamps.append(None)
+        return tuple(stamps)
+
+    async def refresh(self) -> None:
+        """Apply an edited config or lock from this request on (SPEC 7 "Reload"): a file that
+        does not load keeps the last good policy (and says why in the log); servers whose
+        configuration changed are stopped, to start afresh on their next call."""
+        if self._files() == self._stamp:
+            return
+        async with self._reloading:
+            stamp = self._files()
+            if stamp == self._stamp:
+                return
+            self._stamp = stamp
+            from bundlectl.project import load_project, resolve_project
+
+            old = self.pipeline.resolution
+            try:
+                fresh = resolve_project(load_project(old.project.config_path))
+                for agent in sorted(self.agents):
+                    fresh.policy.agent(agent)
+            except BundlectlError as exc:
+                found = [p.render() for p in exc.problems] or [exc.message]
+                self.log(
+                    "reload failed; the last good policy stays in force (fix the file: the next "
+                    "request reads it again): " + "; ".join(found)
+                )
+                return
+            self.pipeline.reload(fresh)
+            self._names = None
+            for name, downstream in list(self.servers.items()):
+                now = fresh.merged.servers.get(name)
+                if now is None or now.spec != downstream.target.spec:
+                    del self.servers[name]
+                    await downstream._stop()
+            self.log(f"reloaded {old.project.config_path.name}: policy {fresh.lock.policy_digest}")
+
+
+@dataclass
+class Gateway:
+    """One agent's view of every resolved server, and the calls it makes through them."""
+
+    hub: Hub
+    agent: str
+    mode: str = "direct"  # direct | search
 
     @property
     def listing(self) -> str:
         """Where the agent finds the names it may call."""
         return "search_tools" if self.mode == "search" else "tools/list"
 
-    def _downstream(self, server: str) -> Downstream:
-        if server not in self._servers:
-            self._servers[server] = Downstream(self.pipeline.target(server, quiet=self.quiet))
-        return self._servers[server]
+    @property
+    def pipeline(self) -> Pipeline:
+        return self.hub.pipeline
 
-    def _usable(self, server: str, tool: str) -> Decision | None:
-        """The decision when the agent may call the tool (allow, or ask), else None."""
-        compiled = self.pipeline.resolution.policy.agent(self.agent)
-        decision = compiled.decide(server, tool, interactive=True)
-        return decision if decision.effect != "deny" else None
+    async def _offered(self, name: str, spec: Any) -> list[types.Tool]:
+        """A server's tools: its declared definitions, or the live ones when it declares none or
+        `pin_tools` holds (then a live tool that differs from the lock is withheld)."""
+        pinned = self.pipeline.resolution.policy.set.pin_tools
+        if spec.tools and not pinned:
+            return [_declared(tool) for tool in spec.tools]
+        try:
+            live = (await self.hub.downstream(name).live_tools(self.hub.group)).values()
+        except BundlectlError:
+            return []  # a server that cannot start offers nothing
+        self.hub.learn(name, live)
+        return [tool for tool in live if self.pipeline.unpinned(name, tool) is None]
 
     async def _catalog(self) -> list[tuple[str, types.Tool]]:
-        """(server, tool) for every tool the agent may call: declared definitions, or the
-        server's own when it declares none (it is then started to ask). Every tool, usable or
-        not, is known by name afterwards, so a call to a denied one is audited for what it is."""
+        """(server, tool) for every tool the agent may call (allow or ask)."""
+        compiled = self.pipeline.resolution.policy.agent(self.agent)
         usable: list[tuple[str, types.Tool]] = []
         for name, merged in self.pipeline.resolution.merged.servers.items():
             if merged.spec.disabled:
                 continue
-            if merged.spec.tools:
-                offered = [_declared(spec) for spec in merged.spec.tools]
-            else:
-                try:
-                    offered = list((await self._downstream(name).live_tools(self.group)).values())
-                except BundlectlError:
-                    continue  # a server that cannot start offers nothing
-            for tool in offered:
-                self._names[gateway_name(name, tool.name)] = (name, tool.name)
-                self._names[f"{name}.{tool.name}"] = (name, tool.name)
-                if self._usable(name, tool.name) is not None:
+            for tool in await self._offered(name, merged.spec):
+                if compiled.decide(name, tool.name, interactive=True).effect != "deny":
                     usable.append((name, tool))
         return usable
 
@@ -190,6 +273,15 @@ class Gateway:
         text = types.TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))
         return types.CallToolResult(content=[text])
 
+    def _find(self, name: str) -> tuple[str, str] | None:
+        """The (server, tool) a name the agent used stands for: `server__tool`, or `server.tool`
+        (search mode); None: no configured server has that tool."""
+        names = self.hub.names()
+        if "." in name:
+            server, _, tool = name.partition(".")
+            return names.get(gateway_name(server, tool)) if server and tool else None
+        return names.get(name)
+
     async def call_tool(
         self, name: str, arguments: dict[str, Any], confirm: AskUser | None = None
     ) -> types.CallToolResult:
@@ -199,17 +291,16 @@ class Gateway:
         `confirm` asks the person at the client about an `ask` rule (an MCP elicitation); without
         it such a call is refused.
         """
-        if not self._names:
-            await self._catalog()
-        found = self._names.get(name)
         unknown = f"unknown tool {name!r}; {self.listing} shows the tools you can call"
+        found = self._find(name)
+        if found is None:
+            await self._catalog()  # servers without declared tools: learn their live names
+            found = self._find(name)
         if found is None:
             return _error(unknown)
         server, tool = found
-        compiled = self.pipeline.resolution.policy.agent(self.agent)
-        decision = compiled.decide(server, tool, interactive=True)
+        decision = self.pipeline.judge(self.agent, server, tool, interactive=True)
         if decision.effect == "deny":  # audited with the reason; said as for no such tool
-            self.pipeline.audit.record(decision, "denied", 0.0, None)
             return _error(unknown)
         if decision.effect == "ask":
             if confirm is None:
@@ -225,18 +316,24 @@ class Gateway:
             if not answer:
                 self.pipeline.audit.record(decision, "denied-by-user", 0.0, None)
                 return _error(f"the user did not confirm {name}; it was not called")
-        downstream = self._downstream(server)
+        downstream = self.hub.downstream(server)
         request = CallRequest(
-            self.agent, server, tool, decision, [], arguments, float(downstream.target.spec.timeout)
+            self.agent,
+            server,
+            tool,
+            decision,
+            [],
+            arguments,
+            float(downstream.target.spec.timeout),
+            check=self.pipeline.pin_check(server),
         )
-
         try:
-            tools = await downstream.live_tools(self.group)
+            tools = await downstream.live_tools(self.hub.group)
 
             async def call(client: Any) -> CallOutcome:
                 return await perform(client, request, downstream.target, tools)
 
-            outcome = await downstream.run(self.group, call)
+            outcome = await downstream.run(self.hub.group, call)
         except BundlectlError as exc:
             self.pipeline.audit.record(decision, "server-error", 0.0, arguments)
             return _error(_explain(exc))
@@ -330,40 +427,73 @@ def _error(message: str) -> types.CallToolResult:
     )
 
 
-async def serve_stdio(pipeline: Pipeline, agent: str, mode: str = "direct") -> None:
-    """Serve the agent over stdin/stdout until the client closes them (or a stop signal)."""
+def mcp_server(
+    hub: Hub,
+    mode: str,
+    agent_of: Callable[[Any], str],
+    *,
+    state_keys: list[bytes] | None = None,
+) -> Any:
+    """The gateway as an MCP server: `agent_of(ctx)` says whose view a request gets.
+
+    `state_keys`: the keys that seal the 2026-07-28 protocol's `requestState` (the pending
+    confirmation of an `ask` rule), shared by every replica of a stateless deployment; None: a
+    key of this process only.
+    """
     from mcp.server.lowlevel import Server
+    from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 
     from bundlectl import __version__
 
+    async def view(ctx: Any) -> Gateway:
+        await hub.refresh()
+        return hub.view(agent_of(ctx), mode)
+
+    async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        if mode == "search":
+            return types.ListToolsResult(tools=search_mode_tools())
+        return types.ListToolsResult(tools=await (await view(ctx)).list_tools())
+
+    async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
+        gateway = await view(ctx)
+        arguments = dict(params.arguments or {})
+        confirm = _elicitation(ctx, gateway, params)
+        if mode != "search":
+            return await gateway.call_tool(params.name, arguments, confirm)
+        return await _search_mode_call(gateway, params.name, arguments, confirm)
+
+    server: Any = Server(
+        "bundlectl",
+        version=__version__,
+        instructions="The tools this agent may call, under bundlectl's policy.",
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+    )
+    security = (
+        RequestStateSecurity(keys=state_keys) if state_keys else RequestStateSecurity.ephemeral()
+    )
+    server.middleware.append(RequestStateBoundary(security, default_audience="bundlectl"))
+    return server
+
+
+async def serve_stdio(pipeline: Pipeline, agent: str, mode: str = "direct") -> None:
+    """Serve the agent over stdin/stdout until the client closes them (or a stop signal)."""
     async with anyio.create_task_group() as group:
-        gateway = Gateway(pipeline, agent, group, mode)
-
-        async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-            if mode == "search":
-                return types.ListToolsResult(tools=search_mode_tools())
-            return types.ListToolsResult(tools=await gateway.list_tools())
-
-        async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
-            arguments = dict(params.arguments or {})
-            confirm = _elicitation(ctx, gateway, params)
-            if mode != "search":
-                return await gateway.call_tool(params.name, arguments, confirm)
-            return await _search_mode_call(gateway, params.name, arguments, confirm)
-
-        server: Any = Server(
-            "bundlectl",
-            version=__version__,
-            instructions=f"The tools agent {agent!r} may call, under bundlectl's policy.",
-            on_list_tools=on_list_tools,
-            on_call_tool=on_call_tool,
-        )
+        hub = Hub(pipeline, group, log=_log_line, agents={agent})
+        server = mcp_server(hub, mode, lambda ctx: agent)
         async with _stdio() as (read, write):
             await server.run(read, write, server.create_initialization_options())
         group.cancel_scope.cancel()  # the client is gone: stop every downstream server
 
 
+def _log_line(line: str) -> None:
+    """The gateway's own log: stderr, which MCP clients keep as the server's log."""
+    sys.stderr.write(f"bundlectl serve: {line}\n")
+    sys.stderr.flush()
+
+
 _NO_FIELDS: dict[str, Any] = {"type": "object", "properties": {}}
+MODERN = "2026-07-28"  # the protocol with input-required results instead of server requests
 
 
 def _question(decision: Decision) -> str:
@@ -375,21 +505,24 @@ def _question(decision: Decision) -> str:
 def _elicitation(ctx: Any, gateway: Gateway, params: types.CallToolRequestParams) -> AskUser | None:
     """A confirmer that asks the client's user with an MCP elicitation, when the client declared
     it can elicit: a request sent back to the client (2025-11-25 sessions), or, on the 2026-07-28
-    protocol, an InputRequiredResult that the client answers by retrying the call."""
+    protocol, an InputRequiredResult that the client answers by retrying the call with the
+    answer and the `requestState` we gave it (sealed and checked by the SDK: it cannot be forged
+    or moved to another tool or agent)."""
     capabilities = ctx.session.client_capabilities
     if capabilities is None or capabilities.elicitation is None:
         return None
-    state = params.request_state
-    if state is not None and params.input_responses is not None:
-        asked_for = gateway.pending.pop(state, None)  # single use; unknown state: ask again
+    bound = json.dumps({"agent": gateway.agent, "tool": params.name})
+    if params.request_state is not None and params.input_responses is not None:
         reply = params.input_responses.get("confirm")
-        if asked_for == params.name:
+        if params.request_state == bound:
             accepted = isinstance(reply, types.ElicitResult) and reply.action == "accept"
 
             async def answered(decision: Decision) -> bool:
                 return accepted
 
             return answered
+    if not ctx.session.can_send_request and ctx.protocol_version < MODERN:
+        return None  # a stateless HTTP session on the old protocol: no way back to the client
 
     async def confirm(decision: Decision) -> bool | types.InputRequiredResult:
         if ctx.session.can_send_request:
@@ -397,14 +530,12 @@ def _elicitation(ctx: Any, gateway: Gateway, params: types.CallToolRequestParams
                 _question(decision), _NO_FIELDS, related_request_id=ctx.request_id
             )
             return bool(answer.action == "accept")
-        token = secrets.token_urlsafe(16)
-        gateway.pending[token] = params.name
         request = types.ElicitRequest(
             params=types.ElicitRequestFormParams(
                 message=_question(decision), requested_schema=_NO_FIELDS
             )
         )
-        return types.InputRequiredResult(input_requests={"confirm": request}, request_state=token)
+        return types.InputRequiredResult(input_requests={"confirm": request}, request_state=bound)
 
     return confirm
 

@@ -1,4 +1,4 @@
-"""The call pipeline every front door shares (`exec`, `exec --batch`, and the gateway to come).
+"""The call pipeline every front door shares (`exec`, `exec --batch`, and the `serve` gateway).
 
 decide → confirm `ask` → (start/connect → check the tool → validate → call: `executor.call`)
 → audit. A front door supplies what differs between them through two small interfaces: who
@@ -39,6 +39,9 @@ class AuditSink(Protocol):
         arguments: dict[str, Any] | None,
     ) -> None: ...
 
+    def unauthorized(self, remote: str) -> None:
+        """A request to the gateway without a valid token (no agent, no tool)."""
+
 
 def default_agent(agent: str | None) -> str:
     """The calling agent: as given (`--agent`, which typer also reads from $BUNDLECTL_AGENT),
@@ -77,20 +80,31 @@ class AuditLog:
         arguments: dict[str, Any] | None,
     ) -> None:
         rule = decision.rule
-        entry = audit.AuditRecord(
-            agent=decision.agent,
-            server=decision.server,
-            tool=decision.tool,
+        self._append(
+            decision.agent,
+            decision.server,
+            decision.tool,
             decision=decision.effect,
             rule=rule.pattern if rule else None,
             rule_source=str(rule.origin) if rule else None,
-            lock_digest=self._digest_of_lock(),
-            # The policy that decided: the config as loaded now, whether or not the lock is fresh.
-            policy_digest=self.resolution.lock.policy_digest,
             outcome=outcome,
             duration_ms=duration_ms,
             arguments_sha256=audit.arguments_digest(arguments),
+        )
+
+    def unauthorized(self, remote: str) -> None:
+        self._append("-", "-", "-", decision="deny", outcome="unauthorized", remote=remote)
+
+    def _append(self, agent: str, server: str, tool: str, **fields: Any) -> None:
+        entry = audit.AuditRecord(
+            agent=agent,
+            server=server,
+            tool=tool,
+            lock_digest=self._digest_of_lock(),
+            # The policy that decided: the config as loaded now, whether or not the lock is fresh.
+            policy_digest=self.resolution.lock.policy_digest,
             via=self.via,
+            **fields,
         )
         try:
             if self._path is None:
@@ -133,13 +147,20 @@ class Pipeline:
     audit: AuditSink
     confirm: Confirmer | None  # None: an `ask` rule cannot be confirmed, so it denies
 
+    def judge(self, agent: str, server: str, tool: str, *, interactive: bool) -> Decision:
+        """The policy's decision (`interactive`: someone could confirm an `ask` rule); a denial is
+        audited with its real reason here, whatever the front door then tells the caller."""
+        compiled = self.resolution.policy.agent(agent)
+        decision = compiled.decide(server, tool, interactive=interactive)
+        if decision.effect == "deny":
+            self.audit.record(decision, "denied", 0.0, None)
+        return decision
+
     def decide(self, agent: str, server: str, tool: str) -> Decision:
         """The decision, confirmed where an ask rule needs it; a denial is audited and raised
         (exit 3) before anything starts."""
-        compiled = self.resolution.policy.agent(agent)
-        decision = compiled.decide(server, tool, interactive=self.confirm is not None)
+        decision = self.judge(agent, server, tool, interactive=self.confirm is not None)
         if decision.effect == "deny":
-            self.audit.record(decision, "denied", 0.0, None)
             raise PolicyDenied(
                 f"agent {agent!r} may not call {server}.{tool}: {decision.reason}",
                 hint=f"bundlectl policy explain --agent {agent} {server}.{tool}",
@@ -148,6 +169,49 @@ class Pipeline:
             self.audit.record(decision, "denied-by-user", 0.0, None)
             raise PolicyDenied(f"{server}.{tool} was not confirmed; nothing was started")
         return decision
+
+    def reload(self, resolution: Resolution) -> None:
+        """Decide from a newly loaded config and lock from now on (the gateway's reload)."""
+        self.resolution = resolution
+        if isinstance(self.audit, AuditLog):
+            self.audit.resolution = resolution
+
+    def unpinned(self, server: str, live: Any) -> str | None:
+        """Why `pin_tools` refuses the server's live tool `live` (None: it may be used): its
+        definition differs from the one the lock recorded, or the lock records none."""
+        if not self.resolution.policy.set.pin_tools:
+            return None
+        from bundlectl.executor.live import compare
+        from bundlectl.lockfile import digest_json
+
+        lock = self.resolution.project.lock
+        locked = lock.servers.get(server) if lock is not None else None
+        merged = self.resolution.merged.servers.get(server)
+        declared = next(
+            (t for t in (merged.spec.tools if merged else []) if t.name == live.name), None
+        )
+        qualified = f"{server}.{live.name}"
+        if locked is None or declared is None or live.name not in locked.tools:
+            return f"{qualified} is not recorded in the lock (policy.pin_tools)"
+        if digest_json(declared.model_dump(mode="json")) != locked.tools[live.name] or (
+            compare(server, [declared], [live]).changed
+        ):
+            return (
+                f"{qualified} changed since it was locked — review with "
+                f"`bundlectl tools --live` and `bundlectl lock --upgrade`"
+            )
+        return None
+
+    def pin_check(self, server: str) -> Callable[[Any], PolicyDenied | None] | None:
+        """The check a call makes on the live tool before sending anything (`pin_tools`)."""
+        if not self.resolution.policy.set.pin_tools:
+            return None
+
+        def check(live: Any) -> PolicyDenied | None:
+            why = self.unpinned(server, live)
+            return None if why is None else PolicyDenied(why)
+
+        return check
 
     def target(self, server: str, *, quiet: bool = False) -> Target:
         """The configured server to call (its stderr to a log file when `quiet`)."""

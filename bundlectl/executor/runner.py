@@ -29,8 +29,14 @@ class _Stop:
         self.by = ""
         self.everything = everything
         self.calls: set[anyio.CancelScope] = set()
+        self.graceful: list[Callable[[], object]] = []
 
     def fire(self, by: str) -> None:
+        if not self.by and self.graceful:  # a server winds down by itself the first time
+            self.by = by
+            for callback in self.graceful:
+                callback()
+            return
         if self.by or not self.calls:
             self.everything.cancel()
         self.by = self.by or by
@@ -60,6 +66,21 @@ def interruptible() -> Iterator[anyio.CancelScope]:
             yield scope
         finally:
             stop.calls.discard(scope)
+
+
+@contextlib.contextmanager
+def on_stop(callback: Callable[[], object]) -> Iterator[None]:
+    """While inside: the first stop signal calls `callback` (a server's graceful shutdown)
+    instead of cancelling; a second one cancels everything."""
+    stop = _STOP.get()
+    if stop is None:
+        yield
+        return
+    stop.graceful.append(callback)
+    try:
+        yield
+    finally:
+        stop.graceful.remove(callback)
 
 
 def stopped() -> Interrupted:

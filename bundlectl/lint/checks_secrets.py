@@ -80,6 +80,23 @@ def plaintext_secrets(ctx: Context) -> Iterator[Finding]:
                 )
 
 
+def literal_tokens(ctx: Context) -> Iterator[Finding]:
+    """BCL301 for `agents.NAME.token`: a bearer token is a secret however it looks."""
+    config, model = ctx.config, ctx.config_model
+    if config is None or model is None:
+        return
+    for name, rules in model.agents.items():
+        if rules.token is not None and not references(rules.token):
+            yield at(
+                "BCL301",
+                config.doc,
+                ("agents", name, "token"),
+                f"a literal bearer token is written in the file (agents.{name}.token); "
+                "use a ${VAR} reference",
+                anchor=f"{name}:token",
+            )
+
+
 def missing_env(ctx: Context) -> Iterator[Finding]:
     """BCL302: a resolved bundle's required input that is neither set nor defaulted."""
     if ctx.resolution is None or ctx.config is None or ctx.config_model is None:

@@ -41,6 +41,7 @@ CHECKS: list[Check] = [
     checks_policy.future_tools,
     checks_policy.policy_tests,
     checks_secrets.plaintext_secrets,
+    checks_secrets.literal_tokens,
     checks_secrets.missing_env,
     checks_supply.unpinned,
 ]

@@ -215,7 +215,7 @@ RULES = _rules(
         "BCL301",
         "plaintext-secret",
         "error",
-        "A literal secret in env, args, headers or url; it would end up in git.",
+        "A literal secret in env, args, headers, url or an agent's token; it would end up in git.",
         "Replace it with a ${VAR} reference and set the variable where the server runs.",
         9.0,
     ),

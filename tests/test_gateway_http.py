@@ -1,0 +1,302 @@
+"""`bundlectl serve --transport streamable-http`: many agents behind bearer tokens, `/healthz`,
+`--stateless` replicas — the gateway a real subprocess on a loopback port, the SDK's client in
+front of it and real downstream servers behind it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.conftest import Run, write
+from tests.test_exec import SERVERS, gone, pids
+
+PY = sys.executable
+READER_TOKEN = "reader-" + "r" * 30
+WRITER_TOKEN = "writer-" + "w" * 30
+
+
+@pytest.fixture
+def http_project(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("KITCHEN_STARTS", str(tmp_path / "starts.txt"))
+    monkeypatch.setenv("READER_TOKEN", READER_TOKEN)
+    monkeypatch.setenv("WRITER_TOKEN", WRITER_TOKEN)
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        bundles: [basic]
+        servers:
+          kitchen:
+            command: {PY}
+            args: ["{SERVERS / "kitchen.py"}"]
+            env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}"}}
+        agents:
+          reader:  # reads files, echoes
+            token: "${{READER_TOKEN}}"
+            allow: [files.read_file, kitchen.echo]
+          writer:
+            token: "${{WRITER_TOKEN}}"
+            allow: [files.write_file, kitchen.add]
+        policy: {{default: deny}}
+        """,
+    )
+    (project / "hello.txt").write_text("hello\n")
+    return project
+
+
+@contextmanager
+def gateway(project: Path, *args: str, home: Path | None = None) -> Iterator[tuple[str, Any]]:
+    """`serve --transport streamable-http` on a free port: its base URL and the process."""
+    env = {**os.environ}
+    if home is not None:
+        env["BUNDLECTL_HOME"] = str(home)
+    proc = subprocess.Popen(
+        [PY, "-m", "bundlectl", "serve", "--transport", "streamable-http", "--port", "0", *args],
+        cwd=project,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert proc.stderr is not None
+    try:
+        line = proc.stderr.readline().decode()
+        found = re.search(r"on (http://\S+)/mcp", line)
+        assert found, line + proc.stderr.read().decode()
+        yield found.group(1), proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.communicate(timeout=10)
+
+
+@asynccontextmanager
+async def client(url: str, token: str | None = None, **options: Any) -> AsyncIterator[Any]:
+    """The SDK's client over streamable HTTP, with the agent's token."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    timeout = httpx2.Timeout(30, read=300)
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
+        Client(streamable_http_client(f"{url}/mcp", http_client=http), **options) as c,
+    ):
+        yield c
+
+
+def texts(result: Any) -> list[str]:
+    return [block.text for block in result.content]
+
+
+def records(home: Path) -> list[dict[str, Any]]:
+    path = home / "state" / "audit.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_each_token_gets_its_own_agents_tools_and_nothing_else(
+    http_project: Path, isolated_home: Path
+) -> None:
+    import httpx2
+
+    async def script(url: str) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with client(url, READER_TOKEN) as reader:
+            seen["reader"] = sorted(t.name for t in (await reader.list_tools()).tools)
+            seen["read"] = await reader.call_tool("files__read_file", {"path": "hello.txt"})
+            seen["stolen"] = await reader.call_tool("kitchen__add", {"a": 1, "b": 2})
+        async with client(url, WRITER_TOKEN, mode="legacy") as writer:
+            seen["writer"] = sorted(t.name for t in (await writer.list_tools()).tools)
+            seen["add"] = await writer.call_tool("kitchen__add", {"a": 1, "b": 2})
+            seen["echo"] = await writer.call_tool("kitchen__echo", {"text": "x"})
+        async with httpx2.AsyncClient() as http:
+            initialize = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            }
+            accept = {"Accept": "application/json, text/event-stream"}
+            seen["none"] = await http.post(f"{url}/mcp", json=initialize, headers=accept)
+            wrong = {**accept, "Authorization": "Bearer " + "x" * 40}
+            seen["wrong"] = await http.post(f"{url}/mcp", json=initialize, headers=wrong)
+            opened = await http.post(
+                f"{url}/mcp",
+                json=initialize,
+                headers={**accept, "Authorization": f"Bearer {READER_TOKEN}"},
+            )
+            session = opened.headers["mcp-session-id"]
+            listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+            seen["hijack"] = await http.post(
+                f"{url}/mcp",
+                json=listing,
+                headers={
+                    **accept,
+                    "Authorization": f"Bearer {WRITER_TOKEN}",
+                    "mcp-session-id": session,
+                    "mcp-protocol-version": "2025-11-25",
+                },
+            )
+            seen["health"] = await http.get(f"{url}/healthz")
+        return seen
+
+    with gateway(http_project) as (url, proc):
+        seen = anyio.run(script, url)
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+
+    assert seen["reader"] == ["files__read_file", "kitchen__echo"]
+    assert seen["writer"] == ["files__write_file", "kitchen__add"]
+    assert texts(seen["read"]) == ["hello\n"]
+    assert seen["add"].structured_content == {"sum": 3}
+    # Another agent's tool is as unknown as a tool that does not exist.
+    assert texts(seen["stolen"]) == [
+        "unknown tool 'kitchen__add'; tools/list shows the tools you can call"
+    ]
+    assert seen["echo"].is_error
+    assert seen["none"].status_code == 401 and seen["wrong"].status_code == 401
+    assert seen["none"].headers["www-authenticate"].startswith("Bearer")
+    assert seen["hijack"].status_code == 404  # a session answers only the token that opened it
+    lock = json.loads(json.dumps(seen["health"].json()))
+    assert seen["health"].status_code == 200 and lock["policy_digest"].startswith("sha256:")
+
+    log = records(isolated_home)
+    assert [r["outcome"] for r in log if r["outcome"] == "unauthorized"] == ["unauthorized"] * 2
+    assert {(r["agent"], r["tool"], r["outcome"]) for r in log} >= {
+        ("reader", "read_file", "ok"),
+        ("reader", "add", "denied"),
+        ("writer", "add", "ok"),
+    }
+    everything = (isolated_home / "state" / "audit.jsonl").read_text() + err.decode()
+    assert READER_TOKEN not in everything and WRITER_TOKEN not in everything
+
+
+def test_healthz_digest_is_the_locks_policy_digest(
+    http_project: Path, isolated_home: Path, run: Run
+) -> None:
+    import httpx2
+
+    assert run("lock").code == 0
+    text = (http_project / "bundlectl.lock").read_text()
+    [locked] = re.findall(r'^policy_digest: "(sha256:[0-9a-f]+)"', text, re.M)
+    with gateway(http_project) as (url, _):
+        answer = httpx2.get(f"{url}/healthz")
+    assert answer.json() == {"status": "ok", "policy_digest": locked}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--agent", "nobody", "--host", "0.0.0.0"], "refusing to serve 0.0.0.0 without tokens"),
+        ([], "no agent declares one"),
+    ],
+)
+def test_unsafe_or_unidentifiable_setups_are_refused(
+    project: Path, run: Run, args: list[str], message: str
+) -> None:
+    write(project / "bundlectl.yaml", "version: 1\nbundles: [basic]\n")
+    result = run("serve", "--transport", "streamable-http", "--port", "0", *args)
+    assert result.code == 2 and message in result.err, result.err
+    assert "hint:" in result.err
+
+
+def test_a_missing_token_variable_is_named(
+    http_project: Path, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("WRITER_TOKEN")
+    result = run("serve", "--transport", "streamable-http", "--port", "0")
+    assert result.code == 2
+    assert "agents.writer.token needs the environment variable WRITER_TOKEN" in result.err
+
+
+def test_one_agent_on_loopback_needs_no_token(http_project: Path, isolated_home: Path) -> None:
+    write(
+        http_project / "bundlectl.yaml",
+        "version: 1\nbundles: [basic]\nagents: {viewer: {allow: [files.read_file]}}\n",
+    )
+
+    async def script(url: str) -> list[str]:
+        async with client(url) as viewer:
+            return [t.name for t in (await viewer.list_tools()).tools]
+
+    with gateway(http_project, "--agent", "viewer") as (url, _):
+        assert anyio.run(script, url) == ["files__read_file"]
+
+
+def test_stateless_replicas_answer_one_clients_calls_alternately(
+    http_project: Path, isolated_home: Path, tmp_path: Path
+) -> None:
+    """Two gateway processes behind a round-robin "load balancer" (the client's HTTP transport
+    sends each request to the other replica): every call is answered, by both of them."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    hits: list[str] = []
+
+    class RoundRobin(httpx2.AsyncBaseTransport):
+        def __init__(self, urls: list[str]) -> None:
+            self.urls = urls
+            self.inner = httpx2.AsyncHTTPTransport()
+
+        async def handle_async_request(self, request: Any) -> Any:
+            base = self.urls[len(hits) % len(self.urls)]
+            hits.append(base)
+            request.url = request.url.copy_with(port=int(base.rsplit(":", 1)[1]))
+            return await self.inner.handle_async_request(request)
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    async def script(urls: list[str]) -> list[Any]:
+        async with (
+            httpx2.AsyncClient(
+                transport=RoundRobin(urls),
+                headers={"Authorization": f"Bearer {READER_TOKEN}"},
+                timeout=httpx2.Timeout(30, read=300),
+            ) as http,
+            Client(streamable_http_client(f"{urls[0]}/mcp", http_client=http)) as c,
+        ):
+            return [await c.call_tool("kitchen__echo", {"text": f"n{i}"}) for i in range(4)]
+
+    with (
+        gateway(http_project, "--stateless") as (one, _),
+        gateway(http_project, "--stateless") as (two, _),
+    ):
+        results = anyio.run(script, [one, two])
+    assert [texts(r) for r in results] == [["n0"], ["n1"], ["n2"], ["n3"]]
+    assert set(hits) == {one, two}
+    assert len(pids(tmp_path / "starts.txt")) == 2  # each replica runs its own downstream
+
+
+def test_sigterm_stops_the_http_gateway_and_its_servers(
+    http_project: Path, isolated_home: Path, tmp_path: Path
+) -> None:
+    async def script(url: str) -> None:
+        async with client(url, READER_TOKEN) as reader:
+            await reader.call_tool("kitchen__echo", {"text": "warm"})
+
+    with gateway(http_project) as (url, proc):
+        anyio.run(script, url)
+        [pid] = pids(tmp_path / "starts.txt")
+        began = time.monotonic()
+        proc.terminate()
+        proc.communicate(timeout=10)
+        assert proc.returncode == 130
+    assert gone(pid, within=5.0) and time.monotonic() - began < 5

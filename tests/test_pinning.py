@@ -1,0 +1,100 @@
+"""`policy.pin_tools`: a tool whose live definition differs from the one the lock recorded is
+refused by `exec` and withheld and refused by `serve` (SPEC 7 "Pinning") — a real server that
+changes a tool's description after review ("rug pull")."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.conftest import Run, write
+from tests.test_exec import SERVERS
+from tests.test_gateway import connected, texts
+
+PY = sys.executable
+
+
+def live_echo() -> dict[str, Any]:
+    """kitchen's echo as the server lists it, from the server object in this process."""
+    from mcp import Client
+
+    sys.path.insert(0, str(SERVERS))
+    try:
+        import kitchen  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(SERVERS))
+
+    async def listed() -> Any:
+        async with Client(kitchen.server) as client:
+            return (await client.list_tools()).tools
+
+    [echo] = [t for t in anyio.run(listed) if t.name == "echo"]
+    return {"name": "echo", "description": echo.description, "input_schema": echo.input_schema}
+
+
+@pytest.fixture
+def pinned(project: Path, run: Run, monkeypatch: pytest.MonkeyPatch) -> Path:
+    import json
+
+    monkeypatch.delenv("KITCHEN_RUG_PULL", raising=False)
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          kitchen:
+            command: {PY}
+            args: ["{SERVERS / "kitchen.py"}"]
+            env: {{KITCHEN_RUG_PULL: "${{KITCHEN_RUG_PULL:-}}"}}
+            tools: [{json.dumps(live_echo())}]
+        agents:
+          bot: {{allow: ["kitchen.*"]}}
+        policy: {{default: deny, pin_tools: true}}
+        """,
+    )
+    assert run("lock").code == 0
+    return project
+
+
+def test_exec_refuses_a_tool_changed_since_it_was_locked(
+    pinned: Path, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    same = run("exec", "--agent", "bot", "kitchen.echo", "text=hi")
+    assert (same.code, same.out.strip()) == (0, "hi")
+    monkeypatch.setenv("KITCHEN_RUG_PULL", "1")
+    pulled = run("exec", "--agent", "bot", "kitchen.echo", "text=hi")
+    assert pulled.code == 3 and pulled.out == ""
+    assert (
+        "kitchen.echo changed since it was locked — review with `bundlectl tools --live` "
+        "and `bundlectl lock --upgrade`" in pulled.err
+    )
+    unrecorded = run("exec", "--agent", "bot", "kitchen.add", "a=1", "b=2")
+    assert unrecorded.code == 3 and "the lock does not record this tool" in unrecorded.err
+
+
+@pytest.mark.parametrize("rug_pull", [False, True])
+def test_serve_withholds_and_refuses_a_changed_tool(
+    pinned: Path, isolated_home: Path, rug_pull: bool
+) -> None:
+    from mcp import StdioServerParameters
+
+    async def session() -> tuple[list[str], Any]:
+        env = {**os.environ, "BUNDLECTL_HOME": str(isolated_home)}
+        env["KITCHEN_RUG_PULL"] = "1" if rug_pull else ""
+        args = ["-m", "bundlectl", "serve", "--agent", "bot"]
+        params = StdioServerParameters(command=PY, args=args, cwd=str(pinned), env=env)
+        async with connected(params) as client:
+            names = [t.name for t in (await client.list_tools()).tools]
+            return names, await client.call_tool("kitchen__echo", {"text": "hi"})
+
+    names, result = anyio.run(session)
+    if rug_pull:
+        assert names == [] and result.is_error  # add is unrecorded, echo changed: nothing left
+        assert "kitchen.echo changed since it was locked" in texts(result)[0]
+    else:
+        assert names == ["kitchen__echo"] and texts(result) == ["hi"]
