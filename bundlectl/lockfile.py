@@ -42,6 +42,11 @@ def policy_digests(policy: PolicySet) -> tuple[str, dict[str, str]]:
     return digest_json({"settings": settings, "agents": per_agent}), per_agent
 
 
+# Not part of a server's locked digest: its tools are digested one by one, and `concurrency` is
+# how the gateway schedules calls, not what the server is (adding it kept existing locks fresh).
+UNLOCKED = frozenset({"tools", "concurrency"})
+
+
 def build_lock(config: ProjectConfig, merged: Merged, policy: PolicySet) -> LockFile:
     bundles = {
         loaded.manifest.name: LockedBundle(
@@ -59,7 +64,7 @@ def build_lock(config: ProjectConfig, merged: Merged, policy: PolicySet) -> Lock
         servers[name] = LockedServer(
             bundle=server.bundle.split("@")[0] if server.bundle else None,
             transport=server.spec.transport,
-            digest=digest_json({k: v for k, v in spec.items() if k != "tools"}),
+            digest=digest_json({k: v for k, v in spec.items() if k not in UNLOCKED}),
             tools=tools,
         )
     policy_digest, agents = policy_digests(policy)

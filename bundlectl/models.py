@@ -157,6 +157,12 @@ class ServerSpec(StrictModel):
         default_factory=dict, description="sse/streamable-http: HTTP headers; `${VAR}` expanded."
     )
     timeout: int = Field(default=60, ge=1, le=3600, description="Call timeout in seconds.")
+    concurrency: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="`serve`: calls this server may run at once (default one at a time).",
+    )
     disabled: bool = Field(default=False, description="Keep the entry but never start it.")
     tools: list[ToolSpec] = Field(
         default_factory=list, description="The declared tool catalog (what the server exposes)."

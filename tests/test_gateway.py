@@ -343,3 +343,29 @@ def test_edits_apply_from_the_next_request_and_a_broken_edit_keeps_the_last_good
     text = log.read_text()
     assert "bundlectl serve: reload failed; the last good policy stays in force" in text
     assert "bundlectl.yaml:" in text  # the error says where
+
+
+def test_a_call_the_client_cancels_is_cancelled_on_the_server(
+    gateway_project: Path, isolated_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client gives up on a 20 s call: the server is told (its handler is cancelled), and
+    the next call to that server is answered at once."""
+    events = tmp_path / "kitchen.log"
+    config = gateway_project / "bundlectl.yaml"
+    config.write_text(
+        config.read_text().replace(
+            "KITCHEN_STARTS: ", f"KITCHEN_LOG: {json.dumps(str(events))}, KITCHEN_STARTS: "
+        )
+    )
+
+    async def script(client: Any) -> tuple[float, Any]:
+        await client.call_tool("kitchen__echo", {"text": "warm"})
+        with anyio.move_on_after(1.0):
+            await client.call_tool("kitchen__sleep", {"seconds": 20})
+        began = time.monotonic()
+        after = await client.call_tool("kitchen__echo", {"text": "next"})
+        return time.monotonic() - began, after
+
+    took, after = anyio.run(_session, gateway_project, isolated_home, script)
+    assert texts(after) == ["next"] and took < 5, took
+    assert events.read_text().splitlines() == ["sleep started", "sleep cancelled"]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bundlectl.errors import BundlectlError
+from bundlectl.errors import BundlectlError, UsageError
 from bundlectl.executor import runner
 from bundlectl.executor.arguments import build_arguments, validate
 from bundlectl.executor.connect import Target, classify, list_all_tools, missing_tool
@@ -29,6 +29,8 @@ class CallRequest:
     timeout: float = 60.0
     # A last check on the live tool before anything is sent (`pin_tools`): the refusal, or None.
     check: Callable[[Any], BundlectlError | None] | None = None
+    # Where the server's progress goes (the gateway: to its client); None: shown on stderr.
+    progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
 
     @property
     def qualified(self) -> str:
@@ -96,6 +98,14 @@ async def perform(
         tool = tools.get(request.tool)
         if tool is None:
             raise missing_tool(request.server, request.tool, sorted(tools))
+        execution = getattr(tool, "execution", None)
+        if getattr(execution, "task_support", None) == "required":
+            raise UsageError(
+                f"{request.qualified} runs only as an MCP task (execution.taskSupport: "
+                "required), which bundlectl does not support yet; nothing was sent",
+                hint="ask the server's authors for a plain-call variant, or call it from a "
+                "client with MCP tasks",
+            )
         refusal = request.check(tool) if request.check is not None else None
         if refusal is not None:
             raise refusal
@@ -107,7 +117,7 @@ async def perform(
                 request.tool,
                 outcome.arguments,
                 read_timeout_seconds=request.timeout,
-                progress_callback=progress,
+                progress_callback=request.progress or progress,
             )
         if scope.cancelled_caught:
             raise runner.stopped()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,9 +43,11 @@ class Target:
         return self._stderr
 
     def close(self, *, wait: float = 1.0) -> None:
-        """Stop copying the server's stderr (`wait` 0: the server may still be exiting)."""
+        """Stop copying the server's stderr (`wait` 0: the server may still be exiting); a
+        later start (the gateway restarting a crashed server) gets a new copy."""
         if self._stderr is not None:
             self._stderr.close(wait)
+            self._stderr = None
 
     @property
     def builtin(self) -> str | None:
@@ -156,10 +158,12 @@ async def connect(
     connect_timeout: float,
     child: Child | None = None,
     option: str = "--connect-timeout",
+    options: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[Any]:
     """An initialised `mcp.Client`; errors come out as BundlectlError subclasses.
 
-    `child` is a stdio server already started with `start_child`.
+    `child` is a stdio server already started with `start_child`; `options`: more arguments of
+    `mcp.Client` (callbacks for the server's requests and notifications).
     """
     from mcp import Client
 
@@ -167,7 +171,7 @@ async def connect(
     scope = anyio.CancelScope(deadline=anyio.current_time() + connect_timeout)
     try:
         with scope:
-            async with Client(client_target, mode="auto") as client:
+            async with Client(client_target, mode="auto", **(options or {})) as client:
                 scope.deadline = math.inf  # connected: only the call's own timeout applies now
                 yield client
     except BundlectlError:

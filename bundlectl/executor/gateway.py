@@ -22,7 +22,7 @@ import contextlib
 import json
 import sys
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,9 +32,9 @@ import anyio.lowlevel
 import mcp_types as types
 from anyio.abc import TaskGroup, TaskStatus
 
-from bundlectl.errors import BundlectlError, ServerError
+from bundlectl.errors import BundlectlError, Interrupted, ServerError
 from bundlectl.executor.call import CallOutcome, CallRequest, perform
-from bundlectl.executor.connect import Target, connect, list_all_tools
+from bundlectl.executor.connect import Target, classify, connect, list_all_tools
 from bundlectl.executor.pipeline import Pipeline
 from bundlectl.executor.stdio import decode_message, pipe_lines, write_pipe
 from bundlectl.patterns import gateway_name
@@ -42,35 +42,155 @@ from bundlectl.policy import Decision
 
 CONNECT_TIMEOUT = 30.0
 
+
+class CallCancelled(Interrupted):
+    """The client cancelled the call (`notifications/cancelled`); the server was told so too."""
+
+
 Job = Callable[[Any], Awaitable[Any]]
 # Asks the person at the client whether an `ask` rule's call may go ahead: the answer, or (on
 # the 2026-07-28 protocol) the result that asks the client to ask, and to retry with the answer.
 AskUser = Callable[[Decision], Awaitable["bool | types.InputRequiredResult"]]
 
 
+class Relay:
+    """What a downstream server sends towards the client — progress, log messages, elicitation
+    and sampling requests, list changes — goes to the client session of the call it belongs to:
+    the call in flight on that server (one at a time, unless `concurrency` allows more: then the
+    latest). Requests the client cannot answer are refused with an error the server can report."""
+
+    def __init__(self, server: str, hub: Hub) -> None:
+        self.server, self.hub = server, hub
+        self.ctx: Any = None  # the MCP request context of the call in flight
+
+    def options(self) -> dict[str, Any]:
+        """The downstream client's callbacks (each also declares the capability)."""
+        return {
+            "elicitation_callback": self.elicit,
+            "sampling_callback": self.sample,
+            "logging_callback": self.log,
+            "message_handler": self.message,
+        }
+
+    def _can(self, capability: str) -> Any:
+        ctx = self.ctx
+        if ctx is None:
+            return None
+        declared = ctx.session.client_capabilities
+        if declared is None or getattr(declared, capability) is None:
+            return None
+        return ctx if ctx.session.can_send_request else None
+
+    def _refuse(self, what: str) -> types.ErrorData:
+        return types.ErrorData(
+            code=types.INVALID_REQUEST,
+            message=f"{what} is not available: the client behind the bundlectl gateway "
+            "cannot answer it",
+        )
+
+    async def elicit(self, context: Any, params: Any) -> Any:
+        ctx = self._can("elicitation")
+        if ctx is None:
+            return self._refuse("elicitation")
+        request = types.ElicitRequest(params=params)
+        return await ctx.session.send_request(request, types.ElicitResult)
+
+    async def sample(self, context: Any, params: Any) -> Any:
+        ctx = self._can("sampling")
+        if ctx is None:
+            return self._refuse("sampling")
+        request = types.CreateMessageRequest(params=params)
+        return await ctx.session.send_request(request, types.CreateMessageResult)
+
+    async def log(self, params: Any) -> None:
+        ctx = self.ctx
+        if ctx is None:
+            return
+        import warnings
+
+        logger = f"{self.server}.{params.logger}" if params.logger else self.server
+        with warnings.catch_warnings(), contextlib.suppress(Exception):
+            warnings.simplefilter("ignore")
+            await ctx.session.send_log_message(
+                params.level, params.data, logger=logger, related_request_id=ctx.request_id
+            )
+
+    async def message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            await self.hub.tools_changed(self.server)
+
+
 @dataclass
 class Downstream:
-    """One server behind the gateway: started on first use, warm after, one call at a time."""
+    """One server behind the gateway: started on first use, warm after, one call at a time
+    (`concurrency: N`: N at a time); after a crash it is started again on a later call, backing
+    off while it keeps failing."""
 
     target: Target
+    relay: Relay | None = None
     _inbox: Any = None  # the actor's job queue while it runs
     _lock: anyio.Lock = field(default_factory=anyio.Lock)
     tools: dict[str, Any] | None = None  # the live tools of the current session, by name
+    failures: int = 0  # crashes in a row
+    retry_at: float = 0.0  # no new start before this time (anyio clock)
+    _slots: anyio.Semaphore = field(init=False)
 
-    async def run(self, group: TaskGroup, job: Job) -> Any:
-        """Run `job(client)` on this server's session, starting the server when needed."""
-        async with self._lock:
-            if self._inbox is None:
-                self._inbox = await group.start(self._actor)
+    def __post_init__(self) -> None:
+        self._slots = anyio.Semaphore(max(1, self.target.spec.concurrency))
+
+    @property
+    def connect_timeout(self) -> float:
+        """Starting counts against the server's own timeout too (a server that never answers
+        the handshake fails the call in `timeout` seconds, not 30)."""
+        return float(min(CONNECT_TIMEOUT, self.target.spec.timeout))
+
+    async def run(self, group: TaskGroup, job: Job, ctx: Any = None) -> Any:
+        """Run `job(client)` on this server's session, starting the server when needed;
+        `ctx`: the client request it serves (see `Relay`). Cancelling the caller cancels the
+        job, so the server gets `notifications/cancelled`."""
+        async with self._slots:
+            async with self._lock:
+                if self._inbox is None:
+                    wait = self.retry_at - anyio.current_time()
+                    if wait > 0:
+                        raise ServerError(
+                            f"server {self.target.name!r} crashed {self.failures} time(s) in a "
+                            f"row; it is started again in {wait:.1f} s",
+                            hint="try again shortly; its log says why it stopped",
+                        )
+                    try:
+                        self._inbox = await group.start(self._actor)
+                    except BundlectlError:
+                        await self._crashed()
+                        raise
+                inbox = self._inbox
             reply_send, reply = anyio.create_memory_object_stream[tuple[Any, Any]](1)
-            await self._inbox.send((job, reply_send))
+            scope = anyio.CancelScope()
+            try:
+                await inbox.send((job, reply_send, scope, ctx))
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                reply_send.close()  # the actor is gone: as if it died under the call
             try:
                 value, error = await reply.receive()
             except anyio.EndOfStream:  # the actor died under the call
-                self._inbox = None
+                await self._crashed()
                 raise ServerError(f"server {self.target.name!r} stopped during the call") from None
+            except anyio.get_cancelled_exc_class():
+                scope.cancel()  # the client cancelled: so does the downstream call
+                # and its slot is free once the server has stopped working on it.
+                with (
+                    anyio.CancelScope(shield=True),
+                    anyio.move_on_after(5),
+                    contextlib.suppress(anyio.EndOfStream),
+                ):
+                    await reply.receive()
+                raise
+            finally:
+                reply.close()
             if isinstance(error, ServerError):  # the connection is gone: start afresh next time
-                await self._stop()
+                await self._crashed()
+            elif error is None:
+                self.failures = 0
             if error is not None:
                 raise error
             return value
@@ -82,6 +202,12 @@ class Downstream:
             self.tools = {tool.name: tool for tool in listed}
         return self.tools
 
+    async def _crashed(self) -> None:
+        self.failures += 1
+        backoff = 0.0 if self.failures == 1 else min(30.0, 0.5 * 2 ** (self.failures - 2))
+        self.retry_at = anyio.current_time() + backoff
+        await self._stop()
+
     async def _stop(self) -> None:
         self.tools = None
         inbox, self._inbox = self._inbox, None
@@ -89,19 +215,53 @@ class Downstream:
             await inbox.aclose()
 
     async def _actor(self, *, task_status: TaskStatus[Any]) -> None:
-        send, receive = anyio.create_memory_object_stream[tuple[Job, Any]](1)
+        send, receive = anyio.create_memory_object_stream[tuple[Any, ...]](1)
+        options = self.relay.options() if self.relay is not None else None
+        started = False
         try:
-            async with connect(self.target, connect_timeout=CONNECT_TIMEOUT) as client:
+            async with (
+                connect(
+                    self.target,
+                    connect_timeout=self.connect_timeout,
+                    options=options,
+                    option=f"servers.{self.target.name}.timeout",
+                ) as client,
+                anyio.create_task_group() as jobs,
+            ):
                 task_status.started(send)
+                started = True
                 async with receive:
-                    async for job, reply in receive:
-                        async with reply:
-                            try:
-                                await reply.send((await job(client), None))
-                            except BundlectlError as exc:
-                                await reply.send((None, exc))
+                    async for job, reply, scope, ctx in receive:
+                        if self.relay is not None:
+                            self.relay.ctx = ctx
+                        jobs.start_soon(self._one, job, client, reply, scope)
+        except BundlectlError as exc:
+            if not started:
+                receive.close()
+                raise  # the caller that started it says why
+            # The calls in flight were answered; the gateway goes on.
+            _log_line(f"server {self.target.name!r} stopped: {_explain(exc)}")
         finally:
+            if self._inbox is send:  # ended on its own (the server went away): start afresh
+                self._inbox = None
+                self.tools = None
+            send.close()
             self.target.close(wait=0)
+
+    async def _one(self, job: Job, client: Any, reply: Any, scope: anyio.CancelScope) -> None:
+        async with reply:
+            try:
+                with scope:
+                    await reply.send((await job(client), None))
+                    return
+                await reply.send((None, CallCancelled("the call was cancelled by the client")))
+            except BundlectlError as exc:
+                await reply.send((None, exc))
+            except Exception as exc:  # never let one job take the gateway down
+                error = classify(exc, self.target) or ServerError(
+                    f"server {self.target.name!r}: {type(exc).__name__}: {exc}"
+                )
+                await reply.send((None, error))
 
 
 @dataclass
@@ -117,6 +277,7 @@ class Hub:
     agents: set[str] = field(default_factory=set)  # served agents: checked again on reload
     servers: dict[str, Downstream] = field(default_factory=dict)
     _names: dict[str, tuple[str, str]] | None = None  # gateway name → (server, tool)
+    listeners: dict[int, Any] = field(default_factory=dict)  # a session of each connection
     _stamp: tuple[Any, ...] | None = None
     _reloading: anyio.Lock = field(default_factory=anyio.Lock)
 
@@ -127,13 +288,30 @@ class Hub:
     def resolution(self) -> Any:
         return self.pipeline.resolution
 
-    def view(self, agent: str, mode: str = "direct") -> Gateway:
-        return Gateway(self, agent, mode)
+    def view(self, agent: str, mode: str = "direct", ctx: Any = None) -> Gateway:
+        """Agent `agent`'s view, answering the client request `ctx`."""
+        if ctx is not None:  # who to tell when a server's tools change
+            self.listeners[id(getattr(ctx.session, "_connection", ctx.session))] = ctx.session
+        return Gateway(self, agent, mode, ctx)
 
     def downstream(self, server: str) -> Downstream:
         if server not in self.servers:
-            self.servers[server] = Downstream(self.pipeline.target(server, quiet=self.quiet))
+            target = self.pipeline.target(server, quiet=self.quiet)
+            self.servers[server] = Downstream(target, Relay(server, self))
         return self.servers[server]
+
+    async def tools_changed(self, server: str) -> None:
+        """A server said its tools changed: list them again, and tell every client (each sees
+        the new list through its agent's policy on its next `tools/list`)."""
+        downstream = self.servers.get(server)
+        if downstream is not None:
+            downstream.tools = None
+        self._names = None
+        for key, session in list(self.listeners.items()):
+            try:
+                await session.send_tool_list_changed()
+            except Exception:  # a client that went away
+                self.listeners.pop(key, None)
 
     def names(self) -> dict[str, tuple[str, str]]:
         """Every known tool by gateway name: the declared catalogs, and the live tools of the
@@ -202,6 +380,7 @@ class Gateway:
     hub: Hub
     agent: str
     mode: str = "direct"  # direct | search
+    ctx: Any = None  # the client request this view answers (progress, elicitation, logs)
 
     @property
     def listing(self) -> str:
@@ -282,6 +461,103 @@ class Gateway:
             return names.get(gateway_name(server, tool)) if server and tool else None
         return names.get(name)
 
+    async def _servers_in_use(self) -> list[str]:
+        """The servers the agent may call at least one tool of: their resources and prompts are
+        the agent's too."""
+        return sorted({server for server, _ in await self._catalog()})
+
+    async def _gather(self, method: str, field: str) -> list[tuple[str, Any]]:
+        """(server, item) for every item of a paginated list (`resources/list`, ...) of every
+        server in use, asked concurrently; a server without the feature adds nothing."""
+        from mcp.shared.exceptions import MCPError
+
+        found: dict[str, list[Any]] = {}
+
+        async def job(client: Any) -> list[Any]:
+            items: list[Any] = []
+            cursor = None
+            try:
+                while True:
+                    page = await getattr(client, method)(cursor=cursor)
+                    items.extend(getattr(page, field))
+                    cursor = page.next_cursor
+                    if not cursor:
+                        return items
+            except MCPError:  # method not found: the server has no such feature
+                return items
+
+        async def one(server: str) -> None:
+            with contextlib.suppress(BundlectlError):
+                found[server] = await self.hub.downstream(server).run(self.hub.group, job)
+
+        servers = await self._servers_in_use()
+        async with anyio.create_task_group() as group:
+            for server in servers:
+                group.start_soon(one, server)
+        return [(server, item) for server in servers for item in found.get(server, [])]
+
+    async def list_prompts(self) -> list[types.Prompt]:
+        """The prompts of the servers in use, named `server__prompt`."""
+        return [
+            prompt.model_copy(update={"name": gateway_name(server, prompt.name)})
+            for server, prompt in await self._gather("list_prompts", "prompts")
+        ]
+
+    async def get_prompt(self, name: str, arguments: dict[str, str] | None) -> Any:
+        listed = await self._gather("list_prompts", "prompts")
+        found = [(s, p.name) for s, p in listed if gateway_name(s, p.name) == name]
+        if found:
+            server, prompt = found[0]
+
+            async def job(client: Any) -> Any:
+                return await client.get_prompt(prompt, arguments)
+
+            return await self.hub.downstream(server).run(self.hub.group, job, self.ctx)
+        raise _not_found(f"unknown prompt {name!r}; prompts/list shows the prompts you can use")
+
+    async def list_resources(self) -> list[types.Resource]:
+        return [item for _, item in await self._gather("list_resources", "resources")]
+
+    async def list_resource_templates(self) -> list[types.ResourceTemplate]:
+        found = await self._gather("list_resource_templates", "resource_templates")
+        return [item for _, item in found]
+
+    async def read_resource(self, uri: str) -> Any:
+        """The resource from the server in use that lists it, or else from the first that can
+        read it (a URI made from a template)."""
+        from mcp.shared.exceptions import MCPError
+
+        listed = await self._gather("list_resources", "resources")
+        owners = [server for server, item in listed if str(item.uri) == uri]
+        candidates = owners or await self._servers_in_use()
+
+        async def job(client: Any) -> Any:
+            try:
+                return await client.read_resource(uri)
+            except MCPError:
+                return None
+
+        for server in candidates:
+            try:
+                result = await self.hub.downstream(server).run(self.hub.group, job, self.ctx)
+            except BundlectlError:
+                continue
+            if result is not None:
+                return result
+        raise _not_found(f"unknown resource {uri!r}; resources/list shows what you can read")
+
+    def _progress(self) -> Any:
+        """The downstream server's progress, passed on to the client when it asked for it."""
+        ctx = self.ctx
+        if ctx is None or ctx.meta is None or ctx.meta.get("progress_token") is None:
+            return None
+
+        async def report(progress: float, total: float | None, message: str | None) -> None:
+            with contextlib.suppress(Exception):
+                await ctx.session.report_progress(progress, total, message)
+
+        return report
+
     async def call_tool(
         self, name: str, arguments: dict[str, Any], confirm: AskUser | None = None
     ) -> types.CallToolResult:
@@ -326,6 +602,7 @@ class Gateway:
             arguments,
             float(downstream.target.spec.timeout),
             check=self.pipeline.pin_check(server),
+            progress=self._progress(),
         )
         try:
             tools = await downstream.live_tools(self.hub.group)
@@ -333,7 +610,7 @@ class Gateway:
             async def call(client: Any) -> CallOutcome:
                 return await perform(client, request, downstream.target, tools)
 
-            outcome = await downstream.run(self.hub.group, call)
+            outcome = await downstream.run(self.hub.group, call, self.ctx)
         except BundlectlError as exc:
             self.pipeline.audit.record(decision, "server-error", 0.0, arguments)
             return _error(_explain(exc))
@@ -417,6 +694,25 @@ def _declared(spec: Any) -> types.Tool:
     )
 
 
+@contextlib.contextmanager
+def _as_protocol_error() -> Iterator[None]:
+    """Our errors as JSON-RPC errors with our message (prompts and resources have no error
+    results; the SDK would say only "internal error")."""
+    from mcp.shared.exceptions import MCPError
+
+    try:
+        yield
+    except BundlectlError as exc:
+        raise MCPError(code=types.INTERNAL_ERROR, message=_explain(exc)) from None
+
+
+def _not_found(message: str) -> Exception:
+    """A JSON-RPC error for an unknown prompt or resource (those have no error results)."""
+    from mcp.shared.exceptions import MCPError
+
+    return MCPError(code=types.INVALID_PARAMS, message=message)
+
+
 def _explain(exc: BundlectlError) -> str:
     return exc.message + (f"\n{exc.hint}" if exc.hint else "")
 
@@ -447,7 +743,7 @@ def mcp_server(
 
     async def view(ctx: Any) -> Gateway:
         await hub.refresh()
-        return hub.view(agent_of(ctx), mode)
+        return hub.view(agent_of(ctx), mode, ctx)
 
     async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         if mode == "search":
@@ -462,12 +758,35 @@ def mcp_server(
             return await gateway.call_tool(params.name, arguments, confirm)
         return await _search_mode_call(gateway, params.name, arguments, confirm)
 
+    async def on_list_prompts(ctx: Any, params: Any) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=await (await view(ctx)).list_prompts())
+
+    async def on_get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> Any:
+        with _as_protocol_error():
+            return await (await view(ctx)).get_prompt(params.name, params.arguments)
+
+    async def on_list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=await (await view(ctx)).list_resources())
+
+    async def on_list_resource_templates(ctx: Any, params: Any) -> Any:
+        templates = await (await view(ctx)).list_resource_templates()
+        return types.ListResourceTemplatesResult(resource_templates=templates)
+
+    async def on_read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> Any:
+        with _as_protocol_error():
+            return await (await view(ctx)).read_resource(str(params.uri))
+
     server: Any = Server(
         "bundlectl",
         version=__version__,
         instructions="The tools this agent may call, under bundlectl's policy.",
         on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
+        on_list_prompts=on_list_prompts,
+        on_get_prompt=on_get_prompt,
+        on_list_resources=on_list_resources,
+        on_list_resource_templates=on_list_resource_templates,
+        on_read_resource=on_read_resource,
     )
     security = (
         RequestStateSecurity(keys=state_keys) if state_keys else RequestStateSecurity.ephemeral()

@@ -1,0 +1,176 @@
+"""The gateway in front of the reference MCP server, the npm `server-everything`, which exercises
+what a real server sends back through a gateway: progress, log messages, elicitation and sampling
+requests, resources and prompts, a task-only tool — and the MCP Inspector CLI as a
+second real client. Both are pinned in `tests/npm/package.json` (installed by the README's test
+command)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.conftest import REPO, write
+from tests.test_gateway import connected, texts
+
+PY = sys.executable
+BIN = REPO / "tests" / "npm" / "node_modules" / ".bin"
+
+
+def peer(name: str) -> Path:
+    path = BIN / name
+    assert path.exists(), f"{path} is missing: run `npm ci --prefix tests/npm` (README, tests)"
+    return path
+
+
+@pytest.fixture
+def everything(project: Path) -> Path:
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          everything:
+            command: {peer("mcp-server-everything")}
+        agents:
+          agent:
+            allow: ["everything.*"]
+            deny: [everything.get-env]
+        policy: {{default: deny}}
+        """,
+    )
+    return project
+
+
+def params(project: Path, home: Path) -> Any:
+    from mcp import StdioServerParameters
+
+    return StdioServerParameters(
+        command=PY,
+        args=["-m", "bundlectl", "serve", "--agent", "agent"],
+        cwd=str(project),
+        env={**os.environ, "BUNDLECTL_HOME": str(home)},
+    )
+
+
+def test_what_the_server_sends_back_reaches_the_client(
+    everything: Path, isolated_home: Path
+) -> None:
+    import mcp_types as types
+
+    seen: dict[str, Any] = {"progress": [], "logs": [], "elicited": [], "sampled": []}
+
+    async def elicit(context: Any, params: Any) -> types.ElicitResult:
+        seen["elicited"].append(params.message)
+        return types.ElicitResult(action="accept", content={})
+
+    async def sample(context: Any, params: Any) -> types.CreateMessageResult:
+        seen["sampled"].append(params.messages[0].content.text)
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text="forty-two"),
+            model="test-model",
+        )
+
+    async def log(params: Any) -> None:
+        seen["logs"].append((params.logger, params.data))
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        seen["progress"].append((done, total))
+
+    async def session() -> None:
+        async with connected(
+            params(everything, isolated_home),
+            elicitation_callback=elicit,
+            sampling_callback=sample,
+            logging_callback=log,
+            mode="legacy",
+        ) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            seen["names"] = names
+            seen["long"] = await client.call_tool(
+                "everything__trigger-long-running-operation",
+                {"duration": 0.3, "steps": 3},
+                progress_callback=progress,
+            )
+            seen["elicit"] = await client.call_tool("everything__trigger-elicitation-request", {})
+            seen["sample"] = await client.call_tool(
+                "everything__trigger-sampling-request", {"prompt": "the answer?"}
+            )
+            await client.call_tool("everything__toggle-simulated-logging", {})
+            seen["task"] = await client.call_tool("everything__simulate-research-query", {})
+            seen["resources"] = (await client.list_resources()).resources
+            first = seen["resources"][0]
+            seen["read"] = await client.read_resource(str(first.uri))
+            seen["prompts"] = [p.name for p in (await client.list_prompts()).prompts]
+            seen["prompt"] = await client.get_prompt("everything__simple-prompt")
+
+    anyio.run(session)
+    names = seen["names"]
+    assert "everything__echo" in names and "everything__get-env" not in names
+    assert "everything__trigger-sampling-request" in names  # shown: the client can sample
+    assert seen["progress"] == [(1, 3), (2, 3), (3, 3)]
+    assert "Long running operation completed" in texts(seen["long"])[0]
+    assert len(seen["elicited"]) == 1 and not seen["elicit"].is_error
+    assert len(seen["sampled"]) == 1 and seen["sampled"][0].endswith("the answer?")
+    assert "forty-two" in texts(seen["sample"])[0]
+    assert any(logger == "everything" for logger, _ in seen["logs"]), seen["logs"]
+    assert seen["task"].is_error
+    assert "runs only as an MCP task" in texts(seen["task"])[0]
+    assert seen["read"].contents and seen["read"].contents[0].uri == seen["resources"][0].uri
+    assert "everything__simple-prompt" in seen["prompts"]
+    assert seen["prompt"].messages[0].content.text
+
+
+def test_requests_the_client_cannot_answer_are_refused(
+    everything: Path, isolated_home: Path
+) -> None:
+    async def session() -> Any:
+        async with connected(params(everything, isolated_home), mode="legacy") as client:
+            return await client.call_tool(
+                "everything__trigger-sampling-request", {"prompt": "anyone?"}
+            )
+
+    result = anyio.run(session)
+    assert result.is_error
+    assert "sampling is not available" in texts(result)[0], texts(result)
+
+
+def test_the_mcp_inspector_lists_and_calls_through_the_gateway(
+    everything: Path, isolated_home: Path
+) -> None:
+    inspector = peer("mcp-inspector")
+    (everything / "hello.txt").write_text("hello\n")
+    write(
+        everything / "bundlectl.yaml",
+        "version: 1\nbundles: [basic]\nagents: {agent: {allow: [files.read_file]}}\n"
+        "policy: {default: deny}\n",
+    )
+    serve = [PY, "-m", "bundlectl", "serve", "--agent", "agent"]
+    env = {**os.environ, "BUNDLECTL_HOME": str(isolated_home)}
+
+    def inspect(*method: str) -> Any:
+        done = subprocess.run(
+            [str(inspector), "--cli", *serve, "--method", *method],
+            check=False,
+            cwd=everything,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    listed = inspect("tools/list")
+    assert [t["name"] for t in listed["tools"]] == ["files__read_file"]
+    called = inspect(
+        "tools/call", "--tool-name", "files__read_file", "--tool-arg", "path=hello.txt"
+    )
+    assert called["content"][0]["text"] == "hello\n"

@@ -1,0 +1,182 @@
+"""The gateway's MCP server run in this process (the SDK's in-process client, no framing) in front
+of real downstream subprocesses: fast checks of its behaviour, and of the faults a downstream
+server can have — crashing, hanging, garbage on stdout, endless lines."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from bundlectl.executor.gateway import Hub, mcp_server
+from bundlectl.executor.pipeline import AuditLog, Pipeline
+from bundlectl.project import load_project, resolve_project
+from tests.conftest import write
+from tests.test_exec import SERVERS, gone, pids
+
+PY = sys.executable
+
+
+def serve_in_process(
+    project: Path, agent: str, script: Any, mode: str = "direct", **opts: Any
+) -> Any:
+    """Run `script(client)` against `bundlectl serve --agent AGENT` built in this process."""
+    from mcp import Client
+
+    async def main() -> Any:
+        resolution = resolve_project(load_project(project / "bundlectl.yaml"))
+        pipeline = Pipeline(resolution, AuditLog(resolution, via="serve"), confirm=None)
+        async with anyio.create_task_group() as group:
+            hub = Hub(pipeline, group, agents={agent})
+            async with Client(mcp_server(hub, mode, lambda ctx: agent), **opts) as client:
+                result = await script(client)
+            group.cancel_scope.cancel()
+        return result
+
+    return anyio.run(main)
+
+
+def texts(result: Any) -> list[str]:
+    return [block.text for block in result.content]
+
+
+@pytest.fixture
+def faults(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("KITCHEN_STARTS", str(tmp_path / "starts.txt"))
+    servers = "\n".join(
+        f"""  {name}:
+    command: {PY}
+    args: ["{SERVERS / "misbehave.py"}", {mode}]
+    env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}"}}
+    timeout: 2
+    tools: [{{name: anything}}]"""
+        for name, mode in [
+            ("crash", "crash"),
+            ("hang", "hang"),
+            ("garbage", "garbage"),
+            ("flood", "flood"),
+            ("dies", "exit-after-init"),
+        ]
+    )
+    write(
+        project / "bundlectl.yaml",
+        f"""version: 1
+bundles: [basic]
+servers:
+  kitchen:
+    command: {PY}
+    args: ["{SERVERS / "kitchen.py"}"]
+    env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}"}}
+{servers}
+agents:
+  bot:
+    allow: ["*"]
+    ask: [files.write_file]
+    deny: [files.list_directory]
+policy: {{default: deny}}
+""",
+    )
+    (project / "hello.txt").write_text("hello\n")
+    return project
+
+
+def test_every_fault_is_a_result_and_the_gateway_goes_on(faults: Path) -> None:
+    async def script(client: Any) -> dict[str, Any]:
+        seen = {}
+        for server in ("crash", "hang", "garbage", "flood", "dies"):
+            began = time.monotonic()
+            seen[server] = (await client.call_tool(f"{server}__anything", {}), began)
+            seen[server] = (seen[server][0], time.monotonic() - began)
+        seen["after"] = await client.call_tool("kitchen__echo", {"text": "fine"})
+        return seen
+
+    seen = serve_in_process(faults, "bot", script)
+    for server, words in [
+        ("crash", "closed the connection"),
+        ("hang", "did not finish connecting within 2 s"),
+        ("garbage", "broke the protocol"),
+        ("flood", "did not finish connecting within 2 s"),
+        ("dies", "closed the connection"),
+    ]:
+        result, took = seen[server]
+        assert result.is_error, server
+        assert words in texts(result)[0], (server, texts(result))
+        assert took < 6, (server, took)  # the server's timeout (2 s) bounds a hang
+    assert "raise servers.hang.timeout" in texts(seen["hang"][0])[0]
+    assert texts(seen["after"]) == ["fine"]
+
+
+def test_a_server_that_keeps_crashing_is_restarted_with_backoff(
+    faults: Path, tmp_path: Path
+) -> None:
+    async def script(client: Any) -> list[str]:
+        return [texts(await client.call_tool("crash__anything", {}))[0] for _ in range(3)]
+
+    first, second, third = serve_in_process(faults, "bot", script)
+    assert "closed the connection" in first and "closed the connection" in second
+    assert "crashed 2 time(s) in a row; it is started again in" in third
+    assert len(pids(tmp_path / "starts.txt")) == 2  # the third call did not start it again
+
+
+def test_policy_decisions_in_process(faults: Path, isolated_home: Path) -> None:
+    async def script(client: Any) -> dict[str, Any]:
+        return {
+            "names": [t.name for t in (await client.list_tools()).tools],
+            "read": await client.call_tool("files__read_file", {"path": "hello.txt"}),
+            "denied": await client.call_tool("files__list_directory", {"path": "."}),
+            "write": await client.call_tool("files__write_file", {"path": "x", "content": "y"}),
+            "dotted": await client.call_tool("files.read_file", {"path": "hello.txt"}),
+        }
+
+    seen = serve_in_process(faults, "bot", script)
+    assert "files__write_file" in seen["names"] and "files__list_directory" not in seen["names"]
+    assert texts(seen["read"]) == ["hello\n"] == texts(seen["dotted"])
+    assert texts(seen["denied"]) == [
+        "unknown tool 'files__list_directory'; tools/list shows the tools you can call"
+    ]
+    assert "cannot ask for it (no elicitation support)" in texts(seen["write"])[0]
+    assert (faults / "hello.txt").exists() and not (faults / "x").exists()
+    log = (isolated_home / "state" / "audit.jsonl").read_text().splitlines()
+    outcomes = [(r["tool"], r["outcome"]) for r in map(json.loads, log)]
+    assert ("list_directory", "denied") in outcomes and ("write_file", "denied") in outcomes
+
+
+def test_search_mode_in_process(faults: Path) -> None:
+    async def script(client: Any) -> dict[str, Any]:
+        return {
+            "listed": [t.name for t in (await client.list_tools()).tools],
+            "found": await client.call_tool(
+                "search_tools", {"query": "echo", "server": "kitchen", "detail": "full"}
+            ),
+            "bad": await client.call_tool("search_tools", {"detail": "everything"}),
+            "typed": await client.call_tool("search_tools", {"limit": "ten"}),
+            "call": await client.call_tool(
+                "call_tool", {"name": "kitchen.echo", "arguments": {"text": "via search"}}
+            ),
+            "malformed": await client.call_tool("call_tool", {"name": "no-dot"}),
+            "other": await client.call_tool("files__read_file", {"path": "hello.txt"}),
+        }
+
+    seen = serve_in_process(faults, "bot", script, mode="search")
+    assert seen["listed"] == ["search_tools", "call_tool"]
+    found = json.loads(texts(seen["found"])[0])
+    assert found["tools"][0]["name"] == "kitchen.echo" and "input_schema" in found["tools"][0]
+    assert "detail must be one of name, summary, full" in texts(seen["bad"])[0]
+    assert "limit is an integer" in texts(seen["typed"])[0]
+    assert texts(seen["call"]) == ["via search"]
+    assert "call_tool takes name (server.tool" in texts(seen["malformed"])[0]
+    assert seen["other"].is_error
+
+
+def test_the_downstream_servers_stop_when_the_gateway_stops(faults: Path, tmp_path: Path) -> None:
+    async def script(client: Any) -> None:
+        await client.call_tool("kitchen__echo", {"text": "start it"})
+
+    serve_in_process(faults, "bot", script)
+    [pid] = pids(tmp_path / "starts.txt")
+    assert gone(pid, within=5.0)
