@@ -369,3 +369,37 @@ def test_a_call_the_client_cancels_is_cancelled_on_the_server(
     took, after = anyio.run(_session, gateway_project, isolated_home, script)
     assert texts(after) == ["next"] and took < 5, took
     assert events.read_text().splitlines() == ["sleep started", "sleep cancelled"]
+
+
+def test_a_servers_tool_list_change_reaches_the_client_refiltered(
+    gateway_project: Path, isolated_home: Path
+) -> None:
+    import mcp_types as types
+    from mcp import StdioServerParameters
+
+    changed: list[Any] = []
+
+    async def note(message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.append(message)
+
+    async def session() -> tuple[list[str], Any, Any]:
+        params = StdioServerParameters(
+            command=PY,
+            args=["-m", "bundlectl", "serve", "--agent", "reader"],
+            cwd=str(gateway_project),
+            env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
+        )
+        async with connected(params, message_handler=note, mode="legacy") as client:
+            before = [t.name for t in (await client.list_tools()).tools]
+            await client.call_tool("kitchen__grow", {})
+            with anyio.fail_after(5):
+                while not changed:
+                    await anyio.sleep(0.05)
+            after = [t.name for t in (await client.list_tools()).tools]
+            return before, after, await client.call_tool("kitchen__grown", {})
+
+    before, after, grown = anyio.run(session)
+    assert "kitchen__grown" not in before and "kitchen__grown" in after
+    assert "kitchen__fail" not in after  # still filtered by the policy
+    assert texts(grown) == ["I grew"]

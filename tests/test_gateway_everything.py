@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.conftest import REPO, write
+from tests.conftest import REPO, Run, write
 from tests.test_gateway import connected, texts
 
 PY = sys.executable
@@ -174,3 +174,31 @@ def test_the_mcp_inspector_lists_and_calls_through_the_gateway(
         "tools/call", "--tool-name", "files__read_file", "--tool-arg", "path=hello.txt"
     )
     assert called["content"][0]["text"] == "hello\n"
+
+
+def test_exec_answers_what_a_server_asks_its_client(everything: Path, run: Run) -> None:
+    """`exec` as a client: roots are the project, sampling and (without a terminal)
+    elicitation are refused with a message, progress is a line per update on stderr."""
+    roots = run("exec", "--agent", "agent", "everything.get-roots-list")
+    assert roots.code == 0 and everything.as_uri() in roots.out, roots.out + roots.err
+    sample = run("exec", "--agent", "agent", "everything.trigger-sampling-request", "prompt=hi")
+    assert sample.code != 0 and "no language model to sample from" in sample.out + sample.err
+    elicit = run("exec", "--agent", "agent", "everything.trigger-elicitation-request")
+    assert elicit.code != 0
+    assert "no one is at a terminal to answer" in elicit.out + elicit.err
+    slow = ["everything.trigger-long-running-operation", "duration=0.3", "steps=3"]
+    progress = run("exec", "--agent", "agent", *slow)
+    assert progress.code == 0
+    assert [line for line in progress.err_lines if "/3" in line] == [
+        "everything.trigger-long-running-operation: 1/3",
+        "everything.trigger-long-running-operation: 2/3",
+        "everything.trigger-long-running-operation: 3/3",
+    ], progress.err_lines
+    events = run("exec", "--agent", "agent", "--format", "json", *slow)
+    lines = [json.loads(line) for line in events.err_lines if line.startswith("{")]
+    assert [(e["event"], e["progress"], e["total"]) for e in lines] == [
+        ("progress", 1, 3),
+        ("progress", 2, 3),
+        ("progress", 3, 3),
+    ]
+    assert json.loads(events.out)["result"]["isError"] is False

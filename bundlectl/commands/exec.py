@@ -121,9 +121,12 @@ def _call(
 ) -> int:
     """Connect, call, print (before the server's shutdown), audit; the exit code."""
     from bundlectl.executor import runner
-    from bundlectl.executor.call import call_once
+    from bundlectl.executor.call import call_once, client_capabilities
+    from bundlectl.executor.pipeline import terminal_confirmer
 
     printed: dict[str, int] = {}
+    root = pipeline.resolution.project.root
+    request.events = fmt is Format.json
 
     def show(outcome: CallOutcome) -> None:
         printed["code"] = _print(outcome, fmt, output_dir)
@@ -132,7 +135,13 @@ def _call(
 
     async def go() -> CallOutcome:
         return await call_once(
-            target, request, child=child, connect_timeout=connect_timeout, whole=whole, show=show
+            target,
+            request,
+            child=child,
+            connect_timeout=connect_timeout,
+            whole=whole,
+            show=show,
+            options=client_capabilities(root, ask=terminal_confirmer() is not None),
         )
 
     decision = request.decision

@@ -14,7 +14,7 @@ import anyio
 
 from bundlectl.errors import BundlectlError, UsageError
 from bundlectl.executor.arguments import DuplicateKeyError, loads_strict
-from bundlectl.executor.call import CallOutcome, CallRequest, perform
+from bundlectl.executor.call import CallOutcome, CallRequest, client_capabilities, perform
 from bundlectl.executor.connect import Target, connect
 from bundlectl.executor.pipeline import Pipeline, default_agent
 from bundlectl.patterns import parse_tool_name
@@ -58,7 +58,9 @@ async def run_items(
     async def serve(server: str, indexes: list[int]) -> None:
         target = targets[server]
         try:
-            async with connect(target, connect_timeout=connect_timeout) as client:
+            # Calls run concurrently: none of them may hold the terminal for a question.
+            options = client_capabilities(target.root, ask=False)
+            async with connect(target, connect_timeout=connect_timeout, options=options) as client:
                 for index in indexes:
                     request = items[index].request
                     assert request is not None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bundlectl.errors import BundlectlError, UsageError
@@ -31,6 +33,7 @@ class CallRequest:
     check: Callable[[Any], BundlectlError | None] | None = None
     # Where the server's progress goes (the gateway: to its client); None: shown on stderr.
     progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
+    events: bool = False  # progress as JSON events on stderr (`--format json`)
 
     @property
     def qualified(self) -> str:
@@ -62,23 +65,117 @@ class CallOutcome:
 
 
 class _Progress:
-    """Progress notifications as one rewritten line on a terminal."""
+    """Progress notifications: one rewritten line on a terminal, else a line per update on
+    stderr (a JSON event per line with `--format json`)."""
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, label: str, *, events: bool = False) -> None:
         self.label = label
+        self.events = events
         self.shown = False
 
     async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
-        if not sys.stderr.isatty():
+        if self.events:
+            event = {"event": "progress", "tool": self.label, "progress": progress}
+            event.update({"total": total, "message": message})
+            sys.stderr.write(json.dumps(event, ensure_ascii=False) + "\n")
+            sys.stderr.flush()
             return
         amount = f"{progress:g}/{total:g}" if total else f"{progress:g}"
-        sys.stderr.write(f"\r{self.label}: {amount} {message or ''}".ljust(60)[:200])
+        line = f"{self.label}: {amount} {message or ''}".rstrip()
+        if not sys.stderr.isatty():
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+            return
+        sys.stderr.write(f"\r{line}".ljust(60)[:200])
         sys.stderr.flush()
         self.shown = True
 
     def done(self) -> None:
         if self.shown:
             sys.stderr.write("\n")
+
+
+def client_capabilities(root: Path, *, ask: bool) -> dict[str, Any]:
+    """What `exec` answers when a server asks its client something (`mcp.Client` options):
+    roots are the project folder; elicitation is asked on the terminal when `ask` (someone is
+    there), refused otherwise; sampling is refused, since no model stands behind `exec`."""
+    import mcp_types as types
+
+    async def roots(context: Any) -> Any:
+        return types.ListRootsResult(roots=[types.Root(uri=root.as_uri(), name=root.name)])
+
+    async def sample(context: Any, params: Any) -> Any:
+        return types.ErrorData(
+            code=types.INVALID_REQUEST,
+            message="bundlectl exec has no language model to sample from; call this tool from "
+            "an MCP client that can sample (for example through `bundlectl serve`)",
+        )
+
+    async def elicit(context: Any, params: Any) -> Any:
+        if not ask:
+            return types.ErrorData(
+                code=types.INVALID_REQUEST,
+                message="the server asked for input and no one is at a terminal to answer "
+                "(run bundlectl exec in a terminal)",
+            )
+        import anyio
+
+        return await anyio.to_thread.run_sync(_ask_on_terminal, params)
+
+    return {
+        "list_roots_callback": roots,
+        "sampling_callback": sample,
+        "elicitation_callback": elicit,
+    }
+
+
+def _ask_on_terminal(params: Any) -> Any:
+    """An elicitation answered on the terminal: each field of the form in turn (Enter skips an
+    optional one), or a URL to visit; end of input declines."""
+    import mcp_types as types
+
+    sys.stderr.write(f"the server asks: {params.message}\n")
+    url = getattr(params, "url", None)
+    try:
+        if url:
+            sys.stderr.write(f"open {url}, then answer: done? [y/N] ")
+            sys.stderr.flush()
+            done = sys.stdin.readline().strip().lower() in ("y", "yes")
+            return types.ElicitResult(action="accept" if done else "decline")
+        schema = getattr(params, "requested_schema", None) or {}
+        required = set(schema.get("required", []))
+        content: dict[str, Any] = {}
+        for name, field in (schema.get("properties") or {}).items():
+            kind = field.get("type", "string")
+            choices = field.get("enum")
+            hint = f" ({'/'.join(map(str, choices))})" if choices else f" ({kind})"
+            sys.stderr.write(f"  {field.get('title') or name}{hint}: ")
+            sys.stderr.flush()
+            line = sys.stdin.readline()
+            if not line:
+                return types.ElicitResult(action="cancel")
+            text = line.strip()
+            if not text and name not in required:
+                continue
+            content[name] = _typed(text, kind)
+        sys.stderr.write("send this answer? [y/N] ")
+        sys.stderr.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            return types.ElicitResult(action="decline")
+        return types.ElicitResult(action="accept", content=content)
+    except OSError:
+        return types.ElicitResult(action="cancel")
+
+
+def _typed(text: str, kind: str) -> Any:
+    if kind == "boolean":
+        return text.lower() in ("y", "yes", "true", "1")
+    if kind in ("integer", "number"):
+        try:
+            return int(text) if kind == "integer" else float(text)
+        except ValueError:
+            return text  # the server says what it wanted
+    return text
 
 
 async def perform(
@@ -91,7 +188,7 @@ async def perform(
     """
     started = time.perf_counter()
     outcome = CallOutcome(request)
-    progress = _Progress(request.qualified)
+    progress = _Progress(request.qualified, events=request.events)
     try:
         if tools is None:
             tools = {t.name: t for t in await list_all_tools(client)}
@@ -142,6 +239,7 @@ async def call_once(
     connect_timeout: float,
     whole: float | None,
     show: Callable[[CallOutcome], None],
+    options: dict[str, Any] | None = None,
 ) -> CallOutcome:
     """Connect, make one call, and `show` a successful outcome before the session closes.
 
@@ -156,7 +254,9 @@ async def call_once(
     limit, option = connect_timeout, "--connect-timeout"
     if whole is not None and whole < connect_timeout:
         limit, option = whole, "--timeout"
-    async with connect(target, connect_timeout=limit, option=option, child=child) as client:
+    async with connect(
+        target, connect_timeout=limit, option=option, child=child, options=options
+    ) as client:
         if whole is not None:
             request.timeout = max(whole - (anyio.current_time() - began), 0.001)
         outcome = await perform(client, request, target)

@@ -119,6 +119,18 @@ class Relay:
         if isinstance(message, types.ToolListChangedNotification):
             await self.hub.tools_changed(self.server)
 
+    async def listen(self, client: Any, scope: anyio.CancelScope) -> None:
+        """On the 2026-07-28 protocol a server's list changes come only to a client that
+        listens for them (`subscriptions/listen`); older servers send them unasked."""
+        from mcp.client.subscriptions import ListenNotSupportedError
+        from mcp.shared.exceptions import MCPError
+
+        quiet = (ListenNotSupportedError, MCPError, RuntimeError, TimeoutError)
+        with scope, contextlib.suppress(*quiet):
+            async with client.listen(tools_list_changed=True) as events:
+                async for _ in events:
+                    await self.hub.tools_changed(self.server)
+
 
 @dataclass
 class Downstream:
@@ -230,11 +242,15 @@ class Downstream:
             ):
                 task_status.started(send)
                 started = True
+                listening = anyio.CancelScope()
+                if self.relay is not None:
+                    jobs.start_soon(self.relay.listen, client, listening)
                 async with receive:
                     async for job, reply, scope, ctx in receive:
                         if self.relay is not None:
                             self.relay.ctx = ctx
                         jobs.start_soon(self._one, job, client, reply, scope)
+                listening.cancel()  # the inbox closed: the calls in flight finish, then we stop
         except BundlectlError as exc:
             if not started:
                 receive.close()

@@ -120,6 +120,16 @@ async def sleep(seconds: float, ctx: Context) -> str:
 
 
 @server.tool()
+async def grow(ctx: Context) -> str:
+    """Add a tool named `grown`, and tell the client that the tools changed."""
+    server.add_tool(lambda: "I grew", name="grown", description="Added at run time.")
+    await ctx.notify_tools_changed()  # to listeners (2026-07-28)
+    if ctx.protocol_version and ctx.protocol_version < "2026-07-28":
+        await ctx.session.send_tool_list_changed()  # as a notification (older sessions)
+    return "grown"
+
+
+@server.tool()
 def huge(size: int) -> str:
     """A long text result."""
     return "x" * size
