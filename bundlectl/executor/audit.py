@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -57,16 +58,59 @@ def log_path(configured: str | None = None) -> Path:
     return paths.audit_log_file(configured)
 
 
-def append(record: AuditRecord, target: Path) -> Path:
-    """Append one line atomically with respect to other writers (O_APPEND + a file lock)."""
-    from filelock import FileLock
+class AuditFile:
+    """The audit log opened once for appending (a gateway writes a record per call): each
+    record is one `write` on an O_APPEND descriptor, under an exclusive `flock` where the
+    platform has one (elsewhere a lock file), so records of concurrent writers never mix.
+    A log that was moved away (rotated) or deleted is opened again."""
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    line = (record.as_json() + "\n").encode("utf-8")
-    with FileLock(str(target) + ".lock", timeout=30):
-        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    def __init__(self, target: Path) -> None:
+        self.target = target
+        self._fd: int | None = None
+
+    def _open(self) -> int:
+        if self._fd is not None:
+            try:
+                if os.fstat(self._fd).st_nlink and os.stat(self.target).st_ino == os.fstat(
+                    self._fd
+                ).st_ino:
+                    return self._fd
+            except OSError:
+                pass
+            self.close()
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        return self._fd
+
+    def write(self, record: AuditRecord) -> None:
+        line = (record.as_json() + "\n").encode("utf-8")
+        fd = self._open()
+        try:
+            import fcntl
+        except ImportError:  # Windows: a lock file
+            from filelock import FileLock
+
+            with FileLock(str(self.target) + ".lock", timeout=30):
+                os.write(fd, line)
+            return
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             os.write(fd, line)
         finally:
-            os.close(fd)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+
+def append(record: AuditRecord, target: Path) -> Path:
+    """Append one record (see `AuditFile`)."""
+    log = AuditFile(target)
+    try:
+        log.write(record)
+    finally:
+        log.close()
     return target

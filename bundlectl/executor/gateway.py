@@ -211,7 +211,10 @@ class Downstream:
         """The session's tools, listed once per session (a restart lists them again)."""
         if self.tools is None or self._inbox is None:
             listed = await self.run(group, list_all_tools)
-            self.tools = {tool.name: tool for tool in listed}
+            fresh = {tool.name: tool for tool in listed}
+            if self.relay is not None and fresh != self.tools:
+                self.relay.hub.changed()
+            self.tools = fresh
         return self.tools
 
     async def _crashed(self) -> None:
@@ -294,6 +297,8 @@ class Hub:
     servers: dict[str, Downstream] = field(default_factory=dict)
     _names: dict[str, tuple[str, str]] | None = None  # gateway name → (server, tool)
     listeners: dict[int, Any] = field(default_factory=dict)  # a session of each connection
+    generation: int = 0  # bumped whenever what an agent can list may have changed
+    listings: dict[tuple[str, str, int], Any] = field(default_factory=dict)
     _stamp: tuple[Any, ...] | None = None
     _reloading: anyio.Lock = field(default_factory=anyio.Lock)
 
@@ -323,11 +328,17 @@ class Hub:
         if downstream is not None:
             downstream.tools = None
         self._names = None
+        self.changed()
         for key, session in list(self.listeners.items()):
             try:
                 await session.send_tool_list_changed()
             except Exception:  # a client that went away
                 self.listeners.pop(key, None)
+
+    def changed(self) -> None:
+        """What agents can list may differ from now on: forget the listings made so far."""
+        self.generation += 1
+        self.listings.clear()
 
     def names(self) -> dict[str, tuple[str, str]]:
         """Every known tool by gateway name: the declared catalogs, and the live tools of the
@@ -381,6 +392,7 @@ class Hub:
                 return
             self.pipeline.reload(fresh)
             self._names = None
+            self.changed()
             for name, downstream in list(self.servers.items()):
                 now = fresh.merged.servers.get(name)
                 if now is None or now.spec != downstream.target.spec:
@@ -808,7 +820,31 @@ def mcp_server(
         RequestStateSecurity(keys=state_keys) if state_keys else RequestStateSecurity.ephemeral()
     )
     server.middleware.append(RequestStateBoundary(security, default_audience="bundlectl"))
+    server.middleware.append(_ListingCache(hub, agent_of))
     return server
+
+
+class _ListingCache:
+    """Server middleware: an agent's `tools/list` answer, as the SDK put it on the wire, is kept
+    until what the agent can list may have changed (a reload, a server's new tools), so a
+    client that lists often (every turn, for some) pays for building, validating and
+    serializing thousands of tool definitions once."""
+
+    def __init__(self, hub: Hub, agent_of: Callable[[Any], str]) -> None:
+        self.hub, self.agent_of = hub, agent_of
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        if ctx.method != "tools/list" or (ctx.params or {}).get("cursor"):
+            return await call_next(ctx)
+        await self.hub.refresh()
+        key = (self.agent_of(ctx), ctx.protocol_version, self.hub.generation)
+        cached = self.hub.listings.get(key)
+        if cached is None:
+            generation = self.hub.generation
+            cached = await call_next(ctx)
+            if self.hub.generation == generation:  # nothing changed while it was built
+                self.hub.listings[key] = cached
+        return cached
 
 
 async def serve_stdio(pipeline: Pipeline, agent: str, mode: str = "direct") -> None:

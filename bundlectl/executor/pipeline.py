@@ -57,7 +57,7 @@ class AuditLog:
     resolution: Resolution
     via: str = "exec"
     _lock_digest: tuple[tuple[int, int], str | None] | None = None
-    _path: Any = None  # the log file: the user config is read once per log
+    _file: audit.AuditFile | None = None  # opened on the first record, kept open
 
     def _digest_of_lock(self) -> str | None:
         """The lock's digest, hashed again only when the file changed (a gateway makes many
@@ -107,11 +107,11 @@ class AuditLog:
             **fields,
         )
         try:
-            if self._path is None:
+            if self._file is None:
                 from bundlectl.executor import userconfig
 
-                self._path = audit.log_path(userconfig.load().audit.path)
-            audit.append(entry, self._path)
+                self._file = audit.AuditFile(audit.log_path(userconfig.load().audit.path))
+            self._file.write(entry)
         except OSError as exc:
             err(f"warning: could not write the audit log: {exc}")
 
