@@ -16,8 +16,11 @@ from typing import Annotated
 import typer
 
 from bundlectl import __version__
+from bundlectl.clients import NAMES as CLIENT_NAMES
+from bundlectl.errors import UsageError
 from bundlectl.output import (
     Detail,
+    ExportVia,
     FailLevel,
     Format,
     LintFormat,
@@ -480,6 +483,68 @@ def serve(
         port=port,
         stateless=stateless,
     )
+
+
+@app.command(name="export")
+def export_(
+    client: Annotated[
+        str, typer.Argument(metavar="CLIENT", help=f"One of: {', '.join(CLIENT_NAMES)}.")
+    ],
+    agent: CallerOpt = None,
+    via: Annotated[
+        ExportVia,
+        typer.Option(
+            "--via",
+            help="direct (servers + the client's tool filter), gateway (bundlectl serve), or "
+            "auto (direct when exact).",
+        ),
+    ] = ExportVia.auto,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", dir_okay=False, help="Write here instead."),
+    ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 1 when the file differs (for CI).")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print a unified diff; write nothing.")
+    ] = False,
+    config: ConfigOpt = None,
+) -> int:
+    """Write an agent's servers and tool policy into a client's config file (merged in place)."""
+    from bundlectl.commands import export as cmd
+
+    if client not in CLIENT_NAMES:
+        raise UsageError(f"unknown client {client!r}", hint=f"clients: {', '.join(CLIENT_NAMES)}")
+    return cmd.run(
+        config, client, agent=agent, via=via, output=output, check=check, dry_run=dry_run
+    )
+
+
+@app.command(name="import")
+def import_(
+    fmt: Annotated[
+        str,
+        typer.Argument(metavar="FORMAT", help=f"One of: {', '.join(CLIENT_NAMES)}, agix."),
+    ],
+    source: Annotated[Path, typer.Argument(metavar="FILE", help="The client's config file.")],
+    agent: Annotated[
+        str | None,
+        typer.Option("--agent", "-a", help="Name of the agent the file's tool filter becomes."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print a unified diff; write nothing.")
+    ] = False,
+    config: ConfigOpt = None,
+) -> int:
+    """Bring a client's config file, or an agix config.yaml, into bundlectl.yaml."""
+    from bundlectl.commands import importer as cmd
+
+    if fmt not in (*CLIENT_NAMES, "agix"):
+        raise UsageError(
+            f"unknown format {fmt!r}", hint=f"formats: {', '.join(CLIENT_NAMES)}, agix"
+        )
+    return cmd.run(config, fmt, source, agent=agent, dry_run=dry_run)
 
 
 @app.command()

@@ -50,6 +50,14 @@ class ServeMode(str, Enum):
     search = "search"  # two tools: search_tools and call_tool (progressive disclosure)
 
 
+class ExportVia(str, Enum):
+    """`export --via`."""
+
+    auto = "auto"  # direct when the client can express the policy exactly, else gateway
+    direct = "direct"  # the servers, with the client's native tool filter
+    gateway = "gateway"  # one entry: bundlectl serve --agent A
+
+
 class ServeTransport(str, Enum):
     """`serve --transport`."""
 

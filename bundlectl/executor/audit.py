@@ -71,9 +71,10 @@ class AuditFile:
     def _open(self) -> int:
         if self._fd is not None:
             try:
-                if os.fstat(self._fd).st_nlink and os.stat(self.target).st_ino == os.fstat(
-                    self._fd
-                ).st_ino:
+                if (
+                    os.fstat(self._fd).st_nlink
+                    and os.stat(self.target).st_ino == os.fstat(self._fd).st_ino
+                ):
                     return self._fd
             except OSError:
                 pass

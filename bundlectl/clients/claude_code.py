@@ -1,0 +1,122 @@
+"""Claude Code: `.mcp.json` (project servers) and `.claude/settings.json` (`permissions`).
+
+Source: Claude Code documentation, "MCP" and "Settings" / "IAM" pages (code.claude.com/docs),
+read 2026-11-23: `.mcp.json` holds `{"mcpServers": {NAME: {command, args, env} | {type: "http" |
+"sse", url, headers}}}` and expands `${VAR}` and `${VAR:-default}` in command, args, env, url and
+headers; `permissions.allow`/`ask`/`deny` in `.claude/settings.json` take `mcp__SERVER` (every
+tool of a server) and `mcp__SERVER__TOOL`; deny beats ask beats allow, and a tool in none of them
+is asked about. So the policy maps exactly: allow → allow, ask → ask, a denied declared tool →
+deny; a tool outside the declared catalog is asked about, never silently allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bundlectl.clients import (
+    Client,
+    Export,
+    Imported,
+    Misfit,
+    ServerPlan,
+    jsonc,
+    mcpjson,
+    rule_label,
+)
+
+STYLE = mcpjson.Style()
+SETTINGS = Path(".claude") / "settings.json"
+
+
+def _prefix(server: str) -> str:
+    return f"mcp__{server}"
+
+
+def permissions(plan: ServerPlan, misfits: list[Misfit]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {"allow": [], "ask": [], "deny": []}
+    if plan.whole is not None:
+        out[plan.whole].append(_prefix(plan.name))
+        return out
+    if not plan.decisions:
+        misfits.extend(Misfit(label, "no tool catalog") for label in mcpjson.partial_rules(plan))
+        return out
+    for decision in plan.decisions:
+        out[decision.effect].append(f"{_prefix(plan.name)}__{decision.tool}")
+    return out
+
+
+def write(
+    target: Path,
+    current: Callable[[Path], str],
+    export: Export,
+    managed: set[str],
+    gateway: bool,
+) -> tuple[dict[Path, str], list[Misfit]]:
+    file = str(target)
+    text, misfits = mcpjson.write_servers(
+        current(target),
+        export,
+        managed,
+        file,
+        style=STYLE,
+        filters=None if gateway else _no_check,
+        gateway=gateway,
+    )
+    settings_path = target.parent / SETTINGS
+    settings = current(settings_path)
+    owned = {_prefix(name) for name in managed} | {_prefix("bundlectl")}
+    existing = jsonc.parse(settings, str(settings_path)).value.get("permissions") or {}
+    lists: dict[str, list[str]] = {}
+    for effect in ("allow", "ask", "deny"):
+        kept = [
+            rule
+            for rule in existing.get(effect, []) or []
+            if not any(rule == p or rule.startswith(p + "__") for p in owned)
+        ]
+        lists[effect] = kept
+    if gateway:
+        lists["allow"].append(_prefix("bundlectl"))  # the gateway enforces the policy itself
+    else:
+        for plan in export.servers:
+            for effect, rules in permissions(plan, misfits).items():
+                lists[effect].extend(rules)
+    for effect in ("allow", "ask", "deny"):
+        if lists[effect] or effect in existing:
+            settings = jsonc.set_member(
+                settings, ["permissions", effect], lists[effect], str(settings_path)
+            )
+    return {target: text, settings_path: settings}, misfits
+
+
+def _no_check(plan: ServerPlan, item: dict[str, Any], misfits: list[Misfit]) -> None:
+    """Per-tool rules go to the permissions file, not into the server entry."""
+
+
+def read(text: str, file: str) -> Imported:
+    data = jsonc.parse(text, file).value
+    imported = mcpjson.read_servers(data, "mcpServers", file)
+    imported.unlisted = dict.fromkeys(imported.servers, "ask")
+    perms = data.get("permissions") or {}
+    for effect in ("allow", "ask", "deny"):
+        for rule in perms.get(effect, []) or []:
+            if not isinstance(rule, str) or not rule.startswith("mcp__"):
+                continue
+            server, _, tool = rule[len("mcp__") :].partition("__")
+            getattr(imported, effect).append(
+                f"{server}.{tool or '*'}" if tool != "*" else f"{server}.*"
+            )
+    return imported
+
+
+CLIENT = Client(
+    name="claude-code",
+    title="Claude Code",
+    project_file=".mcp.json",
+    user_file=lambda: Path(mcpjson.home()) / ".claude.json",
+    write=write,
+    read=read,
+    source=__doc__ or "",
+)
+del rule_label

@@ -1,0 +1,203 @@
+"""Codex: `.codex/config.toml` in a trusted project (`~/.codex/config.toml` for the user).
+
+Source: OpenAI Codex documentation, "Model Context Protocol" and the configuration reference
+(developers.openai.com/codex/mcp, github.com/openai/codex docs/config.md), read 2026-11-23: one
+`[mcp_servers.NAME]` table per server with `command`, `args`, `env` (literal values), `env_vars`
+(names of variables passed through from Codex's own environment), `cwd`, or `url` with
+`bearer_token_env_var` / `env_http_headers` for streamable HTTP; `enabled_tools` (an allowlist)
+and `disabled_tools`. Codex does not expand `${VAR}`, so a reference is written only where it
+can pass the variable through (`env = ${SAME_NAME}` → `env_vars`), and Codex has no per-tool ask.
+The file is edited with tomlkit, so comments and the order of everything else are kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bundlectl.clients import (
+    GATEWAY_ENTRY,
+    Client,
+    Export,
+    Imported,
+    Misfit,
+    ServerPlan,
+    gateway_spec,
+    mcpjson,
+    references,
+    rule_label,
+)
+from bundlectl.errors import InputFileError, Problem
+
+
+def _load(text: str, file: str) -> Any:
+    import tomlkit
+    from tomlkit.exceptions import ParseError
+
+    try:
+        return tomlkit.parse(text)
+    except ParseError as exc:
+        problem = Problem(file, exc.line, exc.col, f"TOML syntax error: {exc}")
+        raise InputFileError([problem], hint="fix the TOML, then run the command again") from None
+
+
+def _entry(plan: ServerPlan, misfits: list[Misfit]) -> dict[str, Any]:
+    spec, name = plan.spec, plan.name
+
+    def literal(text: str, where: str) -> str:
+        if references(text):
+            misfits.append(
+                Misfit(f"servers.{name}.{where}", "Codex does not expand ${VAR} references")
+            )
+        return text
+
+    if spec.transport == "stdio":
+        out = _stdio(spec, literal)
+    elif spec.transport == "streamable-http":
+        out = _remote(spec, literal)
+    else:
+        out = {}
+        misfits.append(Misfit(f"servers.{name}.transport", "Codex has no SSE transport"))
+    _filter(plan, out, misfits)
+    return out
+
+
+def _stdio(spec: Any, literal: Callable[[str, str], str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"command": literal(spec.command or "", "command")}
+    if spec.args:
+        out["args"] = [literal(a, f"args[{i}]") for i, a in enumerate(spec.args)]
+    env: dict[str, str] = {}
+    passed: list[str] = []
+    for key, value in spec.env.items():
+        if value == f"${{{key}}}":
+            passed.append(key)  # the same variable, passed through from Codex's environment
+        else:
+            env[key] = literal(value, f"env.{key}")
+    if env:
+        out["env"] = env
+    if passed:
+        out["env_vars"] = passed
+    if spec.cwd:
+        out["cwd"] = literal(spec.cwd, "cwd")
+    return out
+
+
+def _remote(spec: Any, literal: Callable[[str, str], str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"url": literal(spec.url or "", "url")}
+    for key, value in spec.headers.items():
+        found = references(value)
+        if key.lower() == "authorization" and value.startswith("Bearer ") and len(found) == 1:
+            out["bearer_token_env_var"] = found[0][0]
+        else:
+            out.setdefault("env_http_headers", {})[key] = literal(value, f"headers.{key}")
+    return out
+
+
+def _filter(plan: ServerPlan, out: dict[str, Any], misfits: list[Misfit]) -> None:
+    """allow → `enabled_tools` (an allowlist: anything else, declared or not, is off)."""
+    if plan.whole is not None:
+        if plan.whole == "ask":
+            misfits.append(Misfit(f"{plan.name}.*", "Codex has no per-tool confirmation"))
+        return
+    if not plan.decisions:
+        misfits.extend(Misfit(label, "no tool catalog") for label in mcpjson.partial_rules(plan))
+        return
+    out["enabled_tools"] = plan.tools("allow")
+    misfits.extend(
+        Misfit(rule_label(d), "Codex has no per-tool confirmation (ask)")
+        for d in plan.decisions
+        if d.effect == "ask"
+    )
+
+
+def write(
+    target: Path,
+    current: Callable[[Path], str],
+    export: Export,
+    managed: set[str],
+    gateway: bool,
+) -> tuple[dict[Path, str], list[Misfit]]:
+    import tomlkit
+
+    doc = _load(current(target), str(target))
+    misfits: list[Misfit] = []
+    wanted: dict[str, dict[str, Any]] = {}
+    if gateway:
+        wanted[GATEWAY_ENTRY] = gateway_spec(export, absolute=False)
+    else:
+        for plan in export.servers:
+            wanted[plan.name] = _entry(plan, misfits)
+    servers = doc.get("mcp_servers")
+    if servers is None:
+        servers = tomlkit.table(is_super_table=True)
+        doc["mcp_servers"] = servers
+    for name in [n for n in list(servers) if n in (managed | {GATEWAY_ENTRY}) and n not in wanted]:
+        del servers[name]
+    for name, values in wanted.items():
+        table = servers.get(name)
+        if table is None:
+            table = tomlkit.table()
+            servers[name] = table
+        for key in [k for k in list(table) if k not in values]:
+            del table[key]
+        for key, value in values.items():
+            table[key] = value
+    return {target: tomlkit.dumps(doc)}, misfits
+
+
+def read(text: str, file: str) -> Imported:
+    doc = _load(text, file).unwrap()
+    imported = Imported()
+    for name, raw in (doc.get("mcp_servers") or {}).items():
+        if name == GATEWAY_ENTRY or not isinstance(raw, dict):
+            continue
+        spec = _read_remote(raw) if raw.get("url") else _read_stdio(raw, imported, name)
+        if raw.get("enabled") is False:
+            spec["disabled"] = True
+        imported.servers[name] = spec
+        enabled = raw.get("enabled_tools")
+        if enabled is None:
+            imported.allow.append(f"{name}.*")
+        else:
+            imported.allow.extend(f"{name}.{tool}" for tool in enabled)
+        imported.deny.extend(f"{name}.{tool}" for tool in raw.get("disabled_tools") or [])
+    return imported
+
+
+def _read_remote(raw: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"transport": "streamable-http", "url": raw["url"]}
+    headers = dict(raw.get("env_http_headers") or {})
+    if raw.get("bearer_token_env_var"):
+        headers["Authorization"] = f"Bearer ${{{raw['bearer_token_env_var']}}}"
+    if headers:
+        spec["headers"] = headers
+    return spec
+
+
+def _read_stdio(raw: dict[str, Any], imported: Imported, name: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {"command": str(raw.get("command", ""))}
+    if raw.get("args"):
+        spec["args"] = [str(a) for a in raw["args"]]
+    env = {
+        k: mcpjson.literal_secret(k, str(v), imported, name)
+        for k, v in (raw.get("env") or {}).items()
+    }
+    for var in raw.get("env_vars") or []:
+        env[var] = f"${{{var}}}"
+    if env:
+        spec["env"] = env
+    if raw.get("cwd"):
+        spec["cwd"] = raw["cwd"]
+    return spec
+
+
+CLIENT = Client(
+    name="codex",
+    title="Codex",
+    project_file=".codex/config.toml",
+    user_file=lambda: Path(mcpjson.home()) / ".codex" / "config.toml",
+    write=write,
+    read=read,
+    source=__doc__ or "",
+)

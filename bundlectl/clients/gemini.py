@@ -1,0 +1,102 @@
+"""Gemini CLI: `.gemini/settings.json` in the project (`~/.gemini/settings.json` for the user).
+
+Source: Gemini CLI documentation, "MCP servers with Gemini CLI" and "Configuration"
+(geminicli.com/docs), read 2026-11-23: `{"mcpServers": {NAME: {command, args, env, cwd,
+includeTools, excludeTools, trust} | {httpUrl | url, headers}}}`; string values may use `$VAR` or
+`${VAR}`. `includeTools` is an allowlist; Gemini asks before every call to a server unless it
+has `trust: true`. So: the allowed (and asked) tools go into `includeTools`; a server whose
+usable tools are all allowed is trusted; a server that mixes allow and ask cannot be expressed
+(trust is per server).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bundlectl.clients import (
+    Client,
+    Export,
+    Imported,
+    Misfit,
+    ServerPlan,
+    jsonc,
+    mcpjson,
+    rule_label,
+)
+
+
+def _remote(transport: str, url: str, headers: dict[str, str]) -> dict[str, Any]:
+    key = "httpUrl" if transport == "streamable-http" else "url"
+    return {key: url, **({"headers": headers} if headers else {})}
+
+
+STYLE = mcpjson.Style(defaults=False, remote=_remote)
+
+
+def FILTER(plan: ServerPlan, item: dict[str, Any], misfits: list[Misfit]) -> None:
+    if plan.whole is not None:
+        item["trust"] = plan.whole == "allow"
+        return
+    if not plan.decisions:
+        misfits.extend(Misfit(label, "no tool catalog") for label in mcpjson.partial_rules(plan))
+        return
+    allowed, asked = plan.tools("allow"), plan.tools("ask")
+    item["includeTools"] = allowed + asked
+    item["trust"] = not asked
+    if allowed and asked:
+        misfits.extend(
+            Misfit(rule_label(d), "Gemini confirms per server (trust), not per tool")
+            for d in plan.decisions
+            if d.effect == "ask"
+        )
+
+
+def READ_FILTER(servers: dict[str, Any], imported: Imported) -> None:
+    for name in imported.servers:
+        raw = servers.get(name) or {}
+        effect = imported.allow if raw.get("trust") else imported.ask
+        included = raw.get("includeTools")
+        if included:
+            effect.extend(f"{name}.{tool}" for tool in included)
+        else:
+            effect.append(f"{name}.*")
+        imported.deny.extend(f"{name}.{tool}" for tool in raw.get("excludeTools") or [])
+
+
+def write(
+    target: Path,
+    current: Callable[[Path], str],
+    export: Export,
+    managed: set[str],
+    gateway: bool,
+) -> tuple[dict[Path, str], list[Misfit]]:
+    text, misfits = mcpjson.write_servers(
+        current(target),
+        export,
+        managed,
+        str(target),
+        style=STYLE,
+        filters=FILTER,
+        gateway=gateway,
+    )
+    return {target: text}, misfits
+
+
+def read(text: str, file: str) -> Imported:
+    data = jsonc.parse(text, file).value
+    imported = mcpjson.read_servers(data, STYLE.key, file)
+    READ_FILTER(data.get(STYLE.key) or {}, imported)
+    return imported
+
+
+CLIENT = Client(
+    name="gemini",
+    title="Gemini CLI",
+    project_file=".gemini/settings.json",
+    user_file=lambda: Path(mcpjson.home()) / ".gemini" / "settings.json",
+    write=write,
+    read=read,
+    source=__doc__ or "",
+)

@@ -1,0 +1,214 @@
+"""What the JSON clients share: an object of server entries (`mcpServers`, or VS Code's
+`servers`), each `{command, args, env}` or `{url, headers}`, edited in place (`jsonc`)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bundlectl.clients import (
+    GATEWAY_ENTRY,
+    Export,
+    Imported,
+    Misfit,
+    ServerPlan,
+    gateway_spec,
+    jsonc,
+    references,
+    rewrite_refs,
+)
+
+RefStyle = Callable[[str, str | None], str]
+# How a client writes a remote server: (transport) → the keys of the entry.
+Remote = Callable[[str, str, dict[str, str]], dict[str, Any]]
+_SECRET_NAME = re.compile(r"(secret|token|passw|pwd|api[_-]?key|auth|credential|private)", re.I)
+
+
+def plain_ref(var: str, default: str | None) -> str:
+    return f"${{{var}:-{default}}}" if default is not None else f"${{{var}}}"
+
+
+def env_ref(var: str, default: str | None) -> str:
+    return f"${{env:{var}}}"
+
+
+@dataclass
+class Style:
+    """The parts of a JSON client's format that differ between clients."""
+
+    key: str = "mcpServers"
+    ref: RefStyle = plain_ref
+    defaults: bool = True  # `${VAR:-x}` understood
+    expands: bool = True  # references are expanded at all (Claude Desktop: no)
+    stdio_type: str | None = None  # VS Code writes "type": "stdio"
+    remote: Remote | None = None
+
+
+def default_remote(transport: str, url: str, headers: dict[str, str]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"type": "http" if transport == "streamable-http" else "sse"}
+    entry["url"] = url
+    if headers:
+        entry["headers"] = headers
+    return entry
+
+
+def entry(plan: ServerPlan, style: Style, misfits: list[Misfit]) -> dict[str, Any]:
+    """One server as the client writes it, references in its syntax (never a value)."""
+    spec = plan.spec
+
+    def ref(text: str, where: str) -> str:
+        found = references(text)
+        if found and not style.expands:
+            misfits.append(
+                Misfit(
+                    f"servers.{plan.name}.{where}",
+                    "this client does not expand ${VAR} references, and a value is never "
+                    "written into its file",
+                )
+            )
+        if any(default is not None for _, default in found) and not style.defaults:
+            misfits.append(
+                Misfit(
+                    f"servers.{plan.name}.{where}",
+                    "this client has no ${VAR:-default} syntax",
+                )
+            )
+        return rewrite_refs(text, style.ref)
+
+    if spec.transport == "stdio":
+        out: dict[str, Any] = {}
+        if style.stdio_type:
+            out["type"] = style.stdio_type
+        out["command"] = ref(spec.command or "", "command")
+        if spec.args:
+            out["args"] = [ref(a, f"args[{i}]") for i, a in enumerate(spec.args)]
+        if spec.env:
+            out["env"] = {k: ref(v, f"env.{k}") for k, v in spec.env.items()}
+        if spec.cwd:
+            out["cwd"] = ref(spec.cwd, "cwd")
+        return out
+    headers = {k: ref(v, f"headers.{k}") for k, v in spec.headers.items()}
+    remote = style.remote or default_remote
+    return remote(spec.transport, ref(spec.url or "", "url"), headers)
+
+
+def write_servers(
+    text: str,
+    export: Export,
+    managed: set[str],
+    file: str,
+    *,
+    style: Style,
+    filters: Callable[[ServerPlan, dict[str, Any], list[Misfit]], None] | None,
+    gateway: bool,
+) -> tuple[str, list[Misfit]]:
+    """Merge the agent's servers (or the one gateway entry) into the file's server object;
+    entries of servers bundlectl manages that the agent no longer gets are removed."""
+    misfits: list[Misfit] = []
+    wanted: dict[str, dict[str, Any]] = {}
+    if gateway:
+        wanted[GATEWAY_ENTRY] = gateway_spec(export, absolute=False)
+        if style.stdio_type:
+            wanted[GATEWAY_ENTRY] = {"type": style.stdio_type, **wanted[GATEWAY_ENTRY]}
+    else:
+        for plan in export.servers:
+            item = entry(plan, style, misfits)
+            if filters is not None:
+                filters(plan, item, misfits)
+            elif not whole_allowed(plan):
+                misfits.extend(
+                    Misfit(label, "this client has no per-tool filter in its file")
+                    for label in partial_rules(plan)
+                )
+            wanted[plan.name] = item
+    existing = jsonc.parse(text, file).value.get(style.key) if text.strip() else None
+    present = set(existing) if isinstance(existing, dict) else set()
+    for name in sorted(present & (managed | {GATEWAY_ENTRY}) - set(wanted)):
+        text = jsonc.remove_member(text, [style.key, name], file)
+    for name, item in wanted.items():
+        text = jsonc.set_member(text, [style.key, name], item, file)
+    return text, misfits
+
+
+def whole_allowed(plan: ServerPlan) -> bool:
+    """Every tool of the server allowed, declared or not."""
+    if plan.whole is not None:
+        return plan.whole == "allow"
+    return bool(plan.decisions) and all(d.effect == "allow" for d in plan.decisions)
+
+
+def partial_rules(plan: ServerPlan) -> list[str]:
+    """What makes a server only partly usable, as labels for misfits."""
+    from bundlectl.clients import rule_label
+
+    if not plan.exact_catalog:
+        return [f"{plan.name}.*: the server declares no tool catalog to expand the rules over"]
+    return [rule_label(d) for d in plan.decisions if d.effect != "allow"]
+
+
+def read_servers(data: dict[str, Any], key: str, file: str) -> Imported:
+    """Server entries of a JSON client file as bundlectl servers; literal secrets become
+    `${NAME}` references (listed in `secrets`)."""
+    imported = Imported()
+    servers = data.get(key) or {}
+    if not isinstance(servers, dict):
+        return imported
+    for name, raw in servers.items():
+        if not isinstance(raw, dict) or name == GATEWAY_ENTRY:
+            continue
+        spec: dict[str, Any] = {}
+        url = raw.get("url") or raw.get("httpUrl") or raw.get("serverUrl")
+        if url:
+            kind = raw.get("type", "")
+            spec["transport"] = "sse" if kind == "sse" or "/sse" in url else "streamable-http"
+            spec["url"] = _from_client(url, imported, name, "url")
+            headers = raw.get("headers") or {}
+            if headers:
+                spec["headers"] = {
+                    k: literal_secret(k, str(v), imported, name) for k, v in headers.items()
+                }
+        else:
+            spec["command"] = _from_client(str(raw.get("command", "")), imported, name, "command")
+            if raw.get("args"):
+                spec["args"] = [_from_client(str(a), imported, name, "args") for a in raw["args"]]
+            env = raw.get("env") or {}
+            if env:
+                spec["env"] = {k: literal_secret(k, str(v), imported, name) for k, v in env.items()}
+            if raw.get("cwd"):
+                spec["cwd"] = str(raw["cwd"])
+        if raw.get("disabled") is True:
+            spec["disabled"] = True
+        imported.servers[name] = spec
+    return imported
+
+
+_CLIENT_REF = re.compile(
+    r"\$\{(?:env:|input:)?([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)"
+)
+
+
+def _from_client(text: str, imported: Imported, server: str, where: str) -> str:
+    """A client's `${env:X}`, `${X}` or `$X` as bundlectl's `${X}`."""
+    return _CLIENT_REF.sub(lambda m: f"${{{m.group(1) or m.group(2)}}}", text)
+
+
+def literal_secret(key: str, value: str, imported: Imported, server: str) -> str:
+    """A value that is a literal secret becomes a reference named after its key."""
+    converted = _from_client(value, imported, server, key)
+    if "${" in converted:
+        return converted
+    from bundlectl.lint.checks_secrets import _secret_kind
+
+    if _secret_kind(key, value) or (_SECRET_NAME.search(key) and len(value) >= 8):
+        name = re.sub(r"[^A-Z0-9_]", "_", key.upper()) or "SECRET"
+        imported.secrets[name] = f"servers.{server} ({key})"
+        prefix = value[: len("Bearer ")] if value.startswith("Bearer ") else ""
+        return f"{prefix}${{{name}}}"
+    return converted
+
+
+def home() -> str:
+    return os.path.expanduser("~")

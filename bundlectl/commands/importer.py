@@ -1,0 +1,253 @@
+"""`bundlectl import FORMAT FILE`: a client's config file, or an agix `config.yaml`, as
+`bundlectl.yaml` entries (SPEC 8) — servers and the agent's rules, every implicit permission
+spelled out, literal secrets turned into `${NAME}` references. An existing `bundlectl.yaml` is
+edited in place: its comments and formatting stay."""
+
+from __future__ import annotations
+
+import difflib
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+from bundlectl.clients import Imported, get
+from bundlectl.errors import BundlectlError, InputFileError, Problem, UsageError
+from bundlectl.output import err
+from bundlectl.paths import display_path
+
+NAME = re.compile(r"[^a-z0-9_-]+")
+
+
+def read_agix(text: str, file: str) -> tuple[Imported, list[str]]:
+    """agix's `config.yaml`: `bundles:` plus `tools: {servers, agents, max_iterations}`, with
+    `env` as a list of `KEY=VALUE`. Its unlisted agents get every tool: spelled out as
+    `policy.default: allow` (which lint then warns about)."""
+    from bundlectl.clients.mcpjson import literal_secret
+    from bundlectl.yamlio import parse_yaml
+
+    doc = parse_yaml(text, file)
+    if doc.problems:
+        raise InputFileError(doc.problems, hint="fix the YAML, then import again")
+    data = doc.data if isinstance(doc.data, dict) else {}
+    imported = Imported(agents={}, default_allow=True)
+    tools = data.get("tools") or {}
+    for name, raw in (tools.get("servers") or {}).items():
+        if not isinstance(raw, dict):
+            continue
+        spec: dict[str, Any] = {}
+        if raw.get("url"):
+            spec["transport"] = raw.get("transport", "streamable-http")
+            spec["url"] = str(raw["url"])
+        else:
+            spec["command"] = str(raw.get("command", ""))
+            if raw.get("args"):
+                spec["args"] = [str(a) for a in raw["args"]]
+        env = _agix_env(raw.get("env") or {}, doc, ("tools", "servers", name, "env"))
+        if env:
+            spec["env"] = {
+                str(k): literal_secret(str(k), str(v), imported, name) for k, v in env.items()
+            }
+        imported.servers[str(name)] = spec
+    assert imported.agents is not None
+    for name, raw in (tools.get("agents") or {}).items():
+        if isinstance(raw, dict):
+            imported.agents[str(name)] = {
+                effect: [str(r) for r in raw.get(effect) or []]
+                for effect in ("allow", "ask", "deny")
+            }
+    notes = []
+    if "max_iterations" in tools:
+        notes.append(
+            f"tools.max_iterations ({tools['max_iterations']}) is agix's loop limit; bundlectl "
+            "has no agent loop, so it is not carried over"
+        )
+    imported.bundles = [str(b) for b in data.get("bundles") or []]
+    return imported, notes
+
+
+def _agix_env(env: Any, doc: Any, where: tuple[Any, ...]) -> dict[str, Any]:
+    """agix writes `env` as a list of `KEY=VALUE`; bundlectl as a map."""
+    if not isinstance(env, list):
+        return dict(env)
+    pairs = {}
+    for index, item in enumerate(env):
+        key, eq, value = str(item).partition("=")
+        if not eq:
+            span = doc.span((*where, index))
+            problem = Problem(doc.file, span.line, span.column, f"{item!r} is not KEY=VALUE")
+            raise InputFileError([problem], hint="write each env entry as KEY=VALUE")
+        pairs[key] = value
+    return pairs
+
+
+def run(config: Path | None, fmt: str, source: Path, *, agent: str | None, dry_run: bool) -> int:
+    if not source.is_file():
+        raise UsageError(
+            f"{display_path(source)}: no such file", hint="give the client's config file"
+        )
+    text = source.read_text(encoding="utf-8")
+    notes: list[str] = []
+    if fmt == "agix":
+        imported, notes = read_agix(text, display_path(source))
+    else:
+        client = get(fmt)
+        imported = client.read(text, display_path(source))
+        if fmt == "claude-code":  # its permissions live beside .mcp.json
+            settings = source.parent / ".claude" / "settings.json"
+            if settings.is_file():
+                extra = client.read(settings.read_text(encoding="utf-8"), display_path(settings))
+                imported.allow += extra.allow
+                imported.ask += extra.ask
+                imported.deny += extra.deny
+    who = agent or NAME.sub("-", fmt)
+    target = _config_path(config)
+    notes += _drop_known(imported, target)
+    notes += _spell_out_unlisted(imported, target)
+    before = target.read_text(encoding="utf-8") if target.exists() else "version: 1\n"
+    after = merge(before, imported, who, imported.bundles)
+    _check(after, target)
+    if dry_run:
+        shown = display_path(target)
+        diff = difflib.unified_diff(
+            before.splitlines(keepends=True),
+            after.splitlines(keepends=True),
+            fromfile=f"a/{shown}",
+            tofile=f"b/{shown}",
+        )
+        print("".join(diff), end="")
+    else:
+        from bundlectl.fsio import project_lock, write_project_file
+
+        with project_lock(target):
+            write_project_file(target, after)
+    servers = len(imported.servers)
+    agents = len(imported.agents) if imported.agents is not None else 1
+    verb = "would import" if dry_run else "imported"
+    err(f"{verb} {servers} server(s) and {agents} agent(s) into {display_path(target)}")
+    for var, where in sorted(imported.secrets.items()):
+        err(f"note: a literal secret in {where} became ${{{var}}}: export {var}=... before use")
+    for line in [*notes, *imported.notes]:
+        err(f"note: {line}")
+    return 0
+
+
+def _drop_known(imported: Imported, target: Path) -> list[str]:
+    """Servers the project already has, as they are (from its bundles, with their declared
+    tools), are not added again: the imported rules apply to them."""
+    if not target.exists():
+        return []
+    from bundlectl.project import load_project, resolve_project
+
+    try:
+        resolution = resolve_project(load_project(target))
+    except BundlectlError:  # a project that does not resolve: import everything as written
+        return []
+    known = []
+    for name, spec in list(imported.servers.items()):
+        merged = resolution.merged.servers.get(name)
+        if merged is None:
+            continue
+        keys = ("command", "args", "env", "cwd", "url", "headers")
+        mine = {k: v for k, v in merged.spec.model_dump().items() if k in keys and v}
+        theirs = {k: v for k, v in spec.items() if k in keys and v}
+        if mine == theirs:
+            del imported.servers[name]
+            known.append(name)
+    return [f"already configured, kept as is: {', '.join(known)}"] if known else []
+
+
+def _spell_out_unlisted(imported: Imported, target: Path) -> list[str]:
+    """Tools the client asks about because no list names them: named as `ask` rules where the
+    project knows the server's catalog (bundlectl's ask beats allow, so a wildcard would not do);
+    elsewhere they stay denied, and a note says so."""
+    catalogs: dict[str, list[str]] = {}
+    if target.exists():
+        from bundlectl.project import load_project, resolve_project
+
+        try:
+            merged = resolve_project(load_project(target)).merged.servers
+            catalogs = {n: [t.name for t in s.spec.tools] for n, s in merged.items()}
+        except BundlectlError:
+            pass
+    listed = {*imported.allow, *imported.ask, *imported.deny}
+    unknown = []
+    for server, effect in imported.unlisted.items():
+        if server in imported.servers or not catalogs.get(server):
+            unknown.append(server)
+            continue
+        if f"{server}.*" in listed:
+            continue
+        for tool in catalogs[server]:
+            if f"{server}.{tool}" not in listed:
+                getattr(imported, effect).append(f"{server}.{tool}")
+    if not unknown:
+        return []
+    return [
+        f"the client asks about tools of {', '.join(sorted(unknown))} that no list names; "
+        "without a declared catalog they are denied here: add ask rules for the ones a person "
+        "may confirm"
+    ]
+
+
+def _config_path(config: Path | None) -> Path:
+    from bundlectl.project import find_project
+
+    if config is not None:
+        return config
+    try:
+        return find_project(None)
+    except UsageError:
+        return Path.cwd() / "bundlectl.yaml"
+
+
+def merge(text: str, imported: Imported, agent: str, bundles: list[str]) -> str:
+    """`text` (a bundlectl.yaml) with the imported servers, agents and bundles added; existing
+    entries of the same name are replaced, everything else — comments included — kept."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap
+
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    yaml.width = 100
+    data = yaml.load(text) or CommentedMap()
+    data.setdefault("version", 1)
+    if bundles:
+        listed = data.setdefault("bundles", [])
+        for bundle in bundles:
+            if bundle not in listed:
+                listed.append(bundle)
+    if imported.servers:
+        servers = data.setdefault("servers", CommentedMap())
+        for name, spec in imported.servers.items():
+            servers[name] = spec
+    agents = data.setdefault("agents", CommentedMap())
+    if imported.agents is not None:
+        for name, rules in imported.agents.items():
+            agents[name] = {k: v for k, v in rules.items() if v}
+    else:
+        rules = {
+            "allow": _unique(imported.allow),
+            "ask": _unique(imported.ask),
+            "deny": _unique(imported.deny),
+        }
+        agents[agent] = {k: v for k, v in rules.items() if v}
+    if imported.default_allow:
+        policy = data.setdefault("policy", CommentedMap())
+        policy["default"] = "allow"  # agix: unlisted agents get every tool, spelled out
+    if not agents:
+        del data["agents"]
+    out = io.StringIO()
+    yaml.dump(data, out)
+    return out.getvalue()
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def _check(text: str, target: Path) -> None:
+    """The result must be a valid config: every problem positioned, nothing written."""
+    from bundlectl.project import project_from_text
+
+    project_from_text(target, text)

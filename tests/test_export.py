@@ -1,0 +1,386 @@
+"""`bundlectl export CLIENT` and `bundlectl import FORMAT FILE` (SPEC 8): every client's file
+written and read, merged in place, secrets kept as references, exactness enforced, and the round
+trip import(export(project)) giving the same policy matrix."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from bundlectl.clients import NAMES, jsonc
+from tests.conftest import Run, write
+
+SECRET = "ghp_" + "S3cr3tV4lue" * 3  # a value that must never reach a written file
+
+
+@pytest.fixture
+def exported(project: Path, run: Run, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("GITHUB_TOKEN", SECRET)
+    write(
+        project / "bundlectl.yaml",
+        """
+        version: 1
+        bundles: [basic, github]
+        agents:
+          reader:  # asks before writing
+            allow: [files.read_file, files.list_directory, "github.get_*"]
+            ask: [files.write_file]
+          whole:
+            allow: ["files.*"]
+          gh:
+            allow: ["github.*"]
+        policy: {default: deny}
+        """,
+    )
+    assert run("lock").code == 0
+    return project
+
+
+def read_json(path: Path) -> Any:
+    return jsonc.parse(path.read_text(), str(path)).value
+
+
+def written_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and "home" not in p.parts]
+
+
+@pytest.mark.parametrize("client", [c for c in NAMES if c != "claude-desktop"])
+def test_every_client_gets_the_gateway_entry_and_no_secret(
+    exported: Path, run: Run, client: str
+) -> None:
+    result = run("export", client, "--agent", "reader", "--via", "gateway")
+    assert result.code == 0, result.err
+    assert "gateway: bundlectl serve --agent reader" in result.err
+    for path in written_files(exported):
+        assert SECRET not in path.read_text()
+    again = run("export", client, "--agent", "reader", "--via", "gateway", "--check")
+    assert again.code == 0 and "is up to date" in again.err
+
+
+def test_claude_code_direct_maps_allow_ask_deny_exactly(exported: Path, run: Run) -> None:
+    result = run("export", "claude-code", "--agent", "reader", "--via", "direct")
+    assert result.code == 0, result.err
+    servers = read_json(exported / ".mcp.json")["mcpServers"]
+    assert set(servers) == {"files", "github"}
+    assert servers["github"]["env"] == {"GITHUB_PERSONAL_ACCESS_TOKEN": "${GITHUB_TOKEN}"}
+    perms = read_json(exported / ".claude" / "settings.json")["permissions"]
+    assert "mcp__files__read_file" in perms["allow"] and "mcp__github__get_me" in perms["allow"]
+    assert perms["ask"] == ["mcp__files__write_file"]
+    assert "mcp__github__create_issue" in perms["deny"]
+    assert not any(SECRET in p.read_text() for p in written_files(exported))
+
+
+def test_a_rule_the_client_cannot_express_fails_direct_and_auto_takes_the_gateway(
+    exported: Path, run: Run
+) -> None:
+    direct = run("export", "cursor", "--agent", "reader", "--via", "direct")
+    assert direct.code == 1
+    assert "Cursor cannot express agent 'reader''s policy exactly" in direct.err
+    assert "files.write_file: agents.reader.ask: files.write_file (bundlectl.yaml:" in direct.err
+    assert "hint: bundlectl export cursor --agent reader --via gateway" in direct.err
+    assert not (exported / ".cursor").exists()
+    auto = run("export", "cursor", "--agent", "reader")
+    assert (
+        auto.code == 0 and "gateway: bundlectl serve --agent reader; direct would not" in auto.err
+    )
+    entry = read_json(exported / ".cursor" / "mcp.json")["mcpServers"]["bundlectl"]
+    assert entry == {
+        "command": "bundlectl",
+        "args": ["serve", "--agent", "reader", "-c", "bundlectl.yaml"],
+    }
+
+
+def test_a_whole_server_exports_directly_where_the_client_has_no_filter(
+    exported: Path, run: Run
+) -> None:
+    result = run("export", "cursor", "--agent", "whole")
+    assert result.code == 0 and "direct: 1 server(s)" in result.err
+    assert list(read_json(exported / ".cursor" / "mcp.json")["mcpServers"]) == ["files"]
+    gh = run("export", "vscode", "--agent", "gh", "--via", "direct")
+    assert gh.code == 0, gh.err
+    data = read_json(exported / ".vscode" / "mcp.json")
+    env = data["servers"]["github"]["env"]
+    assert env == {"GITHUB_PERSONAL_ACCESS_TOKEN": "${input:GITHUB_TOKEN}"}  # a secret: asked
+    assert data["inputs"] == [
+        {
+            "type": "promptString",
+            "id": "GITHUB_TOKEN",
+            "description": "GITHUB_TOKEN",
+            "password": True,
+        }
+    ]
+    assert data["servers"]["github"]["type"] == "stdio"
+
+
+def test_roo_kilo_codex_gemini_filters(exported: Path, run: Run) -> None:
+    assert run("export", "roo", "--agent", "reader", "--via", "direct").code == 0
+    files = read_json(exported / ".roo" / "mcp.json")["mcpServers"]["files"]
+    assert files["alwaysAllow"] == ["read_file", "list_directory"]
+    assert "disabledTools" not in files  # write_file: asked (in neither list)
+    github = read_json(exported / ".roo" / "mcp.json")["mcpServers"]["github"]
+    assert "create_issue" in github["disabledTools"]
+    assert github["env"] == {"GITHUB_PERSONAL_ACCESS_TOKEN": "${env:GITHUB_TOKEN}"}
+    assert run("export", "kilo", "--agent", "reader", "--via", "direct").code == 0
+    assert (exported / ".kilocode" / "mcp.json").exists()
+    codex = run("export", "codex", "--agent", "gh", "--via", "direct")
+    assert codex.code == 1 and "Codex does not expand ${VAR} references" in codex.err
+    whole = run("export", "codex", "--agent", "whole", "--via", "direct")
+    assert whole.code == 0, whole.err
+    toml = (exported / ".codex" / "config.toml").read_text()
+    assert '[mcp_servers.files]\ncommand = "bundlectl"' in toml
+    gemini = run("export", "gemini", "--agent", "gh", "--via", "direct")
+    assert gemini.code == 0, gemini.err
+    entry = read_json(exported / ".gemini" / "settings.json")["mcpServers"]["github"]
+    assert (
+        entry["trust"] is True and entry["env"]["GITHUB_PERSONAL_ACCESS_TOKEN"] == "${GITHUB_TOKEN}"
+    )
+
+
+def test_merge_keeps_foreign_servers_settings_and_comments(exported: Path, run: Run) -> None:
+    vscode = exported / ".vscode" / "mcp.json"
+    write(
+        vscode,
+        """
+        {
+          // my own server, keep it
+          "servers": {
+            "mine": {"type": "stdio", "command": "my-server"}, // stays
+          },
+          "inputs": [],
+        }
+        """,
+    )
+    codex = exported / ".codex" / "config.toml"
+    write(codex, '# my settings\nmodel = "o4"\n\n[mcp_servers.mine]\ncommand = "mine"  # stays\n')
+    assert run("export", "vscode", "--agent", "whole").code == 0
+    assert run("export", "codex", "--agent", "whole").code == 0
+    text = vscode.read_text()
+    assert "// my own server, keep it" in text and "// stays" in text
+    assert set(read_json(vscode)["servers"]) == {"mine", "files"}
+    toml = codex.read_text()
+    assert toml.startswith('# my settings\nmodel = "o4"') and 'command = "mine"  # stays' in toml
+    # Switching to the gateway removes the servers bundlectl wrote, and only those.
+    assert run("export", "vscode", "--agent", "whole", "--via", "gateway").code == 0
+    assert set(read_json(vscode)["servers"]) == {"mine", "bundlectl"}
+    assert "// stays" in vscode.read_text()
+
+
+def test_check_and_dry_run(exported: Path, run: Run) -> None:
+    missing = run("export", "claude-code", "--agent", "reader", "--check")
+    assert missing.code == 1 and ".mcp.json" in missing.err
+    dry = run("export", "claude-code", "--agent", "reader", "--dry-run")
+    assert dry.code == 0 and dry.out.startswith("--- a/.mcp.json\n+++ b/.mcp.json")
+    assert not (exported / ".mcp.json").exists()
+    assert run("export", "claude-code", "--agent", "reader").code == 0
+    assert run("export", "claude-code", "--agent", "reader", "--check").code == 0
+    config = exported / "bundlectl.yaml"
+    config.write_text(
+        config.read_text().replace("ask: [files.write_file]", "deny: [files.write_file]")
+    )
+    drift = run("export", "claude-code", "--agent", "reader", "--check")
+    assert drift.code == 1 and "differ from what `bundlectl export claude-code` writes" in drift.err
+
+
+def test_claude_desktop_uses_absolute_paths_for_its_user_level_file(
+    exported: Path, run: Run, tmp_path: Path
+) -> None:
+    target = tmp_path / "Claude" / "claude_desktop_config.json"
+    assert run("export", "claude-desktop", "--agent", "reader", "--output", str(target)).code == 0
+    args = read_json(target)["mcpServers"]["bundlectl"]["args"]
+    assert args[-1] == str(exported / "bundlectl.yaml")
+    direct = run("export", "claude-desktop", "--agent", "gh", "--via", "direct", "-o", str(target))
+    assert direct.code == 1 and "does not expand ${VAR} references" in direct.err
+
+
+def test_unknown_client_and_broken_file(exported: Path, run: Run) -> None:
+    unknown = run("export", "notepad")
+    assert unknown.code == 2 and "unknown client 'notepad'" in unknown.err
+    write(exported / ".cursor" / "mcp.json", '{"mcpServers": {"a": 1,,}}')
+    broken = run("export", "cursor", "--agent", "whole")
+    assert broken.code == 2 and ".cursor/mcp.json:1:" in broken.err and "hint:" in broken.err
+
+
+# --- import -------------------------------------------------------------------------------------
+
+ROO_DOC = """
+{
+  "mcpServers": {
+    "search": {
+      "command": "node",
+      "args": ["/path/to/search/build/index.js"],
+      "env": {"API_KEY": "sk-live-1234567890abcdef"},
+      "alwaysAllow": ["query"],
+      "disabledTools": ["purge"],
+      "disabled": false
+    },
+    "remote": {"type": "streamable-http", "url": "https://example.com/mcp",
+               "headers": {"Authorization": "Bearer ${env:REMOTE_TOKEN}"}}
+  }
+}
+"""
+
+
+def test_import_roo_turns_filters_into_rules_and_secrets_into_references(
+    project: Path, run: Run
+) -> None:
+    write(project / "bundlectl.yaml", "version: 1\n# keep this comment\nbundles: []\n")
+    source = write(project / "roo.json", ROO_DOC)
+    result = run("import", "roo", str(source), "--agent", "coder")
+    assert result.code == 0, result.err
+    assert "a literal secret in servers.search (API_KEY) became ${API_KEY}" in result.err
+    text = (project / "bundlectl.yaml").read_text()
+    assert "# keep this comment" in text and "sk-live" not in text
+    shown = json.loads(run("resolve", "--format", "json").out)
+    assert shown["servers"]["search"]["env"] == {"API_KEY": "${API_KEY}"}
+    assert shown["servers"]["remote"]["headers"] == {"Authorization": "Bearer ${REMOTE_TOKEN}"}
+    check = run("policy", "check", "--agent", "coder", "search.query", "search.purge")
+    assert [line.split()[:2] for line in check.lines] == [
+        ["allow", "search.query"],
+        ["deny", "search.purge"],
+    ]
+
+
+def test_import_agix_spells_out_its_implicit_permissions(project: Path, run: Run) -> None:
+    source = write(
+        project / "config.yaml",
+        """
+        bundles: [basic]
+        tools:
+          max_iterations: 12
+          servers:
+            time:
+              command: uvx
+              args: [mcp-server-time]
+              env: ["TZ=UTC", "API_TOKEN=abcdefghijklmnop1234"]
+          agents:
+            helper: {allow: ["files.read_file", "time.*"]}
+            locked: {deny: ["files.write_file"]}
+        """,
+    )
+    result = run("import", "agix", str(source))
+    assert result.code == 0, result.err
+    assert "max_iterations (12) is agix's loop limit" in result.err
+    assert "became ${API_TOKEN}" in result.err
+    text = (project / "bundlectl.yaml").read_text()
+    assert "abcdefghijklmnop1234" not in text
+    shown = json.loads(run("resolve", "--format", "json").out)
+    assert shown["servers"]["time"]["env"] == {"TZ": "UTC", "API_TOKEN": "${API_TOKEN}"}
+    assert "default: allow" in text  # agix: unlisted agents get every tool, spelled out
+    lint = run("lint", "--select", "BCL205")
+    assert "BCL205" in lint.out
+    bad = write(project / "bad.yaml", "tools:\n  servers:\n    x: {command: a, env: [NOVALUE]}\n")
+    failed = run("import", "agix", str(bad))
+    assert failed.code == 2 and "bad.yaml:3:" in failed.err and "is not KEY=VALUE" in failed.err
+
+
+@pytest.mark.parametrize(
+    ("client", "text"),
+    [
+        (
+            "cursor",
+            '{"mcpServers": {"db": {"command": "db-mcp", "env": {"DB_URL": "${env:DB_URL}"}}}}',
+        ),
+        ("vscode", '{"servers": {"db": {"type": "stdio", "command": "db-mcp"}}, "inputs": []}'),
+        (
+            "gemini",
+            '{"mcpServers": {"db": {"command": "db-mcp", "includeTools": ["q"], "trust": true}}}',
+        ),
+        ("claude-desktop", '{"mcpServers": {"db": {"command": "db-mcp"}}}'),
+        (
+            "codex",
+            '[mcp_servers.db]\ncommand = "db-mcp"\nenabled_tools = ["q"]\nenv_vars = ["DB_URL"]\n',
+        ),
+        ("kilo", '{"mcpServers": {"db": {"command": "db-mcp", "alwaysAllow": ["q"]}}}'),
+        ("claude-code", '{"mcpServers": {"db": {"command": "db-mcp"}}}'),
+    ],
+)
+def test_import_each_client(project: Path, run: Run, client: str, text: str) -> None:
+    source = write(project / "client-file", text)
+    result = run("import", client, str(source), "--agent", "dev")
+    assert result.code == 0, result.err
+    shown = json.loads(run("resolve", "--format", "json").out)
+    assert shown["servers"]["db"]["command"] == "db-mcp"
+    assert "dev" in (project / "bundlectl.yaml").read_text()
+
+
+# --- round trip -----------------------------------------------------------------------------------
+
+TOOLS = ["read_file", "write_file", "list_directory"]
+
+
+@settings(max_examples=12, deadline=None)
+@example(effects=["deny", "deny", "deny"])
+@example(effects=["allow", "ask", "deny"])
+@given(effects=st.lists(st.sampled_from(["allow", "ask", "deny"]), min_size=3, max_size=3))
+def test_round_trip_gives_the_same_policy_matrix(
+    tmp_path_factory: pytest.TempPathFactory, effects: list[str]
+) -> None:
+    """For the clients whose export is exact (Claude Code, Roo), importing what export wrote
+    into a project with the same bundles gives the agent the same matrix."""
+    from bundlectl.cli import main
+
+    def run_in(folder: Path, *args: str) -> str:
+        import contextlib
+        import io
+
+        out = io.StringIO()
+        cwd = Path.cwd()
+        os.chdir(folder)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+                code = main(list(args))
+        finally:
+            os.chdir(cwd)
+        assert code == 0, args
+        return out.getvalue()
+
+    rules: dict[str, list[str]] = {"allow": [], "ask": [], "deny": []}
+    for tool, effect in zip(TOOLS, effects, strict=True):
+        rules[effect].append(f"files.{tool}")
+    for client in ("claude-code", "roo"):
+        origin = tmp_path_factory.mktemp("origin")
+        body = {k: v for k, v in rules.items() if v}
+        agent = json.dumps(body) if body else "{deny: ['*']}"
+        write(
+            origin / "bundlectl.yaml",
+            f"version: 1\nbundles: [basic]\nagents:\n  a: {agent}\npolicy: {{default: deny}}\n",
+        )
+        run_in(origin, "export", client, "--agent", "a", "--via", "direct")
+        target = tmp_path_factory.mktemp("target")
+        write(target / "bundlectl.yaml", "version: 1\nbundles: [basic]\npolicy: {default: deny}\n")
+        source = origin / (".mcp.json" if client == "claude-code" else ".roo/mcp.json")
+        if source.exists():  # an agent that may use nothing gets no file (and stays denied)
+            run_in(target, "import", client, str(source), "--agent", "a")
+        before = run_in(origin, "policy", "matrix", "--agent", "a", "--format", "csv")
+        after = run_in(target, "policy", "matrix", "--agent", "a", "--format", "csv")
+        assert before == after, (client, rules)
+
+
+def test_exported_gateway_entry_starts_and_serves(exported: Path, run: Run) -> None:
+    """End to end: export claude-code --via gateway, start the server exactly as the written
+    entry says, connect with the SDK client, call a tool."""
+    from mcp import Client, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    (exported / "hello.txt").write_text("hello\n")
+    assert run("export", "claude-code", "--agent", "reader", "--via", "gateway").code == 0
+    entry = read_json(exported / ".mcp.json")["mcpServers"]["bundlectl"]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    params = StdioServerParameters(
+        command=entry["command"], args=entry["args"], cwd=str(exported), env=env
+    )
+
+    async def session() -> Any:
+        async with Client(stdio_client(params, errlog=sys.__stderr__)) as client:
+            return await client.call_tool("files__read_file", {"path": "hello.txt"})
+
+    result = anyio.run(session)
+    assert [b.text for b in result.content] == ["hello\n"]
