@@ -548,6 +548,24 @@ def import_(
 
 
 @app.command()
+def codegen(
+    agent: CallerOpt = None,
+    out: Annotated[
+        Path,
+        typer.Option("--out", file_okay=False, help="Folder to write the package into."),
+    ] = Path("codegen"),
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 1 when the files differ (for CI).")
+    ] = False,
+    config: ConfigOpt = None,
+) -> int:
+    """Write the tools an agent may call as typed Python functions (code mode)."""
+    from bundlectl.commands import codegen as cmd
+
+    return cmd.run(config, agent=agent, out=out, check=check)
+
+
+@app.command()
 def server(
     name: Annotated[str, typer.Argument(metavar="NAME", help="files or review.")],
     root: Annotated[

@@ -1,0 +1,143 @@
+"""Calling tools from code: `call_tool("server.tool", {...})`, what `bundlectl codegen`'s
+functions use (SPEC 9).
+
+Through the gateway when `BUNDLECTL_GATEWAY_URL` is set (streamable HTTP, with
+`BUNDLECTL_GATEWAY_TOKEN` as the bearer token), otherwise in this process through the same
+pipeline as `bundlectl exec`: the policy of agent `$BUNDLECTL_AGENT` (or `default`), `ask`
+confirmed on a terminal, arguments validated against the schema, the call audited
+(`via: code`). A denied call raises `ToolDenied` with the reason; a tool error, `ToolFailed`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+
+class ToolDenied(PermissionError):
+    """The policy does not let this agent call the tool (nothing was started)."""
+
+
+class ToolFailed(RuntimeError):
+    """The call was made and failed: a tool error, invalid arguments, a server failure."""
+
+
+def call_tool(
+    name: str,
+    arguments: dict[str, Any] | None = None,
+    *,
+    agent: str | None = None,
+    config: Path | None = None,
+) -> Any:
+    """Call `server.tool`; the structured result when there is one, else the text."""
+    arguments = dict(arguments or {})
+    url = os.environ.get("BUNDLECTL_GATEWAY_URL")
+    if url:
+        result = _through_gateway(url, name, arguments)
+    else:
+        result = _in_process(name, arguments, agent or os.environ.get("BUNDLECTL_AGENT"), config)
+    return _value(name, result)
+
+
+def _value(name: str, result: Any) -> Any:
+    texts = [getattr(block, "text", None) for block in result.content]
+    text = "\n".join(t for t in texts if t is not None)
+    if result.is_error:
+        raise ToolFailed(f"{name}: {text or 'the tool reported an error'}")
+    if result.structured_content is not None:
+        return result.structured_content
+    if all(t is not None for t in texts):
+        return text
+    return [
+        block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content
+    ]
+
+
+def _in_process(
+    name: str, arguments: dict[str, Any], agent: str | None, config: Path | None
+) -> Any:
+    from bundlectl.errors import BundlectlError, PolicyDenied
+    from bundlectl.executor import runner
+    from bundlectl.executor.call import CallRequest, call_once, client_capabilities
+    from bundlectl.executor.pipeline import (
+        AuditLog,
+        Pipeline,
+        default_agent,
+        terminal_confirmer,
+    )
+    from bundlectl.patterns import parse_tool_name
+    from bundlectl.project import load_project, resolve_project
+
+    try:
+        server, tool = parse_tool_name(name)
+        resolution = resolve_project(load_project(config))
+        pipeline = Pipeline(resolution, AuditLog(resolution, via="code"), terminal_confirmer())
+        who = default_agent(agent)
+        decision = pipeline.decide(who, server, tool)
+        target = pipeline.target(server, quiet=True)
+        request = CallRequest(
+            who,
+            server,
+            tool,
+            decision,
+            [],
+            arguments,
+            float(target.spec.timeout),
+            check=pipeline.pin_check(server),
+        )
+        options = client_capabilities(resolution.project.root, ask=pipeline.confirm is not None)
+
+        async def go() -> Any:
+            return await call_once(
+                target,
+                request,
+                child=None,
+                connect_timeout=30.0,
+                whole=None,
+                show=lambda outcome: None,
+                options=options,
+            )
+
+        try:
+            outcome = runner.run(go)
+        finally:
+            target.close()
+        pipeline.audit.record(decision, outcome.outcome, outcome.duration_ms, outcome.arguments)
+    except PolicyDenied as exc:
+        raise ToolDenied(exc.message + (f" ({exc.hint})" if exc.hint else "")) from None
+    except BundlectlError as exc:
+        raise ToolFailed(exc.message) from None
+    if outcome.error is not None:
+        if isinstance(outcome.error, PolicyDenied):
+            raise ToolDenied(outcome.error.message)
+        raise ToolFailed(outcome.error.message)
+    return outcome.result
+
+
+def _through_gateway(url: str, name: str, arguments: dict[str, Any]) -> Any:
+    import anyio
+
+    from bundlectl.patterns import gateway_name, parse_tool_name
+
+    server, tool = parse_tool_name(name)
+    token = os.environ.get("BUNDLECTL_GATEWAY_TOKEN")
+
+    async def go() -> Any:
+        import httpx2
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        timeout = httpx2.Timeout(30, read=300)
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
+            Client(streamable_http_client(url, http_client=http)) as client,
+        ):
+            return await client.call_tool(gateway_name(server, tool), arguments)
+
+    result = anyio.run(go)
+    text = " ".join(getattr(b, "text", "") for b in result.content)
+    if result.is_error and text.startswith("unknown tool"):
+        raise ToolDenied(f"{name}: {text}")  # the gateway says denied as unknown
+    return result
