@@ -31,7 +31,11 @@ def digest_json(value: Any) -> str:
 
 def inputs_digest(config: ProjectConfig) -> str:
     """The config parts that resolution depends on; agents and policy do not change the lock."""
-    data = config.model_dump(mode="json", include={"registries", "bundles", "servers"})
+    data = config.model_dump(
+        mode="json",
+        include={"registries", "bundles", "servers"},
+        exclude={"servers": {"__all__": {"concurrency"}}},  # scheduling, not resolution
+    )
     return digest_json(data)
 
 

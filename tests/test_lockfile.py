@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from bundlectl.lockfile import dump_lock, read_lock
 from bundlectl.models import LockedBundle, LockedServer, LockFile
+from tests.conftest import Run
 
 names = st.text(min_size=1, max_size=12).filter(lambda s: s.strip() == s and "\x00" not in s)
 awkward = st.one_of(
@@ -94,3 +95,15 @@ agents:
         project, BASE.replace("default: deny", "default: allow")
     )
     assert stricter != digest and stricter_agents == agents
+
+
+def test_concurrency_is_not_part_of_the_lock(project: Path, run: Run) -> None:
+    """How many calls `serve` runs at once is scheduling, not what resolved: setting it keeps the
+    lock fresh (and a lock written before the setting existed stays fresh)."""
+    config = project / "bundlectl.yaml"
+    config.write_text("version: 1\nservers:\n  s: {command: srv}\n")
+    assert run("lock").code == 0
+    config.write_text("version: 1\nservers:\n  s: {command: srv, concurrency: 4}\n")
+    assert run("lock", "--check").code == 0
+    config.write_text("version: 1\nservers:\n  s: {command: other}\n")
+    assert run("lock", "--check").code == 1
