@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+_SESSION: dict[str, Any] = {}  # privacy: this process's token map (memory only)
+
 
 class ToolDenied(PermissionError):
     """The policy does not let this agent call the tool (nothing was started)."""
@@ -67,11 +69,16 @@ def _in_process(
         terminal_confirmer,
     )
     from bundlectl.patterns import parse_tool_name
+    from bundlectl.privacy import Privacy
     from bundlectl.project import load_project, resolve_project
 
     try:
         server, tool = parse_tool_name(name)
         resolution = resolve_project(load_project(config))
+        tokens = _tokenizer(resolution)
+        privacy = Privacy.of(resolution.project.config)
+        if tokens is not None and privacy is not None and privacy.gets_real_values(server, tool):
+            arguments = tokens.restore(arguments)
         pipeline = Pipeline(resolution, AuditLog(resolution, via="code"), terminal_confirmer())
         who = default_agent(agent)
         decision = pipeline.decide(who, server, tool)
@@ -112,7 +119,18 @@ def _in_process(
         if isinstance(outcome.error, PolicyDenied):
             raise ToolDenied(outcome.error.message)
         raise ToolFailed(outcome.error.message)
-    return outcome.result
+    return tokens.result(outcome.result) if tokens is not None else outcome.result
+
+
+def _tokenizer(resolution: Any) -> Any:
+    from bundlectl.privacy import Privacy
+
+    privacy = Privacy.of(resolution.project.config)
+    if privacy is None:
+        return None
+    if "tokens" not in _SESSION:
+        _SESSION["tokens"] = privacy.session()
+    return _SESSION["tokens"]
 
 
 def _through_gateway(url: str, name: str, arguments: dict[str, Any]) -> Any:

@@ -13,7 +13,10 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
+    field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -286,6 +289,45 @@ class LintSettings(StrictModel):
     )
 
 
+class NamedPattern(StrictModel):
+    """A detector of your own: a name for its tokens and a regular expression."""
+
+    name: Name
+    pattern: str = Field(min_length=1, description="A Python regular expression.")
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        import re
+
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from None
+        return value
+
+
+Detector = Literal["email", "phone", "credit_card", "iban", "ip_address"]
+# A name picks a built-in detector, a mapping is a pattern of your own: one error, not both.
+TokenizeItem = Annotated[
+    Annotated[Detector, Tag("builtin")] | Annotated[NamedPattern, Tag("named")],
+    Discriminator(lambda value: "builtin" if isinstance(value, str) else "named"),
+]
+
+
+class PrivacySettings(StrictModel):
+    """Personal data kept out of the model's context by `serve` and the code-mode client."""
+
+    tokenize: list[TokenizeItem] = Field(
+        default_factory=list,
+        description="Detectors whose matches in tool results become tokens like [EMAIL_1].",
+    )
+    detokenize: list[Rule] = Field(
+        default_factory=list,
+        description="Tools (server.tool patterns) whose arguments get the real values back.",
+    )
+
+
 class ProjectConfig(StrictModel):
     """`bundlectl.yaml`: the bundles a project uses, its own servers, and its agents' policy."""
 
@@ -311,6 +353,9 @@ class ProjectConfig(StrictModel):
         default_factory=list, description="Policy expectations that `bundlectl lint` checks."
     )
     lint: LintSettings = Field(default_factory=LintSettings, description="Lint settings.")
+    privacy: PrivacySettings = Field(
+        default_factory=PrivacySettings, description="Tokenization of personal data (SPEC 9)."
+    )
 
 
 class LockedBundle(StrictModel):

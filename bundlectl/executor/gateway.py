@@ -297,6 +297,7 @@ class Hub:
     servers: dict[str, Downstream] = field(default_factory=dict)
     _names: dict[str, tuple[str, str]] | None = None  # gateway name → (server, tool)
     listeners: dict[int, Any] = field(default_factory=dict)  # a session of each connection
+    tokenizers: dict[str, Any] = field(default_factory=dict)  # privacy: one per session
     generation: int = 0  # bumped whenever what an agent can list may have changed
     listings: dict[tuple[str, str, int], Any] = field(default_factory=dict)
     _stamp: tuple[Any, ...] | None = None
@@ -334,6 +335,26 @@ class Hub:
                 await session.send_tool_list_changed()
             except Exception:  # a client that went away
                 self.listeners.pop(key, None)
+
+    def privacy(self) -> Any:
+        from bundlectl.privacy import Privacy
+
+        return Privacy.of(self.pipeline.resolution.project.config)
+
+    def tokenizer(self, ctx: Any, agent: str) -> Any:
+        """The session's token map (in memory only), or None when nothing is tokenized. A
+        session: the stdio client; over HTTP the MCP session, or (stateless, 2026-07-28
+        requests) the agent."""
+        privacy = self.privacy()
+        if privacy is None:
+            return None
+        request = getattr(ctx, "request", None)
+        key = "stdio"
+        if request is not None:
+            key = request.headers.get("mcp-session-id") or f"agent:{agent}"
+        if key not in self.tokenizers:
+            self.tokenizers[key] = privacy.session()
+        return self.tokenizers[key]
 
     def changed(self) -> None:
         """What agents can list may differ from now on: forget the listings made so far."""
@@ -620,6 +641,9 @@ class Gateway:
             if not answer:
                 self.pipeline.audit.record(decision, "denied-by-user", 0.0, None)
                 return _error(f"the user did not confirm {name}; it was not called")
+        tokens = self.hub.tokenizer(self.ctx, self.agent)
+        if tokens is not None and self.hub.privacy().gets_real_values(server, tool):
+            arguments = tokens.restore(arguments)  # a detokenize tool: the real values
         downstream = self.hub.downstream(server)
         request = CallRequest(
             self.agent,
@@ -650,7 +674,7 @@ class Gateway:
                 await downstream._stop()
             return _error(_explain(outcome.error))
         result: types.CallToolResult = outcome.result
-        return result
+        return tokens.result(result) if tokens is not None else result
 
 
 DETAILS = ("name", "summary", "full")

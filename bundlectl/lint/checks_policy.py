@@ -205,3 +205,29 @@ def policy_tests(ctx: Context) -> Iterator[Finding]:
                         f"on {name}, got {got.effect}: {by}",
                         anchor=f"{test.agent}:{name}:{want}",
                     )
+
+
+def detokenize_targets(ctx: Context) -> Iterator[Finding]:
+    """BCL210: a `privacy.detokenize` pattern that matches no declared tool (servers without a
+    declared catalog could have it: they are not held against the pattern)."""
+    parts = _parts(ctx)
+    if parts is None:
+        return
+    resolution, doc, model = parts
+    from bundlectl.patterns import part_matches, split_rule
+
+    servers = resolution.merged.servers
+    for index, pattern in enumerate(model.privacy.detokenize):
+        server_part, tool_part = split_rule(pattern)
+        matched = [s for s in servers.values() if part_matches(server_part, s.name)]
+        if any(not s.spec.tools for s in matched):
+            continue
+        if any(part_matches(tool_part, t.name) for s in matched for t in s.spec.tools):
+            continue
+        yield at(
+            "BCL210",
+            doc,
+            ("privacy", "detokenize", index),
+            f"{pattern!r} matches no declared tool",
+            anchor=pattern,
+        )

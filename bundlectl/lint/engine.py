@@ -40,6 +40,7 @@ CHECKS: list[Check] = [
     checks_policy.default_allow,
     checks_policy.future_tools,
     checks_policy.policy_tests,
+    checks_policy.detokenize_targets,
     checks_secrets.plaintext_secrets,
     checks_secrets.literal_tokens,
     checks_secrets.missing_env,

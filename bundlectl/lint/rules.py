@@ -212,6 +212,13 @@ RULES = _rules(
         "Fix the policy, or the expectation.",
     ),
     RuleInfo(
+        "BCL210",
+        "detokenize-matches-nothing",
+        "warning",
+        "A privacy.detokenize pattern matches no declared tool: no tool gets the real values.",
+        "Write the server.tool of a declared tool (see bundlectl tools).",
+    ),
+    RuleInfo(
         "BCL301",
         "plaintext-secret",
         "error",

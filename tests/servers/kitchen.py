@@ -130,6 +130,27 @@ async def grow(ctx: Context) -> str:
 
 
 @server.tool()
+def people() -> dict[str, Any]:
+    """A small customer table with personal data (and a card look-alike that fails Luhn)."""
+    rows = [
+        {"name": "Ann", "email": "ann@example.com", "phone": "+1 650-253-0000"},
+        {"name": "Bob", "email": "bob@example.org", "phone": "+44 20 7946 0958"},
+    ]
+    return {
+        "rows": rows,
+        "card": "4111 1111 1111 1111",
+        "order": "4111 1111 1111 1112",
+    }
+
+
+@server.tool()
+def note_down(text: str) -> str:
+    """Append text to $KITCHEN_LOG, exactly as it arrived."""
+    log(f"note_down {text}")
+    return "noted"
+
+
+@server.tool()
 def huge(size: int) -> str:
     """A long text result."""
     return "x" * size

@@ -1,0 +1,154 @@
+"""Privacy (SPEC 9): personal data in tool results becomes stable tokens; only `detokenize`
+tools get the real values back; the values reach no log, audit record or other tool."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from bundlectl.models import NamedPattern
+from bundlectl.privacy import Tokenizer, detectors, iban_ok, luhn
+from tests.conftest import write
+from tests.test_exec import SERVERS
+from tests.test_gateway import connected, texts
+
+PY = sys.executable
+VALUES = ["ann@example.com", "bob@example.org", "+1 650-253-0000", "+44 20 7946 0958"]
+CARD = "4111 1111 1111 1111"
+
+
+def test_detectors_check_what_they_find() -> None:
+    tokens = Tokenizer(
+        detectors(
+            [
+                "email",
+                "phone",
+                "credit_card",
+                "iban",
+                "ip_address",
+                NamedPattern(name="employee_id", pattern="E[0-9]{6}"),
+            ]
+        )
+    )
+    text = (
+        "ann@example.com +1 650-253-0000 card 4111 1111 1111 1111 fake 4111 1111 1111 1112 "
+        "DE89 3704 0044 0532 0130 00 bad DE00 3704 0044 0532 0130 00 10.1.2.3 999.1.2.3 "
+        "E123456 ann@example.com order 12345678"
+    )
+    assert tokens.text(text) == (
+        "[EMAIL_1] [PHONE_1] card [CREDIT_CARD_1] fake 4111 1111 1111 1112 "
+        "[IBAN_1] bad DE00 3704 0044 0532 0130 00 [IP_ADDRESS_1] 999.1.2.3 "
+        "[EMPLOYEE_ID_1] [EMAIL_1] order 12345678"
+    )
+    assert tokens.restore(tokens.text(text)) == text
+    assert "ann@example.com" not in repr(tokens)
+    assert luhn("4111111111111111") and not luhn("4111111111111112")
+    assert iban_ok("GB82 WEST 1234 5698 7654 32") and not iban_ok("GB00 WEST 1234 5698 7654 32")
+
+
+@pytest.fixture
+def private(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("KITCHEN_LOG", str(tmp_path / "kitchen.log"))
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        bundles: [basic]
+        servers:
+          kitchen:
+            command: {PY}
+            args: ["{SERVERS / "kitchen.py"}"]
+            env: {{KITCHEN_LOG: "${{KITCHEN_LOG}}"}}
+        agents:
+          clerk: {{allow: [kitchen.people, kitchen.note_down, files.write_file, files.read_file]}}
+        policy: {{default: deny}}
+        privacy:
+          tokenize: [email, phone, credit_card]
+          detokenize: [files.write_file]
+        """,
+    )
+    return project
+
+
+def test_the_agent_sees_tokens_and_only_detokenize_tools_get_values(
+    private: Path, isolated_home: Path, tmp_path: Path
+) -> None:
+    from mcp import StdioServerParameters
+
+    errlog = tmp_path / "gateway.log"
+
+    async def session() -> dict[str, Any]:
+        params = StdioServerParameters(
+            command=PY,
+            args=["-m", "bundlectl", "serve", "--agent", "clerk"],
+            cwd=str(private),
+            env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
+        )
+        with errlog.open("w") as err:
+            async with connected(params, errlog=err) as client:
+                table = await client.call_tool("kitchen__people", {})
+                seen = json.dumps(table.structured_content)
+                content = " ".join(texts(table))
+                await client.call_tool("files__write_file", {"path": "out.txt", "content": seen})
+                await client.call_tool("kitchen__note_down", {"text": seen})
+                back = await client.call_tool("files__read_file", {"path": "out.txt"})
+                return {"seen": seen, "content": content, "back": texts(back)[0]}
+
+    got = anyio.run(session)
+    for value in [*VALUES, CARD]:
+        assert value not in got["seen"] and value not in got["content"]
+    assert "[EMAIL_1]" in got["seen"] and "[PHONE_2]" in got["seen"]
+    assert "[CREDIT_CARD_1]" in got["seen"]
+    assert "4111 1111 1111 1112" in got["seen"]  # a look-alike that fails Luhn is left alone
+    written = (private / "out.txt").read_text()
+    assert all(value in written for value in [*VALUES, CARD])  # the detokenize tool: real values
+    assert "[EMAIL_1]" in got["back"]  # and reading it back tokenizes again
+    recorded = (tmp_path / "kitchen.log").read_text()
+    assert "[EMAIL_1]" in recorded and "ann@example.com" not in recorded  # others get tokens
+    audit = (isolated_home / "state" / "audit.jsonl").read_text()
+    logs = errlog.read_text() + "".join(
+        p.read_text() for p in (isolated_home / "state" / "logs").glob("*.log")
+    )
+    for value in [*VALUES, CARD]:
+        assert value not in audit and value not in logs
+
+
+def test_the_code_mode_client_tokenizes_too(
+    project: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`bundlectl.client.call_tool` in this process: results tokenized, values back only for
+    the detokenize tool, a denied call raises `ToolDenied`, a failed one `ToolFailed`."""
+    from bundlectl import client
+
+    write(
+        project / "bundlectl.yaml",
+        """
+        version: 1
+        bundles: [basic]
+        agents:
+          clerk: {allow: [files.read_file, files.write_file]}
+        policy: {default: deny}
+        privacy:
+          tokenize: [email]
+          detokenize: [files.write_file]
+        """,
+    )
+    (project / "contacts.txt").write_text("Ann <ann@example.com>\n")
+    monkeypatch.setattr(client, "_SESSION", {})
+    monkeypatch.setenv("BUNDLECTL_AGENT", "clerk")
+    seen = client.call_tool("files.read_file", {"path": "contacts.txt"})
+    assert seen == "Ann <[EMAIL_1]>\n"
+    client.call_tool("files.write_file", {"path": "copy.txt", "content": seen})
+    assert (project / "copy.txt").read_text() == "Ann <ann@example.com>\n"
+    with pytest.raises(client.ToolDenied, match=r"may not call files\.list_directory"):
+        client.call_tool("files.list_directory", {"path": "."})
+    with pytest.raises(client.ToolFailed, match=r"no-such\.txt"):
+        client.call_tool("files.read_file", {"path": "no-such.txt"})
+    audit = (isolated_home / "state" / "audit.jsonl").read_text()
+    assert "ann@example.com" not in audit and '"via": "code"' in audit
