@@ -19,6 +19,7 @@ from bundlectl import __version__
 from bundlectl.clients import NAMES as CLIENT_NAMES
 from bundlectl.errors import UsageError
 from bundlectl.output import (
+    CodegenLang,
     Detail,
     ExportVia,
     FailLevel,
@@ -554,15 +555,18 @@ def codegen(
         Path,
         typer.Option("--out", file_okay=False, help="Folder to write the package into."),
     ] = Path("codegen"),
+    lang: Annotated[
+        CodegenLang, typer.Option("--lang", help="python or typescript.")
+    ] = CodegenLang.python,
     check: Annotated[
         bool, typer.Option("--check", help="Exit 1 when the files differ (for CI).")
     ] = False,
     config: ConfigOpt = None,
 ) -> int:
-    """Write the tools an agent may call as typed Python functions (code mode)."""
+    """Write the tools an agent may call as typed functions (code mode)."""
     from bundlectl.commands import codegen as cmd
 
-    return cmd.run(config, agent=agent, out=out, check=check)
+    return cmd.run(config, agent=agent, out=out, check=check, lang=lang.value)
 
 
 @app.command()

@@ -50,6 +50,13 @@ class ServeMode(str, Enum):
     search = "search"  # two tools: search_tools and call_tool (progressive disclosure)
 
 
+class CodegenLang(str, Enum):
+    """`codegen --lang`."""
+
+    python = "python"
+    typescript = "typescript"
+
+
 class ExportVia(str, Enum):
     """`export --via`."""
 

@@ -168,3 +168,51 @@ def test_names_become_distinct_identifiers() -> None:
     assert "servers/my_server/do_it.py" in files and "servers/my_server/do_it_2.py" in files
     assert "def do_it(*, from_: str | None = None) -> Any:" in files["servers/my_server/do_it.py"]
     assert 'arguments["from"] = from_' in files["servers/my_server/do_it.py"]
+
+
+def test_typescript_passes_tsc_strict_and_runs_through_the_policy(
+    coded: Path, run: Run, isolated_home: Path
+) -> None:
+    """The TypeScript twin: `tsc --noEmit --strict` over the five bundles' code, then compiled
+    and run with Node: a call reaches the files server through `bundlectl exec`, a denied one
+    throws ToolDenied."""
+    from tests.test_gateway_everything import BIN, peer
+
+    result = run("codegen", "--agent", "all", "--lang", "typescript", "--out", "ts")
+    assert result.code == 0, result.err
+    types = str(BIN.parent / "@types")
+    tsc = [str(peer("tsc")), "-p", "tsconfig.json", "--typeRoots", types]
+    checked = subprocess.run(
+        [*tsc, "--noEmit", "--strict"],
+        cwd=coded / "ts",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout[-3000:]
+    subprocess.run(tsc, cwd=coded / "ts", check=True, capture_output=True)
+    script = """
+const { readFile, writeFile } = require("./ts/build/servers/files");
+(async () => {
+  const out = { read: await readFile({ path: "hello.txt" }) };
+  try { await writeFile({ path: "x.txt", content: "no" }); }
+  catch (e) { out.denied = `${e.constructor.name}: ${e.message}`; }
+  console.log(JSON.stringify(out));
+})();
+"""
+    env = {
+        **os.environ,
+        "BUNDLECTL_AGENT": "reader",
+        "BUNDLECTL_HOME": str(isolated_home),
+        "PATH": f"{Path(PY).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    done = subprocess.run(
+        ["node", "-e", script], cwd=coded, env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["read"] == "hello\n"
+    assert out["denied"].startswith(
+        "ToolDenied: error: agent 'reader' may not call files.write_file"
+    )
+    assert not (coded / "x.txt").exists()
