@@ -23,7 +23,6 @@ from bundlectl.clients import (
     ServerPlan,
     jsonc,
     mcpjson,
-    rule_label,
 )
 
 STYLE = mcpjson.Style()
@@ -119,4 +118,3 @@ CLIENT = Client(
     read=read,
     source=__doc__ or "",
 )
-del rule_label

@@ -10,23 +10,15 @@ the gateway entry fits always.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bundlectl.clients import (
-    Client,
-    Export,
     Imported,
-    Misfit,
-    ServerPlan,
-    jsonc,
     mcpjson,
-    rule_label,
 )
 
 STYLE = mcpjson.Style(expands=False, defaults=False)
-FILTER = None
 
 
 def _user_file() -> Path:
@@ -47,39 +39,13 @@ def READ_FILTER(servers: dict[str, Any], imported: Imported) -> None:
     imported.allow.extend(f"{name}.*" for name in imported.servers)
 
 
-def write(
-    target: Path,
-    current: Callable[[Path], str],
-    export: Export,
-    managed: set[str],
-    gateway: bool,
-) -> tuple[dict[Path, str], list[Misfit]]:
-    text, misfits = mcpjson.write_servers(
-        current(target),
-        export,
-        managed,
-        str(target),
-        style=STYLE,
-        filters=FILTER,
-        gateway=gateway,
-    )
-    return {target: text}, misfits
-
-
-def read(text: str, file: str) -> Imported:
-    data = jsonc.parse(text, file).value
-    imported = mcpjson.read_servers(data, STYLE.key, file)
-    READ_FILTER(data.get(STYLE.key) or {}, imported)
-    return imported
-
-
-CLIENT = Client(
+CLIENT = mcpjson.client(
     name="claude-desktop",
     title="Claude Desktop",
     project_file=None,
     user_file=_user_file,
-    write=write,
-    read=read,
+    style=STYLE,
+    filters=None,
+    read_filter=READ_FILTER,
     source=__doc__ or "",
 )
-del ServerPlan, rule_label

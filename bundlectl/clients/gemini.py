@@ -11,17 +11,13 @@ usable tools are all allowed is trusted; a server that mixes allow and ask canno
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bundlectl.clients import (
-    Client,
-    Export,
     Imported,
     Misfit,
     ServerPlan,
-    jsonc,
     mcpjson,
     rule_label,
 )
@@ -65,38 +61,13 @@ def READ_FILTER(servers: dict[str, Any], imported: Imported) -> None:
         imported.deny.extend(f"{name}.{tool}" for tool in raw.get("excludeTools") or [])
 
 
-def write(
-    target: Path,
-    current: Callable[[Path], str],
-    export: Export,
-    managed: set[str],
-    gateway: bool,
-) -> tuple[dict[Path, str], list[Misfit]]:
-    text, misfits = mcpjson.write_servers(
-        current(target),
-        export,
-        managed,
-        str(target),
-        style=STYLE,
-        filters=FILTER,
-        gateway=gateway,
-    )
-    return {target: text}, misfits
-
-
-def read(text: str, file: str) -> Imported:
-    data = jsonc.parse(text, file).value
-    imported = mcpjson.read_servers(data, STYLE.key, file)
-    READ_FILTER(data.get(STYLE.key) or {}, imported)
-    return imported
-
-
-CLIENT = Client(
+CLIENT = mcpjson.client(
     name="gemini",
     title="Gemini CLI",
     project_file=".gemini/settings.json",
     user_file=lambda: Path(mcpjson.home()) / ".gemini" / "settings.json",
-    write=write,
-    read=read,
+    style=STYLE,
+    filters=FILTER,
+    read_filter=READ_FILTER,
     source=__doc__ or "",
 )

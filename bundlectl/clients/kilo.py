@@ -7,97 +7,18 @@ Source: Kilo Code documentation, "Using MCP in Kilo Code" (kilocode.ai/docs/feat
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from bundlectl.clients import (
-    Client,
-    Export,
-    Imported,
-    Misfit,
-    ServerPlan,
-    jsonc,
-    mcpjson,
-    rule_label,
-)
+from bundlectl.clients import mcpjson
+from bundlectl.clients.roo import FILTER, READ_FILTER, STYLE
 
-
-def _remote(transport: str, url: str, headers: dict[str, str]) -> dict[str, Any]:
-    kind = "streamable-http" if transport == "streamable-http" else "sse"
-    return {"type": kind, "url": url, **({"headers": headers} if headers else {})}
-
-
-STYLE = mcpjson.Style(ref=mcpjson.env_ref, defaults=False, remote=_remote)
-
-
-def FILTER(plan: ServerPlan, item: dict[str, Any], misfits: list[Misfit]) -> None:
-    """allow → `alwaysAllow` (runs without asking); ask → listed in neither (the client asks);
-    a denied declared tool → `disabledTools`. A tool outside the catalog is asked about."""
-    if plan.whole is not None:
-        if plan.whole == "allow":
-            misfits.append(
-                Misfit(
-                    f"{plan.name}.*",
-                    "alwaysAllow takes tool names, and the server declares "
-                    "no catalog to expand the rule over",
-                )
-            )
-        item["alwaysAllow"] = []
-        return
-    if not plan.decisions:
-        misfits.extend(Misfit(label, "no tool catalog") for label in mcpjson.partial_rules(plan))
-    item["alwaysAllow"] = plan.tools("allow")
-    denied = plan.tools("deny")
-    if denied:
-        item["disabledTools"] = denied
-    item["disabled"] = False
-
-
-def READ_FILTER(servers: dict[str, Any], imported: Imported) -> None:
-    for name in imported.servers:
-        raw = servers.get(name) or {}
-        imported.allow.extend(f"{name}.{tool}" for tool in raw.get("alwaysAllow") or [])
-        imported.deny.extend(f"{name}.{tool}" for tool in raw.get("disabledTools") or [])
-        if raw.get("disabled"):
-            imported.deny.append(f"{name}.*")
-        else:
-            imported.unlisted[name] = "ask"  # the client asks about every other tool
-
-
-def write(
-    target: Path,
-    current: Callable[[Path], str],
-    export: Export,
-    managed: set[str],
-    gateway: bool,
-) -> tuple[dict[Path, str], list[Misfit]]:
-    text, misfits = mcpjson.write_servers(
-        current(target),
-        export,
-        managed,
-        str(target),
-        style=STYLE,
-        filters=FILTER,
-        gateway=gateway,
-    )
-    return {target: text}, misfits
-
-
-def read(text: str, file: str) -> Imported:
-    data = jsonc.parse(text, file).value
-    imported = mcpjson.read_servers(data, STYLE.key, file)
-    READ_FILTER(data.get(STYLE.key) or {}, imported)
-    return imported
-
-
-CLIENT = Client(
+CLIENT = mcpjson.client(
     name="kilo",
     title="Kilo Code",
     project_file=".kilocode/mcp.json",
     user_file=lambda: Path(mcpjson.home()) / ".kilocode" / "mcp_settings.json",
-    write=write,
-    read=read,
+    style=STYLE,
+    filters=FILTER,
+    read_filter=READ_FILTER,
     source=__doc__ or "",
 )
-del rule_label

@@ -212,3 +212,47 @@ def literal_secret(key: str, value: str, imported: Imported, server: str) -> str
 
 def home() -> str:
     return os.path.expanduser("~")
+
+
+def client(
+    *,
+    name: str,
+    title: str,
+    project_file: str | None,
+    user_file: Callable[[], Any],
+    style: Style,
+    source: str,
+    filters: Callable[[ServerPlan, dict[str, Any], list[Misfit]], None] | None = None,
+    read_filter: Callable[[dict[str, Any], Imported], None] | None = None,
+) -> Any:
+    """A JSON client whose file is one object of server entries (the common case)."""
+    from pathlib import Path
+
+    from bundlectl.clients import Client
+
+    def write(
+        target: Path,
+        current: Callable[[Path], str],
+        export: Export,
+        managed: set[str],
+        gateway: bool,
+    ) -> tuple[dict[Path, str], list[Misfit]]:
+        text, misfits = write_servers(
+            current(target),
+            export,
+            managed,
+            str(target),
+            style=style,
+            filters=filters,
+            gateway=gateway,
+        )
+        return {target: text}, misfits
+
+    def read(text: str, file: str) -> Imported:
+        data = jsonc.parse(text, file).value
+        imported = read_servers(data, style.key, file)
+        if read_filter is not None:
+            read_filter(data.get(style.key) or {}, imported)
+        return imported
+
+    return Client(name, title, project_file, user_file, write, read, source)

@@ -9,19 +9,14 @@ asked about (the `use_mcp_tool` approval).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bundlectl.clients import (
-    Client,
-    Export,
     Imported,
     Misfit,
     ServerPlan,
-    jsonc,
     mcpjson,
-    rule_label,
 )
 
 
@@ -67,39 +62,13 @@ def READ_FILTER(servers: dict[str, Any], imported: Imported) -> None:
             imported.unlisted[name] = "ask"  # the client asks about every other tool
 
 
-def write(
-    target: Path,
-    current: Callable[[Path], str],
-    export: Export,
-    managed: set[str],
-    gateway: bool,
-) -> tuple[dict[Path, str], list[Misfit]]:
-    text, misfits = mcpjson.write_servers(
-        current(target),
-        export,
-        managed,
-        str(target),
-        style=STYLE,
-        filters=FILTER,
-        gateway=gateway,
-    )
-    return {target: text}, misfits
-
-
-def read(text: str, file: str) -> Imported:
-    data = jsonc.parse(text, file).value
-    imported = mcpjson.read_servers(data, STYLE.key, file)
-    READ_FILTER(data.get(STYLE.key) or {}, imported)
-    return imported
-
-
-CLIENT = Client(
+CLIENT = mcpjson.client(
     name="roo",
     title="Roo Code",
     project_file=".roo/mcp.json",
     user_file=lambda: Path(mcpjson.home()) / ".roo" / "mcp_settings.json",
-    write=write,
-    read=read,
+    style=STYLE,
+    filters=FILTER,
+    read_filter=READ_FILTER,
     source=__doc__ or "",
 )
-del rule_label
