@@ -16,9 +16,9 @@ from typing import Annotated
 import typer
 
 from bundlectl import __version__
-from bundlectl.clients import NAMES as CLIENT_NAMES
 from bundlectl.errors import UsageError
 from bundlectl.output import (
+    CLIENT_NAMES,
     CodegenLang,
     Detail,
     ExportVia,

@@ -50,6 +50,19 @@ class ServeMode(str, Enum):
     search = "search"  # two tools: search_tools and call_tool (progressive disclosure)
 
 
+# The clients `export` and `import` know (bundlectl.clients has one module each).
+CLIENT_NAMES = (
+    "claude-desktop",
+    "claude-code",
+    "cursor",
+    "vscode",
+    "roo",
+    "kilo",
+    "codex",
+    "gemini",
+)
+
+
 class CodegenLang(str, Enum):
     """`codegen --lang`."""
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bundlectl.errors import UsageError
+from bundlectl.output import CLIENT_NAMES
 
 if TYPE_CHECKING:  # the CLI reads NAMES at start-up: no policy engine for that
     from bundlectl.policy import Decision
@@ -160,13 +161,4 @@ def get(name: str) -> Client:
     return clients[name]
 
 
-NAMES = (
-    "claude-desktop",
-    "claude-code",
-    "cursor",
-    "vscode",
-    "roo",
-    "kilo",
-    "codex",
-    "gemini",
-)
+NAMES = CLIENT_NAMES
