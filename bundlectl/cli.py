@@ -561,12 +561,16 @@ def codegen(
     check: Annotated[
         bool, typer.Option("--check", help="Exit 1 when the files differ (for CI).")
     ] = False,
+    live: Annotated[
+        bool,
+        typer.Option("--live", help="Ask servers that declare no tool catalog for their tools."),
+    ] = False,
     config: ConfigOpt = None,
 ) -> int:
     """Write the tools an agent may call as typed functions (code mode)."""
     from bundlectl.commands import codegen as cmd
 
-    return cmd.run(config, agent=agent, out=out, check=check, lang=lang.value)
+    return cmd.run(config, agent=agent, out=out, check=check, lang=lang.value, live=live)
 
 
 @app.command()

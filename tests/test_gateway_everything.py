@@ -202,3 +202,40 @@ def test_exec_answers_what_a_server_asks_its_client(everything: Path, run: Run) 
         ("progress", 3, 3),
     ]
     assert json.loads(events.out)["result"]["isError"] is False
+
+
+def test_codegen_live_for_server_everything_type_checks(everything: Path, run: Run) -> None:
+    """server-everything declares no catalog: `codegen --live` asks it; the Python passes
+    `mypy --strict` and the TypeScript `tsc --noEmit --strict`."""
+    import subprocess
+
+    result = run("codegen", "--agent", "agent", "--live", "--out", "py")
+    assert result.code == 0, result.err
+    assert (everything / "py" / "servers" / "everything" / "get_sum.py").exists()
+    assert not (everything / "py" / "servers" / "everything" / "get_env.py").exists()  # denied
+    mypy = subprocess.run(
+        [PY, "-m", "mypy", "--strict", "--no-incremental", "servers"],
+        cwd=everything / "py",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert mypy.returncode == 0, mypy.stdout[-3000:]
+    ts = run("codegen", "--agent", "agent", "--live", "--lang", "typescript", "--out", "ts")
+    assert ts.code == 0, ts.err
+    tsc = subprocess.run(
+        [
+            str(peer("tsc")),
+            "-p",
+            "tsconfig.json",
+            "--noEmit",
+            "--strict",
+            "--typeRoots",
+            str(BIN.parent / "@types"),
+        ],
+        cwd=everything / "ts",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert tsc.returncode == 0, tsc.stdout[-3000:]

@@ -300,3 +300,20 @@ def test_sigterm_stops_the_http_gateway_and_its_servers(
         proc.communicate(timeout=10)
         assert proc.returncode == 130
     assert gone(pid, within=5.0) and time.monotonic() - began < 5
+
+
+def test_code_mode_client_through_the_gateway(
+    http_project: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`bundlectl.client.call_tool` with BUNDLECTL_GATEWAY_URL: the call goes through `serve`
+    (the agent is the token's), and a tool that agent may not call raises ToolDenied."""
+    from bundlectl import client
+
+    with gateway(http_project) as (url, _):
+        monkeypatch.setenv("BUNDLECTL_GATEWAY_URL", f"{url}/mcp")
+        monkeypatch.setenv("BUNDLECTL_GATEWAY_TOKEN", READER_TOKEN)
+        assert client.call_tool("files.read_file", {"path": "hello.txt"}) == "hello\n"
+        with pytest.raises(client.ToolDenied, match=r"unknown tool 'kitchen__add'"):
+            client.call_tool("kitchen.add", {"a": 1, "b": 2})
+    log = records(isolated_home)
+    assert ("reader", "add", "denied") in {(r["agent"], r["tool"], r["outcome"]) for r in log}

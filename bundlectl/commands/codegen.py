@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from bundlectl.errors import ReportedFailure
 from bundlectl.executor.pipeline import default_agent
@@ -12,7 +13,13 @@ from bundlectl.project import load_project, resolve_project
 
 
 def run(
-    config: Path | None, *, agent: str | None, out: Path, check: bool, lang: str = "python"
+    config: Path | None,
+    *,
+    agent: str | None,
+    out: Path,
+    check: bool,
+    lang: str = "python",
+    live: bool = False,
 ) -> int:
     from bundlectl.codegen import generate, generate_typescript
 
@@ -20,17 +27,20 @@ def run(
     resolution = resolve_project(project)
     who = default_agent(agent)
     compiled = resolution.policy.agent(who)
+    enabled = {n: m for n, m in resolution.merged.servers.items() if not m.spec.disabled}
+    catalogs: dict[str, list[Any]] = {n: list(m.spec.tools) for n, m in enabled.items()}
+    if live:  # servers that declare no catalog are asked for their tools
+        undeclared = [n for n, tools in catalogs.items() if not tools]
+        catalogs.update(_live(resolution, undeclared))
     servers = []
-    for name, merged in resolution.merged.servers.items():
-        if merged.spec.disabled:
-            continue
-        tools = [
+    for name, tools in catalogs.items():
+        usable = [
             tool
-            for tool in merged.spec.tools
+            for tool in tools
             if compiled.decide(name, tool.name, interactive=True).effect != "deny"
         ]
-        if tools:
-            servers.append((name, tools))
+        if usable:
+            servers.append((name, usable))
     shown = display_path(project.config_path)
     make = generate_typescript if lang == "typescript" else generate
     generated = make(who, servers, config=shown)
@@ -63,6 +73,37 @@ def run(
         f"{len(servers)} server(s) for agent {who!r}"
     )
     return 0
+
+
+def _live(resolution: Any, names: list[str]) -> dict[str, list[Any]]:
+    """The live tools of `names`, asked concurrently (a server that fails is an error)."""
+    if not names:
+        return {}
+    from bundlectl.executor import runner
+    from bundlectl.executor.connect import connect, list_all_tools
+    from bundlectl.executor.pipeline import AuditLog, Pipeline
+
+    pipeline = Pipeline(resolution, AuditLog(resolution), confirm=None)
+    targets = [pipeline.target(name, quiet=True) for name in names]
+    found: dict[str, list[Any]] = {}
+
+    async def one(target: Any) -> None:
+        async with connect(target, connect_timeout=30.0) as client:
+            found[target.name] = await list_all_tools(client)
+
+    async def every() -> None:
+        import anyio
+
+        async with anyio.create_task_group() as group:
+            for target in targets:
+                group.start_soon(one, target)
+
+    try:
+        runner.run(every)
+    finally:
+        for target in targets:
+            target.close()
+    return found
 
 
 def _ours(path: Path) -> bool:
