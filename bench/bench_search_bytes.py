@@ -2,7 +2,9 @@
 
     python bench/bench_search_bytes.py
 
-An agent allowed every tool of the five built-in bundles. Direct mode: the whole `tools/list`.
+An agent allowed every tool of the five built-in bundles plus the npm `server-everything` (from
+`tests/npm`, installed by the test command; left out with a note when it is missing). Direct
+mode: the whole `tools/list`.
 Search mode: its `tools/list` (two tools) plus one `search_tools` at `detail=summary`.
 Goal (SPEC 7): search mode <= 5% of direct mode.
 """
@@ -18,6 +20,14 @@ import anyio
 from mcp import Client, StdioServerParameters
 
 BUNDLES = ["basic", "github", "code-review", "devops", "docs-writer"]
+EVERYTHING = (
+    Path(__file__).resolve().parent.parent
+    / "tests"
+    / "npm"
+    / "node_modules"
+    / ".bin"
+    / "mcp-server-everything"
+)
 
 
 async def measure(project: Path, mode: str) -> int:
@@ -41,9 +51,14 @@ async def measure(project: Path, mode: str) -> int:
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp)
+        servers = ""
+        if EVERYTHING.exists():
+            servers = f"servers:\n  everything: {{command: {EVERYTHING}}}\n"
+        else:
+            print("note: tests/npm is not installed: server-everything is left out")
         (project / "bundlectl.yaml").write_text(
-            f"version: 1\nbundles: {BUNDLES}\nagents:\n  everything: {{allow: ['*']}}\n"
-            "policy: {default: deny}\n"
+            f"version: 1\nbundles: {BUNDLES}\n{servers}"
+            "agents:\n  everything: {allow: ['*']}\npolicy: {default: deny}\n"
         )
         direct = anyio.run(measure, project, "direct")
         search = anyio.run(measure, project, "search")
