@@ -52,7 +52,7 @@ def iban_ok(text: str) -> bool:
 
 
 def _card(text: str) -> bool:
-    digits = re.sub(r"[ -]", "", text)
+    digits = text.replace(" ", "").replace("-", "")
     return 13 <= len(digits) <= 19 and luhn(digits)
 
 
@@ -69,7 +69,7 @@ def _phone(text: str) -> bool:
     """A real number of some numbering plan (international with +, else North American)."""
     import phonenumbers
 
-    digits = re.sub(r"\D", "", text)
+    digits = [c for c in text if c.isdigit()]
     if len(digits) < 7:
         return False
     try:
@@ -94,7 +94,7 @@ class Detector:
     pattern: str
     check: Callable[[str], bool] = lambda text: True
 
-    @property
+    @functools.cached_property
     def label(self) -> str:
         return re.sub(r"[^A-Z0-9]+", "_", self.name.upper())
 
@@ -114,12 +114,15 @@ def detectors(settings: list[Any]) -> list[Detector]:
 
 
 _EMAIL = re.compile(_PATTERNS["email"])
-_DIGITS = re.compile(r"\d[\d ().-]{5,}\d")  # every run a phone, card or IP address can be in
-_IBAN_START = re.compile(r"[A-Z][A-Z]\d\d")
+# Every run a phone, card or IP address can be in ([0-9], not \d: ASCII digits scan ~2x faster).
+_DIGITS = re.compile(r"[0-9][0-9 ().-]{5,}[0-9]")
+_IBAN_START = re.compile(r"[A-Z][A-Z][0-9][0-9]")
+# ISO dates are everywhere in results and never a phone number: blanked (same length, in C)
+# before the digit scan, so they cost no Python work.
+_DATES = re.compile(r"[0-9]{4}-[0-9][0-9]-[0-9][0-9](?![0-9])")
 _IBAN = re.compile(_PATTERNS["iban"])
 _CARD = re.compile(_PATTERNS["credit_card"])
 _IP = re.compile(_PATTERNS["ip_address"])
-_ISO_DATE = re.compile(r"\d{4}-\d\d-\d\d")  # dates are everywhere and no phone number
 _PHONE = re.compile(r"(?<![\w.+])\+?\(?\d[\d ().-]{5,18}\d(?![\w.])")
 
 
@@ -173,8 +176,9 @@ class Tokenizer:
                 if match and alone and iban_ok(match.group()):
                     found.append((match.start(), match.end(), named["iban"]))
         if {"credit_card", "ip_address", "phone"} & set(named):
-            for run in _DIGITS.finditer(text):
-                found.extend(self._numbers(text, run.start(), run.end()))
+            masked = _DATES.sub("          ", text) if "-" in text else text
+            for run in _DIGITS.finditer(masked):
+                found.extend(self._numbers(masked, run.start(), run.end()))
         for detector, pattern in self._custom:
             found.extend((m.start(), m.end(), detector) for m in pattern.finditer(text))
         return found
@@ -186,13 +190,14 @@ class Tokenizer:
         if start and text[start - 1] == "+":
             start -= 1
         run = text[start:end]
-        digits = len(run) - sum(run.count(c) for c in " ().-+")
+        digits = len(run) - run.count(" ") - run.count("-") - run.count(".") - run.count("(")
+        digits -= run.count(")") + run.count("+")
         kinds = []
         if digits >= 13 and "credit_card" in named:
             kinds.append(("credit_card", _CARD))
         if run.count(".") >= 3 and "ip_address" in named:
             kinds.append(("ip_address", _IP))
-        if digits >= 7 and "phone" in named and not _ISO_DATE.fullmatch(run):
+        if digits >= 7 and "phone" in named:
             kinds.append(("phone", _PHONE))
         out: list[tuple[int, int, Detector]] = []
         for kind, pattern in kinds:
