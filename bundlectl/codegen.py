@@ -19,6 +19,7 @@ import json
 import keyword
 import re
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,76 +72,90 @@ def _doc(text: str, indent: str) -> str:
     return f'{indent}"""\n{inner}\n{indent}"""\n'
 
 
-def py_type(schema: Any, module: _Module, hint: str) -> str:
-    """The Python annotation for a JSON Schema (draft-07 and 2020-12 as tools use them)."""
+@dataclass(frozen=True)
+class _Dialect:
+    """How one target language spells the types a JSON Schema describes."""
+
+    scalars: dict[str, str]
+    unknown: str
+    literal: Callable[[Any], str]  # a literal value's type
+    literals: Callable[[list[str]], str]  # an enum's type from its literal values
+    array: Callable[[str], str]
+    mapping: Callable[[str], str]  # an object without declared properties
+    record: Callable[[dict[str, Any], _Module, str, str], str]  # (schema, module, hint, name)
+    alias: Callable[[str, str], str]  # a named type for a type that is not an object
+
+
+def schema_type(schema: Any, module: _Module, hint: str, lang: _Dialect) -> str:
+    """The type for a JSON Schema (draft-07 and 2020-12 as tools use them) in `lang`."""
     if not isinstance(schema, dict):
-        return "Any"
+        return lang.unknown
     if "$ref" in schema:
-        return _ref(schema["$ref"], module, hint)
+        return _named(schema["$ref"], module, hint, lang)
     if "const" in schema:
-        return f"Literal[{json.dumps(schema['const'])}]" if _literal(schema["const"]) else "Any"
+        const = schema["const"]
+        return lang.literals([lang.literal(const)]) if _literal(const) else lang.unknown
     if "enum" in schema:
         values = [v for v in schema["enum"] if _literal(v)]
         if values and len(values) == len(schema["enum"]):
-            return "Literal[" + ", ".join(_py_literal(v) for v in values) + "]"
-        return "Any"
+            return lang.literals([lang.literal(v) for v in values])
+        return lang.unknown
     for key in ("anyOf", "oneOf"):
         if isinstance(schema.get(key), list):
             options = [
-                py_type(s, module, f"{hint}Option{i + 1}") for i, s in enumerate(schema[key])
+                schema_type(s, module, f"{hint}Option{i + 1}", lang)
+                for i, s in enumerate(schema[key])
             ]
-            return _union(options)
+            return _union(options, lang.unknown)
     kind = schema.get("type")
     if isinstance(kind, list):
-        return _union([py_type({**schema, "type": k}, module, hint) for k in kind])
-    if kind in _SCALARS:
-        return _SCALARS[kind]
+        return _union(
+            [schema_type({**schema, "type": k}, module, hint, lang) for k in kind], lang.unknown
+        )
+    if kind in lang.scalars:
+        return lang.scalars[kind]
     if kind == "array":
-        return f"list[{py_type(schema.get('items', {}), module, hint + 'Item')}]"
+        return lang.array(schema_type(schema.get("items", {}), module, hint + "Item", lang))
     if kind == "object" or "properties" in schema:
-        return _object(schema, module, hint)
-    return "Any"
-
-
-_SCALARS = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "null": "None"}
-
-
-def _object(schema: dict[str, Any], module: _Module, hint: str) -> str:
-    if not schema.get("properties"):
-        extra = schema.get("additionalProperties")
-        value = py_type(extra, module, hint + "Value") if isinstance(extra, dict) else "Any"
-        return f"dict[str, {value}]"
-    return typed_dict(schema, module, hint)
+        if not schema.get("properties"):
+            extra = schema.get("additionalProperties")
+            value = (
+                schema_type(extra, module, hint + "Value", lang)
+                if isinstance(extra, dict)
+                else lang.unknown
+            )
+            return lang.mapping(value)
+        return lang.record(schema, module, hint, "")
+    return lang.unknown
 
 
 def _literal(value: Any) -> bool:
     return isinstance(value, str | int | bool) or value is None
 
 
-def _py_literal(value: Any) -> str:
-    return json.dumps(value) if isinstance(value, str) else repr(value)
-
-
-def _union(options: list[str]) -> str:
+def _union(options: list[str], unknown: str) -> str:
     unique = list(dict.fromkeys(options))
-    if "Any" in unique:
-        return "Any"
-    return " | ".join(unique)
+    return unknown if unknown in unique else " | ".join(unique)
 
 
-def _ref(ref: str, module: _Module, hint: str) -> str:
+def _named(ref: str, module: _Module, hint: str, lang: _Dialect) -> str:
+    """A `$ref` into `$defs`/`definitions` as a named type (a recursive one ends at its name)."""
     if ref in module.defs:
         return module.defs[ref]
     match = re.fullmatch(r"#/(\$defs|definitions)/(.+)", ref)
     target = module.root.get(match.group(1), {}).get(match.group(2)) if match else None
     if not isinstance(target, dict):
-        return "Any"
+        return lang.unknown
     name = class_name(match.group(2) if match else hint, module.names)
     module.defs[ref] = name  # before descending: a recursive $ref ends here
     if target.get("properties") and "$ref" not in target:
-        return typed_dict(target, module, name, name=name)
-    module.classes.append(f"{name} = {py_type(target, module, name + 'Value')}\n")  # an alias
+        return lang.record(target, module, name, name)
+    module.classes.append(lang.alias(name, schema_type(target, module, name + "Value", lang)))
     return name
+
+
+def py_type(schema: Any, module: _Module, hint: str) -> str:
+    return schema_type(schema, module, hint, PYTHON)
 
 
 def typed_dict(schema: dict[str, Any], module: _Module, hint: str, name: str = "") -> str:
@@ -370,60 +385,7 @@ def _ts_doc(text: str, indent: str) -> str:
 
 
 def ts_type(schema: Any, module: _Module, hint: str) -> str:
-    """The TypeScript type for a JSON Schema."""
-    if not isinstance(schema, dict):
-        return "unknown"
-    if "$ref" in schema:
-        return _ts_ref(schema["$ref"], module, hint)
-    if "const" in schema:
-        return json.dumps(schema["const"]) if _literal(schema["const"]) else "unknown"
-    if "enum" in schema:
-        values = [v for v in schema["enum"] if _literal(v)]
-        ok = values and len(values) == len(schema["enum"])
-        return " | ".join(json.dumps(v) for v in values) if ok else "unknown"
-    for key in ("anyOf", "oneOf"):
-        if isinstance(schema.get(key), list):
-            options = [
-                ts_type(s, module, f"{hint}Option{i + 1}") for i, s in enumerate(schema[key])
-            ]
-            return _ts_union(options)
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        return _ts_union([ts_type({**schema, "type": k}, module, hint) for k in kind])
-    scalars = {"string": "string", "integer": "number", "number": "number", "boolean": "boolean"}
-    if kind in scalars:
-        return scalars[kind]
-    if kind == "null":
-        return "null"
-    if kind == "array":
-        return f"Array<{ts_type(schema.get('items', {}), module, hint + 'Item')}>"
-    if kind == "object" or "properties" in schema:
-        if not schema.get("properties"):
-            extra = schema.get("additionalProperties")
-            value = ts_type(extra, module, hint + "Value") if isinstance(extra, dict) else "unknown"
-            return f"Record<string, {value}>"
-        return ts_interface(schema, module, hint)
-    return "unknown"
-
-
-def _ts_union(options: list[str]) -> str:
-    unique = list(dict.fromkeys(options))
-    return "unknown" if "unknown" in unique else " | ".join(unique)
-
-
-def _ts_ref(ref: str, module: _Module, hint: str) -> str:
-    if ref in module.defs:
-        return module.defs[ref]
-    match = re.fullmatch(r"#/(\$defs|definitions)/(.+)", ref)
-    target = module.root.get(match.group(1), {}).get(match.group(2)) if match else None
-    if not isinstance(target, dict):
-        return "unknown"
-    name = class_name(match.group(2) if match else hint, module.names)
-    module.defs[ref] = name
-    if target.get("properties") and "$ref" not in target:
-        return ts_interface(target, module, name, name=name)
-    module.classes.append(f"export type {name} = {ts_type(target, module, name + 'Value')};\n")
-    return name
+    return schema_type(schema, module, hint, TYPESCRIPT)
 
 
 def ts_interface(schema: dict[str, Any], module: _Module, hint: str, name: str = "") -> str:
@@ -522,3 +484,37 @@ _TSCONFIG = {
     },
     "include": ["client.ts", "servers/**/*.ts"],
 }
+
+
+PYTHON = _Dialect(
+    scalars={
+        "string": "str",
+        "integer": "int",
+        "number": "float",
+        "boolean": "bool",
+        "null": "None",
+    },
+    unknown="Any",
+    literal=lambda v: json.dumps(v) if isinstance(v, str) else repr(v),
+    literals=lambda values: "Literal[" + ", ".join(values) + "]",
+    array=lambda item: f"list[{item}]",
+    mapping=lambda value: f"dict[str, {value}]",
+    record=typed_dict,
+    alias=lambda name, kind: f"{name} = {kind}\n",
+)
+TYPESCRIPT = _Dialect(
+    scalars={
+        "string": "string",
+        "integer": "number",
+        "number": "number",
+        "boolean": "boolean",
+        "null": "null",
+    },
+    unknown="unknown",
+    literal=json.dumps,
+    literals=" | ".join,
+    array=lambda item: f"Array<{item}>",
+    mapping=lambda value: f"Record<string, {value}>",
+    record=ts_interface,
+    alias=lambda name, kind: f"export type {name} = {kind};\n",
+)
