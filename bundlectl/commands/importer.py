@@ -127,6 +127,11 @@ def run(config: Path | None, fmt: str, source: Path, *, agent: str | None, dry_r
     err(f"{verb} {servers} server(s) and {agents} agent(s) into {display_path(target)}")
     for var, where in sorted(imported.secrets.items()):
         err(f"note: a literal secret in {where} became ${{{var}}}: export {var}=... before use")
+    if imported.default_allow:
+        notes.append(
+            "policy.default is now allow: agix gives agents it does not list every tool "
+            "(lint BCL205 warns about it; set deny once every agent is listed)"
+        )
     for line in [*notes, *imported.notes]:
         err(f"note: {line}")
     return 0
