@@ -403,3 +403,29 @@ def test_a_servers_tool_list_change_reaches_the_client_refiltered(
     assert "kitchen__grown" not in before and "kitchen__grown" in after
     assert "kitchen__fail" not in after  # still filtered by the policy
     assert texts(grown) == ["I grew"]
+
+
+def test_a_listening_2026_client_hears_of_a_servers_new_tools(
+    gateway_project: Path, isolated_home: Path
+) -> None:
+    """On the 2026-07-28 protocol a client learns of list changes through
+    `subscriptions/listen`; the gateway publishes a downstream server's change there."""
+    from mcp import StdioServerParameters
+
+    async def session() -> list[str]:
+        params = StdioServerParameters(
+            command=PY,
+            args=["-m", "bundlectl", "serve", "--agent", "reader"],
+            cwd=str(gateway_project),
+            env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
+        )
+        heard: list[str] = []
+        async with connected(params) as client, client.listen(tools_list_changed=True) as events:
+            await client.call_tool("kitchen__grow", {})
+            with anyio.fail_after(5):
+                async for event in events:
+                    heard.append(type(event).__name__)
+                    break
+            return heard
+
+    assert anyio.run(session) == ["ToolsListChanged"]

@@ -298,6 +298,7 @@ class Hub:
     _names: dict[str, tuple[str, str]] | None = None  # gateway name → (server, tool)
     listeners: dict[int, Any] = field(default_factory=dict)  # a session of each connection
     tokenizers: dict[str, Any] = field(default_factory=dict)  # privacy: one per session
+    bus: Any = None  # 2026-07-28 clients' `subscriptions/listen` streams
     generation: int = 0  # bumped whenever what an agent can list may have changed
     listings: dict[tuple[str, str, int], Any] = field(default_factory=dict)
     _stamp: tuple[Any, ...] | None = None
@@ -330,7 +331,11 @@ class Hub:
             downstream.tools = None
         self._names = None
         self.changed()
-        for key, session in list(self.listeners.items()):
+        if self.bus is not None:  # clients listening (2026-07-28)
+            from mcp.shared.subscriptions import ToolsListChanged
+
+            await self.bus.publish(ToolsListChanged())
+        for key, session in list(self.listeners.items()):  # older clients: a notification
             try:
                 await session.send_tool_list_changed()
             except Exception:  # a client that went away
@@ -790,8 +795,12 @@ def mcp_server(
     """
     from mcp.server.lowlevel import Server
     from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+    from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 
     from bundlectl import __version__
+
+    if hub.bus is None:
+        hub.bus = InMemorySubscriptionBus()
 
     async def view(ctx: Any) -> Gateway:
         await hub.refresh()
@@ -839,6 +848,7 @@ def mcp_server(
         on_list_resources=on_list_resources,
         on_list_resource_templates=on_list_resource_templates,
         on_read_resource=on_read_resource,
+        on_subscriptions_listen=ListenHandler(hub.bus),
     )
     security = (
         RequestStateSecurity(keys=state_keys) if state_keys else RequestStateSecurity.ephemeral()
