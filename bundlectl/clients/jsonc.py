@@ -33,7 +33,7 @@ class _Parser:
     def fail(self, message: str) -> InputFileError:
         line = self.text.count("\n", 0, self.pos) + 1
         column = self.pos - (self.text.rfind("\n", 0, self.pos) + 1) + 1
-        hint = "fix the JSON (comments and trailing commas are fine), then run export again"
+        hint = "fix the JSON (comments and trailing commas are fine), then run the command again"
         return InputFileError([Problem(self.file, line, column, message)], hint=hint)
 
     def skip(self) -> None:

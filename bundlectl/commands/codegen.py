@@ -72,6 +72,10 @@ def run(
         f"wrote {len(changed)} file(s) to {display_path(out)}: {count} tools of "
         f"{len(servers)} server(s) for agent {who!r}"
     )
+    if not count:
+        listed = who in resolution.policy.agents
+        why = "its rules allow no declared tool" if listed else "it is not listed under agents"
+        err(f"note: agent {who!r} may call no tool: {why} (bundlectl tools --agent {who})")
     return 0
 
 
