@@ -75,8 +75,8 @@ def _in_process(
     try:
         server, tool = parse_tool_name(name)
         resolution = resolve_project(load_project(config))
-        tokens = _tokenizer(resolution)
         privacy = Privacy.of(resolution.project.config)
+        tokens = _tokenizer(privacy)
         if tokens is not None and privacy is not None and privacy.gets_real_values(server, tool):
             arguments = tokens.restore(arguments)
         pipeline = Pipeline(resolution, AuditLog(resolution, via="code"), terminal_confirmer())
@@ -122,10 +122,8 @@ def _in_process(
     return tokens.result(outcome.result) if tokens is not None else outcome.result
 
 
-def _tokenizer(resolution: Any) -> Any:
-    from bundlectl.privacy import Privacy
-
-    privacy = Privacy.of(resolution.project.config)
+def _tokenizer(privacy: Any) -> Any:
+    """This process's token map (one session for all the code's calls), or None."""
     if privacy is None:
         return None
     if "tokens" not in _SESSION:

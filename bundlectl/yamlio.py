@@ -312,6 +312,21 @@ def read_yaml(path: Path, display: str | None = None) -> YamlDoc:
     return parse_bytes(raw, shown)
 
 
+def read_text(path: Path, display: str | None = None) -> str:
+    """A text file as `str` (a client's config, a file to import); one that is not UTF-8 or
+    cannot be read is an input error with a position (exit 2), never a traceback."""
+    shown = display or str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputFileError([Problem(shown, 1, 1, f"cannot read file: {exc.strerror}")]) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        problem = _not_utf8(raw, exc, shown)
+        raise InputFileError([problem], hint=problem.hint) from None
+
+
 def parse_bytes(raw: bytes, file: str) -> YamlDoc:
     """`parse_yaml` of a file's bytes; bytes that are not UTF-8 are a positioned problem."""
     try:

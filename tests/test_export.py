@@ -384,3 +384,14 @@ def test_exported_gateway_entry_starts_and_serves(exported: Path, run: Run) -> N
 
     result = anyio.run(session)
     assert [b.text for b in result.content] == ["hello\n"]
+
+
+def test_a_client_file_that_is_not_utf8_is_a_positioned_error(exported: Path, run: Run) -> None:
+    bad = exported / ".cursor" / "mcp.json"
+    bad.parent.mkdir()
+    bad.write_bytes(b'{"mcpServers": {}}\n\xff\n')
+    for args in (["export", "cursor", "--agent", "whole"], ["import", "cursor", str(bad)]):
+        result = run(*args)
+        assert result.code == 2, result.err
+        assert ".cursor/mcp.json:2:1: not UTF-8: byte 0xff" in result.err
+        assert "hint: save the file as UTF-8" in result.err

@@ -24,7 +24,6 @@ from bundlectl.clients import (
 RefStyle = Callable[[str, str | None], str]
 # How a client writes a remote server: (transport) → the keys of the entry.
 Remote = Callable[[str, str, dict[str, str]], dict[str, Any]]
-_SECRET_NAME = re.compile(r"(secret|token|passw|pwd|api[_-]?key|auth|credential|private)", re.I)
 
 
 def plain_ref(var: str, default: str | None) -> str:
@@ -200,9 +199,9 @@ def literal_secret(key: str, value: str, imported: Imported, server: str) -> str
     converted = _from_client(value, imported, server, key)
     if "${" in converted:
         return converted
-    from bundlectl.lint.checks_secrets import _secret_kind
+    from bundlectl.lint.checks_secrets import SECRET_NAME, _secret_kind
 
-    if _secret_kind(key, value) or (_SECRET_NAME.search(key) and len(value) >= 8):
+    if _secret_kind(key, value) or (SECRET_NAME.search(key) and len(value) >= 8):
         name = re.sub(r"[^A-Z0-9_]", "_", key.upper()) or "SECRET"
         imported.secrets[name] = f"servers.{server} ({key})"
         prefix = value[: len("Bearer ")] if value.startswith("Bearer ") else ""

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import difflib
-import re
 import uuid
 from pathlib import Path
 
@@ -15,13 +14,13 @@ from bundlectl.output import ExportVia, err
 from bundlectl.paths import display_path
 from bundlectl.policy import CompiledAgent
 from bundlectl.project import Resolution, load_project, resolve_project
-
-_SECRET_NAME = re.compile(r"(secret|token|passw|pwd|api[_-]?key|auth|credential|private)", re.I)
+from bundlectl.yamlio import read_text
 
 
 def plan(resolution: Resolution, agent: str) -> Export:
     """The servers `agent` may use, each with the decision on every declared tool."""
     from bundlectl.expand import references
+    from bundlectl.lint.checks_secrets import SECRET_NAME
 
     compiled = resolution.policy.agent(agent)
     secret_inputs = {need.name for need in resolution.merged.env if need.spec.secret}
@@ -39,7 +38,7 @@ def plan(resolution: Resolution, agent: str) -> Export:
             var
             for key, value in values
             for var in references(value)
-            if var in secret_inputs or _SECRET_NAME.search(key) or _SECRET_NAME.search(var)
+            if var in secret_inputs or SECRET_NAME.search(key) or SECRET_NAME.search(var)
         }
         servers.append(ServerPlan(name, spec, decisions, whole, frozenset(secret)))
     project = resolution.project
@@ -83,7 +82,7 @@ def run(
 
     def current(path: Path) -> str:
         if path not in originals:
-            originals[path] = path.read_text(encoding="utf-8") if path.exists() else ""
+            originals[path] = read_text(path, display_path(path)) if path.exists() else ""
         return originals[path]
 
     chosen = via

@@ -15,6 +15,7 @@ from bundlectl.clients import Imported, get
 from bundlectl.errors import BundlectlError, InputFileError, Problem, UsageError
 from bundlectl.output import err
 from bundlectl.paths import display_path
+from bundlectl.yamlio import read_text
 
 NAME = re.compile(r"[^a-z0-9_-]+")
 
@@ -86,7 +87,7 @@ def run(config: Path | None, fmt: str, source: Path, *, agent: str | None, dry_r
         raise UsageError(
             f"{display_path(source)}: no such file", hint="give the client's config file"
         )
-    text = source.read_text(encoding="utf-8")
+    text = read_text(source, display_path(source))
     notes: list[str] = []
     if fmt == "agix":
         imported, notes = read_agix(text, display_path(source))
@@ -96,15 +97,17 @@ def run(config: Path | None, fmt: str, source: Path, *, agent: str | None, dry_r
         if fmt == "claude-code":  # its permissions live beside .mcp.json
             settings = source.parent / ".claude" / "settings.json"
             if settings.is_file():
-                extra = client.read(settings.read_text(encoding="utf-8"), display_path(settings))
+                shown = display_path(settings)
+                extra = client.read(read_text(settings, shown), shown)
                 imported.allow += extra.allow
                 imported.ask += extra.ask
                 imported.deny += extra.deny
     who = agent or NAME.sub("-", fmt)
     target = _config_path(config)
-    notes += _drop_known(imported, target)
-    notes += _spell_out_unlisted(imported, target)
-    before = target.read_text(encoding="utf-8") if target.exists() else "version: 1\n"
+    existing = _existing_servers(target)
+    notes += _drop_known(imported, existing)
+    notes += _spell_out_unlisted(imported, existing)
+    before = read_text(target, display_path(target)) if target.exists() else "version: 1\n"
     after = merge(before, imported, who, imported.bundles)
     _check(after, target)
     if dry_run:
@@ -137,23 +140,28 @@ def run(config: Path | None, fmt: str, source: Path, *, agent: str | None, dry_r
     return 0
 
 
-def _drop_known(imported: Imported, target: Path) -> list[str]:
-    """Servers the project already has, as they are (from its bundles, with their declared
-    tools), are not added again: the imported rules apply to them."""
+def _existing_servers(target: Path) -> dict[str, Any]:
+    """The servers the target project already resolves to (none when it does not resolve:
+    everything is imported as written)."""
     if not target.exists():
-        return []
+        return {}
     from bundlectl.project import load_project, resolve_project
 
     try:
-        resolution = resolve_project(load_project(target))
-    except BundlectlError:  # a project that does not resolve: import everything as written
-        return []
+        return dict(resolve_project(load_project(target)).merged.servers)
+    except BundlectlError:
+        return {}
+
+
+def _drop_known(imported: Imported, existing: dict[str, Any]) -> list[str]:
+    """Servers the project already has, as they are (from its bundles, with their declared
+    tools), are not added again: the imported rules apply to them."""
+    keys = ("command", "args", "env", "cwd", "url", "headers")
     known = []
     for name, spec in list(imported.servers.items()):
-        merged = resolution.merged.servers.get(name)
+        merged = existing.get(name)
         if merged is None:
             continue
-        keys = ("command", "args", "env", "cwd", "url", "headers")
         mine = {k: v for k, v in merged.spec.model_dump().items() if k in keys and v}
         theirs = {k: v for k, v in spec.items() if k in keys and v}
         if mine == theirs:
@@ -162,30 +170,22 @@ def _drop_known(imported: Imported, target: Path) -> list[str]:
     return [f"already configured, kept as is: {', '.join(known)}"] if known else []
 
 
-def _spell_out_unlisted(imported: Imported, target: Path) -> list[str]:
+def _spell_out_unlisted(imported: Imported, existing: dict[str, Any]) -> list[str]:
     """Tools the client asks about because no list names them: named as `ask` rules where the
     project knows the server's catalog (bundlectl's ask beats allow, so a wildcard would not do);
     elsewhere they stay denied, and a note says so."""
-    catalogs: dict[str, list[str]] = {}
-    if target.exists():
-        from bundlectl.project import load_project, resolve_project
-
-        try:
-            merged = resolve_project(load_project(target)).merged.servers
-            catalogs = {n: [t.name for t in s.spec.tools] for n, s in merged.items()}
-        except BundlectlError:
-            pass
     listed = {*imported.allow, *imported.ask, *imported.deny}
     unknown = []
     for server, effect in imported.unlisted.items():
-        if server in imported.servers or not catalogs.get(server):
+        merged = existing.get(server)
+        if server in imported.servers or merged is None or not merged.spec.tools:
             unknown.append(server)
             continue
         if f"{server}.*" in listed:
             continue
-        for tool in catalogs[server]:
-            if f"{server}.{tool}" not in listed:
-                getattr(imported, effect).append(f"{server}.{tool}")
+        for tool in merged.spec.tools:
+            if f"{server}.{tool.name}" not in listed:
+                getattr(imported, effect).append(f"{server}.{tool.name}")
     if not unknown:
         return []
     return [

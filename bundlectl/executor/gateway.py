@@ -299,6 +299,7 @@ class Hub:
     listeners: dict[int, Any] = field(default_factory=dict)  # a session of each connection
     tokenizers: dict[str, Any] = field(default_factory=dict)  # privacy: one per session
     bus: Any = None  # 2026-07-28 clients' `subscriptions/listen` streams
+    _privacy: tuple[Any, Any] | None = None  # (resolution, its Privacy)
     generation: int = 0  # bumped whenever what an agent can list may have changed
     listings: dict[tuple[str, str, int], Any] = field(default_factory=dict)
     _stamp: tuple[Any, ...] | None = None
@@ -342,9 +343,13 @@ class Hub:
                 self.listeners.pop(key, None)
 
     def privacy(self) -> Any:
+        """The privacy settings in force (built once per loaded config)."""
         from bundlectl.privacy import Privacy
 
-        return Privacy.of(self.pipeline.resolution.project.config)
+        resolution = self.pipeline.resolution
+        if self._privacy is None or self._privacy[0] is not resolution:
+            self._privacy = (resolution, Privacy.of(resolution.project.config))
+        return self._privacy[1]
 
     def tokenizer(self, ctx: Any, agent: str) -> Any:
         """The session's token map (in memory only), or None when nothing is tokenized. A
@@ -646,7 +651,7 @@ class Gateway:
             if not answer:
                 self.pipeline.audit.record(decision, "denied-by-user", 0.0, None)
                 return _error(f"the user did not confirm {name}; it was not called")
-        tokens = self.hub.tokenizer(self.ctx, self.agent)
+        tokens = self.hub.tokenizer(self.ctx, self.agent)  # None: nothing is tokenized
         if tokens is not None and self.hub.privacy().gets_real_values(server, tool):
             arguments = tokens.restore(arguments)  # a detokenize tool: the real values
         downstream = self.hub.downstream(server)

@@ -23,7 +23,7 @@ _TOKENS = [
     ("a private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
     ("a password in a URL", re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@", re.I)),
 ]
-_SECRET_NAME = re.compile(r"(secret|token|passw|pwd|api[_-]?key|auth|credential|private)", re.I)
+SECRET_NAME = re.compile(r"(secret|token|passw|pwd|api[_-]?key|auth|credential|private)", re.I)
 
 
 def _entropy(text: str) -> float:
@@ -39,7 +39,7 @@ def _secret_kind(key: str, value: str) -> str | None:
             return kind
     candidate = literal.removeprefix("Bearer ").removeprefix("Basic ").strip()
     if (
-        _SECRET_NAME.search(key)
+        SECRET_NAME.search(key)
         and len(candidate) >= 16
         and " " not in candidate
         and _entropy(candidate) >= 3.5
