@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import anyio
 import pytest
 
 from bundlectl.models import NamedPattern
-from bundlectl.privacy import Tokenizer, detectors, iban_ok, luhn
+from bundlectl.privacy import Tokenizer, _parsed_phone, _phone, detectors, iban_ok, luhn
 from tests.conftest import write
 from tests.test_exec import SERVERS
 from tests.test_gateway import connected, texts
@@ -50,6 +51,49 @@ def test_detectors_check_what_they_find() -> None:
     assert "ann@example.com" not in repr(tokens)
     assert luhn("4111111111111111") and not luhn("4111111111111112")
     assert iban_ok("GB82 WEST 1234 5698 7654 32") and not iban_ok("GB00 WEST 1234 5698 7654 32")
+
+
+def test_numbers_found_where_logs_and_tables_put_them() -> None:
+    """Dates are never part of a number, a number followed by another is tried shorter, a
+    sentence's full stop ends a number, and the same digits after a letter are no number
+    (the remembered answer for a run depends on the characters around it)."""
+    tokens = Tokenizer(detectors(["phone", "credit_card", "ip_address"]))
+    text = (
+        "2026-11-23 650-253-0000 at 2026-11-23T10:00:00Z; call 650-253-0000. "
+        "x6502530000 or 6502530000 +1 650-253-0000 12 34 (650) 253-0000 "
+        "amex 3782 822463 10005 visa 4111-1111-1111-1111 99 order 1234 5678 9012 345 "
+        "v1.650.253.0000.5 12 345 678 910"
+    )
+    assert tokens.text(text) == (
+        "2026-11-23 [PHONE_1] at 2026-11-23T10:00:00Z; call [PHONE_1]. "
+        "x6502530000 or [PHONE_2] [PHONE_3] 12 34 [PHONE_4] "
+        "amex [CREDIT_CARD_1] visa [CREDIT_CARD_2] 99 order 1234 5678 9012 345 "
+        "v1.650.253.0000.5 12 345 678 910"
+    )
+    assert tokens.text("again: 6502530000, x6502530000") == "again: [PHONE_2], x6502530000"
+
+
+def test_phone_numbers_decided_as_phonenumbers_decides() -> None:
+    """Most numbers are decided from phonenumbers' metadata without parsing them: the answer
+    must be the library's own, for every country calling code, national prefixes, brackets,
+    non-geographic codes and North American shapes."""
+    import phonenumbers
+
+    chooser = random.Random(7)
+    codes = sorted(phonenumbers.COUNTRY_CODE_TO_REGION_CODE)
+    samples = []
+    for _ in range(3000):
+        digits = "".join(chooser.choice("0123456789") for _ in range(chooser.randint(5, 12)))
+        a, b, c = chooser.randint(100, 999), chooser.randint(100, 999), chooser.randint(0, 9999)
+        samples += [
+            f"+{chooser.choice(codes)} {digits[:3]}-{digits[3:]}",
+            chooser.choice([f"{a}-{b}-{c:04d}", f"({a}) {b}-{c:04d}", f"1 {a} {b} {c:04d}"]),
+            f"+{chooser.choice([44, 49, 33, 39, 7, 91, 800])} {chooser.choice(['', '(0)', '0'])}"
+            f"{digits}",
+        ]
+    differ = [text for text in samples if _phone.__wrapped__(text) != _parsed_phone(text)]
+    assert differ == []
+    assert sum(map(_parsed_phone, samples)) > len(samples) // 10  # valid ones are tested too
 
 
 @pytest.fixture
