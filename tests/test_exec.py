@@ -817,26 +817,64 @@ def test_builtin_in_process_equals_the_subprocess_server(kitchen: Path, run: Run
         kitchen / "bundlectl.yaml",
         f"""
         version: 1
-        bundles: [basic]
+        bundles: [basic, code-review]
         servers:
           files-sub: {{command: {PY}, args: [-m, bundlectl, server, files]}}
+          review-sub: {{command: {PY}, args: [-m, bundlectl, server, review]}}
         policy: {{default: allow}}
     """,
     )
     (kitchen / "data.bin").write_bytes(b"\x00\x01binary")
-    for args in (
-        ["read_file", "path=hello.txt"],
-        ["read_file", "path=data.bin"],
-        ["list_directory"],
-        ["read_file", "path=../outside"],
+    for server, args in (
+        ("files", ["read_file", "path=hello.txt"]),
+        ("files", ["read_file", "path=data.bin"]),
+        ("files", ["list_directory"]),
+        ("files", ["list_directory", "path=hello.txt"]),
+        ("files", ["read_file", "path=../outside"]),
+        ("files", ["read_file", "path=hello.txt", "extra=ignored"]),
+        ("files", ["write_file", "path=new/note.txt", "content=hi"]),
+        ("review", ["view_diff", "base=--evil"]),
+        ("review", ["complexity_metrics", "file_path=missing.py"]),
     ):
-        inproc = json.loads(run("exec", f"files.{args[0]}", *args[1:], "--format", "json").out)
-        sub = json.loads(run("exec", f"files-sub.{args[0]}", *args[1:], "--format", "json").out)
-        for data in (inproc, sub):
+        inproc = run("exec", f"{server}.{args[0]}", *args[1:], "--format", "json")
+        sub = run("exec", f"{server}-sub.{args[0]}", *args[1:], "--format", "json")
+        assert inproc.code == sub.code, args
+        results = [json.loads(inproc.out), json.loads(sub.out)]
+        for data in results:
             data.pop("server")
             data.pop("duration_ms")
             data.pop("rule")
-        assert inproc == sub, args
+        assert results[0] == results[1], args
+
+
+def test_builtin_tool_called_without_the_sdk(kitchen: Path, isolated_home: Path) -> None:
+    """`exec` on a built-in content-only tool runs it in-process without importing the MCP SDK
+    (about 0.7 s of a one-shot call); a structured-output tool still goes through the SDK."""
+    write(
+        kitchen / "bundlectl.yaml",
+        "version: 1\nbundles: [basic, code-review]\npolicy: {default: allow}\n",
+    )
+    (kitchen / "tool.py").write_text("def f(x):\n    return x\n")
+    env = {**os.environ, "BUNDLECTL_HOME": str(isolated_home)}
+
+    def imported(*args: str) -> set[str]:
+        done = subprocess.run(
+            [PY, "-X", "importtime", "-m", "bundlectl", "exec", *args],
+            cwd=kitchen,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return {
+            line.rsplit("|", 1)[1].strip()
+            for line in done.stderr.splitlines()
+            if line.startswith("import time:")
+        }
+
+    assert not {"mcp", "mcp_types"} & imported("files.read_file", "path=hello.txt")
+    assert "mcp" in imported("review.complexity_metrics", "file_path=tool.py")
 
 
 def test_quiet_sends_server_stderr_to_a_log(project: Path, run: Run, isolated_home: Path) -> None:

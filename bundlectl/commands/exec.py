@@ -142,6 +142,7 @@ def _call(
             whole=whole,
             show=show,
             options=client_capabilities(root, ask=terminal_confirmer() is not None),
+            direct=True,
         )
 
     decision = request.decision

@@ -98,13 +98,18 @@ class _Progress:
 def client_capabilities(root: Path, *, ask: bool) -> dict[str, Any]:
     """What `exec` answers when a server asks its client something (`mcp.Client` options):
     roots are the project folder; elicitation is asked on the terminal when `ask` (someone is
-    there), refused otherwise; sampling is refused, since no model stands behind `exec`."""
-    import mcp_types as types
+    there), refused otherwise; sampling is refused, since no model stands behind `exec`.
+    The SDK's types are imported only when a server asks (a built-in tool called in-process
+    never needs them)."""
 
     async def roots(context: Any) -> Any:
+        import mcp_types as types
+
         return types.ListRootsResult(roots=[types.Root(uri=root.as_uri(), name=root.name)])
 
     async def sample(context: Any, params: Any) -> Any:
+        import mcp_types as types
+
         return types.ErrorData(
             code=types.INVALID_REQUEST,
             message="bundlectl exec has no language model to sample from; call this tool from "
@@ -112,6 +117,8 @@ def client_capabilities(root: Path, *, ask: bool) -> dict[str, Any]:
         )
 
     async def elicit(context: Any, params: Any) -> Any:
+        import mcp_types as types
+
         if not ask:
             return types.ErrorData(
                 code=types.INVALID_REQUEST,
@@ -240,16 +247,27 @@ async def call_once(
     whole: float | None,
     show: Callable[[CallOutcome], None],
     options: dict[str, Any] | None = None,
+    direct: bool = False,
 ) -> CallOutcome:
     """Connect, make one call, and `show` a successful outcome before the session closes.
 
     `whole` (exec --timeout) bounds everything, connecting included; without it the request's
-    own timeout bounds the call and `connect_timeout` the connection.
+    own timeout bounds the call and `connect_timeout` the connection. `direct`: a built-in
+    server's content-only tool may run in this process without the SDK (`exec` prints the
+    result; code that uses SDK objects does not ask for it).
     """
     import anyio
 
     from bundlectl.executor.connect import connect
 
+    in_process = _direct_client(target, request) if direct else None
+    if in_process is not None:  # a built-in server's tool, called in this process without the SDK
+        if whole is not None:
+            request.timeout = whole
+        outcome = await perform(in_process, request, target)
+        if outcome.error is None:
+            show(outcome)
+        return outcome
     began = anyio.current_time()
     limit, option = connect_timeout, "--connect-timeout"
     if whole is not None and whole < connect_timeout:
@@ -263,3 +281,17 @@ async def call_once(
         if outcome.error is None:
             show(outcome)
         return outcome
+
+
+def _direct_client(target: Target, request: CallRequest) -> Any:
+    """A DirectClient when the call is to a built-in server's content-only tool and nothing
+    needs a live session (no `pin_tools` check of live definitions); else None."""
+    if not target.builtin or request.check is not None:
+        return None
+    from bundlectl import servers
+    from bundlectl.servers._tooling import DirectClient
+
+    box = servers.toolbox(target.builtin, target.builtin_root())
+    if not DirectClient.able(box, request.tool, target.spec.tools):
+        return None
+    return DirectClient(box, target.spec.tools)

@@ -1,7 +1,8 @@
 """MCP servers that ship inside bundlectl (used by the `basic` and `code-review` bundles).
 
 The table maps a server name to the module that builds it; importing this package does not import
-the MCP SDK. Each module has `build(root: Path) -> MCPServer`.
+the MCP SDK. Each module has `toolbox(root: Path) -> Toolbox` (its tools as plain functions) and
+`build(root: Path) -> MCPServer` (them served by the SDK).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
+
+    from bundlectl.servers._tooling import Toolbox
 
 BUILTIN: dict[str, str] = {
     "files": "bundlectl.servers.files",
@@ -24,3 +27,10 @@ def build(name: str, root: Path) -> MCPServer:
     module = importlib.import_module(BUILTIN[name])
     server: MCPServer = module.build(root.resolve())
     return server
+
+
+def toolbox(name: str, root: Path) -> Toolbox:
+    """The built-in server `name`'s tools as plain functions (no SDK import)."""
+    module = importlib.import_module(BUILTIN[name])
+    box: Toolbox = module.toolbox(root.resolve())
+    return box

@@ -5,12 +5,12 @@ from __future__ import annotations
 import mimetypes
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import BlobResourceContents, EmbeddedResource, ToolAnnotations
+from bundlectl.servers._tooling import Blob, Toolbox, ToolFailure
 
-from bundlectl.servers._tooling import tool
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
 
 MAX_READ_BYTES = 1024 * 1024
 MAX_WRITE_BYTES = 1024 * 1024
@@ -24,14 +24,14 @@ def confine(root: Path, relative: str, *, must_exist: bool = True) -> Path:
     are all caught by resolving first and comparing afterwards.
     """
     if not relative or "\x00" in relative:
-        raise ToolError("path must be a non-empty relative path")
+        raise ToolFailure("path must be a non-empty relative path")
     if os.path.isabs(relative) or relative.startswith("~"):
-        raise ToolError(f"{relative!r} is absolute; give a path relative to the root folder")
+        raise ToolFailure(f"{relative!r} is absolute; give a path relative to the root folder")
     target = (root / relative).resolve()
     if target != root and not target.is_relative_to(root):
-        raise ToolError(f"{relative!r} is outside the root folder")
+        raise ToolFailure(f"{relative!r} is outside the root folder")
     if must_exist and not target.exists():
-        raise ToolError(f"{relative!r} does not exist")
+        raise ToolFailure(f"{relative!r} does not exist")
     return target
 
 
@@ -46,40 +46,34 @@ def _is_text(data: bytes) -> bool:
 
 
 def build(root: Path) -> MCPServer:
-    server: MCPServer = MCPServer(
-        "bundlectl-files",
-        instructions=f"Files below {root}. Paths are relative to that folder.",
-        log_level="WARNING",
+    return toolbox(root).server()
+
+
+def toolbox(root: Path) -> Toolbox:
+    box = Toolbox(
+        "bundlectl-files", instructions=f"Files below {root}. Paths are relative to that folder."
     )
 
-    @tool(
-        server,
-        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
-        structured_output=False,
-    )
-    def read_file(path: str) -> str | EmbeddedResource:
+    @box.tool(annotations={"readOnlyHint": True, "openWorldHint": False}, structured_output=False)
+    def read_file(path: str) -> str | Blob:
         """Read a file below the root folder. Text comes back as is; binary files come back as
         an embedded resource (base64 blob). Files over 1 MiB are refused."""
         target = confine(root, path)
         if not target.is_file():
-            raise ToolError(f"{path!r} is not a file")
+            raise ToolFailure(f"{path!r} is not a file")
         size = target.stat().st_size
         if size > MAX_READ_BYTES:
-            raise ToolError(f"{path!r} is {size} bytes; the limit is {MAX_READ_BYTES}")
+            raise ToolFailure(f"{path!r} is {size} bytes; the limit is {MAX_READ_BYTES}")
         data = target.read_bytes()
         if _is_text(data):
             return data.decode("utf-8")
         import base64
 
         mime = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
-        blob = BlobResourceContents(
-            uri=target.as_uri(), mime_type=mime, blob=base64.b64encode(data).decode("ascii")
-        )
-        return EmbeddedResource(type="resource", resource=blob)
+        return Blob(target.as_uri(), mime, base64.b64encode(data).decode("ascii"))
 
-    @tool(
-        server,
-        annotations=ToolAnnotations(destructiveHint=True, idempotentHint=True, openWorldHint=False),
+    @box.tool(
+        annotations={"destructiveHint": True, "idempotentHint": True, "openWorldHint": False},
         structured_output=False,
     )
     def write_file(path: str, content: str) -> str:
@@ -87,10 +81,10 @@ def build(root: Path) -> MCPServer:
         the old file or the new one). Parent folders are created. At most 1 MiB."""
         data = content.encode("utf-8")
         if len(data) > MAX_WRITE_BYTES:
-            raise ToolError(f"content is {len(data)} bytes; the limit is {MAX_WRITE_BYTES}")
+            raise ToolFailure(f"content is {len(data)} bytes; the limit is {MAX_WRITE_BYTES}")
         target = confine(root, path, must_exist=False)
         if target.is_dir():
-            raise ToolError(f"{path!r} is a folder")
+            raise ToolFailure(f"{path!r} is a folder")
         target.parent.mkdir(parents=True, exist_ok=True)
         # Re-check after creating parents: a symlinked parent must not lead outside.
         target = confine(root, path, must_exist=False)
@@ -99,16 +93,12 @@ def build(root: Path) -> MCPServer:
         atomic_write_bytes(target, data)
         return f"wrote {len(data)} bytes to {path}"
 
-    @tool(
-        server,
-        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
-        structured_output=False,
-    )
+    @box.tool(annotations={"readOnlyHint": True, "openWorldHint": False}, structured_output=False)
     def list_directory(path: str = ".") -> str:
         """List a folder below the root: one entry per line, `[DIR] name` or `[FILE] name`."""
         target = confine(root, path)
         if not target.is_dir():
-            raise ToolError(f"{path!r} is not a folder")
+            raise ToolFailure(f"{path!r} is not a folder")
         entries = sorted(target.iterdir(), key=lambda p: p.name)
         lines = [
             f"[DIR] {p.name}" if p.is_dir() else f"[FILE] {p.name}" for p in entries[:MAX_ENTRIES]
@@ -117,4 +107,4 @@ def build(root: Path) -> MCPServer:
             lines.append(f"... {len(entries) - MAX_ENTRIES} more entries not shown")
         return "\n".join(lines) if lines else "(empty folder)"
 
-    return server
+    return box

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
-
-from bundlectl.servers._tooling import tool
+from bundlectl.servers._tooling import Toolbox, ToolFailure
 from bundlectl.servers.complexity import METRICS, report
 from bundlectl.servers.files import MAX_READ_BYTES, confine
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
 
 MAX_DIFF_CHARS = 200_000
 
@@ -28,22 +27,24 @@ def _git_diff(root: Path, args: list[str]) -> str:
             check=False,
         )
     except FileNotFoundError:
-        raise ToolError("git is not installed") from None
+        raise ToolFailure("git is not installed") from None
     except subprocess.TimeoutExpired:
-        raise ToolError("git diff took longer than 60 s") from None
+        raise ToolFailure("git diff took longer than 60 s") from None
     if done.returncode != 0:
-        raise ToolError(f"git diff failed: {done.stderr.strip() or done.returncode}")
+        raise ToolFailure(f"git diff failed: {done.stderr.strip() or done.returncode}")
     return done.stdout
 
 
 def build(root: Path) -> MCPServer:
-    server: MCPServer = MCPServer(
-        "bundlectl-review",
-        instructions=f"Code review helpers for the repository at {root}.",
-        log_level="WARNING",
+    return toolbox(root).server()
+
+
+def toolbox(root: Path) -> Toolbox:
+    box = Toolbox(
+        "bundlectl-review", instructions=f"Code review helpers for the repository at {root}."
     )
 
-    @tool(server, annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
+    @box.tool(annotations={"readOnlyHint": True, "openWorldHint": False})
     def complexity_metrics(
         file_path: str,
         language: str = "python",
@@ -54,25 +55,21 @@ def build(root: Path) -> MCPServer:
         complexity and lines of code, per function and in total. Supported language: python.
         `metrics` picks from cyclomatic, cognitive, loc (default: all)."""
         if language.lower() != "python":
-            raise ToolError(f"language {language!r} is not supported; supported: python")
+            raise ToolFailure(f"language {language!r} is not supported; supported: python")
         chosen = metrics or list(METRICS)
         unknown = [m for m in chosen if m not in METRICS]
         if unknown:
-            raise ToolError(f"unknown metrics {unknown}; choose from {list(METRICS)}")
+            raise ToolFailure(f"unknown metrics {unknown}; choose from {list(METRICS)}")
         target = confine(root, file_path)
         if not target.is_file() or target.stat().st_size > MAX_READ_BYTES:
-            raise ToolError(f"{file_path!r} is not a file of at most {MAX_READ_BYTES} bytes")
+            raise ToolFailure(f"{file_path!r} is not a file of at most {MAX_READ_BYTES} bytes")
         try:
             source = target.read_text(encoding="utf-8")
             return report(source, file_path, chosen, include_functions)
         except (SyntaxError, UnicodeDecodeError) as exc:
-            raise ToolError(f"cannot parse {file_path}: {exc}") from None
+            raise ToolFailure(f"cannot parse {file_path}: {exc}") from None
 
-    @tool(
-        server,
-        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
-        structured_output=False,
-    )
+    @box.tool(annotations={"readOnlyHint": True, "openWorldHint": False}, structured_output=False)
     def view_diff(
         base: str | None = None,
         head: str | None = None,
@@ -89,10 +86,10 @@ def build(root: Path) -> MCPServer:
         for ref in (base, head):
             if ref is not None:
                 if ref.startswith("-") or not ref.strip():
-                    raise ToolError(f"invalid ref {ref!r}")
+                    raise ToolFailure(f"invalid ref {ref!r}")
                 args.append(ref)
         if head is not None and base is None:
-            raise ToolError("head needs a base")
+            raise ToolFailure("head needs a base")
         args.append("--")
         args.extend(
             str(confine(root, p, must_exist=False).relative_to(root)) or "." for p in paths or []
@@ -103,4 +100,4 @@ def build(root: Path) -> MCPServer:
             diff = diff[:MAX_DIFF_CHARS] + f"\n... diff cut: {cut} more characters\n"
         return diff or "(no differences)"
 
-    return server
+    return box
