@@ -802,8 +802,8 @@ def test_tools_live_shows_drift(project: Path, run: Run, starts: Path) -> None:
     assert result.lines[2:6] == [
         "kitchen: differs from the declared catalog",
         "  + add (offered, not declared)",
+        "  + bump (offered, not declared)",
         "  + env_keys (offered, not declared)",
-        "  + fail (offered, not declared)",
     ]
     assert "  - retired (declared, not offered)" in result.lines
     assert "  ~ echo: input schema differs" in result.lines

@@ -4,9 +4,12 @@ server can have — crashing, hanging, garbage on stdout, endless lines."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +26,15 @@ PY = sys.executable
 
 
 def serve_in_process(
-    project: Path, agent: str, script: Any, mode: str = "direct", **opts: Any
+    project: Path,
+    agent: str,
+    script: Any,
+    mode: str = "direct",
+    protocol: str = "auto",
+    **opts: Any,
 ) -> Any:
-    """Run `script(client)` against `bundlectl serve --agent AGENT` built in this process."""
+    """Run `script(client)` against `bundlectl serve --agent AGENT` built in this process
+    (`protocol`: the client's, "auto" or "legacy"; `opts`: more options of the client)."""
     from mcp import Client
 
     async def main() -> Any:
@@ -33,12 +42,23 @@ def serve_in_process(
         pipeline = Pipeline(resolution, AuditLog(resolution, via="serve"), confirm=None)
         async with anyio.create_task_group() as group:
             hub = Hub(pipeline, group, agents={agent})
-            async with Client(mcp_server(hub, mode, lambda ctx: agent), **opts) as client:
+            server = mcp_server(hub, mode, lambda ctx: agent)
+            async with Client(server, mode=protocol, **opts) as client:
                 result = await script(client)
             group.cancel_scope.cancel()
         return result
 
     return anyio.run(main)
+
+
+@contextlib.contextmanager
+def deprecated() -> Iterator[None]:
+    """The SDK warns that `resources/subscribe` is gone from 2026-07-28; 2025-11-25 has it."""
+    from mcp.shared.exceptions import MCPDeprecationWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        yield
 
 
 def texts(result: Any) -> list[str]:
@@ -180,3 +200,73 @@ def test_the_downstream_servers_stop_when_the_gateway_stops(faults: Path, tmp_pa
     serve_in_process(faults, "bot", script)
     [pid] = pids(tmp_path / "starts.txt")
     assert gone(pid, within=5.0)
+
+
+@pytest.mark.parametrize("downstream", ["stdio", "legacy-http"])  # 2026-07-28 / 2025-11-25
+@pytest.mark.parametrize("protocol", ["auto", "legacy"])  # the client: listen / subscribe
+def test_resource_subscriptions_pass_through(project: Path, downstream: str, protocol: str) -> None:
+    """A client subscribed to a resource hears that it changed, whichever protocol each side
+    speaks, and stops hearing once it unsubscribes; an agent that may use nothing on the
+    server cannot subscribe to its resources."""
+    import mcp_types as types
+
+    from tests.test_exec import listening
+
+    uri = "kitchen://counter"
+    heard: list[str] = []
+
+    async def note(message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            heard.append(str(message.params.uri))
+
+    async def bot(client: Any) -> list[str]:
+        if protocol == "legacy":
+            with deprecated():
+                await client.subscribe_resource(uri)
+            await client.call_tool("kitchen__bump", {})
+            with anyio.fail_after(10):
+                while not heard:
+                    await anyio.sleep(0.02)
+            with deprecated():
+                await client.unsubscribe_resource(uri)
+            await client.call_tool("kitchen__bump", {})
+            await anyio.sleep(0.3)  # nothing more comes
+            return list(heard)
+        async with client.listen(resource_subscriptions=[uri]) as events:
+            assert events.honored.resource_subscriptions == [uri]
+            await client.call_tool("kitchen__bump", {})
+            with anyio.fail_after(10):
+                async for event in events:
+                    return [event.uri]
+        raise AssertionError("the stream ended")
+
+    async def stranger(client: Any) -> Any:
+        if protocol == "legacy":
+            with deprecated(), pytest.raises(Exception, match="unknown resource"):
+                await client.subscribe_resource(uri)
+            return "refused"
+        async with client.listen(resource_subscriptions=[uri]) as events:
+            return events.honored.resource_subscriptions or "refused"
+
+    def check(spec: str) -> None:
+        write(
+            project / "bundlectl.yaml",
+            f"""version: 1
+servers:
+  kitchen: {spec}
+agents:
+  bot: {{allow: [kitchen.bump]}}
+  stranger: {{allow: [kitchen.nothing_like_it]}}
+policy: {{default: deny}}
+""",
+        )
+        options = {"protocol": protocol, "message_handler": note}
+        assert serve_in_process(project, "bot", bot, **options) == [uri]
+        assert serve_in_process(project, "stranger", stranger, **options) == "refused"
+
+    kitchen = [PY, str(SERVERS / "kitchen.py")]
+    if downstream == "stdio":
+        check(f"{{command: {PY}, args: ['{kitchen[1]}']}}")
+        return
+    with listening([*kitchen, "--transport", "streamable-http"], {"KITCHEN_LEGACY": "1"}) as port:
+        check(f"{{transport: streamable-http, url: 'http://127.0.0.1:{port}/mcp'}}")

@@ -22,6 +22,7 @@ import contextlib
 import json
 import sys
 import threading
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -62,6 +63,11 @@ class Relay:
     def __init__(self, server: str, hub: Hub) -> None:
         self.server, self.hub = server, hub
         self.ctx: Any = None  # the MCP request context of the call in flight
+        # Resources clients subscribed to; on a 2026-07-28 server they ride on the listen stream.
+        self.watched: set[str] = set()
+        self.modern: bool | None = None  # the session's protocol, once the listen was tried
+        self.settled = anyio.Event()  # set once `modern` is known for the current session
+        self._listening: anyio.CancelScope | None = None
 
     def options(self) -> dict[str, Any]:
         """The downstream client's callbacks (each also declares the capability)."""
@@ -106,8 +112,6 @@ class Relay:
         ctx = self.ctx
         if ctx is None:
             return
-        import warnings
-
         logger = f"{self.server}.{params.logger}" if params.logger else self.server
         with warnings.catch_warnings(), contextlib.suppress(Exception):
             warnings.simplefilter("ignore")
@@ -118,18 +122,46 @@ class Relay:
     async def message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             await self.hub.tools_changed(self.server)
+        elif isinstance(message, types.ResourceUpdatedNotification) and not self.modern:
+            await self.hub.resource_updated(self.server, str(message.params.uri))
 
     async def listen(self, client: Any, scope: anyio.CancelScope) -> None:
-        """On the 2026-07-28 protocol a server's list changes come only to a client that
-        listens for them (`subscriptions/listen`); older servers send them unasked."""
+        """On the 2026-07-28 protocol a server's changes come only to a client that listens for
+        them (`subscriptions/listen`): its tool list, and the resources clients subscribed to
+        (the stream is opened again when that set changes). Older servers send list changes
+        unasked and take `resources/subscribe` requests (`Hub.watch`)."""
         from mcp.client.subscriptions import ListenNotSupportedError
         from mcp.shared.exceptions import MCPError
+        from mcp.shared.subscriptions import ResourceUpdated
 
-        quiet = (ListenNotSupportedError, MCPError, RuntimeError, TimeoutError)
-        with scope, contextlib.suppress(*quiet):
-            async with client.listen(tools_list_changed=True) as events:
-                async for _ in events:
-                    await self.hub.tools_changed(self.server)
+        quiet = (MCPError, RuntimeError, TimeoutError)
+        with scope:
+            try:
+                while True:
+                    self._listening = anyio.CancelScope()
+                    with self._listening, contextlib.suppress(*quiet):
+                        async with client.listen(
+                            tools_list_changed=True, resource_subscriptions=sorted(self.watched)
+                        ) as events:
+                            self.modern = True
+                            self.settled.set()
+                            async for event in events:
+                                if isinstance(event, ResourceUpdated):
+                                    await self.hub.resource_updated(self.server, event.uri)
+                                else:
+                                    await self.hub.tools_changed(self.server)
+                            return  # the server ended the stream
+                    if not self._listening.cancel_called:
+                        return
+            except ListenNotSupportedError:
+                self.modern = False
+            finally:
+                self.settled.set()
+
+    def rewatch(self) -> None:
+        """The subscribed resources changed: open the listen stream again with them."""
+        if self._listening is not None:
+            self._listening.cancel()
 
 
 @dataclass
@@ -247,6 +279,7 @@ class Downstream:
                 started = True
                 listening = anyio.CancelScope()
                 if self.relay is not None:
+                    self.relay.modern, self.relay.settled = None, anyio.Event()  # a new session
                     jobs.start_soon(self.relay.listen, client, listening)
                 async with receive:
                     async for job, reply, scope, ctx in receive:
@@ -302,6 +335,9 @@ class Hub:
     _privacy: tuple[Any, Any] | None = None  # (resolution, its Privacy)
     generation: int = 0  # bumped whenever what an agent can list may have changed
     listings: dict[tuple[str, str, int], Any] = field(default_factory=dict)
+    # Subscribed resources: (server, uri) → who to tell, by key (a legacy client's session: its
+    # notify function; a 2026-07-28 listen stream: None, told through `bus`).
+    watchers: dict[tuple[str, str], dict[Any, Any]] = field(default_factory=dict)
     _stamp: tuple[Any, ...] | None = None
     _reloading: anyio.Lock = field(default_factory=anyio.Lock)
 
@@ -341,6 +377,84 @@ class Hub:
                 await session.send_tool_list_changed()
             except Exception:  # a client that went away
                 self.listeners.pop(key, None)
+
+    async def watch(self, server: str, uri: str, key: Any, notify: Any) -> bool:
+        """Tell `notify` (None: the listen streams) when the server's resource `uri` changes;
+        False when the server cannot watch it (no subscriptions, unknown resource)."""
+        from mcp.shared.exceptions import MCPError
+
+        place = (server, uri)
+        if place not in self.watchers:
+            downstream = self.downstream(server)
+            relay = downstream.relay
+            assert relay is not None
+
+            async def subscribe(client: Any) -> bool:
+                with anyio.move_on_after(5):
+                    await relay.settled.wait()  # the listen stream tried: which protocol
+                if relay.modern:
+                    relay.watched.add(uri)
+                    relay.rewatch()
+                    return True
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        await client.subscribe_resource(uri)
+                except MCPError:
+                    return False
+                return True
+
+            try:
+                if not await downstream.run(self.group, subscribe):
+                    return False
+            except BundlectlError:
+                return False
+            self.watchers[place] = {}
+        self.watchers[place][key] = notify
+        return True
+
+    async def unwatch(self, uri: str, key: Any) -> None:
+        """`key` no longer wants to hear about `uri`; the last one out unsubscribes."""
+        from mcp.shared.exceptions import MCPError
+
+        for place in [place for place in self.watchers if place[1] == uri]:
+            self.watchers[place].pop(key, None)
+            if self.watchers[place]:
+                continue
+            del self.watchers[place]
+            downstream = self.servers.get(place[0])
+            relay = downstream.relay if downstream is not None else None
+            if downstream is None or relay is None:
+                continue
+            if relay.modern:
+                relay.watched.discard(uri)
+                relay.rewatch()
+                continue
+
+            async def unsubscribe(client: Any) -> None:
+                with warnings.catch_warnings(), contextlib.suppress(MCPError):
+                    warnings.simplefilter("ignore")
+                    await client.unsubscribe_resource(uri)
+
+            with contextlib.suppress(BundlectlError):
+                await downstream.run(self.group, unsubscribe)
+
+    async def resource_updated(self, server: str, uri: str) -> None:
+        """A server said its resource `uri` changed: tell whoever subscribed to it there."""
+        watchers = self.watchers.get((server, uri), {})
+        listening = False
+        for key, notify in list(watchers.items()):
+            if notify is None:
+                listening = True
+                continue
+            try:
+                await notify(uri)
+            except Exception:  # a client that went away
+                watchers.pop(key, None)
+        if listening and self.bus is not None:
+            from mcp.shared.subscriptions import ResourceUpdated
+
+            await self.bus.publish(ResourceUpdated(uri=uri))
 
     def privacy(self) -> Any:
         """The privacy settings in force (built once per loaded config)."""
@@ -605,6 +719,16 @@ class Gateway:
                 return result
         raise _not_found(f"unknown resource {uri!r}; resources/list shows what you can read")
 
+    async def subscribe(self, uri: str, key: Any, notify: Any) -> None:
+        """Watch a resource of a server in use: the one that lists it, or else the first that
+        can watch it (a URI made from a template)."""
+        listed = await self._gather("list_resources", "resources")
+        owners = [server for server, item in listed if str(item.uri) == uri]
+        for server in owners or await self._servers_in_use():
+            if await self.hub.watch(server, uri, key, notify):
+                return
+        raise _not_found(f"unknown resource {uri!r}; resources/list shows what you can read")
+
     def _progress(self) -> Any:
         """The downstream server's progress, passed on to the client when it asked for it."""
         ctx = self.ctx
@@ -842,6 +966,18 @@ def mcp_server(
         with _as_protocol_error():
             return await (await view(ctx)).read_resource(str(params.uri))
 
+    async def on_subscribe_resource(ctx: Any, params: types.SubscribeRequestParams) -> Any:
+        session = ctx.session
+        with _as_protocol_error():
+            await (await view(ctx)).subscribe(
+                str(params.uri), _session_key(session), session.send_resource_updated
+            )
+        return types.EmptyResult()
+
+    async def on_unsubscribe_resource(ctx: Any, params: types.UnsubscribeRequestParams) -> Any:
+        await hub.unwatch(str(params.uri), _session_key(ctx.session))
+        return types.EmptyResult()
+
     server: Any = Server(
         "bundlectl",
         version=__version__,
@@ -853,7 +989,9 @@ def mcp_server(
         on_list_resources=on_list_resources,
         on_list_resource_templates=on_list_resource_templates,
         on_read_resource=on_read_resource,
-        on_subscriptions_listen=ListenHandler(hub.bus),
+        on_subscribe_resource=on_subscribe_resource,
+        on_unsubscribe_resource=on_unsubscribe_resource,
+        on_subscriptions_listen=_Listen(ListenHandler(hub.bus), hub, view),
     )
     security = (
         RequestStateSecurity(keys=state_keys) if state_keys else RequestStateSecurity.ephemeral()
@@ -861,6 +999,40 @@ def mcp_server(
     server.middleware.append(RequestStateBoundary(security, default_audience="bundlectl"))
     server.middleware.append(_ListingCache(hub, agent_of))
     return server
+
+
+def _session_key(session: Any) -> int:
+    """One key per client connection (a session object may be made per request)."""
+    return id(getattr(session, "_connection", session))
+
+
+class _Listen:
+    """`subscriptions/listen` (2026-07-28 clients): the SDK's handler, given only the resources
+    the agent may read, each watched on its server for as long as the stream is open."""
+
+    def __init__(self, inner: Any, hub: Hub, view: Callable[[Any], Awaitable[Gateway]]) -> None:
+        self.inner, self.hub, self.view = inner, hub, view
+
+    async def __call__(self, ctx: Any, params: Any) -> Any:
+        wanted = list(params.notifications.resource_subscriptions or [])
+        key = ("listen", id(ctx), ctx.request_id)
+        honored: list[str] = []
+        if wanted:
+            gateway = await self.view(ctx)
+            for uri in wanted:
+                with contextlib.suppress(Exception):
+                    await gateway.subscribe(uri, key, None)
+                    honored.append(uri)
+            notifications = params.notifications.model_copy(
+                update={"resource_subscriptions": honored or None}
+            )
+            params = params.model_copy(update={"notifications": notifications})
+        try:
+            return await self.inner(ctx, params)
+        finally:
+            with anyio.CancelScope(shield=True):
+                for uri in honored:
+                    await self.hub.unwatch(uri, key)
 
 
 class _ListingCache:

@@ -21,10 +21,13 @@ from mcp_types import (
     AudioContent,
     BlobResourceContents,
     EmbeddedResource,
+    EmptyResult,
     ImageContent,
     ResourceLink,
+    SubscribeRequestParams,
     TextContent,
     TextResourceContents,
+    UnsubscribeRequestParams,
 )
 
 PNG = base64.b64decode(
@@ -160,6 +163,46 @@ def huge(size: int) -> str:
 def env_keys() -> list[str]:
     """The names of the environment variables the server was started with."""
     return sorted(os.environ)
+
+
+# A resource clients can subscribe to: `bump` changes it and says so, on the 2026-07-28 protocol
+# to `subscriptions/listen` streams, on 2025-11-25 to the sessions that sent resources/subscribe.
+COUNTER = "kitchen://counter"
+COUNT = [0]
+SUBSCRIBERS: dict[str, list[Any]] = {}
+
+
+@server.resource(COUNTER)
+def counter() -> str:
+    return str(COUNT[0])
+
+
+async def subscribe(ctx: Any, params: SubscribeRequestParams) -> EmptyResult:
+    SUBSCRIBERS.setdefault(str(params.uri), []).append(ctx.session)
+    return EmptyResult()
+
+
+async def unsubscribe(ctx: Any, params: UnsubscribeRequestParams) -> EmptyResult:
+    SUBSCRIBERS.pop(str(params.uri), None)
+    return EmptyResult()
+
+
+server._lowlevel_server.add_request_handler(
+    "resources/subscribe", SubscribeRequestParams, subscribe
+)
+server._lowlevel_server.add_request_handler(
+    "resources/unsubscribe", UnsubscribeRequestParams, unsubscribe
+)
+
+
+@server.tool()
+async def bump(ctx: Context) -> str:
+    """Change kitchen://counter and tell its subscribers."""
+    COUNT[0] += 1
+    await ctx.notify_resource_updated(COUNTER)
+    for session in SUBSCRIBERS.get(COUNTER, []):
+        await session.send_resource_updated(COUNTER)
+    return str(COUNT[0])
 
 
 @server.tool()
