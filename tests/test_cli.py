@@ -17,6 +17,8 @@ from tests.conftest import Run
         (["lint", "--bogus"], "No such option: --bogus"),
         (["show"], "Missing argument 'NAME[SPEC]'"),
         (["nosuchcmd"], "No such command 'nosuchcmd'"),
+        (["shwo", "basic"], "Did you mean 'show'?"),  # typer built every command to suggest
+        (["--debug", "policy", "nosuch"], "No such command 'nosuch'"),
         (["exec", "--timeout", "abc", "files.x"], "'abc' is not a valid float"),
         (["show", "basic", "--format", "yaml"], "'yaml' is not one of 'text', 'json'"),
     ],
@@ -37,6 +39,10 @@ def test_help_and_version(run: Run) -> None:
     assert result.code == 0
     for command in ("init", "install", "lock", "policy", "tools", "exec", "lint", "server"):
         assert command in result.out
+    # Only the command that runs is built; its own help and a group's list are whole.
+    assert "--installed" in run("-c", "bundlectl.yaml", "list", "--help").out
+    group = run("policy", "--help").out
+    assert all(name in group for name in ("check", "explain", "matrix"))
 
 
 def test_bugs_end_in_one_line_and_a_report(
