@@ -38,6 +38,10 @@ class Origin:
         return f"{self.file}:{self.line}:{self.column}" if self.line else self.file
 
     def __str__(self) -> str:
+        return self._text
+
+    @cached_property
+    def _text(self) -> str:  # shown once per rule of every agent that inherits it
         return f"bundle {self.bundle}" if self.bundle else self.position
 
 

@@ -71,3 +71,16 @@ def test_tools_flags_destructive_exactly_where_lint_warns(project: Path, run: Ru
     ]
     lint = run("lint", "--select", "BCL204")
     assert "allows destructive tools without asking: api.update_record" in lint.out
+
+
+def test_members_and_names_of_any_mask() -> None:
+    """Every set bit, in order, for masks of thousands of tools (the bits are read in C)."""
+    import random
+
+    catalog = Catalog(ToolRef(f"s{i // 100}", f"t{i:04d}") for i in range(2500))
+    chooser = random.Random(3)
+    for mask in (0, 1, catalog.full, 1 << 2499, *(chooser.getrandbits(2500) for _ in range(20))):
+        wanted = [catalog.tools[i] for i in range(2500) if mask >> i & 1]
+        assert catalog.members(mask) == wanted
+        assert catalog.members(mask, limit=3) == wanted[:3]
+        assert catalog.names(mask) == [t.qualified for t in wanted]

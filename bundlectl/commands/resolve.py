@@ -50,8 +50,8 @@ def _data(resolution: Resolution, agents: list[str]) -> dict[str, Any]:
                 }
                 for r in compiled.rules
             ],
-            "allow": [t.qualified for t in catalog.members(row.allow)],
-            "ask": [t.qualified for t in catalog.members(row.ask)],
+            "allow": catalog.names(row.allow),
+            "ask": catalog.names(row.ask),
         }
 
     agent_rows = Lazy(((name, agent(name)) for name in agents), mapping=True)
