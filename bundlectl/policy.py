@@ -314,8 +314,10 @@ def canonical_policy(policy_set: PolicySet) -> tuple[dict[str, object], dict[str
     flat = _flattened(policy_set.agents)
     agents: dict[str, object] = {}
     for name in sorted(policy_set.agents):
-        rules = flat[name]
-        agents[name] = {e: sorted(p for effect, p in rules if effect == e) for e in EFFECTS}
+        by_effect: dict[str, list[str]] = {effect: [] for effect in EFFECTS}
+        for effect, pattern in flat[name]:
+            by_effect[effect].append(pattern)
+        agents[name] = {effect: sorted(patterns) for effect, patterns in by_effect.items()}
     settings: dict[str, object] = {
         "default": policy_set.default,
         "deny": sorted({r.pattern for r in policy_set.global_deny}),

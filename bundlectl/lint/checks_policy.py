@@ -41,13 +41,21 @@ def overridden_and_shadowed(ctx: Context) -> Iterator[Finding]:
     catalog = resolution.catalog
     for agent in model.agents:
         rules = resolution.policy.agent(agent).rules
-        denied = catalog.rules_mask([r for r in rules if r.effect == "deny"])
+        # Each rule of the chain with its mask and place, once per agent (a long `extends`
+        # chain has hundreds; each of the agent's own rules is compared with all of them).
+        masked = [(rule, catalog.mask(rule.pattern)) for rule in rules]
+        place = {id(rule): i for i, rule in enumerate(rules)}
+        denied = 0
+        for rule, mask in masked:
+            if rule.effect == "deny":
+                denied |= mask
         for path, rule in _own_rules(resolution, agent):
             mask = catalog.mask(rule.pattern)
             if not mask:
                 continue
             if rule.effect != "deny" and mask & ~denied == 0:
-                by = _deniers(rules, catalog, mask)
+                deniers = [r for r, theirs in masked if r.effect == "deny" and theirs & mask]
+                by = ", ".join(r.label for r in deniers[:3])
                 yield at(
                     "BCL201",
                     doc,
@@ -56,7 +64,7 @@ def overridden_and_shadowed(ctx: Context) -> Iterator[Finding]:
                     anchor=rule.pattern,
                 )
                 continue
-            cover = _covering(rule, rules, catalog, mask)
+            cover = _covering(rule, masked, place, mask)
             if cover is not None:
                 yield at(
                     "BCL202",
@@ -68,17 +76,15 @@ def overridden_and_shadowed(ctx: Context) -> Iterator[Finding]:
                 )
 
 
-def _deniers(rules: list[Rule], catalog: Catalog, mask: int) -> str:
-    hits = [r for r in rules if r.effect == "deny" and catalog.mask(r.pattern) & mask]
-    return ", ".join(r.label for r in hits[:3])
-
-
-def _covering(rule: Rule, rules: list[Rule], catalog: Catalog, mask: int) -> Rule | None:
-    for other in rules:
-        if other is rule or other.effect != rule.effect:
+def _covering(
+    rule: Rule, masked: list[tuple[Rule, int]], place: dict[int, int], mask: int
+) -> Rule | None:
+    """The first other rule of the same effect whose tools include all of `rule`'s (an equal
+    one only when written earlier)."""
+    for other, theirs in masked:
+        if other is rule or other.effect != rule.effect or mask & ~theirs:
             continue
-        theirs = catalog.mask(other.pattern)
-        if mask & ~theirs == 0 and (theirs != mask or rules.index(other) < rules.index(rule)):
+        if theirs != mask or place[id(other)] < place[id(rule)]:
             return other
     return None
 
