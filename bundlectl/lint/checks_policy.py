@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from bundlectl.catalog import Catalog, agent_row
+from bundlectl.catalog import agent_row
 from bundlectl.lint.context import Context, at
 from bundlectl.lint.rules import Finding
 from bundlectl.models import ProjectConfig
