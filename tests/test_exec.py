@@ -960,3 +960,44 @@ def test_ask_is_confirmed_on_a_terminal(kitchen: Path, answer: str, code: int) -
     os.close(fd)
     assert os.waitstatus_to_exitcode(status) == code, seen.decode(errors="replace")
     assert (kitchen / "asked.txt").exists() == (answer == "y")
+
+
+def test_stdio_servers_called_without_the_sdk(kitchen: Path, isolated_home: Path) -> None:
+    """`exec` on a stdio server speaks MCP itself (the SDK's import costs more than most
+    servers take to start); a server that refuses that handshake (2026-07-28 only) gets the
+    SDK's, and the call works either way."""
+    write(
+        kitchen / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          kitchen: {{command: {PY}, args: ["{SERVERS / "kitchen.py"}"]}}
+          modern: {{command: {PY}, args: ["{SERVERS / "modern_only.py"}"]}}
+        policy: {{default: allow}}
+        """,
+    )
+    env = {**os.environ, "BUNDLECTL_HOME": str(isolated_home)}
+
+    def call(server: str) -> tuple[str, set[str]]:
+        done = subprocess.run(
+            [PY, "-X", "importtime", "-m", "bundlectl", "exec", f"{server}.echo", "text=hi"],
+            cwd=kitchen,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        modules = {
+            line.rsplit("|", 1)[1].strip()
+            for line in done.stderr.splitlines()
+            if line.startswith("import time:")
+        }
+        return done.stdout, modules
+
+    out, modules = call("kitchen")
+    assert out == "hi\n"
+    assert not {"mcp", "mcp_types"} & modules
+    out, modules = call("modern")
+    assert out == "hi\n"
+    assert "mcp" in modules

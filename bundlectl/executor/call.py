@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bundlectl.errors import BundlectlError, UsageError
+from bundlectl.errors import BundlectlError, CallTimeout, UsageError
 from bundlectl.executor import runner
 from bundlectl.executor.arguments import build_arguments, validate
 from bundlectl.executor.connect import Target, classify, list_all_tools, missing_tool
@@ -99,8 +99,9 @@ def client_capabilities(root: Path, *, ask: bool) -> dict[str, Any]:
     """What `exec` answers when a server asks its client something (`mcp.Client` options):
     roots are the project folder; elicitation is asked on the terminal when `ask` (someone is
     there), refused otherwise; sampling is refused, since no model stands behind `exec`.
-    The SDK's types are imported only when a server asks (a built-in tool called in-process
-    never needs them)."""
+    The SDK's types are imported only when a server asks (the same answers without the SDK:
+    `plain.StdioClient`)."""
+    from bundlectl.executor.plain import NO_SAMPLING, NO_TERMINAL
 
     async def roots(context: Any) -> Any:
         import mcp_types as types
@@ -110,24 +111,18 @@ def client_capabilities(root: Path, *, ask: bool) -> dict[str, Any]:
     async def sample(context: Any, params: Any) -> Any:
         import mcp_types as types
 
-        return types.ErrorData(
-            code=types.INVALID_REQUEST,
-            message="bundlectl exec has no language model to sample from; call this tool from "
-            "an MCP client that can sample (for example through `bundlectl serve`)",
-        )
+        return types.ErrorData(code=types.INVALID_REQUEST, message=NO_SAMPLING)
 
     async def elicit(context: Any, params: Any) -> Any:
         import mcp_types as types
 
         if not ask:
-            return types.ErrorData(
-                code=types.INVALID_REQUEST,
-                message="the server asked for input and no one is at a terminal to answer "
-                "(run bundlectl exec in a terminal)",
-            )
+            return types.ErrorData(code=types.INVALID_REQUEST, message=NO_TERMINAL)
         import anyio
 
-        return await anyio.to_thread.run_sync(_ask_on_terminal, params)
+        asked = params.model_dump(by_alias=True, mode="json", exclude_none=True)
+        answer = await anyio.to_thread.run_sync(ask_on_terminal, asked)
+        return types.ElicitResult.model_validate(answer)
 
     return {
         "list_roots_callback": roots,
@@ -136,20 +131,19 @@ def client_capabilities(root: Path, *, ask: bool) -> dict[str, Any]:
     }
 
 
-def _ask_on_terminal(params: Any) -> Any:
-    """An elicitation answered on the terminal: each field of the form in turn (Enter skips an
-    optional one), or a URL to visit; end of input declines."""
-    import mcp_types as types
-
-    sys.stderr.write(f"the server asks: {params.message}\n")
-    url = getattr(params, "url", None)
+def ask_on_terminal(params: dict[str, Any]) -> dict[str, Any]:
+    """An elicitation (its JSON params) answered on the terminal: each field of the form in
+    turn (Enter skips an optional one), or a URL to visit; end of input declines. The answer
+    is the JSON of an ElicitResult."""
+    sys.stderr.write(f"the server asks: {params.get('message', '')}\n")
+    url = params.get("url")
     try:
         if url:
             sys.stderr.write(f"open {url}, then answer: done? [y/N] ")
             sys.stderr.flush()
             done = sys.stdin.readline().strip().lower() in ("y", "yes")
-            return types.ElicitResult(action="accept" if done else "decline")
-        schema = getattr(params, "requested_schema", None) or {}
+            return {"action": "accept" if done else "decline"}
+        schema = params.get("requestedSchema") or {}
         required = set(schema.get("required", []))
         content: dict[str, Any] = {}
         for name, field in (schema.get("properties") or {}).items():
@@ -160,7 +154,7 @@ def _ask_on_terminal(params: Any) -> Any:
             sys.stderr.flush()
             line = sys.stdin.readline()
             if not line:
-                return types.ElicitResult(action="cancel")
+                return {"action": "cancel"}
             text = line.strip()
             if not text and name not in required:
                 continue
@@ -168,10 +162,10 @@ def _ask_on_terminal(params: Any) -> Any:
         sys.stderr.write("send this answer? [y/N] ")
         sys.stderr.flush()
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):
-            return types.ElicitResult(action="decline")
-        return types.ElicitResult(action="accept", content=content)
+            return {"action": "decline"}
+        return {"action": "accept", "content": content}
     except OSError:
-        return types.ElicitResult(action="cancel")
+        return {"action": "cancel"}
 
 
 def _typed(text: str, kind: str) -> Any:
@@ -272,6 +266,13 @@ async def call_once(
     limit, option = connect_timeout, "--connect-timeout"
     if whole is not None and whole < connect_timeout:
         limit, option = whole, "--timeout"
+    if direct and target.spec.transport == "stdio" and not target.builtin and not request.check:
+        done = await _plain_call(
+            target, request, child, deadline=(limit, option), whole=whole, show=show
+        )
+        if done is not None:
+            return done
+        child = target.child = None  # it speaks the 2026-07-28 protocol only: the SDK, afresh
     async with connect(
         target, connect_timeout=limit, option=option, child=child, options=options
     ) as client:
@@ -283,15 +284,65 @@ async def call_once(
         return outcome
 
 
+async def _plain_call(
+    target: Target,
+    request: CallRequest,
+    child: Child | None,
+    *,
+    deadline: tuple[float, str],
+    whole: float | None,
+    show: Callable[[CallOutcome], None],
+) -> CallOutcome | None:
+    """`call_once` on a stdio server without the SDK (`plain.StdioClient`); None when the
+    server refused the handshake (it was stopped)."""
+    import anyio
+
+    from bundlectl.executor import plain
+    from bundlectl.executor.connect import start_child, tail_of
+    from bundlectl.executor.pipeline import terminal_confirmer
+    from bundlectl.executor.stdio import child_transport
+
+    began = anyio.current_time()
+    started = child or start_child(target)
+    limit, option = deadline
+    options = {
+        "root": target.root,
+        "ask": ask_on_terminal if terminal_confirmer() is not None else None,
+        "tail": lambda: tail_of(target),
+        "violation": lambda: started.violation,
+    }
+    async with (
+        child_transport(started, decode=plain.decode, encode=plain.encode) as streams,
+        plain.StdioClient.session(target.name, streams, **options) as client,
+    ):
+        try:
+            with anyio.move_on_after(limit) as connecting:
+                await client.initialize()
+        except plain.Unsupported:
+            return None
+        if connecting.cancelled_caught:
+            raise CallTimeout(
+                f"server {target.name!r} did not finish connecting within {limit:g} s; it was "
+                "stopped" + tail_of(target),
+                hint=f"raise {option}, or check that the server starts on its own",
+            )
+        if whole is not None:
+            request.timeout = max(whole - (anyio.current_time() - began), 0.001)
+        outcome = await perform(client, request, target)
+        if outcome.error is None:
+            show(outcome)
+        return outcome
+
+
 def _direct_client(target: Target, request: CallRequest) -> Any:
-    """A DirectClient when the call is to a built-in server's content-only tool and nothing
+    """A BuiltinClient when the call is to a built-in server's content-only tool and nothing
     needs a live session (no `pin_tools` check of live definitions); else None."""
     if not target.builtin or request.check is not None:
         return None
     from bundlectl import servers
-    from bundlectl.servers._tooling import DirectClient
+    from bundlectl.executor.plain import BuiltinClient
 
     box = servers.toolbox(target.builtin, target.builtin_root())
-    if not DirectClient.able(box, request.tool, target.spec.tools):
+    if not BuiltinClient.able(box, request.tool, target.spec.tools):
         return None
-    return DirectClient(box, target.spec.tools)
+    return BuiltinClient(box, target.spec.tools)

@@ -184,7 +184,7 @@ async def connect(
     if scope.cancelled_caught:
         raise CallTimeout(
             f"server {target.name!r} did not finish connecting within {connect_timeout:g} s; "
-            "it was stopped" + _tail(target),
+            "it was stopped" + tail_of(target),
             hint=f"raise {option}, or check that the server starts on its own",
         )
 
@@ -199,7 +199,9 @@ def leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def _tail(target: Target) -> str:
+def tail_of(target: Target) -> str:
+    """The last lines of the server's stderr, for a message (empty when there are none to
+    show)."""
     tee = target._stderr
     if tee is None:
         return ""
@@ -228,7 +230,7 @@ def classify(exc: BaseException, target: Target) -> BundlectlError | None:
     name = target.name
     if target.child is not None and target.child.violation:
         return ServerError(
-            f"server {name!r} broke the protocol: {target.child.violation}" + _tail(target)
+            f"server {name!r} broke the protocol: {target.child.violation}" + tail_of(target)
         )
     # The most telling failure first: the SDK's own errors, then the OS's, then the rest.
     found.sort(key=lambda e: 0 if isinstance(e, MCPError) else 1)
@@ -241,24 +243,25 @@ def classify(exc: BaseException, target: Target) -> BundlectlError | None:
             )
         if isinstance(leaf, MCPError):
             if leaf.code == REQUEST_TIMEOUT:
-                return CallTimeout(f"server {name!r} did not answer in time" + _tail(target))
+                return CallTimeout(f"server {name!r} did not answer in time" + tail_of(target))
             if leaf.code == CONNECTION_CLOSED:
                 return ServerError(
-                    f"server {name!r} closed the connection (it exited or crashed)" + _tail(target)
+                    f"server {name!r} closed the connection (it exited or crashed)"
+                    + tail_of(target)
                 )
             return ServerError(
                 f"server {name!r} returned an error: {leaf.error.message} "
-                f"(code {leaf.code})" + _tail(target)
+                f"(code {leaf.code})" + tail_of(target)
             )
         if isinstance(leaf, httpx2.HTTPError):
             return ServerError(
                 f"cannot reach server {name!r} at {target.spec.url}: "
-                f"{type(leaf).__name__}: {leaf}" + _tail(target),
+                f"{type(leaf).__name__}: {leaf}" + tail_of(target),
                 hint="check that the server is running and the url is right",
             )
         if isinstance(leaf, pydantic.ValidationError | ValueError | RuntimeError):
             first = str(leaf).splitlines()[0] if str(leaf) else type(leaf).__name__
-            return ServerError(f"server {name!r} broke the protocol: {first}" + _tail(target))
+            return ServerError(f"server {name!r} broke the protocol: {first}" + tail_of(target))
         if isinstance(
             leaf,
             OSError
@@ -269,7 +272,7 @@ def classify(exc: BaseException, target: Target) -> BundlectlError | None:
         ):
             return ServerError(
                 f"lost the connection to server {name!r}: "
-                f"{type(leaf).__name__}: {leaf}" + _tail(target)
+                f"{type(leaf).__name__}: {leaf}" + tail_of(target)
             )
     return None
 

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -145,9 +145,21 @@ def stop_on_failure(child: Child | None) -> Iterator[None]:
         raise
 
 
+def _sdk_encode(message: Any) -> bytes:
+    data: str = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+    return (data + "\n").encode()
+
+
 @contextlib.asynccontextmanager
-async def child_transport(child: Child) -> AsyncIterator[tuple[Any, Any]]:
-    """(read stream, write stream) for `mcp.Client`, over an already started child."""
+async def child_transport(
+    child: Child,
+    *,
+    decode: Callable[[bytes | bytearray], Any] | None = None,
+    encode: Callable[[Any], bytes] = _sdk_encode,
+) -> AsyncIterator[tuple[Any, Any]]:
+    """(read stream, write stream) over an already started child: of the SDK's messages for
+    `mcp.Client`, or of what `decode`/`encode` make of a line (plain JSON)."""
+    decode = decode or decode_message
 
     proc = child.process
     assert proc.stdin is not None
@@ -166,7 +178,7 @@ async def child_transport(child: Child) -> AsyncIterator[tuple[Any, Any]]:
                 if raw.isspace():
                     continue
                 try:
-                    item = decode_message(raw)
+                    item = decode(raw)
                 except ValueError:
                     # Garbage on stdout: the SDK would only log it and wait. End the connection
                     # so the caller fails now, and say what the server wrote.
@@ -192,9 +204,8 @@ async def child_transport(child: Child) -> AsyncIterator[tuple[Any, Any]]:
     async def write_messages() -> None:
         async with outgoing_receive:
             async for message in outgoing_receive:
-                data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                 try:
-                    await write_pipe(stdin, (data + "\n").encode())
+                    await write_pipe(stdin, encode(message))
                 except (OSError, ValueError):  # the server is gone or stdin is closed
                     return
 

@@ -1,0 +1,398 @@
+"""A one-shot MCP client without the SDK, for `exec`: tool results as plain JSON, and a session
+over a stdio server we started (`StdioClient`).
+
+Importing the MCP SDK costs about 0.7 s, more than a stdio server takes to start; a one-shot call
+needs only the handshake, `tools/list` and `tools/call`, with progress, cancellation and the
+server's few requests (roots, elicitation, sampling, ping). `StdioClient` offers `perform` the
+two methods it uses of an SDK session, so the pipeline is the same one. It speaks the 2025-11-25
+handshake, which servers of every era accept; a server that refuses it (one that speaks only the
+2026-07-28 protocol) is handed to the SDK (`Unsupported`). `BuiltinClient` does the same for
+the built-in servers' tools, called as functions in this process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from bundlectl import __version__
+from bundlectl.errors import BundlectlError, CallTimeout, ServerError
+from bundlectl.servers._tooling import Blob, Toolbox, ToolFailure, content_only
+
+PROTOCOL = "2025-11-25"
+KNOWN_PROTOCOLS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+INVALID_REQUEST, METHOD_NOT_FOUND = -32600, -32601
+
+# What `exec` answers a server that asks its client something (the SDK path says the same).
+NO_SAMPLING = (
+    "bundlectl exec has no language model to sample from; call this tool from an MCP client "
+    "that can sample (for example through `bundlectl serve`)"
+)
+NO_TERMINAL = (
+    "the server asked for input and no one is at a terminal to answer (run bundlectl exec in "
+    "a terminal)"
+)
+
+
+class Unsupported(Exception):
+    """The server does not take this client's handshake: use the SDK's."""
+
+
+class Block:
+    """A content block (or resource) of a tool result, read as the SDK's objects are:
+    `block.type`, `block.text`, `block.mime_type`, `block.resource.uri`, ... (None if absent)."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self._data = data
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # copy, pickle and friends: not a field
+            raise AttributeError(name)
+        head, *rest = name.split("_")
+        value = self._data.get(head + "".join(part.title() for part in rest))
+        return Block(value) if isinstance(value, dict) and name == "resource" else value
+
+
+@dataclass
+class PlainResult:
+    """A CallToolResult as JSON, with what `exec` reads of one (`content`, `is_error`,
+    `structured_content`) and the JSON the SDK's model would give (`model_dump`)."""
+
+    data: dict[str, Any]
+    server_info: dict[str, Any]
+
+    @property
+    def content(self) -> list[Block]:
+        return [Block(block) for block in self.data.get("content", [])]
+
+    @property
+    def is_error(self) -> bool:
+        return bool(self.data.get("isError", False))
+
+    @property
+    def structured_content(self) -> Any:
+        return self.data.get("structuredContent")
+
+    def model_dump(self, **options: Any) -> dict[str, Any]:
+        meta = {SERVER_INFO: self.server_info, **(self.data.get("_meta") or {})}
+        out: dict[str, Any] = {"_meta": meta}
+        out["content"] = [_type_first(block) for block in self.data.get("content", [])]
+        if self.structured_content is not None:
+            out["structuredContent"] = self.structured_content
+        out["isError"] = self.is_error
+        out["resultType"] = "complete"
+        return out
+
+
+def _type_first(block: dict[str, Any]) -> dict[str, Any]:
+    return {"type": block.get("type"), **{k: v for k, v in block.items() if v is not None}}
+
+
+def check_result(data: Any) -> str | None:
+    """What is wrong with a tools/call result's shape, or None."""
+    if not isinstance(data, dict):
+        return "the result is not an object"
+    content = data.get("content", [])
+    if not isinstance(content, list) or not all(
+        isinstance(block, dict) and isinstance(block.get("type"), str) for block in content
+    ):
+        return "the result's content is not a list of typed blocks"
+    return None
+
+
+@dataclass
+class PlainTool:
+    """A listed tool, read as the SDK's Tool is by `perform`."""
+
+    data: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.data.get("name", ""))
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        schema = self.data.get("inputSchema")
+        return schema if isinstance(schema, dict) else {"type": "object"}
+
+    @property
+    def execution(self) -> Block:
+        return Block(self.data.get("execution") or {})
+
+
+@dataclass
+class Page:
+    tools: list[PlainTool]
+    next_cursor: str | None = None
+
+
+Progress = Callable[[float, float | None, str | None], Awaitable[None]]
+
+
+@dataclass
+class StdioClient:
+    """One session with a stdio server (`read`/`write`: JSON-RPC messages as dicts)."""
+
+    name: str  # the server's name in the config, for messages
+    read: Any
+    write: Any
+    root: Path
+    ask: Callable[[dict[str, Any]], dict[str, Any]] | None  # elicitation on a terminal
+    tail: Callable[[], str] = lambda: ""  # the end of the server's stderr, for messages
+    violation: Callable[[], str | None] = lambda: None  # what broke the protocol, if anything
+    server_info: dict[str, Any] = field(default_factory=dict)
+    _ids: Any = field(default_factory=lambda: itertools.count(1))
+    _waiting: dict[int, Any] = field(default_factory=dict)
+    _progress: dict[str, Progress] = field(default_factory=dict)
+    _gone: BundlectlError | None = None
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def session(
+        cls, name: str, streams: tuple[Any, Any], **options: Any
+    ) -> AsyncIterator[StdioClient]:
+        client = cls(name, *streams, **options)
+        async with anyio.create_task_group() as group:
+            group.start_soon(client._receive)
+            try:
+                yield client
+            finally:
+                group.cancel_scope.cancel()
+                client.read.close()
+
+    async def initialize(self) -> None:
+        """The 2025-11-25 handshake; `Unsupported` when the server will not have it."""
+        capabilities = {
+            "roots": {"listChanged": True},
+            "sampling": {},
+            "elicitation": {"form": {}, "url": {}},
+        }
+        params = {
+            "protocolVersion": PROTOCOL,
+            "capabilities": capabilities,
+            "clientInfo": {"name": "bundlectl", "version": __version__},
+        }
+        try:
+            result = await self._request("initialize", params, None)
+        except ServerError as exc:
+            if self._gone is None:  # it answered with an error: it wants another handshake
+                raise Unsupported(str(exc)) from None
+            raise
+        if not isinstance(result, dict) or result.get("protocolVersion") not in KNOWN_PROTOCOLS:
+            raise Unsupported(f"protocol {result.get('protocolVersion')!r}")
+        info = result.get("serverInfo")
+        self.server_info = info if isinstance(info, dict) else {}
+        await self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    async def list_tools(self, cursor: str | None = None) -> Page:
+        params = {"cursor": cursor} if cursor else {}
+        result = await self._request("tools/list", params, None)
+        tools = result.get("tools") if isinstance(result, dict) else None
+        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+            raise self._broke("its tools/list result is not a list of tools")
+        cursor = result.get("nextCursor")
+        return Page([PlainTool(t) for t in tools], cursor if isinstance(cursor, str) else None)
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        read_timeout_seconds: float | None = None,
+        progress_callback: Progress | None = None,
+    ) -> PlainResult:
+        number = next(self._ids)
+        params: dict[str, Any] = {"name": name, "arguments": arguments}
+        if progress_callback is not None:
+            token = f"bundlectl-{number}"
+            params["_meta"] = {"progressToken": token}
+            self._progress[token] = progress_callback
+        result = await self._request("tools/call", params, read_timeout_seconds, number=number)
+        problem = check_result(result)
+        if problem is not None:
+            raise self._broke(problem)
+        return PlainResult(result, self.server_info)
+
+    async def _request(
+        self, method: str, params: dict[str, Any], timeout: float | None, *, number: int = 0
+    ) -> Any:
+        number = number or next(self._ids)
+        if self._gone is not None:
+            raise self._gone
+        send, answer = anyio.create_memory_object_stream[tuple[Any, Any]](1)
+        self._waiting[number] = send
+        try:
+            await self._send({"jsonrpc": "2.0", "id": number, "method": method, "params": params})
+            with anyio.fail_after(timeout):
+                result, error = await answer.receive()
+        except TimeoutError:
+            await self._cancel(number, "timed out")
+            raise CallTimeout(
+                f"server {self.name!r} did not answer in time" + self.tail()
+            ) from None
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await self._cancel(number, "the user stopped the call")
+            raise
+        except anyio.EndOfStream:
+            raise self._gone or self._closed() from None
+        finally:
+            self._waiting.pop(number, None)
+            send.close()
+            answer.close()
+        if error is not None:
+            raise error
+        return result
+
+    async def _cancel(self, number: int, reason: str) -> None:
+        params = {"requestId": number, "reason": reason}
+        with contextlib.suppress(Exception):
+            await self._send(
+                {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
+            )
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        try:
+            await self.write.send(message)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            raise self._gone or self._closed() from None
+
+    async def _receive(self) -> None:
+        """Answers to our requests, the server's requests and its progress, until it is gone."""
+        try:
+            async for message in self.read:
+                if "method" in message:
+                    if "id" in message:
+                        reply = await self._answer(message)
+                        with contextlib.suppress(BundlectlError):
+                            await self._send({"jsonrpc": "2.0", "id": message["id"], **reply})
+                    else:
+                        await self._notified(message)
+                    continue
+                waiting = self._waiting.get(message.get("id"))
+                if waiting is None:
+                    continue
+                error = message.get("error")
+                if isinstance(error, dict):
+                    text, code = error.get("message", ""), error.get("code")
+                    failure = ServerError(
+                        f"server {self.name!r} returned an error: {text} (code {code})"
+                        + self.tail()
+                    )
+                    await waiting.send((None, failure))
+                else:
+                    await waiting.send((message.get("result"), None))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+            pass
+        self._gone = self._closed()
+        for waiting in list(self._waiting.values()):
+            waiting.close()
+
+    async def _notified(self, message: dict[str, Any]) -> None:
+        if message.get("method") != "notifications/progress":
+            return  # log messages and list changes mean nothing to a one-shot call
+        params = message.get("params") or {}
+        report = self._progress.get(str(params.get("progressToken")))
+        progress = params.get("progress")
+        if report is not None and isinstance(progress, int | float):
+            total = params.get("total")
+            text = params.get("message")
+            await report(
+                float(progress),
+                float(total) if isinstance(total, int | float) else None,
+                text if isinstance(text, str) else None,
+            )
+
+    async def _answer(self, request: dict[str, Any]) -> dict[str, Any]:
+        method = request.get("method")
+        if method == "ping":
+            return {"result": {}}
+        if method == "roots/list":
+            root = {"uri": self.root.as_uri(), "name": self.root.name}
+            return {"result": {"roots": [root]}}
+        if method == "sampling/createMessage":
+            return {"error": {"code": INVALID_REQUEST, "message": NO_SAMPLING}}
+        if method == "elicitation/create":
+            if self.ask is None:
+                return {"error": {"code": INVALID_REQUEST, "message": NO_TERMINAL}}
+            params = request.get("params") or {}
+            return {"result": await anyio.to_thread.run_sync(self.ask, params)}
+        return {"error": {"code": METHOD_NOT_FOUND, "message": f"method not found: {method}"}}
+
+    def _closed(self) -> ServerError:
+        broken = self.violation()
+        if broken:
+            return self._broke(broken)
+        return ServerError(
+            f"server {self.name!r} closed the connection (it exited or crashed)" + self.tail()
+        )
+
+    def _broke(self, what: str) -> ServerError:
+        return ServerError(f"server {self.name!r} broke the protocol: {what}" + self.tail())
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def decode(raw: bytes | bytearray) -> dict[str, Any]:
+    """One JSON-RPC message as a dict; ValueError when the line is none."""
+    message = json.loads(raw)
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        raise ValueError("not a JSON-RPC message")
+    return message
+
+
+class BuiltinClient:
+    """The same two methods over a built-in server's functions in this process. Tool
+    definitions are the declared ones (the bundle's catalog, which a test keeps equal to what
+    the SDK serves); only content-only tools are offered, so every result is one the SDK would
+    give (a test compares them)."""
+
+    def __init__(self, box: Toolbox, declared: list[Any]) -> None:
+        self.box = box
+        self.declared = [t for t in declared if content_only(box.tools.get(t.name))]
+        self.server_info = {"name": box.name, "version": ""}
+
+    @classmethod
+    def able(cls, box: Toolbox, tool: str, declared: list[Any]) -> bool:
+        """Whether `tool` can be called this way (declared, and content-only)."""
+        return content_only(box.tools.get(tool)) and any(t.name == tool for t in declared)
+
+    async def list_tools(self, cursor: str | None = None) -> Any:
+        return Page(self.declared)
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], read_timeout_seconds: float, **_: Any
+    ) -> PlainResult:
+        import functools
+        import inspect
+
+        tool = self.box.tools[name]
+        known = inspect.signature(tool.fn).parameters
+        kwargs = {k: v for k, v in arguments.items() if k in known}  # as the SDK: extras ignored
+        try:
+            with anyio.fail_after(read_timeout_seconds):
+                value = await anyio.to_thread.run_sync(
+                    functools.partial(tool.fn, **kwargs), abandon_on_cancel=True
+                )
+        except TimeoutError:
+            raise CallTimeout(f"server {self.box.name!r} did not answer in time") from None
+        except ToolFailure as exc:
+            return self._result({"type": "text", "text": f"Error executing tool {name}: {exc}"})
+        except Exception:  # a crash: its text stays here, as in the SDK
+            return self._result({"type": "text", "text": f"Error executing tool {name}"})
+        if isinstance(value, Blob):
+            resource = {"uri": value.uri, "mimeType": value.mime_type, "blob": value.blob}
+            return self._result({"type": "resource", "resource": resource}, error=False)
+        return self._result({"type": "text", "text": value}, error=False)
+
+    def _result(self, block: dict[str, Any], *, error: bool = True) -> PlainResult:
+        return PlainResult({"content": [block], "isError": error}, self.server_info)
