@@ -3,8 +3,9 @@
     python bench/bench_cli.py [--runs 21]
 
 Runs each command and the floor interleaved (so machine noise hits both alike) in a fresh
-temporary BUNDLECTL_HOME, outside any project, and prints medians. The target for `show basic` is
-at most 1.5x the floor.
+temporary BUNDLECTL_HOME and prints medians: `show basic` and `list` outside any project,
+`policy check` and `lint` on a small project (the `basic` bundle, two agents). The target for each
+is at most 1.5x the floor.
 """
 
 from __future__ import annotations
@@ -34,8 +35,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=21)
     args = parser.parse_args()
     exe = str(Path(sys.executable).with_name("bundlectl"))
-    with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as cwd:
+    with (
+        tempfile.TemporaryDirectory() as home,
+        tempfile.TemporaryDirectory() as cwd,
+        tempfile.TemporaryDirectory() as project,
+    ):
         env = {**os.environ, "BUNDLECTL_HOME": home}
+        (Path(project) / "bundlectl.yaml").write_text(
+            "version: 1\nbundles: [basic]\nagents:\n  reader: {allow: [files.read_file]}\n"
+            "  writer: {extends: [reader], ask: [files.write_file]}\npolicy: {default: deny}\n"
+        )
+        subprocess.run([exe, "lock"], env=env, cwd=project, check=True, capture_output=True)
         cases = {
             "floor (import typer, pydantic, ...)": [sys.executable, "-c", FLOOR],
             # `import pydantic` is lazy; defining any model loads the rest (context, not target).
@@ -47,13 +57,24 @@ def main() -> None:
             "bundlectl --version": [exe, "--version"],
             "bundlectl show basic": [exe, "show", "basic"],
             "bundlectl list": [exe, "list"],
+            "bundlectl policy check (project)": [
+                exe,
+                "policy",
+                "check",
+                "--agent",
+                "writer",
+                "--interactive",
+                "files.write_file",
+            ],
+            "bundlectl lint (project)": [exe, "lint"],
         }
-        for cmd in cases.values():  # warm the OS cache and the manifest cache
-            timed(cmd, env, cwd)
+        where = {name: project if "(project)" in name else cwd for name in cases}
+        for name, cmd in cases.items():  # warm the OS cache and the manifest cache
+            timed(cmd, env, where[name])
         samples: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(args.runs):
             for name, cmd in cases.items():
-                samples[name].append(timed(cmd, env, cwd))
+                samples[name].append(timed(cmd, env, where[name]))
     floor = statistics.median(samples[next(iter(cases))])
     print(f"{'case':40} {'median ms':>10} {'x floor':>8}")
     for name, values in samples.items():

@@ -234,6 +234,22 @@ class Registry:
             self._cache[key] = loaded
         return self._cache[key]
 
+    def description(self, name: str, version: Version) -> str:
+        """A bundle version's description (`list`): from a small summary kept beside the cached
+        manifest once it was loaded and checked, so listing unpickles no manifest."""
+        path = self._version_files(name).get(version)
+        if path is not None:
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                summary = _cache_entry(digest_bytes(path.read_bytes())).with_suffix(".summary")
+                return summary.read_text(encoding="utf-8")
+        loaded = self.get(name, version)
+        with contextlib.suppress(OSError):
+            from bundlectl.fsio import atomic_write_bytes
+
+            summary = _cache_entry(loaded.digest).with_suffix(".summary")
+            atomic_write_bytes(summary, loaded.manifest.description.encode())
+        return loaded.manifest.description
+
     def problems(self) -> list[Problem]:
         """What is wrong in the registries a project brings: every manifest of its project
         registries is loaded and checked; every non-built-in registry's layout is checked."""

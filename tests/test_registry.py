@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pytest
+
 from bundlectl import paths
 from tests.conftest import Run, make_registry, write
 
@@ -155,3 +157,21 @@ def test_unknown_bundles_have_positions_in_resolve_as_in_lint(project: Path, run
     ]
     linted = run("lint", "--select", "BCL101")
     assert linted.lines[0].startswith("bundlectl.yaml:4:5: BCL101 error no bundle named 'githib'")
+
+
+def test_list_reads_descriptions_without_loading_manifests_again(
+    tmp_path: Path, run: Run, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a manifest was loaded and checked, `list` takes its description from a small summary
+    beside the cached manifest; a changed manifest file is loaded afresh."""
+    monkeypatch.chdir(tmp_path)
+    first = run("list")
+    assert first.code == 0
+    cache = isolated_home / "cache" / "manifests"
+    pickles = sorted(cache.glob("*.pickle"))
+    assert pickles
+    assert len(list(cache.glob("*.summary"))) == 5  # the newest version of each built-in bundle
+    for path in pickles:
+        path.unlink()
+    assert run("list").out == first.out
+    assert not list(cache.glob("*.pickle"))  # no manifest was loaded

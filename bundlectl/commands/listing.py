@@ -19,7 +19,7 @@ def run(config: Path | None, *, installed: bool, fmt: Format) -> int:
     for name in names:
         versions = registry.versions(name)
         source = registry.source_of(name)
-        description = registry.get(name, versions[-1]).manifest.description if versions else ""
+        description = registry.description(name, versions[-1]) if versions else ""
         rows.append(
             {
                 "name": name,
