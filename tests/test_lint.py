@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from bundlectl.errors import Problem
 from bundlectl.lint.formats import github
 from bundlectl.lint.rules import RULES, Finding
 from tests.conftest import REPO, Run, write
@@ -145,7 +146,8 @@ def test_fingerprints_survive_unrelated_line_moves(linted: Path, run: Run) -> No
 
 
 def test_github_annotations_escape_properly() -> None:
-    finding = Finding("BCL301", "50% done,\nnext: line", "dir,a/b:c.yaml", 3, 4, 3, 9, "x", "error")
+    where = Problem("dir,a/b:c.yaml", 3, 4, "50% done,\nnext: line", "x", end_line=3, end_column=9)
+    finding = Finding("BCL301", where, "error")
     assert github([finding]) == (
         "::error file=dir%2Ca/b%3Ac.yaml,line=3,col=4,endLine=3,endColumn=9,"
         "title=BCL301 plaintext-secret::50%25 done,%0Anext: line\n"

@@ -72,33 +72,19 @@ def at(
 ) -> Finding:
     """A finding at the node on `path` of `doc`."""
     span = doc.span(path, key=key)
-    return Finding(
-        rule,
-        message,
+    problem = Problem(
         doc.file,
         span.line,
         span.column,
-        span.end_line,
-        span.end_column,
+        message,
         format_path(path),
-        RULES[rule].severity,
-        hint or RULES[rule].hint,
-        anchor,
+        hint,
+        end_line=span.end_line,
+        end_column=span.end_column,
     )
+    return Finding(rule, problem, RULES[rule].severity, anchor)
 
 
 def from_problem(rule: str, problem: Problem) -> Finding:
     """A finding from a positioned problem of the loader or validator."""
-    return Finding(
-        rule,
-        problem.message,
-        problem.file,
-        problem.line,
-        problem.column,
-        problem.end_line or problem.line,
-        problem.end_column or problem.column,
-        problem.yaml_path,
-        RULES[rule].severity,
-        problem.hint or RULES[rule].hint,
-        problem.message,
-    )
+    return Finding(rule, problem, RULES[rule].severity, problem.message)

@@ -6,6 +6,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Literal
 
+from bundlectl.errors import Problem
+
 Severity = Literal["error", "warning", "info"]
 SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
 
@@ -253,20 +255,46 @@ RULES = _rules(
 
 @dataclass
 class Finding:
-    """One problem, at a 1-based position of the offending YAML node."""
+    """A lint rule's verdict on one positioned problem: the `Problem` (file, start and end of the
+    offending YAML node, message, YAML path, hint) that every other error report uses too."""
 
     rule: str
-    message: str
-    file: str
-    line: int
-    column: int
-    end_line: int
-    end_column: int
-    yaml_path: str = ""
+    problem: Problem
     severity: Severity = "error"
-    hint: str | None = None
     anchor: str = ""  # what the finding is about (stable text), for the fingerprint
     suppressed: bool = field(default=False, compare=False)
+
+    @property
+    def file(self) -> str:
+        return self.problem.file
+
+    @property
+    def line(self) -> int:
+        return self.problem.line
+
+    @property
+    def column(self) -> int:
+        return self.problem.column
+
+    @property
+    def end_line(self) -> int:
+        return self.problem.end_line or self.problem.line
+
+    @property
+    def end_column(self) -> int:
+        return self.problem.end_column or self.problem.column
+
+    @property
+    def message(self) -> str:
+        return self.problem.message
+
+    @property
+    def yaml_path(self) -> str:
+        return self.problem.yaml_path
+
+    @property
+    def hint(self) -> str | None:
+        return self.problem.hint or RULES[self.rule].hint
 
     @property
     def info(self) -> RuleInfo:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from bundlectl.errors import Problem
 from bundlectl.lint.rules import RULES, Finding
 
 _COMMENT = re.compile(r"#\s*bundlectl:\s*ignore\[([A-Za-z0-9,\s]+)\]")
@@ -49,15 +50,15 @@ def apply(findings: list[Finding], suppressions: list[Suppression]) -> list[Find
                 unused.append(
                     Finding(
                         "BCL901",
-                        f"suppression of {rule}{known} suppressed nothing",
-                        item.file,
-                        item.line,
-                        item.column,
-                        item.line,
-                        item.end_column,
-                        "",
+                        Problem(
+                            item.file,
+                            item.line,
+                            item.column,
+                            f"suppression of {rule}{known} suppressed nothing",
+                            end_line=item.line,
+                            end_column=item.end_column,
+                        ),
                         RULES["BCL901"].severity,
-                        RULES["BCL901"].hint,
                         f"{rule}@{item.line}",
                     )
                 )
