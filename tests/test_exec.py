@@ -855,26 +855,31 @@ def test_builtin_tool_called_without_the_sdk(kitchen: Path, isolated_home: Path)
         "version: 1\nbundles: [basic, code-review]\npolicy: {default: allow}\n",
     )
     (kitchen / "tool.py").write_text("def f(x):\n    return x\n")
-    env = {**os.environ, "BUNDLECTL_HOME": str(isolated_home)}
+    _, modules = exec_importing(kitchen, isolated_home, "files.read_file", "path=hello.txt")
+    assert not {"mcp", "mcp_types"} & modules
+    _, modules = exec_importing(
+        kitchen, isolated_home, "review.complexity_metrics", "file_path=tool.py"
+    )
+    assert "mcp" in modules
 
-    def imported(*args: str) -> set[str]:
-        done = subprocess.run(
-            [PY, "-X", "importtime", "-m", "bundlectl", "exec", *args],
-            cwd=kitchen,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        return {
-            line.rsplit("|", 1)[1].strip()
-            for line in done.stderr.splitlines()
-            if line.startswith("import time:")
-        }
 
-    assert not {"mcp", "mcp_types"} & imported("files.read_file", "path=hello.txt")
-    assert "mcp" in imported("review.complexity_metrics", "file_path=tool.py")
+def exec_importing(project: Path, home: Path, *args: str) -> tuple[str, set[str]]:
+    """`bundlectl exec ARGS` in a subprocess: its output, and the modules it imported."""
+    done = subprocess.run(
+        [PY, "-X", "importtime", "-m", "bundlectl", "exec", *args],
+        cwd=project,
+        env={**os.environ, "BUNDLECTL_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    modules = {
+        line.rsplit("|", 1)[1].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    return done.stdout, modules
 
 
 def test_quiet_sends_server_stderr_to_a_log(project: Path, run: Run, isolated_home: Path) -> None:
@@ -976,28 +981,9 @@ def test_stdio_servers_called_without_the_sdk(kitchen: Path, isolated_home: Path
         policy: {{default: allow}}
         """,
     )
-    env = {**os.environ, "BUNDLECTL_HOME": str(isolated_home)}
-
-    def call(server: str) -> tuple[str, set[str]]:
-        done = subprocess.run(
-            [PY, "-X", "importtime", "-m", "bundlectl", "exec", f"{server}.echo", "text=hi"],
-            cwd=kitchen,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        modules = {
-            line.rsplit("|", 1)[1].strip()
-            for line in done.stderr.splitlines()
-            if line.startswith("import time:")
-        }
-        return done.stdout, modules
-
-    out, modules = call("kitchen")
+    out, modules = exec_importing(kitchen, isolated_home, "kitchen.echo", "text=hi")
     assert out == "hi\n"
     assert not {"mcp", "mcp_types"} & modules
-    out, modules = call("modern")
+    out, modules = exec_importing(kitchen, isolated_home, "modern.echo", "text=hi")
     assert out == "hi\n"
     assert "mcp" in modules

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -256,12 +257,7 @@ async def call_once(
 
     in_process = _direct_client(target, request) if direct else None
     if in_process is not None:  # a built-in server's tool, called in this process without the SDK
-        if whole is not None:
-            request.timeout = whole
-        outcome = await perform(in_process, request, target)
-        if outcome.error is None:
-            show(outcome)
-        return outcome
+        return await _call_on(in_process, request, target, show, remaining=whole)
     began = anyio.current_time()
     limit, option = connect_timeout, "--connect-timeout"
     if whole is not None and whole < connect_timeout:
@@ -276,12 +272,26 @@ async def call_once(
     async with connect(
         target, connect_timeout=limit, option=option, child=child, options=options
     ) as client:
-        if whole is not None:
-            request.timeout = max(whole - (anyio.current_time() - began), 0.001)
-        outcome = await perform(client, request, target)
-        if outcome.error is None:
-            show(outcome)
-        return outcome
+        remaining = None if whole is None else whole - (anyio.current_time() - began)
+        return await _call_on(client, request, target, show, remaining=remaining)
+
+
+async def _call_on(
+    client: Any,
+    request: CallRequest,
+    target: Target,
+    show: Callable[[CallOutcome], None],
+    *,
+    remaining: float | None,
+) -> CallOutcome:
+    """The call on an open session, bounded by what is `remaining` of `exec --timeout`; a
+    successful outcome is shown before the session closes."""
+    if remaining is not None:
+        request.timeout = max(remaining, 0.001)
+    outcome = await perform(client, request, target)
+    if outcome.error is None:
+        show(outcome)
+    return outcome
 
 
 async def _plain_call(
@@ -310,6 +320,7 @@ async def _plain_call(
         "ask": ask_on_terminal if terminal_confirmer() is not None else None,
         "tail": lambda: tail_of(target),
         "violation": lambda: started.violation,
+        "ended": lambda: _reaped(started),
     }
     async with (
         child_transport(started, decode=plain.decode, encode=plain.encode) as streams,
@@ -326,12 +337,17 @@ async def _plain_call(
                 "stopped" + tail_of(target),
                 hint=f"raise {option}, or check that the server starts on its own",
             )
-        if whole is not None:
-            request.timeout = max(whole - (anyio.current_time() - began), 0.001)
-        outcome = await perform(client, request, target)
-        if outcome.error is None:
-            show(outcome)
-        return outcome
+        remaining = None if whole is None else whole - (anyio.current_time() - began)
+        return await _call_on(client, request, target, show, remaining=remaining)
+
+
+def _reaped(child: Child, within: float = 0.5) -> None:
+    """Wait a moment for a server whose stdout closed to exit, so that what it wrote to stderr
+    last (why it died) is in the error message."""
+    import subprocess
+
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.process.wait(within)
 
 
 def _direct_client(target: Target, request: CallRequest) -> Any:

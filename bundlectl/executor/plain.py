@@ -148,6 +148,7 @@ class StdioClient:
     ask: Callable[[dict[str, Any]], dict[str, Any]] | None  # elicitation on a terminal
     tail: Callable[[], str] = lambda: ""  # the end of the server's stderr, for messages
     violation: Callable[[], str | None] = lambda: None  # what broke the protocol, if anything
+    ended: Callable[[], None] = lambda: None  # its stdout closed: let it exit (for the tail)
     server_info: dict[str, Any] = field(default_factory=dict)
     _ids: Any = field(default_factory=lambda: itertools.count(1))
     _waiting: dict[int, Any] = field(default_factory=dict)
@@ -291,6 +292,7 @@ class StdioClient:
                     await waiting.send((message.get("result"), None))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
             pass
+        await anyio.to_thread.run_sync(self.ended)
         self._gone = self._closed()
         for waiting in list(self._waiting.values()):
             waiting.close()
