@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bundlectl.errors import BundlectlError, CallTimeout, UsageError
+from bundlectl.errors import BundlectlError, UsageError
 from bundlectl.executor import runner
 from bundlectl.executor.arguments import build_arguments, validate
 from bundlectl.executor.connect import Target, classify, list_all_tools, missing_tool
@@ -308,7 +308,7 @@ async def _plain_call(
     import anyio
 
     from bundlectl.executor import plain
-    from bundlectl.executor.connect import start_child, tail_of
+    from bundlectl.executor.connect import connect_timed_out, start_child, tail_of
     from bundlectl.executor.pipeline import terminal_confirmer
     from bundlectl.executor.stdio import child_transport
 
@@ -332,11 +332,7 @@ async def _plain_call(
         except plain.Unsupported:
             return None
         if connecting.cancelled_caught:
-            raise CallTimeout(
-                f"server {target.name!r} did not finish connecting within {limit:g} s; it was "
-                "stopped" + tail_of(target),
-                hint=f"raise {option}, or check that the server starts on its own",
-            )
+            raise connect_timed_out(target, limit, option)
         remaining = None if whole is None else whole - (anyio.current_time() - began)
         return await _call_on(client, request, target, show, remaining=remaining)
 

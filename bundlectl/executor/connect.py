@@ -182,11 +182,16 @@ async def connect(
             raise
         raise error from None
     if scope.cancelled_caught:
-        raise CallTimeout(
-            f"server {target.name!r} did not finish connecting within {connect_timeout:g} s; "
-            "it was stopped" + tail_of(target),
-            hint=f"raise {option}, or check that the server starts on its own",
-        )
+        raise connect_timed_out(target, connect_timeout, option)
+
+
+def connect_timed_out(target: Target, limit: float, option: str) -> CallTimeout:
+    """The error of a server that did not finish its handshake within `limit` seconds."""
+    return CallTimeout(
+        f"server {target.name!r} did not finish connecting within {limit:g} s; it was stopped"
+        + tail_of(target),
+        hint=f"raise {option}, or check that the server starts on its own",
+    )
 
 
 def leaves(exc: BaseException) -> list[BaseException]:
