@@ -7,7 +7,6 @@ policy matrix and lint's exact analyses combine masks instead of deciding tool b
 from __future__ import annotations
 
 import itertools
-import operator
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -185,22 +184,34 @@ class Row:
         bit = 1 << index
         return "ask" if self.ask & bit else "allow" if self.allow & bit else "deny"
 
-    def effects(self, size: int) -> list[Effect]:
-        """The effect on each of the catalog's `size` tools, in catalog order.
+    def codes(self, size: int) -> str:
+        """One digit per tool of the catalog's `size`, in catalog order: 0 deny, 1 allow, 2 ask.
 
-        Per-tool work happens in C (bit strings, byte translation, `map`): a 3,000 x 5,000
-        matrix is 15 million cells.
+        Per-tool work happens in C (bit strings, byte translation, one big-integer OR): a
+        3,000 x 5,000 matrix is 15 million cells.
         """
         if not size:
-            return []
-        allow = format(self.allow, f"0{size}b")[::-1].encode().translate(_ALLOW_CODE)
+            return ""
+        allow = format(self.allow & ~self.ask, f"0{size}b")[::-1].encode().translate(_ALLOW_CODE)
         ask = format(self.ask, f"0{size}b")[::-1].encode().translate(_ASK_CODE)
-        return list(map(_EFFECT_OF_CODE.__getitem__, map(operator.or_, allow, ask)))
+        both = int.from_bytes(allow, "little") | int.from_bytes(ask, "little")
+        return both.to_bytes(size, "little").translate(_DIGIT_OF_CODE).decode("ascii")
+
+    def effects(self, size: int) -> list[Effect]:
+        """The effect on each of the catalog's `size` tools, in catalog order."""
+        return list(map(_EFFECT_OF_DIGIT.__getitem__, self.codes(size)))
+
+    def effects_json(self, size: int) -> str:
+        """`effects` as a JSON array, written by string replacement on `codes` (three C passes
+        instead of 5,000 list items encoded one by one)."""
+        text = self.codes(size).replace("0", '"deny", ').replace("1", '"allow", ')
+        return "[" + text.replace("2", '"ask", ')[:-2] + "]"
 
 
 _ALLOW_CODE = bytes.maketrans(b"01", b"\x00\x01")
 _ASK_CODE = bytes.maketrans(b"01", b"\x00\x02")
-_EFFECT_OF_CODE: tuple[Effect, ...] = ("deny", "allow", "ask", "ask")
+_DIGIT_OF_CODE = bytes.maketrans(b"\x00\x01\x02", b"012")
+_EFFECT_OF_DIGIT: dict[str, Effect] = {"0": "deny", "1": "allow", "2": "ask"}
 
 
 def agent_row(agent: CompiledAgent, catalog: Catalog) -> Row:

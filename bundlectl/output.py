@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -126,13 +127,20 @@ class Lazy:
         self.mapping = mapping
 
 
+@dataclass(frozen=True)
+class RawJson:
+    """A value already encoded as JSON text (one line), written by `stream_json` as it is."""
+
+    text: str
+
+
 def stream_json(value: Any, *, expand: int = 2) -> None:
     """Write a large JSON document to stdout as it is produced.
 
     Objects and arrays in the first `expand` levels are written one member per line; deeper
     values are encoded whole by the C encoder on one line (`json.dumps(..., indent=2)` falls back
     to the pure-Python encoder: 5x slower on a policy matrix). `Lazy` members are consumed as
-    they are written.
+    they are written; `RawJson` members are written as they are.
     """
     write = sys.stdout.write
     _stream(value, expand, 0, write)
@@ -140,6 +148,9 @@ def stream_json(value: Any, *, expand: int = 2) -> None:
 
 
 def _stream(value: Any, expand: int, depth: int, write: Any) -> None:
+    if isinstance(value, RawJson):
+        write(value.text)
+        return
     lazy = isinstance(value, Lazy)
     is_map = isinstance(value, dict) or (lazy and value.mapping)
     if depth >= expand or not (lazy or isinstance(value, dict | list)):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -168,6 +169,10 @@ def test_engine_matches_the_naive_reference(spec: Spec) -> None:
             assert row.effect(catalog.index[(server, tool)]) == naive(
                 spec, agent, server, tool, True
             )
+        # The whole row at once (policy matrix), as a list and as the JSON it streams.
+        wanted = [naive(spec, agent, t.server, t.tool, True) for t in catalog.tools]
+        assert row.effects(len(catalog)) == wanted
+        assert json.loads(row.effects_json(len(catalog))) == wanted
 
 
 def permitted(policy: Policy, agent: str) -> set[tuple[str, str, str]]:

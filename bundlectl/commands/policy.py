@@ -13,6 +13,7 @@ from bundlectl.output import (
     Format,
     Lazy,
     MatrixFormat,
+    RawJson,
     emit_json,
     note,
     out,
@@ -153,7 +154,7 @@ def matrix(config: Path | None, agents: list[str], *, fmt: MatrixFormat) -> int:
         fmt is MatrixFormat.json
     ):  # one agent's column at a time: 3,000 x 5,000 cells are never held whole
         size = len(catalog)
-        effects = Lazy(((row.agent, row.effects(size)) for row in rows), mapping=True)
+        effects = Lazy(((row.agent, RawJson(row.effects_json(size))) for row in rows), mapping=True)
         stream_json(
             {
                 "format_version": JSON_FORMAT_VERSION,
