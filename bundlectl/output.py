@@ -148,13 +148,10 @@ def stream_json(value: Any, *, expand: int = 2) -> None:
 
 
 def _stream(value: Any, expand: int, depth: int, write: Any) -> None:
-    if isinstance(value, RawJson):
-        write(value.text)
-        return
     lazy = isinstance(value, Lazy)
     is_map = isinstance(value, dict) or (lazy and value.mapping)
     if depth >= expand or not (lazy or isinstance(value, dict | list)):
-        write(json.dumps(_materialise(value), ensure_ascii=False))
+        write(_one_line(value))
         return
     items: Iterable[Any] = value.items if lazy else (value.items() if is_map else value)
     pad = "  " * (depth + 1)
@@ -171,6 +168,18 @@ def _stream(value: Any, expand: int, depth: int, write: Any) -> None:
     if not first:
         write("\n" + "  " * depth)
     write("}" if is_map else "]")
+
+
+def _one_line(value: Any) -> str:
+    """`value` as JSON on one line; a mapping's `RawJson` members are written as they are."""
+    if isinstance(value, dict) and any(isinstance(v, RawJson) for v in value.values()):
+        members = (
+            f"{json.dumps(str(k), ensure_ascii=False)}: {_one_line(v)}" for k, v in value.items()
+        )
+        return "{" + ", ".join(members) + "}"
+    if isinstance(value, RawJson):
+        return value.text
+    return json.dumps(_materialise(value), ensure_ascii=False)
 
 
 def _materialise(value: Any) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -15,6 +14,7 @@ from bundlectl.errors import InputFileError, Problem, ResolutionError, UsageErro
 from bundlectl.models import ProjectConfig
 from bundlectl.registry import Registry
 from bundlectl.requirements import requirement_name
+from bundlectl.suggest import Suggester
 from bundlectl.validation import validate_doc
 from bundlectl.yamlio import YamlDoc, parse_yaml, read_yaml
 
@@ -71,7 +71,7 @@ class Project:
         for index, text in enumerate(self.config.bundles):
             name = requirement_name(text)
             if name not in known:
-                close = difflib.get_close_matches(name, known, n=1)
+                close = Suggester(known).closest(name)
                 problem = self.doc.problem(
                     ("bundles", index),
                     f"no bundle named {name!r} in any registry",

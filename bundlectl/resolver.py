@@ -7,7 +7,6 @@ the order of the requirements, then of each manifest's `requires`.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -17,6 +16,7 @@ from packaging.version import Version
 
 from bundlectl.errors import ResolutionError
 from bundlectl.requirements import parse_requirement
+from bundlectl.suggest import Suggester
 
 
 class Repository(Protocol):
@@ -173,7 +173,7 @@ def resolve(
     known = set(repo.names())
     for item in requirements:
         if item.name not in known:
-            close = difflib.get_close_matches(item.name, sorted(known), n=3)
+            close = Suggester(known).closest(item.name, n=3)
             hint = f"did you mean {', '.join(close)}?" if close else "`bundlectl list` shows them"
             raise ResolutionError(
                 f"no bundle named {item.name!r} in any registry (required by {item.imposed_by})",

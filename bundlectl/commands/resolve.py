@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from bundlectl.catalog import agent_row
 from bundlectl.describe import endpoint, server_json
 from bundlectl.errors import UsageError
-from bundlectl.output import JSON_FORMAT_VERSION, Format, Lazy, note, out, stream_json
+from bundlectl.output import JSON_FORMAT_VERSION, Format, Lazy, RawJson, note, out, stream_json
+from bundlectl.policy import Rule
 from bundlectl.project import Resolution, load_project, resolve_project
 
 
@@ -21,7 +23,7 @@ def run(config: Path | None, *, agents: list[str], fmt: Format) -> int:
             f"unknown agent: {', '.join(unknown)}",
             hint=f"agents: {', '.join(policy.agents) or 'none defined'}",
         )
-    data = _data(resolution, agents or policy.agents)
+    data = _data(resolution, agents or policy.agents, encoded=fmt is Format.json)
     if fmt is Format.json:
         stream_json(data, expand=2)  # agent by agent: thousands of agents are never held whole
     else:
@@ -31,25 +33,41 @@ def run(config: Path | None, *, agents: list[str], fmt: Format) -> int:
     return 0
 
 
-def _data(resolution: Resolution, agents: list[str]) -> dict[str, Any]:
+def _data(resolution: Resolution, agents: list[str], *, encoded: bool) -> dict[str, Any]:
+    """What `resolve` shows. With `encoded`, each agent's rules are JSON text already: an agent
+    lists every rule it inherits, so one rule of a long `extends` chain is shown by thousands of
+    agents and is encoded once (`RawJson`)."""
     merged, config = resolution.merged, resolution.project.config
     catalog = resolution.catalog
     policy = resolution.policy
 
+    def rule_json(rule: Rule) -> dict[str, Any]:
+        return {
+            "effect": rule.effect,
+            "rule": rule.pattern,
+            "source": str(rule.origin),
+            "from_agent": rule.agent,
+        }
+
+    texts: dict[int, str] = {}  # id(rule) -> its JSON; the policy keeps every rule alive
+    if encoded:
+        for spec in policy.set.agents.values():
+            for rule in spec.rules:
+                texts[id(rule)] = json.dumps(rule_json(rule), ensure_ascii=False)
+        for rule in policy.set.global_deny:
+            texts[id(rule)] = json.dumps(rule_json(rule), ensure_ascii=False)
+
     def agent(name: str) -> dict[str, Any]:
         compiled = policy.agent(name)
         row = agent_row(compiled, catalog)
+        rules: Any
+        if encoded:
+            rules = RawJson("[" + ", ".join(map(texts.__getitem__, map(id, compiled.rules))) + "]")
+        else:
+            rules = [rule_json(r) for r in compiled.rules]
         return {
             "extends": compiled.chain[1:],
-            "rules": [
-                {
-                    "effect": r.effect,
-                    "rule": r.pattern,
-                    "source": str(r.origin),
-                    "from_agent": r.agent,
-                }
-                for r in compiled.rules
-            ],
+            "rules": rules,
             "allow": catalog.names(row.allow),
             "ask": catalog.names(row.ask),
         }

@@ -22,6 +22,7 @@ from bundlectl.executor.stdio import Child, child_transport
 from bundlectl.expand import child_environment, expand
 from bundlectl.models import ServerSpec
 from bundlectl.servers import BUILTIN
+from bundlectl.suggest import Suggester
 
 
 @dataclass
@@ -283,9 +284,7 @@ def classify(exc: BaseException, target: Target) -> BundlectlError | None:
 
 
 def missing_tool(name: str, tool: str, available: list[str]) -> ToolCallError:
-    import difflib
-
-    close = difflib.get_close_matches(tool, available, n=3, cutoff=0.5)
+    close = Suggester(available).closest(tool, n=3, cutoff=0.5)
     hint = (
         f"did you mean {', '.join(f'{name}.{c}' for c in close)}?"
         if close

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterator
 
 from bundlectl.catalog import Catalog
@@ -27,7 +26,7 @@ def unknown_bundles(ctx: Context) -> Iterator[Finding]:
         for index, text in enumerate(requirements):
             name = requirement_name(text)
             if name not in known:
-                close = difflib.get_close_matches(name, sorted(known), n=1)
+                close = Suggester(known).closest(name)
                 hint = f"did you mean {close[0]}?" if close else None
                 yield at(
                     "BCL101",
