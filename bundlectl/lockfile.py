@@ -100,6 +100,8 @@ def _quote(text: str) -> str:
     """A YAML double-quoted scalar: JSON escapes, plus YAML's \\u/\\U escapes for whatever
     is not printable (YAML forbids such characters raw, and surrogate pairs escaped)."""
     body = json.dumps(text, ensure_ascii=False)[1:-1]
+    if body.isprintable():  # nearly always: one check in C instead of one per character
+        return f'"{body}"'
     return (
         '"'
         + "".join(

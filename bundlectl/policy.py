@@ -314,10 +314,9 @@ def canonical_policy(policy_set: PolicySet) -> tuple[dict[str, object], dict[str
     flat = _flattened(policy_set.agents)
     agents: dict[str, object] = {}
     for name in sorted(policy_set.agents):
-        by_effect: dict[str, list[str]] = {effect: [] for effect in EFFECTS}
-        for effect, pattern in flat[name]:
-            by_effect[effect].append(pattern)
-        agents[name] = {effect: sorted(patterns) for effect, patterns in by_effect.items()}
+        agents[name] = {
+            effect: sorted(patterns) for effect, patterns in zip(EFFECTS, flat[name], strict=True)
+        }
     settings: dict[str, object] = {
         "default": policy_set.default,
         "deny": sorted({r.pattern for r in policy_set.global_deny}),
@@ -326,10 +325,14 @@ def canonical_policy(policy_set: PolicySet) -> tuple[dict[str, object], dict[str
     return settings, agents
 
 
-def _flattened(agents: Mapping[str, AgentSpec]) -> dict[str, frozenset[tuple[str, str]]]:
-    """Each agent's (effect, pattern) set with everything it inherits, each parent's set built
-    once (children reuse it) instead of walking every agent's whole ancestry."""
-    done: dict[str, frozenset[tuple[str, str]]] = {}
+_Flat = tuple[frozenset[str], frozenset[str], frozenset[str]]  # patterns per effect, EFFECTS order
+
+
+def _flattened(agents: Mapping[str, AgentSpec]) -> dict[str, _Flat]:
+    """Each agent's patterns per effect with everything it inherits, each parent's sets built
+    once (children reuse them) instead of walking every agent's whole ancestry."""
+    done: dict[str, _Flat] = {}
+    nothing: _Flat = (frozenset(), frozenset(), frozenset())
     for root in agents:
         stack = [(root, False)]
         active: set[str] = set()
@@ -345,8 +348,15 @@ def _flattened(agents: Mapping[str, AgentSpec]) -> dict[str, frozenset[tuple[str
                 stack.extend((p, False) for p in parents if p not in active)
                 continue
             active.discard(name)
-            own = frozenset((r.effect, r.pattern) for r in agents[name].rules)
-            done[name] = own.union(*(done.get(p, frozenset()) for p in parents))
+            rules = agents[name].rules
+            inherited = [done.get(p, nothing) for p in parents]
+            deny, ask, allow = (
+                frozenset(r.pattern for r in rules if r.effect == effect).union(
+                    *(flat[i] for flat in inherited)
+                )
+                for i, effect in enumerate(EFFECTS)
+            )
+            done[name] = (deny, ask, allow)
     return done
 
 

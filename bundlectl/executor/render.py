@@ -10,6 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bundlectl.output import pretty_json
+
 TEXT_LIMIT = 1_000_000
 # Types the platform's mimetypes table often lacks.
 _EXTENSIONS = {
@@ -95,7 +97,7 @@ def render_text(result: Any, outdir: OutputDir, stem: str) -> list[str]:
         and "".join(texts) == structured["result"]
     )
     if structured is not None and not wrapped:  # {"result": text} only repeats the text
-        lines.append(json.dumps(structured, indent=2, ensure_ascii=False))
+        lines.append(pretty_json(structured))
     return lines
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 from bundlectl.catalog import agent_row
 from bundlectl.lint.context import Context, at
 from bundlectl.lint.rules import Finding
 from bundlectl.models import ProjectConfig
-from bundlectl.policy import Rule
+from bundlectl.policy import CompiledAgent, Rule
 from bundlectl.project import Resolution
 from bundlectl.yamlio import YamlDoc, YamlPath
 
@@ -24,8 +25,9 @@ def _parts(ctx: Context) -> tuple[Resolution, YamlDoc, ProjectConfig] | None:
 def _own_rules(resolution: Resolution, agent: str) -> list[tuple[YamlPath, Rule]]:
     """The agent's rules written in the config, with their YAML paths."""
     out: list[tuple[YamlPath, Rule]] = []
+    spec = resolution.policy.set.agents.get(agent)
     position = dict.fromkeys(("allow", "ask", "deny"), 0)
-    for rule in resolution.policy.agent(agent).rules:
+    for rule in spec.rules if spec is not None else ():
         if rule.agent == agent and rule.origin.bundle is None:
             out.append((("agents", agent, rule.effect, position[rule.effect]), rule))
             position[rule.effect] += 1
@@ -39,23 +41,24 @@ def overridden_and_shadowed(ctx: Context) -> Iterator[Finding]:
         return
     resolution, doc, model = parts
     catalog = resolution.catalog
+    cover = _Cover(resolution)
     for agent in model.agents:
-        rules = resolution.policy.agent(agent).rules
-        # Each rule of the chain with its mask and place, once per agent (a long `extends`
-        # chain has hundreds; each of the agent's own rules is compared with all of them).
-        masked = [(rule, catalog.mask(rule.pattern)) for rule in rules]
-        place = {id(rule): i for i, rule in enumerate(rules)}
-        denied = 0
-        for rule, mask in masked:
-            if rule.effect == "deny":
-                denied |= mask
-        for path, rule in _own_rules(resolution, agent):
+        own = _own_rules(resolution, agent)
+        if not own:
+            continue
+        compiled = resolution.policy.agent(agent)
+        denied = cover.denied(agent)
+        for path, rule in own:
             mask = catalog.mask(rule.pattern)
             if not mask:
                 continue
             if rule.effect != "deny" and mask & ~denied == 0:
-                deniers = [r for r, theirs in masked if r.effect == "deny" and theirs & mask]
-                by = ", ".join(r.label for r in deniers[:3])
+                deniers = (
+                    r
+                    for r in compiled.rules
+                    if r.effect == "deny" and catalog.mask(r.pattern) & mask
+                )
+                by = ", ".join(r.label for r in itertools.islice(deniers, 3))
                 yield at(
                     "BCL201",
                     doc,
@@ -64,29 +67,69 @@ def overridden_and_shadowed(ctx: Context) -> Iterator[Finding]:
                     anchor=rule.pattern,
                 )
                 continue
-            cover = _covering(rule, masked, place, mask)
-            if cover is not None:
+            covering = cover.first(compiled, rule, mask)
+            if covering is not None:
                 yield at(
                     "BCL202",
                     doc,
                     path,
                     f"{rule.effect} rule {rule.pattern!r} is covered "
-                    f"by {cover.pattern!r} ({cover.origin})",
+                    f"by {covering.pattern!r} ({covering.origin})",
                     anchor=rule.pattern,
                 )
 
 
-def _covering(
-    rule: Rule, masked: list[tuple[Rule, int]], place: dict[int, int], mask: int
-) -> Rule | None:
-    """The first other rule of the same effect whose tools include all of `rule`'s (an equal
-    one only when written earlier)."""
-    for other, theirs in masked:
-        if other is rule or other.effect != rule.effect or mask & ~theirs:
-            continue
-        if theirs != mask or place[id(other)] < place[id(rule)]:
-            return other
-    return None
+class _Cover:
+    """Which rule of an agent's chain covers another, without comparing it with every rule.
+
+    A chain of a long `extends` line holds hundreds of rules. Each member's own rules are
+    joined into one mask per effect, once; a member whose mask does not hold all of a rule's
+    tools cannot have a single rule that does, so it is skipped with one integer operation.
+    """
+
+    def __init__(self, resolution: Resolution) -> None:
+        self.catalog = resolution.catalog
+        self.specs = resolution.policy.set.agents
+        self.global_deny = resolution.policy.set.global_deny
+        self._unions: dict[str, dict[str, int]] = {}
+
+    def denied(self, agent: str) -> int:
+        """Every tool a deny rule of the agent's chain or policy.deny matches."""
+        inherited = self.catalog.inherited_masks(self.specs, agent)[0]
+        return inherited | self.catalog.rules_mask(self.global_deny)
+
+    def _union(self, member: str) -> dict[str, int]:
+        union = self._unions.get(member)
+        if union is None:
+            union = self._unions[member] = dict.fromkeys(("allow", "ask", "deny"), 0)
+            for rule in self.specs[member].rules:
+                union[rule.effect] |= self.catalog.mask(rule.pattern)
+        return union
+
+    def first(self, compiled: CompiledAgent, rule: Rule, mask: int) -> Rule | None:
+        """The first other rule of `rule`'s effect, in the chain's order, whose tools include
+        all of `rule`'s (one with the same tools only when written before it)."""
+        before = True  # `rule` belongs to the chain's first member
+        for member in compiled.chain:
+            if mask & ~self._union(member)[rule.effect]:
+                before = False
+                continue
+            for other in self.specs[member].rules:
+                if other is rule:
+                    before = False
+                    continue
+                if other.effect != rule.effect:
+                    continue
+                theirs = self.catalog.mask(other.pattern)
+                if not mask & ~theirs and (theirs != mask or before):
+                    return other
+            before = False
+        if rule.effect == "deny":
+            for other in self.global_deny:
+                theirs = self.catalog.mask(other.pattern)
+                if not mask & ~theirs and theirs != mask:
+                    return other
+        return None
 
 
 def permits_nothing(ctx: Context) -> Iterator[Finding]:

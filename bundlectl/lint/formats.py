@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import Any
 
 from bundlectl import __version__
 from bundlectl.lint.rules import RULES, Finding
+from bundlectl.output import pretty_json
 
 JSON_VERSION = 1
 
@@ -52,7 +52,7 @@ def as_json(findings: list[Finding]) -> str:
         ],
         "summary": dict(Counter(f.severity for f in findings)),
     }
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    return pretty_json(data) + "\n"
 
 
 _LEVEL = {"error": "error", "warning": "warning", "info": "note"}
@@ -122,7 +122,7 @@ def sarif(findings: list[Finding]) -> str:
             }
         ],
     }
-    return json.dumps(log, indent=2, ensure_ascii=False) + "\n"
+    return pretty_json(log) + "\n"
 
 
 def _escape_data(value: str) -> str:
