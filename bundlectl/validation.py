@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import types
 import typing
 from dataclasses import replace
@@ -13,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 from bundlectl.errors import InputFileError, Problem
 from bundlectl.models import ServerSpec
 from bundlectl.requirements import NAME_RE
+from bundlectl.suggest import Suggester
 from bundlectl.yamlio import YamlDoc, YamlPath
 
 M = TypeVar("M", bound=BaseModel)
@@ -60,7 +60,7 @@ def problems_from(exc: ValidationError, doc: YamlDoc, model: type[BaseModel]) ->
         if kind == "extra_forbidden":
             key = str(path[-1])
             allowed = allowed_keys(model, path[:-1])
-            close = difflib.get_close_matches(key, allowed, n=1)
+            close = Suggester(allowed).closest(key)
             message = f"unknown key {key!r}"
             if close:
                 message += f"; did you mean {close[0]!r}?"

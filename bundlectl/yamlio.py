@@ -1,17 +1,19 @@
 """YAML in: plain data plus the position of every node, duplicate keys reported, never lost.
 
-We compose the node graph ourselves instead of using a constructor so that every key and value
-keeps its 1-based line/column, every duplicate key is a problem (not last-one-wins), and lint can
-see how each scalar was written (BCL004).
+We build the data from the parser's events ourselves instead of using a constructor so that
+every key and value keeps its 1-based line/column, every duplicate key is a problem (not
+last-one-wins), lint can see how each scalar was written (BCL004), and a tag, alias or value
+that cannot be read is a positioned problem, never an exception.
 """
 
 from __future__ import annotations
 
+import binascii
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
@@ -19,10 +21,16 @@ from ruamel.yaml.events import (
     AliasEvent,
     CollectionEndEvent,
     CollectionStartEvent,
+    DocumentStartEvent,
     Event,
+    MappingEndEvent,
+    MappingStartEvent,
     ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+    StreamEndEvent,
 )
-from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from ruamel.yaml.nodes import ScalarNode
 
 from bundlectl.errors import InputFileError, Problem
 
@@ -40,9 +48,8 @@ _YAML11_AMBIGUOUS = re.compile(
 )
 
 
-@dataclass(frozen=True)
-class Span:
-    """Where a node starts and ends, 1-based."""
+class Span(NamedTuple):
+    """Where a node starts and ends, 1-based (a tuple: made once per node of every file)."""
 
     line: int
     column: int
@@ -108,114 +115,302 @@ def format_path(path: YamlPath) -> str:
     return out
 
 
-def _span(node: Node) -> Span:
-    start, end = node.start_mark, node.end_mark
-    return Span(start.line + 1, start.column + 1, end.line + 1, end.column + 1)
+def _span(start: Event, end: Event) -> Span:
+    first, last = start.start_mark, end.end_mark
+    return Span(first.line + 1, first.column + 1, last.line + 1, last.column + 1)
+
+
+_YAML_TAGS = "tag:yaml.org,2002:"
+_COLLECTION_TAGS = frozenset(_YAML_TAGS + t for t in ("map", "seq", "set", "omap", "pairs"))
+_Resolvers = dict[str | None, list[tuple[str, re.Pattern[str]]]]
+
+
+def _implicit_resolvers(version: tuple[int, int] | None) -> _Resolvers:
+    """ruamel's table of plain-scalar patterns (first character → (tag, regex)) for a version."""
+    from ruamel.yaml.resolver import VersionedResolver
+
+    table: _Resolvers = VersionedResolver(version=version or (1, 2)).versioned_resolver
+    return table
 
 
 class _Builder:
-    def __init__(self, doc: YamlDoc) -> None:
-        self.doc = doc
-        self.constructor = YAML(typ="safe", pure=True).constructor
+    """Plain data and positions from the parser's event stream, in one pass.
 
-    def build(self, node: Node, path: YamlPath) -> Any:
-        self.doc.values[path] = _span(node)
-        if isinstance(node, MappingNode):
-            return self._mapping(node, path)
-        if isinstance(node, SequenceNode):
-            return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
-        value = self.constructor.construct_object(node, deep=True)
-        plain = isinstance(node, ScalarNode) and not node.style  # unquoted
-        if plain and (node.tag != _STR_TAG or _YAML11_AMBIGUOUS.match(str(node.value))):
-            self.doc.plain_scalars[path] = PlainScalar(str(node.value), node.tag or "")
+    Composing a node graph first cost more than the parse itself on large files (a node and a
+    resolver call per scalar); here strings, by far the most common scalar, are taken from their
+    event as they are, and only other tagged values go through ruamel's constructor. Aliases
+    are expanded by building the anchored events again (`_scan` has bounded how much that adds).
+    """
+
+    def __init__(self, doc: YamlDoc, events: list[Event]) -> None:
+        self.doc = doc
+        self.events = events
+        self.anchors: dict[str, int] = {}  # anchor → index of the event that starts its node
+        self.open: set[int] = set()  # where the collections being built start
+        self.replaying = 0  # inside an alias: its anchors are not defined again
+        self.resolvers = _implicit_resolvers(None)
+        self._constructor: Any = None
+
+    def document(self) -> Any:
+        events = self.events
+        if len(events) < 3 or not isinstance(events[1], DocumentStartEvent):
+            return None  # an empty stream
+        self.resolvers = _implicit_resolvers(events[1].version)
+        value, after = self.node(2, ())
+        after += 1  # the DocumentEndEvent
+        if after < len(events) and not isinstance(events[after], StreamEndEvent):
+            self._problem(
+                events[after],
+                "YAML syntax error: expected a single document in the stream: "
+                "but found another document",
+                "keep one YAML document per file (remove the extra `---`)",
+                "yaml_syntax",
+            )
+            return None
         return value
 
-    def _mapping(self, node: MappingNode, path: YamlPath) -> dict[Any, Any]:
+    def node(self, index: int, path: YamlPath) -> tuple[Any, int]:
+        """The value of the node starting at `index`, and the index just after it."""
+        event = self.events[index]
+        if isinstance(event, AliasEvent):
+            target = self._target(event)
+            if target is not None:
+                self.replaying += 1
+                value, _ = self.node(target, path)
+                self.replaying -= 1
+                return value, index + 1
+            return None, index + 1
+        if not isinstance(event, ScalarEvent | CollectionStartEvent):
+            raise AssertionError(f"unexpected {type(event).__name__} in a node")
+        if event.anchor is not None and not self.replaying:
+            self.anchors[event.anchor] = index
+        if isinstance(event, ScalarEvent):
+            self.doc.values[path] = _span(event, event)
+            return self._scalar(event, path), index + 1
+        self._collection_tag(event)
+        self.open.add(index)
+        if isinstance(event, MappingStartEvent):
+            value, end = self._mapping(index, path)
+        else:
+            value, end = self._sequence(index, path)
+        self.open.discard(index)
+        self.doc.values[path] = _span(event, self.events[end])
+        return value, end + 1
+
+    def _target(self, alias: AliasEvent) -> int | None:
+        """Where an alias's anchor starts, or None (a problem) when it cannot be used."""
+        target = self.anchors.get(alias.anchor)
+        if target is None:
+            self._problem(
+                alias,
+                f"YAML syntax error: found undefined alias {alias.anchor!r}",
+                f"define &{alias.anchor} before the first *{alias.anchor}",
+                "yaml_syntax",
+            )
+        elif target in self.open:
+            self._problem(
+                alias,
+                f"alias *{alias.anchor} is inside the node it names (a structure that "
+                "contains itself)",
+                "write the values out; bundlectl files cannot be recursive",
+                "yaml_limit",
+            )
+            return None
+        return target
+
+    def _scalar(self, event: ScalarEvent, path: YamlPath) -> Any:
+        text, tag, plain = event.value, event.tag, not event.style
+        if tag is None or tag == "!":
+            tag = self._resolve(text) if plain and event.implicit[0] else _STR_TAG
+        value: Any = text
+        if tag != _STR_TAG:
+            value = self._construct(event, tag)
+        if plain and (tag != _STR_TAG or _YAML11_AMBIGUOUS.match(text)):
+            self.doc.plain_scalars[path] = PlainScalar(text, tag)
+        return value
+
+    def _resolve(self, text: str) -> str:
+        for tag, pattern in self.resolvers.get(text[:1], []):
+            if pattern.match(text):
+                return tag
+        return _STR_TAG
+
+    def _construct(self, event: ScalarEvent, tag: str) -> Any:
+        """A non-string scalar (int, bool, null, float, timestamp, binary) by ruamel's rules."""
+        if not tag.startswith(_YAML_TAGS):
+            self._unknown_tag(event, tag)
+            return event.value
+        if self._constructor is None:
+            self._constructor = YAML(typ="safe", pure=True).constructor
+        node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)
+        try:
+            return self._constructor.construct_object(node, deep=True)
+        except (YAMLError, ValueError, TypeError, OverflowError, binascii.Error):
+            short = tag.removeprefix(_YAML_TAGS)
+            self._problem(
+                event,
+                f"{event.value!r} cannot be read as !!{short}",
+                f"fix the value, or remove the !!{short} tag",
+                "yaml_syntax",
+            )
+            return event.value
+
+    def _collection_tag(self, event: CollectionStartEvent) -> None:
+        tag = event.tag
+        if tag is not None and tag != "!" and tag not in _COLLECTION_TAGS:
+            self._unknown_tag(event, tag)
+
+    def _unknown_tag(self, event: Event, tag: str) -> None:
+        shown = "!!" + tag.removeprefix(_YAML_TAGS) if tag.startswith(_YAML_TAGS) else tag
+        self._problem(
+            event,
+            f"unknown YAML tag {shown}",
+            "bundlectl files hold plain values: remove the tag",
+            "yaml_syntax",
+        )
+
+    def _sequence(self, index: int, path: YamlPath) -> tuple[list[Any], int]:
+        items: list[Any] = []
+        events, at = self.events, index + 1
+        while not isinstance(events[at], SequenceEndEvent):
+            item, at = self.node(at, (*path, len(items)))
+            items.append(item)
+        return items, at
+
+    def _mapping(self, index: int, path: YamlPath) -> tuple[dict[Any, Any], int]:
         result: dict[Any, Any] = {}
-        first_seen: dict[Any, Span] = {}
-        for key_node, value_node in node.value:
-            if key_node.tag == _MERGE_TAG:
-                self._merge(result, value_node, path)
-                continue
-            if not isinstance(key_node, ScalarNode):
-                self.doc.problems.append(
-                    Problem(
-                        self.doc.file,
-                        *_pos(key_node),
+        first_seen: dict[str, Span] = {}
+        events, at = self.events, index + 1
+        while not isinstance(events[at], MappingEndEvent):
+            written = events[at]
+            key_event: Event | None = written
+            if isinstance(written, AliasEvent):
+                target = self._target(written)
+                key_event = events[target] if target is not None else None
+            if not isinstance(key_event, ScalarEvent):
+                if key_event is not None:
+                    self._problem(
+                        written,
                         "mapping keys must be plain scalars",
-                        _fmt(path),
+                        "write the key as a plain string",
+                        path=path,
                     )
-                )
+                at = self._skip(self._skip(at))  # the key and its value
                 continue
-            key = self.constructor.construct_object(key_node, deep=True)
-            if not isinstance(key, str):
-                key = str(key_node.value)
+            if written is key_event and key_event.anchor is not None and not self.replaying:
+                self.anchors[key_event.anchor] = at
+            if self._is_merge(key_event):
+                at = self._merge(at + 1, path, result)
+                continue
+            key = key_event.value
             if key in first_seen:
-                first = first_seen[key]
-                self.doc.problems.append(
-                    Problem(
-                        self.doc.file,
-                        *_pos(key_node),
-                        f"duplicate key {key!r} (first defined at line {first.line})",
-                        format_path((*path, key)),
-                        "remove one of the two entries; YAML would silently keep only one",
-                        "duplicate_key",
-                    )
+                self._problem(
+                    written,
+                    f"duplicate key {key!r} (first defined at line {first_seen[key].line})",
+                    "remove one of the two entries; YAML would silently keep only one",
+                    "duplicate_key",
+                    path=(*path, key),
                 )
+                at = self._skip(at + 1)
                 continue
-            first_seen[key] = _span(key_node)
-            self.doc.keys[(*path, key)] = first_seen[key]
-            result[key] = self.build(value_node, (*path, key))
-        return result
+            first_seen[key] = self.doc.keys[(*path, key)] = _span(key_event, key_event)
+            result[key], at = self.node(at + 1, (*path, key))
+        return result, at
 
-    def _merge(self, result: dict[Any, Any], value_node: Node, path: YamlPath) -> None:
-        sources = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
-        for source in sources:
-            if isinstance(source, MappingNode):
-                for key, value in self._mapping(source, path).items():
+    def _is_merge(self, key: ScalarEvent) -> bool:
+        if key.tag == _MERGE_TAG:
+            return True
+        return key.value == "<<" and not key.style and self._resolve("<<") == _MERGE_TAG
+
+    def _merge(self, index: int, path: YamlPath, result: dict[Any, Any]) -> int:
+        """`<<: *base` or `<<: [*a, *b]`: keys not written in the mapping itself come from the
+        named mappings (the first that has one wins). Returns the index after the value."""
+        events = self.events
+        written = events[index]
+        sources = [index]
+        if isinstance(written, SequenceStartEvent):
+            sources, at = [], index + 1
+            while not isinstance(events[at], SequenceEndEvent):
+                sources.append(at)
+                at = self._skip(at)
+        for written_at in sources:
+            start, source = events[written_at], written_at
+            replay = isinstance(start, AliasEvent)
+            if isinstance(start, AliasEvent):
+                target = self._target(start)
+                if target is None:
+                    continue
+                source = target
+            if isinstance(events[source], MappingStartEvent):
+                self.replaying += replay
+                merged, _ = self._mapping(source, path)
+                self.replaying -= replay
+                for key, value in merged.items():
                     result.setdefault(key, value)
+        return self._skip(index)
+
+    def _skip(self, index: int) -> int:
+        """The index just after the node that starts at `index`."""
+        events, depth = self.events, 0
+        while True:
+            event = events[index]
+            index += 1
+            if isinstance(event, CollectionStartEvent):
+                depth += 1
+            elif isinstance(event, CollectionEndEvent):
+                depth -= 1
+            if depth == 0:
+                return index
+
+    def _problem(
+        self,
+        event: Event,
+        message: str,
+        hint: str | None = None,
+        code: str = "",
+        *,
+        path: YamlPath = (),
+    ) -> None:
+        mark = event.start_mark
+        self.doc.problems.append(
+            Problem(
+                self.doc.file,
+                mark.line + 1,
+                mark.column + 1,
+                message,
+                format_path(path),
+                hint,
+                code,
+            )
+        )
 
 
-def _pos(node: Node) -> tuple[int, int]:
-    return node.start_mark.line + 1, node.start_mark.column + 1
+def _events(text: str, file: str) -> list[Event] | Problem:
+    """The parser's events, or the first limit they break (`_scan`, checked as they arrive).
 
-
-def _fmt(path: YamlPath) -> str:
-    return format_path(path)
-
-
-def _compose(text: str) -> Node | None:
-    """Compose with libyaml when it is installed (4-5x faster), else the pure parser.
-
-    libyaml rejects a few plain scalars that YAML 1.2 allows in flow sequences (`[gh?.x]`), so a
-    syntax error from it is checked again with the pure parser, which is the reference.
+    libyaml is used when it is installed (4-5x faster than pure Python); it rejects a few plain
+    scalars that YAML 1.2 allows in flow sequences (`[gh?.x]`), so a syntax error from it is
+    checked again with the pure parser, which is the reference.
     """
     try:
-        return YAML(typ="safe").compose(text)  # type: ignore[no-any-return]
+        events: list[Event] = []
+        return _scan(YAML(typ="safe").parse(text), file, events) or events
     except MarkedYAMLError:
-        return YAML(typ="safe", pure=True).compose(text)  # type: ignore[no-any-return]
+        events = []
+        return _scan(YAML(typ="safe", pure=True).parse(text), file, events) or events
 
 
-def _too_big(text: str, file: str) -> Problem | None:
-    """`_scan` with libyaml, or with the pure parser where libyaml gives up (as `_compose`)."""
-    try:
-        return _scan(YAML(typ="safe").parse(text), file)
-    except MarkedYAMLError:
-        return _scan(YAML(typ="safe", pure=True).parse(text), file)
-
-
-def _scan(events: Iterator[Event], file: str) -> Problem | None:
-    """Depth and alias expansion, measured on the event stream before anything recursive runs.
-
-    The composers (and our builder) recurse per level and the builder expands every alias, so
-    both are bounded here first: the parser's event stream is flat and costs about a third of a
-    compose.
+def _scan(events: Iterator[Event], file: str, kept: list[Event]) -> Problem | None:
+    """Depth and alias expansion, measured on the event stream (kept in `kept`) before
+    anything recursive runs: the builder recurses per level and expands every alias, so both
+    are bounded first, and a hostile file stops the parser at the event that breaks a limit.
     """
     depth = 0
     expanded: dict[str, int] = {}  # anchor → nodes it stands for once expanded
     open_sizes: list[tuple[str | None, int]] = []  # per open collection: anchor, nodes so far
     added = 0
     for event in events:
+        kept.append(event)
         if isinstance(event, CollectionStartEvent):
             depth += 1
             if depth > MAX_DEPTH:
@@ -267,11 +462,7 @@ def parse_yaml(text: str, file: str) -> YamlDoc:
     """Parse `text`; syntax errors and duplicate keys land in `doc.problems` (never raised)."""
     doc = YamlDoc(file=file, text=text)
     try:
-        limit = _too_big(text, file)
-        if limit is not None:
-            doc.problems.append(limit)
-            return doc
-        node = _compose(text)
+        events = _events(text, file)
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
@@ -293,8 +484,10 @@ def parse_yaml(text: str, file: str) -> YamlDoc:
     except YAMLError as exc:
         doc.problems.append(Problem(file, 1, 1, f"YAML error: {exc}", "", code="yaml_syntax"))
         return doc
-    if node is not None:
-        doc.data = _Builder(doc).build(node, ())
+    if isinstance(events, Problem):
+        doc.problems.append(events)
+        return doc
+    doc.data = _Builder(doc, events).document()
     return doc
 
 

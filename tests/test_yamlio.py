@@ -80,3 +80,50 @@ def test_deep_nesting_is_a_positioned_problem_in_flow_and_block_style() -> None:
     assert (problem.line, problem.message) == (101, "the document nests deeper than 100 levels")
     fine = parse_yaml("x: " + "[" * 99 + "]" * 99 + "\n", "f.yaml")
     assert fine.problems == []
+
+
+def test_tags_aliases_and_merge_keys_are_read() -> None:
+    import warnings
+
+    text = (
+        "a: !!int 5\nb: !!str 5\nc: !!binary aGVsbG8=\nd: 2026-11-23\n"
+        "base: &base {x: 1, y: 2}\n"
+        "m1: {<<: *base, y: 3}\n"
+        "m2: {<<: [*base, {z: 4}], x: 0}\n"
+        "first: &v 1\nagain: &v 2\nlast: *v\n"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a reused anchor is YAML, not a warning on stderr
+        doc = parse_yaml(text, "f.yaml")
+    assert doc.problems == []
+    assert doc.data["a"] == 5 and doc.data["b"] == "5" and doc.data["c"] == b"hello"
+    assert str(doc.data["d"]) == "2026-11-23"
+    assert doc.data["m1"] == {"x": 1, "y": 3}
+    assert doc.data["m2"] == {"x": 0, "y": 2, "z": 4}
+    assert doc.data["last"] == 2
+    assert doc.span(("m1", "x"))[:2] == (5, 17)  # a merged value is where it was written
+    assert doc.plain_scalars[("a",)].tag == "tag:yaml.org,2002:int"
+
+
+def test_tags_and_aliases_that_cannot_be_read_are_positioned_problems() -> None:
+    cases = {
+        "a: !foo bar\n": (1, 4, "unknown YAML tag !foo"),
+        "a: !!python/object:os.system {x: 1}\n": (
+            1,
+            4,
+            "unknown YAML tag !!python/object:os.system",
+        ),
+        "a: !!int x\n": (1, 4, "'x' cannot be read as !!int"),
+        "a: !!float one\n": (1, 4, "'one' cannot be read as !!float"),
+        "a: *nowhere\n": (1, 4, "YAML syntax error: found undefined alias 'nowhere'"),
+        "a: &x [1, *x]\n": (
+            1,
+            11,
+            "alias *x is inside the node it names (a structure that contains itself)",
+        ),
+        "? &k a\n: 1\n*k : 2\n": (3, 1, "duplicate key 'a' (first defined at line 1)"),
+        "? [a]\n: 1\n": (1, 3, "mapping keys must be plain scalars"),
+    }
+    for text, wanted in cases.items():
+        doc = parse_yaml(text, "f.yaml")
+        assert [(p.line, p.column, p.message) for p in doc.problems] == [wanted], text
