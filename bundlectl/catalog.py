@@ -104,7 +104,10 @@ class Catalog:
 
     def _compute(self, pattern: str, *, casefold: bool = False) -> int:
         server, tool = split_rule(pattern)
-        servers = [s for s in self.by_server if part_matches(server, s, casefold=casefold)]
+        if not casefold and not has_wildcard(server):
+            servers = [server] if server in self.by_server else []
+        else:
+            servers = [s for s in self.by_server if part_matches(server, s, casefold=casefold)]
         if not casefold and not has_wildcard(tool):
             return sum(1 << self.index[(s, tool)] for s in servers if (s, tool) in self.index)
         regex = compiled(tool, casefold=casefold)

@@ -7,6 +7,7 @@ talk to servers never pay for what they do not use (above all, the MCP SDK).
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 from dataclasses import dataclass
@@ -644,8 +645,14 @@ def main(argv: list[str] | None = None, *, fast_exit: bool = False) -> int:
     from bundlectl.errors import BundlectlError
 
     invocation = Invocation(fast_exit=fast_exit)
+    args = sys.argv[1:] if argv is None else argv
+    if fast_exit and _command_name(args) not in _LONG_RUNNING:
+        # The cyclic garbage collector finds next to nothing to free in a command that reads
+        # files and prints, yet on 3,000 agents it took a quarter of the time (collections
+        # triggered by millions of new objects); the process ends right after the command.
+        gc.disable()
     try:
-        run = _narrowed(sys.argv[1:] if argv is None else argv)
+        run = _narrowed(args)
         result = run(args=argv, prog_name="bundlectl", standalone_mode=False, obj=invocation)
     except typer.Exit as exc:
         return exc.exit_code
@@ -683,12 +690,9 @@ def _narrowed(args: list[str]) -> typer.Typer:
 
     from typer.main import get_command_name
 
-    position = 0
-    while position < len(args) and args[position].startswith("-"):
-        position += 2 if args[position] in _ROOT_VALUES else 1
-    if position >= len(args):
+    name = _command_name(args)
+    if name is None:
         return app
-    name = args[position]
     commands = [
         info
         for info in app.registered_commands
@@ -700,6 +704,18 @@ def _narrowed(args: list[str]) -> typer.Typer:
     narrow = copy.copy(app)
     narrow.registered_commands, narrow.registered_groups = commands, groups
     return narrow
+
+
+def _command_name(args: list[str]) -> str | None:
+    """The command word of a command line (after the root options), if there is one."""
+    position = 0
+    while position < len(args) and args[position].startswith("-"):
+        position += 2 if args[position] in _ROOT_VALUES else 1
+    return args[position] if position < len(args) else None
+
+
+# Commands that may run for hours (a gateway, a batch of calls): the collector stays on.
+_LONG_RUNNING = frozenset({"serve", "exec"})
 
 
 def _debug(invocation: Invocation) -> bool:

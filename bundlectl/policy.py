@@ -290,16 +290,15 @@ def _ancestors(agents: Mapping[str, AgentSpec], name: str) -> list[str]:
     """The agent and every ancestor, breadth-first, each once."""
     if name not in agents:
         return []
-    order, seen, queue = [name], {name}, deque([name])
-    while queue:
-        spec = agents.get(queue.popleft())  # an unknown parent is a load error reported elsewhere
+    order, seen = [name], {name}
+    for current in order:  # the list is the queue: it grows while it is walked
+        spec = agents.get(current)  # an unknown parent is a load error reported elsewhere
         if spec is None:
             continue
         for parent, _ in spec.extends:
             if parent not in seen:
                 seen.add(parent)
                 order.append(parent)
-                queue.append(parent)
     return order
 
 

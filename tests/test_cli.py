@@ -102,6 +102,36 @@ def test_commands_that_do_not_talk_to_servers_never_import_mcp(
     assert done.stdout.strip().endswith("NO-MCP"), (done.stdout[-200:], done.stderr[-500:])
 
 
+def test_the_console_script_collects_garbage_only_in_long_running_commands(
+    project: Path,
+) -> None:
+    """One-shot commands run without the cyclic collector (a quarter of lint's time at 3,000
+    agents); `serve` and `exec` may run for hours and keep it. `main()` as a library keeps it."""
+    import subprocess
+    import sys
+
+    script = (
+        "import gc, sys\nfrom bundlectl.cli import main\n"
+        "main(sys.argv[2:], fast_exit=sys.argv[1] == 'script')\nprint('GC', gc.isenabled())\n"
+    )
+
+    def collecting(how: str, *args: str) -> bool:
+        done = subprocess.run(
+            [sys.executable, "-c", script, how, *args],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return done.stdout.strip().splitlines()[-1] == "GC True"
+
+    assert not collecting("script", "list")
+    assert not collecting("script", "--config", "bundlectl.yaml", "lint")
+    assert collecting("script", "exec", "--help")
+    assert collecting("script", "serve", "--help")
+    assert collecting("library", "list")
+
+
 def test_config_option_before_or_after_the_command(
     project: Path, run: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -153,7 +153,10 @@ def run(targets: list[Path], config: Path | None, selection: Selection) -> list[
     kept = [f for f in findings if settings.wants(f.rule)]
     unused = suppress.apply(kept, suppressions)
     result = [f for f in kept if not f.suppressed] + [u for u in unused if settings.wants(u.rule)]
-    result = [replace(f, severity=settings.severity.get(f.rule, f.severity)) for f in result]
+    result = [
+        replace(f, severity=settings.severity[f.rule]) if f.rule in settings.severity else f
+        for f in result
+    ]
     return sorted(result, key=Finding.sort_key)
 
 
@@ -161,7 +164,8 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
     seen: set[tuple[str, str, int, int, str]] = set()
     out = []
     for f in findings:
-        key = (f.rule, f.file, f.line, f.column, f.message)
+        p = f.problem
+        key = (f.rule, p.file, p.line, p.column, p.message)
         if key not in seen:
             seen.add(key)
             out.append(f)

@@ -33,26 +33,28 @@ def text(findings: list[Finding]) -> str:
 def as_json(findings: list[Finding]) -> str:
     data = {
         "version": JSON_VERSION,
-        "findings": [
-            {
-                "rule": f.rule,
-                "name": RULES[f.rule].name,
-                "severity": f.severity,
-                "message": f.message,
-                "file": f.file,
-                "line": f.line,
-                "column": f.column,
-                "end_line": f.end_line,
-                "end_column": f.end_column,
-                "yaml_path": f.yaml_path,
-                "fingerprint": f.fingerprint,
-                "hint": f.hint,
-            }
-            for f in findings
-        ],
+        "findings": [_finding_json(f) for f in findings],
         "summary": dict(Counter(f.severity for f in findings)),
     }
     return pretty_json(data) + "\n"
+
+
+def _finding_json(f: Finding) -> dict[str, Any]:
+    p = f.problem
+    return {
+        "rule": f.rule,
+        "name": RULES[f.rule].name,
+        "severity": f.severity,
+        "message": p.message,
+        "file": p.file,
+        "line": p.line,
+        "column": p.column,
+        "end_line": f.end_line,
+        "end_column": f.end_column,
+        "yaml_path": p.yaml_path,
+        "fingerprint": f.fingerprint,
+        "hint": f.hint,
+    }
 
 
 _LEVEL = {"error": "error", "warning": "warning", "info": "note"}

@@ -307,4 +307,5 @@ class Finding:
         return hashlib.sha256(key.encode()).hexdigest()[:32]
 
     def sort_key(self) -> tuple[str, int, int, str]:
-        return (self.file, self.line, self.column, self.rule)
+        p = self.problem
+        return (p.file, p.line, p.column, self.rule)
