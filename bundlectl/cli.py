@@ -641,7 +641,8 @@ def main(argv: list[str] | None = None, *, fast_exit: bool = False) -> int:
     """Run the CLI and return its exit code; every expected failure ends in a message."""
     # pydantic scans every installed distribution for plugins on first use (~20 ms); bundlectl
     # uses none. Users can still opt in by setting the variable themselves.
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    if os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__") == "__all__":
+        _no_pydantic_plugins()
     from bundlectl.errors import BundlectlError
 
     invocation = Invocation(fast_exit=fast_exit)
@@ -704,6 +705,19 @@ def _narrowed(args: list[str]) -> typer.Typer:
     narrow = copy.copy(app)
     narrow.registered_commands, narrow.registered_groups = commands, groups
     return narrow
+
+
+def _no_pydantic_plugins() -> None:
+    """With plugins disabled, pydantic's plugin loader answers "none", but importing it imports
+    `importlib.metadata` first (~10 ms, a tenth of a command's start-up). A module with the same
+    answer stands in for it (tests/test_cli.py checks that pydantic still asks it)."""
+    name = "pydantic.plugin._loader"
+    if name not in sys.modules:
+        import types
+
+        loader = types.ModuleType(name, "pydantic plugins: disabled by bundlectl")
+        loader.get_plugins = tuple  # type: ignore[attr-defined]
+        sys.modules[name] = loader
 
 
 def _command_name(args: list[str]) -> str | None:

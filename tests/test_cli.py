@@ -78,7 +78,8 @@ def test_bugs_end_in_one_line_and_a_report(
 def test_commands_that_do_not_talk_to_servers_never_import_mcp(
     args: list[str], project: Path
 ) -> None:
-    """`import mcp` costs about a second; only exec, tools --live and server may pay it."""
+    """`import mcp` costs about a second; only exec, tools --live and server may pay it. Nor is
+    `importlib.metadata` (~10 ms) imported: pydantic's plugin loader would, to find none."""
     import subprocess
     import sys
 
@@ -90,7 +91,7 @@ def test_commands_that_do_not_talk_to_servers_never_import_mcp(
     )
     script = (
         "import sys\nfrom bundlectl.cli import main\ncode = main(sys.argv[1:])\n"
-        "print('MCP' if 'mcp' in sys.modules else 'NO-MCP')\n"
+        "print('MCP' if 'mcp' in sys.modules else 'NO-MCP', 'importlib.metadata' in sys.modules)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script, *args],
@@ -99,7 +100,7 @@ def test_commands_that_do_not_talk_to_servers_never_import_mcp(
         text=True,
         check=False,
     )
-    assert done.stdout.strip().endswith("NO-MCP"), (done.stdout[-200:], done.stderr[-500:])
+    assert done.stdout.strip().endswith("NO-MCP False"), (done.stdout[-200:], done.stderr[-500:])
 
 
 def test_the_console_script_collects_garbage_only_in_long_running_commands(
