@@ -187,6 +187,68 @@ def test_each_token_gets_its_own_agents_tools_and_nothing_else(
     assert READER_TOKEN not in everything and WRITER_TOKEN not in everything
 
 
+def test_tokens_follow_the_config_and_a_broken_token_keeps_the_last_good_one(
+    http_project: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rotating a token is an edit of bundlectl.yaml, applied from the next request without a
+    restart; an edit that leaves a token unusable keeps the tokens (and policy) in force."""
+    import httpx2
+
+    rotated = "reader-rotated-" + "n" * 30
+    monkeypatch.setenv("READER_TOKEN_NEXT", rotated)
+    config = http_project / "bundlectl.yaml"
+    listing = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    accept = {"Accept": "application/json, text/event-stream"}
+
+    def status(url: str, token: str) -> int:
+        headers = {**accept, "Authorization": f"Bearer {token}"}
+        return httpx2.post(f"{url}/mcp", json=listing, headers=headers, timeout=30).status_code
+
+    with gateway(http_project) as (url, proc):
+        assert status(url, READER_TOKEN) == 200 and status(url, rotated) == 401
+        config.write_text(config.read_text().replace("${READER_TOKEN}", "${READER_TOKEN_NEXT}"))
+        assert status(url, rotated) == 200 and status(url, READER_TOKEN) == 401
+        config.write_text(config.read_text().replace('"${READER_TOKEN_NEXT}"', '"short"'))
+        assert status(url, rotated) == 200  # the broken edit is not applied
+        assert status(url, WRITER_TOKEN) == 200
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    log = err.decode()
+    assert "reload failed" in log and "agents.reader.token is shorter than 16 characters" in log
+    assert rotated not in log and READER_TOKEN not in log
+
+
+def test_refused_requests_are_audited_ten_per_address_per_minute(
+    http_project: Path, isolated_home: Path
+) -> None:
+    """A flood of bad tokens cannot fill the disk: ten records, then one that counts the rest
+    (written when serving stops, or when the address's next minute begins)."""
+    import httpx2
+
+    with gateway(http_project) as (url, proc):
+        with httpx2.Client(timeout=30) as http:
+            codes = {
+                http.post(f"{url}/mcp", json={}, headers={"Authorization": "Bearer x"}).status_code
+                for _ in range(25)
+            }
+        proc.terminate()
+        proc.communicate(timeout=10)
+    assert codes == {401}
+    refused = [r for r in records(isolated_home) if r["outcome"] == "unauthorized"]
+    assert len(refused) == 11
+    assert all(r["remote"].startswith("127.0.0.1:") and "repeated" not in r for r in refused[:10])
+    assert refused[10]["remote"] == "127.0.0.1" and refused[10]["repeated"] == 15
+
+
 def test_healthz_digest_is_the_locks_policy_digest(
     http_project: Path, isolated_home: Path, run: Run
 ) -> None:

@@ -36,13 +36,13 @@ def run(
 
     from bundlectl.executor.gateway_http import access_for, bind, serve_http
 
-    access = access_for(pipeline, agent, host)
-    for name in [*access.tokens, *([access.open_agent] if access.open_agent else [])]:
-        resolution.policy.agent(name)
+    access = access_for(resolution, agent, host)
     sock = bind(host, port)
 
     async def http() -> None:
-        await serve_http(pipeline, access=access, sock=sock, mode=mode.value, stateless=stateless)
+        await serve_http(
+            pipeline, access=access, agent=agent, sock=sock, mode=mode.value, stateless=stateless
+        )
 
     runner.run(http)
     return 0

@@ -44,12 +44,14 @@ class AuditRecord:
     arguments_sha256: str | None = None
     via: str = "exec"  # the front door: exec, or serve
     remote: str | None = None  # serve over HTTP: the address of a refused request
+    repeated: int | None = None  # refused requests from `remote` not recorded one by one
 
     def as_json(self) -> str:
         data = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **vars(self)}
         data["duration_ms"] = round(self.duration_ms, 1)
-        if self.remote is None:
-            del data["remote"]
+        for optional in ("remote", "repeated"):
+            if data[optional] is None:
+                del data[optional]
         return json.dumps(data, ensure_ascii=False, sort_keys=False)
 
 

@@ -327,6 +327,9 @@ class Hub:
     quiet: bool = True
     log: Callable[[str], None] = lambda line: None
     agents: set[str] = field(default_factory=set)  # served agents: checked again on reload
+    # Checks a reloaded resolution before it is applied (HTTP: the agents' tokens) and applies
+    # its own part; raising a BundlectlError keeps the last good policy, as a broken file does.
+    vet: Callable[[Any], None] | None = None
     servers: dict[str, Downstream] = field(default_factory=dict)
     _names: dict[str, tuple[str, str]] | None = None  # gateway name → (server, tool)
     listeners: dict[int, Any] = field(default_factory=dict)  # a session of each connection
@@ -528,6 +531,8 @@ class Hub:
                 fresh = resolve_project(load_project(old.project.config_path))
                 for agent in sorted(self.agents):
                     fresh.policy.agent(agent)
+                if self.vet is not None:  # last: it may apply its part once nothing can fail
+                    self.vet(fresh)
             except BundlectlError as exc:
                 found = [p.render() for p in exc.problems] or [exc.message]
                 self.log(
@@ -914,13 +919,13 @@ def mcp_server(
     mode: str,
     agent_of: Callable[[Any], str],
     *,
-    state_keys: list[bytes] | None = None,
+    codec: Any = None,
 ) -> Any:
     """The gateway as an MCP server: `agent_of(ctx)` says whose view a request gets.
 
-    `state_keys`: the keys that seal the 2026-07-28 protocol's `requestState` (the pending
-    confirmation of an `ask` rule), shared by every replica of a stateless deployment; None: a
-    key of this process only.
+    `codec` seals the 2026-07-28 protocol's `requestState` (the pending confirmation of an
+    `ask` rule) with keys every replica of a stateless deployment shares
+    (`gateway_http.StateKeys`); None: a key of this process only.
     """
     from mcp.server.lowlevel import Server
     from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
@@ -994,7 +999,7 @@ def mcp_server(
         on_subscriptions_listen=_Listen(ListenHandler(hub.bus), hub, view),
     )
     security = (
-        RequestStateSecurity(keys=state_keys) if state_keys else RequestStateSecurity.ephemeral()
+        RequestStateSecurity(codec=codec) if codec is not None else RequestStateSecurity.ephemeral()
     )
     server.middleware.append(RequestStateBoundary(security, default_audience="bundlectl"))
     server.middleware.append(_ListingCache(hub, agent_of))

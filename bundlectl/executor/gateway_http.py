@@ -18,6 +18,7 @@ import ipaddress
 import json
 import os
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ import anyio
 from bundlectl.errors import UsageError
 from bundlectl.executor.gateway import Hub, _log_line, mcp_server
 from bundlectl.executor.pipeline import Pipeline
+from bundlectl.project import Resolution
 
 AGENT = "bundlectl.agent"  # the ASGI scope key the gate fills in for the handlers
 
@@ -60,20 +62,90 @@ class Access:
                 found = agent
         return found
 
-    def state_keys(self) -> list[bytes] | None:
+    @property
+    def agents(self) -> set[str]:
+        """Every agent this access lets in."""
+        return set(self.tokens) | ({self.open_agent} if self.open_agent else set())
+
+    def state_key(self) -> bytes | None:
         """The key that seals `requestState`: derived from the tokens, so replicas that share
         the configuration share it; None (a key of this process) when no agent has one."""
         if not self.tokens:
             return None
         material = "\0".join(f"{a}={t}" for a, t in sorted(self.tokens.items()))
-        return [hashlib.sha256(b"bundlectl request state\0" + material.encode()).digest()]
+        return hashlib.sha256(b"bundlectl request state\0" + material.encode()).digest()
 
 
-def access_for(pipeline: Pipeline, agent: str | None, host: str) -> Access:
-    """Read the agents' tokens (references expanded now; never logged) and check the address."""
+class StateKeys:
+    """The `requestState` codec, following the tokens: when they change on a reload, the key
+    derived from the new ones seals and the previous one still opens what it sealed (the
+    rotation ring the SDK's codec supports), so a pending confirmation survives a rotation."""
+
+    def __init__(self, access: Access) -> None:
+        self._key = access.state_key() or os.urandom(32)
+        self._ring = [self._key]
+        self._codec = self._make()
+
+    def _make(self) -> Any:
+        from mcp.server.request_state import AESGCMRequestStateCodec
+
+        return AESGCMRequestStateCodec(self._ring)
+
+    def rotate(self, access: Access) -> None:
+        key = access.state_key()
+        if key is not None and key != self._key:
+            self._key, self._ring = key, [key, self._ring[0]]
+            self._codec = self._make()
+
+    def seal(self, payload: bytes) -> str:
+        return str(self._codec.seal(payload))
+
+    def unseal(self, token: str) -> bytes:
+        return bytes(self._codec.unseal(token))
+
+
+class Refusals:
+    """Audit records of refused requests (401), at most `burst` per client address in each
+    `window` seconds: a flood of bad tokens cannot fill the disk. What was left out is counted
+    in one record (`repeated`) when that address's next window opens, or when serving stops."""
+
+    def __init__(self, hub: Hub, *, burst: int = 10, window: float = 60.0) -> None:
+        self.hub, self.burst, self.window = hub, burst, window
+        self._windows: dict[str, list[float]] = {}  # address → [opened, recorded, left out]
+
+    def refused(self, host: str, port: int) -> None:
+        now = time.monotonic()
+        state = self._windows.get(host)
+        if state is None or now - state[0] >= self.window:
+            if state is not None:
+                self._summary(host, state)
+            elif len(self._windows) >= 10_000:  # many addresses: close the expired windows
+                for old in [h for h, s in self._windows.items() if now - s[0] >= self.window]:
+                    self._summary(old, self._windows.pop(old))
+            state = self._windows[host] = [now, 0, 0]
+        if state[1] < self.burst:
+            state[1] += 1
+            self.hub.pipeline.audit.unauthorized(f"{host}:{port}")
+        else:
+            state[2] += 1
+
+    def flush(self) -> None:
+        for host, state in self._windows.items():
+            self._summary(host, state)
+        self._windows.clear()
+
+    def _summary(self, host: str, state: list[float]) -> None:
+        if state[2]:
+            self.hub.pipeline.audit.unauthorized(host, repeated=int(state[2]))
+            state[2] = 0
+
+
+def access_for(resolution: Resolution, agent: str | None, host: str) -> Access:
+    """Read the agents' tokens (references expanded now; never logged), check the address, and
+    that every agent served has a sound policy."""
     from bundlectl.expand import expand
 
-    config = pipeline.resolution.project.config
+    config = resolution.project.config
     tokens: dict[str, str] = {}
     for name, rules in config.agents.items():
         if rules.token is None or (agent is not None and name != agent):
@@ -107,25 +179,43 @@ def access_for(pipeline: Pipeline, agent: str | None, host: str) -> Access:
             f"agent {agent!r}'s tools",
             hint=f'bind 127.0.0.1, or set agents.{agent}.token: "${{TOKEN_VARIABLE}}"',
         )
+    for name in access.agents:
+        resolution.policy.agent(name)  # extends errors and the like: now, not on a call
     return access
 
 
 class Gate:
-    """ASGI middleware in front of `/mcp`: the bearer token picks the agent, or 401."""
+    """ASGI middleware in front of `/mcp`: the bearer token picks the agent, or 401.
 
-    def __init__(self, app: Any, access: Access, hub: Hub) -> None:
+    The tokens are read again with the config (`Hub.refresh` before each request): a token
+    edited, added or removed in bundlectl.yaml counts from the next request; an edit that
+    leaves a token unusable keeps the last good config, as any broken edit does.
+    """
+
+    def __init__(self, app: Any, access: Access, hub: Hub, agent: str | None, host: str) -> None:
         self.app, self.access, self.hub = app, access, hub
+        self.keys = StateKeys(access)
+        self.refusals = Refusals(hub)
+        self._agent, self._host = agent, host
+        hub.agents = access.agents
+        hub.vet = self._vet
+
+    def _vet(self, fresh: Resolution) -> None:
+        access = access_for(fresh, self._agent, self._host)  # raises: the old one stays
+        self.access, self.hub.agents = access, access.agents
+        self.keys.rotate(access)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
         from mcp.server.auth.provider import AccessToken
 
+        await self.hub.refresh()
         headers = dict(scope.get("headers") or [])
         raw = headers.get(b"authorization")
         agent = self.access.agent_for(raw.decode("latin-1") if raw else None)
         if agent is None:
             client = scope.get("client") or ("?", 0)
-            self.hub.pipeline.audit.unauthorized(f"{client[0]}:{client[1]}")
+            self.refusals.refused(str(client[0]), int(client[1]))
             body = json.dumps({"error": "unauthorized: send Authorization: Bearer <token>"})
             await send(
                 {
@@ -181,6 +271,7 @@ async def serve_http(
     pipeline: Pipeline,
     *,
     access: Access,
+    agent: str | None,
     sock: socket.socket,
     mode: str = "direct",
     stateless: bool = False,
@@ -202,15 +293,13 @@ async def serve_http(
 
     host, port = sock.getsockname()[:2]
     async with anyio.create_task_group() as group:
-        served = set(access.tokens) | ({access.open_agent} if access.open_agent else set())
-        hub = Hub(pipeline, group, log=_log_line, agents=served)
-        server = mcp_server(
-            hub, mode, lambda ctx: ctx.request.scope[AGENT], state_keys=access.state_keys()
-        )
+        hub = Hub(pipeline, group, log=_log_line)
+        gate = Gate(None, access, hub, agent, str(host))
+        server = mcp_server(hub, mode, lambda ctx: ctx.request.scope[AGENT], codec=gate.keys)
         manager = StreamableHTTPSessionManager(
             app=server, stateless=stateless, security_settings=_security(str(host))
         )
-        endpoint = Gate(AuthContextMiddleware(StreamableHTTPASGIApp(manager)), access, hub)
+        gate.app = AuthContextMiddleware(StreamableHTTPASGIApp(manager))
 
         async def healthz(request: Request) -> JSONResponse:
             await hub.refresh()
@@ -218,7 +307,7 @@ async def serve_http(
             return JSONResponse({"status": "ok", "policy_digest": digest})
 
         app = Starlette(
-            routes=[Route("/mcp", endpoint=endpoint), Route("/healthz", healthz)],
+            routes=[Route("/mcp", endpoint=gate), Route("/healthz", healthz)],
             lifespan=lambda app: manager.run(),
         )
         config = uvicorn.Config(
@@ -238,8 +327,11 @@ async def serve_http(
         shown = f"[{host}]" if ":" in str(host) else host
         _log_line(
             f"serving {mode} mode on http://{shown}:{port}/mcp"
-            f"{' (stateless)' if stateless else ''}; agents: {', '.join(sorted(served))}"
+            f"{' (stateless)' if stateless else ''}; agents: {', '.join(sorted(access.agents))}"
         )
-        with runner.on_stop(stop):
-            await web.serve(sockets=[sock])
+        try:
+            with runner.on_stop(stop):
+                await web.serve(sockets=[sock])
+        finally:
+            gate.refusals.flush()
         group.cancel_scope.cancel()

@@ -39,8 +39,9 @@ class AuditSink(Protocol):
         arguments: dict[str, Any] | None,
     ) -> None: ...
 
-    def unauthorized(self, remote: str) -> None:
-        """A request to the gateway without a valid token (no agent, no tool)."""
+    def unauthorized(self, remote: str, *, repeated: int | None = None) -> None:
+        """A request to the gateway without a valid token (no agent, no tool); `repeated`:
+        that many more from `remote`, counted instead of recorded one by one."""
 
 
 def default_agent(agent: str | None) -> str:
@@ -92,8 +93,10 @@ class AuditLog:
             arguments_sha256=audit.arguments_digest(arguments),
         )
 
-    def unauthorized(self, remote: str) -> None:
-        self._append("-", "-", "-", decision="deny", outcome="unauthorized", remote=remote)
+    def unauthorized(self, remote: str, *, repeated: int | None = None) -> None:
+        self._append(
+            "-", "-", "-", decision="deny", outcome="unauthorized", remote=remote, repeated=repeated
+        )
 
     def _append(self, agent: str, server: str, tool: str, **fields: Any) -> None:
         entry = audit.AuditRecord(
