@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 import warnings
@@ -200,6 +201,70 @@ def test_the_downstream_servers_stop_when_the_gateway_stops(faults: Path, tmp_pa
     serve_in_process(faults, "bot", script)
     [pid] = pids(tmp_path / "starts.txt")
     assert gone(pid, within=5.0)
+
+
+def test_a_restarted_server_is_subscribed_again(project: Path) -> None:
+    """A 2025-11-25 server forgets subscriptions with its session: after it crashes and the
+    gateway starts a new session, the client still hears about the resource it subscribed to."""
+    import subprocess
+
+    import mcp_types as types
+
+    from tests.test_exec import free_port, wait_for_port
+
+    uri, heard = "kitchen://counter", []
+    port = free_port()
+    argv = [PY, str(SERVERS / "kitchen.py"), "--transport", "streamable-http", "--port", str(port)]
+    env = {**os.environ, "KITCHEN_LEGACY": "1"}
+
+    def start() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port(port)
+        return proc
+
+    async def note(message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            heard.append(str(message.params.uri))
+
+    async def until_heard(count: int) -> None:
+        with anyio.fail_after(15):
+            while len(heard) < count:
+                await anyio.sleep(0.05)
+
+    processes = [start()]
+
+    async def bot(client: Any) -> list[str]:
+        with deprecated():
+            await client.subscribe_resource(uri)
+        await client.call_tool("kitchen__bump", {})
+        await until_heard(1)
+        first = processes[0]
+        first.kill()
+        await anyio.to_thread.run_sync(first.wait)
+        processes.append(await anyio.to_thread.run_sync(start))
+        with anyio.fail_after(15):  # the first call after the crash fails; a later one restarts
+            while (await client.call_tool("kitchen__bump", {})).is_error:
+                await anyio.sleep(0.2)
+        await until_heard(2)
+        return list(heard)
+
+    write(
+        project / "bundlectl.yaml",
+        f"""version: 1
+servers:
+  kitchen: {{transport: streamable-http, url: 'http://127.0.0.1:{port}/mcp'}}
+agents:
+  bot: {{allow: [kitchen.bump]}}
+policy: {{default: deny}}
+""",
+    )
+    try:
+        options = {"protocol": "legacy", "message_handler": note}
+        assert serve_in_process(project, "bot", bot, **options) == [uri, uri]
+    finally:
+        for proc in processes:
+            proc.kill()
+            proc.wait(10)
 
 
 @pytest.mark.parametrize("downstream", ["stdio", "legacy-http"])  # 2026-07-28 / 2025-11-25

@@ -158,6 +158,22 @@ class Relay:
             finally:
                 self.settled.set()
 
+    async def resubscribe(self, client: Any) -> None:
+        """A new session (a start after a crash, a restart after a reload): subscribe again to
+        the resources clients watch here. A 2025-11-25 server forgot them with its session; a
+        2026-07-28 one is told on the listen stream, which opens with `watched`."""
+        from mcp.shared.exceptions import MCPError
+
+        with anyio.move_on_after(5):
+            await self.settled.wait()
+        if self.modern:
+            return
+        for server, uri in list(self.hub.watchers):
+            if server == self.server:
+                with warnings.catch_warnings(), contextlib.suppress(MCPError):
+                    warnings.simplefilter("ignore")
+                    await client.subscribe_resource(uri)
+
     def rewatch(self) -> None:
         """The subscribed resources changed: open the listen stream again with them."""
         if self._listening is not None:
@@ -281,6 +297,7 @@ class Downstream:
                 if self.relay is not None:
                     self.relay.modern, self.relay.settled = None, anyio.Event()  # a new session
                     jobs.start_soon(self.relay.listen, client, listening)
+                    jobs.start_soon(self.relay.resubscribe, client)
                 async with receive:
                     async for job, reply, scope, ctx in receive:
                         if self.relay is not None:
