@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import threading
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -37,7 +36,7 @@ from bundlectl.errors import BundlectlError, Interrupted, ServerError
 from bundlectl.executor.call import CallOutcome, CallRequest, perform
 from bundlectl.executor.connect import Target, classify, connect, list_all_tools
 from bundlectl.executor.pipeline import Pipeline
-from bundlectl.executor.stdio import decode_message, pipe_lines, write_pipe
+from bundlectl.executor.stdio import decode_message, read_pipe, write_pipe
 from bundlectl.patterns import gateway_name
 from bundlectl.policy import Decision
 
@@ -1169,44 +1168,25 @@ async def _stdio() -> AsyncIterator[tuple[Any, Any]]:
     """Our stdin and stdout as the SDK's message streams.
 
     The SDK's own stdio server reads stdin in a worker thread that cannot be cancelled, so a
-    SIGTERM would wait for the client's next line; a daemon thread here is simply abandoned, and
-    the shutdown (every downstream server stopped) goes ahead at once.
+    SIGTERM would wait for the client's next line; here the event loop reads it (a daemon thread
+    when stdin is a file, simply abandoned), and the shutdown goes ahead at once.
     """
 
     read_send, read = anyio.create_memory_object_stream[Any](16)
     write, write_receive = anyio.create_memory_object_stream[Any](16)
-    token = anyio.lowlevel.current_token()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
 
-    def parse(line: bytes) -> Any:
+    def parse(line: bytes | bytearray) -> Any:
         try:
             return decode_message(line)
         except ValueError as exc:  # the SDK answers a malformed message with an error
             return exc
 
-    async def read_async(lines: AsyncIterator[bytes]) -> None:
+    async def reader() -> None:
         async with read_send:
-            async for line in lines:
+            async for line in await read_pipe(stdin):
                 if not line.isspace():
                     await read_send.send(parse(line))
-
-    def reader() -> None:  # when stdin is not a pipe (a file): a thread reads it
-        try:
-            for line in iter(stdin.readline, b""):
-                if not line.isspace():
-                    anyio.from_thread.run(read_send.send, parse(line), token=token)
-        except (
-            anyio.ClosedResourceError,
-            anyio.BrokenResourceError,
-            anyio.RunFinishedError,
-            RuntimeError,
-            OSError,
-            ValueError,
-        ):
-            pass
-        finally:
-            with contextlib.suppress(RuntimeError, anyio.RunFinishedError):
-                anyio.from_thread.run_sync(read_send.close, token=token)
 
     async def writer() -> None:
         async with write_receive:
@@ -1214,13 +1194,9 @@ async def _stdio() -> AsyncIterator[tuple[Any, Any]]:
                 data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                 await write_pipe(stdout, data.encode() + b"\n")
 
-    lines = await pipe_lines(stdin)
-    if lines is None:
-        threading.Thread(target=reader, name="gateway-stdin", daemon=True).start()
     async with anyio.create_task_group() as group:
         group.start_soon(writer)
-        if lines is not None:
-            group.start_soon(read_async, lines)
+        group.start_soon(reader)
         try:
             yield read, write
         finally:
