@@ -30,6 +30,7 @@ from bundlectl.output import (
     Names,
     ServeMode,
     ServeTransport,
+    err,
 )
 
 app = typer.Typer(
@@ -664,14 +665,14 @@ def main(argv: list[str] | None = None, *, fast_exit: bool = False) -> int:
         if callable(show):
             show()
         else:
-            sys.stderr.write(f"error: {exc.format_message()}\n")
+            err(f"error: {exc.format_message()}")
         return exc.exit_code
     except BundlectlError as exc:
         from bundlectl import error_handler
 
         return error_handler.failure(exc, debug=_debug(invocation))
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
+        err("interrupted")
         return 130
     except Exception as exc:
         from bundlectl import error_handler

@@ -9,24 +9,25 @@ import traceback
 
 from bundlectl import __version__, paths
 from bundlectl.errors import BundlectlError
+from bundlectl.output import err, status
 
 
 def failure(exc: BundlectlError, *, debug: bool = False) -> int:
     """`error: …` lines (one per problem), then `hint: …`; the error's exit code."""
     if debug:
-        traceback.print_exc()
+        status(traceback.format_exc())
     if exc.problems:
         for problem in exc.problems:
-            sys.stderr.write(f"error: {problem.render()}\n")
+            err(f"error: {problem.render()}")
             if problem.hint:
-                sys.stderr.write(f"  hint: {problem.hint}\n")
+                err(f"  hint: {problem.hint}")
     else:
         lines = exc.message.splitlines() or [""]
-        sys.stderr.write(f"error: {lines[0]}\n")
+        err(f"error: {lines[0]}")
         for line in lines[1:]:
-            sys.stderr.write(f"{line}\n")
+            err(line)
     if exc.hint:
-        sys.stderr.write(f"hint: {exc.hint}\n")
+        err(f"hint: {exc.hint}")
     return exc.exit_code
 
 
@@ -34,7 +35,7 @@ def crash(exc: BaseException, *, debug: bool = False) -> int:
     """A bug: one line, and the full report in a file ready to attach to an issue."""
     report = "".join(traceback.format_exception(exc))
     if debug:
-        sys.stderr.write(report)
+        status(report)
     target = paths.state_dir() / "crash.log"
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -45,5 +46,5 @@ def crash(exc: BaseException, *, debug: bool = False) -> int:
         where = str(target)
     except OSError:
         where = "(could not write the report; rerun with --debug)"
-    sys.stderr.write(f"internal error: {type(exc).__name__}: {exc} — report written to {where}\n")
+    err(f"internal error: {type(exc).__name__}: {exc} — report written to {where}")
     return 70

@@ -101,12 +101,34 @@ class Detail(str, Enum):
     full = "full"
 
 
+# Everything bundlectl writes to the terminal goes through these (the error funnel included).
+
+
 def out(line: str = "") -> None:
     sys.stdout.write(line + "\n")
 
 
+def write(text: str) -> None:
+    """Text on stdout as it is (a rendered report, a diff), flushed."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
 def err(line: str) -> None:
     sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def status(text: str) -> None:
+    """Text on stderr without a line break (a progress line redrawn with `\\r`)."""
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
+def ask(question: str) -> str:
+    """`question` on stderr, then the user's line from stdin ("" at the end of input)."""
+    status(question)
+    return sys.stdin.readline()
 
 
 def note(line: str) -> None:

@@ -55,3 +55,33 @@ def test_raw_json_members_are_written_as_they_are() -> None:
             "list": [{"rules": [{"effect": "allow"}], "n": 1}],
         }
         rows = Lazy(iter([("x", RawJson('["deny", "ask"]'))]), mapping=True)
+
+
+def test_only_the_output_module_writes_to_the_terminal() -> None:
+    """One place decides how bundlectl writes to stdout and stderr (flushing, prompts, the
+    error funnel): no other module calls print or writes to sys.stdout/sys.stderr itself."""
+    import ast
+    from pathlib import Path
+
+    import bundlectl
+
+    package = Path(bundlectl.__file__).parent
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "output.py" or "servers" in path.relative_to(package).parts:
+            continue  # built-in servers run as their own processes (stdout is their protocol)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            printing = isinstance(func, ast.Name) and func.id == "print"
+            writing = (
+                isinstance(func, ast.Attribute)
+                and func.attr in ("write", "writelines", "flush")
+                and isinstance(func.value, ast.Attribute)
+                and func.value.attr in ("stdout", "stderr")
+            )
+            traced = isinstance(func, ast.Attribute) and func.attr == "print_exc"
+            if printing or writing or traced:
+                found.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert found == []

@@ -9,7 +9,6 @@ validate the arguments → call with the timeout → print → audit. The steps 
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +22,7 @@ from bundlectl.executor.pipeline import (
     default_agent,
     terminal_confirmer,
 )
-from bundlectl.output import Format, emit_json
+from bundlectl.output import Format, emit_json, err, out
 from bundlectl.patterns import parse_tool_name
 from bundlectl.project import load_project, resolve_project
 
@@ -181,13 +180,12 @@ def _print(outcome: CallOutcome, fmt: Format, output_dir: Path | None) -> int:
         return 1 if result.is_error else 0
     lines = render_text(result, OutputDir(output_dir), f"{request.server}-{request.tool}")
     if result.is_error:  # reported on stderr (exit 1) once the audit record is written
-        sys.stderr.write(
-            f"error: tool {request.qualified} reported an error:\n"
-            + "".join(line if line.endswith("\n") else line + "\n" for line in lines)
-        )
+        err(f"error: tool {request.qualified} reported an error:")
+        for line in lines:
+            err(line.removesuffix("\n"))
         return 1
     for line in lines:
-        sys.stdout.write(line if line.endswith("\n") else line + "\n")
+        out(line.removesuffix("\n"))
     return 0
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from bundlectl.clients import Export, Misfit, ServerPlan, get
 from bundlectl.errors import ReportedFailure
 from bundlectl.executor.pipeline import default_agent
-from bundlectl.output import ExportVia, err
+from bundlectl.output import ExportVia, err, write
 from bundlectl.paths import display_path
 from bundlectl.policy import CompiledAgent
 from bundlectl.project import Resolution, load_project, resolve_project
@@ -120,7 +120,7 @@ def run(
                 fromfile=f"a/{shown}",
                 tofile=f"b/{shown}",
             )
-            print("".join(diff), end="")
+            write("".join(diff))
         err(f"dry run: {len(changed)} file(s) would change ({how})")
         return 0
     from bundlectl.fsio import atomic_write

@@ -13,7 +13,7 @@ from typing import Any
 
 from bundlectl.clients import Imported, get
 from bundlectl.errors import BundlectlError, InputFileError, Problem, UsageError
-from bundlectl.output import err
+from bundlectl.output import err, write
 from bundlectl.paths import display_path
 from bundlectl.yamlio import read_text
 
@@ -118,7 +118,7 @@ def run(config: Path | None, fmt: str, source: Path, *, agent: str | None, dry_r
             fromfile=f"a/{shown}",
             tofile=f"b/{shown}",
         )
-        print("".join(diff), end="")
+        write("".join(diff))
     else:
         from bundlectl.fsio import project_lock, write_project_file
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from bundlectl.fsio import atomic_write
 from bundlectl.lint import engine
 from bundlectl.lint.formats import FORMATS
 from bundlectl.lint.rules import Severity
-from bundlectl.output import FailLevel, LintFormat
+from bundlectl.output import FailLevel, LintFormat, write
 
 
 def run(
@@ -30,7 +29,7 @@ def run(
     if output is not None:
         atomic_write(output, rendered)
     else:
-        sys.stdout.write(rendered)
+        write(rendered)
     if exit_zero:
         return 0
     return 1 if engine.failing(findings, level) else 0

@@ -4,7 +4,6 @@ server is started once; results come out in input order, one JSON line each."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from bundlectl.executor.arguments import DuplicateKeyError, loads_strict
 from bundlectl.executor.call import CallOutcome, CallRequest, client_capabilities, perform
 from bundlectl.executor.connect import Target, connect
 from bundlectl.executor.pipeline import Pipeline, default_agent
+from bundlectl.output import write
 from bundlectl.patterns import parse_tool_name
 
 
@@ -79,8 +79,7 @@ async def run_items(
 
 
 def write_line(data: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
+    write(json.dumps(data, ensure_ascii=False) + "\n")
 
 
 def read_batch(

@@ -16,6 +16,7 @@ from bundlectl.executor import runner
 from bundlectl.executor.arguments import build_arguments, validate
 from bundlectl.executor.connect import Target, classify, list_all_tools, missing_tool
 from bundlectl.executor.stdio import Child
+from bundlectl.output import ask, err, status
 from bundlectl.policy import Decision
 
 
@@ -78,22 +79,19 @@ class _Progress:
         if self.events:
             event = {"event": "progress", "tool": self.label, "progress": progress}
             event.update({"total": total, "message": message})
-            sys.stderr.write(json.dumps(event, ensure_ascii=False) + "\n")
-            sys.stderr.flush()
+            err(json.dumps(event, ensure_ascii=False))
             return
         amount = f"{progress:g}/{total:g}" if total else f"{progress:g}"
         line = f"{self.label}: {amount} {message or ''}".rstrip()
         if not sys.stderr.isatty():
-            sys.stderr.write(line + "\n")
-            sys.stderr.flush()
+            err(line)
             return
-        sys.stderr.write(f"\r{line}".ljust(60)[:200])
-        sys.stderr.flush()
+        status(f"\r{line}".ljust(60)[:200])
         self.shown = True
 
     def done(self) -> None:
         if self.shown:
-            sys.stderr.write("\n")
+            status("\n")
 
 
 def client_capabilities(root: Path, *, ask: bool) -> dict[str, Any]:
@@ -136,13 +134,11 @@ def ask_on_terminal(params: dict[str, Any]) -> dict[str, Any]:
     """An elicitation (its JSON params) answered on the terminal: each field of the form in
     turn (Enter skips an optional one), or a URL to visit; end of input declines. The answer
     is the JSON of an ElicitResult."""
-    sys.stderr.write(f"the server asks: {params.get('message', '')}\n")
+    err(f"the server asks: {params.get('message', '')}")
     url = params.get("url")
     try:
         if url:
-            sys.stderr.write(f"open {url}, then answer: done? [y/N] ")
-            sys.stderr.flush()
-            done = sys.stdin.readline().strip().lower() in ("y", "yes")
+            done = ask(f"open {url}, then answer: done? [y/N] ").strip().lower() in ("y", "yes")
             return {"action": "accept" if done else "decline"}
         schema = params.get("requestedSchema") or {}
         required = set(schema.get("required", []))
@@ -151,18 +147,14 @@ def ask_on_terminal(params: dict[str, Any]) -> dict[str, Any]:
             kind = field.get("type", "string")
             choices = field.get("enum")
             hint = f" ({'/'.join(map(str, choices))})" if choices else f" ({kind})"
-            sys.stderr.write(f"  {field.get('title') or name}{hint}: ")
-            sys.stderr.flush()
-            line = sys.stdin.readline()
+            line = ask(f"  {field.get('title') or name}{hint}: ")
             if not line:
                 return {"action": "cancel"}
             text = line.strip()
             if not text and name not in required:
                 continue
             content[name] = _typed(text, kind)
-        sys.stderr.write("send this answer? [y/N] ")
-        sys.stderr.flush()
-        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+        if ask("send this answer? [y/N] ").strip().lower() not in ("y", "yes"):
             return {"action": "decline"}
         return {"action": "accept", "content": content}
     except OSError:

@@ -37,6 +37,7 @@ from bundlectl.executor.call import CallOutcome, CallRequest, perform
 from bundlectl.executor.connect import Target, classify, connect, list_all_tools
 from bundlectl.executor.pipeline import Pipeline
 from bundlectl.executor.stdio import decode_message, read_pipe, write_pipe
+from bundlectl.output import err
 from bundlectl.patterns import gateway_name
 from bundlectl.policy import Decision
 
@@ -1091,8 +1092,7 @@ async def serve_stdio(pipeline: Pipeline, agent: str, mode: str = "direct") -> N
 
 def _log_line(line: str) -> None:
     """The gateway's own log: stderr, which MCP clients keep as the server's log."""
-    sys.stderr.write(f"bundlectl serve: {line}\n")
-    sys.stderr.flush()
+    err(f"bundlectl serve: {line}")
 
 
 _NO_FIELDS: dict[str, Any] = {"type": "object", "properties": {}}

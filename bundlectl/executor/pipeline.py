@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from bundlectl.errors import PolicyDenied, UsageError
 from bundlectl.executor import audit
-from bundlectl.output import err
+from bundlectl.output import ask, err
 from bundlectl.policy import Decision
 from bundlectl.project import Resolution
 
@@ -127,12 +127,11 @@ def terminal_confirmer() -> Confirmer | None:
 
     def confirm(decision: Decision) -> bool:
         assert decision.rule is not None
-        sys.stderr.write(
+        answer = ask(
             f"agent {decision.agent!r} wants to call {decision.qualified} "
             f"({decision.rule.label}, {decision.rule.origin}). Allow? [y/N] "
         )
-        sys.stderr.flush()
-        return sys.stdin.readline().strip().lower() in ("y", "yes")
+        return answer.strip().lower() in ("y", "yes")
 
     return confirm
 

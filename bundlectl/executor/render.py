@@ -5,12 +5,11 @@ from __future__ import annotations
 import base64
 import json
 import mimetypes
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from bundlectl.output import pretty_json
+from bundlectl.output import note, pretty_json
 
 TEXT_LIMIT = 1_000_000
 # Types the platform's mimetypes table often lacks.
@@ -54,9 +53,9 @@ def _truncate(text: str) -> str:
     if len(text) <= TEXT_LIMIT:
         return text
     cut = len(text) - TEXT_LIMIT
-    sys.stderr.write(
-        f"note: output cut after {TEXT_LIMIT:,} characters ({cut:,} more); "
-        "use --format json for everything\n"
+    note(
+        f"output cut after {TEXT_LIMIT:,} characters ({cut:,} more); "
+        "use --format json for everything"
     )
     return text[:TEXT_LIMIT]
 
