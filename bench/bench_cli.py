@@ -43,7 +43,11 @@ def main() -> None:
         # Bytecode as an installed package has it (pip compiles on install): without this, a
         # PYTHONDONTWRITEBYTECODE environment recompiles bundlectl's sources on every run
         # (~25 ms) while the dependencies of the floor load theirs from site-packages.
-        env = {**os.environ, "BUNDLECTL_HOME": home}
+        # User folders through the XDG variables, as a user's come through platformdirs
+        # (BUNDLECTL_HOME, which the tests use, would skip platformdirs and flatter us).
+        env = {k: v for k, v in os.environ.items() if k != "BUNDLECTL_HOME"}
+        for kind in ("CACHE", "CONFIG", "DATA", "STATE"):
+            env[f"XDG_{kind}_HOME"] = os.path.join(home, kind.lower())
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         (Path(project) / "bundlectl.yaml").write_text(
             "version: 1\nbundles: [basic]\nagents:\n  reader: {allow: [files.read_file]}\n"

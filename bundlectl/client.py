@@ -14,6 +14,22 @@ import os
 from pathlib import Path
 from typing import Any
 
+import anyio
+
+from bundlectl.errors import BundlectlError, PolicyDenied
+from bundlectl.executor import runner
+from bundlectl.executor.call import CallRequest, call_once, client_capabilities
+from bundlectl.executor.pipeline import (
+    AuditLog,
+    Pipeline,
+    default_agent,
+    terminal_confirmer,
+)
+from bundlectl.patterns import gateway_name, parse_tool_name
+from bundlectl.privacy import Privacy
+from bundlectl.project import load_project
+from bundlectl.resolution import resolve_project
+
 _SESSION: dict[str, Any] = {}  # privacy: this process's token map (memory only)
 
 
@@ -59,18 +75,6 @@ def _value(name: str, result: Any) -> Any:
 def _in_process(
     name: str, arguments: dict[str, Any], agent: str | None, config: Path | None
 ) -> Any:
-    from bundlectl.errors import BundlectlError, PolicyDenied
-    from bundlectl.executor import runner
-    from bundlectl.executor.call import CallRequest, call_once, client_capabilities
-    from bundlectl.executor.pipeline import (
-        AuditLog,
-        Pipeline,
-        default_agent,
-        terminal_confirmer,
-    )
-    from bundlectl.patterns import parse_tool_name
-    from bundlectl.privacy import Privacy
-    from bundlectl.project import load_project, resolve_project
 
     try:
         server, tool = parse_tool_name(name)
@@ -132,9 +136,6 @@ def _tokenizer(privacy: Any) -> Any:
 
 
 def _through_gateway(url: str, name: str, arguments: dict[str, Any]) -> Any:
-    import anyio
-
-    from bundlectl.patterns import gateway_name, parse_tool_name
 
     server, tool = parse_tool_name(name)
     token = os.environ.get("BUNDLECTL_GATEWAY_TOKEN")

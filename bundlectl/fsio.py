@@ -62,10 +62,11 @@ def project_lock(config: Path) -> Iterator[None]:
 
     The lock file lives in the cache dir, keyed by the config's real path, so projects stay clean.
     """
-    from filelock import FileLock
 
     key = hashlib.sha256(str(config.resolve()).encode()).hexdigest()[:16]
     lock_file = paths.cache_dir() / "locks" / f"{key}.lock"
     lock_file.parent.mkdir(parents=True, exist_ok=True)
+    from filelock import FileLock
+
     with FileLock(str(lock_file), timeout=60):
         yield

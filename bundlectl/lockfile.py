@@ -14,9 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bundlectl.errors import InputFileError
-from bundlectl.merge import Merged
-from bundlectl.models import LockedBundle, LockedServer, LockFile, ProjectConfig
-from bundlectl.policy import PolicySet, canonical_policy
+from bundlectl.models import LockFile
 from bundlectl.validation import validate_doc
 from bundlectl.yamlio import read_yaml
 
@@ -27,59 +25,6 @@ def digest_json(value: Any) -> str:
     """sha256 of the canonical JSON form of `value`."""
     blob = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
-
-
-def inputs_digest(config: ProjectConfig) -> str:
-    """The config parts that resolution depends on; agents and policy do not change the lock."""
-    data = config.model_dump(
-        mode="json",
-        include={"registries", "bundles", "servers"},
-        exclude={"servers": {"__all__": {"concurrency"}}},  # scheduling, not resolution
-    )
-    return digest_json(data)
-
-
-def policy_digests(policy: PolicySet) -> tuple[str, dict[str, str]]:
-    """The policy digest (SPEC 6) and the digest of each agent's effective rules."""
-    settings, agents = canonical_policy(policy)
-    per_agent = {name: digest_json(rules) for name, rules in agents.items()}
-    return digest_json({"settings": settings, "agents": per_agent}), per_agent
-
-
-# Not part of a server's locked digest: its tools are digested one by one, and `concurrency` is
-# how the gateway schedules calls, not what the server is (adding it kept existing locks fresh).
-UNLOCKED = frozenset({"tools", "concurrency"})
-
-
-def build_lock(config: ProjectConfig, merged: Merged, policy: PolicySet) -> LockFile:
-    bundles = {
-        loaded.manifest.name: LockedBundle(
-            version=loaded.manifest.version,
-            source=loaded.source.label,
-            digest=loaded.digest,
-            requires=list(loaded.manifest.requires),
-        )
-        for loaded in merged.bundles
-    }
-    servers = {}
-    for name, server in merged.servers.items():
-        spec = server.spec.model_dump(mode="json")
-        tools = {tool["name"]: digest_json(tool) for tool in spec["tools"]}
-        servers[name] = LockedServer(
-            bundle=server.bundle.split("@")[0] if server.bundle else None,
-            transport=server.spec.transport,
-            digest=digest_json({k: v for k, v in spec.items() if k not in UNLOCKED}),
-            tools=tools,
-        )
-    policy_digest, agents = policy_digests(policy)
-    return LockFile(
-        format_version=1,
-        inputs_digest=inputs_digest(config),
-        policy_digest=policy_digest,
-        agents=agents,
-        bundles=dict(sorted(bundles.items())),
-        servers=dict(sorted(servers.items())),
-    )
 
 
 def dump_lock(lock: LockFile) -> str:

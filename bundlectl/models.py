@@ -320,7 +320,6 @@ class NamedPattern(StrictModel):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        import re
 
         try:
             re.compile(value)

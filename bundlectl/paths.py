@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import platformdirs
+
 CONFIG_NAME = "bundlectl.yaml"
 LOCK_NAME = "bundlectl.lock"
 _APP = "bundlectl"
@@ -29,7 +31,6 @@ def _home(kind: str) -> Path:
     override = os.environ.get("BUNDLECTL_HOME")
     if override:
         return Path(override).expanduser() / kind
-    import platformdirs
 
     getter = {
         "config": platformdirs.user_config_dir,

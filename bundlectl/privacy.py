@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from bundlectl.patterns import part_matches, split_rule
+
 BUILTIN = ("email", "phone", "credit_card", "iban", "ip_address")
 # Tried in this order at each position: the strictest checks first, phone (any digits) last.
 _ORDER = ("email", "iban", "credit_card", "ip_address", "phone")
@@ -452,7 +454,6 @@ class Privacy:
         return Tokenizer(self.detectors)
 
     def gets_real_values(self, server: str, tool: str) -> bool:
-        from bundlectl.patterns import part_matches, split_rule
 
         for rule in self.detokenize:
             server_part, tool_part = split_rule(rule)

@@ -7,10 +7,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from packaging.version import Version
-
 from bundlectl import paths
-from bundlectl.errors import InputFileError, Problem, ResolutionError, UsageError
+from bundlectl.errors import Problem, UsageError
+from bundlectl.lockfile import read_lock
 from bundlectl.models import ProjectConfig
 from bundlectl.registry import Registry
 from bundlectl.requirements import requirement_name
@@ -19,10 +18,7 @@ from bundlectl.validation import validate_doc
 from bundlectl.yamlio import YamlDoc, parse_yaml, read_yaml
 
 if TYPE_CHECKING:  # resolution-only modules stay unimported for `show`, `list`, `schema`
-    from bundlectl.catalog import Catalog
-    from bundlectl.merge import Merged
     from bundlectl.models import LockFile
-    from bundlectl.policy import Policy
 
 
 @dataclass
@@ -84,57 +80,8 @@ class Project:
 
     @cached_property
     def lock(self) -> LockFile | None:
-        from bundlectl.lockfile import read_lock
 
         return read_lock(self.lock_path, paths.display_path(self.lock_path))
-
-
-@dataclass
-class Resolution:
-    """A project resolved: versions, merged servers and agents, the lock it implies."""
-
-    project: Project
-    merged: Merged
-
-    @cached_property
-    def lock(self) -> LockFile:
-        """The lock this resolution implies (built when asked: digesting a large policy takes a
-        while, and `matrix` or `tools` never need it)."""
-        from bundlectl.lockfile import build_lock
-        from bundlectl.merge import policy_set
-
-        unpinned = policy_set(self.project.config, self.project.doc, self.merged, None)
-        return build_lock(self.project.config, self.merged, unpinned)
-
-    @cached_property
-    def policy(self) -> Policy:
-        """The policy engine, with `pin_tools` judged against the lock on disk."""
-        from bundlectl.lockfile import locked_tools
-        from bundlectl.merge import policy_set
-        from bundlectl.policy import Policy
-
-        on_disk = self.project.lock
-        pinned = locked_tools(on_disk if on_disk is not None else self.lock)
-        return Policy(policy_set(self.project.config, self.project.doc, self.merged, pinned))
-
-    def write_lock(self) -> None:
-        """Write the lock this resolution implies (call under `fsio.project_lock`)."""
-        from bundlectl.fsio import write_project_file
-        from bundlectl.lockfile import dump_lock
-
-        write_project_file(self.project.lock_path, dump_lock(self.lock))
-
-    @cached_property
-    def catalog(self) -> Catalog:
-        """Every declared tool of every enabled server."""
-        from bundlectl.catalog import Catalog, ToolRef
-
-        return Catalog(
-            ToolRef(name, tool.name, tool)
-            for name, server in self.merged.servers.items()
-            if not server.spec.disabled
-            for tool in server.spec.tools
-        )
 
 
 def find_project(config: Path | None, cwd: Path | None = None) -> Path:
@@ -164,40 +111,6 @@ def project_from_text(path: Path, text: str) -> Project:
     """A project as it would be with `text` as its config (for edits before they are written)."""
     doc = parse_yaml(text, paths.display_path(path))
     return Project(path.resolve(), doc, validate_doc(doc, ProjectConfig, what="config"))
-
-
-def resolve_project(
-    project: Project,
-    *,
-    upgrade: set[str] | None = None,
-    use_lock: bool = True,
-    strict: bool = True,
-) -> Resolution:
-    """Resolve the project's bundles (preferring the lock's pins) and merge everything."""
-    from bundlectl.merge import collision_error, merge
-    from bundlectl.policy import check_extends
-    from bundlectl.resolver import constraint, resolve
-
-    if strict:  # lint reports these itself, as findings, and carries on
-        problems = project.registry_problems()
-        if problems:
-            raise InputFileError(problems, hint="fix the registries and run the command again")
-        unknown = project.unknown_bundles()
-        if unknown:
-            raise ResolutionError(unknown[0].render(), problems=unknown)
-    prefer: dict[str, Version] = {}
-    if use_lock and project.lock is not None:
-        prefer = {name: Version(b.version) for name, b in project.lock.bundles.items()}
-    wanted = [constraint(text, project.display) for text in project.config.bundles]
-    versions = resolve(wanted, project.registry, prefer=prefer, upgrade=upgrade)
-    bundles = [project.registry.get(name, version) for name, version in versions.items()]
-    merged = merge(project.config, project.doc, bundles)
-    if strict:
-        collision = collision_error(merged)
-        if collision is not None:
-            raise collision
-        check_extends(merged.agents)
-    return Resolution(project, merged)
 
 
 def optional_project(config: Path | None) -> Project | None:

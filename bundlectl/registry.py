@@ -17,7 +17,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from bundlectl import paths
+from bundlectl import models, paths
 from bundlectl.errors import InputFileError, Problem, UsageError
 from bundlectl.models import BundleManifest
 from bundlectl.requirements import NAME_HELP, NAME_RE
@@ -143,7 +143,6 @@ def load_manifest_file(path: Path, source: Source, display: str | None = None) -
 
 def _cache_entry(digest: str) -> Path:
     # Keyed by content and by the models' source, so a changed model never sees a stale entry.
-    from bundlectl import models
 
     stamp = Path(models.__file__).stat()
     key = f"{digest.removeprefix('sha256:')}-{stamp.st_size}-{stamp.st_mtime_ns}"
@@ -153,7 +152,7 @@ def _cache_entry(digest: str) -> Path:
 def _cache_get(digest: str) -> tuple[YamlDoc, BundleManifest] | None:
     """A manifest validated before. Parsing and validating a large tool catalog costs tens of
     milliseconds; this costs well under one. Only valid manifests are ever stored."""
-    import pickle
+    import pickle  # noqa: PLC0415  # start-up: `list` reads summaries, never a pickle
 
     try:
         with _cache_entry(digest).open("rb") as handle:
@@ -166,12 +165,17 @@ def _cache_get(digest: str) -> tuple[YamlDoc, BundleManifest] | None:
 
 
 def _cache_put(digest: str, doc: YamlDoc, manifest: BundleManifest) -> None:
-    import pickle
-
-    from bundlectl.fsio import atomic_write_bytes
+    import pickle  # noqa: PLC0415  # start-up: `list` reads summaries, never a pickle
 
     with contextlib.suppress(OSError):
-        atomic_write_bytes(_cache_entry(digest), pickle.dumps((doc, manifest)))
+        _write_cache(_cache_entry(digest), pickle.dumps((doc, manifest)))
+
+
+def _write_cache(path: Path, data: bytes) -> None:
+    """Only a cache miss writes; `fsio` (file locks, temp files) is loaded for that alone."""
+    from bundlectl.fsio import atomic_write_bytes  # noqa: PLC0415  # start-up, as above
+
+    atomic_write_bytes(path, data)
 
 
 class Registry:
@@ -244,10 +248,8 @@ class Registry:
                 return summary.read_text(encoding="utf-8")
         loaded = self.get(name, version)
         with contextlib.suppress(OSError):
-            from bundlectl.fsio import atomic_write_bytes
-
             summary = _cache_entry(loaded.digest).with_suffix(".summary")
-            atomic_write_bytes(summary, loaded.manifest.description.encode())
+            _write_cache(summary, loaded.manifest.description.encode())
         return loaded.manifest.description
 
     def problems(self) -> list[Problem]:

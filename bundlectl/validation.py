@@ -13,6 +13,7 @@ from bundlectl.errors import InputFileError, Problem
 from bundlectl.models import ServerSpec
 from bundlectl.requirements import NAME_RE
 from bundlectl.suggest import Suggester
+from bundlectl.toolschemas import schema_problems
 from bundlectl.yamlio import YamlDoc, YamlPath
 
 M = TypeVar("M", bound=BaseModel)
@@ -35,8 +36,6 @@ def check_doc(doc: YamlDoc, model: type[M], *, what: str) -> tuple[M | None, lis
         return None, problems_from(exc, doc, model)
     servers = getattr(result, "servers", None) or {}
     if any(isinstance(s, ServerSpec) and s.tools for s in servers.values()):
-        from bundlectl.toolschemas import schema_problems
-
         problems = schema_problems(doc, servers)  # the model stays usable for lint's checks
     return result, problems
 

@@ -31,6 +31,7 @@ from ruamel.yaml.events import (
     StreamEndEvent,
 )
 from ruamel.yaml.nodes import ScalarNode
+from ruamel.yaml.resolver import VersionedResolver
 
 from bundlectl.errors import InputFileError, Problem
 
@@ -127,7 +128,6 @@ _Resolvers = dict[str | None, list[tuple[str, re.Pattern[str]]]]
 
 def _implicit_resolvers(version: tuple[int, int] | None) -> _Resolvers:
     """ruamel's table of plain-scalar patterns (first character → (tag, regex)) for a version."""
-    from ruamel.yaml.resolver import VersionedResolver
 
     table: _Resolvers = VersionedResolver(version=version or (1, 2)).versioned_resolver
     return table

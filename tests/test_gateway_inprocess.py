@@ -19,7 +19,8 @@ import pytest
 
 from bundlectl.executor.gateway import Hub, mcp_server
 from bundlectl.executor.pipeline import AuditLog, Pipeline
-from bundlectl.project import load_project, resolve_project
+from bundlectl.project import load_project
+from bundlectl.resolution import resolve_project
 from tests.conftest import write
 from tests.test_exec import SERVERS, gone, pids
 

@@ -56,7 +56,8 @@ def test_lock_round_trips(
 
 
 def _policy_digest(project_dir: Path, text: str) -> tuple[str | None, dict[str, str]]:
-    from bundlectl.project import project_from_text, resolve_project
+    from bundlectl.project import project_from_text
+    from bundlectl.resolution import resolve_project
 
     lock = resolve_project(project_from_text(project_dir / "bundlectl.yaml", text)).lock
     return lock.policy_digest, lock.agents

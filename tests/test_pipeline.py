@@ -10,7 +10,8 @@ import pytest
 from bundlectl.errors import PolicyDenied, UsageError
 from bundlectl.executor.pipeline import Pipeline, always_yes, default_agent
 from bundlectl.policy import Decision
-from bundlectl.project import load_project, resolve_project
+from bundlectl.project import load_project
+from bundlectl.resolution import resolve_project
 from tests.conftest import write
 
 

@@ -9,7 +9,8 @@ import pytest
 from ruamel.yaml import YAML
 
 from bundlectl.catalog import agent_row
-from bundlectl.project import load_project, resolve_project
+from bundlectl.project import load_project
+from bundlectl.resolution import resolve_project
 from tests.conftest import Run, write
 
 DATA = Path(__file__).parent / "data"

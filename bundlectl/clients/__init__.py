@@ -1,147 +1,31 @@
-"""Client config formats for `export` and `import` (SPEC 8): one module per client, listed in
-`CLIENTS`. Each module says where its client keeps its file, how it writes a `${VAR}`
-reference, which per-tool filter it has, and how to write and read its file.
-
-The shared model: an `Export` is the servers an agent may use, each with the agent's decision
-for every declared tool (`ServerPlan`); a client writes what it can express exactly and names,
-as `Misfit`s, the rules it cannot — the command then fails (exit 1) or, with `--via auto`, falls
-back to the gateway entry. `Imported` is what a client file says, in bundlectl's terms.
+"""Client config formats for `export` and `import` (SPEC 8): one module per client, listed
+here. Each module says where its client keeps its file, how it writes a `${VAR}` reference,
+which per-tool filter it has, and how to write and read its file, with the shared model of
+`bundlectl.clients.base`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
+from bundlectl.clients import (
+    claude_code,
+    claude_desktop,
+    codex,
+    cursor,
+    gemini,
+    kilo,
+    roo,
+    vscode,
+)
+from bundlectl.clients.base import Client, Export, Imported, Misfit, ServerPlan
 from bundlectl.errors import UsageError
 from bundlectl.output import CLIENT_NAMES
 
-if TYPE_CHECKING:  # the CLI reads NAMES at start-up: no policy engine for that
-    from bundlectl.policy import Decision
+__all__ = ["NAMES", "Client", "Export", "Imported", "Misfit", "ServerPlan", "get"]
+NAMES = CLIENT_NAMES  # the names, without loading a client module (the CLI's choices)
 
-GATEWAY_ENTRY = "bundlectl"  # the one server entry of a gateway export
-_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-@dataclass
-class ServerPlan:
-    """One server the agent may use: how it runs, and the agent's decision on each tool."""
-
-    name: str
-    spec: Any  # models.ServerSpec (with `${VAR}` references, never values)
-    decisions: list[Decision]  # one per declared tool
-    whole: str | None = None  # "allow"/"ask": the policy covers every tool, declared or not
-    secret_vars: frozenset[str] = frozenset()
-
-    def tools(self, effect: str) -> list[str]:
-        return [d.tool for d in self.decisions if d.effect == effect]
-
-    @property
-    def exact_catalog(self) -> bool:
-        """Whether the declared catalog is all there is to decide on (a server without one
-        can be exported only when the policy covers it whole)."""
-        return bool(self.decisions) or self.whole is not None
-
-
-@dataclass
-class Misfit:
-    """A rule (or a server setting) the client cannot express exactly."""
-
-    what: str  # e.g. "ask rule files.write_file (bundlectl.yaml:12:5)"
-    why: str  # the client's limitation
-
-
-@dataclass
-class Export:
-    agent: str
-    servers: list[ServerPlan]
-    config_path: Path
-    project_root: Path
-    absolute: bool = False  # the file lives outside the project: paths in it are absolute
-
-
-@dataclass
-class Imported:
-    """A client file in bundlectl's terms."""
-
-    servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # name → ServerSpec data
-    allow: list[str] = field(default_factory=list)
-    ask: list[str] = field(default_factory=list)
-    deny: list[str] = field(default_factory=list)
-    secrets: dict[str, str] = field(default_factory=dict)  # variable → where a literal was
-    notes: list[str] = field(default_factory=list)
-    agents: dict[str, dict[str, list[str]]] | None = None  # agix: its own agents
-    bundles: list[str] = field(default_factory=list)  # agix: the bundles it uses
-    # What the client does with a server's tools that no list names ("ask": it asks the user).
-    unlisted: dict[str, str] = field(default_factory=dict)
-    default_allow: bool = False  # agix: unlisted agents get every tool
-
-
-@dataclass(frozen=True)
-class Client:
-    """One client's file format."""
-
-    name: str
-    title: str
-    project_file: str | None  # relative to the project root; None: user-level only
-    user_file: Callable[[], Path]
-    # (target file, reader of current file texts, export, managed server names, via gateway)
-    # → the new text of every file it writes, and what did not fit.
-    write: Callable[
-        [Path, Callable[[Path], str], Export, set[str], bool],
-        tuple[dict[Path, str], list[Misfit]],
-    ]
-    read: Callable[[str, str], Imported]
-    source: str  # where the format was taken from, and when
-
-    def default_path(self, root: Path) -> Path:
-        return root / self.project_file if self.project_file else self.user_file()
-
-
-def references(text: str) -> list[tuple[str, str | None]]:
-    return [(m.group(1), m.group(2)) for m in _REF.finditer(text)]
-
-
-def rewrite_refs(text: str, style: Callable[[str, str | None], str]) -> str:
-    """`${VAR}` / `${VAR:-default}` references in the client's own syntax."""
-    return _REF.sub(lambda m: style(m.group(1), m.group(2)), text)
-
-
-def rule_label(decision: Decision) -> str:
-    rule = decision.rule
-    where = f"{rule.label} ({rule.origin})" if rule is not None else "the policy default"
-    return f"{decision.qualified}: {where}"
-
-
-def gateway_spec(export: Export, *, absolute: bool) -> dict[str, Any]:
-    """The one entry of a gateway export: `bundlectl serve` for the agent, on this config."""
-    config = export.config_path
-    if not (absolute or export.absolute):
-        with contextlib.suppress(ValueError):
-            config = config.relative_to(export.project_root)
-    return {
-        "command": "bundlectl",
-        "args": ["serve", "--agent", export.agent, "-c", str(config)],
-    }
-
-
-def _load() -> dict[str, Client]:
-    from bundlectl.clients import (
-        claude_code,
-        claude_desktop,
-        codex,
-        cursor,
-        gemini,
-        kilo,
-        roo,
-        vscode,
-    )
-
-    table = [
+CLIENTS = {
+    client.name: client
+    for client in (
         claude_desktop.CLIENT,
         claude_code.CLIENT,
         cursor.CLIENT,
@@ -150,15 +34,11 @@ def _load() -> dict[str, Client]:
         kilo.CLIENT,
         codex.CLIENT,
         gemini.CLIENT,
-    ]
-    return {client.name: client for client in table}
+    )
+}
 
 
 def get(name: str) -> Client:
-    clients = _load()
-    if name not in clients:
-        raise UsageError(f"unknown client {name!r}", hint=f"clients: {', '.join(clients)}")
-    return clients[name]
-
-
-NAMES = CLIENT_NAMES
+    if name not in CLIENTS:
+        raise UsageError(f"unknown client {name!r}", hint=f"clients: {', '.join(CLIENTS)}")
+    return CLIENTS[name]

@@ -10,20 +10,20 @@ the gateway entry fits always.
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
-from bundlectl.clients import (
+from bundlectl.clients import mcpjson
+from bundlectl.clients.base import (
     Imported,
-    mcpjson,
 )
 
 STYLE = mcpjson.Style(expands=False, defaults=False)
 
 
 def _user_file() -> Path:
-    import os
-    import sys
 
     if sys.platform == "darwin":
         base = Path(mcpjson.home()) / "Library" / "Application Support"

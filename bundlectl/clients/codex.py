@@ -16,7 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bundlectl.clients import (
+from bundlectl.clients import mcpjson
+from bundlectl.clients.base import (
     GATEWAY_ENTRY,
     Client,
     Export,
@@ -24,7 +25,6 @@ from bundlectl.clients import (
     Misfit,
     ServerPlan,
     gateway_spec,
-    mcpjson,
     references,
     rule_label,
 )

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bundlectl.clients import (
+from bundlectl.clients import mcpjson
+from bundlectl.clients.base import (
     Imported,
-    mcpjson,
 )
 
 

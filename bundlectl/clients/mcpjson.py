@@ -7,19 +7,23 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from bundlectl.clients import (
+from bundlectl.clients import jsonc
+from bundlectl.clients.base import (
     GATEWAY_ENTRY,
+    Client,
     Export,
     Imported,
     Misfit,
     ServerPlan,
     gateway_spec,
-    jsonc,
     references,
     rewrite_refs,
+    rule_label,
 )
+from bundlectl.lint.checks_secrets import SECRET_NAME, _secret_kind
 
 RefStyle = Callable[[str, str | None], str]
 # How a client writes a remote server: (transport) → the keys of the entry.
@@ -141,7 +145,6 @@ def whole_allowed(plan: ServerPlan) -> bool:
 
 def partial_rules(plan: ServerPlan) -> list[str]:
     """What makes a server only partly usable, as labels for misfits."""
-    from bundlectl.clients import rule_label
 
     if not plan.exact_catalog:
         return [f"{plan.name}.*: the server declares no tool catalog to expand the rules over"]
@@ -199,7 +202,6 @@ def literal_secret(key: str, value: str, imported: Imported, server: str) -> str
     converted = _from_client(value, imported, server, key)
     if "${" in converted:
         return converted
-    from bundlectl.lint.checks_secrets import SECRET_NAME, _secret_kind
 
     if _secret_kind(key, value) or (SECRET_NAME.search(key) and len(value) >= 8):
         name = re.sub(r"[^A-Z0-9_]", "_", key.upper()) or "SECRET"
@@ -225,9 +227,6 @@ def client(
     read_filter: Callable[[dict[str, Any], Imported], None] | None = None,
 ) -> Any:
     """A JSON client whose file is one object of server entries (the common case)."""
-    from pathlib import Path
-
-    from bundlectl.clients import Client
 
     def write(
         target: Path,

@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bundlectl.clients import (
+from bundlectl.clients import mcpjson
+from bundlectl.clients.base import (
     Imported,
     Misfit,
     ServerPlan,
-    mcpjson,
 )
 
 

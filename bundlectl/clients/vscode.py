@@ -15,14 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bundlectl.clients import (
+from bundlectl.clients import jsonc, mcpjson
+from bundlectl.clients.base import (
     Client,
     Export,
     Imported,
     Misfit,
     ServerPlan,
-    jsonc,
-    mcpjson,
     rule_label,
 )
 

@@ -5,11 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
+
+from bundlectl.codegen import generate, generate_typescript
 from bundlectl.errors import ReportedFailure
-from bundlectl.executor.pipeline import default_agent
+from bundlectl.executor import runner
+from bundlectl.executor.connect import connect, list_all_tools
+from bundlectl.executor.pipeline import AuditLog, Pipeline, default_agent
+from bundlectl.fsio import atomic_write
 from bundlectl.output import err
 from bundlectl.paths import display_path
-from bundlectl.project import load_project, resolve_project
+from bundlectl.project import load_project
+from bundlectl.resolution import resolve_project
 
 
 def run(
@@ -21,7 +28,6 @@ def run(
     lang: str = "python",
     live: bool = False,
 ) -> int:
-    from bundlectl.codegen import generate, generate_typescript
 
     project = load_project(config)
     resolution = resolve_project(project)
@@ -61,7 +67,6 @@ def run(
             )
         err(f"{display_path(out)} is up to date ({count} tools)")
         return 0
-    from bundlectl.fsio import atomic_write
 
     for path in stale:
         path.unlink()
@@ -83,9 +88,6 @@ def _live(resolution: Any, names: list[str]) -> dict[str, list[Any]]:
     """The live tools of `names`, asked concurrently (a server that fails is an error)."""
     if not names:
         return {}
-    from bundlectl.executor import runner
-    from bundlectl.executor.connect import connect, list_all_tools
-    from bundlectl.executor.pipeline import AuditLog, Pipeline
 
     pipeline = Pipeline(resolution, AuditLog(resolution), confirm=None)
     targets = [pipeline.target(name, quiet=True) for name in names]
@@ -96,7 +98,6 @@ def _live(resolution: Any, names: list[str]) -> dict[str, list[Any]]:
             found[target.name] = await list_all_tools(client)
 
     async def every() -> None:
-        import anyio
 
         async with anyio.create_task_group() as group:
             for target in targets:

@@ -14,7 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bundlectl.errors import BundlectlError, Interrupted, UsageError
+from bundlectl.executor import runner
 from bundlectl.executor.arguments import load_json_args, split_pairs
+from bundlectl.executor.batch import BatchItem, batch_line, read_batch, run_items, write_line
+from bundlectl.executor.call import CallRequest, call_once, client_capabilities
+from bundlectl.executor.connect import start_child
 from bundlectl.executor.pipeline import (
     AuditLog,
     Pipeline,
@@ -22,9 +26,12 @@ from bundlectl.executor.pipeline import (
     default_agent,
     terminal_confirmer,
 )
+from bundlectl.executor.render import OutputDir, render_text, result_json
+from bundlectl.executor.stdio import stop_on_failure
 from bundlectl.output import Format, emit_json, err, out
 from bundlectl.patterns import parse_tool_name
-from bundlectl.project import load_project, resolve_project
+from bundlectl.project import load_project
+from bundlectl.resolution import resolve_project
 
 if TYPE_CHECKING:
     from bundlectl.executor.call import CallOutcome, CallRequest
@@ -80,10 +87,6 @@ def run(
     target = pipeline.target(server, quiet=quiet)
     decision = pipeline.decide(who, server, name)
 
-    from bundlectl.executor.call import CallRequest
-    from bundlectl.executor.connect import start_child
-    from bundlectl.executor.stdio import stop_on_failure
-
     limit = timeout if timeout is not None else float(target.spec.timeout)
     request = CallRequest(
         who, server, name, decision, split, base, limit, check=pipeline.pin_check(server)
@@ -119,9 +122,6 @@ def _call(
     detach: bool,
 ) -> int:
     """Connect, call, print (before the server's shutdown), audit; the exit code."""
-    from bundlectl.executor import runner
-    from bundlectl.executor.call import call_once, client_capabilities
-    from bundlectl.executor.pipeline import terminal_confirmer
 
     printed: dict[str, int] = {}
     root = pipeline.resolution.project.root
@@ -161,7 +161,6 @@ def _call(
 
 
 def _print(outcome: CallOutcome, fmt: Format, output_dir: Path | None) -> int:
-    from bundlectl.executor.render import OutputDir, render_text, result_json
 
     request, result = outcome.request, outcome.result
     if fmt is Format.json:
@@ -199,8 +198,6 @@ def run_batch(
     quiet: bool,
 ) -> int:
     """Run a batch; exit with the code of the first call that did not succeed (0 if none)."""
-    from bundlectl.executor import runner
-    from bundlectl.executor.batch import BatchItem, batch_line, read_batch, run_items, write_line
 
     items, targets = read_batch(batch, pipeline, agent=agent, timeout=timeout, quiet=quiet)
     codes: list[int] = []

@@ -10,17 +10,20 @@ from pathlib import Path
 from bundlectl.clients import Export, Misfit, ServerPlan, get
 from bundlectl.errors import ReportedFailure
 from bundlectl.executor.pipeline import default_agent
+from bundlectl.expand import references
+from bundlectl.fsio import atomic_write
+from bundlectl.lint.checks_secrets import SECRET_NAME
 from bundlectl.output import ExportVia, err, write
 from bundlectl.paths import display_path
+from bundlectl.patterns import part_matches
 from bundlectl.policy import CompiledAgent
-from bundlectl.project import Resolution, load_project, resolve_project
+from bundlectl.project import load_project
+from bundlectl.resolution import Resolution, resolve_project
 from bundlectl.yamlio import read_text
 
 
 def plan(resolution: Resolution, agent: str) -> Export:
     """The servers `agent` may use, each with the decision on every declared tool."""
-    from bundlectl.expand import references
-    from bundlectl.lint.checks_secrets import SECRET_NAME
 
     compiled = resolution.policy.agent(agent)
     secret_inputs = {need.name for need in resolution.merged.env if need.spec.secret}
@@ -50,7 +53,6 @@ def _whole(compiled: CompiledAgent, server: str) -> str | None:
     that can match the server matches all of its tools."""
     if compiled.policy.pin_tools:
         return None  # tools the lock does not record are denied
-    from bundlectl.patterns import part_matches
 
     for rule in compiled.rules:
         server_part, tool_part = rule.parts
@@ -123,7 +125,6 @@ def run(
             write("".join(diff))
         err(f"dry run: {len(changed)} file(s) would change ({how})")
         return 0
-    from bundlectl.fsio import atomic_write
 
     for path, text in changed.items():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,11 +11,18 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
+
 from bundlectl.clients import Imported, get
+from bundlectl.clients.mcpjson import literal_secret
 from bundlectl.errors import BundlectlError, InputFileError, Problem, UsageError
+from bundlectl.fsio import project_lock, write_project_file
 from bundlectl.output import err, write
 from bundlectl.paths import display_path
-from bundlectl.yamlio import read_text
+from bundlectl.project import find_project, load_project, project_from_text
+from bundlectl.resolution import resolve_project
+from bundlectl.yamlio import parse_yaml, read_text
 
 NAME = re.compile(r"[^a-z0-9_-]+")
 
@@ -24,8 +31,6 @@ def read_agix(text: str, file: str) -> tuple[Imported, list[str]]:
     """agix's `config.yaml`: `bundles:` plus `tools: {servers, agents, max_iterations}`, with
     `env` as a list of `KEY=VALUE`. Its unlisted agents get every tool: spelled out as
     `policy.default: allow` (which lint then warns about)."""
-    from bundlectl.clients.mcpjson import literal_secret
-    from bundlectl.yamlio import parse_yaml
 
     doc = parse_yaml(text, file)
     if doc.problems:
@@ -120,8 +125,6 @@ def run(config: Path | None, fmt: str, source: Path, *, agent: str | None, dry_r
         )
         write("".join(diff))
     else:
-        from bundlectl.fsio import project_lock, write_project_file
-
         with project_lock(target):
             write_project_file(target, after)
     servers = len(imported.servers)
@@ -145,7 +148,6 @@ def _existing_servers(target: Path) -> dict[str, Any]:
     everything is imported as written)."""
     if not target.exists():
         return {}
-    from bundlectl.project import load_project, resolve_project
 
     try:
         return dict(resolve_project(load_project(target)).merged.servers)
@@ -196,7 +198,6 @@ def _spell_out_unlisted(imported: Imported, existing: dict[str, Any]) -> list[st
 
 
 def _config_path(config: Path | None) -> Path:
-    from bundlectl.project import find_project
 
     if config is not None:
         return config
@@ -209,8 +210,6 @@ def _config_path(config: Path | None) -> Path:
 def merge(text: str, imported: Imported, agent: str, bundles: list[str]) -> str:
     """`text` (a bundlectl.yaml) with the imported servers, agents and bundles added; existing
     entries of the same name are replaced, everything else — comments included — kept."""
-    from ruamel.yaml import YAML
-    from ruamel.yaml.comments import CommentedMap
 
     yaml = YAML()
     yaml.preserve_quotes = True
@@ -253,6 +252,5 @@ def _unique(items: list[str]) -> list[str]:
 
 def _check(text: str, target: Path) -> None:
     """The result must be a valid config: every problem positioned, nothing written."""
-    from bundlectl.project import project_from_text
 
     project_from_text(target, text)

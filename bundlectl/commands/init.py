@@ -8,6 +8,8 @@ from bundlectl import paths
 from bundlectl.errors import UsageError
 from bundlectl.fsio import project_lock, write_project_file
 from bundlectl.output import out
+from bundlectl.project import load_project
+from bundlectl.resolution import resolve_project
 
 TEMPLATE = """\
 # bundlectl.yaml: which MCP servers this project's agents get, and what each agent may call.
@@ -42,7 +44,6 @@ def run(config: Path | None, *, force: bool) -> int:
     target = config or Path.cwd() / paths.CONFIG_NAME
     if target.exists() and not force:
         raise UsageError(f"{target} already exists", hint="pass --force to overwrite it")
-    from bundlectl.project import load_project, resolve_project
 
     with project_lock(target):
         write_project_file(target, TEMPLATE)

@@ -10,8 +10,9 @@ from bundlectl.fsio import project_lock, write_project_file
 from bundlectl.lockfile import describe_drift, dump_lock
 from bundlectl.models import LockFile, check_requirement
 from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, note, out
-from bundlectl.project import Project, Resolution, load_project, project_from_text, resolve_project
+from bundlectl.project import Project, load_project, project_from_text
 from bundlectl.requirements import requirement_name
+from bundlectl.resolution import Resolution, resolve_project
 
 
 def _changes(old: LockFile | None, new: LockFile) -> list[dict[str, str | None]]:

@@ -22,7 +22,8 @@ from bundlectl.output import (
 )
 from bundlectl.patterns import parse_tool_name
 from bundlectl.policy import Decision, explain
-from bundlectl.project import Resolution, load_project, resolve_project
+from bundlectl.project import load_project
+from bundlectl.resolution import Resolution, resolve_project
 
 
 def _load(config: Path | None) -> Resolution:

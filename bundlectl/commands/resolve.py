@@ -11,7 +11,8 @@ from bundlectl.describe import endpoint, server_json
 from bundlectl.errors import UsageError
 from bundlectl.output import JSON_FORMAT_VERSION, Format, Lazy, RawJson, note, out, stream_json
 from bundlectl.policy import Rule
-from bundlectl.project import Resolution, load_project, resolve_project
+from bundlectl.project import load_project
+from bundlectl.resolution import Resolution, resolve_project
 
 
 def run(config: Path | None, *, agents: list[str], fmt: Format) -> int:

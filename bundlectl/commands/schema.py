@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from bundlectl.fsio import atomic_write
+from bundlectl.models import BundleManifest, LockFile, ProjectConfig
 from bundlectl.output import err, out
 
 
 def generate() -> dict[str, str]:
     """File name → schema text, for every on-disk format."""
-    from pydantic import BaseModel
-
-    from bundlectl.models import BundleManifest, LockFile, ProjectConfig
 
     targets: dict[str, tuple[type[BaseModel], str]] = {
         "bundle.schema.json": (BundleManifest, "bundlectl bundle manifest"),

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bundlectl.executor import runner
+from bundlectl.executor.gateway import serve_stdio
+from bundlectl.executor.gateway_http import access_for, bind, serve_http
 from bundlectl.executor.pipeline import AuditLog, Pipeline, default_agent
 from bundlectl.output import ServeMode, ServeTransport
-from bundlectl.project import load_project, resolve_project
+from bundlectl.project import load_project
+from bundlectl.resolution import resolve_project
 
 
 def run(
@@ -21,20 +25,16 @@ def run(
 ) -> int:
     resolution = resolve_project(load_project(config))
     pipeline = Pipeline(resolution, AuditLog(resolution, via="serve"), confirm=None)
-    from bundlectl.executor import runner
 
     if transport is ServeTransport.stdio:
         who = default_agent(agent)
         resolution.policy.agent(who)  # extends errors and the like fail now, before serving
-        from bundlectl.executor.gateway import serve_stdio
 
         async def stdio() -> None:
             await serve_stdio(pipeline, who, mode.value)
 
         runner.run(stdio)
         return 0
-
-    from bundlectl.executor.gateway_http import access_for, bind, serve_http
 
     access = access_for(resolution, agent, host)
     sock = bind(host, port)

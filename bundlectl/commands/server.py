@@ -6,7 +6,7 @@ from pathlib import Path
 
 from bundlectl import paths
 from bundlectl.errors import UsageError
-from bundlectl.servers import BUILTIN
+from bundlectl.servers import BUILTIN, build
 
 TRANSPORTS = ("stdio", "sse", "streamable-http")
 
@@ -27,7 +27,6 @@ def run(name: str, *, root: Path | None, transport: str, host: str, port: int) -
     folder = (root or default_root()).resolve()
     if not folder.is_dir():
         raise UsageError(f"root folder {folder} does not exist")
-    from bundlectl.servers import build
 
     server = build(name, folder)
     if transport == "stdio":

@@ -9,10 +9,14 @@ from typing import TYPE_CHECKING, Any
 from bundlectl.catalog import ToolRef, agent_row, search
 from bundlectl.describe import first_line, tool_flags
 from bundlectl.errors import UsageError
+from bundlectl.executor import runner
+from bundlectl.executor.connect import Target
+from bundlectl.executor.live import survey
 from bundlectl.models import ToolSpec
 from bundlectl.output import JSON_FORMAT_VERSION, Detail, Format, Names, emit_json, out
 from bundlectl.patterns import gateway_name
-from bundlectl.project import Resolution, load_project, resolve_project
+from bundlectl.project import load_project
+from bundlectl.resolution import Resolution, resolve_project
 
 if TYPE_CHECKING:
     from bundlectl.executor.live import Drift
@@ -114,9 +118,6 @@ def run_live(resolution: Resolution, *, server: str | None, fmt: Format) -> int:
 
     Exit 0 when all match, 1 when any differs, 5 when a server could not be asked.
     """
-    from bundlectl.executor import runner
-    from bundlectl.executor.connect import Target
-    from bundlectl.executor.live import survey
 
     servers = {name: s for name, s in resolution.merged.servers.items() if not s.spec.disabled}
     if server is not None:

@@ -11,6 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
+
 from bundlectl import paths
 
 
@@ -88,9 +93,7 @@ class AuditFile:
     def write(self, record: AuditRecord) -> None:
         line = (record.as_json() + "\n").encode("utf-8")
         fd = self._open()
-        try:
-            import fcntl
-        except ImportError:  # Windows: a lock file
+        if fcntl is None:  # Windows: a lock file
             from filelock import FileLock
 
             with FileLock(str(self.target) + ".lock", timeout=30):

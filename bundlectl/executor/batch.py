@@ -16,6 +16,7 @@ from bundlectl.executor.arguments import DuplicateKeyError, loads_strict
 from bundlectl.executor.call import CallOutcome, CallRequest, client_capabilities, perform
 from bundlectl.executor.connect import Target, connect
 from bundlectl.executor.pipeline import Pipeline, default_agent
+from bundlectl.executor.render import result_json
 from bundlectl.output import write
 from bundlectl.patterns import parse_tool_name
 
@@ -142,7 +143,6 @@ def _item(
 
 def batch_line(item: BatchItem, outcome: CallOutcome | None) -> tuple[dict[str, Any], int]:
     """One output line of a batch, and its exit code."""
-    from bundlectl.executor.render import result_json
 
     error = item.error if outcome is None else outcome.error
     data: dict[str, Any] = {"line": item.line, **(item.call or {})}

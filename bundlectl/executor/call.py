@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -11,11 +12,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
+
+from bundlectl import servers
 from bundlectl.errors import BundlectlError, UsageError
-from bundlectl.executor import runner
+from bundlectl.executor import plain, runner
 from bundlectl.executor.arguments import build_arguments, validate
-from bundlectl.executor.connect import Target, classify, list_all_tools, missing_tool
-from bundlectl.executor.stdio import Child
+from bundlectl.executor.connect import (
+    Target,
+    classify,
+    connect,
+    connect_timed_out,
+    list_all_tools,
+    missing_tool,
+    start_child,
+    tail_of,
+)
+from bundlectl.executor.pipeline import terminal_confirmer
+from bundlectl.executor.plain import NO_SAMPLING, NO_TERMINAL, BuiltinClient
+from bundlectl.executor.stdio import Child, child_transport
 from bundlectl.output import ask, err, status
 from bundlectl.policy import Decision
 
@@ -100,7 +115,6 @@ def client_capabilities(root: Path, *, ask: bool) -> dict[str, Any]:
     there), refused otherwise; sampling is refused, since no model stands behind `exec`.
     The SDK's types are imported only when a server asks (the same answers without the SDK:
     `plain.StdioClient`)."""
-    from bundlectl.executor.plain import NO_SAMPLING, NO_TERMINAL
 
     async def roots(context: Any) -> Any:
         import mcp_types as types
@@ -117,7 +131,6 @@ def client_capabilities(root: Path, *, ask: bool) -> dict[str, Any]:
 
         if not ask:
             return types.ErrorData(code=types.INVALID_REQUEST, message=NO_TERMINAL)
-        import anyio
 
         asked = params.model_dump(by_alias=True, mode="json", exclude_none=True)
         answer = await anyio.to_thread.run_sync(ask_on_terminal, asked)
@@ -243,9 +256,6 @@ async def call_once(
     server's content-only tool may run in this process without the SDK (`exec` prints the
     result; code that uses SDK objects does not ask for it).
     """
-    import anyio
-
-    from bundlectl.executor.connect import connect
 
     in_process = _direct_client(target, request) if direct else None
     if in_process is not None:  # a built-in server's tool, called in this process without the SDK
@@ -297,12 +307,6 @@ async def _plain_call(
 ) -> CallOutcome | None:
     """`call_once` on a stdio server without the SDK (`plain.StdioClient`); None when the
     server refused the handshake (it was stopped)."""
-    import anyio
-
-    from bundlectl.executor import plain
-    from bundlectl.executor.connect import connect_timed_out, start_child, tail_of
-    from bundlectl.executor.pipeline import terminal_confirmer
-    from bundlectl.executor.stdio import child_transport
 
     began = anyio.current_time()
     started = child or start_child(target)
@@ -332,7 +336,6 @@ async def _plain_call(
 def _reaped(child: Child, within: float = 0.5) -> None:
     """Wait a moment for a server whose stdout closed to exit, so that what it wrote to stderr
     last (why it died) is in the error message."""
-    import subprocess
 
     with contextlib.suppress(subprocess.TimeoutExpired):
         child.process.wait(within)
@@ -343,8 +346,6 @@ def _direct_client(target: Target, request: CallRequest) -> Any:
     needs a live session (no `pin_tools` check of live definitions); else None."""
     if not target.builtin or request.check is not None:
         return None
-    from bundlectl import servers
-    from bundlectl.executor.plain import BuiltinClient
 
     box = servers.toolbox(target.builtin, target.builtin_root())
     if not BuiltinClient.able(box, request.tool, target.spec.tools):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
+import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -15,11 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pydantic
 
+from bundlectl import servers
 from bundlectl.errors import BundlectlError, CallTimeout, ServerError, ToolCallError
 from bundlectl.executor.stderr import StderrTee
 from bundlectl.executor.stdio import Child, child_transport
 from bundlectl.expand import child_environment, expand
+from bundlectl.launchers import resolve_argv
 from bundlectl.models import ServerSpec
 from bundlectl.servers import BUILTIN
 from bundlectl.suggest import Suggester
@@ -102,10 +107,6 @@ def start_child(target: Target) -> Child:
 def _resolve_command(argv: list[str], env: dict[str, str]) -> list[str]:
     """A pinned `uvx` release installed here runs from this environment (offline, no uv);
     other executables are found on the child's PATH, then beside our interpreter (pipx, venvs)."""
-    import shutil
-    import sys
-
-    from bundlectl.launchers import resolve_argv
 
     argv = resolve_argv(argv)
     found = shutil.which(argv[0], path=env.get("PATH"))
@@ -117,7 +118,6 @@ def _resolve_command(argv: list[str], env: dict[str, str]) -> list[str]:
 
 def _client_target(target: Target, child: Child | None) -> Any:
     """What `mcp.Client` connects to: a server object, or a transport context manager."""
-    from bundlectl import servers
 
     spec = target.spec
     if target.builtin:
@@ -222,7 +222,6 @@ def tail_of(target: Target) -> str:
 def classify(exc: BaseException, target: Target) -> BundlectlError | None:
     """Map an exception from the SDK or the OS to our error, or None when it is not ours."""
     import httpx2
-    import pydantic
     from mcp.shared.exceptions import MCPError
     from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 

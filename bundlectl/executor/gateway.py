@@ -31,15 +31,27 @@ import anyio
 import anyio.lowlevel
 import mcp_types as types
 from anyio.abc import TaskGroup, TaskStatus
+from mcp.client.subscriptions import ListenNotSupportedError
+from mcp.server.lowlevel import Server
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
+from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
+from bundlectl import __version__
+from bundlectl.catalog import ToolRef, search
 from bundlectl.errors import BundlectlError, Interrupted, ServerError
 from bundlectl.executor.call import CallOutcome, CallRequest, perform
 from bundlectl.executor.connect import Target, classify, connect, list_all_tools
 from bundlectl.executor.pipeline import Pipeline
 from bundlectl.executor.stdio import decode_message, read_pipe, write_pipe
+from bundlectl.models import ToolSpec
 from bundlectl.output import err
 from bundlectl.patterns import gateway_name
 from bundlectl.policy import Decision
+from bundlectl.privacy import Privacy
+from bundlectl.project import load_project
+from bundlectl.resolution import resolve_project
 
 CONNECT_TIMEOUT = 30.0
 
@@ -130,9 +142,6 @@ class Relay:
         them (`subscriptions/listen`): its tool list, and the resources clients subscribed to
         (the stream is opened again when that set changes). Older servers send list changes
         unasked and take `resources/subscribe` requests (`Hub.watch`)."""
-        from mcp.client.subscriptions import ListenNotSupportedError
-        from mcp.shared.exceptions import MCPError
-        from mcp.shared.subscriptions import ResourceUpdated
 
         quiet = (MCPError, RuntimeError, TimeoutError)
         with scope:
@@ -162,7 +171,6 @@ class Relay:
         """A new session (a start after a crash, a restart after a reload): subscribe again to
         the resources clients watch here. A 2025-11-25 server forgot them with its session; a
         2026-07-28 one is told on the listen stream, which opens with `watched`."""
-        from mcp.shared.exceptions import MCPError
 
         with anyio.move_on_after(5):
             await self.settled.wait()
@@ -389,8 +397,6 @@ class Hub:
         self._names = None
         self.changed()
         if self.bus is not None:  # clients listening (2026-07-28)
-            from mcp.shared.subscriptions import ToolsListChanged
-
             await self.bus.publish(ToolsListChanged())
         for key, session in list(self.listeners.items()):  # older clients: a notification
             try:
@@ -401,7 +407,6 @@ class Hub:
     async def watch(self, server: str, uri: str, key: Any, notify: Any) -> bool:
         """Tell `notify` (None: the listen streams) when the server's resource `uri` changes;
         False when the server cannot watch it (no subscriptions, unknown resource)."""
-        from mcp.shared.exceptions import MCPError
 
         place = (server, uri)
         if place not in self.watchers:
@@ -435,7 +440,6 @@ class Hub:
 
     async def unwatch(self, uri: str, key: Any) -> None:
         """`key` no longer wants to hear about `uri`; the last one out unsubscribes."""
-        from mcp.shared.exceptions import MCPError
 
         for place in [place for place in self.watchers if place[1] == uri]:
             self.watchers[place].pop(key, None)
@@ -472,13 +476,10 @@ class Hub:
             except Exception:  # a client that went away
                 watchers.pop(key, None)
         if listening and self.bus is not None:
-            from mcp.shared.subscriptions import ResourceUpdated
-
             await self.bus.publish(ResourceUpdated(uri=uri))
 
     def privacy(self) -> Any:
         """The privacy settings in force (built once per loaded config)."""
-        from bundlectl.privacy import Privacy
 
         resolution = self.pipeline.resolution
         if self._privacy is None or self._privacy[0] is not resolution:
@@ -541,7 +542,6 @@ class Hub:
             if stamp == self._stamp:
                 return
             self._stamp = stamp
-            from bundlectl.project import load_project, resolve_project
 
             old = self.pipeline.resolution
             try:
@@ -624,8 +624,6 @@ class Gateway:
     ) -> types.CallToolResult:
         """Search mode's `search_tools`: the usable tools ranked as `bundlectl tools --search`
         ranks them, at the detail asked for."""
-        from bundlectl.catalog import ToolRef, search
-        from bundlectl.models import ToolSpec
 
         if detail not in DETAILS:
             return _error(f"detail must be one of {', '.join(DETAILS)}, not {detail!r}")
@@ -664,7 +662,6 @@ class Gateway:
     async def _gather(self, method: str, field: str) -> list[tuple[str, Any]]:
         """(server, item) for every item of a paginated list (`resources/list`, ...) of every
         server in use, asked concurrently; a server without the feature adds nothing."""
-        from mcp.shared.exceptions import MCPError
 
         found: dict[str, list[Any]] = {}
 
@@ -720,7 +717,6 @@ class Gateway:
     async def read_resource(self, uri: str) -> Any:
         """The resource from the server in use that lists it, or else from the first that can
         read it (a URI made from a template)."""
-        from mcp.shared.exceptions import MCPError
 
         listed = await self._gather("list_resources", "resources")
         owners = [server for server, item in listed if str(item.uri) == uri]
@@ -906,7 +902,6 @@ def _declared(spec: Any) -> types.Tool:
 def _as_protocol_error() -> Iterator[None]:
     """Our errors as JSON-RPC errors with our message (prompts and resources have no error
     results; the SDK would say only "internal error")."""
-    from mcp.shared.exceptions import MCPError
 
     try:
         yield
@@ -916,7 +911,6 @@ def _as_protocol_error() -> Iterator[None]:
 
 def _not_found(message: str) -> Exception:
     """A JSON-RPC error for an unknown prompt or resource (those have no error results)."""
-    from mcp.shared.exceptions import MCPError
 
     return MCPError(code=types.INVALID_PARAMS, message=message)
 
@@ -944,11 +938,6 @@ def mcp_server(
     `ask` rule) with keys every replica of a stateless deployment shares
     (`gateway_http.StateKeys`); None: a key of this process only.
     """
-    from mcp.server.lowlevel import Server
-    from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
-    from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
-
-    from bundlectl import __version__
 
     if hub.bus is None:
         hub.bus = InMemorySubscriptionBus()

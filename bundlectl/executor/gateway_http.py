@@ -26,9 +26,11 @@ from typing import Any
 import anyio
 
 from bundlectl.errors import UsageError
+from bundlectl.executor import runner
 from bundlectl.executor.gateway import Hub, _log_line, mcp_server
 from bundlectl.executor.pipeline import Pipeline
-from bundlectl.project import Resolution
+from bundlectl.expand import expand
+from bundlectl.resolution import Resolution
 
 AGENT = "bundlectl.agent"  # the ASGI scope key the gate fills in for the handlers
 
@@ -143,7 +145,6 @@ class Refusals:
 def access_for(resolution: Resolution, agent: str | None, host: str) -> Access:
     """Read the agents' tokens (references expanded now; never logged), check the address, and
     that every agent served has a sound policy."""
-    from bundlectl.expand import expand
 
     config = resolution.project.config
     tokens: dict[str, str] = {}
@@ -288,8 +289,6 @@ async def serve_http(
     from starlette.requests import Request
     from starlette.responses import JSONResponse
     from starlette.routing import Route
-
-    from bundlectl.executor import runner
 
     host, port = sock.getsockname()[:2]
     async with anyio.create_task_group() as group:

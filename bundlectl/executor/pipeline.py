@@ -13,11 +13,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from bundlectl import paths
 from bundlectl.errors import PolicyDenied, UsageError
-from bundlectl.executor import audit
+from bundlectl.executor import audit, userconfig
+from bundlectl.executor.connect import Target
+from bundlectl.executor.live import compare
+from bundlectl.lockfile import digest_json
 from bundlectl.output import ask, err
 from bundlectl.policy import Decision
-from bundlectl.project import Resolution
+from bundlectl.resolution import Resolution
 
 if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowed the call
     from bundlectl.executor.connect import Target
@@ -111,8 +115,6 @@ class AuditLog:
         )
         try:
             if self._file is None:
-                from bundlectl.executor import userconfig
-
                 self._file = audit.AuditFile(audit.log_path(userconfig.load().audit.path))
             self._file.write(entry)
         except OSError as exc:
@@ -183,8 +185,6 @@ class Pipeline:
         definition differs from the one the lock recorded, or the lock records none."""
         if not self.resolution.policy.set.pin_tools:
             return None
-        from bundlectl.executor.live import compare
-        from bundlectl.lockfile import digest_json
 
         lock = self.resolution.project.lock
         locked = lock.servers.get(server) if lock is not None else None
@@ -217,8 +217,6 @@ class Pipeline:
 
     def target(self, server: str, *, quiet: bool = False) -> Target:
         """The configured server to call (its stderr to a log file when `quiet`)."""
-        from bundlectl import paths
-        from bundlectl.executor.connect import Target
 
         merged = self.resolution.merged.servers.get(server)
         if merged is None:

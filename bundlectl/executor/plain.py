@@ -13,6 +13,8 @@ the built-in servers' tools, called as functions in this process.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import itertools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -374,8 +376,6 @@ class BuiltinClient:
     async def call_tool(
         self, name: str, arguments: dict[str, Any], read_timeout_seconds: float, **_: Any
     ) -> PlainResult:
-        import functools
-        import inspect
 
         tool = self.box.tools[name]
         known = inspect.signature(tool.fn).parameters

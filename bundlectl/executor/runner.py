@@ -17,7 +17,8 @@ from typing import TypeVar
 
 import anyio
 
-from bundlectl.errors import Interrupted
+from bundlectl.errors import BundlectlError, Interrupted
+from bundlectl.executor.connect import leaves
 
 T = TypeVar("T")
 
@@ -122,8 +123,6 @@ def run(fn: Callable[[], Awaitable[T]]) -> T:
 
 def _unwrap(group: BaseExceptionGroup) -> BaseException:
     """The exception that matters inside task-group wrapping: ours first, then interrupts."""
-    from bundlectl.errors import BundlectlError
-    from bundlectl.executor.connect import leaves
 
     found = leaves(group)
     for kind in (BundlectlError, KeyboardInterrupt):

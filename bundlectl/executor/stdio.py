@@ -24,7 +24,8 @@ from typing import IO, Any
 import anyio
 import anyio.lowlevel
 
-from bundlectl.executor.watchdog import group_alive
+from bundlectl.executor import watchdog
+from bundlectl.executor.watchdog import group_alive, stop_group
 
 GRACE = 2.0  # seconds after closing stdin, and again after SIGTERM
 
@@ -91,7 +92,6 @@ class Child:
         if sys.platform == "win32":
             self.process.terminate()
             return
-        from bundlectl.executor.watchdog import stop_group
 
         if self.process.poll() is None or group_alive(self.process.pid):
             self._signal(signal.SIGTERM)
@@ -106,7 +106,6 @@ class Child:
 
     def _watchdog(self) -> None:
         """A detached Python process that stops the server's group if it outlives GRACE."""
-        from bundlectl.executor import watchdog
 
         with contextlib.suppress(OSError):
             subprocess.Popen(

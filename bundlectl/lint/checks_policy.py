@@ -9,8 +9,9 @@ from bundlectl.catalog import agent_row
 from bundlectl.lint.context import Context, at
 from bundlectl.lint.rules import Finding
 from bundlectl.models import ProjectConfig
+from bundlectl.patterns import part_matches, split_rule
 from bundlectl.policy import CompiledAgent, Rule
-from bundlectl.project import Resolution
+from bundlectl.resolution import Resolution
 from bundlectl.yamlio import YamlDoc, YamlPath
 
 
@@ -263,7 +264,6 @@ def detokenize_targets(ctx: Context) -> Iterator[Finding]:
     if parts is None:
         return
     resolution, doc, model = parts
-    from bundlectl.patterns import part_matches, split_rule
 
     servers = resolution.merged.servers
     for index, pattern in enumerate(model.privacy.detokenize):

@@ -8,9 +8,13 @@ from bundlectl.catalog import Catalog
 from bundlectl.errors import ResolutionError
 from bundlectl.lint.context import Context, at, from_problem
 from bundlectl.lint.rules import Finding
+from bundlectl.lockfile import FORMATTING_ONLY, Drift, drift, dump_lock
+from bundlectl.paths import display_path
 from bundlectl.patterns import split_rule
+from bundlectl.policy import extends_problems
 from bundlectl.requirements import requirement_name
 from bundlectl.suggest import Suggester
+from bundlectl.yamlio import read_yaml
 
 
 def unknown_bundles(ctx: Context) -> Iterator[Finding]:
@@ -76,7 +80,6 @@ def invalid_extends(ctx: Context) -> Iterator[Finding]:
     """BCL108: unknown parents and cycles (each at its position)."""
     if ctx.resolution is None:
         return
-    from bundlectl.policy import extends_problems
 
     linted = {f.doc.file for f in ctx.files}
     for problem in extends_problems(ctx.resolution.merged.agents):
@@ -88,9 +91,6 @@ def lock_drift(ctx: Context) -> Iterator[Finding]:
     """BCL103: the lock is missing, or differs from what the config resolves to now."""
     if ctx.resolution is None or ctx.project is None or ctx.config is None:
         return
-    from bundlectl.lockfile import FORMATTING_ONLY, Drift, drift, dump_lock
-    from bundlectl.paths import display_path
-    from bundlectl.yamlio import read_yaml
 
     project = ctx.project
     fresh = dump_lock(ctx.resolution.lock)

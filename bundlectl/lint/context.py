@@ -12,7 +12,8 @@ from bundlectl.yamlio import YamlDoc, YamlPath, format_path
 
 if TYPE_CHECKING:
     from bundlectl.models import BundleManifest, ProjectConfig, ServerSpec
-    from bundlectl.project import Project, Resolution
+    from bundlectl.project import Project
+    from bundlectl.resolution import Resolution
 
 
 @dataclass

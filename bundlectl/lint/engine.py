@@ -20,6 +20,11 @@ from bundlectl.lint import (
 )
 from bundlectl.lint.context import Context, LintedFile, from_problem
 from bundlectl.lint.rules import RULES, SEVERITY_RANK, Finding, Severity
+from bundlectl.models import BundleManifest, ProjectConfig
+from bundlectl.policy import extends_problems
+from bundlectl.project import Project
+from bundlectl.resolution import resolve_project
+from bundlectl.validation import check_doc
 from bundlectl.yamlio import read_yaml
 
 Check = Callable[[Context], Iterable[Finding]]
@@ -63,7 +68,6 @@ class Selection:
 
 
 def _load(kind: str, path: Path, model: type[BaseModel]) -> LintedFile:
-    from bundlectl.validation import check_doc
 
     doc = read_yaml(path, paths.display_path(path))
     linted = LintedFile(kind, doc)
@@ -101,8 +105,6 @@ def collect(targets: list[Path], config: Path | None) -> tuple[list[Path | None]
 
 
 def lint_project(config_path: Path) -> tuple[Context, list[Finding]]:
-    from bundlectl.models import BundleManifest, ProjectConfig
-    from bundlectl.project import Project, resolve_project
 
     config = _load("config", config_path, ProjectConfig)
     ctx = Context([config])
@@ -118,8 +120,6 @@ def lint_project(config_path: Path) -> tuple[Context, list[Finding]]:
     extra += [from_problem(checks_files.rule_of(p), p) for p in ctx.project.registry_problems()]
     try:
         ctx.resolution = resolve_project(ctx.project, strict=False)
-        from bundlectl.policy import extends_problems
-
         ctx.policy_ok = not extends_problems(ctx.resolution.merged.agents)
     except InputFileError as exc:  # the lock, or a manifest outside the lint targets
         extra += [from_problem(checks_files.rule_of(p), p) for p in exc.problems]
@@ -130,7 +130,6 @@ def lint_project(config_path: Path) -> tuple[Context, list[Finding]]:
 
 def run(targets: list[Path], config: Path | None, selection: Selection) -> list[Finding]:
     """Every finding of every target, suppressions applied, sorted by position."""
-    from bundlectl.models import BundleManifest
 
     configs, manifests = collect(targets, config)
     contexts: list[tuple[Context, list[Finding]]] = []

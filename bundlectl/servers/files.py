@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import mimetypes
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bundlectl.fsio import atomic_write_bytes
 from bundlectl.servers._tooling import Blob, Toolbox, ToolFailure
 
 if TYPE_CHECKING:
@@ -67,7 +69,6 @@ def toolbox(root: Path) -> Toolbox:
         data = target.read_bytes()
         if _is_text(data):
             return data.decode("utf-8")
-        import base64
 
         mime = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
         return Blob(target.as_uri(), mime, base64.b64encode(data).decode("ascii"))
@@ -88,7 +89,6 @@ def toolbox(root: Path) -> Toolbox:
         target.parent.mkdir(parents=True, exist_ok=True)
         # Re-check after creating parents: a symlinked parent must not lead outside.
         target = confine(root, path, must_exist=False)
-        from bundlectl.fsio import atomic_write_bytes
 
         atomic_write_bytes(target, data)
         return f"wrote {len(data)} bytes to {path}"

@@ -1,0 +1,145 @@
+"""A project resolved: bundle versions chosen, servers and agents merged, the lock that implies
+and the policy engine over it. Apart from `project` (the config and its registries) so that the
+commands that only read a project (`list`, `show`) load neither the resolver nor the policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from packaging.version import Version
+
+from bundlectl.catalog import Catalog, ToolRef
+from bundlectl.errors import InputFileError, ResolutionError
+from bundlectl.fsio import write_project_file
+from bundlectl.lockfile import digest_json, dump_lock, locked_tools
+from bundlectl.merge import Merged, collision_error, merge, policy_set
+from bundlectl.models import LockedBundle, LockedServer, LockFile, ProjectConfig
+from bundlectl.policy import Policy, PolicySet, canonical_policy, check_extends
+from bundlectl.project import Project
+from bundlectl.resolver import constraint, resolve
+
+
+@dataclass
+class Resolution:
+    """A project resolved: versions, merged servers and agents, the lock it implies."""
+
+    project: Project
+    merged: Merged
+
+    @cached_property
+    def lock(self) -> LockFile:
+        """The lock this resolution implies (built when asked: digesting a large policy takes a
+        while, and `matrix` or `tools` never need it)."""
+
+        unpinned = policy_set(self.project.config, self.project.doc, self.merged, None)
+        return build_lock(self.project.config, self.merged, unpinned)
+
+    @cached_property
+    def policy(self) -> Policy:
+        """The policy engine, with `pin_tools` judged against the lock on disk."""
+
+        on_disk = self.project.lock
+        pinned = locked_tools(on_disk if on_disk is not None else self.lock)
+        return Policy(policy_set(self.project.config, self.project.doc, self.merged, pinned))
+
+    def write_lock(self) -> None:
+        """Write the lock this resolution implies (call under `fsio.project_lock`)."""
+
+        write_project_file(self.project.lock_path, dump_lock(self.lock))
+
+    @cached_property
+    def catalog(self) -> Catalog:
+        """Every declared tool of every enabled server."""
+
+        return Catalog(
+            ToolRef(name, tool.name, tool)
+            for name, server in self.merged.servers.items()
+            if not server.spec.disabled
+            for tool in server.spec.tools
+        )
+
+
+def resolve_project(
+    project: Project,
+    *,
+    upgrade: set[str] | None = None,
+    use_lock: bool = True,
+    strict: bool = True,
+) -> Resolution:
+    """Resolve the project's bundles (preferring the lock's pins) and merge everything."""
+
+    if strict:  # lint reports these itself, as findings, and carries on
+        problems = project.registry_problems()
+        if problems:
+            raise InputFileError(problems, hint="fix the registries and run the command again")
+        unknown = project.unknown_bundles()
+        if unknown:
+            raise ResolutionError(unknown[0].render(), problems=unknown)
+    prefer: dict[str, Version] = {}
+    if use_lock and project.lock is not None:
+        prefer = {name: Version(b.version) for name, b in project.lock.bundles.items()}
+    wanted = [constraint(text, project.display) for text in project.config.bundles]
+    versions = resolve(wanted, project.registry, prefer=prefer, upgrade=upgrade)
+    bundles = [project.registry.get(name, version) for name, version in versions.items()]
+    merged = merge(project.config, project.doc, bundles)
+    if strict:
+        collision = collision_error(merged)
+        if collision is not None:
+            raise collision
+        check_extends(merged.agents)
+    return Resolution(project, merged)
+
+
+def inputs_digest(config: ProjectConfig) -> str:
+    """The config parts that resolution depends on; agents and policy do not change the lock."""
+    data = config.model_dump(
+        mode="json",
+        include={"registries", "bundles", "servers"},
+        exclude={"servers": {"__all__": {"concurrency"}}},  # scheduling, not resolution
+    )
+    return digest_json(data)
+
+
+def policy_digests(policy: PolicySet) -> tuple[str, dict[str, str]]:
+    """The policy digest (SPEC 6) and the digest of each agent's effective rules."""
+    settings, agents = canonical_policy(policy)
+    per_agent = {name: digest_json(rules) for name, rules in agents.items()}
+    return digest_json({"settings": settings, "agents": per_agent}), per_agent
+
+
+# Not part of a server's locked digest: its tools are digested one by one, and `concurrency` is
+# how the gateway schedules calls, not what the server is (adding it kept existing locks fresh).
+UNLOCKED = frozenset({"tools", "concurrency"})
+
+
+def build_lock(config: ProjectConfig, merged: Merged, policy: PolicySet) -> LockFile:
+    bundles = {
+        loaded.manifest.name: LockedBundle(
+            version=loaded.manifest.version,
+            source=loaded.source.label,
+            digest=loaded.digest,
+            requires=list(loaded.manifest.requires),
+        )
+        for loaded in merged.bundles
+    }
+    servers = {}
+    for name, server in merged.servers.items():
+        spec = server.spec.model_dump(mode="json")
+        tools = {tool["name"]: digest_json(tool) for tool in spec["tools"]}
+        servers[name] = LockedServer(
+            bundle=server.bundle.split("@")[0] if server.bundle else None,
+            transport=server.spec.transport,
+            digest=digest_json({k: v for k, v in spec.items() if k not in UNLOCKED}),
+            tools=tools,
+        )
+    policy_digest, agents = policy_digests(policy)
+    return LockFile(
+        format_version=1,
+        inputs_digest=inputs_digest(config),
+        policy_digest=policy_digest,
+        agents=agents,
+        bundles=dict(sorted(bundles.items())),
+        servers=dict(sorted(servers.items())),
+    )
