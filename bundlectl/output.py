@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 from collections.abc import Iterable, Sequence
@@ -240,6 +241,11 @@ def _plain(value: Any) -> Any:
     if isinstance(value, RawJson):
         return json.loads(value.text)
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def write_csv(rows: Iterable[Sequence[str]]) -> None:
+    """Rows as CSV on stdout (`\\n` line ends)."""
+    csv.writer(sys.stdout, lineterminator="\n").writerows(rows)
 
 
 def table(rows: Sequence[Sequence[str]], header: Sequence[str] | None = None) -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import csv
-import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bundlectl.catalog import agent_row
+from bundlectl.catalog import Row, agent_row
 from bundlectl.output import (
     JSON_FORMAT_VERSION,
     Format,
@@ -19,6 +19,7 @@ from bundlectl.output import (
     out,
     stream_json,
     table,
+    write_csv,
 )
 from bundlectl.patterns import parse_tool_name
 from bundlectl.policy import Decision, explain
@@ -145,36 +146,63 @@ def explain_one(
     return 3 if d.effect == "deny" else 0
 
 
+@dataclass(frozen=True)
+class _Matrix:
+    agents: list[str]
+    tools: list[str]
+    rows: list[Row]
+
+    def columns(self) -> dict[str, list[str]]:
+        return {row.agent: list(row.effects(len(self.tools))) for row in self.rows}
+
+
+def _matrix_json(matrix: _Matrix) -> None:
+    """One agent's row at a time, already JSON: 3,000 x 5,000 cells are never held whole."""
+    size = len(matrix.tools)
+    effects = ((row.agent, RawJson(row.effects_json(size))) for row in matrix.rows)
+    stream_json(
+        {
+            "format_version": JSON_FORMAT_VERSION,
+            "agents": matrix.agents,
+            "tools": matrix.tools,
+            "effects": Lazy(effects, mapping=True),
+        },
+        expand=2,
+    )
+
+
+def _matrix_csv(matrix: _Matrix) -> None:
+    columns = matrix.columns()
+    write_csv(
+        [
+            ["tool", *matrix.agents],
+            *(
+                [tool, *(columns[a][i] for a in matrix.agents)]
+                for i, tool in enumerate(matrix.tools)
+            ),
+        ]
+    )
+
+
+def _matrix_text(matrix: _Matrix) -> None:
+    columns = matrix.columns()
+    table(
+        [[tool, *(columns[a][i] for a in matrix.agents)] for i, tool in enumerate(matrix.tools)],
+        header=["TOOL", *matrix.agents],
+    )
+
+
+MATRIX_REPORTERS: dict[MatrixFormat, Callable[[_Matrix], None]] = {
+    MatrixFormat.json: _matrix_json,
+    MatrixFormat.csv: _matrix_csv,
+    MatrixFormat.text: _matrix_text,
+}
+
+
 def matrix(config: Path | None, agents: list[str], *, fmt: MatrixFormat) -> int:
     resolution = _load(config)
     policy, catalog = resolution.policy, resolution.catalog
     names = agents or policy.agents
     rows = [agent_row(policy.agent(a), catalog) for a in names]
-    tools = [t.qualified for t in catalog.tools]
-    if (
-        fmt is MatrixFormat.json
-    ):  # one agent's column at a time: 3,000 x 5,000 cells are never held whole
-        size = len(catalog)
-        effects = Lazy(((row.agent, RawJson(row.effects_json(size))) for row in rows), mapping=True)
-        stream_json(
-            {
-                "format_version": JSON_FORMAT_VERSION,
-                "agents": list(names),
-                "tools": tools,
-                "effects": effects,
-            },
-            expand=2,
-        )
-        return 0
-    columns = {row.agent: row.effects(len(catalog)) for row in rows}
-    if fmt is MatrixFormat.csv:
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(["tool", *names])
-        for i, tool in enumerate(tools):
-            writer.writerow([tool, *(columns[a][i] for a in names)])
-    else:
-        table(
-            [[tool, *(columns[a][i] for a in names)] for i, tool in enumerate(tools)],
-            header=["TOOL", *names],
-        )
+    MATRIX_REPORTERS[fmt](_Matrix(list(names), [t.qualified for t in catalog.tools], rows))
     return 0
