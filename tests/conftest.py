@@ -16,6 +16,17 @@ from ruamel.yaml import YAML
 from bundlectl.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
+# A 2025-11-25 `initialize` request, for tests that speak raw JSON-RPC to a server or gateway.
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"},
+    },
+}
 
 
 @pytest.fixture(autouse=True)

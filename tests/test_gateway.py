@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from bundlectl.patterns import gateway_name
-from tests.conftest import Run, write
+from tests.conftest import INITIALIZE, Run, write
 from tests.test_exec import SERVERS, gone, pids
 
 PY = sys.executable
@@ -150,16 +150,7 @@ def test_sigterm_stops_the_gateway_and_its_servers(gateway_project: Path, tmp_pa
     )
     assert proc.stdin is not None and proc.stdout is not None
     messages = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "test", "version": "1"},
-            },
-        },
+        INITIALIZE,
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {
             "jsonrpc": "2.0",

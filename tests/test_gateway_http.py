@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.conftest import Run, write
+from tests.conftest import INITIALIZE, Run, write
 from tests.test_exec import SERVERS, gone, pids
 
 PY = sys.executable
@@ -122,16 +122,7 @@ def test_each_token_gets_its_own_agents_tools_and_nothing_else(
             seen["add"] = await writer.call_tool("kitchen__add", {"a": 1, "b": 2})
             seen["echo"] = await writer.call_tool("kitchen__echo", {"text": "x"})
         async with httpx2.AsyncClient() as http:
-            initialize = {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "t", "version": "1"},
-                },
-            }
+            initialize = INITIALIZE
             accept = {"Accept": "application/json, text/event-stream"}
             seen["none"] = await http.post(f"{url}/mcp", json=initialize, headers=accept)
             wrong = {**accept, "Authorization": "Bearer " + "x" * 40}
@@ -197,16 +188,7 @@ def test_tokens_follow_the_config_and_a_broken_token_keeps_the_last_good_one(
     rotated = "reader-rotated-" + "n" * 30
     monkeypatch.setenv("READER_TOKEN_NEXT", rotated)
     config = http_project / "bundlectl.yaml"
-    listing = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    }
+    listing = INITIALIZE
     accept = {"Accept": "application/json, text/event-stream"}
 
     def status(url: str, token: str) -> int:
