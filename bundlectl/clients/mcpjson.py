@@ -23,7 +23,7 @@ from bundlectl.clients.base import (
     rewrite_refs,
     rule_label,
 )
-from bundlectl.lint.checks_secrets import SECRET_NAME, _secret_kind
+from bundlectl.secretscan import SECRET_NAME, secret_kind
 
 RefStyle = Callable[[str, str | None], str]
 # How a client writes a remote server: (transport) → the keys of the entry.
@@ -203,7 +203,7 @@ def literal_secret(key: str, value: str, imported: Imported, server: str) -> str
     if "${" in converted:
         return converted
 
-    if _secret_kind(key, value) or (SECRET_NAME.search(key) and len(value) >= 8):
+    if secret_kind(key, value) or (SECRET_NAME.search(key) and len(value) >= 8):
         name = re.sub(r"[^A-Z0-9_]", "_", key.upper()) or "SECRET"
         imported.secrets[name] = f"servers.{server} ({key})"
         prefix = value[: len("Bearer ")] if value.startswith("Bearer ") else ""

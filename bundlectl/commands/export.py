@@ -12,13 +12,13 @@ from bundlectl.errors import ReportedFailure
 from bundlectl.executor.pipeline import default_agent
 from bundlectl.expand import references
 from bundlectl.fsio import atomic_write
-from bundlectl.lint.checks_secrets import SECRET_NAME
 from bundlectl.output import ExportVia, err, write
 from bundlectl.paths import display_path
 from bundlectl.patterns import part_matches
 from bundlectl.policy import CompiledAgent
 from bundlectl.project import load_project
 from bundlectl.resolution import Resolution, resolve_project
+from bundlectl.secretscan import SECRET_NAME
 from bundlectl.yamlio import read_text
 
 

@@ -6,6 +6,7 @@ schema type, JSON for arrays and objects, strings as given. Validation reports e
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -180,19 +181,29 @@ def build_arguments(
     return args
 
 
-def validate(arguments: dict[str, Any], input_schema: dict[str, Any], tool: str) -> None:
-    """Every violation of the input schema, listed (exit 4)."""
+@functools.lru_cache(maxsize=256)
+def _validator(schema: str) -> Any:
+    """The validator for a schema (as canonical JSON), made once: a gateway validates every
+    call of a tool against the same schema."""
     from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import SchemaError
     from jsonschema.validators import validator_for
 
+    parsed = json.loads(schema)
+    return validator_for(parsed, default=Draft202012Validator)(parsed)
+
+
+def validate(arguments: dict[str, Any], input_schema: dict[str, Any], tool: str) -> None:
+    """Every violation of the input schema, listed (exit 4). A schema the validator cannot use
+    (an unknown type, a `$ref` that leads nowhere) says so instead of failing inside it; a
+    merely sloppy one is used as far as it goes, as the server's own SDK does."""
     try:
-        cls = validator_for(input_schema, default=Draft202012Validator)
-        validator = cls(input_schema)
+        validator = _validator(json.dumps(input_schema, sort_keys=True))
         errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
-    except SchemaError as exc:
+    except Exception as exc:  # jsonschema's and referencing's errors on the server's schema
+        reason = str(getattr(exc, "message", None) or exc).splitlines()[0]
         raise ToolCallError(
-            f"tool {tool} declares an invalid input schema: {exc.message}"
+            f"tool {tool} declares an input schema that cannot be used: {reason}",
+            hint="the server's tool definition is broken; tell its maintainers",
         ) from None
     if errors:
         lines = [f"the arguments do not satisfy the input schema of {tool}:"]

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import math
 import os
-import re
-from collections import Counter
 from collections.abc import Iterator
 
 from bundlectl.expand import references
@@ -13,39 +10,7 @@ from bundlectl.lint.context import Context, at
 from bundlectl.lint.rules import Finding
 from bundlectl.models import ServerSpec
 from bundlectl.requirements import requirement_name
-
-_TOKENS = [
-    ("a GitHub token", re.compile(r"\b(gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})")),
-    ("an AWS access key", re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("a Slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
-    ("an OpenAI-style API key", re.compile(r"\bsk-(proj-|ant-)?[A-Za-z0-9_-]{20,}")),
-    ("a Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b")),
-    ("a private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
-    ("a password in a URL", re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@", re.I)),
-]
-SECRET_NAME = re.compile(r"(secret|token|passw|pwd|api[_-]?key|auth|credential|private)", re.I)
-
-
-def _entropy(text: str) -> float:
-    counts = Counter(text)
-    return -sum(n / len(text) * math.log2(n / len(text)) for n in counts.values())
-
-
-def _secret_kind(key: str, value: str) -> str | None:
-    """What kind of literal secret `value` is, if any. References (${VAR}) are never secrets."""
-    literal = re.sub(r"\$\{[^}]*\}", "", value)
-    for kind, pattern in _TOKENS:
-        if pattern.search(literal):
-            return kind
-    candidate = literal.removeprefix("Bearer ").removeprefix("Basic ").strip()
-    if (
-        SECRET_NAME.search(key)
-        and len(candidate) >= 16
-        and " " not in candidate
-        and _entropy(candidate) >= 3.5
-    ):
-        return "a high-entropy value in a secret-named key"
-    return None
+from bundlectl.secretscan import secret_kind
 
 
 def _server_values(spec: ServerSpec) -> Iterator[tuple[tuple[str | int, ...], str, str]]:
@@ -69,7 +34,7 @@ def plaintext_secrets(ctx: Context) -> Iterator[Finding]:
     """BCL301. The message never repeats the secret."""
     for doc, name, spec in ctx.servers():
         for path, key, value in _server_values(spec):
-            kind = _secret_kind(key, value)
+            kind = secret_kind(key, value)
             if kind:
                 yield at(
                     "BCL301",
