@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from bundlectl.errors import BundlectlError, Interrupted, UsageError
 from bundlectl.executor import runner
-from bundlectl.executor.arguments import load_json_args, split_pairs
+from bundlectl.executor.arguments import load_json_args, preload, split_pairs
 from bundlectl.executor.batch import BatchItem, batch_line, read_batch, run_items, write_line
 from bundlectl.executor.call import CallRequest, call_once, client_capabilities
 from bundlectl.executor.connect import start_child
@@ -96,6 +96,8 @@ def run(
     # Whatever happens before the transport owns the child (Ctrl-C while the SDK imports),
     # the server and everything it started must not outlive us.
     with stop_on_failure(child):
+        if child is not None:
+            preload()
         return _call(
             pipeline,
             target,
