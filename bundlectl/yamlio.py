@@ -9,6 +9,7 @@ that cannot be read is a positioned problem, never an exception.
 from __future__ import annotations
 
 import binascii
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -126,8 +127,10 @@ _COLLECTION_TAGS = frozenset(_YAML_TAGS + t for t in ("map", "seq", "set", "omap
 _Resolvers = dict[str | None, list[tuple[str, re.Pattern[str]]]]
 
 
+@functools.lru_cache(maxsize=4)
 def _implicit_resolvers(version: tuple[int, int] | None) -> _Resolvers:
-    """ruamel's table of plain-scalar patterns (first character → (tag, regex)) for a version."""
+    """ruamel's table of plain-scalar patterns (first character → (tag, regex)) for a version
+    (read only: shared by every file of that version)."""
 
     table: _Resolvers = VersionedResolver(version=version or (1, 2)).versioned_resolver
     return table
