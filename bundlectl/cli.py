@@ -729,8 +729,9 @@ def _command_name(args: list[str]) -> str | None:
     return args[position] if position < len(args) else None
 
 
-# Commands that may run for hours (a gateway, a batch of calls): the collector stays on.
-_LONG_RUNNING = frozenset({"serve", "exec"})
+# Commands that may run for hours (a gateway, a built-in server, a batch of calls): the
+# collector stays on.
+_LONG_RUNNING = frozenset({"serve", "server", "exec"})
 
 
 def _debug(invocation: Invocation) -> bool:

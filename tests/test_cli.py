@@ -130,6 +130,7 @@ def test_the_console_script_collects_garbage_only_in_long_running_commands(
     assert not collecting("script", "--config", "bundlectl.yaml", "lint")
     assert collecting("script", "exec", "--help")
     assert collecting("script", "serve", "--help")
+    assert collecting("script", "server", "--help")
     assert collecting("library", "list")
 
 
