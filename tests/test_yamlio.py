@@ -127,3 +127,43 @@ def test_tags_and_aliases_that_cannot_be_read_are_positioned_problems() -> None:
     for text, wanted in cases.items():
         doc = parse_yaml(text, "f.yaml")
         assert [(p.line, p.column, p.message) for p in doc.problems] == [wanted], text
+
+
+def test_documents_read_as_ruamel_reads_them() -> None:
+    """Whatever a YAML emitter writes (block and flow style, quoting, numbers, booleans, nulls,
+    strings that look like them), the event builder reads the same data as ruamel's loader."""
+    import io
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from ruamel.yaml import YAML
+
+    tricky = st.sampled_from(["yes", "no", "on", "null", "~", "1e3", "0x1F", "017", "1_000", ""])
+    scalars = (
+        st.none()
+        | st.booleans()
+        | st.integers(-(2**70), 2**70)
+        | st.floats(allow_nan=False, allow_infinity=True)
+        | st.text(max_size=12)
+        | tricky
+    )
+    keys = st.text(min_size=1, max_size=8) | tricky.filter(bool)
+    trees = st.recursive(
+        scalars,
+        lambda c: st.lists(c, max_size=4) | st.dictionaries(keys, c, max_size=4),
+        max_leaves=20,
+    )
+
+    @settings(max_examples=300, deadline=None)
+    @given(trees, st.sampled_from([None, True, False]))
+    def check(value: object, flow: bool | None) -> None:
+        emitter = YAML(typ="safe", pure=True)
+        emitter.default_flow_style = flow
+        stream = io.StringIO()
+        emitter.dump({"root": value}, stream)
+        text = stream.getvalue()
+        doc = parse_yaml(text, "f.yaml")
+        assert doc.problems == [], text
+        assert doc.data == YAML(typ="safe", pure=True).load(text), text
+
+    check()
