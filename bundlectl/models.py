@@ -3,8 +3,6 @@ itself (`bundlectl schema`). Models validate shape and syntax only; references b
 (unknown parents, unknown bundles) are checked where the whole picture is known.
 """
 
-from __future__ import annotations
-
 import re
 from typing import Annotated, Any, Literal
 
@@ -185,7 +183,7 @@ class ServerSpec(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _fits_transport(self) -> ServerSpec:
+    def _fits_transport(self) -> "ServerSpec":
         if self.transport == "stdio":
             if not self.command:
                 raise ValueError("a stdio server needs a 'command'")
