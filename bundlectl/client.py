@@ -136,7 +136,6 @@ def _tokenizer(privacy: Any) -> Any:
 
 
 def _through_gateway(url: str, name: str, arguments: dict[str, Any]) -> Any:
-
     server, tool = parse_tool_name(name)
     token = os.environ.get("BUNDLECTL_GATEWAY_TOKEN")
 

@@ -318,7 +318,6 @@ class NamedPattern(StrictModel):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, value: str) -> str:
-
         try:
             re.compile(value)
         except re.error as exc:

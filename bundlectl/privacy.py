@@ -454,7 +454,6 @@ class Privacy:
         return Tokenizer(self.detectors)
 
     def gets_real_values(self, server: str, tool: str) -> bool:
-
         for rule in self.detokenize:
             server_part, tool_part = split_rule(rule)
             if part_matches(server_part, server) and part_matches(tool_part, tool):

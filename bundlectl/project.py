@@ -80,7 +80,6 @@ class Project:
 
     @cached_property
     def lock(self) -> LockFile | None:
-
         return read_lock(self.lock_path, paths.display_path(self.lock_path))
 
 

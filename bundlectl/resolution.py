@@ -32,27 +32,23 @@ class Resolution:
     def lock(self) -> LockFile:
         """The lock this resolution implies (built when asked: digesting a large policy takes a
         while, and `matrix` or `tools` never need it)."""
-
         unpinned = policy_set(self.project.config, self.project.doc, self.merged, None)
         return build_lock(self.project.config, self.merged, unpinned)
 
     @cached_property
     def policy(self) -> Policy:
         """The policy engine, with `pin_tools` judged against the lock on disk."""
-
         on_disk = self.project.lock
         pinned = locked_tools(on_disk if on_disk is not None else self.lock)
         return Policy(policy_set(self.project.config, self.project.doc, self.merged, pinned))
 
     def write_lock(self) -> None:
         """Write the lock this resolution implies (call under `fsio.project_lock`)."""
-
         write_project_file(self.project.lock_path, dump_lock(self.lock))
 
     @cached_property
     def catalog(self) -> Catalog:
         """Every declared tool of every enabled server."""
-
         return Catalog(
             ToolRef(name, tool.name, tool)
             for name, server in self.merged.servers.items()
@@ -69,7 +65,6 @@ def resolve_project(
     strict: bool = True,
 ) -> Resolution:
     """Resolve the project's bundles (preferring the lock's pins) and merge everything."""
-
     if strict:  # lint reports these itself, as findings, and carries on
         problems = project.registry_problems()
         if problems:

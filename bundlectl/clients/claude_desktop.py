@@ -24,7 +24,6 @@ STYLE = mcpjson.Style(expands=False, defaults=False)
 
 
 def _user_file() -> Path:
-
     if sys.platform == "darwin":
         base = Path(mcpjson.home()) / "Library" / "Application Support"
     elif sys.platform == "win32":

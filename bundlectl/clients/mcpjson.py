@@ -145,7 +145,6 @@ def whole_allowed(plan: ServerPlan) -> bool:
 
 def partial_rules(plan: ServerPlan) -> list[str]:
     """What makes a server only partly usable, as labels for misfits."""
-
     if not plan.exact_catalog:
         return [f"{plan.name}.*: the server declares no tool catalog to expand the rules over"]
     return [rule_label(d) for d in plan.decisions if d.effect != "allow"]

@@ -98,7 +98,6 @@ def _live(resolution: Any, names: list[str]) -> dict[str, list[Any]]:
             found[target.name] = await list_all_tools(client)
 
     async def every() -> None:
-
         async with anyio.create_task_group() as group:
             for target in targets:
                 group.start_soon(one, target)

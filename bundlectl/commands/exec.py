@@ -163,7 +163,6 @@ def _call(
 
 
 def _print(outcome: CallOutcome, fmt: Format, output_dir: Path | None) -> int:
-
     request, result = outcome.request, outcome.result
     if fmt is Format.json:
         rule = request.decision.rule

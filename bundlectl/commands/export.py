@@ -24,7 +24,6 @@ from bundlectl.yamlio import read_text
 
 def plan(resolution: Resolution, agent: str) -> Export:
     """The servers `agent` may use, each with the decision on every declared tool."""
-
     compiled = resolution.policy.agent(agent)
     secret_inputs = {need.name for need in resolution.merged.env if need.spec.secret}
     servers = []

@@ -198,7 +198,6 @@ def _spell_out_unlisted(imported: Imported, existing: dict[str, Any]) -> list[st
 
 
 def _config_path(config: Path | None) -> Path:
-
     if config is not None:
         return config
     try:
@@ -252,5 +251,4 @@ def _unique(items: list[str]) -> list[str]:
 
 def _check(text: str, target: Path) -> None:
     """The result must be a valid config: every problem positioned, nothing written."""
-
     project_from_text(target, text)

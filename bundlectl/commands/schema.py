@@ -14,7 +14,6 @@ from bundlectl.output import err, out
 
 def generate() -> dict[str, str]:
     """File name → schema text, for every on-disk format."""
-
     targets: dict[str, tuple[type[BaseModel], str]] = {
         "bundle.schema.json": (BundleManifest, "bundlectl bundle manifest"),
         "config.schema.json": (ProjectConfig, "bundlectl.yaml"),

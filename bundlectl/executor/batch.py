@@ -143,7 +143,6 @@ def _item(
 
 def batch_line(item: BatchItem, outcome: CallOutcome | None) -> tuple[dict[str, Any], int]:
     """One output line of a batch, and its exit code."""
-
     error = item.error if outcome is None else outcome.error
     data: dict[str, Any] = {"line": item.line, **(item.call or {})}
     if item.request is not None:

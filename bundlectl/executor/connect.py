@@ -118,7 +118,6 @@ def _resolve_command(argv: list[str], env: dict[str, str]) -> list[str]:
 
 def _client_target(target: Target, child: Child | None) -> Any:
     """What `mcp.Client` connects to: a server object, or a transport context manager."""
-
     spec = target.spec
     if target.builtin:
         return servers.build(target.builtin, target.builtin_root())

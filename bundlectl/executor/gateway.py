@@ -440,7 +440,6 @@ class Hub:
 
     async def unwatch(self, uri: str, key: Any) -> None:
         """`key` no longer wants to hear about `uri`; the last one out unsubscribes."""
-
         for place in [place for place in self.watchers if place[1] == uri]:
             self.watchers[place].pop(key, None)
             if self.watchers[place]:
@@ -480,7 +479,6 @@ class Hub:
 
     def privacy(self) -> Any:
         """The privacy settings in force (built once per loaded config)."""
-
         resolution = self.pipeline.resolution
         if self._privacy is None or self._privacy[0] is not resolution:
             self._privacy = (resolution, Privacy.of(resolution.project.config))
@@ -911,7 +909,6 @@ def _as_protocol_error() -> Iterator[None]:
 
 def _not_found(message: str) -> Exception:
     """A JSON-RPC error for an unknown prompt or resource (those have no error results)."""
-
     return MCPError(code=types.INVALID_PARAMS, message=message)
 
 

@@ -217,7 +217,6 @@ class Pipeline:
 
     def target(self, server: str, *, quiet: bool = False) -> Target:
         """The configured server to call (its stderr to a log file when `quiet`)."""
-
         merged = self.resolution.merged.servers.get(server)
         if merged is None:
             known = ", ".join(self.resolution.merged.servers) or "none"

@@ -123,7 +123,6 @@ def run(fn: Callable[[], Awaitable[T]]) -> T:
 
 def _unwrap(group: BaseExceptionGroup) -> BaseException:
     """The exception that matters inside task-group wrapping: ours first, then interrupts."""
-
     found = leaves(group)
     for kind in (BundlectlError, KeyboardInterrupt):
         for leaf in found:

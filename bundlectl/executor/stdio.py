@@ -106,7 +106,6 @@ class Child:
 
     def _watchdog(self) -> None:
         """A detached Python process that stops the server's group if it outlives GRACE."""
-
         with contextlib.suppress(OSError):
             subprocess.Popen(
                 [sys.executable, "-I", "-S", watchdog.__file__, str(self.process.pid), str(GRACE)],

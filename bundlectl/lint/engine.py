@@ -68,7 +68,6 @@ class Selection:
 
 
 def _load(kind: str, path: Path, model: type[BaseModel]) -> LintedFile:
-
     doc = read_yaml(path, paths.display_path(path))
     linted = LintedFile(kind, doc)
     linted.model, linted.problems = check_doc(doc, model, what=kind)
@@ -105,7 +104,6 @@ def collect(targets: list[Path], config: Path | None) -> tuple[list[Path | None]
 
 
 def lint_project(config_path: Path) -> tuple[Context, list[Finding]]:
-
     config = _load("config", config_path, ProjectConfig)
     ctx = Context([config])
     extra: list[Finding] = []
@@ -130,7 +128,6 @@ def lint_project(config_path: Path) -> tuple[Context, list[Finding]]:
 
 def run(targets: list[Path], config: Path | None, selection: Selection) -> list[Finding]:
     """Every finding of every target, suppressions applied, sorted by position."""
-
     configs, manifests = collect(targets, config)
     contexts: list[tuple[Context, list[Finding]]] = []
     for path in configs:
