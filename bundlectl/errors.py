@@ -39,6 +39,11 @@ class BundlectlError(Exception):
         # Positioned problems, each shown as its own `error:` line with its own hint.
         self.problems = sorted(problems or [], key=lambda p: (p.file, p.line, p.column))
 
+    @property
+    def explained(self) -> str:
+        """The message with its hint on the next line (for a model to read, in a tool result)."""
+        return self.message + (f"\n{self.hint}" if self.hint else "")
+
 
 class UsageError(BundlectlError):
     """The command line is wrong (unknown agent, bad argument syntax, missing config)."""

@@ -219,3 +219,22 @@ def validate(arguments: dict[str, Any], input_schema: dict[str, Any], tool: str)
         name = tool.split(".", 1)[-1]
         hint = f"`bundlectl tools --detail full --search {name}` shows the schema"
         raise ToolCallError("\n".join(lines), hint=hint)
+
+
+def structured_problem(
+    result: dict[str, Any], output_schema: dict[str, Any], tool: str
+) -> str | None:
+    """What is wrong with a successful result of a tool that declares an output schema (the
+    check the SDK's client makes, with its words), or None."""
+    if "structuredContent" not in result:
+        return f"Tool {tool} has an output schema but did not return structured content"
+    from jsonschema.exceptions import best_match
+
+    try:
+        validator = _validator(json.dumps(output_schema, sort_keys=True))
+        error = best_match(validator.iter_errors(result["structuredContent"]))
+    except Exception as exc:  # jsonschema's and referencing's errors on the server's schema
+        return f"Invalid schema for tool {tool}: {exc}".splitlines()[0]
+    if error is None:
+        return None
+    return f"Invalid structured content returned by tool {tool}: {error}".splitlines()[0]

@@ -57,6 +57,17 @@ class CallRequest:
         return f"{self.server}.{self.tool}"
 
 
+# The audit log's outcome of a call that failed, by the error's exit code (SPEC 4.1).
+OUTCOMES = {
+    2: "usage-error",
+    3: "denied",
+    4: "invalid-call",
+    5: "server-error",
+    6: "timeout",
+    130: "interrupted",
+}
+
+
 @dataclass
 class CallOutcome:
     """What happened: a result, or the error that ended the call; and how long it took."""
@@ -70,14 +81,7 @@ class CallOutcome:
     @property
     def outcome(self) -> str:
         if self.error is not None:
-            return {
-                2: "usage-error",
-                3: "denied",
-                4: "invalid-call",
-                5: "server-error",
-                6: "timeout",
-                130: "interrupted",
-            }.get(self.error.exit_code, "error")
+            return OUTCOMES.get(self.error.exit_code, "error")
         return "tool-error" if self.result.is_error else "ok"
 
 

@@ -22,7 +22,7 @@ import pydantic
 from bundlectl import servers
 from bundlectl.errors import BundlectlError, CallTimeout, ServerError, ToolCallError
 from bundlectl.executor.stderr import StderrTee
-from bundlectl.executor.stdio import Child, child_transport
+from bundlectl.executor.stdio import Child, Tap, child_transport
 from bundlectl.expand import child_environment, expand
 from bundlectl.launchers import resolve_argv
 from bundlectl.models import ServerSpec
@@ -40,6 +40,7 @@ class Target:
     log_file: Path | None = None  # --quiet: the server's stderr goes here
     _stderr: StderrTee | None = None
     child: Child | None = None  # a started stdio server
+    tap: Tap | None = None  # requests past the SDK session on a stdio server's pipes (serve)
 
     @property
     def stderr(self) -> StderrTee | None:
@@ -122,7 +123,7 @@ def _client_target(target: Target, child: Child | None) -> Any:
     if target.builtin:
         return servers.build(target.builtin, target.builtin_root())
     if spec.transport == "stdio":
-        return child_transport(child or start_child(target))
+        return child_transport(child or start_child(target), tap=target.tap)
     where = f"server {target.name!r}"
     url = expand(spec.url or "", _environ(), where=where)
     headers = {
@@ -233,9 +234,7 @@ def classify(exc: BaseException, target: Target) -> BundlectlError | None:
             return None
     name = target.name
     if target.child is not None and target.child.violation:
-        return ServerError(
-            f"server {name!r} broke the protocol: {target.child.violation}" + tail_of(target)
-        )
+        return broke_protocol(target, target.child.violation)
     # The most telling failure first: the SDK's own errors, then the OS's, then the rest.
     found.sort(key=lambda e: 0 if isinstance(e, MCPError) else 1)
     for leaf in found:
@@ -247,16 +246,10 @@ def classify(exc: BaseException, target: Target) -> BundlectlError | None:
             )
         if isinstance(leaf, MCPError):
             if leaf.code == REQUEST_TIMEOUT:
-                return CallTimeout(f"server {name!r} did not answer in time" + tail_of(target))
+                return call_timed_out(target)
             if leaf.code == CONNECTION_CLOSED:
-                return ServerError(
-                    f"server {name!r} closed the connection (it exited or crashed)"
-                    + tail_of(target)
-                )
-            return ServerError(
-                f"server {name!r} returned an error: {leaf.error.message} "
-                f"(code {leaf.code})" + tail_of(target)
-            )
+                return connection_closed(target)
+            return returned_error(target, leaf.error.message, leaf.code)
         if isinstance(leaf, httpx2.HTTPError):
             return ServerError(
                 f"cannot reach server {name!r} at {target.spec.url}: "
@@ -265,7 +258,7 @@ def classify(exc: BaseException, target: Target) -> BundlectlError | None:
             )
         if isinstance(leaf, pydantic.ValidationError | ValueError | RuntimeError):
             first = str(leaf).splitlines()[0] if str(leaf) else type(leaf).__name__
-            return ServerError(f"server {name!r} broke the protocol: {first}" + tail_of(target))
+            return broke_protocol(target, first)
         if isinstance(
             leaf,
             OSError
@@ -279,6 +272,30 @@ def classify(exc: BaseException, target: Target) -> BundlectlError | None:
                 f"{type(leaf).__name__}: {leaf}" + tail_of(target)
             )
     return None
+
+
+def call_timed_out(target: Target) -> CallTimeout:
+    return CallTimeout(f"server {target.name!r} did not answer in time" + tail_of(target))
+
+
+def connection_closed(target: Target) -> ServerError:
+    """The error of a server whose connection ended under a call."""
+    if target.child is not None and target.child.violation:
+        return broke_protocol(target, target.child.violation)
+    return ServerError(
+        f"server {target.name!r} closed the connection (it exited or crashed)" + tail_of(target)
+    )
+
+
+def returned_error(target: Target, message: str, code: Any) -> ServerError:
+    """The error of a server that answered a request with a JSON-RPC error."""
+    return ServerError(
+        f"server {target.name!r} returned an error: {message} (code {code})" + tail_of(target)
+    )
+
+
+def broke_protocol(target: Target, what: str) -> ServerError:
+    return ServerError(f"server {target.name!r} broke the protocol: {what}" + tail_of(target))
 
 
 def missing_tool(name: str, tool: str, available: list[str]) -> ToolCallError:

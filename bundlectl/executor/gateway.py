@@ -43,8 +43,9 @@ from bundlectl.catalog import ToolRef, search
 from bundlectl.errors import BundlectlError, Interrupted, ServerError
 from bundlectl.executor.call import CallOutcome, CallRequest, perform
 from bundlectl.executor.connect import Target, classify, connect, list_all_tools
+from bundlectl.executor.express import Express
 from bundlectl.executor.pipeline import Pipeline
-from bundlectl.executor.stdio import decode_message, read_pipe, write_pipe
+from bundlectl.executor.stdio import PipeWriter, Tap, read_pipe, session_message
 from bundlectl.models import ToolSpec
 from bundlectl.output import err
 from bundlectl.patterns import gateway_name
@@ -207,6 +208,23 @@ class Downstream:
         self._slots = anyio.Semaphore(max(1, self.target.spec.concurrency))
 
     @property
+    def warm(self) -> bool:
+        """Its session is up and its tools are listed."""
+        return self._inbox is not None and self.tools is not None
+
+    def acquire(self) -> bool:
+        """Take one of the calls it may take at a time (`concurrency`) if one is free now (the
+        express lane does not wait); `release` gives it back."""
+        try:
+            self._slots.acquire_nowait()
+        except anyio.WouldBlock:
+            return False
+        return True
+
+    def release(self) -> None:
+        self._slots.release()
+
+    @property
     def connect_timeout(self) -> float:
         """Starting counts against the server's own timeout too (a server that never answers
         the handshake fails the call in `timeout` seconds, not 30)."""
@@ -229,7 +247,7 @@ class Downstream:
                     try:
                         self._inbox = await group.start(self._actor)
                     except BundlectlError:
-                        await self._crashed()
+                        await self.crashed()
                         raise
                 inbox = self._inbox
             reply_send, reply = anyio.create_memory_object_stream[tuple[Any, Any]](1)
@@ -241,7 +259,7 @@ class Downstream:
             try:
                 value, error = await reply.receive()
             except anyio.EndOfStream:  # the actor died under the call
-                await self._crashed()
+                await self.crashed()
                 raise ServerError(f"server {self.target.name!r} stopped during the call") from None
             except anyio.get_cancelled_exc_class():
                 scope.cancel()  # the client cancelled: so does the downstream call
@@ -256,7 +274,7 @@ class Downstream:
             finally:
                 reply.close()
             if isinstance(error, ServerError):  # the connection is gone: start afresh next time
-                await self._crashed()
+                await self.crashed()
             elif error is None:
                 self.failures = 0
             if error is not None:
@@ -273,13 +291,13 @@ class Downstream:
             self.tools = fresh
         return self.tools
 
-    async def _crashed(self) -> None:
+    async def crashed(self) -> None:
         self.failures += 1
         backoff = 0.0 if self.failures == 1 else min(30.0, 0.5 * 2 ** (self.failures - 2))
         self.retry_at = anyio.current_time() + backoff
-        await self._stop()
+        await self.stop()
 
-    async def _stop(self) -> None:
+    async def stop(self) -> None:
         self.tools = None
         inbox, self._inbox = self._inbox, None
         if inbox is not None:
@@ -299,6 +317,8 @@ class Downstream:
                 ) as client,
                 anyio.create_task_group() as jobs,
             ):
+                if self.target.tap is not None:  # calls past the SDK, in this session's protocol
+                    self.target.tap.version = client.protocol_version
                 task_status.started(send)
                 started = True
                 listening = anyio.CancelScope()
@@ -317,7 +337,7 @@ class Downstream:
                 receive.close()
                 raise  # the caller that started it says why
             # The calls in flight were answered; the gateway goes on.
-            _log_line(f"server {self.target.name!r} stopped: {_explain(exc)}")
+            _log_line(f"server {self.target.name!r} stopped: {exc.explained}")
         finally:
             if self._inbox is send:  # ended on its own (the server went away): start afresh
                 self._inbox = None
@@ -385,6 +405,8 @@ class Hub:
     def downstream(self, server: str) -> Downstream:
         if server not in self.servers:
             target = self.pipeline.target(server, quiet=self.quiet)
+            if target.spec.transport == "stdio" and not target.builtin:
+                target.tap = Tap()  # the express lane's way to it (`express.py`)
             self.servers[server] = Downstream(target, Relay(server, self))
         return self.servers[server]
 
@@ -529,6 +551,10 @@ class Hub:
                 stamps.append(None)
         return tuple(stamps)
 
+    def current(self) -> bool:
+        """Whether the config and the lock are as they were when last loaded."""
+        return self._files() == self._stamp
+
     async def refresh(self) -> None:
         """Apply an edited config or lock from this request on (SPEC 7 "Reload"): a file that
         does not load keeps the last good policy (and says why in the log); servers whose
@@ -562,7 +588,7 @@ class Hub:
                 now = fresh.merged.servers.get(name)
                 if now is None or now.spec != downstream.target.spec:
                     del self.servers[name]
-                    await downstream._stop()
+                    await downstream.stop()
             self.log(f"reloaded {old.project.config_path.name}: policy {fresh.lock.policy_digest}")
 
 
@@ -815,14 +841,14 @@ class Gateway:
             outcome = await downstream.run(self.hub.group, call, self.ctx)
         except BundlectlError as exc:
             self.pipeline.audit.record(decision, "server-error", 0.0, arguments)
-            return _error(_explain(exc))
+            return _error(exc.explained)
         self.pipeline.audit.record(
             decision, outcome.outcome, outcome.duration_ms, outcome.arguments
         )
         if outcome.error is not None:
-            if isinstance(outcome.error, ServerError):
-                await downstream._stop()
-            return _error(_explain(outcome.error))
+            if isinstance(outcome.error, ServerError):  # start it afresh next time
+                await downstream.stop()
+            return _error(outcome.error.explained)
         result: types.CallToolResult = outcome.result
         return tokens.result(result) if tokens is not None else result
 
@@ -904,16 +930,12 @@ def _as_protocol_error() -> Iterator[None]:
     try:
         yield
     except BundlectlError as exc:
-        raise MCPError(code=types.INTERNAL_ERROR, message=_explain(exc)) from None
+        raise MCPError(code=types.INTERNAL_ERROR, message=exc.explained) from None
 
 
 def _not_found(message: str) -> Exception:
     """A JSON-RPC error for an unknown prompt or resource (those have no error results)."""
     return MCPError(code=types.INVALID_PARAMS, message=message)
-
-
-def _explain(exc: BundlectlError) -> str:
-    return exc.message + (f"\n{exc.hint}" if exc.hint else "")
 
 
 def _error(message: str) -> types.CallToolResult:
@@ -928,8 +950,11 @@ def mcp_server(
     agent_of: Callable[[Any], str],
     *,
     codec: Any = None,
+    seen: Callable[[Any], None] | None = None,
 ) -> Any:
-    """The gateway as an MCP server: `agent_of(ctx)` says whose view a request gets.
+    """The gateway as an MCP server: `agent_of(ctx)` says whose view a request gets;
+    `seen(ctx)` hears of every request it serves (the express lane learns the client's
+    connection).
 
     `codec` seals the 2026-07-28 protocol's `requestState` (the pending confirmation of an
     `ask` rule) with keys every replica of a stateless deployment shares
@@ -940,6 +965,8 @@ def mcp_server(
         hub.bus = InMemorySubscriptionBus()
 
     async def view(ctx: Any) -> Gateway:
+        if seen is not None:
+            seen(ctx)
         await hub.refresh()
         return hub.view(agent_of(ctx), mode, ctx)
 
@@ -1070,10 +1097,18 @@ async def serve_stdio(pipeline: Pipeline, agent: str, mode: str = "direct") -> N
     """Serve the agent over stdin/stdout until the client closes them (or a stop signal)."""
     async with anyio.create_task_group() as group:
         hub = Hub(pipeline, group, log=_log_line, agents={agent})
-        server = mcp_server(hub, mode, lambda ctx: agent)
-        async with _stdio() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
+        async with _stdio() as (read, writer, express_to):
+            # Warm calls of direct mode skip the SDK on both sides (`express.py`).
+            lane = Express(hub, agent, group, writer) if mode == "direct" else None
+            express_to(lane)
+            server = mcp_server(hub, mode, lambda ctx: agent, seen=lane.seen if lane else None)
+            await server.run(read, writer.queue, server.create_initialization_options())
         group.cancel_scope.cancel()  # the client is gone: stop every downstream server
+
+
+def _sdk_line(message: Any) -> bytes:
+    data: str = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+    return data.encode() + b"\n"
 
 
 def _log_line(line: str) -> None:
@@ -1150,8 +1185,9 @@ async def _search_mode_call(
 
 
 @asynccontextmanager
-async def _stdio() -> AsyncIterator[tuple[Any, Any]]:
-    """Our stdin and stdout as the SDK's message streams.
+async def _stdio() -> AsyncIterator[tuple[Any, PipeWriter, Callable[[Express | None], None]]]:
+    """Our stdin and stdout as the SDK's message streams, and a way to hand the express lane
+    the messages it takes (the lane writes plain JSON-RPC dicts to the same stream).
 
     The SDK's own stdio server reads stdin in a worker thread that cannot be cancelled, so a
     SIGTERM would wait for the client's next line; here the event loop reads it (a daemon thread
@@ -1159,32 +1195,35 @@ async def _stdio() -> AsyncIterator[tuple[Any, Any]]:
     """
 
     read_send, read = anyio.create_memory_object_stream[Any](16)
-    write, write_receive = anyio.create_memory_object_stream[Any](16)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    writer = PipeWriter(stdout, _sdk_line)
+    lane: list[Express | None] = [None]
 
-    def parse(line: bytes | bytearray) -> Any:
+    def parse(raw: bytes | bytearray) -> Any:
+        """The SDK's message, None when the express lane took it, or the error."""
         try:
-            return decode_message(line)
+            parsed = json.loads(raw)
+            express = lane[0]
+            if express is not None and express.take(parsed):
+                return None
+            return session_message(parsed)
         except ValueError as exc:  # the SDK answers a malformed message with an error
             return exc
 
     async def reader() -> None:
         async with read_send:
-            async for line in await read_pipe(stdin):
-                if not line.isspace():
-                    await read_send.send(parse(line))
+            async for raw in await read_pipe(stdin):
+                if not raw.isspace() and (message := parse(raw)) is not None:
+                    await read_send.send(message)
 
-    async def writer() -> None:
-        async with write_receive:
-            async for message in write_receive:
-                data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                await write_pipe(stdout, data.encode() + b"\n")
+    def express_to(express: Express | None) -> None:
+        lane[0] = express
 
     async with anyio.create_task_group() as group:
-        group.start_soon(writer)
+        group.start_soon(writer.run)
         group.start_soon(reader)
         try:
-            yield read, write
+            yield read, writer, express_to
         finally:
-            write.close()
+            writer.queue.close()
             group.cancel_scope.cancel()

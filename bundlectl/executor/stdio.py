@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -150,15 +151,95 @@ def _sdk_encode(message: Any) -> bytes:
     return (data + "\n").encode()
 
 
+class Tap:
+    """Requests written to a child's stdin past the SDK's client session (the gateway's express
+    lane, `executor/express.py`): their answers and progress are taken out of the child's stdout
+    before the SDK reads it. The SDK's own requests are watched for the `_meta` it stamps on
+    every request of the session (protocol version, client info and capabilities on the
+    2026-07-28 protocol; nothing on older ones), so that ours carry the same.
+
+    One tap serves a server across restarts: each session opens it and closes it; closing
+    answers every request still waiting with None (the connection is gone).
+    """
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, Callable[[dict[str, Any] | None], None]] = {}
+        self.stamp: dict[str, Any] | None = None  # known once the SDK sent a request
+        self.version: str | None = None  # the session's protocol, told by its owner
+        self._out: Any = None  # the transport's PipeWriter while a session is open
+        self._ids = itertools.count(1)
+
+    @property
+    def ready(self) -> bool:
+        return self._out is not None and self.stamp is not None and self.version is not None
+
+    def opened(self, out: Any) -> None:
+        self._out = out
+
+    def closed(self) -> None:
+        self._out, self.stamp, self.version = None, None, None
+        waiting, self.waiting = self.waiting, {}
+        for answer in waiting.values():
+            answer(None)
+
+    def watch(self, message: Any) -> None:
+        """An SDK message on its way to the child: learn the session's request stamp."""
+        if self.stamp is not None:
+            return
+        inner = getattr(message, "message", None)
+        method = getattr(inner, "method", None)
+        if getattr(inner, "id", None) is None or method in (None, "initialize", "server/discover"):
+            return
+        params = getattr(inner, "params", None) or {}
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        keys = meta.items() if isinstance(meta, dict) else ()
+        self.stamp = {k: v for k, v in keys if k.startswith("io.modelcontextprotocol/")}
+
+    def new_id(self) -> str:
+        """An id the SDK never uses (it counts with integers)."""
+        return f"bundlectl-{next(self._ids)}"
+
+    def post(self, message: dict[str, Any]) -> bool:
+        """Write a message to the child (a request: stamped as the session's are), now or
+        queued; False when it cannot be (no session, or the queue is full)."""
+        if self._out is None:
+            return False
+        params = message.get("params")
+        if "id" in message and isinstance(params, dict) and self.stamp:
+            params["_meta"] = {**self.stamp, **(params.get("_meta") or {})}
+        post: Callable[[bytes], bool] = self._out.post
+        return post(json_line(message))
+
+    def take(self, message: Any) -> bool:
+        """Whether `message` (from the child) answers one of our requests or reports its
+        progress; if so it went to the request's handler, and the SDK never sees it."""
+        if not self.waiting or not isinstance(message, dict):
+            return False
+        if "method" in message:
+            params = message.get("params")
+            if message["method"] != "notifications/progress" or not isinstance(params, dict):
+                return False
+            key = params.get("progressToken")
+        else:
+            key = message.get("id")
+        handler = self.waiting.get(key) if isinstance(key, str) else None
+        if handler is None:
+            return False
+        handler(message)
+        return True
+
+
 @contextlib.asynccontextmanager
 async def child_transport(
     child: Child,
     *,
     decode: Callable[[bytes | bytearray], Any] | None = None,
     encode: Callable[[Any], bytes] = _sdk_encode,
+    tap: Tap | None = None,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """(read stream, write stream) over an already started child: of the SDK's messages for
-    `mcp.Client`, or of what `decode`/`encode` make of a line (plain JSON)."""
+    `mcp.Client`, or of what `decode`/`encode` make of a line (plain JSON). `tap`: requests
+    made past the SDK session (the SDK's messages only)."""
     decode = decode or decode_message
 
     proc = child.process
@@ -166,48 +247,65 @@ async def child_transport(
     assert proc.stdout is not None
     stdin, stdout = proc.stdin, proc.stdout
     incoming_send, incoming = anyio.create_memory_object_stream[Any](16)
-    outgoing, outgoing_receive = anyio.create_memory_object_stream[Any](16)
+    writer = PipeWriter(stdin, encode, watch=tap.watch if tap is not None else None)
+    outgoing = writer.queue
 
     async def read_messages() -> None:
-        async with incoming_send:
-            async for raw in await read_pipe(stdout):
-                if raw.isspace():
-                    continue
-                try:
-                    item = decode(raw)
-                except ValueError:
-                    # Garbage on stdout: the SDK would only log it and wait. End the connection
-                    # so the caller fails now, and say what the server wrote.
-                    shown = raw[:120].decode("utf-8", errors="replace").strip()
-                    child.violation = f"its stdout has a line that is not JSON-RPC: {shown!r}"
-                    return
-                del raw
-                try:
-                    await incoming_send.send(item)
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    return
-
-    async def write_messages() -> None:
-        async with outgoing_receive:
-            async for message in outgoing_receive:
-                try:
-                    await write_pipe(stdin, encode(message))
-                except (OSError, ValueError):  # the server is gone or stdin is closed
-                    return
+        try:
+            await _read_messages(child, incoming_send, decode, tap)
+        finally:
+            if tap is not None:  # nothing more will come: whoever waits on the tap hears so
+                tap.closed()
 
     async with anyio.create_task_group() as group:
         group.start_soon(read_messages)
-        group.start_soon(write_messages)
+        group.start_soon(writer.run)
+        if tap is not None:
+            tap.opened(writer)
         try:
             yield incoming, outgoing
         finally:
             with anyio.CancelScope(shield=True):
+                if tap is not None:
+                    tap.closed()
                 outgoing.close()
                 await child.stop()
                 with contextlib.suppress(OSError):
                     stdout.close()
                 incoming_send.close()  # an unclosed stream is a ResourceWarning at exit
             group.cancel_scope.cancel()
+
+
+async def _read_messages(
+    child: Child, incoming: Any, decode: Callable[[bytes | bytearray], Any], tap: Tap | None
+) -> None:
+    """The child's messages to `incoming`, until its stdout ends or breaks the protocol."""
+    assert child.process.stdout is not None
+    async with incoming:
+        async for raw in await read_pipe(child.process.stdout):
+            if raw.isspace():
+                continue
+            try:
+                item = decode(raw) if tap is None else _untapped(tap, raw)
+            except ValueError:
+                # Garbage on stdout: the SDK would only log it and wait. End the connection
+                # so the caller fails now, and say what the server wrote.
+                shown = raw[:120].decode("utf-8", errors="replace").strip()
+                child.violation = f"its stdout has a line that is not JSON-RPC: {shown!r}"
+                return
+            del raw
+            if item is None:  # the tap took it
+                continue
+            try:
+                await incoming.send(item)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                return
+
+
+def _untapped(tap: Tap, raw: bytes | bytearray) -> Any:
+    """The SDK's message for a line of the child's, or None when the tap took it."""
+    parsed = json.loads(raw)
+    return None if tap.take(parsed) else session_message(parsed)
 
 
 def decode_message(raw: bytes | bytearray) -> Any:
@@ -217,10 +315,15 @@ def decode_message(raw: bytes | bytearray) -> Any:
     every string while it builds the first (a 100 MB result peaked at +380 MB instead of
     +190 MB), and is 3x slower on a tools/list.
     """
+    return session_message(json.loads(raw))
+
+
+def session_message(parsed: Any) -> Any:
+    """A parsed JSON-RPC message as the SDK's SessionMessage; ValueError when it is none."""
     from mcp.shared.message import SessionMessage
     from mcp_types import jsonrpc_message_adapter
 
-    return SessionMessage(jsonrpc_message_adapter.validate_python(json.loads(raw), by_name=False))
+    return SessionMessage(jsonrpc_message_adapter.validate_python(parsed, by_name=False))
 
 
 class _Splitter:
@@ -385,3 +488,69 @@ async def write_pipe(stream: IO[bytes], data: bytes) -> None:
 def _write(stream: IO[bytes], data: bytes) -> None:
     stream.write(data)
     stream.flush()
+
+
+def json_line(message: dict[str, Any]) -> bytes:
+    """A JSON-RPC message as one line of the wire."""
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+class PipeWriter:
+    """The writes to one pipe, in order. Messages sent to `queue` (the SDK's write stream:
+    its message objects) are encoded and written by `run`, large ones from a worker thread.
+    `post` writes a line (the express lane's) at once, without a hand-over to `run`, when it
+    is small, when no line posted before it is still queued, and when `run` is not in the
+    middle of a large write; otherwise it queues it. Lines of the two sources may pass each
+    other; each source's own stay in order."""
+
+    def __init__(
+        self,
+        stream: IO[bytes],
+        encode: Callable[[Any], bytes],
+        *,
+        watch: Callable[[Any], None] | None = None,
+    ) -> None:
+        self.stream, self.encode, self.watch = stream, encode, watch
+        self.queue, self._queued = anyio.create_memory_object_stream[Any](16)
+        self._posted = 0  # posted lines still in the queue
+        self._writing = False  # a large write is under way in a worker thread
+
+    def post(self, data: bytes) -> bool:
+        """Write `data` now or queue it; False when the queue is full or the pipe is gone."""
+        try:
+            if not self._posted and not self._writing and len(data) <= _DIRECT_WRITE:
+                _write(self.stream, data)
+                return True
+            self.queue.send_nowait(data)
+        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return False
+        except (OSError, ValueError):  # the reader is gone or the pipe is closed
+            return False
+        self._posted += 1
+        return True
+
+    async def put(self, data: bytes) -> None:
+        """Queue a line `post` could not, waiting for room."""
+        self._posted += 1
+        try:
+            await self.queue.send(data)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._posted -= 1
+
+    async def run(self) -> None:
+        async with self._queued:
+            async for message in self._queued:
+                if isinstance(message, bytes):
+                    self._posted -= 1
+                    data = message
+                else:
+                    if self.watch is not None:
+                        self.watch(message)
+                    data = self.encode(message)
+                self._writing = len(data) > _DIRECT_WRITE
+                try:
+                    await write_pipe(self.stream, data)
+                except (OSError, ValueError):  # the reader is gone or the pipe is closed
+                    return
+                finally:
+                    self._writing = False

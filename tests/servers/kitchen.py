@@ -206,6 +206,13 @@ async def bump(ctx: Context) -> str:
 
 
 @server.tool()
+def request_id(ctx: Context) -> str:
+    """The JSON-RPC id of this request as it reached the server (the gateway's express lane
+    sends its own ids)."""
+    return str(ctx.request_id)
+
+
+@server.tool()
 def whoami() -> dict[str, Any]:
     """Process facts for the tests."""
     return {"pid": os.getpid(), "cwd": os.getcwd(), "argv": sys.argv[1:]}

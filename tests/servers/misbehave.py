@@ -2,7 +2,8 @@
 `hang` (never answers), `garbage` (writes non-JSON to stdout), `exit-after-init` (answers the
 handshake, then dies), `spawn-and-hang` (starts a grandchild, never answers, exits on EOF and
 leaves the grandchild), `linger` (a minimal working server with a grandchild, which ignores EOF),
-`flood` (answers the first message with one endless line)."""
+`flood` (answers the first message with one endless line), `unreliable` (a working server
+whose tools each fail in their own way)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,45 @@ if mode == "linger":
         else:
             not_found(message)
     time.sleep(60)  # ignores EOF: only the shutdown's signals end it
+if mode == "unreliable":
+    # A 2025-11-25 server written by hand: `ping` answers with the id of the request; the other
+    # tools each break the call in one way.
+    SHAPE = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    TOOLS = [PING, {"name": "shape", "inputSchema": {"type": "object"}, "outputSchema": SHAPE}]
+    TOOLS += [
+        {"name": name, "inputSchema": {"type": "object"}}
+        for name in ("refuse", "badresult", "hang", "die", "garble")
+    ]
+    for line in sys.stdin:
+        message = json.loads(line)
+        method, params = message.get("method"), message.get("params") or {}
+        if "id" not in message:
+            continue
+        if method == "initialize":
+            reply(message, INIT)
+        elif method == "tools/list":
+            reply(message, {"tools": TOOLS})
+        elif method != "tools/call":
+            not_found(message)
+        elif params["name"] == "ping":
+            reply(message, {"content": [{"type": "text", "text": str(message["id"])}]})
+        elif params["name"] == "shape":
+            text = {"type": "text", "text": "{}"}
+            reply(message, {"content": [text], "structuredContent": {"n": "many"}})
+        elif params["name"] == "refuse":
+            error = {"code": -32000, "message": "no can do"}
+            sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "error": error}))
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+        elif params["name"] == "badresult":
+            reply(message, {"content": "not a list"})
+        elif params["name"] == "die":
+            sys.stderr.write("dying on purpose\n")
+            sys.exit(9)
+        elif params["name"] == "garble":
+            sys.stdout.write("this is not json-rpc\n")
+            sys.stdout.flush()
+        # hang: no answer
 if mode == "flood":
     sys.stdin.readline()
     chunk = b"x" * (1 << 20)

@@ -1,0 +1,390 @@
+"""The gateway's express lane: a warm `tools/call` relayed line to line, past the SDK.
+
+Through the SDK a call is parsed, validated and dispatched by its server on the way in, then
+modelled, validated and dispatched again by its client on the way out, and the same for the
+answer: about as much work as the call itself costs a Python server (SPEC 7's warm-call goal).
+On `serve`'s stdio front door, a call that needs none of what the SDK adds goes instead from our
+stdin reader straight to the downstream server's stdin (`stdio.Tap`), and its answer from the
+server's stdout straight to ours, without a task switch on the way. It passes the same
+pipeline: the policy's decision, argument validation, the server's timeout and concurrency, the
+checks of the result against the tool's output schema and the client's protocol, and the audit
+record (`via: serve`).
+
+A call takes the lane only when the answer is already certain to be the same: the agent's
+policy allows the tool outright (no `ask`), the config and lock are unchanged since they were
+loaded, nothing is tokenized (privacy), the tool passes `pin_tools`, and its server is a stdio
+process whose session is up, whose tools are listed and which has a free slot (`concurrency`).
+Anything else — the first call, a denied or unknown name, a reload, search mode, a busy server,
+prompts and resources — goes through the SDK as before, so every refusal has one source.
+
+What the server sends during a call goes where it would through the SDK: progress to the
+client's progress token (rewritten here); log messages and elicitation or sampling requests
+through `Relay`, which gets an `ExpressContext` standing for the request. A client's
+`notifications/cancelled` for an express call ends it and is passed on to the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import mcp_types as types
+from anyio.abc import TaskGroup
+from mcp.server.connection import allowed_log_levels
+from mcp.shared.exceptions import MCPError
+from mcp_types.methods import serialize_server_result
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+
+from bundlectl import __version__
+from bundlectl.errors import BundlectlError, ServerError
+from bundlectl.executor.arguments import structured_problem, validate
+from bundlectl.executor.call import OUTCOMES
+from bundlectl.executor.connect import (
+    broke_protocol,
+    call_timed_out,
+    connection_closed,
+    returned_error,
+)
+from bundlectl.executor.plain import check_result
+from bundlectl.executor.stdio import PipeWriter, json_line
+from bundlectl.policy import Decision
+
+VERSION_KEY = types.PROTOCOL_VERSION_META_KEY
+CAPABILITIES_KEY = types.CLIENT_CAPABILITIES_META_KEY
+SERVER_INFO_KEY = types.SERVER_INFO_META_KEY
+
+
+@dataclass
+class ExpressContext:
+    """What `Relay` uses of an MCP request context, for a call on the express lane: the
+    client's capabilities, its log level opt-in (2026-07-28), and requests to the client
+    (possible on older protocols only, as through the SDK)."""
+
+    lane: Express
+    request_id: Any
+    version: str
+    meta: dict[str, Any]
+
+    @property
+    def session(self) -> ExpressContext:
+        return self
+
+    @property
+    def modern(self) -> bool:
+        return self.version in MODERN_PROTOCOL_VERSIONS
+
+    @functools.cached_property
+    def client_capabilities(self) -> Any:
+        if not self.modern:
+            return getattr(self.lane.connection, "client_capabilities", None)
+        try:
+            return types.ClientCapabilities.model_validate(self.meta.get(CAPABILITIES_KEY) or {})
+        except ValidationError:
+            return None
+
+    @property
+    def can_send_request(self) -> bool:
+        return not self.modern
+
+    async def send_request(self, request: Any, result_type: Any) -> Any:
+        data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return result_type.model_validate(await self.lane.ask(data["method"], data["params"]))
+
+    async def send_log_message(
+        self, level: Any, data: Any, logger: str | None = None, **_: Any
+    ) -> None:
+        if level not in allowed_log_levels(self.version, self.meta):
+            return
+        params = {"level": level, "data": data, **({"logger": logger} if logger else {})}
+        self.lane.post({"jsonrpc": "2.0", "method": "notifications/message", "params": params})
+
+
+@dataclass
+class _Call:
+    """A call on the lane, from the client's request to its answer. Every step runs in the
+    callback that brings it (the client's request, the server's answer, the timer, the
+    client's cancellation), so no task is started for it."""
+
+    lane: Express
+    id: Any  # the client's request id
+    arguments: dict[str, Any]
+    version: str  # the protocol of the client's request
+    meta: dict[str, Any]  # the request's _meta
+    downstream: Any  # gateway.Downstream
+    tool: Any  # the live tool
+    decision: Decision
+    key: str = ""  # our request's id at the server
+    started: float = field(default_factory=time.perf_counter)
+    timer: asyncio.TimerHandle | None = None
+    over: bool = False
+
+    @property
+    def target(self) -> Any:
+        return self.downstream.target
+
+    def send(self) -> bool:
+        """Send the call to the server; False when it cannot go now (then it was not sent)."""
+        tap = self.target.tap
+        self.key = tap.new_id()
+        params: dict[str, Any] = {"name": self.tool.name, "arguments": self.arguments}
+        if self.meta.get("progressToken") is not None:
+            params["_meta"] = {"progressToken": self.key}
+        tap.waiting[self.key] = self.arrived
+        request = {"jsonrpc": "2.0", "id": self.key, "method": "tools/call", "params": params}
+        if not tap.post(request):
+            del tap.waiting[self.key]
+            return False
+        if self.downstream.relay is not None:  # what the server sends meanwhile goes to us
+            self.downstream.relay.ctx = ExpressContext(self.lane, self.id, self.version, self.meta)
+        timeout = float(self.target.spec.timeout)
+        self.timer = asyncio.get_running_loop().call_later(timeout, self.timed_out)
+        return True
+
+    def arrived(self, message: dict[str, Any] | None) -> None:
+        """The server's answer or progress (None: its connection ended)."""
+        if message is not None and "method" in message:
+            token = self.meta.get("progressToken")
+            if token is not None and not self.over:
+                params = {**message.get("params", {}), "progressToken": token}
+                self.lane.post({"jsonrpc": "2.0", "method": message["method"], "params": params})
+            return
+        if message is None:
+            self.end(error=connection_closed(self.target), crashed=True)
+            return
+        result, error = self.lane.result(self, message)
+        self.end(result=result, error=error)
+
+    def timed_out(self) -> None:
+        self.tell_server()
+        self.end(error=call_timed_out(self.target))
+
+    def cancelled(self) -> None:
+        """The client cancelled the call: the server is told; the client gets no answer."""
+        self.tell_server()
+        self.end(cancelled=True)
+
+    def tell_server(self) -> None:
+        params = {"requestId": self.key, "reason": "the client cancelled the call or it timed out"}
+        self.target.tap.post(
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
+        )
+
+    def end(
+        self,
+        *,
+        result: dict[str, Any] | None = None,
+        error: BundlectlError | None = None,
+        cancelled: bool = False,
+        crashed: bool = False,
+    ) -> None:
+        """Answer the client, free the server's slot, audit."""
+        if self.over:
+            return
+        self.over = True
+        lane, downstream = self.lane, self.downstream
+        lane.calls.pop(self.id, None)
+        if self.key:
+            self.target.tap.waiting.pop(self.key, None)
+            downstream.release()
+        if self.timer is not None:
+            self.timer.cancel()
+        duration = (time.perf_counter() - self.started) * 1000
+        if not cancelled:
+            try:
+                answer = result if error is None else lane.failure(self.version, error)
+                lane.post({"jsonrpc": "2.0", "id": self.id, "result": answer})
+            except Exception as exc:  # never leave the client waiting
+                failed = {"code": types.INTERNAL_ERROR, "message": f"bundlectl: {exc}"}
+                lane.post({"jsonrpc": "2.0", "id": self.id, "error": failed})
+        outcome = "interrupted" if cancelled else _outcome(result, error)
+        lane.hub.pipeline.audit.record(self.decision, outcome, duration, self.arguments)
+        if crashed:
+            lane.group.start_soon(downstream.crashed)
+        elif isinstance(error, ServerError):  # it failed the call: start it afresh next time
+            lane.group.start_soon(downstream.stop)
+        elif error is None and result is not None:
+            downstream.failures = 0
+
+
+def _outcome(result: dict[str, Any] | None, error: BundlectlError | None) -> str:
+    if error is not None:
+        return OUTCOMES.get(error.exit_code, "error")
+    return "tool-error" if result and result.get("isError") else "ok"
+
+
+@dataclass
+class Express:
+    """The lane of one stdio client (one agent, direct mode)."""
+
+    hub: Any  # gateway.Hub
+    agent: str
+    group: TaskGroup
+    writer: PipeWriter  # our stdout
+    connection: Any = None  # the client's connection as the SDK holds it (older protocols)
+    calls: dict[Any, _Call] = field(default_factory=dict)  # by the client's request id
+    _asked: dict[str, Callable[[dict[str, Any]], None]] = field(default_factory=dict)
+    _ids: Any = field(default_factory=lambda: itertools.count(1))
+
+    def seen(self, ctx: Any) -> None:
+        """A request the SDK served: the client's connection (its handshake's protocol and
+        capabilities) is known from now on."""
+        if self.connection is None:
+            self.connection = getattr(ctx.session, "_connection", None)
+
+    def post(self, message: dict[str, Any]) -> None:
+        """A message to the client: written now, or queued in order."""
+        data = json_line(message)
+        if not self.writer.post(data):
+            self.group.start_soon(self.writer.put, data)
+
+    def take(self, message: Any) -> bool:
+        """Whether the lane takes this message of the client's (the SDK gets the rest)."""
+        if not isinstance(message, dict):
+            return False
+        method = message.get("method")
+        if method == "tools/call" and "id" in message:
+            return self._call(message)
+        if method == "notifications/cancelled":
+            params = message.get("params")
+            call = self.calls.get(params.get("requestId")) if isinstance(params, dict) else None
+            if call is None:
+                return False
+            call.cancelled()
+            return True
+        if method is None and isinstance(message.get("id"), str):
+            answer = self._asked.get(message["id"])
+            if answer is not None:
+                answer(message)
+                return True
+        return False
+
+    def _call(self, message: dict[str, Any]) -> bool:
+        call = self._ready(message)
+        if call is None:
+            return False
+        try:
+            schema = call.tool.input_schema or {"type": "object"}
+            validate(call.arguments, schema, f"{call.target.name}.{call.tool.name}")
+        except BundlectlError as exc:
+            call.end(error=exc)
+            return True
+        if not call.downstream.acquire():
+            return False  # busy: the SDK path waits for its turn
+        if not call.send():
+            call.downstream.release()
+            return False
+        self.calls[call.id] = call
+        return True
+
+    def _ready(self, message: dict[str, Any]) -> _Call | None:
+        """The call, when it may take the lane (see the module's docstring); else None."""
+        params = message.get("params")
+        if not isinstance(params, dict) or "requestState" in params or "inputResponses" in params:
+            return None
+        name, arguments, meta = params.get("name"), params.get("arguments"), params.get("_meta")
+        arguments = {} if arguments is None else arguments
+        meta = {} if meta is None else meta
+        if not (isinstance(name, str) and isinstance(arguments, dict) and isinstance(meta, dict)):
+            return None
+        version = meta.get(VERSION_KEY)
+        if version is None:  # an older protocol's session: the version its handshake agreed
+            version = getattr(self.connection, "protocol_version", None)
+            if version in MODERN_PROTOCOL_VERSIONS:
+                return None  # a 2026-07-28 request without its envelope: the SDK says why
+        hub = self.hub
+        if version not in SUPPORTED_PROTOCOL_VERSIONS or not hub.current():
+            return None
+        if hub.privacy() is not None:
+            return None
+        found = hub.names().get(name)
+        downstream = hub.servers.get(found[0]) if found is not None else None
+        if downstream is None or not downstream.warm:
+            return None
+        server, tool = found
+        live = downstream.tools.get(tool)
+        tap = downstream.target.tap
+        if live is None or tap is None or not tap.ready:
+            return None
+        if getattr(getattr(live, "execution", None), "task_support", None) == "required":
+            return None
+        pipeline = hub.pipeline
+        check = pipeline.pin_check(server)
+        if check is not None and check(live) is not None:
+            return None
+        decision = pipeline.resolution.policy.agent(self.agent).decide(
+            server, tool, interactive=True
+        )
+        if decision.effect != "allow":
+            return None
+        return _Call(self, message["id"], arguments, version, meta, downstream, live, decision)
+
+    def result(
+        self, call: _Call, answer: dict[str, Any]
+    ) -> tuple[dict[str, Any] | None, BundlectlError | None]:
+        """The client's result from the server's answer, or why there is none."""
+        target = call.target
+        error = answer.get("error")
+        if error is not None:
+            if not isinstance(error, dict):
+                return None, broke_protocol(target, "its error is not an object")
+            return None, returned_error(target, error.get("message", ""), error.get("code"))
+        result: Any = answer.get("result")
+        problem = check_result(result)
+        if problem is None and call.tool.output_schema and not result.get("isError"):
+            problem = structured_problem(result, call.tool.output_schema, call.tool.name)
+        if problem is None:
+            try:
+                return _shaped(result, call.version), None
+            except (ValidationError, ValueError) as exc:
+                problem = str(exc).splitlines()[0]
+        return None, broke_protocol(target, problem)
+
+    def failure(self, version: str, error: BundlectlError) -> dict[str, Any]:
+        """A failed call as the result the SDK path gives: an error the model can act on."""
+        text = {"type": "text", "text": error.explained}
+        return _shaped({"content": [text], "isError": True}, version)
+
+    async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """A request to the client (an elicitation, a sampling) and its result."""
+        key = f"bundlectl-{next(self._ids)}"
+        done = anyio.Event()
+        box: list[dict[str, Any]] = []
+
+        def arrived(message: dict[str, Any]) -> None:
+            box.append(message)
+            done.set()
+
+        self._asked[key] = arrived
+        try:
+            self.post({"jsonrpc": "2.0", "id": key, "method": method, "params": params})
+            await done.wait()
+        finally:
+            self._asked.pop(key, None)
+        error = box[0].get("error")
+        if isinstance(error, dict):
+            code, message = error.get("code", types.INTERNAL_ERROR), error.get("message", "")
+            raise MCPError(code=code, message=message)
+        return dict(box[0].get("result") or {})
+
+
+def _shaped(result: dict[str, Any], version: str) -> dict[str, Any]:
+    """A tools/call result as the SDK's server sends it on `version`: checked against that
+    protocol and cut to its fields; on 2026-07-28 with `resultType` and the serverInfo stamp
+    (the downstream server's when it gave one, as the SDK path passes it on)."""
+    modern = version in MODERN_PROTOCOL_VERSIONS
+    if modern and "resultType" not in result:  # an older server's result: complete, by definition
+        result = {**result, "resultType": "complete"}
+    shaped = serialize_server_result("tools/call", version, result)
+    if modern:
+        meta = shaped.get("_meta")
+        if not isinstance(meta, dict) or meta.get(SERVER_INFO_KEY) is None:
+            stamp = {"name": "bundlectl", "version": __version__}
+            shaped["_meta"] = {**(meta or {}), SERVER_INFO_KEY: stamp}
+    return shaped
