@@ -1,9 +1,11 @@
 """Warm call overhead of `bundlectl serve`: the same tool call made through the gateway and made
 directly with the SDK client to the same kind of downstream server, interleaved in one run.
 
-    python bench/bench_gateway.py [--calls 300]
+    python bench/bench_gateway.py [--calls 300] [--rounds 5]
 
-Both sessions are opened once and warmed; then calls alternate between them. The downstream is
+Both sessions are opened once and warmed; then calls alternate between them, in rounds (this
+machine's noise moves one round's ratio by +-0.1): each round's medians are printed, and the
+medians over every call. The downstream is
 the test suite's `kitchen` server (a Python MCP server over stdio), tool `echo`.
 Goal: gateway <= 1.3x direct and <= 2 ms added at the median.
 """
@@ -25,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 KITCHEN = ROOT / "tests" / "servers" / "kitchen.py"
 
 
-async def bench(calls: int) -> None:
+async def bench(calls: int, rounds: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp)
         (project / "bundlectl.yaml").write_text(
@@ -47,24 +49,29 @@ async def bench(calls: int) -> None:
                 for _ in range(5):
                     await client.call_tool(name, {"text": "warm"})
             samples: dict[str, list[float]] = {"gateway": [], "direct": []}
-            for _ in range(calls):
-                for (client, name), label in zip(pairs, samples, strict=True):
-                    start = time.perf_counter()
-                    result = await client.call_tool(name, {"text": "x"})
-                    samples[label].append((time.perf_counter() - start) * 1000)
-                    assert not result.is_error, result
+            for round_ in range(1, rounds + 1):
+                start_of_round = len(samples["gateway"])
+                for _ in range(calls):
+                    for (client, name), label in zip(pairs, samples, strict=True):
+                        start = time.perf_counter()
+                        result = await client.call_tool(name, {"text": "x"})
+                        samples[label].append((time.perf_counter() - start) * 1000)
+                        assert not result.is_error, result
+                gw, dr = (statistics.median(samples[k][start_of_round:]) for k in samples)
+                print(f"round {round_}: gateway {gw:.2f}, direct {dr:.2f} ms: {gw / dr:.2f}x")
     gw, dr = (statistics.median(samples[k]) for k in ("gateway", "direct"))
     p99 = {k: sorted(v)[int(len(v) * 0.99) - 1] for k, v in samples.items()}
-    print(f"warm call, median of {calls}: gateway {gw:.2f} ms, direct {dr:.2f} ms")
+    print(f"warm call, median of {calls * rounds}: gateway {gw:.2f} ms, direct {dr:.2f} ms")
     print(f"ratio {gw / dr:.2f} (goal <= 1.3), added {gw - dr:.2f} ms (goal <= 2)")
     print(f"p99: gateway {p99['gateway']:.2f} ms, direct {p99['direct']:.2f} ms")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--calls", type=int, default=300, help="calls of each kind per round")
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    anyio.run(bench, args.calls)
+    anyio.run(bench, args.calls, args.rounds)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ class Project:
     def display(self) -> str:
         return self.doc.file
 
-    @property
+    @cached_property
     def lock_path(self) -> Path:
         return paths.lock_path_for(self.config_path)
 

@@ -19,8 +19,8 @@ from tests.test_gateway import connected, texts
 PY = sys.executable
 
 
-def live_echo() -> dict[str, Any]:
-    """kitchen's echo as the server lists it, from the server object in this process."""
+def live(*names: str) -> list[dict[str, Any]]:
+    """kitchen's tools as the server lists them, from the server object in this process."""
     from mcp import Client
 
     sys.path.insert(0, str(SERVERS))
@@ -33,8 +33,11 @@ def live_echo() -> dict[str, Any]:
         async with Client(kitchen.server) as client:
             return (await client.list_tools()).tools
 
-    [echo] = [t for t in anyio.run(listed) if t.name == "echo"]
-    return {"name": "echo", "description": echo.description, "input_schema": echo.input_schema}
+    tools = {t.name: t for t in anyio.run(listed)}
+    return [
+        {"name": n, "description": tools[n].description, "input_schema": tools[n].input_schema}
+        for n in names
+    ]
 
 
 @pytest.fixture
@@ -51,7 +54,7 @@ def pinned(project: Path, run: Run, monkeypatch: pytest.MonkeyPatch) -> Path:
             command: {PY}
             args: ["{SERVERS / "kitchen.py"}"]
             env: {{KITCHEN_RUG_PULL: "${{KITCHEN_RUG_PULL:-}}"}}
-            tools: [{json.dumps(live_echo())}]
+            tools: {json.dumps(live("echo", "request_id", "rug_pull"))}
         agents:
           bot: {{allow: ["kitchen.*"]}}
         policy: {{default: deny, pin_tools: true}}
@@ -94,7 +97,38 @@ def test_serve_withholds_and_refuses_a_changed_tool(
 
     names, result = anyio.run(session)
     if rug_pull:
-        assert names == [] and result.is_error  # add is unrecorded, echo changed: nothing left
+        # add and the others are unrecorded, echo changed: only the unchanged recorded ones
+        assert sorted(names) == ["kitchen__request_id", "kitchen__rug_pull"] and result.is_error
         assert "kitchen.echo changed since it was locked" in texts(result)[0]
     else:
-        assert names == ["kitchen__echo"] and texts(result) == ["hi"]
+        assert sorted(names) == ["kitchen__echo", "kitchen__request_id", "kitchen__rug_pull"]
+        assert texts(result) == ["hi"]
+
+
+@pytest.mark.parametrize("protocol", ["auto", "legacy"])
+def test_serve_refuses_a_tool_changed_in_the_middle_of_a_session(
+    pinned: Path, isolated_home: Path, protocol: str
+) -> None:
+    """Warm pinned calls take the express lane; once the server changes echo and says so, the
+    next call of echo is refused and echo is withheld, whatever the client's protocol."""
+    from mcp import StdioServerParameters
+
+    async def session() -> dict[str, Any]:
+        env = {**os.environ, "BUNDLECTL_HOME": str(isolated_home)}
+        args = ["-m", "bundlectl", "serve", "--agent", "bot"]
+        params = StdioServerParameters(command=PY, args=args, cwd=str(pinned), env=env)
+        async with connected(params, mode=protocol) as client:
+            ids = [texts(await client.call_tool("kitchen__request_id", {}))[0] for _ in range(2)]
+            before = await client.call_tool("kitchen__echo", {"text": "hi"})
+            await client.call_tool("kitchen__rug_pull", {})
+            after = [await client.call_tool("kitchen__echo", {"text": "hi"}) for _ in range(2)]
+            names = [t.name for t in (await client.list_tools()).tools]
+            return {"ids": ids, "before": before, "after": after, "names": names}
+
+    seen = anyio.run(session)
+    assert seen["ids"][1].startswith("bundlectl-"), seen["ids"]  # the lane, pinned and all
+    assert texts(seen["before"]) == ["hi"]
+    for refused in seen["after"]:
+        assert refused.is_error
+        assert "kitchen.echo changed since it was locked" in texts(refused)[0]
+    assert sorted(seen["names"]) == ["kitchen__request_id", "kitchen__rug_pull"]

@@ -4,9 +4,11 @@ however the reads cut them."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -60,7 +62,7 @@ def _read_all_on_the_loop(data: bytes) -> list[bytes]:
         with os.fdopen(read, "rb", buffering=0) as pipe:
             thread = threading.Thread(target=writer)
             thread.start()
-            found = [bytes(line) async for line in await read_pipe(pipe)]
+            found = [line async for line in await read_pipe(pipe, bytes)]
             await anyio.to_thread.run_sync(thread.join)
             return found
 
@@ -69,17 +71,43 @@ def _read_all_on_the_loop(data: bytes) -> list[bytes]:
 
 def test_the_event_loop_reads_the_same_messages() -> None:
     """The gateway and exec read a server's stdout on the event loop (no thread hop per
-    message); reading pauses while messages wait, so 500 of them arrive whole and in order."""
-    data = b'{"a": 1}\n{"b": "two"}\n\n{"c": [3]}\n{"tail": "no newline"}'
+    message); reading pauses while messages wait, so 500 of them arrive whole and in order.
+    Blank lines are no messages."""
+    data = b'{"a": 1}\n{"b": "two"}\n\n \n{"c": [3]}\n{"tail": "no newline"}'
     assert _read_all_on_the_loop(data) == [
         b'{"a": 1}\n',
         b'{"b": "two"}\n',
-        b"\n",
         b'{"c": [3]}\n',
         b'{"tail": "no newline"}',
     ]
     many = b"".join(b'{"n": %d}\n' % i for i in range(500))
     assert _read_all_on_the_loop(many) == [b'{"n": %d}\n' % i for i in range(500)]
+
+
+def test_lines_are_converted_as_they_are_read_and_none_is_dropped() -> None:
+    """The express lane handles its messages in the callback that read them: `convert` runs
+    before anyone takes a line, and what it answers with None never reaches the consumer."""
+    read, write = os.pipe()
+    seen: list[bytes] = []
+
+    def convert(line: bytes | bytearray) -> Any:
+        seen.append(bytes(line))
+        return None if b"lane" in line else json.loads(line)
+
+    async def main() -> tuple[list[bytes], list[Any]]:
+        with os.fdopen(read, "rb", buffering=0) as pipe:
+            lines = await read_pipe(pipe, convert)
+            os.write(write, b'{"sdk": 1}\n{"lane": 2}\n{"sdk": 3}\n')
+            os.close(write)
+            with anyio.fail_after(5):
+                while len(seen) < 3:  # nobody has asked for a line yet
+                    await anyio.sleep(0.01)
+            before = list(seen)
+            return before, [item async for item in lines]
+
+    before, taken = anyio.run(main)
+    assert before == [b'{"sdk": 1}\n', b'{"lane": 2}\n', b'{"sdk": 3}\n']
+    assert taken == [{"sdk": 1}, {"sdk": 3}]
 
 
 def test_a_file_is_read_by_a_thread(tmp_path: Path) -> None:
@@ -89,6 +117,6 @@ def test_a_file_is_read_by_a_thread(tmp_path: Path) -> None:
 
     async def main() -> list[bytes]:
         with path.open("rb", buffering=0) as file:
-            return [bytes(line) async for line in await read_pipe(file)]
+            return [line async for line in await read_pipe(file, bytes)]
 
     assert anyio.run(main) == [b'{"a": 1}\n', b'{"b": 2}']

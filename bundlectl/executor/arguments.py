@@ -187,6 +187,23 @@ def preload() -> None:
     import jsonschema.validators  # noqa: F401
 
 
+_COMPILED: dict[int, tuple[dict[str, Any], Any]] = {}
+
+
+def compiled(schema: dict[str, Any]) -> Any:
+    """The validator for a schema object: found by identity while that object lives (a warm
+    gateway validates every call of a tool against the same one; writing the schema out as a
+    key cost more than validating small arguments), else by its canonical JSON."""
+    hit = _COMPILED.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    validator = _validator(json.dumps(schema, sort_keys=True))
+    if len(_COMPILED) >= 1024:
+        _COMPILED.clear()
+    _COMPILED[id(schema)] = (schema, validator)  # the entry keeps the object, and so its id
+    return validator
+
+
 @functools.lru_cache(maxsize=256)
 def _validator(schema: str) -> Any:
     """The validator for a schema (as canonical JSON), made once: a gateway validates every
@@ -203,7 +220,7 @@ def validate(arguments: dict[str, Any], input_schema: dict[str, Any], tool: str)
     (an unknown type, a `$ref` that leads nowhere) says so instead of failing inside it; a
     merely sloppy one is used as far as it goes, as the server's own SDK does."""
     try:
-        validator = _validator(json.dumps(input_schema, sort_keys=True))
+        validator = compiled(input_schema)
         errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
     except Exception as exc:  # jsonschema's and referencing's errors on the server's schema
         reason = str(getattr(exc, "message", None) or exc).splitlines()[0]
@@ -231,7 +248,7 @@ def structured_problem(
     from jsonschema.exceptions import best_match
 
     try:
-        validator = _validator(json.dumps(output_schema, sort_keys=True))
+        validator = compiled(output_schema)
         error = best_match(validator.iter_errors(result["structuredContent"]))
     except Exception as exc:  # jsonschema's and referencing's errors on the server's schema
         return f"Invalid schema for tool {tool}: {exc}".splitlines()[0]

@@ -30,7 +30,7 @@ from bundlectl.executor.connect import (
 )
 from bundlectl.executor.pipeline import terminal_confirmer
 from bundlectl.executor.plain import NO_SAMPLING, NO_TERMINAL, BuiltinClient
-from bundlectl.executor.stdio import Child, child_transport
+from bundlectl.executor.stdio import Child, child_transport, json_line
 from bundlectl.output import ask, err, status
 from bundlectl.policy import Decision
 
@@ -323,7 +323,7 @@ async def _plain_call(
         "ended": lambda: _reaped(started),
     }
     async with (
-        child_transport(started, decode=plain.decode, encode=plain.encode) as streams,
+        child_transport(started, decode=plain.decode, encode=json_line) as streams,
         plain.StdioClient.session(target.name, streams, **options) as client,
     ):
         try:

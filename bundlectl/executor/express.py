@@ -230,6 +230,7 @@ class Express:
     connection: Any = None  # the client's connection as the SDK holds it (older protocols)
     calls: dict[Any, _Call] = field(default_factory=dict)  # by the client's request id
     _asked: dict[str, Callable[[dict[str, Any]], None]] = field(default_factory=dict)
+    _routes: dict[str, tuple[Any, Any, Any, Decision]] = field(default_factory=dict)
     _ids: Any = field(default_factory=lambda: itertools.count(1))
 
     def seen(self, ctx: Any) -> None:
@@ -250,7 +251,11 @@ class Express:
             return False
         method = message.get("method")
         if method == "tools/call" and "id" in message:
-            return self._call(message)
+            try:
+                return self._call(message)
+            except Exception as exc:  # a fault of ours must not lose the call: the SDK has it
+                self.hub.log(f"express lane: {exc!r}; the call goes through the SDK")
+                return False
         if method == "notifications/cancelled":
             params = message.get("params")
             call = self.calls.get(params.get("requestId")) if isinstance(params, dict) else None
@@ -298,32 +303,54 @@ class Express:
             version = getattr(self.connection, "protocol_version", None)
             if version in MODERN_PROTOCOL_VERSIONS:
                 return None  # a 2026-07-28 request without its envelope: the SDK says why
-        hub = self.hub
-        if version not in SUPPORTED_PROTOCOL_VERSIONS or not hub.current():
+        if version not in SUPPORTED_PROTOCOL_VERSIONS or not self.hub.current():
             return None
+        route = self._route(name)
+        if route is None:
+            return None
+        downstream, live, decision = route
+        tap = downstream.target.tap
+        if tap is None or not tap.ready:
+            return None
+        return _Call(self, message["id"], arguments, version, meta, downstream, live, decision)
+
+    def _route(self, name: str) -> tuple[Any, Any, Decision] | None:
+        """The server, live tool and decision for a tool name, when its calls may take the
+        lane while the loaded policy and the server's listed tools stay what they are (then
+        the answer is remembered: the pin check hashes the definition)."""
+        hub = self.hub
+        resolution = hub.pipeline.resolution
+        known = self._routes.get(name)
+        if known is not None and known[0] is resolution:
+            downstream, live, decision = known[1:]
+            if (
+                hub.servers.get(decision.server) is downstream
+                and downstream.warm
+                and downstream.tools.get(decision.tool) is live
+            ):
+                return downstream, live, decision
         if hub.privacy() is not None:
             return None
         found = hub.names().get(name)
         downstream = hub.servers.get(found[0]) if found is not None else None
-        if downstream is None or not downstream.warm:
+        if found is None or downstream is None or not downstream.warm:
             return None
         server, tool = found
         live = downstream.tools.get(tool)
-        tap = downstream.target.tap
-        if live is None or tap is None or not tap.ready:
+        if live is None:
             return None
         if getattr(getattr(live, "execution", None), "task_support", None) == "required":
             return None
-        pipeline = hub.pipeline
-        check = pipeline.pin_check(server)
+        check = hub.pipeline.pin_check(server)
         if check is not None and check(live) is not None:
             return None
-        decision = pipeline.resolution.policy.agent(self.agent).decide(
-            server, tool, interactive=True
-        )
+        decision = resolution.policy.agent(self.agent).decide(server, tool, interactive=True)
         if decision.effect != "allow":
             return None
-        return _Call(self, message["id"], arguments, version, meta, downstream, live, decision)
+        if len(self._routes) >= 4096:
+            self._routes.clear()
+        self._routes[name] = (resolution, downstream, live, decision)
+        return downstream, live, decision
 
     def result(
         self, call: _Call, answer: dict[str, Any]

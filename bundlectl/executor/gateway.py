@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -291,6 +292,10 @@ class Downstream:
             self.tools = fresh
         return self.tools
 
+    def forget_tools(self) -> None:
+        """Its tools changed: list them again before the next call uses them."""
+        self.tools = None
+
     async def crashed(self) -> None:
         self.failures += 1
         backoff = 0.0 if self.failures == 1 else min(30.0, 0.5 * 2 ** (self.failures - 2))
@@ -405,9 +410,11 @@ class Hub:
     def downstream(self, server: str) -> Downstream:
         if server not in self.servers:
             target = self.pipeline.target(server, quiet=self.quiet)
+            downstream = Downstream(target, Relay(server, self))
             if target.spec.transport == "stdio" and not target.builtin:
                 target.tap = Tap()  # the express lane's way to it (`express.py`)
-            self.servers[server] = Downstream(target, Relay(server, self))
+                target.tap.changed = downstream.forget_tools
+            self.servers[server] = downstream
         return self.servers[server]
 
     async def tools_changed(self, server: str) -> None:
@@ -545,7 +552,7 @@ class Hub:
         stamps: list[Any] = []
         for path in (project.config_path, project.lock_path):
             try:
-                stat = path.stat()
+                stat = os.stat(path)
                 stamps.append((stat.st_mtime_ns, stat.st_size, stat.st_ino))
             except OSError:
                 stamps.append(None)
@@ -1187,7 +1194,8 @@ async def _search_mode_call(
 @asynccontextmanager
 async def _stdio() -> AsyncIterator[tuple[Any, PipeWriter, Callable[[Express | None], None]]]:
     """Our stdin and stdout as the SDK's message streams, and a way to hand the express lane
-    the messages it takes (the lane writes plain JSON-RPC dicts to the same stream).
+    the messages it takes: each line is offered to it as soon as it is read, and the lane
+    posts its lines to the same writer (`PipeWriter.post`).
 
     The SDK's own stdio server reads stdin in a worker thread that cannot be cancelled, so a
     SIGTERM would wait for the client's next line; here the event loop reads it (a daemon thread
@@ -1212,9 +1220,8 @@ async def _stdio() -> AsyncIterator[tuple[Any, PipeWriter, Callable[[Express | N
 
     async def reader() -> None:
         async with read_send:
-            async for raw in await read_pipe(stdin):
-                if not raw.isspace() and (message := parse(raw)) is not None:
-                    await read_send.send(message)
+            async for message in await read_pipe(stdin, parse):
+                await read_send.send(message)
 
     def express_to(express: Express | None) -> None:
         lane[0] = express

@@ -342,10 +342,6 @@ class StdioClient:
         return ServerError(f"server {self.name!r} broke the protocol: {what}" + self.tail())
 
 
-def encode(message: dict[str, Any]) -> bytes:
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-
-
 def decode(raw: bytes | bytearray) -> dict[str, Any]:
     """One JSON-RPC message as a dict; ValueError when the line is none."""
     message = json.loads(raw)

@@ -166,6 +166,7 @@ class Tap:
         self.waiting: dict[str, Callable[[dict[str, Any] | None], None]] = {}
         self.stamp: dict[str, Any] | None = None  # known once the SDK sent a request
         self.version: str | None = None  # the session's protocol, told by its owner
+        self.changed: Callable[[], None] | None = None  # the server said its tools changed
         self._out: Any = None  # the transport's PipeWriter while a session is open
         self._ids = itertools.count(1)
 
@@ -212,12 +213,20 @@ class Tap:
 
     def take(self, message: Any) -> bool:
         """Whether `message` (from the child) answers one of our requests or reports its
-        progress; if so it went to the request's handler, and the SDK never sees it."""
-        if not self.waiting or not isinstance(message, dict):
+        progress; if so it went to the request's handler, and the SDK never sees it. A change
+        of the server's tools is told to `changed` at once (before a call read after it is
+        decided), and goes on to the SDK."""
+        if not isinstance(message, dict):
             return False
-        if "method" in message:
+        method = message.get("method")
+        if method == "notifications/tools/list_changed" and self.changed is not None:
+            self.changed()
+            return False
+        if not self.waiting:
+            return False
+        if method is not None:
             params = message.get("params")
-            if message["method"] != "notifications/progress" or not isinstance(params, dict):
+            if method != "notifications/progress" or not isinstance(params, dict):
                 return False
             key = params.get("progressToken")
         else:
@@ -281,31 +290,30 @@ async def _read_messages(
 ) -> None:
     """The child's messages to `incoming`, until its stdout ends or breaks the protocol."""
     assert child.process.stdout is not None
+
+    def convert(raw: bytes | bytearray) -> Any:
+        """A line's message, decoded as it arrives (None: the tap took it), or the line
+        itself when it is not JSON-RPC."""
+        try:
+            if tap is None:
+                return decode(raw)
+            parsed = json.loads(raw)
+            return None if tap.take(parsed) else session_message(parsed)
+        except ValueError:
+            return bytes(raw[:120])
+
     async with incoming:
-        async for raw in await read_pipe(child.process.stdout):
-            if raw.isspace():
-                continue
-            try:
-                item = decode(raw) if tap is None else _untapped(tap, raw)
-            except ValueError:
+        async for item in await read_pipe(child.process.stdout, convert):
+            if isinstance(item, bytes):
                 # Garbage on stdout: the SDK would only log it and wait. End the connection
                 # so the caller fails now, and say what the server wrote.
-                shown = raw[:120].decode("utf-8", errors="replace").strip()
+                shown = item[:120].decode("utf-8", errors="replace").strip()
                 child.violation = f"its stdout has a line that is not JSON-RPC: {shown!r}"
                 return
-            del raw
-            if item is None:  # the tap took it
-                continue
             try:
                 await incoming.send(item)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 return
-
-
-def _untapped(tap: Tap, raw: bytes | bytearray) -> Any:
-    """The SDK's message for a line of the child's, or None when the tap took it."""
-    parsed = json.loads(raw)
-    return None if tap.take(parsed) else session_message(parsed)
 
 
 def decode_message(raw: bytes | bytearray) -> Any:
@@ -377,11 +385,13 @@ def _lines(pipe: IO[bytes], chunk: int = 1 << 16) -> Iterator[bytes | bytearray]
 class _PipeReader(asyncio.Protocol):
     """`_lines` for the event loop: the messages of a pipe, read as they arrive, without a
     thread (a thread's hand-over to the loop cost about 0.3 ms per message of a warm call).
-    Reading pauses while 64 messages wait to be taken."""
+    Each line is converted in the callback that read it (`read_pipe`). Reading pauses while 64
+    messages wait to be taken."""
 
-    def __init__(self) -> None:
+    def __init__(self, convert: Callable[[bytes | bytearray], Any]) -> None:
+        self.convert = convert
         self.splitter = _Splitter()
-        self.ready: collections.deque[bytes | bytearray] = collections.deque()
+        self.ready: collections.deque[Any] = collections.deque()
         self.done = False
         self.paused = False
         self.transport: Any = None
@@ -391,7 +401,10 @@ class _PipeReader(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        self.ready.extend(self.splitter.feed(data))
+        found = self.splitter.feed(data)
+        found.reverse()
+        while found:
+            self._add(found.pop())  # the list keeps no reference to a line being converted
         if len(self.ready) >= 64 and not self.paused:
             self.paused = True
             self.transport.pause_reading()
@@ -400,7 +413,7 @@ class _PipeReader(asyncio.Protocol):
     def eof_received(self) -> bool:
         rest = self.splitter.rest()
         if rest is not None:
-            self.ready.append(rest)
+            self._add(rest)
         self.done = True
         self._wake()
         return False
@@ -409,11 +422,15 @@ class _PipeReader(asyncio.Protocol):
         self.done = True
         self._wake()
 
+    def _add(self, line: bytes | bytearray) -> None:
+        if not line.isspace() and (item := self.convert(line)) is not None:
+            self.ready.append(item)
+
     def _wake(self) -> None:
         if self.wakeup is not None and not self.wakeup.done():
             self.wakeup.set_result(None)
 
-    async def lines(self) -> AsyncIterator[bytes | bytearray]:
+    async def lines(self) -> AsyncIterator[Any]:
         try:
             while True:
                 while self.ready:
@@ -429,17 +446,29 @@ class _PipeReader(asyncio.Protocol):
             self.transport.close()
 
 
-async def read_pipe(pipe: IO[bytes]) -> AsyncIterator[bytes | bytearray]:
-    """The newline-delimited messages of a pipe (a server's stdout, the gateway's stdin): read
-    by the event loop itself (`_PipeReader`), or by a thread when the stream is not a pipe or
-    socket (a file given as stdin)."""
+async def read_pipe(
+    pipe: IO[bytes], convert: Callable[[bytes | bytearray], Any]
+) -> AsyncIterator[Any]:
+    """What `convert` makes of each newline-delimited message of a pipe (a server's stdout,
+    the gateway's stdin), blank lines skipped and None dropped. The pipe is read by the event
+    loop itself (`_PipeReader`), and `convert` runs in the callback that read the line: what it
+    handles itself (the express lane's messages) costs no task switch. When the stream is not
+    a pipe or socket (a file given as stdin), a thread reads it."""
     loop = asyncio.get_running_loop()
-    reader = _PipeReader()
+    reader = _PipeReader(convert)
     try:
         await loop.connect_read_pipe(lambda: reader, pipe)
     except (ValueError, OSError, NotImplementedError):
-        return _thread_lines(pipe)
+        return _converted(_thread_lines(pipe), convert)
     return reader.lines()
+
+
+async def _converted(
+    lines: AsyncIterator[bytes | bytearray], convert: Callable[[bytes | bytearray], Any]
+) -> AsyncIterator[Any]:
+    async for raw in lines:
+        if not raw.isspace() and (item := convert(raw)) is not None:
+            yield item
 
 
 async def _thread_lines(pipe: IO[bytes]) -> AsyncIterator[bytes | bytearray]:
