@@ -4,6 +4,7 @@ and validation against the schema — every mistake a usage or tool-call error w
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,3 +85,72 @@ def test_validation_lists_every_violation() -> None:
     for broken in ({"type": "no-such-type"}, {"$ref": "#/$defs/missing"}):
         with pytest.raises(ToolCallError, match="declares an input schema that cannot be used"):
             validate({}, broken, "files.x")
+
+
+AGREEMENT: list[tuple[dict[str, Any], Any]] = [
+    (SCHEMA, {"path": "a", "count": 2, "tags": ["x"], "limit": None}),
+    (SCHEMA, {"path": "a", "count": 0}),
+    (SCHEMA, {"path": 1}),
+    (SCHEMA, {"path": "a", "count": 2**70}),  # beyond 64 bits
+    ({"type": "object", "properties": {"n": {"maximum": 2**64}}}, {"n": 2**65}),
+    ({"properties": {"d": {"type": "string", "format": "date"}}}, {"d": "not a date"}),
+    (
+        {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "properties": {"d": {"format": "email"}},
+        },
+        {"d": "nobody"},
+    ),
+    ({"properties": {"n": {"pattern": "^\\d+$"}}}, {"n": "٣٤"}),  # Unicode digits
+    ({"type": "object", "required": "path"}, {"path": 1}),  # sloppy: used as far as it goes
+    ({"$defs": {"p": {"type": "integer"}}, "properties": {"a": {"$ref": "#/$defs/p"}}}, {"a": "x"}),
+    ({"type": "object", "additionalProperties": False}, {"extra": True}),
+]
+
+
+@pytest.mark.parametrize(("schema", "instance"), AGREEMENT)
+def test_the_fast_check_never_overrules_jsonschema(schema: dict[str, Any], instance: Any) -> None:
+    """Arguments jsonschema finds valid pass; those it refuses are refused with its words."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.validators import validator_for
+
+    expected = sorted(
+        e.message for e in validator_for(schema, Draft202012Validator)(schema).iter_errors(instance)
+    )
+    try:
+        validate(instance, schema, "s.t")
+        refused: list[str] = []
+    except ToolCallError as exc:
+        refused = sorted(line.split(": ", 1)[1] for line in exc.message.splitlines()[1:])
+    assert refused == expected
+
+
+def test_a_schema_never_makes_bundlectl_fetch_a_reference() -> None:
+    """A server's schema that points `$ref` at a URL or a file is unusable, not fetched."""
+    import http.server
+    import threading
+
+    hits: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hits.append(self.path)
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"type": "integer"}')
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/int.json"
+        for ref in (url, "file:///etc/hostname"):
+            with pytest.raises(ToolCallError, match="declares an input schema that cannot be used"):
+                validate({"a": 1}, {"properties": {"a": {"$ref": ref}}}, "s.t")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert hits == []

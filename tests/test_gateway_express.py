@@ -143,7 +143,7 @@ def test_a_servers_failures_on_the_lane_are_results_the_model_can_act_on(
     express = anyio.run(session, "direct")
     sdk = anyio.run(session, "search")
     assert express["ids"][1].startswith("bundlectl-") and not sdk["ids"][1].startswith("bundlectl-")
-    for tool in ("shape", "garble", "die", "hang"):  # (the SDK path says "closed" for refuse)
+    for tool in ("refuse", "shape", "garble", "die", "hang"):
         assert express[tool][:2] == sdk[tool][:2], tool
     assert express["shape"][1].startswith(
         "server 'flaky' broke the protocol: Invalid structured content returned by tool shape"
@@ -151,6 +151,7 @@ def test_a_servers_failures_on_the_lane_are_results_the_model_can_act_on(
     assert "returned an error: no can do (code -32000)" in express["refuse"][1]
     assert "its stdout has a line that is not JSON-RPC" in express["garble"][1]
     assert "closed the connection" in express["die"][1]
+    assert "  | dying on purpose" in express["die"][1]  # the last words on its stderr
     assert "did not answer in time" in express["hang"][1] and express["hang"][2] < 5
     # After each broken connection the server was started again and answers.
     assert express["ping"][0] is False

@@ -6,9 +6,11 @@ and the tail of the server's stderr.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -38,23 +40,25 @@ class Target:
     spec: ServerSpec
     root: Path
     log_file: Path | None = None  # --quiet: the server's stderr goes here
-    _stderr: StderrTee | None = None
+    stderr: StderrTee | None = None  # the copy of the current child's stderr
     child: Child | None = None  # a started stdio server
     tap: Tap | None = None  # requests past the SDK session on a stdio server's pipes (serve)
 
-    @property
-    def stderr(self) -> StderrTee | None:
-        """The tee for a stdio child's stderr, made when the child is about to start."""
-        if self._stderr is None and self.spec.transport == "stdio" and not self.builtin:
-            self._stderr = StderrTee(log_file=self.log_file)
-        return self._stderr
+    def new_stderr(self) -> StderrTee:
+        """A tee for the stderr of a stdio child about to start. Each start gets its own: the
+        session of an earlier start (the gateway restarting a crashed server) may still be
+        ending, and closes only its own (`close`)."""
+        self.stderr = StderrTee(log_file=self.log_file)
+        return self.stderr
 
-    def close(self, *, wait: float = 1.0) -> None:
-        """Stop copying the server's stderr (`wait` 0: the server may still be exiting); a
-        later start (the gateway restarting a crashed server) gets a new copy."""
-        if self._stderr is not None:
-            self._stderr.close(wait)
-            self._stderr = None
+    def close(self, *, wait: float = 1.0, tee: StderrTee | None = None) -> None:
+        """Stop copying the server's stderr (`wait` 0: the server may still be exiting):
+        `tee`, the copy of one start, or the current one."""
+        tee = tee or self.stderr
+        if tee is not None:
+            tee.close(wait)
+        if self.stderr is tee:
+            self.stderr = None
 
     @property
     def builtin(self) -> str | None:
@@ -88,8 +92,7 @@ def start_child(target: Target) -> Child:
         *(expand(a, environ, where=where) for a in spec.args),
     ]
     env = child_environment(spec.env, server=target.name)
-    stderr = target.stderr
-    assert stderr is not None
+    stderr = target.new_stderr()
     try:
         target.child = Child.start(
             _resolve_command(argv, env),
@@ -208,7 +211,7 @@ def leaves(exc: BaseException) -> list[BaseException]:
 def tail_of(target: Target) -> str:
     """The last lines of the server's stderr, for a message (empty when there are none to
     show)."""
-    tee = target._stderr
+    tee = target.stderr
     if tee is None:
         return ""
     if target.child is not None and target.child.process.poll() is not None:
@@ -247,7 +250,9 @@ def classify(exc: BaseException, target: Target) -> BundlectlError | None:
         if isinstance(leaf, MCPError):
             if leaf.code == REQUEST_TIMEOUT:
                 return call_timed_out(target)
-            if leaf.code == CONNECTION_CLOSED:
+            # The SDK's own "Connection closed" has the code JSON-RPC leaves to servers, and
+            # servers use it too: only the SDK's message says the connection ended.
+            if leaf.code == CONNECTION_CLOSED and leaf.error.message == "Connection closed":
                 return connection_closed(target)
             return returned_error(target, leaf.error.message, leaf.code)
         if isinstance(leaf, httpx2.HTTPError):
@@ -280,8 +285,12 @@ def call_timed_out(target: Target) -> CallTimeout:
 
 def connection_closed(target: Target) -> ServerError:
     """The error of a server whose connection ended under a call."""
-    if target.child is not None and target.child.violation:
-        return broke_protocol(target, target.child.violation)
+    child = target.child
+    if child is not None and child.violation:
+        return broke_protocol(target, child.violation)
+    if child is not None:  # its stdout ended: it is exiting; let it finish, so that what it
+        with contextlib.suppress(subprocess.TimeoutExpired):  # said last is in the message
+            child.process.wait(timeout=0.2)
     return ServerError(
         f"server {target.name!r} closed the connection (it exited or crashed)" + tail_of(target)
     )

@@ -311,7 +311,7 @@ class Downstream:
     async def _actor(self, *, task_status: TaskStatus[Any]) -> None:
         send, receive = anyio.create_memory_object_stream[tuple[Any, ...]](1)
         options = self.relay.options() if self.relay is not None else None
-        started = False
+        started, tee = False, None
         try:
             async with (
                 connect(
@@ -322,6 +322,7 @@ class Downstream:
                 ) as client,
                 anyio.create_task_group() as jobs,
             ):
+                tee = self.target.stderr  # this session's copy of the server's stderr
                 if self.target.tap is not None:  # calls past the SDK, in this session's protocol
                     self.target.tap.version = client.protocol_version
                 task_status.started(send)
@@ -348,7 +349,7 @@ class Downstream:
                 self._inbox = None
                 self.tools = None
             send.close()
-            self.target.close(wait=0)
+            self.target.close(wait=0, tee=tee)
 
     async def _one(self, job: Job, client: Any, reply: Any, scope: anyio.CancelScope) -> None:
         async with reply:
