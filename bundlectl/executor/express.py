@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,9 +39,9 @@ import mcp_types as types
 from anyio.abc import TaskGroup
 from mcp.server.connection import allowed_log_levels
 from mcp.shared.exceptions import MCPError
-from mcp_types.methods import serialize_server_result
+from mcp_types.methods import SERVER_RESULTS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from bundlectl import __version__
 from bundlectl.errors import BundlectlError, ServerError
@@ -159,7 +160,8 @@ class _Call:
             self.end(error=connection_closed(self.target), crashed=True)
             return
         result, error = self.lane.result(self, message)
-        self.end(result=result, error=error)
+        failed = isinstance(message.get("result"), dict) and bool(message["result"].get("isError"))
+        self.end(result=result, error=error, tool_error=failed)
 
     def timed_out(self) -> None:
         self.tell_server()
@@ -179,12 +181,13 @@ class _Call:
     def end(
         self,
         *,
-        result: dict[str, Any] | None = None,
+        result: bytes | None = None,
         error: BundlectlError | None = None,
+        tool_error: bool = False,
         cancelled: bool = False,
         crashed: bool = False,
     ) -> None:
-        """Answer the client, free the server's slot, audit."""
+        """Answer the client (`result`: the result as JSON), free the server's slot, audit."""
         if self.over:
             return
         self.over = True
@@ -199,11 +202,12 @@ class _Call:
         if not cancelled:
             try:
                 answer = result if error is None else lane.failure(self.version, error)
-                lane.post({"jsonrpc": "2.0", "id": self.id, "result": answer})
+                head = b'{"jsonrpc":"2.0","id":' + json.dumps(self.id).encode() + b',"result":'
+                lane.write(head + (answer or b"{}") + b"}\n")
             except Exception as exc:  # never leave the client waiting
                 failed = {"code": types.INTERNAL_ERROR, "message": f"bundlectl: {exc}"}
                 lane.post({"jsonrpc": "2.0", "id": self.id, "error": failed})
-        outcome = "interrupted" if cancelled else _outcome(result, error)
+        outcome = "interrupted" if cancelled else _outcome(error, tool_error)
         lane.hub.pipeline.audit.record(self.decision, outcome, duration, self.arguments)
         if crashed:
             lane.group.start_soon(downstream.crashed)
@@ -213,10 +217,10 @@ class _Call:
             downstream.failures = 0
 
 
-def _outcome(result: dict[str, Any] | None, error: BundlectlError | None) -> str:
+def _outcome(error: BundlectlError | None, tool_error: bool) -> str:
     if error is not None:
         return OUTCOMES.get(error.exit_code, "error")
-    return "tool-error" if result and result.get("isError") else "ok"
+    return "tool-error" if tool_error else "ok"
 
 
 @dataclass
@@ -241,7 +245,10 @@ class Express:
 
     def post(self, message: dict[str, Any]) -> None:
         """A message to the client: written now, or queued in order."""
-        data = json_line(message)
+        self.write(json_line(message))
+
+    def write(self, data: bytes) -> None:
+        """A line to the client: written now, or queued in order."""
         if not self.writer.post(data):
             self.group.start_soon(self.writer.put, data)
 
@@ -354,8 +361,8 @@ class Express:
 
     def result(
         self, call: _Call, answer: dict[str, Any]
-    ) -> tuple[dict[str, Any] | None, BundlectlError | None]:
-        """The client's result from the server's answer, or why there is none."""
+    ) -> tuple[bytes | None, BundlectlError | None]:
+        """The client's result (as JSON) from the server's answer, or why there is none."""
         target = call.target
         error = answer.get("error")
         if error is not None:
@@ -373,7 +380,7 @@ class Express:
                 problem = str(exc).splitlines()[0]
         return None, broke_protocol(target, problem)
 
-    def failure(self, version: str, error: BundlectlError) -> dict[str, Any]:
+    def failure(self, version: str, error: BundlectlError) -> bytes:
         """A failed call as the result the SDK path gives: an error the model can act on."""
         text = {"type": "text", "text": error.explained}
         return _shaped({"content": [text], "isError": True}, version)
@@ -401,17 +408,30 @@ class Express:
         return dict(box[0].get("result") or {})
 
 
-def _shaped(result: dict[str, Any], version: str) -> dict[str, Any]:
-    """A tools/call result as the SDK's server sends it on `version`: checked against that
-    protocol and cut to its fields; on 2026-07-28 with `resultType` and the serverInfo stamp
-    (the downstream server's when it gave one, as the SDK path passes it on)."""
-    modern = version in MODERN_PROTOCOL_VERSIONS
-    if modern and "resultType" not in result:  # an older server's result: complete, by definition
-        result = {**result, "resultType": "complete"}
-    shaped = serialize_server_result("tools/call", version, result)
-    if modern:
-        meta = shaped.get("_meta")
-        if not isinstance(meta, dict) or meta.get(SERVER_INFO_KEY) is None:
-            stamp = {"name": "bundlectl", "version": __version__}
-            shaped["_meta"] = {**(meta or {}), SERVER_INFO_KEY: stamp}
-    return shaped
+def _shaped(result: dict[str, Any], version: str) -> bytes:
+    """A tools/call result as the SDK's server sends it on `version`, as JSON: checked against
+    that protocol and cut to its fields; on 2026-07-28 with `resultType` and the serverInfo
+    stamp (the downstream server's when it gave one, as the SDK path passes it on)."""
+    if version in MODERN_PROTOCOL_VERSIONS:
+        meta = result.get("_meta")
+        stamp = isinstance(meta, dict | None) and (meta or {}).get(SERVER_INFO_KEY) is None
+        result = {
+            **result,
+            # an older server's result: complete, by definition
+            "resultType": result.get("resultType", "complete"),
+            **({"_meta": {**(meta or {}), SERVER_INFO_KEY: _STAMP}} if stamp else {}),
+        }
+    adapter = _surface(version)
+    return adapter.dump_json(
+        adapter.validate_python(result, by_name=False), by_alias=True, exclude_none=True
+    )
+
+
+_STAMP = {"name": "bundlectl", "version": __version__}
+
+
+@functools.cache
+def _surface(version: str) -> TypeAdapter[Any]:
+    """The type of a tools/call result on `version` (`serialize_server_result`'s)."""
+    surface: Any = SERVER_RESULTS[("tools/call", version)]
+    return TypeAdapter(surface)
