@@ -154,3 +154,19 @@ def test_a_schema_never_makes_bundlectl_fetch_a_reference() -> None:
         server.shutdown()
         server.server_close()
     assert hits == []
+
+
+def test_without_the_fast_validator_jsonschema_checks_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """jsonschema-rs is a CPython-only dependency: where it is missing, nothing changes."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "jsonschema_rs", None)  # import raises ImportError
+    schema = {**SCHEMA}  # a new object: a checker made now, without the fast validator
+    validate({"path": "a"}, schema, "files.x")
+    with pytest.raises(ToolCallError, match="'path' is a required property"):
+        validate({}, schema, "files.x")
+    from bundlectl.executor.arguments import checker
+
+    assert checker(schema).fast is None

@@ -185,7 +185,8 @@ def build_arguments(
 def preload() -> None:
     """Import the validator now, while a stdio server we just started gets ready (hundreds of
     milliseconds): the import (~20 ms) then costs nothing on the way to the call."""
-    import jsonschema_rs  # noqa: F401
+    with contextlib.suppress(ImportError):
+        import jsonschema_rs  # noqa: F401
 
 
 class Checker:
@@ -201,9 +202,11 @@ class Checker:
     def __init__(self, schema: dict[str, Any]) -> None:
         self.schema = schema
         self.fast: Any = None
-        import jsonschema_rs
+        # A schema it refuses goes to jsonschema; so does every schema where it is not
+        # installed (it is a CPython-only dependency).
+        with contextlib.suppress(Exception):
+            import jsonschema_rs
 
-        with contextlib.suppress(Exception):  # a schema it refuses goes to jsonschema
             self.fast = jsonschema_rs.validator_for(schema, validate_formats=False, offline=True)
 
     def valid(self, instance: Any) -> bool:
