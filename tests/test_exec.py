@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import bundlectl
 from tests.conftest import Run, load_yaml, write
 
 SERVERS = Path(__file__).parent / "servers"
@@ -845,6 +846,9 @@ def test_builtin_in_process_equals_the_subprocess_server(kitchen: Path, run: Run
             data.pop("duration_ms")
             data.pop("rule")
         assert results[0] == results[1], args
+        if args == ["read_file", "path=hello.txt"]:  # the built-in servers are bundlectl's own
+            info = results[0]["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]
+            assert info == {"name": "bundlectl-files", "version": bundlectl.__version__}
 
 
 def test_builtin_tool_called_without_the_sdk(kitchen: Path, isolated_home: Path) -> None:

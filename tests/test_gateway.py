@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import time
@@ -170,6 +171,61 @@ def test_sigterm_stops_the_gateway_and_its_servers(gateway_project: Path, tmp_pa
     _, err = proc.communicate(timeout=10)
     assert proc.returncode == 130, err
     assert gone(pid, within=5.0) and time.monotonic() - began < 5
+
+
+def read_lines(stream: Any, count: int, timeout: float = 10) -> list[bytes]:
+    """`count` lines of a pipe, failing (not hanging) when they do not come in time."""
+    data, deadline = b"", time.monotonic() + timeout
+    while data.count(b"\n") < count:
+        ready, _, _ = select.select([stream], [], [], max(0, deadline - time.monotonic()))
+        assert ready, f"{count} lines expected in {timeout} s, got: {data!r}"
+        chunk = os.read(stream.fileno(), 1 << 16)
+        assert chunk, f"the stream ended after {data!r}"
+        data += chunk
+    return data.splitlines()[:count]
+
+
+def test_a_line_that_is_no_json_rpc_message_gets_an_error_and_the_session_goes_on(
+    gateway_project: Path,
+) -> None:
+    """JSON-RPC's answers to a broken message (the SDK's stdio server drops it silently), and
+    a line in the gateway's log that says which message and why."""
+    proc = subprocess.Popen(
+        [PY, "-m", "bundlectl", "serve", "--agent", "reader"],
+        cwd=gateway_project,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    call = {"name": "kitchen__echo", "arguments": {"text": "still here"}}
+    lines = [
+        json.dumps(INITIALIZE),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        "this is not json",
+        '{"id": 4, "method": "tools/list"}',
+        '{"jsonrpc": "2.0", "id": "five", "method": 5}',
+        json.dumps({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": call}),
+    ]
+    proc.stdin.write("".join(line + "\n" for line in lines).encode())
+    proc.stdin.flush()
+    replies = {}
+    for line in read_lines(proc.stdout, 5):
+        reply = json.loads(line)
+        replies[reply["id"] if reply["id"] is not None else f"null{len(replies)}"] = reply
+    _, err = proc.communicate(timeout=10)  # end of stdin: the gateway stops
+    errors = sorted(
+        (r["error"]["code"], r["error"]["message"]) for r in replies.values() if "error" in r
+    )
+    assert [code for code, _ in errors] == [-32700, -32600, -32600]
+    assert errors[0][1].startswith("Parse error: Expecting value: line 1 column 1")
+    assert "jsonrpc: Field required" in errors[1][1] + errors[2][1]
+    assert replies["five"]["error"]["code"] == -32600  # its id, where it has one
+    assert replies[6]["result"]["content"][0]["text"] == "still here"
+    log = err.decode()
+    for number in (3, 4, 5):
+        assert f"message {number} from the client is not JSON-RPC 2.0" in log
+    assert "Traceback" not in log
 
 
 def test_tools_names_gateway_shows_what_serve_lists(

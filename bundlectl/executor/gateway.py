@@ -19,6 +19,7 @@ server whose connection broke is started again on the next call. A `Gateway` is 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import sys
@@ -46,7 +47,7 @@ from bundlectl.executor.call import CallOutcome, CallRequest, perform
 from bundlectl.executor.connect import Target, classify, connect, list_all_tools
 from bundlectl.executor.express import Express
 from bundlectl.executor.pipeline import Pipeline
-from bundlectl.executor.stdio import PipeWriter, Tap, read_pipe, session_message
+from bundlectl.executor.stdio import PipeWriter, Tap, json_line, read_pipe, session_message
 from bundlectl.models import ToolSpec
 from bundlectl.output import err
 from bundlectl.patterns import gateway_name
@@ -1119,6 +1120,16 @@ def _sdk_line(message: Any) -> bytes:
     return data.encode() + b"\n"
 
 
+def _invalid_message(exc: Exception) -> str:
+    """What makes a JSON value no JSON-RPC message, in a few words (pydantic's first error)."""
+    errors = getattr(exc, "errors", None)
+    first = errors()[0] if callable(errors) and errors() else None
+    if first is None:
+        return str(exc).splitlines()[0]
+    where = ".".join(str(p) for p in first.get("loc", ()) if not isinstance(p, int) or p)
+    return f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+
+
 def _log_line(line: str) -> None:
     """The gateway's own log: stderr, which MCP clients keep as the server's log."""
     err(f"bundlectl serve: {line}")
@@ -1208,16 +1219,33 @@ async def _stdio() -> AsyncIterator[tuple[Any, PipeWriter, Callable[[Express | N
     writer = PipeWriter(stdout, _sdk_line)
     lane: list[Express | None] = [None]
 
+    count = itertools.count(1)
+
     def parse(raw: bytes | bytearray) -> Any:
-        """The SDK's message, None when the express lane took it, or the error."""
+        """The SDK's message, or None: the express lane took it, or it is no JSON-RPC message
+        (then the client gets the error JSON-RPC prescribes, and our log says why; the SDK
+        would drop it without a word)."""
+        number, parsed = next(count), None
         try:
             parsed = json.loads(raw)
             express = lane[0]
             if express is not None and express.take(parsed):
                 return None
             return session_message(parsed)
-        except ValueError as exc:  # the SDK answers a malformed message with an error
-            return exc
+        except ValueError as exc:
+            json_error = parsed is None
+            why = str(exc).splitlines()[0] if json_error else _invalid_message(exc)
+            code = types.PARSE_ERROR if json_error else types.INVALID_REQUEST
+            what = "Parse error" if json_error else "Invalid Request"
+            key = parsed.get("id") if isinstance(parsed, dict) else None
+            key = key if isinstance(key, str | int) and not isinstance(key, bool) else None
+            error = {"code": code, "message": f"{what}: {why}"}
+            writer.post(json_line({"jsonrpc": "2.0", "id": key, "error": error}))
+            _log_line(
+                f"message {number} from the client is not JSON-RPC 2.0 ({why}); it was answered "
+                "with an error and ignored — the client must send one JSON-RPC message per line"
+            )
+            return None
 
     async def reader() -> None:
         async with read_send:

@@ -359,7 +359,7 @@ class BuiltinClient:
     def __init__(self, box: Toolbox, declared: list[Any]) -> None:
         self.box = box
         self.declared = [t for t in declared if content_only(box.tools.get(t.name))]
-        self.server_info = {"name": box.name, "version": ""}
+        self.server_info = {"name": box.name, "version": __version__}
 
     @classmethod
     def able(cls, box: Toolbox, tool: str, declared: list[Any]) -> bool:

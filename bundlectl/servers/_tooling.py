@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from bundlectl import __version__
+
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
@@ -69,7 +71,9 @@ class Toolbox:
         from mcp.server.mcpserver import MCPServer
         from mcp_types import ToolAnnotations
 
-        server = MCPServer(self.name, instructions=self.instructions, log_level="WARNING")
+        server = MCPServer(
+            self.name, version=__version__, instructions=self.instructions, log_level="WARNING"
+        )
         for tool in self.tools.values():
             server.add_tool(
                 _for_sdk(tool.fn),
