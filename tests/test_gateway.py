@@ -228,6 +228,20 @@ def test_a_line_that_is_no_json_rpc_message_gets_an_error_and_the_session_goes_o
     assert "Traceback" not in log
 
 
+def test_serve_with_nothing_on_stdin_ends_at_once(gateway_project: Path) -> None:
+    with open(os.devnull, "rb") as null:
+        done = subprocess.run(
+            [PY, "-m", "bundlectl", "serve", "--agent", "reader"],
+            cwd=gateway_project,
+            stdin=null,
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
 def test_tools_names_gateway_shows_what_serve_lists(
     gateway_project: Path, isolated_home: Path, run: Run
 ) -> None:

@@ -120,3 +120,14 @@ def test_a_file_is_read_by_a_thread(tmp_path: Path) -> None:
             return [line async for line in await read_pipe(file, bytes)]
 
     assert anyio.run(main) == [b'{"a": 1}\n', b'{"b": 2}']
+
+
+def test_dev_null_is_read_to_its_end() -> None:
+    """asyncio takes /dev/null for a pipe and then fails in a callback (epoll refuses it), so
+    `serve < /dev/null` hung; a stream the loop cannot watch is read by a thread."""
+
+    async def main() -> list[Any]:
+        with open(os.devnull, "rb", buffering=0) as null, anyio.fail_after(5):
+            return [line async for line in await read_pipe(null, bytes)]
+
+    assert anyio.run(main) == []

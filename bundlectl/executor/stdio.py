@@ -15,6 +15,7 @@ import itertools
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -452,8 +453,10 @@ async def read_pipe(
     """What `convert` makes of each newline-delimited message of a pipe (a server's stdout,
     the gateway's stdin), blank lines skipped and None dropped. The pipe is read by the event
     loop itself (`_PipeReader`), and `convert` runs in the callback that read the line: what it
-    handles itself (the express lane's messages) costs no task switch. When the stream is not
-    a pipe or socket (a file given as stdin), a thread reads it."""
+    handles itself (the express lane's messages) costs no task switch. When the loop cannot
+    watch the stream (a file or /dev/null given as stdin), a thread reads it."""
+    if not _pollable(pipe):
+        return _converted(_thread_lines(pipe), convert)
     loop = asyncio.get_running_loop()
     reader = _PipeReader(convert)
     try:
@@ -461,6 +464,18 @@ async def read_pipe(
     except (ValueError, OSError, NotImplementedError):
         return _converted(_thread_lines(pipe), convert)
     return reader.lines()
+
+
+def _pollable(pipe: IO[bytes]) -> bool:
+    """Whether the event loop can watch the stream: a pipe, a socket or a terminal. (asyncio
+    also takes other character devices, then fails in a callback: epoll refuses /dev/null.)"""
+    try:
+        mode = os.fstat(pipe.fileno()).st_mode
+    except (OSError, ValueError):
+        return False
+    if stat.S_ISCHR(mode):
+        return os.isatty(pipe.fileno())
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 async def _converted(
