@@ -242,6 +242,25 @@ def test_serve_with_nothing_on_stdin_ends_at_once(gateway_project: Path) -> None
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
 
+def test_serve_says_when_its_agent_is_not_listed(gateway_project: Path) -> None:
+    """A typo in a client's config would show only as an empty tool list: serve says why."""
+    with open(os.devnull, "rb") as null:
+        done = subprocess.run(
+            [PY, "-m", "bundlectl", "serve", "--agent", "raeder"],
+            cwd=gateway_project,
+            stdin=null,
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+    assert done.returncode == 0
+    assert done.stderr.splitlines() == [
+        "note: agent 'raeder' is not listed under agents: policy.default (deny) applies; "
+        "did you mean 'reader'?"
+    ]
+
+
 def test_tools_names_gateway_shows_what_serve_lists(
     gateway_project: Path, isolated_home: Path, run: Run
 ) -> None:

@@ -8,9 +8,10 @@ from bundlectl.executor import runner
 from bundlectl.executor.gateway import serve_stdio
 from bundlectl.executor.gateway_http import access_for, bind, serve_http
 from bundlectl.executor.pipeline import AuditLog, Pipeline, default_agent
-from bundlectl.output import ServeMode, ServeTransport
+from bundlectl.output import ServeMode, ServeTransport, note
 from bundlectl.project import load_project
-from bundlectl.resolution import resolve_project
+from bundlectl.resolution import Resolution, resolve_project
+from bundlectl.suggest import Suggester
 
 
 def run(
@@ -29,6 +30,7 @@ def run(
     if transport is ServeTransport.stdio:
         who = default_agent(agent)
         resolution.policy.agent(who)  # extends errors and the like fail now, before serving
+        _warn_unlisted(resolution, who)
 
         async def stdio() -> None:
             await serve_stdio(pipeline, who, mode.value)
@@ -36,6 +38,8 @@ def run(
         runner.run(stdio)
         return 0
 
+    if agent is not None:
+        _warn_unlisted(resolution, agent)
     access = access_for(resolution, agent, host)
     sock = bind(host, port)
 
@@ -46,3 +50,15 @@ def run(
 
     runner.run(http)
     return 0
+
+
+def _warn_unlisted(resolution: Resolution, agent: str) -> None:
+    """A name not under `agents` is served `policy.default` (SPEC 7): say so, since a typo
+    in a client's config otherwise shows only as an empty or a full tool list."""
+    policy = resolution.policy.set
+    if agent in policy.agents:
+        return
+    close = Suggester(policy.agents).closest(agent)
+    guess = f"; did you mean {close[0]!r}?" if close else ""
+    default = policy.default
+    note(f"agent {agent!r} is not listed under agents: policy.default ({default}) applies{guess}")
