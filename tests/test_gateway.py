@@ -228,32 +228,28 @@ def test_a_line_that_is_no_json_rpc_message_gets_an_error_and_the_session_goes_o
     assert "Traceback" not in log
 
 
-def test_serve_with_nothing_on_stdin_ends_at_once(gateway_project: Path) -> None:
+def serve_reading_nothing(project: Path, agent: str) -> subprocess.CompletedProcess[str]:
+    """`bundlectl serve --agent AGENT < /dev/null` (a service manager's default stdin)."""
     with open(os.devnull, "rb") as null:
-        done = subprocess.run(
-            [PY, "-m", "bundlectl", "serve", "--agent", "reader"],
-            cwd=gateway_project,
+        return subprocess.run(
+            [PY, "-m", "bundlectl", "serve", "--agent", agent],
+            cwd=project,
             stdin=null,
             capture_output=True,
             text=True,
             timeout=20,
             check=False,
         )
+
+
+def test_serve_with_nothing_on_stdin_ends_at_once(gateway_project: Path) -> None:
+    done = serve_reading_nothing(gateway_project, "reader")
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
 
 def test_serve_says_when_its_agent_is_not_listed(gateway_project: Path) -> None:
     """A typo in a client's config would show only as an empty tool list: serve says why."""
-    with open(os.devnull, "rb") as null:
-        done = subprocess.run(
-            [PY, "-m", "bundlectl", "serve", "--agent", "raeder"],
-            cwd=gateway_project,
-            stdin=null,
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=False,
-        )
+    done = serve_reading_nothing(gateway_project, "raeder")
     assert done.returncode == 0
     assert done.stderr.splitlines() == [
         "note: agent 'raeder' is not listed under agents: policy.default (deny) applies; "
