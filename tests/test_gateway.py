@@ -141,14 +141,19 @@ def test_the_downstream_servers_stop_with_the_gateway(
     assert gone(pid, within=5.0)
 
 
-def test_sigterm_stops_the_gateway_and_its_servers(gateway_project: Path, tmp_path: Path) -> None:
-    proc = subprocess.Popen(
+def serve_on_pipes(project: Path) -> subprocess.Popen[bytes]:
+    """`bundlectl serve --agent reader` as a client starts it: JSON lines on its stdin/stdout."""
+    return subprocess.Popen(
         [PY, "-m", "bundlectl", "serve", "--agent", "reader"],
-        cwd=gateway_project,
+        cwd=project,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
+
+
+def test_sigterm_stops_the_gateway_and_its_servers(gateway_project: Path, tmp_path: Path) -> None:
+    proc = serve_on_pipes(gateway_project)
     assert proc.stdin is not None and proc.stdout is not None
     messages = [
         INITIALIZE,
@@ -190,13 +195,7 @@ def test_a_line_that_is_no_json_rpc_message_gets_an_error_and_the_session_goes_o
 ) -> None:
     """JSON-RPC's answers to a broken message (the SDK's stdio server drops it silently), and
     a line in the gateway's log that says which message and why."""
-    proc = subprocess.Popen(
-        [PY, "-m", "bundlectl", "serve", "--agent", "reader"],
-        cwd=gateway_project,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    proc = serve_on_pipes(gateway_project)
     assert proc.stdin is not None and proc.stdout is not None
     call = {"name": "kitchen__echo", "arguments": {"text": "still here"}}
     lines = [
