@@ -589,11 +589,23 @@ def server(
     ] = "stdio",
     host: Annotated[str, typer.Option("--host", help="Address for HTTP transports.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port for HTTP transports.")] = 8000,
+    unprotect: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--unprotect",
+            metavar="PATH",
+            help="files: let this policy file, registry or .git path be written (repeatable).",
+        ),
+    ] = None,
 ) -> int:
-    """Run a built-in MCP server (files, review) for any MCP client."""
+    """Run a built-in MCP server (files, review) for any MCP client.
+
+    The files server never writes the project's bundlectl.yaml, bundlectl.lock,
+    bundlectl.local.yaml, project registries or .git unless --unprotect names the path.
+    """
     from bundlectl.commands import server as cmd
 
-    return cmd.run(name, root=root, transport=transport, host=host, port=port)
+    return cmd.run(name, root=root, transport=transport, host=host, port=port, unprotect=unprotect)
 
 
 @app.command()

@@ -17,7 +17,15 @@ def default_root() -> Path:
     return found.resolve().parent if found else Path.cwd()
 
 
-def run(name: str, *, root: Path | None, transport: str, host: str, port: int) -> int:
+def run(
+    name: str,
+    *,
+    root: Path | None,
+    transport: str,
+    host: str,
+    port: int,
+    unprotect: list[str] | None = None,
+) -> int:
     if name not in BUILTIN:
         raise UsageError(f"no built-in server {name!r}", hint=f"choose from {', '.join(BUILTIN)}")
     if transport not in TRANSPORTS:
@@ -28,7 +36,9 @@ def run(name: str, *, root: Path | None, transport: str, host: str, port: int) -
     if not folder.is_dir():
         raise UsageError(f"root folder {folder} does not exist")
 
-    server = build(name, folder)
+    if unprotect and name != "files":
+        raise UsageError("--unprotect is an option of the files server only")
+    server = build(name, folder, unprotect or [])
     if transport == "stdio":
         server.run("stdio")
     else:

@@ -351,7 +351,7 @@ def _direct_client(target: Target, request: CallRequest) -> Any:
     if not target.builtin or request.check is not None:
         return None
 
-    box = servers.toolbox(target.builtin, target.builtin_root())
+    box = servers.toolbox(target.builtin, target.builtin_root(), target.builtin_unprotected())
     if not BuiltinClient.able(box, request.tool, target.spec.tools):
         return None
     return BuiltinClient(box, target.spec.tools)

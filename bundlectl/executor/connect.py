@@ -74,6 +74,11 @@ class Target:
             return spec.args[1]
         return None
 
+    def builtin_unprotected(self) -> list[str]:
+        """The paths the files server's command line unprotects (`--unprotect PATH`)."""
+        args = self.spec.args
+        return [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--unprotect"]
+
     def builtin_root(self) -> Path:
         args = self.spec.args
         base = self.root / (self.spec.cwd or ".")
@@ -124,7 +129,7 @@ def _client_target(target: Target, child: Child | None) -> Any:
     """What `mcp.Client` connects to: a server object, or a transport context manager."""
     spec = target.spec
     if target.builtin:
-        return servers.build(target.builtin, target.builtin_root())
+        return servers.build(target.builtin, target.builtin_root(), target.builtin_unprotected())
     if spec.transport == "stdio":
         return child_transport(child or start_child(target), tap=target.tap)
     where = f"server {target.name!r}"

@@ -2,12 +2,14 @@
 
 The table maps a server name to the module that builds it; importing this package does not import
 the MCP SDK. Each module has `toolbox(root: Path) -> Toolbox` (its tools as plain functions) and
-`build(root: Path) -> MCPServer` (them served by the SDK).
+`build(root: Path) -> MCPServer` (them served by the SDK); `files` also takes the paths its
+command line unprotects (`--unprotect PATH`).
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,15 +24,14 @@ BUILTIN: dict[str, str] = {
 }
 
 
-def build(name: str, root: Path) -> MCPServer:
+def build(name: str, root: Path, unprotected: Sequence[str] = ()) -> MCPServer:
     """Construct the built-in server `name`, confined to / working in `root`."""
-    module = importlib.import_module(BUILTIN[name])
-    server: MCPServer = module.build(root.resolve())
-    return server
+    return toolbox(name, root, unprotected).server()
 
 
-def toolbox(name: str, root: Path) -> Toolbox:
+def toolbox(name: str, root: Path, unprotected: Sequence[str] = ()) -> Toolbox:
     """The built-in server `name`'s tools as plain functions (no SDK import)."""
     module = importlib.import_module(BUILTIN[name])
-    box: Toolbox = module.toolbox(root.resolve())
+    extra = {"unprotected": unprotected} if name == "files" else {}
+    box: Toolbox = module.toolbox(root.resolve(), **extra)
     return box

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bundlectl.servers._tooling import Toolbox, ToolFailure
+from bundlectl.servers.beneath import Root
 from bundlectl.servers.complexity import METRICS, report
-from bundlectl.servers.files import MAX_READ_BYTES, confine
+from bundlectl.servers.files import inside, read_below
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -44,6 +45,8 @@ def toolbox(root: Path) -> Toolbox:
         "bundlectl-review", instructions=f"Code review helpers for the repository at {root}."
     )
 
+    folder = Root(root)
+
     @box.tool(annotations={"readOnlyHint": True, "openWorldHint": False})
     def complexity_metrics(
         file_path: str,
@@ -60,11 +63,9 @@ def toolbox(root: Path) -> Toolbox:
         unknown = [m for m in chosen if m not in METRICS]
         if unknown:
             raise ToolFailure(f"unknown metrics {unknown}; choose from {list(METRICS)}")
-        target = confine(root, file_path)
-        if not target.is_file() or target.stat().st_size > MAX_READ_BYTES:
-            raise ToolFailure(f"{file_path!r} is not a file of at most {MAX_READ_BYTES} bytes")
+        data, _ = read_below(folder, file_path)
         try:
-            source = target.read_text(encoding="utf-8")
+            source = data.decode("utf-8")
             return report(source, file_path, chosen, include_functions)
         except (SyntaxError, UnicodeDecodeError) as exc:
             raise ToolFailure(f"cannot parse {file_path}: {exc}") from None
@@ -91,9 +92,7 @@ def toolbox(root: Path) -> Toolbox:
         if head is not None and base is None:
             raise ToolFailure("head needs a base")
         args.append("--")
-        args.extend(
-            str(confine(root, p, must_exist=False).relative_to(root)) or "." for p in paths or []
-        )
+        args.extend(inside(folder, p) for p in paths or [])
         diff = _git_diff(root, args)
         if len(diff) > MAX_DIFF_CHARS:
             cut = len(diff) - MAX_DIFF_CHARS
