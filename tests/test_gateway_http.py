@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from tests.conftest import INITIALIZE, Run, write
-from tests.test_exec import SERVERS, gone, pids
+from tests.test_exec import SERVERS, gone, listening, pids
 
 PY = sys.executable
 READER_TOKEN = "reader-" + "r" * 30
@@ -361,3 +361,80 @@ def test_code_mode_client_through_the_gateway(
             client.call_tool("kitchen.add", {"a": 1, "b": 2})
     log = records(isolated_home)
     assert ("reader", "add", "denied") in {(r["agent"], r["tool"], r["outcome"]) for r in log}
+
+
+ALICE_TOKEN = "alice-" + "a" * 30
+CAROL_TOKEN = "carol-" + "c" * 30
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_what_a_shared_server_sends_during_a_call_reaches_only_that_calls_client(
+    project: Path, monkeypatch: pytest.MonkeyPatch, isolated_home: Path, concurrency: int
+) -> None:
+    # Two agents call one downstream server at the same time; each call logs and asks its
+    # client a question naming its agent. No client may see the other's log or question.
+    monkeypatch.setenv("ALICE_TOKEN", ALICE_TOKEN)
+    monkeypatch.setenv("CAROL_TOKEN", CAROL_TOKEN)
+    # The server speaks 2025-11-25 over streamable HTTP: requests to its client during a call.
+    kitchen = [PY, str(SERVERS / "kitchen.py"), "--transport", "streamable-http"]
+    downstream = listening(kitchen, {"KITCHEN_LEGACY": "1"})
+    port = downstream.__enter__()
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          kitchen:
+            transport: streamable-http
+            url: "http://127.0.0.1:{port}/mcp"
+            concurrency: {concurrency}
+        agents:
+          alice: {{token: "${{ALICE_TOKEN}}", allow: [kitchen.whisper]}}
+          carol: {{token: "${{CAROL_TOKEN}}", allow: [kitchen.whisper]}}
+        policy: {{default: deny}}
+        """,
+    )
+    import mcp_types as types
+
+    seen: dict[str, dict[str, list[str]]] = {}
+
+    async def one(url: str, agent: str, token: str) -> None:
+        got: dict[str, list[str]] = {"logs": [], "asked": [], "result": []}
+        seen[agent] = got
+
+        async def elicit(context: Any, params: Any) -> Any:
+            got["asked"].append(params.message)
+            return types.ElicitResult(action="accept", content={"ok": True})
+
+        async def log(params: Any) -> None:
+            got["logs"].append(str(params.data))
+
+        async with client(
+            url, token, mode="legacy", elicitation_callback=elicit, logging_callback=log
+        ) as c:
+            result = await c.call_tool("kitchen__whisper", {"tag": agent, "pause": 0.5})
+            got["result"] = texts(result)
+            await anyio.sleep(0.3)  # late messages would arrive by now
+
+    async def both(url: str) -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(one, url, "alice", ALICE_TOKEN)
+            group.start_soon(one, url, "carol", CAROL_TOKEN)
+
+    try:
+        with gateway(project) as (url, _):
+            anyio.run(both, url)
+    finally:
+        downstream.__exit__(None, None, None)
+
+    for agent, other in (("alice", "carol"), ("carol", "alice")):
+        got = seen[agent]
+        everything = " ".join(got["logs"] + got["asked"] + got["result"])
+        assert other not in everything, (agent, got)
+        if concurrency == 1:  # one call at a time: each client gets its own, all of it
+            assert got["logs"] == [f"log of {agent}", f"second log of {agent}"], got
+            assert got["asked"] == [f"question of {agent}"]
+            assert got["result"] == [f"{agent}: accept"]
+    if concurrency == 2:  # both in flight at once: whose it is cannot be told, so no one gets it
+        results = seen["alice"]["result"] + seen["carol"]["result"]
+        assert any("calls of several clients are in flight" in r for r in results), results

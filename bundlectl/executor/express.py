@@ -125,6 +125,7 @@ class _Call:
     started: float = field(default_factory=time.perf_counter)
     timer: asyncio.TimerHandle | None = None
     over: bool = False
+    relay_key: int | None = None  # this call's place among the server's calls in flight
 
     @property
     def target(self) -> Any:
@@ -142,8 +143,11 @@ class _Call:
         if not tap.post(request):
             del tap.waiting[self.key]
             return False
-        if self.downstream.relay is not None:  # what the server sends meanwhile goes to us
-            self.downstream.relay.ctx = ExpressContext(self.lane, self.id, self.version, self.meta)
+        relay = self.downstream.relay
+        if relay is not None:  # what the server sends meanwhile goes to this call's client
+            self.relay_key = relay.enter(
+                ExpressContext(self.lane, self.id, self.version, self.meta)
+            )
         timeout = float(self.target.spec.timeout)
         self.timer = asyncio.get_running_loop().call_later(timeout, self.timed_out)
         return True
@@ -198,6 +202,8 @@ class _Call:
             downstream.release()
         if self.timer is not None:
             self.timer.cancel()
+        if self.relay_key is not None and downstream.relay is not None:
+            downstream.relay.leave(self.relay_key)
         duration = (time.perf_counter() - self.started) * 1000
         if not cancelled:
             try:

@@ -71,18 +71,48 @@ AskUser = Callable[[Decision], Awaitable["bool | types.InputRequiredResult"]]
 
 class Relay:
     """What a downstream server sends towards the client — progress, log messages, elicitation
-    and sampling requests, list changes — goes to the client session of the call it belongs to:
-    the call in flight on that server (one at a time, unless `concurrency` allows more: then the
-    latest). Requests the client cannot answer are refused with an error the server can report."""
+    and sampling requests, list changes — goes to the client of the call it belongs to, and to
+    no one else.
+
+    The calls in flight on the server are registered per request (`enter`/`leave`), never kept
+    in one field of the server: MCP does not say which request a server's log message or
+    elicitation belongs to, so it goes to the one client whose calls are in flight. When calls
+    of several clients are in flight at once (`concurrency` > 1) it cannot be told whose it is:
+    a log message is dropped and a request refused, rather than risk another agent's client
+    seeing it. Outside any call (a late message) nothing is forwarded. Progress is routed by
+    each call's own token (`Gateway._progress`)."""
 
     def __init__(self, server: str, hub: Hub) -> None:
         self.server, self.hub = server, hub
-        self.ctx: Any = None  # the MCP request context of the call in flight
+        self.inflight: dict[int, Any] = {}  # the MCP request context of each call in flight
+        self._keys = itertools.count(1)
         # Resources clients subscribed to; on a 2026-07-28 server they ride on the listen stream.
         self.watched: set[str] = set()
         self.modern: bool | None = None  # the session's protocol, once the listen was tried
         self.settled = anyio.Event()  # set once `modern` is known for the current session
         self._listening: anyio.CancelScope | None = None
+
+    def enter(self, ctx: Any) -> int:
+        """A call of the client request `ctx` is in flight on the server; `leave` ends it."""
+        key = next(self._keys)
+        self.inflight[key] = ctx
+        return key
+
+    def leave(self, key: int) -> None:
+        self.inflight.pop(key, None)
+
+    def current(self) -> tuple[Any, str | None]:
+        """The client request a server's message belongs to, or None and why not."""
+        contexts = list(self.inflight.values())
+        if not contexts:
+            return None, f"no client's call is in flight on server {self.server!r}"
+        if len({_owner(ctx) for ctx in contexts}) > 1:
+            return None, (
+                f"calls of several clients are in flight on server {self.server!r} at once "
+                "(its concurrency is above 1), and MCP does not say whose call this is; set "
+                f"servers.{self.server}.concurrency: 1 to let it ask"
+            )
+        return contexts[-1], None
 
     def options(self) -> dict[str, Any]:
         """The downstream client's callbacks (each also declares the capability)."""
@@ -93,38 +123,42 @@ class Relay:
             "message_handler": self.message,
         }
 
-    def _can(self, capability: str) -> Any:
-        ctx = self.ctx
+    def _can(self, capability: str) -> tuple[Any, str | None]:
+        ctx, why = self.current()
         if ctx is None:
-            return None
+            return None, why
         declared = ctx.session.client_capabilities
         if declared is None or getattr(declared, capability) is None:
-            return None
-        return ctx if ctx.session.can_send_request else None
+            return None, f"the client behind the bundlectl gateway did not declare {capability}"
+        if not ctx.session.can_send_request:
+            return None, (
+                "the gateway's client connection cannot carry a request back to the client "
+                "(a stateless HTTP request, or the 2026-07-28 protocol, which has no requests "
+                "from server to client during a call)"
+            )
+        return ctx, None
 
-    def _refuse(self, what: str) -> types.ErrorData:
+    def _refuse(self, what: str, why: str | None) -> types.ErrorData:
         return types.ErrorData(
-            code=types.INVALID_REQUEST,
-            message=f"{what} is not available: the client behind the bundlectl gateway "
-            "cannot answer it",
+            code=types.INVALID_REQUEST, message=f"{what} is not available: {why}"
         )
 
     async def elicit(self, context: Any, params: Any) -> Any:
-        ctx = self._can("elicitation")
+        ctx, why = self._can("elicitation")
         if ctx is None:
-            return self._refuse("elicitation")
+            return self._refuse("elicitation", why)
         request = types.ElicitRequest(params=params)
         return await ctx.session.send_request(request, types.ElicitResult)
 
     async def sample(self, context: Any, params: Any) -> Any:
-        ctx = self._can("sampling")
+        ctx, why = self._can("sampling")
         if ctx is None:
-            return self._refuse("sampling")
+            return self._refuse("sampling", why)
         request = types.CreateMessageRequest(params=params)
         return await ctx.session.send_request(request, types.CreateMessageResult)
 
     async def log(self, params: Any) -> None:
-        ctx = self.ctx
+        ctx, _ = self.current()
         if ctx is None:
             return
         logger = f"{self.server}.{params.logger}" if params.logger else self.server
@@ -335,9 +369,7 @@ class Downstream:
                     jobs.start_soon(self.relay.resubscribe, client)
                 async with receive:
                     async for job, reply, scope, ctx in receive:
-                        if self.relay is not None:
-                            self.relay.ctx = ctx
-                        jobs.start_soon(self._one, job, client, reply, scope)
+                        jobs.start_soon(self._one, job, client, reply, scope, ctx)
                 listening.cancel()  # the inbox closed: the calls in flight finish, then we stop
         except BundlectlError as exc:
             if not started:
@@ -352,7 +384,10 @@ class Downstream:
             send.close()
             self.target.close(wait=0, tee=tee)
 
-    async def _one(self, job: Job, client: Any, reply: Any, scope: anyio.CancelScope) -> None:
+    async def _one(
+        self, job: Job, client: Any, reply: Any, scope: anyio.CancelScope, ctx: Any
+    ) -> None:
+        key = self.relay.enter(ctx) if self.relay is not None and ctx is not None else None
         async with reply:
             try:
                 with scope:
@@ -366,6 +401,9 @@ class Downstream:
                     f"server {self.target.name!r}: {type(exc).__name__}: {exc}"
                 )
                 await reply.send((None, error))
+            finally:
+                if key is not None:
+                    self.relay.leave(key)  # type: ignore[union-attr]
 
 
 @dataclass
@@ -1043,6 +1081,13 @@ def mcp_server(
     server.middleware.append(RequestStateBoundary(security, default_audience="bundlectl"))
     server.middleware.append(_ListingCache(hub, agent_of))
     return server
+
+
+def _owner(ctx: Any) -> Any:
+    """Which client connection a request context belongs to (the express lane's calls: the
+    lane, which is one stdio client)."""
+    lane = getattr(ctx, "lane", None)
+    return ("lane", id(lane)) if lane is not None else _session_key(ctx.session)
 
 
 def _session_key(session: Any) -> int:

@@ -30,6 +30,7 @@ from mcp_types import (
     TextResourceContents,
     UnsubscribeRequestParams,
 )
+from pydantic import BaseModel
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
@@ -222,6 +223,27 @@ async def rug_pull(ctx: Context) -> str:
     with contextlib.suppress(Exception):  # to a 2025-11-25 session
         await ctx.session.send_tool_list_changed()
     return "pulled"
+
+
+class Confirm(BaseModel):
+    ok: bool = True
+
+
+@server.tool()
+async def whisper(tag: str, ctx: Context, pause: float = 0.3) -> str:
+    """Log a message naming `tag`, wait `pause` seconds (so concurrent calls overlap), then ask
+    the client a question naming `tag`: what reaches which client shows whose call it was."""
+    import anyio
+
+    await ctx.info(f"log of {tag}")
+    await anyio.sleep(pause)
+    try:
+        answer = await ctx.elicit(f"question of {tag}", Confirm)
+        asked = answer.action
+    except Exception as exc:
+        asked = f"refused: {exc}"
+    await ctx.info(f"second log of {tag}")
+    return f"{tag}: {asked}"
 
 
 @server.tool()
