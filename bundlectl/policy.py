@@ -184,6 +184,24 @@ class CompiledAgent:
             return self.policy.default == "allow"
         return not self.has_grants and self.has_denies
 
+    def may_reach(self, server: str) -> bool:
+        """Whether some tool of `server` could be allowed or asked for: when no rule could
+        grant anything there (or a deny covers every tool of it), the server need not be
+        started, connected to or sent a credential for this agent."""
+        denied_whole = any(
+            r.parts[1] == "*" and part_matches(r.parts[0], server)
+            for r in self._matchers["deny"].rules
+        )
+        if denied_whole:
+            return False
+        if self.falls_open:
+            return True
+        return any(
+            part_matches(r.parts[0], server)
+            for effect in ("allow", "ask")
+            for r in self._matchers[effect].rules
+        )
+
     def grant(self, deny: int, ask: int, allow: int, unpinned: int, full: int) -> tuple[int, int]:
         """(allowed, asked) from which rules match: the one place precedence is written.
 

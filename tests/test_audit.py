@@ -34,6 +34,24 @@ def test_a_record_holds_a_digest_of_the_arguments_never_their_values(tmp_path: P
     assert arguments_digest(None) is None
 
 
+def test_argument_digests_are_keyed_per_installation(isolated_home: Path) -> None:
+    # An unsalted hash let a reader of the log confirm which of a few guessed e-mails a call
+    # carried; without this installation's key, a guess cannot be checked.
+    import hashlib
+    import stat
+
+    sent = {"to": "jane.doe@corp.example"}
+    digest = arguments_digest(sent)
+    assert digest is not None and digest.startswith("hmac-sha256:")
+    for guess in ("jane.doe@corp.example", "john@corp.example"):
+        blob = json.dumps({"to": guess}, sort_keys=True, separators=(",", ":")).encode()
+        assert hashlib.sha256(blob).hexdigest() not in digest
+    key_file = isolated_home / "state" / "audit.key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600 and len(key_file.read_bytes()) == 32
+    assert arguments_digest(sent) == digest  # the same key every time
+    assert arguments_digest(sent, key=b"k" * 32) != digest  # another installation differs
+
+
 def _write_many(path: str, worker: int) -> None:
     log = AuditFile(Path(path))
     for i in range(200):

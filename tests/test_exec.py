@@ -444,7 +444,7 @@ def test_audit_never_holds_argument_values_or_secrets(
         "via",
     }
     assert record["via"] == "exec"
-    assert record["outcome"] == "ok" and str(record["arguments_sha256"]).startswith("sha256:")
+    assert record["outcome"] == "ok" and str(record["arguments_sha256"]).startswith("hmac-sha256:")
 
 
 def test_audit_names_the_policy_that_decided(kitchen: Path, run: Run, isolated_home: Path) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import json
 import os
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +21,50 @@ except ImportError:  # Windows
 from bundlectl import paths
 
 
-def arguments_digest(arguments: dict[str, Any] | None) -> str | None:
+KEY_BYTES = 32
+
+
+def installation_key(folder: Path | None = None) -> bytes:
+    """This installation's audit key (`audit.key` in the user state folder, 0600, made once):
+    argument digests are keyed with it, so a reader of the log cannot confirm a guess of what
+    a call was sent (three candidate e-mails, one hash each) without the key."""
+    key_file = (folder or paths.state_dir()) / "audit.key"
+    cached = _KEYS.get(key_file)
+    if cached is not None:
+        return cached
+    try:
+        key = key_file.read_bytes()
+    except FileNotFoundError:
+        key_file.parent.mkdir(parents=True, exist_ok=True)
+        fresh = secrets.token_bytes(KEY_BYTES)
+        try:  # made whole under a temporary name, then linked: no reader sees a partial key
+            temp = key_file.with_name(f".audit.key.{os.getpid()}.tmp")
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(fresh)
+            try:
+                os.link(temp, key_file)  # fails if another process made it first
+            finally:
+                os.unlink(temp)
+        except FileExistsError:
+            pass
+        key = key_file.read_bytes()
+    if len(key) < 16:
+        raise OSError(f"{key_file} is not an audit key (remove it to make a new one)")
+    _KEYS[key_file] = key
+    return key
+
+
+_KEYS: dict[Path, bytes] = {}
+
+
+def arguments_digest(arguments: dict[str, Any] | None, key: bytes | None = None) -> str | None:
+    """HMAC-SHA256 of the arguments as the agent sent them, keyed by `installation_key`."""
     if arguments is None:
         return None
     blob = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
+    mac = hmac.new(key or installation_key(), blob.encode(), hashlib.sha256)
+    return "hmac-sha256:" + mac.hexdigest()
 
 
 def lock_digest(lock_path: Path) -> str | None:

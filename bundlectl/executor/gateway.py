@@ -675,8 +675,8 @@ class Gateway:
         compiled = self.pipeline.resolution.policy.agent(self.agent)
         usable: list[tuple[str, types.Tool]] = []
         for name, merged in self.pipeline.resolution.merged.servers.items():
-            if merged.spec.disabled:
-                continue
+            if merged.spec.disabled or not compiled.may_reach(name):
+                continue  # never started, connected to or sent a credential for this agent
             for tool in await self._offered(name, merged.spec):
                 if compiled.decide(name, tool.name, interactive=True).effect != "deny":
                     usable.append((name, tool))
@@ -726,9 +726,17 @@ class Gateway:
         return names.get(name)
 
     async def _servers_in_use(self) -> list[str]:
-        """The servers the agent may call at least one tool of: their resources and prompts are
-        the agent's too."""
-        return sorted({server for server, _ in await self._catalog()})
+        """The servers the agent is allowed at least one tool of outright: their resources and
+        prompts are the agent's too. A tool the agent may only call after a person confirms it
+        (`ask`) does not open the server's resources and prompts, which have no confirmation."""
+        compiled = self.pipeline.resolution.policy.agent(self.agent)
+        return sorted(
+            {
+                server
+                for server, tool in await self._catalog()
+                if compiled.decide(server, tool.name, interactive=True).effect == "allow"
+            }
+        )
 
     async def _gather(self, method: str, field: str) -> list[tuple[str, Any]]:
         """(server, item) for every item of a paginated list (`resources/list`, ...) of every
@@ -775,7 +783,15 @@ class Gateway:
             async def job(client: Any) -> Any:
                 return await client.get_prompt(prompt, arguments)
 
-            return await self.hub.downstream(server).run(self.hub.group, job, self.ctx)
+            key = {"name": prompt, "arguments": arguments or {}}
+            try:
+                got = await self.hub.downstream(server).run(self.hub.group, job, self.ctx)
+            except BaseException:
+                self.pipeline.audit.access(self.agent, server, "prompts/get", key, "server-error")
+                raise
+            self.pipeline.audit.access(self.agent, server, "prompts/get", key, "ok")
+            return got
+        self.pipeline.audit.access(self.agent, "-", "prompts/get", {"name": name}, "not-found")
         raise _not_found(f"unknown prompt {name!r}; prompts/list shows the prompts you can use")
 
     async def list_resources(self) -> list[types.Resource]:
@@ -805,7 +821,9 @@ class Gateway:
             except BundlectlError:
                 continue
             if result is not None:
+                self.pipeline.audit.access(self.agent, server, "resources/read", {"uri": uri}, "ok")
                 return result
+        self.pipeline.audit.access(self.agent, "-", "resources/read", {"uri": uri}, "not-found")
         raise _not_found(f"unknown resource {uri!r}; resources/list shows what you can read")
 
     async def subscribe(self, uri: str, key: Any, notify: Any) -> None:

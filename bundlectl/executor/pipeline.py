@@ -43,6 +43,12 @@ class AuditSink(Protocol):
         arguments: dict[str, Any] | None,
     ) -> None: ...
 
+    def access(
+        self, agent: str, server: str, method: str, key: dict[str, Any], outcome: str
+    ) -> None:
+        """A resource read or a prompt fetched (`method`: resources/read, prompts/get), with the
+        keyed digest of what was asked for (`key`: the URI or the prompt's name and arguments)."""
+
     def unauthorized(self, remote: str, *, repeated: int | None = None) -> None:
         """A request to the gateway without a valid token (no agent, no tool); `repeated`:
         that many more from `remote`, counted instead of recorded one by one."""
@@ -95,6 +101,19 @@ class AuditLog:
             outcome=outcome,
             duration_ms=duration_ms,
             arguments_sha256=audit.arguments_digest(arguments),
+        )
+
+    def access(
+        self, agent: str, server: str, method: str, key: dict[str, Any], outcome: str
+    ) -> None:
+        decision = "allow" if outcome == "ok" else "deny"
+        self._append(
+            agent,
+            server,
+            method,
+            decision=decision,
+            outcome=outcome,
+            arguments_sha256=audit.arguments_digest(key),
         )
 
     def unauthorized(self, remote: str, *, repeated: int | None = None) -> None:
