@@ -20,7 +20,6 @@ except ImportError:  # Windows
 
 from bundlectl import paths
 
-
 KEY_BYTES = 32
 
 
