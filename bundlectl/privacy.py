@@ -406,6 +406,16 @@ class Tokenizer:
             return {k: self.value(v) for k, v in value.items()}
         return value
 
+    def conceal(self, text: str) -> str:
+        """`text` for the agent's eyes: every real value this session knows back to its token
+        (an error message may quote a value a detokenize tool was given), then tokenized."""
+        if self._values:
+            values = sorted(set(self._values.values()), key=len, reverse=True)
+            pattern = re.compile("|".join(re.escape(v) for v in values if v))
+            by_value = {v: t for t, v in self._values.items()}
+            text = pattern.sub(lambda m: by_value[m.group()], text)
+        return self.text(text)
+
     def restore(self, value: Any) -> Any:
         """Tokens of this session put back to their values (for a `detokenize` tool)."""
         if isinstance(value, str):

@@ -196,3 +196,116 @@ def test_the_code_mode_client_tokenizes_too(
         client.call_tool("files.read_file", {"path": "no-such.txt"})
     audit = (isolated_home / "state" / "audit.jsonl").read_text()
     assert "ann@example.com" not in audit and '"via": "code"' in audit
+
+
+def _in_process(project: Path, agent: str, scripts: list[Any]) -> tuple[list[Any], Any]:
+    """Each script against its own in-process client session of one gateway hub; the hub."""
+    from mcp import Client
+
+    from bundlectl.executor.gateway import Hub, mcp_server
+    from bundlectl.executor.pipeline import AuditLog, Pipeline
+    from bundlectl.project import load_project
+    from bundlectl.resolution import resolve_project
+
+    found: list[Any] = []
+
+    async def main() -> Any:
+        resolution = resolve_project(load_project(project / "bundlectl.yaml"))
+        pipeline = Pipeline(resolution, AuditLog(resolution, via="serve"), confirm=None)
+        async with anyio.create_task_group() as group:
+            hub = Hub(pipeline, group, agents={agent})
+            server = mcp_server(hub, "direct", lambda ctx: agent)
+            for script in scripts:
+                async with Client(server, mode="legacy") as client:
+                    found.append(await script(client))
+            group.cancel_scope.cancel()
+        return hub
+
+    return found, anyio.run(main)
+
+
+def test_a_failed_validation_never_quotes_the_values_behind_tokens(
+    private: Path, isolated_home: Path
+) -> None:
+    # A detokenize tool called with tokens in an argument of the wrong type: the validator's
+    # message once quoted the real values, turning the gateway into a detokenizing oracle.
+    async def script(client: Any) -> list[str]:
+        table = json.dumps((await client.call_tool("kitchen__people", {})).structured_content)
+        email = table[table.index("[EMAIL_") :].split("]")[0] + "]"
+        wrong = await client.call_tool(
+            "files__write_file", {"path": "x.txt", "content": [email, "[CREDIT_CARD_1]"]}
+        )
+        folder = await client.call_tool("files__write_file", {"path": ".", "content": email})
+        return [email, texts(wrong)[0], texts(folder)[0]]
+
+    [[email, wrong, folder]], _ = _in_process(private, "clerk", [script])
+    assert "is not of type 'string'" in wrong and email in wrong
+    for value in [*VALUES, CARD]:
+        assert value not in wrong and value not in folder
+    assert not (private / "x.txt").exists()
+
+
+def test_sessions_leave_nothing_behind_and_one_agent_has_one_map(private: Path) -> None:
+    # 1,000 closed sessions once left 999 token maps (real values) and their listeners.
+    import gc
+
+    async def script(client: Any) -> str:
+        table = await client.call_tool("kitchen__people", {})
+        return json.dumps(table.structured_content)
+
+    seen, hub = _in_process(private, "clerk", [script] * 20)
+    assert all("[EMAIL_1]" in s for s in seen)
+    gc.collect()
+    assert len(hub.listeners) == 0 and len(hub.tokenizers) == 0
+    assert list(hub.agent_tokenizers) == ["clerk"]  # no session outlives a request here
+
+
+def test_a_session_id_header_never_picks_another_agents_token_map(
+    private: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from tests.test_gateway_http import gateway
+
+    monkeypatch.setenv("ALICE_TOKEN", "alice-" + "a" * 30)
+    monkeypatch.setenv("BOB_TOKEN", "bob-" + "b" * 30)
+    config = private / "bundlectl.yaml"
+    config.write_text(
+        config.read_text().replace(
+            "  clerk:",
+            '  alice: {token: "${ALICE_TOKEN}", allow: [kitchen.people]}\n'
+            '  bob: {token: "${BOB_TOKEN}", allow: [files.write_file]}\n  clerk:',
+        )
+    )
+
+    async def as_agent(url: str, token: str, headers: dict[str, str], script: Any) -> Any:
+        auth = {"Authorization": f"Bearer {token}", **headers}
+        async with (
+            httpx2.AsyncClient(headers=auth, timeout=httpx2.Timeout(30, read=300)) as http,
+            Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client,
+        ):
+            return await script(client)
+
+    async def people(client: Any) -> str:
+        return json.dumps((await client.call_tool("kitchen__people", {})).structured_content)
+
+    async def steal(client: Any) -> Any:
+        return await client.call_tool(
+            "files__write_file", {"path": "stolen.txt", "content": "[EMAIL_1] [PHONE_1]"}
+        )
+
+    async def script(url: str) -> str:
+        table = await as_agent(url, "alice-" + "a" * 30, {}, people)
+        forged = {"mcp-session-id": "agent:alice"}
+        await as_agent(url, "bob-" + "b" * 30, forged, steal)
+        return table
+
+    with gateway(private, "--stateless") as (url, _):
+        table = anyio.run(script, url)
+    assert "[EMAIL_1]" in table
+    stolen = (private / "stolen.txt").read_text()
+    assert stolen == "[EMAIL_1] [PHONE_1]"  # bob's own (empty) map: tokens stay tokens
+    for value in VALUES:
+        assert value not in stolen

@@ -24,6 +24,7 @@ import json
 import os
 import sys
 import warnings
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -43,7 +44,8 @@ from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 from bundlectl import __version__
 from bundlectl.catalog import ToolRef, search
 from bundlectl.errors import BundlectlError, Interrupted, ServerError
-from bundlectl.executor.call import CallOutcome, CallRequest, perform
+from bundlectl.executor.arguments import validate
+from bundlectl.executor.call import OUTCOMES, CallOutcome, CallRequest, perform
 from bundlectl.executor.connect import Target, classify, connect, list_all_tools
 from bundlectl.executor.express import Express
 from bundlectl.executor.pipeline import Pipeline
@@ -422,8 +424,19 @@ class Hub:
     vet: Callable[[Any], None] | None = None
     servers: dict[str, Downstream] = field(default_factory=dict)
     _names: dict[str, tuple[str, str]] | None = None  # gateway name → (server, tool)
-    listeners: dict[int, Any] = field(default_factory=dict)  # a session of each connection
-    tokenizers: dict[str, Any] = field(default_factory=dict)  # privacy: one per session
+    # The client connections to tell when tools change, held weakly: a connection that ended
+    # (a closed session, a stateless request) is forgotten with it.
+    listeners: weakref.WeakKeyDictionary[Any, None] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
+    # Privacy token maps (real values, in memory only): per client connection, held weakly so
+    # that they go with the session; per agent in stateless mode (no session outlives a
+    # request). Never chosen by anything a client sends.
+    tokenizers: weakref.WeakKeyDictionary[Any, dict[str, Any]] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
+    agent_tokenizers: dict[str, Any] = field(default_factory=dict)
+    stateless: bool = False
     bus: Any = None  # 2026-07-28 clients' `subscriptions/listen` streams
     _privacy: tuple[Any, Any] | None = None  # (resolution, its Privacy)
     generation: int = 0  # bumped whenever what an agent can list may have changed
@@ -443,8 +456,8 @@ class Hub:
 
     def view(self, agent: str, mode: str = "direct", ctx: Any = None) -> Gateway:
         """Agent `agent`'s view, answering the client request `ctx`."""
-        if ctx is not None:  # who to tell when a server's tools change
-            self.listeners[id(getattr(ctx.session, "_connection", ctx.session))] = ctx.session
+        if ctx is not None and not self.stateless:  # who to tell when a server's tools change
+            self.listeners[_connection(ctx)] = None
         return Gateway(self, agent, mode, ctx)
 
     def downstream(self, server: str) -> Downstream:
@@ -467,11 +480,11 @@ class Hub:
         self.changed()
         if self.bus is not None:  # clients listening (2026-07-28)
             await self.bus.publish(ToolsListChanged())
-        for key, session in list(self.listeners.items()):  # older clients: a notification
+        for connection in list(self.listeners):  # older clients: a notification
             try:
-                await session.send_tool_list_changed()
+                await connection.send_tool_list_changed()
             except Exception:  # a client that went away
-                self.listeners.pop(key, None)
+                self.listeners.pop(connection, None)
 
     async def watch(self, server: str, uri: str, key: Any, notify: Any) -> bool:
         """Tell `notify` (None: the listen streams) when the server's resource `uri` changes;
@@ -554,19 +567,28 @@ class Hub:
         return self._privacy[1]
 
     def tokenizer(self, ctx: Any, agent: str) -> Any:
-        """The session's token map (in memory only), or None when nothing is tokenized. A
-        session: the stdio client; over HTTP the MCP session, or (stateless, 2026-07-28
-        requests) the agent."""
+        """The session's token map (in memory only), or None when nothing is tokenized.
+
+        Over HTTP with 2025-11-25 sessions: the session's (its connection's), released with it.
+        Where no session outlives a request — `--stateless`, the 2026-07-28 protocol — and
+        over stdio (one client per process): the authenticated agent's. A header such as
+        `mcp-session-id` never picks one."""
         privacy = self.privacy()
         if privacy is None:
             return None
-        request = getattr(ctx, "request", None)
-        key = "stdio"
-        if request is not None:
-            key = request.headers.get("mcp-session-id") or f"agent:{agent}"
-        if key not in self.tokenizers:
-            self.tokenizers[key] = privacy.session()
-        return self.tokenizers[key]
+        sessions = (
+            not self.stateless
+            and getattr(ctx, "request", None) is not None
+            and str(getattr(ctx, "protocol_version", MODERN)) < MODERN
+        )
+        if not sessions:
+            if agent not in self.agent_tokenizers:
+                self.agent_tokenizers[agent] = privacy.session()
+            return self.agent_tokenizers[agent]
+        maps = self.tokenizers.setdefault(_connection(ctx), {})
+        if agent not in maps:
+            maps[agent] = privacy.session()
+        return maps[agent]
 
     def changed(self) -> None:
         """What agents can list may differ from now on: forget the listings made so far."""
@@ -883,39 +905,50 @@ class Gateway:
                 self.pipeline.audit.record(decision, "denied-by-user", 0.0, None)
                 return _error(f"the user did not confirm {name}; it was not called")
         tokens = self.hub.tokenizer(self.ctx, self.agent)  # None: nothing is tokenized
-        if tokens is not None and self.hub.privacy().gets_real_values(server, tool):
-            arguments = tokens.restore(arguments)  # a detokenize tool: the real values
+        sent = arguments  # what the agent sent (tokens, not values): what the audit digests
+        # Every message back to the agent has the real values it may have been given turned
+        # back into tokens (a server's or a validator's error may quote them).
+        shown = tokens.conceal if tokens is not None else _same
         downstream = self.hub.downstream(server)
-        request = CallRequest(
-            self.agent,
-            server,
-            tool,
-            decision,
-            [],
-            arguments,
-            float(downstream.target.spec.timeout),
-            check=self.pipeline.pin_check(server),
-            progress=self._progress(),
-        )
         try:
             tools = await downstream.live_tools(self.hub.group)
+            restore = tokens is not None and self.hub.privacy().gets_real_values(server, tool)
+            if restore and tool in tools:
+                # Checked before any value is put back: a call that fails validation must not
+                # make the gateway quote real values (an oracle for any token the agent holds).
+                validate(arguments, tools[tool].input_schema, f"{server}.{tool}")
+            if restore:
+                arguments = tokens.restore(arguments)  # a detokenize tool: the real values
+            request = CallRequest(
+                self.agent,
+                server,
+                tool,
+                decision,
+                [],
+                arguments,
+                float(downstream.target.spec.timeout),
+                check=self.pipeline.pin_check(server),
+                progress=self._progress(),
+            )
 
             async def call(client: Any) -> CallOutcome:
                 return await perform(client, request, downstream.target, tools)
 
             outcome = await downstream.run(self.hub.group, call, self.ctx)
         except BundlectlError as exc:
-            self.pipeline.audit.record(decision, "server-error", 0.0, arguments)
-            return _error(exc.explained)
-        self.pipeline.audit.record(
-            decision, outcome.outcome, outcome.duration_ms, outcome.arguments
-        )
+            self.pipeline.audit.record(decision, OUTCOMES.get(exc.exit_code, "error"), 0.0, sent)
+            return _error(shown(exc.explained))
+        self.pipeline.audit.record(decision, outcome.outcome, outcome.duration_ms, sent)
         if outcome.error is not None:
             if isinstance(outcome.error, ServerError):  # start it afresh next time
                 await downstream.stop()
-            return _error(outcome.error.explained)
+            return _error(shown(outcome.error.explained))
         result: types.CallToolResult = outcome.result
         return tokens.result(result) if tokens is not None else result
+
+
+def _same(text: str) -> str:
+    return text
 
 
 DETAILS = ("name", "summary", "full")
@@ -1099,6 +1132,11 @@ def mcp_server(
     server.middleware.append(RequestStateBoundary(security, default_audience="bundlectl"))
     server.middleware.append(_ListingCache(hub, agent_of))
     return server
+
+
+def _connection(ctx: Any) -> Any:
+    """The client connection a request context belongs to (the SDK's `Connection`)."""
+    return getattr(ctx.session, "_connection", ctx.session)
 
 
 def _owner(ctx: Any) -> Any:

@@ -292,7 +292,7 @@ async def serve_http(
 
     host, port = sock.getsockname()[:2]
     async with anyio.create_task_group() as group:
-        hub = Hub(pipeline, group, log=_log_line)
+        hub = Hub(pipeline, group, log=_log_line, stateless=stateless)
         gate = Gate(None, access, hub, agent, str(host))
         server = mcp_server(hub, mode, lambda ctx: ctx.request.scope[AGENT], codec=gate.keys)
         manager = StreamableHTTPSessionManager(
