@@ -67,9 +67,15 @@ _UNSAFE_CHAR = re.compile(r"[^A-Za-z0-9_-]")
 def gateway_name(server: str, tool: str) -> str:
     """The name `bundlectl serve` gives a tool: `server__tool`, made client-safe
     (`^[A-Za-z0-9_-]{1,64}$`); a name that had to change or is too long gets a stable hash
-    suffix, so two tools never share a name and the mapping never changes between runs."""
+    suffix, so the mapping never changes between runs.
+
+    The plain form is kept only for a server name without `__` that does not end in `_`: then
+    the first `__` of the name is the separator, and two (server, tool) pairs can never give
+    one plain name (servers `a` with tool `b__echo` and `a__b` with tool `echo` both gave
+    `a__b__echo`). A hashed name could still equal a plain one a server chose on purpose; the
+    gateway withholds a name that two tools claim (`Hub.learn`)."""
     plain = f"{server}__{tool}"
-    if _CLIENT_SAFE.match(plain):
+    if "__" not in server and not server.endswith("_") and _CLIENT_SAFE.match(plain):
         return plain
     suffix = hashlib.sha256(plain.encode()).hexdigest()[:8]
     return f"{_UNSAFE_CHAR.sub('_', plain)[:55]}_{suffix}"

@@ -90,3 +90,58 @@ def test_servers_an_agent_may_use_nothing_on_are_never_started(
     names = serve_in_process(shared, agent, script, protocol="legacy")
     assert not any(name.startswith("secret__") for name in names)
     assert pids(tmp_path / "secret-starts.txt") == []  # never started, never given the token
+
+
+NAMED = """
+import sys
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("named", log_level="WARNING")
+who = sys.argv[1]
+
+for name in sys.argv[2:]:
+    server.add_tool(lambda who=who, name=name: f"{who}.{name}", name=name, description=name)
+server.run("stdio")
+"""
+
+
+def test_gateway_names_never_stand_for_two_tools(project: Path, tmp_path: Path) -> None:
+    # Servers `a` (tool `b__echo`) and `a__b` (tool `echo`) both gave `a__b__echo`: agent y,
+    # allowed only a.b__echo, ran a__b.echo.
+    script = tmp_path / "named.py"
+    script.write_text(NAMED)
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          a: {{command: {PY}, args: ["{script}", a, b__echo]}}
+          a__b: {{command: {PY}, args: ["{script}", a__b, echo]}}
+        agents:
+          y: {{allow: [a.b__echo]}}
+          z: {{allow: ["*"]}}
+        policy: {{default: deny}}
+        """,
+    )
+
+    async def direct(client: Any) -> dict[str, Any]:
+        names = [t.name for t in (await client.list_tools()).tools]
+        return {name: texts(await client.call_tool(name, {})) for name in names}
+
+    async def search(client: Any) -> list[Any]:
+        found = await client.call_tool("call_tool", {"name": "a.b__echo", "arguments": {}})
+        other = await client.call_tool("call_tool", {"name": "a__b.echo", "arguments": {}})
+        return [texts(found), texts(other)]
+
+    y = serve_in_process(project, "y", direct)
+    assert list(y.values()) == [["a.b__echo"]]  # what y may call, and nothing else
+    z = serve_in_process(project, "z", direct)
+    assert sorted(map(tuple, z.values())) == [("a.b__echo",), ("a__b.echo",)]
+    assert len(z) == 2  # two names for two tools
+    found, other = serve_in_process(project, "y", search, mode="search")
+    assert found == ["a.b__echo"]
+    assert "unknown tool" in other[0]
+
+
+def texts(result: Any) -> list[str]:
+    return [block.text for block in result.content]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bundlectl.errors import UsageError
-from bundlectl.patterns import matches, parse_tool_name, part_matches, split_rule
+from bundlectl.patterns import gateway_name, matches, parse_tool_name, part_matches, split_rule
 
 
 def test_rules_split_at_the_first_dot_and_bare_rules_mean_every_server() -> None:
@@ -45,3 +47,14 @@ def test_concrete_names_need_both_parts() -> None:
     for bad in ("nodot", ".tool", "server."):
         with pytest.raises(UsageError):
             parse_tool_name(bad)
+
+
+_SERVER = st.from_regex(r"[a-z0-9][a-z0-9_-]{0,12}", fullmatch=True)
+_TOOL = st.from_regex(r"[A-Za-z0-9_.-]{1,12}", fullmatch=True)
+
+
+@given(st.lists(st.tuples(_SERVER, _TOOL), min_size=2, max_size=6, unique=True))
+def test_gateway_names_of_distinct_tools_differ(pairs: list[tuple[str, str]]) -> None:
+    names = [gateway_name(server, tool) for server, tool in pairs]
+    assert len(set(names)) == len(names), list(zip(pairs, names, strict=True))
+    assert gateway_name("a", "b__echo") != gateway_name("a__b", "echo")

@@ -344,7 +344,7 @@ class Express:
                 return downstream, live, decision
         if hub.privacy() is not None:
             return None
-        found = hub.names().get(name)
+        found = hub.tool_named(name)
         downstream = hub.servers.get(found[0]) if found is not None else None
         if found is None or downstream is None or not downstream.warm:
             return None

@@ -424,6 +424,8 @@ class Hub:
     vet: Callable[[Any], None] | None = None
     servers: dict[str, Downstream] = field(default_factory=dict)
     _names: dict[str, tuple[str, str]] | None = None  # gateway name → (server, tool)
+    ambiguous: set[str] = field(default_factory=set)  # names two tools claim
+    pairs: set[tuple[str, str]] = field(default_factory=set)  # every known (server, tool)
     # The client connections to tell when tools change, held weakly: a connection that ended
     # (a closed session, a stateless request) is forgotten with it.
     listeners: weakref.WeakKeyDictionary[Any, None] = field(
@@ -600,6 +602,7 @@ class Hub:
         servers listed so far."""
         if self._names is None:
             self._names = {}
+            self.ambiguous, self.pairs = set(), set()
             for server, merged in self.pipeline.resolution.merged.servers.items():
                 self.learn(server, merged.spec.tools)
         return self._names
@@ -607,7 +610,20 @@ class Hub:
     def learn(self, server: str, tools: Any) -> None:
         names = self.names()
         for tool in tools:
-            names[gateway_name(server, tool.name)] = (server, tool.name)
+            name, pair = gateway_name(server, tool.name), (server, tool.name)
+            if names.get(name, pair) != pair:  # two tools claim one name: neither gets it
+                self.ambiguous.add(name)
+                self.log(
+                    f"tools {names[name][0]}.{names[name][1]} and {server}.{tool.name} both "
+                    f"have the gateway name {name!r}; neither is offered under it"
+                )
+            names[name] = pair
+            self.pairs.add(pair)
+
+    def tool_named(self, name: str) -> tuple[str, str] | None:
+        """The one (server, tool) a gateway name stands for (None: none, or several)."""
+        names = self.names()
+        return None if name in self.ambiguous else names.get(name)
 
     def _files(self) -> tuple[Any, ...]:
         project = self.pipeline.resolution.project
@@ -706,9 +722,11 @@ class Gateway:
 
     async def list_tools(self) -> list[types.Tool]:
         """Direct mode: the usable tools, named `server__tool`, definitions passed through."""
+        catalog = await self._catalog()
         tools = [
             tool.model_copy(update={"name": gateway_name(server, tool.name)})
-            for server, tool in await self._catalog()
+            for server, tool in catalog
+            if gateway_name(server, tool.name) not in self.hub.ambiguous
         ]
         return sorted(tools, key=lambda t: t.name)
 
@@ -741,11 +759,11 @@ class Gateway:
     def _find(self, name: str) -> tuple[str, str] | None:
         """The (server, tool) a name the agent used stands for: `server__tool`, or `server.tool`
         (search mode); None: no configured server has that tool."""
-        names = self.hub.names()
-        if "." in name:
+        if "." in name:  # the pair itself, never through a gateway name that may stand for another
             server, _, tool = name.partition(".")
-            return names.get(gateway_name(server, tool)) if server and tool else None
-        return names.get(name)
+            self.hub.names()
+            return (server, tool) if (server, tool) in self.hub.pairs else None
+        return self.hub.tool_named(name)
 
     async def _servers_in_use(self) -> list[str]:
         """The servers the agent is allowed at least one tool of outright: their resources and
