@@ -145,3 +145,58 @@ def test_gateway_names_never_stand_for_two_tools(project: Path, tmp_path: Path) 
 
 def texts(result: Any) -> list[str]:
     return [block.text for block in result.content]
+
+
+@pytest.fixture
+def kitchen(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("KITCHEN_STARTS", str(tmp_path / "kitchen-starts.txt"))
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          kitchen:
+            command: {PY}
+            args: ["{SERVERS / "kitchen.py"}"]
+            env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}"}}
+            timeout: 5
+        agents:
+          bot: {{allow: ["kitchen.*"]}}
+        policy: {{default: deny}}
+        """,
+    )
+    return project
+
+
+def test_a_server_stuck_in_a_timed_out_call_is_restarted_for_the_next(
+    kitchen: Path, tmp_path: Path
+) -> None:
+    import time
+
+    async def script(client: Any) -> list[Any]:
+        await client.call_tool("kitchen__echo", {"text": "warm"})
+        stuck = await client.call_tool("kitchen__freeze", {"seconds": 120})
+        began = time.monotonic()
+        after = await client.call_tool("kitchen__echo", {"text": "still here"})
+        return [texts(stuck), texts(after), time.monotonic() - began]
+
+    stuck, after, took = serve_in_process(kitchen, "bot", script, protocol="legacy")
+    assert stuck[0].startswith("server 'kitchen' did not answer in time"), stuck
+    assert after == ["still here"]  # not queued behind the frozen call for 120 s
+    assert took < 60
+    assert len(pids(tmp_path / "kitchen-starts.txt")) == 2
+
+
+def test_a_server_that_died_while_idle_is_started_again_for_the_next_call(
+    kitchen: Path, tmp_path: Path
+) -> None:
+    import anyio
+
+    async def script(client: Any) -> list[Any]:
+        bye = await client.call_tool("kitchen__vanish", {})
+        await anyio.sleep(1.0)  # it exits meanwhile
+        return [texts(bye), texts(await client.call_tool("kitchen__echo", {"text": "again"}))]
+
+    bye, again = serve_in_process(kitchen, "bot", script, protocol="legacy")
+    assert bye == ["bye"] and again == ["again"]
+    assert len(pids(tmp_path / "kitchen-starts.txt")) == 2

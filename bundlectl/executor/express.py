@@ -44,7 +44,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSI
 from pydantic import TypeAdapter, ValidationError
 
 from bundlectl import __version__
-from bundlectl.errors import BundlectlError, ServerError
+from bundlectl.errors import BundlectlError, CallTimeout, ServerError
 from bundlectl.executor.arguments import structured_problem, validate
 from bundlectl.executor.call import OUTCOMES
 from bundlectl.executor.connect import (
@@ -219,6 +219,8 @@ class _Call:
             lane.group.start_soon(downstream.crashed)
         elif isinstance(error, ServerError):  # it failed the call: start it afresh next time
             lane.group.start_soon(downstream.stop)
+        elif isinstance(error, CallTimeout):  # still stuck in the call? then it is restarted
+            lane.group.start_soon(downstream.probe, lane.group)
         elif error is None and result is not None:
             downstream.failures = 0
 

@@ -43,7 +43,7 @@ from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 from bundlectl import __version__
 from bundlectl.catalog import ToolRef, search
-from bundlectl.errors import BundlectlError, Interrupted, ServerError
+from bundlectl.errors import BundlectlError, CallTimeout, Interrupted, ServerError
 from bundlectl.executor.arguments import validate
 from bundlectl.executor.call import OUTCOMES, CallOutcome, CallRequest, perform
 from bundlectl.executor.connect import Target, classify, connect, list_all_tools
@@ -59,6 +59,7 @@ from bundlectl.project import load_project
 from bundlectl.resolution import resolve_project
 
 CONNECT_TIMEOUT = 30.0
+PROBE_TIMEOUT = 2.0  # a server that does not answer a ping this long after a timeout is stuck
 
 
 class CallCancelled(Interrupted):
@@ -274,6 +275,10 @@ class Downstream:
         job, so the server gets `notifications/cancelled`."""
         async with self._slots:
             async with self._lock:
+                if self._inbox is not None and self.exited():
+                    # It died while idle: start it afresh for this call rather than fail it.
+                    _log_line(f"server {self.target.name!r} exited while idle; starting it again")
+                    await self.stop()
                 if self._inbox is None:
                     wait = self.retry_at - anyio.current_time()
                     if wait > 0:
@@ -318,6 +323,34 @@ class Downstream:
             if error is not None:
                 raise error
             return value
+
+    def exited(self) -> bool:
+        """Whether its stdio process has ended (an HTTP server cannot be asked)."""
+        child = self.target.child
+        process = getattr(child, "process", None)
+        return process is not None and process.poll() is not None
+
+    async def probe(self, group: TaskGroup) -> None:
+        """After a call timed out: the server was told to cancel it. One that does not answer a
+        ping within `PROBE_TIMEOUT` is still stuck in that call and would hold every later call
+        of every agent: it is stopped (the next call starts it afresh). A server busy with
+        another call is left alone (that call has its own timeout)."""
+        if self._inbox is None or not self.acquire():
+            return
+        self.release()
+
+        async def ping(client: Any) -> None:
+            await client.send_ping()
+
+        try:
+            with anyio.fail_after(PROBE_TIMEOUT):
+                await self.run(group, ping)
+        except (TimeoutError, BundlectlError):
+            _log_line(
+                f"server {self.target.name!r} did not answer after a call timed out; it is "
+                "stopped and started again on the next call"
+            )
+            await self.stop()
 
     async def live_tools(self, group: TaskGroup) -> dict[str, Any]:
         """The session's tools, listed once per session (a restart lists them again)."""
@@ -958,11 +991,19 @@ class Gateway:
             return _error(shown(exc.explained))
         self.pipeline.audit.record(decision, outcome.outcome, outcome.duration_ms, sent)
         if outcome.error is not None:
-            if isinstance(outcome.error, ServerError):  # start it afresh next time
-                await downstream.stop()
+            await self._failed(downstream, outcome.error)
             return _error(shown(outcome.error.explained))
         result: types.CallToolResult = outcome.result
         return tokens.result(result) if tokens is not None else result
+
+
+    async def _failed(self, downstream: Downstream, error: BundlectlError) -> None:
+        """After a failed call: a server that broke is started afresh next time; one whose
+        call timed out is checked for being stuck in it (`Downstream.probe`)."""
+        if isinstance(error, ServerError):
+            await downstream.stop()
+        elif isinstance(error, CallTimeout):
+            self.hub.group.start_soon(downstream.probe, self.hub.group)
 
 
 def _same(text: str) -> str:

@@ -247,6 +247,22 @@ async def whisper(tag: str, ctx: Context, pause: float = 0.3) -> str:
 
 
 @server.tool()
+async def freeze(seconds: float) -> str:
+    """Block the whole server (its event loop too) for `seconds`: no cancellation, no ping."""
+    time.sleep(seconds)
+    return "thawed"
+
+
+@server.tool()
+def vanish() -> str:
+    """Answer, then exit a moment later (a server that dies while idle)."""
+    import threading
+
+    threading.Timer(0.2, os._exit, args=(3,)).start()
+    return "bye"
+
+
+@server.tool()
 def whoami() -> dict[str, Any]:
     """Process facts for the tests."""
     return {"pid": os.getpid(), "cwd": os.getcwd(), "argv": sys.argv[1:]}
