@@ -176,6 +176,13 @@ class ServerSpec(StrictModel):
         le=64,
         description="`serve`: calls this server may run at once (default one at a time).",
     )
+    max_message_mb: int = Field(
+        default=128,
+        ge=1,
+        le=4096,
+        description="The largest message (a tool result, a listing) taken from this server, in "
+        "MiB; a larger one fails the call and the server is started afresh (stdio).",
+    )
     disabled: bool = Field(default=False, description="Keep the entry but never start it.")
     tools: list[ToolSpec] = Field(
         default_factory=_empty_list,

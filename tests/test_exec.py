@@ -991,3 +991,22 @@ def test_stdio_servers_called_without_the_sdk(kitchen: Path, isolated_home: Path
     out, modules = exec_importing(kitchen, isolated_home, "modern.echo", "text=hi")
     assert out == "hi\n"
     assert "mcp" in modules
+
+
+def test_a_message_over_the_servers_limit_fails_the_call_and_is_never_held_whole(
+    run: Run, project: Path
+) -> None:
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          kitchen: {{command: {PY}, args: ["{SERVERS / "kitchen.py"}"], max_message_mb: 1}}
+        policy: {{default: allow}}
+        """,
+    )
+    fine = run("exec", "kitchen.huge", "size=500000")
+    assert fine.code == 0 and len(fine.out.strip()) == 500000
+    big = run("exec", "kitchen.huge", "size=3000000")
+    assert big.code == 5, big.err
+    assert "over the limit of 1 MiB (raise servers.NAME.max_message_mb" in big.err

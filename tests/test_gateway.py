@@ -204,25 +204,27 @@ def test_a_line_that_is_no_json_rpc_message_gets_an_error_and_the_session_goes_o
         "this is not json",
         '{"id": 4, "method": "tools/list"}',
         '{"jsonrpc": "2.0", "id": "five", "method": 5}',
+        "[" * 3000 + "]" * 3000,  # once a RecursionError in the reader: nothing more answered
         json.dumps({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": call}),
     ]
     proc.stdin.write("".join(line + "\n" for line in lines).encode())
     proc.stdin.flush()
     replies = {}
-    for line in read_lines(proc.stdout, 5):
+    for line in read_lines(proc.stdout, 6):
         reply = json.loads(line)
         replies[reply["id"] if reply["id"] is not None else f"null{len(replies)}"] = reply
     _, err = proc.communicate(timeout=10)  # end of stdin: the gateway stops
     errors = sorted(
         (r["error"]["code"], r["error"]["message"]) for r in replies.values() if "error" in r
     )
-    assert [code for code, _ in errors] == [-32700, -32600, -32600]
+    assert [code for code, _ in errors] == [-32700, -32700, -32600, -32600]
     assert errors[0][1].startswith("Parse error: Expecting value: line 1 column 1")
-    assert "jsonrpc: Field required" in errors[1][1] + errors[2][1]
+    assert errors[1][1] == "Parse error: it nests too deeply"
+    assert "jsonrpc: Field required" in errors[2][1] + errors[3][1]
     assert replies["five"]["error"]["code"] == -32600  # its id, where it has one
     assert replies[6]["result"]["content"][0]["text"] == "still here"
     log = err.decode()
-    for number in (3, 4, 5):
+    for number in (3, 4, 5, 6):
         assert f"message {number} from the client is not JSON-RPC 2.0" in log
     assert "Traceback" not in log
 

@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
-from bundlectl.executor.stdio import _lines, read_pipe
+from bundlectl.executor.stdio import Oversized, _lines, _Splitter, read_pipe
 
 
 def _read_all(data: bytes, chunk: int) -> list[bytes]:
@@ -131,3 +131,20 @@ def test_dev_null_is_read_to_its_end() -> None:
             return [line async for line in await read_pipe(null, bytes)]
 
     assert anyio.run(main) == []
+
+
+@pytest.mark.parametrize("chunk", [3, 64, 4096])
+def test_a_message_over_the_limit_is_dropped_as_it_arrives(chunk: int) -> None:
+    # A 200 MB line was held whole (1.42 GB peak); now no more than the limit is ever held.
+    data = b'{"ok": 1}\n' + b'{"big": "' + b"x" * 5000 + b'"}\n' + b'{"after": 2}\n'
+    splitter = _Splitter(limit=1000)
+    out: list[bytes] = []
+    for start in range(0, len(data), chunk):
+        out.extend(
+            bytes(m) if not isinstance(m, Oversized) else m
+            for m in splitter.feed(data[start : start + chunk])
+        )
+        assert len(splitter.buffer) <= 1000 + chunk
+    assert out[0] == b'{"ok": 1}\n' and out[2] == b'{"after": 2}\n'
+    assert isinstance(out[1], Oversized) and out[1].size == 5011
+    assert out[1].startswith(b'{"big": "xxx')

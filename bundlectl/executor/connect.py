@@ -105,6 +105,7 @@ def start_child(target: Target) -> Child:
             cwd=str(target.root / (spec.cwd or ".")),
             stderr=stderr.file,
         )
+        target.child.max_message = spec.max_message_mb * 1024 * 1024
         return target.child
     except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
         raise ServerError(

@@ -49,7 +49,14 @@ from bundlectl.executor.call import OUTCOMES, CallOutcome, CallRequest, perform
 from bundlectl.executor.connect import Target, classify, connect, list_all_tools
 from bundlectl.executor.express import Express
 from bundlectl.executor.pipeline import Pipeline
-from bundlectl.executor.stdio import PipeWriter, Tap, json_line, read_pipe, session_message
+from bundlectl.executor.stdio import (
+    Oversized,
+    PipeWriter,
+    Tap,
+    json_line,
+    read_pipe,
+    session_message,
+)
 from bundlectl.models import ToolSpec
 from bundlectl.output import err
 from bundlectl.patterns import gateway_name
@@ -996,7 +1003,6 @@ class Gateway:
         result: types.CallToolResult = outcome.result
         return tokens.result(result) if tokens is not None else result
 
-
     async def _failed(self, downstream: Downstream, error: BundlectlError) -> None:
         """After a failed call: a server that broke is started afresh next time; one whose
         call timed out is checked for being stuck in it (`Downstream.probe`)."""
@@ -1387,13 +1393,17 @@ async def _stdio() -> AsyncIterator[tuple[Any, PipeWriter, Callable[[Express | N
         would drop it without a word)."""
         number, parsed = next(count), None
         try:
+            if isinstance(raw, Oversized):
+                raise ValueError(f"the message is {raw.size:,} bytes, over the limit")
             parsed = json.loads(raw)
             express = lane[0]
             if express is not None and express.take(parsed):
                 return None
             return session_message(parsed)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             json_error = parsed is None
+            if isinstance(exc, RecursionError):
+                exc = ValueError("it nests too deeply")
             why = str(exc).splitlines()[0] if json_error else _invalid_message(exc)
             code = types.PARSE_ERROR if json_error else types.INVALID_REQUEST
             what = "Parse error" if json_error else "Invalid Request"

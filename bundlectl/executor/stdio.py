@@ -30,6 +30,7 @@ from bundlectl.executor import watchdog
 from bundlectl.executor.watchdog import group_alive, stop_group
 
 GRACE = 2.0  # seconds after closing stdin, and again after SIGTERM
+MAX_MESSAGE = 128 * 1024 * 1024  # bytes in one message, unless a server's spec says otherwise
 
 
 @dataclass
@@ -41,6 +42,7 @@ class Child:
     violation: str | None = None
     # Set once the result is printed: the rest of the shutdown need not hold the user up.
     detach: bool = False
+    max_message: int = MAX_MESSAGE  # bytes in one message (`servers.NAME.max_message_mb`)
 
     @classmethod
     def start(cls, argv: list[str], *, env: dict[str, str], cwd: str, stderr: IO[str]) -> Child:
@@ -295,16 +297,25 @@ async def _read_messages(
     def convert(raw: bytes | bytearray) -> Any:
         """A line's message, decoded as it arrives (None: the tap took it), or the line
         itself when it is not JSON-RPC."""
+        if isinstance(raw, Oversized):
+            return raw
         try:
             if tap is None:
                 return decode(raw)
             parsed = json.loads(raw)
             return None if tap.take(parsed) else session_message(parsed)
-        except ValueError:
+        except (ValueError, RecursionError):
             return bytes(raw[:120])
 
     async with incoming:
-        async for item in await read_pipe(child.process.stdout, convert):
+        async for item in await read_pipe(child.process.stdout, convert, child.max_message):
+            if isinstance(item, Oversized):
+                child.violation = (
+                    f"it sent a message of {item.size:,} bytes, over the limit of "
+                    f"{child.max_message // (1024 * 1024)} MiB (raise servers.NAME.max_message_mb "
+                    "if that is expected)"
+                )
+                return
             if isinstance(item, bytes):
                 # Garbage on stdout: the SDK would only log it and wait. End the connection
                 # so the caller fails now, and say what the server wrote.
@@ -335,23 +346,53 @@ def session_message(parsed: Any) -> Any:
     return SessionMessage(jsonrpc_message_adapter.validate_python(parsed, by_name=False))
 
 
+class Oversized(bytes):
+    """Stands for a message longer than the limit, which was dropped as it arrived (never held
+    whole): its first bytes, and its size."""
+
+    size: int = 0
+
+
+def oversized(head: bytes, size: int) -> Oversized:
+    marker = Oversized(head)
+    marker.size = size
+    return marker
+
+
 class _Splitter:
     """Newline-delimited messages out of chunks, however the reads cut them.
 
     A message that ends a chunk is handed over as the buffer itself, not copied: a tool result of
-    hundreds of megabytes is then held once as bytes while it is parsed.
+    hundreds of megabytes is then held once as bytes while it is parsed. A message longer than
+    `limit` is not held: it is dropped as it arrives and an `Oversized` marker stands for it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = MAX_MESSAGE) -> None:
         self.buffer = bytearray()
+        self.limit = limit
+        self.skipping: tuple[bytes, int] | None = None  # an oversized message: (head, size)
 
     def feed(self, data: bytes) -> list[bytes | bytearray]:
         """The messages `data` completes, in order (the list holds the only reference)."""
         found: list[bytes | bytearray] = []
+        if self.skipping is not None:
+            head, size = self.skipping
+            end = data.find(b"\n")
+            if end == -1:
+                self.skipping = (head, size + len(data))
+                return found
+            found.append(oversized(head, size + end))
+            self.skipping = None
+            data = data[end + 1 :]
         buffer = self.buffer
         searched = len(buffer)
         buffer += data
         while (end := buffer.find(b"\n", searched)) != -1:
+            if end > self.limit:
+                found.append(oversized(bytes(buffer[:120]), end))
+                del buffer[: end + 1]
+                searched = 0
+                continue
             if end == len(buffer) - 1:
                 found.append(buffer)
                 self.buffer = bytearray()
@@ -359,20 +400,29 @@ class _Splitter:
             found.append(bytes(buffer[: end + 1]))
             del buffer[: end + 1]
             searched = 0
+        if len(buffer) > self.limit:  # no end in sight: drop it as it comes
+            self.skipping = (bytes(buffer[:120]), len(buffer))
+            self.buffer = bytearray()
         return found
 
     def rest(self) -> bytearray | None:
         """What is left when the stream ends: a last message without a newline."""
+        if self.skipping is not None:
+            head, size = self.skipping
+            self.skipping = None
+            return bytearray(oversized(head, size))  # pragma: no cover - cut off mid-message
         rest, self.buffer = self.buffer, bytearray()
         return rest or None
 
 
-def _lines(pipe: IO[bytes], chunk: int = 1 << 16) -> Iterator[bytes | bytearray]:
+def _lines(
+    pipe: IO[bytes], chunk: int = 1 << 16, limit: int = MAX_MESSAGE
+) -> Iterator[bytes | bytearray]:
     """The messages of an unbuffered pipe read by a thread, a chunk per system call.
 
     (`readline` on an unbuffered pipe reads one byte per system call: 50 s for a 50 MB result.)
     """
-    splitter = _Splitter()
+    splitter = _Splitter(limit)
     while data := pipe.read(chunk):
         found = splitter.feed(data)
         found.reverse()
@@ -389,9 +439,9 @@ class _PipeReader(asyncio.Protocol):
     Each line is converted in the callback that read it (`read_pipe`). Reading pauses while 64
     messages wait to be taken."""
 
-    def __init__(self, convert: Callable[[bytes | bytearray], Any]) -> None:
+    def __init__(self, convert: Callable[[bytes | bytearray], Any], limit: int) -> None:
         self.convert = convert
-        self.splitter = _Splitter()
+        self.splitter = _Splitter(limit)
         self.ready: collections.deque[Any] = collections.deque()
         self.done = False
         self.paused = False
@@ -448,21 +498,22 @@ class _PipeReader(asyncio.Protocol):
 
 
 async def read_pipe(
-    pipe: IO[bytes], convert: Callable[[bytes | bytearray], Any]
+    pipe: IO[bytes], convert: Callable[[bytes | bytearray], Any], limit: int = MAX_MESSAGE
 ) -> AsyncIterator[Any]:
     """What `convert` makes of each newline-delimited message of a pipe (a server's stdout,
     the gateway's stdin), blank lines skipped and None dropped. The pipe is read by the event
     loop itself (`_PipeReader`), and `convert` runs in the callback that read the line: what it
     handles itself (the express lane's messages) costs no task switch. When the loop cannot
-    watch the stream (a file or /dev/null given as stdin), a thread reads it."""
+    watch the stream (a file or /dev/null given as stdin), a thread reads it. A message over
+    `limit` bytes reaches `convert` as an `Oversized` marker."""
     if not _pollable(pipe):
-        return _converted(_thread_lines(pipe), convert)
+        return _converted(_thread_lines(pipe, limit), convert)
     loop = asyncio.get_running_loop()
-    reader = _PipeReader(convert)
+    reader = _PipeReader(convert, limit)
     try:
         await loop.connect_read_pipe(lambda: reader, pipe)
     except (ValueError, OSError, NotImplementedError):
-        return _converted(_thread_lines(pipe), convert)
+        return _converted(_thread_lines(pipe, limit), convert)
     return reader.lines()
 
 
@@ -486,7 +537,7 @@ async def _converted(
             yield item
 
 
-async def _thread_lines(pipe: IO[bytes]) -> AsyncIterator[bytes | bytearray]:
+async def _thread_lines(pipe: IO[bytes], limit: int) -> AsyncIterator[bytes | bytearray]:
     send, receive = anyio.create_memory_object_stream[bytes | bytearray](16)
     token = anyio.lowlevel.current_token()
 
@@ -494,7 +545,7 @@ async def _thread_lines(pipe: IO[bytes]) -> AsyncIterator[bytes | bytearray]:
         # A daemon thread, not an anyio worker: a blocking read that never ends must never
         # keep our process alive (it is abandoned at shutdown).
         try:
-            for raw in _lines(pipe):
+            for raw in _lines(pipe, limit=limit):
                 anyio.from_thread.run(send.send, raw, token=token)
         except (
             anyio.ClosedResourceError,
