@@ -192,6 +192,12 @@ class ServerSpec(StrictModel):
     @model_validator(mode="after")
     def _fits_transport(self) -> "ServerSpec":
         if self.transport == "stdio":
+            if not self.command and self.url:
+                raise ValueError(
+                    "a server given a 'url' needs 'transport: streamable-http', or 'sse' for an "
+                    "old SSE endpoint; without 'transport' it is a stdio server, which needs "
+                    "a 'command'"
+                )
             if not self.command:
                 raise ValueError("a stdio server needs a 'command'")
             if self.url or self.headers:

@@ -1010,3 +1010,32 @@ def test_a_message_over_the_servers_limit_fails_the_call_and_is_never_held_whole
     big = run("exec", "kitchen.huge", "size=3000000")
     assert big.code == 5, big.err
     assert "over the limit of 1 MiB (raise servers.NAME.max_message_mb" in big.err
+
+
+def test_exec_introduces_itself_as_bundlectl_over_http(run: Run, project: Path) -> None:
+    from bundlectl import __version__
+
+    kitchen = [PY, str(SERVERS / "kitchen.py"), "--transport", "streamable-http"]
+    with listening(kitchen, {"KITCHEN_LEGACY": "1"}) as port:
+        remote_config(project, "remote", port)
+        result = run("exec", "remote.client_info")
+    assert result.code == 0, result.err
+    assert result.out.strip() == f"bundlectl {__version__}"  # was "mcp 0.1.0"
+
+
+def test_a_server_with_only_a_url_is_told_which_transport_to_name(
+    run: Run, project: Path
+) -> None:
+    write(
+        project / "bundlectl.yaml",
+        """
+        version: 1
+        servers:
+          docs: {url: "https://docs.example.com/mcp"}
+        """,
+    )
+    result = run("resolve")
+    assert result.code == 2
+    assert "needs 'transport: streamable-http'" in result.err
+    assert "error: bundlectl.yaml:3:3: servers.docs: a server given a 'url'" in result.err
+    assert "or 'sse' for an old SSE endpoint" in result.err

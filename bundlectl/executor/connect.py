@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import pydantic
 
-from bundlectl import servers
+from bundlectl import __version__, servers
 from bundlectl.errors import BundlectlError, CallTimeout, ServerError, ToolCallError
 from bundlectl.executor.stderr import StderrTee
 from bundlectl.executor.stdio import Child, Tap, child_transport
@@ -176,12 +176,16 @@ async def connect(
     `mcp.Client` (callbacks for the server's requests and notifications).
     """
     from mcp import Client
+    from mcp_types import Implementation
 
     client_target = _client_target(target, child)
+    me = Implementation(name="bundlectl", version=__version__)
     scope = anyio.CancelScope(deadline=anyio.current_time() + connect_timeout)
     try:
         with scope:
-            async with Client(client_target, mode="auto", **(options or {})) as client:
+            async with Client(
+                client_target, mode="auto", client_info=me, **(options or {})
+            ) as client:
                 scope.deadline = math.inf  # connected: only the call's own timeout applies now
                 yield client
     except BundlectlError:

@@ -263,6 +263,14 @@ def vanish() -> str:
 
 
 @server.tool()
+def client_info(ctx: Context) -> str:
+    """The client's name and version from its handshake (2025-11-25 sessions)."""
+    params = ctx.request_context.session.client_params
+    info = params.client_info if params is not None else None
+    return f"{info.name} {info.version}" if info is not None else "unknown"
+
+
+@server.tool()
 def whoami() -> dict[str, Any]:
     """Process facts for the tests."""
     return {"pid": os.getpid(), "cwd": os.getcwd(), "argv": sys.argv[1:]}
