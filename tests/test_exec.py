@@ -1023,9 +1023,7 @@ def test_exec_introduces_itself_as_bundlectl_over_http(run: Run, project: Path) 
     assert result.out.strip() == f"bundlectl {__version__}"  # was "mcp 0.1.0"
 
 
-def test_a_server_with_only_a_url_is_told_which_transport_to_name(
-    run: Run, project: Path
-) -> None:
+def test_a_server_with_only_a_url_is_told_which_transport_to_name(run: Run, project: Path) -> None:
     write(
         project / "bundlectl.yaml",
         """
@@ -1039,3 +1037,33 @@ def test_a_server_with_only_a_url_is_told_which_transport_to_name(
     assert "needs 'transport: streamable-http'" in result.err
     assert "error: bundlectl.yaml:3:3: servers.docs: a server given a 'url'" in result.err
     assert "or 'sse' for an old SSE endpoint" in result.err
+
+
+def test_a_server_that_answers_401_is_said_to_need_authorization(run: Run, project: Path) -> None:
+    import http.server
+    import threading
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Bearer realm="docs"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        remote_config(project, "docs", server.server_address[1])
+        result = run("exec", "docs.search", "query=x")
+    finally:
+        server.shutdown()
+    assert result.code == 5
+    assert (
+        "server 'docs' requires authorization (HTTP 401); bundlectl sent no headers" in result.err
+    )
+    assert "hint: give it a credential: servers.docs.headers: {Authorization:" in result.err
+    assert "code -32603" not in result.err

@@ -43,6 +43,7 @@ class Target:
     stderr: StderrTee | None = None  # the copy of the current child's stderr
     child: Child | None = None  # a started stdio server
     tap: Tap | None = None  # requests past the SDK session on a stdio server's pipes (serve)
+    refused: int | None = None  # an HTTP server's 401 or 403: it wants credentials we lack
 
     def new_stderr(self) -> StderrTee:
         """A tee for the stderr of a stdio child about to start. Each start gets its own: the
@@ -142,17 +143,26 @@ def _client_target(target: Target, child: Child | None) -> Any:
         from mcp.client.sse import sse_client
 
         return sse_client(url, headers=headers, timeout=30, sse_read_timeout=spec.timeout + 30)
-    return _streamable_http(url, headers)
+    return _streamable_http(url, headers, target)
 
 
 @asynccontextmanager
-async def _streamable_http(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
-    """The streamable HTTP transport with our headers; we own (and close) its HTTP client."""
+async def _streamable_http(url: str, headers: dict[str, str], target: Target) -> AsyncIterator[Any]:
+    """The streamable HTTP transport with our headers; we own (and close) its HTTP client.
+    A 401 or 403 is noted on the target: the SDK reports it only as "an error response"."""
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
+    async def note(response: Any) -> None:
+        if response.status_code in (401, 403):
+            target.refused = response.status_code
+
     # The SDK's timeouts: a server may hold a response stream open for minutes.
-    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300))
+    http = httpx2.AsyncClient(
+        headers=headers,
+        timeout=httpx2.Timeout(30, read=300),
+        event_hooks={"response": [note]},
+    )
     async with http, streamable_http_client(url, http_client=http) as streams:
         yield streams
 
@@ -246,8 +256,9 @@ def classify(exc: BaseException, target: Target) -> BundlectlError | None:
         if isinstance(leaf, KeyboardInterrupt | anyio.get_cancelled_exc_class()):
             return None
     name = target.name
-    if target.child is not None and target.child.violation:
-        return broke_protocol(target, target.child.violation)
+    noted = _noted(target)
+    if noted is not None:
+        return noted
     # The most telling failure first: the SDK's own errors, then the OS's, then the rest.
     found.sort(key=lambda e: 0 if isinstance(e, MCPError) else 1)
     for leaf in found:
@@ -310,6 +321,29 @@ def returned_error(target: Target, message: str, code: Any) -> ServerError:
     """The error of a server that answered a request with a JSON-RPC error."""
     return ServerError(
         f"server {target.name!r} returned an error: {message} (code {code})" + tail_of(target)
+    )
+
+
+def _noted(target: Target) -> ServerError | None:
+    """What the transport saw that the SDK reports less clearly: garbage on a stdio server's
+    stdout, an HTTP server's refusal of our credentials."""
+    if target.child is not None and target.child.violation:
+        return broke_protocol(target, target.child.violation)
+    if target.refused is not None:
+        return unauthorized(target, target.refused)
+    return None
+
+
+def unauthorized(target: Target, status: int) -> ServerError:
+    """A server that answered 401 (no or a wrong credential) or 403 (not enough of one)."""
+    name = target.name
+    what = "requires authorization" if status == 401 else "refused our credentials"
+    sent = ", ".join(sorted(target.spec.headers)) or "no headers"
+    return ServerError(
+        f"server {name!r} {what} (HTTP {status}); bundlectl sent {sent}",
+        hint=f'give it a credential: servers.{name}.headers: {{Authorization: "Bearer '
+        '${TOKEN}"}} with TOKEN set in the environment (OAuth sign-in, `bundlectl auth login`, '
+        "is planned)",
     )
 
 
