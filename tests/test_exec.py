@@ -1018,7 +1018,7 @@ def test_exec_introduces_itself_as_bundlectl_over_http(run: Run, project: Path) 
     kitchen = [PY, str(SERVERS / "kitchen.py"), "--transport", "streamable-http"]
     with listening(kitchen, {"KITCHEN_LEGACY": "1"}) as port:
         remote_config(project, "remote", port)
-        result = run("exec", "remote.client_info")
+        result = run("exec", "remote.who_connected")
     assert result.code == 0, result.err
     assert result.out.strip() == f"bundlectl {__version__}"  # was "mcp 0.1.0"
 

@@ -263,7 +263,7 @@ def vanish() -> str:
 
 
 @server.tool()
-def client_info(ctx: Context) -> str:
+def who_connected(ctx: Context) -> str:
     """The client's name and version from its handshake (2025-11-25 sessions)."""
     params = ctx.request_context.session.client_params
     info = params.client_info if params is not None else None
