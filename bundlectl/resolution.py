@@ -92,7 +92,8 @@ def inputs_digest(config: ProjectConfig) -> str:
     data = config.model_dump(
         mode="json",
         include={"registries", "bundles", "servers"},
-        exclude={"servers": {"__all__": {"concurrency"}}},  # scheduling, not resolution
+        # Scheduling and limits, not resolution.
+        exclude={"servers": {"__all__": {"concurrency", "max_message_mb"}}},
     )
     return digest_json(data)
 
@@ -105,8 +106,9 @@ def policy_digests(policy: PolicySet) -> tuple[str, dict[str, str]]:
 
 
 # Not part of a server's locked digest: its tools are digested one by one, and `concurrency` is
-# how the gateway schedules calls, not what the server is (adding it kept existing locks fresh).
-UNLOCKED = frozenset({"tools", "concurrency"})
+# how the gateway schedules calls, not what the server is (adding it kept existing locks fresh);
+# `max_message_mb` likewise is a limit of ours.
+UNLOCKED = frozenset({"tools", "concurrency", "max_message_mb"})
 
 
 def build_lock(config: ProjectConfig, merged: Merged, policy: PolicySet) -> LockFile:

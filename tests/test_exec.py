@@ -1040,27 +1040,9 @@ def test_a_server_with_only_a_url_is_told_which_transport_to_name(run: Run, proj
 
 
 def test_a_server_that_answers_401_is_said_to_need_authorization(run: Run, project: Path) -> None:
-    import http.server
-    import threading
-
-    class Refuse(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
-            self.send_response(401)
-            self.send_header("WWW-Authenticate", 'Bearer realm="docs"')
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        remote_config(project, "docs", server.server_address[1])
+    with listening([PY, str(SERVERS / "refuse.py")]) as port:
+        remote_config(project, "docs", port)
         result = run("exec", "docs.search", "query=x")
-    finally:
-        server.shutdown()
     assert result.code == 5
     assert (
         "server 'docs' requires authorization (HTTP 401); bundlectl sent no headers" in result.err

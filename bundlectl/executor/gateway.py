@@ -95,6 +95,7 @@ class Relay:
     def __init__(self, server: str, hub: Hub) -> None:
         self.server, self.hub = server, hub
         self.inflight: dict[int, Any] = {}  # the MCP request context of each call in flight
+        self.last: Any = None  # the latest call's context (for a gateway with one client)
         self._keys = itertools.count(1)
         # Resources clients subscribed to; on a 2026-07-28 server they ride on the listen stream.
         self.watched: set[str] = set()
@@ -106,6 +107,8 @@ class Relay:
         """A call of the client request `ctx` is in flight on the server; `leave` ends it."""
         key = next(self._keys)
         self.inflight[key] = ctx
+        if self.hub.one_client:
+            self.last = ctx
         return key
 
     def leave(self, key: int) -> None:
@@ -114,6 +117,8 @@ class Relay:
     def current(self) -> tuple[Any, str | None]:
         """The client request a server's message belongs to, or None and why not."""
         contexts = list(self.inflight.values())
+        if not contexts and self.hub.one_client and self.last is not None:
+            return self.last, None  # stdio: whatever it says between calls is that client's
         if not contexts:
             return None, f"no client's call is in flight on server {self.server!r}"
         if len({_owner(ctx) for ctx in contexts}) > 1:
@@ -479,6 +484,7 @@ class Hub:
     )
     agent_tokenizers: dict[str, Any] = field(default_factory=dict)
     stateless: bool = False
+    one_client: bool = False  # stdio: a single client, so nothing can reach the wrong one
     bus: Any = None  # 2026-07-28 clients' `subscriptions/listen` streams
     _privacy: tuple[Any, Any] | None = None  # (resolution, its Privacy)
     generation: int = 0  # bumped whenever what an agent can list may have changed
@@ -1271,7 +1277,7 @@ class _ListingCache:
 async def serve_stdio(pipeline: Pipeline, agent: str, mode: str = "direct") -> None:
     """Serve the agent over stdin/stdout until the client closes them (or a stop signal)."""
     async with anyio.create_task_group() as group:
-        hub = Hub(pipeline, group, log=_log_line, agents={agent})
+        hub = Hub(pipeline, group, log=_log_line, agents={agent}, one_client=True)
         async with _stdio() as (read, writer, express_to):
             # Warm calls of direct mode skip the SDK on both sides (`express.py`).
             lane = Express(hub, agent, group, writer) if mode == "direct" else None
