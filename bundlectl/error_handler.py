@@ -3,6 +3,7 @@ becomes one line and a crash report."""
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 import traceback
@@ -11,6 +12,15 @@ from bundlectl import __version__, paths
 from bundlectl.errors import BundlectlError
 from bundlectl.output import err, status
 
+# Control characters (C0 but tab, DEL, C1): a message may quote a file, an argument or what a
+# server sent, and a raw ESC or NUL would reach the terminal as a command or cut the line.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """`text` with control characters written as escapes (`\x1b`), line breaks kept."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
 
 def failure(exc: BundlectlError, *, debug: bool = False) -> int:
     """`error: …` lines (one per problem), then `hint: …`; the error's exit code."""
@@ -18,16 +28,16 @@ def failure(exc: BundlectlError, *, debug: bool = False) -> int:
         status(traceback.format_exc())
     if exc.problems:
         for problem in exc.problems:
-            err(f"error: {problem.render()}")
+            err(visible(f"error: {problem.render()}"))
             if problem.hint:
-                err(f"  hint: {problem.hint}")
+                err(visible(f"  hint: {problem.hint}"))
     else:
         lines = exc.message.splitlines() or [""]
-        err(f"error: {lines[0]}")
+        err(visible(f"error: {lines[0]}"))
         for line in lines[1:]:
-            err(line)
+            err(visible(line))
     if exc.hint:
-        err(f"hint: {exc.hint}")
+        err(visible(f"hint: {exc.hint}"))
     return exc.exit_code
 
 
@@ -46,5 +56,5 @@ def crash(exc: BaseException, *, debug: bool = False) -> int:
         where = str(target)
     except OSError:
         where = "(could not write the report; rerun with --debug)"
-    err(f"internal error: {type(exc).__name__}: {exc} — report written to {where}")
+    err(visible(f"internal error: {type(exc).__name__}: {exc} — report written to {where}"))
     return 70

@@ -22,7 +22,7 @@ from bundlectl.errors import InputFileError, Problem, UsageError
 from bundlectl.models import BundleManifest
 from bundlectl.requirements import NAME_HELP, NAME_RE
 from bundlectl.validation import validate_doc
-from bundlectl.yamlio import YamlDoc, parse_bytes
+from bundlectl.yamlio import YamlDoc, parse_bytes, read_bounded
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def load_manifest_file(path: Path, source: Source, display: str | None = None) -
     """Read, parse and validate one manifest file (every problem reported at once)."""
     shown = display or str(path)
     try:
-        raw = path.read_bytes()
+        raw = read_bounded(path)
     except OSError as exc:
         problem = Problem(shown, 1, 1, f"cannot read manifest: {exc.strerror}")
         raise InputFileError([problem]) from None

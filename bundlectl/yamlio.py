@@ -494,11 +494,28 @@ def parse_yaml(text: str, file: str) -> YamlDoc:
     return doc
 
 
+MAX_INPUT = 64 * 1024 * 1024  # bytes of one input file (a config, a manifest, --args @FILE)
+
+
+class TooLarge(OSError):
+    """An input larger than `MAX_INPUT` (or endless, such as /dev/zero)."""
+
+
+def read_bounded(path: Path | str, limit: int = MAX_INPUT) -> bytes:
+    """A file's bytes, at most `limit` of them: a device or a pipe that never ends is refused
+    after `limit` bytes instead of filling memory or hanging."""
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise TooLarge(0, f"larger than {limit // (1024 * 1024)} MiB")
+    return data
+
+
 def read_yaml(path: Path, display: str | None = None) -> YamlDoc:
     """Read and parse a file; an unreadable file is an input error (exit 2)."""
     shown = display or str(path)
     try:
-        raw = path.read_bytes()
+        raw = read_bounded(path)
     except FileNotFoundError:
         raise InputFileError(
             [Problem(shown, 1, 1, "file not found")], hint="check the path"
@@ -513,7 +530,7 @@ def read_text(path: Path, display: str | None = None) -> str:
     cannot be read is an input error with a position (exit 2), never a traceback."""
     shown = display or str(path)
     try:
-        raw = path.read_bytes()
+        raw = read_bounded(path)
     except OSError as exc:
         raise InputFileError([Problem(shown, 1, 1, f"cannot read file: {exc.strerror}")]) from None
     try:

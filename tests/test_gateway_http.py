@@ -241,7 +241,13 @@ def test_healthz_digest_is_the_locks_policy_digest(
     [locked] = re.findall(r'^policy_digest: "(sha256:[0-9a-f]+)"', text, re.M)
     with gateway(http_project) as (url, _):
         answer = httpx2.get(f"{url}/healthz")
+        port = url.rsplit(":", 1)[1]
+        rebound = httpx2.get(f"{url}/healthz", headers={"Host": f"attacker.example:{port}"})
+        foreign = httpx2.get(f"{url}/healthz", headers={"Origin": "http://attacker.example"})
     assert answer.json() == {"status": "ok", "policy_digest": locked}
+    # A page reached by DNS rebinding reads nothing, as on /mcp.
+    assert rebound.status_code == 421 and "policy_digest" not in rebound.text
+    assert foreign.status_code == 421
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 
 from bundlectl.codegen import generate, generate_typescript
-from bundlectl.errors import ReportedFailure
+from bundlectl.errors import ReportedFailure, UsageError
 from bundlectl.executor import runner
 from bundlectl.executor.connect import connect, list_all_tools
 from bundlectl.executor.pipeline import AuditLog, Pipeline, default_agent
@@ -68,11 +68,17 @@ def run(
         err(f"{display_path(out)} is up to date ({count} tools)")
         return 0
 
-    for path in stale:
-        path.unlink()
-    for path in changed:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, wanted[path])
+    try:
+        for path in stale:
+            path.unlink()
+        for path in changed:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, wanted[path])
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write {display_path(Path(exc.filename or out))}: {exc.strerror}",
+            hint="give --out a folder you can write to",
+        ) from None
     err(
         f"wrote {len(changed)} file(s) to {display_path(out)}: {count} tools of "
         f"{len(servers)} server(s) for agent {who!r}"

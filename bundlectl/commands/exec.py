@@ -9,6 +9,7 @@ validate the arguments → call with the timeout → print → audit. The steps 
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,6 +64,9 @@ def run(
 ) -> int:
     """`fast_exit`: the process leaves with os._exit once the command returns, so a finished
     stdio server's shutdown may be left to the detached watchdog."""
+    for option, value in (("--timeout", timeout), ("--connect-timeout", connect_timeout)):
+        if value is not None and not math.isfinite(value):  # nan passes click's range check
+            raise UsageError(f"{option} must be a number of seconds, not {value}")
     if batch is not None:
         if tool or pairs or args_json:
             raise UsageError("--batch takes its calls from the file; give no tool or arguments")

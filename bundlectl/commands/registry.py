@@ -11,6 +11,7 @@ from bundlectl.fsio import atomic_write, project_lock
 from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, out, table
 from bundlectl.project import optional_project
 from bundlectl.registry import Registry, Source, load_manifest_file
+from bundlectl.yamlio import read_bounded
 
 
 def add(path: Path, *, fmt: Format) -> int:
@@ -18,7 +19,7 @@ def add(path: Path, *, fmt: Format) -> int:
     loaded = load_manifest_file(path, user, str(path))
     m = loaded.manifest
     target = user.root / m.name / f"{m.version}.yaml"
-    raw = path.read_bytes()
+    raw = read_bounded(path)  # the manifest as loaded above (load_manifest_file bounds it too)
     with project_lock(target):
         if target.exists():
             if target.read_bytes() != raw:

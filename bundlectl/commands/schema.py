@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from bundlectl.errors import UsageError
 from bundlectl.fsio import atomic_write
 from bundlectl.models import BundleManifest, LockFile, ProjectConfig
 from bundlectl.output import err, out
@@ -47,7 +48,13 @@ def run(folder: Path, *, check: bool) -> int:
             return 1
         out(f"{folder}: {len(files)} schemas up to date")
         return 0
-    for name, text in files.items():
-        atomic_write(folder / name, text)
+    try:
+        for name, text in files.items():
+            atomic_write(folder / name, text)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write {exc.filename or folder}: {exc.strerror}",
+            hint="give --out a folder you can write to",
+        ) from None
     out(f"wrote {len(files)} schemas to {folder} ({len(stale)} changed)")
     return 0

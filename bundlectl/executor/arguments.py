@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bundlectl.errors import ToolCallError, UsageError
+from bundlectl.yamlio import MAX_INPUT, read_bounded
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -45,18 +46,28 @@ def load_json_args(source: str) -> dict[str, Any]:
     """`--args`: a JSON object given inline, as `@file`, or `-` for standard input."""
     where = "--args"
     if source == "-":
-        text, where = sys.stdin.read(), "standard input"
+        text, where = sys.stdin.read(MAX_INPUT + 1), "standard input"
+        if len(text) > MAX_INPUT:
+            raise UsageError(f"{where}: the arguments are larger than {MAX_INPUT // 2**20} MiB")
     elif source.startswith("@"):
         path = Path(source[1:])
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_bounded(path).decode("utf-8")
         except OSError as exc:
             raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        except ValueError as exc:  # a NUL in the path
+            raise UsageError(f"cannot read {source[1:]!r}: {exc}") from None
         where = str(path)
     else:
         text = source
     try:
         value = loads_strict(text)
+    except RecursionError:
+        raise UsageError(
+            f"{where}: the JSON nests too deeply", hint="arguments nest a few levels, not thousands"
+        ) from None
     except json.JSONDecodeError as exc:
         raise UsageError(
             f"{where}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}",

@@ -19,6 +19,7 @@ from bundlectl.executor.pipeline import Pipeline, default_agent
 from bundlectl.executor.render import result_json
 from bundlectl.output import write
 from bundlectl.patterns import parse_tool_name
+from bundlectl.yamlio import read_bounded
 
 
 @dataclass
@@ -89,9 +90,11 @@ def read_batch(
     """Each line decided by the policy now; what is allowed becomes a request. A bad line is an
     error for that line only (with its number), never for the batch."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = read_bounded(path).decode("utf-8").splitlines()
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     items: list[BatchItem] = []
     targets: dict[str, Target] = {}
     for number, line in enumerate(lines, start=1):
@@ -116,7 +119,10 @@ def _item(
     path, number = where
     call: dict[str, str] | None = None
     try:
-        entry = loads_strict(line)
+        try:
+            entry = loads_strict(line)
+        except RecursionError:
+            raise UsageError("the line's JSON nests too deeply") from None
         if not isinstance(entry, dict) or not isinstance(entry.get("tool"), str):
             raise UsageError('each line must be an object with a "tool"')
         arguments = entry.get("arguments") or {}

@@ -249,6 +249,21 @@ def _security(host: str) -> Any:
     )
 
 
+def _trusted(request: Any, host: str) -> bool:
+    """Whether a request's Host and Origin pass the DNS-rebinding check `/mcp` applies (on a
+    loopback address; elsewhere tokens protect and nothing is checked)."""
+    if not is_loopback(host):
+        return True
+    loopback = ("127.0.0.1", "localhost", "[::1]")
+    name = request.headers.get("host", "").rsplit(":", 1)[0] if request.headers.get("host") else ""
+    if name not in loopback:
+        return False
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    return any(origin.startswith(f"http://{h}:") or origin == f"http://{h}" for h in loopback)
+
+
 def bind(host: str, port: int) -> socket.socket:
     """The listening socket, bound before anything else starts (a busy port: exit 2)."""
     try:
@@ -301,6 +316,10 @@ async def serve_http(
         gate.app = AuthContextMiddleware(StreamableHTTPASGIApp(manager))
 
         async def healthz(request: Request) -> JSONResponse:
+            # The Host and Origin checks of /mcp: a page the browser was led to by DNS
+            # rebinding must not read the policy digest either.
+            if not _trusted(request, str(host)):
+                return JSONResponse({"error": "Host or Origin not allowed"}, status_code=421)
             await hub.refresh()
             digest = hub.resolution.lock.policy_digest
             return JSONResponse({"status": "ok", "policy_digest": digest})

@@ -28,8 +28,11 @@ class StderrTee:
         self.log_file = log_file
         self._sink: IO[Any] | None = None
         if log_file is not None:
-            log_file.parent.mkdir(parents=True, exist_ok=True)
-            self._sink = log_file.open("a", encoding="utf-8")
+            # A server's stderr can hold secrets (a token in an error message): owner only.
+            log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            os.fchmod(fd, 0o600)  # a log made before this version was 0644
+            self._sink = os.fdopen(fd, "a", encoding="utf-8")
         self._thread = threading.Thread(target=self._copy, name="server-stderr", daemon=True)
         self._thread.start()
 
