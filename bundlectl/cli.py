@@ -538,16 +538,28 @@ def import_(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print a unified diff; write nothing.")
     ] = False,
+    replace: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--replace",
+            metavar="SERVER",
+            help="Let the file's server of this name replace the project's (repeatable).",
+        ),
+    ] = None,
     config: ConfigOpt = None,
 ) -> int:
-    """Bring a client's config file, or an agix config.yaml, into bundlectl.yaml."""
+    """Bring a client's config file, or an agix config.yaml, into bundlectl.yaml.
+
+    A server in the file named like one the project already has (a bundle's, such as the
+    built-in files server) but defined differently is refused unless --replace names it.
+    """
     from bundlectl.commands import importer as cmd
 
     if fmt not in (*CLIENT_NAMES, "agix"):
         raise UsageError(
             f"unknown format {fmt!r}", hint=f"formats: {', '.join(CLIENT_NAMES)}, agix"
         )
-    return cmd.run(config, fmt, source, agent=agent, dry_run=dry_run)
+    return cmd.run(config, fmt, source, agent=agent, dry_run=dry_run, replace=replace or [])
 
 
 @app.command()

@@ -16,7 +16,7 @@ from ruamel.yaml.comments import CommentedMap
 
 from bundlectl.clients import Imported, get
 from bundlectl.clients.mcpjson import literal_secret
-from bundlectl.errors import BundlectlError, InputFileError, Problem, UsageError
+from bundlectl.errors import BundlectlError, InputFileError, Problem, ReportedFailure, UsageError
 from bundlectl.fsio import project_lock, write_project_file
 from bundlectl.output import err, write
 from bundlectl.paths import display_path
@@ -87,7 +87,15 @@ def _agix_env(env: Any, doc: Any, where: tuple[Any, ...]) -> dict[str, Any]:
     return pairs
 
 
-def run(config: Path | None, fmt: str, source: Path, *, agent: str | None, dry_run: bool) -> int:
+def run(
+    config: Path | None,
+    fmt: str,
+    source: Path,
+    *,
+    agent: str | None,
+    dry_run: bool,
+    replace: list[str] | None = None,
+) -> int:
     if not source.is_file():
         raise UsageError(
             f"{display_path(source)}: no such file", hint="give the client's config file"
@@ -111,6 +119,7 @@ def run(config: Path | None, fmt: str, source: Path, *, agent: str | None, dry_r
     target = _config_path(config)
     existing = _existing_servers(target)
     notes += _drop_known(imported, existing)
+    _refuse_replacements(imported, existing, replace or [], display_path(source))
     notes += _spell_out_unlisted(imported, existing)
     before = read_text(target, display_path(target)) if target.exists() else "version: 1\n"
     after = merge(before, imported, who, imported.bundles)
@@ -170,6 +179,34 @@ def _drop_known(imported: Imported, existing: dict[str, Any]) -> list[str]:
             del imported.servers[name]
             known.append(name)
     return [f"already configured, kept as is: {', '.join(known)}"] if known else []
+
+
+def _refuse_replacements(
+    imported: Imported, existing: dict[str, Any], replace: list[str], shown: str
+) -> None:
+    """A server of the file named like one the project has, but defined otherwise, would
+    replace it for every agent (a hostile `files` entry replaced the built-in files server):
+    refused unless `--replace` names it."""
+    clashes = [name for name in imported.servers if name in existing and name not in replace]
+    if not clashes:
+        return
+    lines = []
+    for name in clashes:
+        merged = existing[name]
+        owner = f"bundle {merged.bundle}" if merged.bundle else "bundlectl.yaml"
+        theirs = imported.servers[name]
+        what = theirs.get("command") or theirs.get("url") or "?"
+        lines.append(
+            f"  {name}: the file runs {what!r}; the project's comes from {owner} "
+            f"({merged.spec.command or merged.spec.url!r})"
+        )
+    raise ReportedFailure(
+        f"{shown} defines {len(clashes)} server(s) the project already has, differently; "
+        "importing would replace them for every agent:\n" + "\n".join(lines),
+        hint="rename them in the file, or pass --replace "
+        + " --replace ".join(clashes)
+        + " to replace them on purpose",
+    )
 
 
 def _spell_out_unlisted(imported: Imported, existing: dict[str, Any]) -> list[str]:

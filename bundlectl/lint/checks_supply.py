@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from bundlectl import paths
 from bundlectl.lint.context import Context, at
 from bundlectl.lint.rules import Finding
+from bundlectl.requirements import requirement_name
 
 _NPM_PINNED = re.compile(r"^(@[^/@\s]+/)?[^@\s]+@\d+\.\d+\.\d+([-+][\w.-]+)?$")
 _PY_PINNED = re.compile(r"^[A-Za-z0-9._\[\],-]+(==|@)\d[\w.!+-]*$")
@@ -86,4 +88,49 @@ def unpinned(ctx: Context) -> Iterator[Finding]:
                 ("servers", name, "args", index),
                 f"{spec.command} runs {package!r} without an exact version",
                 anchor=f"{name}:{package}",
+            )
+
+
+def shadowed_builtins(ctx: Context) -> Iterator[Finding]:
+    """BCL402, at the requirement of a bundle that a registry of the project or the user's
+    serves under a built-in bundle's name."""
+    config, model = ctx.config, ctx.config_model
+    if ctx.resolution is None or config is None or model is None:
+        return
+    builtin = paths.builtin_registry_dir()
+    for loaded in ctx.resolution.merged.bundles:
+        name = loaded.manifest.name
+        if loaded.source.label == "builtin" or not (builtin / name).is_dir():
+            continue
+        index = next((i for i, r in enumerate(model.bundles) if requirement_name(r) == name), None)
+        path: tuple[str | int, ...] = ("bundles", index) if index is not None else ("bundles",)
+        yield at(
+            "BCL402",
+            config.doc,
+            path,
+            f"bundle {name!r} comes from registry {loaded.source.label}, which hides the "
+            f"built-in bundle {name!r}",
+            anchor=name,
+        )
+
+
+def replaced_bundle_servers(ctx: Context) -> Iterator[Finding]:
+    """BCL403, at the key of a project server that replaces a bundle's server."""
+    config, model = ctx.config, ctx.config_model
+    if ctx.resolution is None or config is None or model is None:
+        return
+    provided = {
+        server: f"{loaded.manifest.name}@{loaded.manifest.version}"
+        for loaded in ctx.resolution.merged.bundles
+        for server in loaded.manifest.servers
+    }
+    for name in model.servers:
+        if name in provided:
+            yield at(
+                "BCL403",
+                config.doc,
+                ("servers", name),
+                f"server {name!r} replaces the server of that name from bundle {provided[name]}",
+                key=True,
+                anchor=name,
             )

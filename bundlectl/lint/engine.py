@@ -50,6 +50,8 @@ CHECKS: list[Check] = [
     checks_secrets.literal_tokens,
     checks_secrets.missing_env,
     checks_supply.unpinned,
+    checks_supply.shadowed_builtins,
+    checks_supply.replaced_bundle_servers,
 ]
 
 

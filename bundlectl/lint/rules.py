@@ -244,6 +244,24 @@ RULES = _rules(
         5.0,
     ),
     RuleInfo(
+        "BCL402",
+        "shadowed-builtin-bundle",
+        "warning",
+        "A project or user registry has a bundle named as a built-in one, and it is used instead "
+        "of the built-in bundle (the lock shows only a different source).",
+        "Rename the bundle in your registry, or remove it to use the built-in one.",
+        7.0,
+    ),
+    RuleInfo(
+        "BCL403",
+        "server-replaces-bundle-server",
+        "warning",
+        "A server of bundlectl.yaml has the name of a server a bundle provides, and replaces it "
+        "for every agent (an imported client file can do this unnoticed).",
+        "Rename the project's server, or remove it to use the bundle's.",
+        7.0,
+    ),
+    RuleInfo(
         "BCL901",
         "unused-suppression",
         "info",
