@@ -429,3 +429,16 @@ def test_an_imported_server_never_silently_replaces_one_the_project_has(
     assert "HIJACKED" in (project / "bundlectl.yaml").read_text()
     lint = run("lint", "--select", "BCL403")
     assert "BCL403 warning server 'files' replaces the server of that name" in lint.out
+
+
+def test_export_never_writes_through_a_symlink_out_of_the_project(
+    exported: Path, run: Run, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (exported / ".claude").symlink_to(elsewhere)
+    result = run("export", "claude-code", "--agent", "reader", "--via", "direct")
+    assert result.code == 2
+    assert ".claude/settings.json leads outside the project" in result.err
+    assert list(elsewhere.iterdir()) == []
+    assert not (exported / ".mcp.json").exists()  # nothing was written, not even the other file

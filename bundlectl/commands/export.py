@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 
 from bundlectl.clients import Export, Misfit, ServerPlan, get
-from bundlectl.errors import ReportedFailure
+from bundlectl.errors import ReportedFailure, UsageError
 from bundlectl.executor.pipeline import default_agent
 from bundlectl.expand import references
 from bundlectl.fsio import atomic_write
@@ -125,6 +125,8 @@ def run(
         err(f"dry run: {len(changed)} file(s) would change ({how})")
         return 0
 
+    for path in changed:
+        _inside(path, export.project_root)
     for path, text in changed.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, text)
@@ -134,6 +136,23 @@ def run(
     written = ", ".join(display_path(p) for p in changed) or nothing
     err(f"wrote {written} ({how})")
     return 0
+
+
+def _inside(path: Path, root: Path) -> None:
+    """A file of the project (by its path) must stay in the project once symlinks are followed:
+    a `.claude` folder that is a symlink out of it is not written through. (Files outside the
+    project by design, a client's user-level file, are not checked.)"""
+    base = root.resolve()
+    absolute = path if path.is_absolute() else Path.cwd() / path
+    if not absolute.is_relative_to(root.absolute()) and not absolute.is_relative_to(base):
+        return
+    real = absolute.resolve()
+    if real != base and not real.is_relative_to(base):
+        raise UsageError(
+            f"{display_path(path)} leads outside the project (to {real}) through a symbolic link; "
+            "nothing was written",
+            hint="replace the link with a folder of the project, or give --output a file in it",
+        )
 
 
 def _how(chosen: ExportVia, export: Export, misfits: list[Misfit], asked: ExportVia) -> str:
