@@ -152,8 +152,12 @@ def serve_on_pipes(project: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def test_sigterm_stops_the_gateway_and_its_servers(gateway_project: Path, tmp_path: Path) -> None:
-    proc = serve_on_pipes(gateway_project)
+def _warm_gateway(
+    project: Path, starts: Path, *calls: tuple[str, dict[str, Any]]
+) -> tuple[Any, int]:
+    """`serve` on pipes with its kitchen server started by one echo call (then `calls` of
+    kitchen tools, not waited for); the gateway and the server's pid."""
+    proc = serve_on_pipes(project)
     assert proc.stdin is not None and proc.stdout is not None
     messages = [
         INITIALIZE,
@@ -168,14 +172,49 @@ def test_sigterm_stops_the_gateway_and_its_servers(gateway_project: Path, tmp_pa
     for message in messages:
         proc.stdin.write((json.dumps(message) + "\n").encode())
     proc.stdin.flush()
-    replies = [json.loads(proc.stdout.readline()) for _ in range(2)]
+    replies = [json.loads(line) for line in read_lines(proc.stdout, 2)]
     assert replies[1]["result"]["content"][0]["text"] == "x"
-    [pid] = pids(tmp_path / "starts.txt")
+    for number, (tool, arguments) in enumerate(calls, start=3):
+        call = {"name": f"kitchen__{tool}", "arguments": arguments}
+        message = {"jsonrpc": "2.0", "id": number, "method": "tools/call", "params": call}
+        proc.stdin.write((json.dumps(message) + "\n").encode())
+    proc.stdin.flush()
+    [pid] = pids(starts)
+    return proc, pid
+
+
+def test_sigterm_stops_the_gateway_and_its_servers(gateway_project: Path, tmp_path: Path) -> None:
+    proc, pid = _warm_gateway(gateway_project, tmp_path / "starts.txt")
     began = time.monotonic()
     proc.terminate()
     _, err = proc.communicate(timeout=10)
     assert proc.returncode == 130, err
     assert gone(pid, within=5.0) and time.monotonic() - began < 5
+
+
+@pytest.mark.parametrize("tool", ["sleep", "freeze"])  # freeze: a server deaf to everything
+def test_sigterm_during_a_call_stops_everything_within_five_seconds(
+    gateway_project: Path, tmp_path: Path, tool: str
+) -> None:
+    call = (tool, {"seconds": 60})
+    proc, pid = _warm_gateway(gateway_project, tmp_path / "starts.txt", call)
+    time.sleep(0.5)  # the call is in flight
+    began = time.monotonic()
+    proc.terminate()
+    _, err = proc.communicate(timeout=15)
+    assert time.monotonic() - began < 5, err
+    assert gone(pid, within=5.0)
+
+
+def test_a_killed_gateway_leaves_no_server_behind(gateway_project: Path, tmp_path: Path) -> None:
+    # kill -9 gives the gateway no chance to stop its servers, and a server stuck in a call
+    # does not notice its stdin closing: the kernel tells it (PR_SET_PDEATHSIG).
+    call = ("freeze", {"seconds": 60})
+    proc, pid = _warm_gateway(gateway_project, tmp_path / "starts.txt", call)
+    time.sleep(0.5)
+    proc.kill()
+    proc.communicate(timeout=10)
+    assert gone(pid, within=5.0)
 
 
 def read_lines(stream: Any, count: int, timeout: float = 10) -> list[bytes]:

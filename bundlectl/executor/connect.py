@@ -44,6 +44,7 @@ class Target:
     child: Child | None = None  # a started stdio server
     tap: Tap | None = None  # requests past the SDK session on a stdio server's pipes (serve)
     refused: int | None = None  # an HTTP server's 401 or 403: it wants credentials we lack
+    with_parent: bool = False  # a stdio child ends when we do, even by SIGKILL (serve)
 
     def new_stderr(self) -> StderrTee:
         """A tee for the stderr of a stdio child about to start. Each start gets its own: the
@@ -105,6 +106,7 @@ def start_child(target: Target) -> Child:
             env=env,
             cwd=str(target.root / (spec.cwd or ".")),
             stderr=stderr.file,
+            with_parent=target.with_parent,
         )
         target.child.max_message = spec.max_message_mb * 1024 * 1024
         return target.child

@@ -511,6 +511,7 @@ class Hub:
     def downstream(self, server: str) -> Downstream:
         if server not in self.servers:
             target = self.pipeline.target(server, quiet=self.quiet)
+            target.with_parent = True  # no server outlives a gateway that was killed
             downstream = Downstream(target, Relay(server, self))
             if target.spec.transport == "stdio" and not target.builtin:
                 target.tap = Tap()  # the express lane's way to it (`express.py`)

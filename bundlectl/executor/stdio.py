@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ctypes
 import itertools
 import json
 import os
@@ -45,11 +46,23 @@ class Child:
     max_message: int = MAX_MESSAGE  # bytes in one message (`servers.NAME.max_message_mb`)
 
     @classmethod
-    def start(cls, argv: list[str], *, env: dict[str, str], cwd: str, stderr: IO[str]) -> Child:
-        """Start now. A missing executable raises FileNotFoundError, as the SDK would."""
+    def start(
+        cls,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        cwd: str,
+        stderr: IO[str],
+        with_parent: bool = False,
+    ) -> Child:
+        """Start now. A missing executable raises FileNotFoundError, as the SDK would.
+        `with_parent`: on Linux the child gets SIGTERM when we die, even by SIGKILL (the
+        gateway's servers; `exec` hands a finished server's shutdown to a watchdog instead)."""
         kwargs: dict[str, Any] = {}
         if sys.platform != "win32":
             kwargs["start_new_session"] = True  # its own process group: we can stop the tree
+        if with_parent and sys.platform.startswith("linux"):
+            kwargs["preexec_fn"] = _parent_death_signal()
         process = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
@@ -344,6 +357,21 @@ def session_message(parsed: Any) -> Any:
     from mcp_types import jsonrpc_message_adapter
 
     return SessionMessage(jsonrpc_message_adapter.validate_python(parsed, by_name=False))
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """What the forked child runs before exec: `prctl(PR_SET_PDEATHSIG, SIGTERM)`. The libc
+    function is looked up here, in the parent, so the child only makes one C call."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+
+    def set_signal() -> None:
+        prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+
+    return set_signal
 
 
 class Oversized(bytes):
