@@ -78,6 +78,8 @@ class YamlDoc:
     keys: dict[YamlPath, Span] = field(default_factory=dict)
     plain_scalars: dict[YamlPath, PlainScalar] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    # Where a merge key (`<<`) copies keys into a mapping: the mapping's path, the key's span.
+    merges: list[tuple[YamlPath, Span]] = field(default_factory=list)
 
     def span(self, path: YamlPath, *, key: bool = False) -> Span:
         """The span of the deepest node on `path` that exists (the key's span when `key`)."""
@@ -303,6 +305,8 @@ class _Builder:
             if written is key_event and key_event.anchor is not None and not self.replaying:
                 self.anchors[key_event.anchor] = at
             if self._is_merge(key_event):
+                if not self.replaying:
+                    self.doc.merges.append((path, _span(key_event, key_event)))
                 at = self._merge(at + 1, path, result)
                 continue
             key = key_event.value

@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 from bundlectl.errors import Problem
 from bundlectl.lint.context import Context, LintedFile, at, from_problem
-from bundlectl.lint.rules import Finding
+from bundlectl.lint.rules import RULES, Finding
+from bundlectl.yamlio import format_path
 
 _TYPES = {
     "tag:yaml.org,2002:float": "a number",
@@ -81,3 +82,21 @@ def yaml11_scalars(ctx: Context) -> Iterator[Finding]:
                     f"to YAML 1.1 tools; quote it: '{plain.text}'",
                     anchor=plain.text,
                 )
+
+
+def merge_keys(ctx: Context) -> Iterator[Finding]:
+    """BCL007: every `<<` merge key, at the key."""
+    for linted in ctx.files:
+        for path, span in linted.doc.merges:
+            where = format_path(path) or "the document"
+            problem = Problem(
+                linted.doc.file,
+                span.line,
+                span.column,
+                f"a merge key copies keys into {where} from elsewhere; they take effect here "
+                "unseen",
+                format_path(path),
+                end_line=span.end_line,
+                end_column=span.end_column,
+            )
+            yield Finding("BCL007", problem, RULES["BCL007"].severity, f"<<{format_path(path)}")

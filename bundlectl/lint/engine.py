@@ -33,6 +33,7 @@ Check = Callable[[Context], Iterable[Finding]]
 CHECKS: list[Check] = [
     checks_files.file_problems,
     checks_files.yaml11_scalars,
+    checks_files.merge_keys,
     checks_refs.unknown_bundles,
     checks_refs.unsatisfiable,
     checks_refs.lock_drift,

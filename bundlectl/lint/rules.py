@@ -74,6 +74,15 @@ RULES = _rules(
         "Copy the schema exactly as the server lists it (`bundlectl tools --live`).",
     ),
     RuleInfo(
+        "BCL007",
+        "merge-key",
+        "warning",
+        "A YAML merge key (`<<`) copies keys into a mapping from elsewhere: a reviewer of the "
+        "mapping does not see them (`policy: {<<: *x}` can set `default: allow` out of sight).",
+        "Write the keys out where they apply.",
+        5.0,
+    ),
+    RuleInfo(
         "BCL101",
         "unknown-bundle",
         "error",
