@@ -412,6 +412,62 @@ def test_ask_is_confirmed_by_the_clients_user_through_elicitation(
     assert records[-1]["outcome"] == ("ok" if written else "denied-by-user")
 
 
+def test_a_confirmation_is_good_for_one_call_with_its_own_arguments(
+    gateway_project: Path, isolated_home: Path
+) -> None:
+    # On 2026-07-28 the user's acceptance travels in a sealed requestState: it was accepted
+    # again for the identical call (three times and more); now once, and for those arguments.
+    import mcp_types as types
+    from mcp import StdioServerParameters
+
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="decline")
+
+    async def session() -> list[Any]:
+        params = StdioServerParameters(
+            command=PY,
+            args=["-m", "bundlectl", "serve", "--agent", "reader"],
+            cwd=str(gateway_project),
+            env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
+        )
+        one = {"path": "w.txt", "content": "one"}
+        async with connected(params, elicitation_callback=elicit) as client:
+            first = await client.session.call_tool(
+                "files__write_file", one, allow_input_required=True
+            )
+            assert isinstance(first, types.InputRequiredResult)
+            yes = {"confirm": types.ElicitResult(action="accept")}
+            state = first.request_state
+
+            async def answer(arguments: dict[str, Any]) -> Any:
+                from mcp.shared.exceptions import MCPError
+
+                try:
+                    return await client.call_tool(
+                        "files__write_file", arguments, input_responses=yes, request_state=state
+                    )
+                except MCPError as exc:
+                    return exc.error.message
+
+            return [
+                await answer(one),
+                await answer(one),  # the same acceptance again
+                await answer({"path": "w.txt", "content": "two"}),  # for other arguments
+            ]
+
+    used, replayed, moved = anyio.run(session)
+    assert not used.is_error and texts(used) == ["wrote 3 bytes to w.txt"]
+    # The replay is asked about again (and this time the user says no) ...
+    assert texts(replayed) == ["the user did not confirm files__write_file; it was not called"]
+    assert len(asked) == 1
+    # ... and the state is bound to its request's arguments (the SDK's seal refuses it).
+    assert moved == "Invalid or expired requestState"
+    assert (gateway_project / "w.txt").read_text() == "one"
+
+
 def test_edits_apply_from_the_next_request_and_a_broken_edit_keeps_the_last_good_policy(
     gateway_project: Path, isolated_home: Path, tmp_path: Path
 ) -> None:

@@ -22,6 +22,7 @@ import contextlib
 import itertools
 import json
 import os
+import secrets
 import sys
 import warnings
 import weakref
@@ -57,6 +58,7 @@ from bundlectl.executor.stdio import (
     read_pipe,
     session_message,
 )
+from bundlectl.lockfile import digest_json
 from bundlectl.models import ToolSpec
 from bundlectl.output import err
 from bundlectl.patterns import gateway_name
@@ -66,6 +68,7 @@ from bundlectl.project import load_project
 from bundlectl.resolution import resolve_project
 
 CONNECT_TIMEOUT = 30.0
+NONCE_MEMORY = 3600.0  # seconds a used confirmation is remembered (longer than the seal's TTL)
 PROBE_TIMEOUT = 2.0  # a server that does not answer a ping this long after a timeout is stuck
 
 
@@ -483,6 +486,7 @@ class Hub:
         default_factory=weakref.WeakKeyDictionary
     )
     agent_tokenizers: dict[str, Any] = field(default_factory=dict)
+    used_nonces: dict[str, float] = field(default_factory=dict)  # confirmations used → until
     stateless: bool = False
     one_client: bool = False  # stdio: a single client, so nothing can reach the wrong one
     bus: Any = None  # 2026-07-28 clients' `subscriptions/listen` streams
@@ -607,6 +611,28 @@ class Hub:
                 watchers.pop(key, None)
         if listening and self.bus is not None:
             await self.bus.publish(ResourceUpdated(uri=uri))
+
+    def accepted(self, state: str, agent: str, tool: str, arguments: str) -> bool:
+        """Whether `state` (the unsealed `requestState` of a confirmation) binds this agent,
+        tool and arguments, and was not used before; it is used up now. The SDK's seal makes
+        it unforgeable and expire (TTL); the nonce makes it good once. With --stateless
+        replicas a nonce is remembered by the replica that saw it only."""
+        try:
+            bound = json.loads(state)
+        except ValueError:
+            return False
+        if not isinstance(bound, dict) or (bound.get("agent"), bound.get("tool")) != (agent, tool):
+            return False
+        nonce = bound.get("nonce")
+        if bound.get("arguments") != arguments or not isinstance(nonce, str):
+            return False
+        now = anyio.current_time()
+        if len(self.used_nonces) > 10_000:  # forget those whose state has expired anyway
+            self.used_nonces = {n: t for n, t in self.used_nonces.items() if t > now}
+        if nonce in self.used_nonces:
+            return False
+        self.used_nonces[nonce] = now + NONCE_MEMORY
+        return True
 
     def privacy(self) -> Any:
         """The privacy settings in force (built once per loaded config)."""
@@ -1327,16 +1353,26 @@ def _elicitation(ctx: Any, gateway: Gateway, params: types.CallToolRequestParams
     capabilities = ctx.session.client_capabilities
     if capabilities is None or capabilities.elicitation is None:
         return None
-    bound = json.dumps({"agent": gateway.agent, "tool": params.name})
+    # What the sealed state binds: the agent, the tool, the exact arguments, and a nonce that
+    # makes one acceptance good for one call (a replayed acceptance is refused).
+    arguments = digest_json(dict(params.arguments or {}))
     if params.request_state is not None and params.input_responses is not None:
         reply = params.input_responses.get("confirm")
-        if params.request_state == bound:
+        if gateway.hub.accepted(params.request_state, gateway.agent, params.name, arguments):
             accepted = isinstance(reply, types.ElicitResult) and reply.action == "accept"
 
             async def answered(decision: Decision) -> bool:
                 return accepted
 
             return answered
+    bound = json.dumps(
+        {
+            "agent": gateway.agent,
+            "tool": params.name,
+            "arguments": arguments,
+            "nonce": secrets.token_hex(12),
+        }
+    )
     if not ctx.session.can_send_request and ctx.protocol_version < MODERN:
         return None  # a stateless HTTP session on the old protocol: no way back to the client
 
