@@ -336,3 +336,49 @@ policy: {{default: deny}}
         return
     with listening([*kitchen, "--transport", "streamable-http"], {"KITCHEN_LEGACY": "1"}) as port:
         check(f"{{transport: streamable-http, url: 'http://127.0.0.1:{port}/mcp'}}")
+
+
+@pytest.mark.parametrize("level", [None, "error"])
+def test_log_level_and_list_changes_are_declared_and_honoured(
+    project: Path, level: str | None
+) -> None:
+    # `logging/setLevel` answered -32601 while downstream logs were forwarded, and
+    # tools.listChanged was declared false while the notification was sent.
+    from tests.test_exec import listening
+
+    kitchen = [PY, str(SERVERS / "kitchen.py"), "--transport", "streamable-http"]
+    with listening(kitchen, {"KITCHEN_LEGACY": "1"}) as port:
+        write(
+            project / "bundlectl.yaml",
+            f"""
+            version: 1
+            servers:
+              kitchen: {{transport: streamable-http, url: "http://127.0.0.1:{port}/mcp"}}
+            agents:
+              bot: {{allow: ["kitchen.*"]}}
+            policy: {{default: deny}}
+            """,
+        )
+        logs: list[str] = []
+
+        async def log(params: Any) -> None:
+            logs.append(str(params.data))
+
+        async def script(client: Any) -> Any:
+            capabilities = client.server_capabilities
+            if level is not None:
+                with deprecated():  # logging/setLevel is gone from 2026-07-28; 2025-11-25 has it
+                    await client.set_logging_level(level)
+            await client.call_tool("kitchen__whisper", {"tag": "bot", "pause": 0})
+            return capabilities
+
+        capabilities = serve_in_process(
+            project, "bot", script, protocol="legacy", logging_callback=log
+        )
+    assert capabilities.logging is not None
+    assert capabilities.tools.list_changed and capabilities.prompts.list_changed
+    assert capabilities.resources.list_changed
+    if level is None:
+        assert logs == ["log of bot", "second log of bot"]
+    else:
+        assert logs == []  # info is below the level the client asked for

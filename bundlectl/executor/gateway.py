@@ -19,6 +19,7 @@ server whose connection broke is started again on the next call. A `Gateway` is 
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -36,10 +37,10 @@ import anyio.lowlevel
 import mcp_types as types
 from anyio.abc import TaskGroup, TaskStatus
 from mcp.client.subscriptions import ListenNotSupportedError
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 from bundlectl import __version__
@@ -68,6 +69,7 @@ from bundlectl.project import load_project
 from bundlectl.resolution import resolve_project
 
 CONNECT_TIMEOUT = 30.0
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 NONCE_MEMORY = 3600.0  # seconds a used confirmation is remembered (longer than the seal's TTL)
 PROBE_TIMEOUT = 2.0  # a server that does not answer a ping this long after a timeout is stuck
 
@@ -177,7 +179,7 @@ class Relay:
 
     async def log(self, params: Any) -> None:
         ctx, _ = self.current()
-        if ctx is None:
+        if ctx is None or not self.hub.wants_log(ctx, params.level):
             return
         logger = f"{self.server}.{params.logger}" if params.logger else self.server
         with warnings.catch_warnings(), contextlib.suppress(Exception):
@@ -189,6 +191,10 @@ class Relay:
     async def message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             await self.hub.tools_changed(self.server)
+        elif isinstance(message, types.PromptListChangedNotification):
+            await self.hub.tell_listeners("send_prompt_list_changed")
+        elif isinstance(message, types.ResourceListChangedNotification):
+            await self.hub.tell_listeners("send_resource_list_changed")
         elif isinstance(message, types.ResourceUpdatedNotification) and not self.modern:
             await self.hub.resource_updated(self.server, str(message.params.uri))
 
@@ -487,6 +493,10 @@ class Hub:
     )
     agent_tokenizers: dict[str, Any] = field(default_factory=dict)
     used_nonces: dict[str, float] = field(default_factory=dict)  # confirmations used → until
+    # `logging/setLevel` of each client connection (held weakly, as the listeners).
+    log_levels: weakref.WeakKeyDictionary[Any, str] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
     stateless: bool = False
     one_client: bool = False  # stdio: a single client, so nothing can reach the wrong one
     bus: Any = None  # 2026-07-28 clients' `subscriptions/listen` streams
@@ -533,9 +543,14 @@ class Hub:
         self.changed()
         if self.bus is not None:  # clients listening (2026-07-28)
             await self.bus.publish(ToolsListChanged())
-        for connection in list(self.listeners):  # older clients: a notification
+        await self.tell_listeners("send_tool_list_changed")  # older clients: a notification
+
+    async def tell_listeners(self, send: str) -> None:
+        """A list-changed notification (`send`: the connection's method) to every 2025-11-25
+        client; each sees the change through its agent's policy when it lists again."""
+        for connection in list(self.listeners):
             try:
-                await connection.send_tool_list_changed()
+                await getattr(connection, send)()
             except Exception:  # a client that went away
                 self.listeners.pop(connection, None)
 
@@ -633,6 +648,12 @@ class Hub:
             return False
         self.used_nonces[nonce] = now + NONCE_MEMORY
         return True
+
+    def wants_log(self, ctx: Any, level: str) -> bool:
+        """Whether the client asked for log messages of `level` (`logging/setLevel`; a client
+        that never asked gets every level, as before)."""
+        floor = self.log_levels.get(_connection(ctx)) if not self.stateless else None
+        return floor is None or LOG_LEVELS.index(level) >= LOG_LEVELS.index(floor)
 
     def privacy(self) -> Any:
         """The privacy settings in force (built once per loaded config)."""
@@ -1205,30 +1226,47 @@ def mcp_server(
             )
         return types.EmptyResult()
 
+    async def on_set_logging_level(ctx: Any, params: types.SetLevelRequestParams) -> Any:
+        """The client's log level, applied by the gateway to what it forwards (downstream
+        servers are shared by every client, so their own level is left as it is)."""
+        if not hub.stateless:
+            hub.log_levels[_connection(ctx)] = params.level
+        return types.EmptyResult()
+
     async def on_unsubscribe_resource(ctx: Any, params: types.UnsubscribeRequestParams) -> Any:
         await hub.unwatch(str(params.uri), _session_key(ctx.session))
         return types.EmptyResult()
 
-    server: Any = Server(
-        "bundlectl",
-        version=__version__,
-        instructions="The tools this agent may call, under bundlectl's policy.",
-        on_list_tools=on_list_tools,
-        on_call_tool=on_call_tool,
-        on_list_prompts=on_list_prompts,
-        on_get_prompt=on_get_prompt,
-        on_list_resources=on_list_resources,
-        on_list_resource_templates=on_list_resource_templates,
-        on_read_resource=on_read_resource,
-        on_subscribe_resource=on_subscribe_resource,
-        on_unsubscribe_resource=on_unsubscribe_resource,
-        on_subscriptions_listen=_Listen(ListenHandler(hub.bus), hub, view),
-    )
+    # logging/setLevel is deprecated from 2026-07-28 (SEP-2577); 2025-11-25 clients use it.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        server: Any = Server(
+            "bundlectl",
+            version=__version__,
+            instructions="The tools this agent may call, under bundlectl's policy.",
+            on_list_tools=on_list_tools,
+            on_call_tool=on_call_tool,
+            on_list_prompts=on_list_prompts,
+            on_get_prompt=on_get_prompt,
+            on_list_resources=on_list_resources,
+            on_list_resource_templates=on_list_resource_templates,
+            on_read_resource=on_read_resource,
+            on_subscribe_resource=on_subscribe_resource,
+            on_unsubscribe_resource=on_unsubscribe_resource,
+            on_set_logging_level=on_set_logging_level,
+            on_subscriptions_listen=_Listen(ListenHandler(hub.bus), hub, view),
+        )
     security = (
         RequestStateSecurity(codec=codec) if codec is not None else RequestStateSecurity.ephemeral()
     )
     server.middleware.append(RequestStateBoundary(security, default_audience="bundlectl"))
     server.middleware.append(_ListingCache(hub, agent_of))
+    # Declare the list changes the gateway sends (2025-11-25; on 2026-07-28 the SDK derives
+    # them from `subscriptions/listen`).
+    changes = NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True)
+    server.create_initialization_options = functools.partial(
+        Server.create_initialization_options, server, changes
+    )
     return server
 
 
