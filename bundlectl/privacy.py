@@ -11,6 +11,7 @@ finds every candidate in one pass over the text; a candidate that fails its chec
 
 from __future__ import annotations
 
+import base64
 import functools
 import ipaddress
 import operator
@@ -397,13 +398,16 @@ class Tokenizer:
         return "".join(parts)
 
     def value(self, value: Any) -> Any:
-        """Every string in a JSON-like value tokenized (keys kept)."""
+        """Every string in a JSON-like value tokenized, keys included (a table keyed by
+        e-mail address is still personal data)."""
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, list):
             return [self.value(v) for v in value]
         if isinstance(value, dict):
-            return {k: self.value(v) for k, v in value.items()}
+            return {
+                self.text(k) if isinstance(k, str) else k: self.value(v) for k, v in value.items()
+            }
         return value
 
     def conceal(self, text: str) -> str:
@@ -430,12 +434,46 @@ class Tokenizer:
         kind = getattr(block, "type", None)
         if kind == "text":
             return block.model_copy(update={"text": self.text(block.text)})
-        if kind == "resource" and hasattr(block.resource, "text"):
-            text = self.text(block.resource.text)
-            return block.model_copy(
-                update={"resource": block.resource.model_copy(update={"text": text})}
-            )
+        if kind == "resource":
+            return block.model_copy(update={"resource": self.contents(block.resource)})
+        if kind == "resource_link":
+            update = {
+                name: self.text(getattr(block, name))
+                for name in ("name", "title", "description")
+                if isinstance(getattr(block, name, None), str)
+            }
+            return block.model_copy(update={**update, "uri": self.text(str(block.uri))})
         return block
+
+    def contents(self, item: Any) -> Any:
+        """A resource's contents (embedded, or read): its URI and text tokenized, and a blob
+        that is UTF-8 text too (images and other binary data are left as they are)."""
+        update: dict[str, Any] = {"uri": self.text(str(item.uri))}
+        if isinstance(getattr(item, "text", None), str):
+            update["text"] = self.text(item.text)
+        blob = getattr(item, "blob", None)
+        if isinstance(blob, str):
+            try:
+                decoded = base64.b64decode(blob, validate=True).decode("utf-8")
+            except (ValueError, UnicodeDecodeError):
+                decoded = None
+            if decoded is not None and (hidden := self.text(decoded)) != decoded:
+                update["blob"] = base64.b64encode(hidden.encode()).decode("ascii")
+        return item.model_copy(update=update)
+
+    def read(self, result: Any) -> Any:
+        """A ReadResourceResult with every contents item tokenized."""
+        return result.model_copy(update={"contents": [self.contents(c) for c in result.contents]})
+
+    def prompt(self, result: Any) -> Any:
+        """A GetPromptResult with its description and every message's content tokenized."""
+        messages = [
+            m.model_copy(update={"content": self._block(m.content)}) for m in result.messages
+        ]
+        update: dict[str, Any] = {"messages": messages}
+        if isinstance(result.description, str):
+            update["description"] = self.text(result.description)
+        return result.model_copy(update=update)
 
     def result(self, result: Any) -> Any:
         """A CallToolResult with its text and structured content tokenized."""

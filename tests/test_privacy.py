@@ -200,6 +200,13 @@ def test_the_code_mode_client_tokenizes_too(
 
 def _in_process(project: Path, agent: str, scripts: list[Any]) -> tuple[list[Any], Any]:
     """Each script against its own in-process client session of one gateway hub; the hub."""
+    return _in_process_with(project, agent, scripts)
+
+
+def _in_process_with(
+    project: Path, agent: str, scripts: list[Any], **options: Any
+) -> tuple[list[Any], Any]:
+    """`_in_process`, the clients made with `options`."""
     from mcp import Client
 
     from bundlectl.executor.gateway import Hub, mcp_server
@@ -216,7 +223,7 @@ def _in_process(project: Path, agent: str, scripts: list[Any]) -> tuple[list[Any
             hub = Hub(pipeline, group, agents={agent})
             server = mcp_server(hub, "direct", lambda ctx: agent)
             for script in scripts:
-                async with Client(server, mode="legacy") as client:
+                async with Client(server, mode="legacy", **options) as client:
                     found.append(await script(client))
             group.cancel_scope.cancel()
         return hub
@@ -309,3 +316,91 @@ def test_a_session_id_header_never_picks_another_agents_token_map(
     assert stolen == "[EMAIL_1] [PHONE_1]"  # bob's own (empty) map: tokens stay tokens
     for value in VALUES:
         assert value not in stolen
+
+
+LEAKY = """
+import base64
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import BlobResourceContents, EmbeddedResource, ResourceLink, TextContent
+
+server = MCPServer("leaky", log_level="WARNING")
+MAIL = "jane.doe@corp.example"
+
+
+@server.tool(structured_output=False)
+async def blocks(ctx: Context) -> list:
+    await ctx.info(f"sending to {MAIL}")
+    await ctx.report_progress(1, 2, f"mailing {MAIL}")
+    blob = base64.b64encode(f"to: {MAIL}".encode()).decode()
+    return [
+        TextContent(type="text", text="see attachments"),
+        ResourceLink(type="resource_link", name=MAIL, uri=f"mailto:{MAIL}", description=MAIL),
+        EmbeddedResource(
+            type="resource",
+            resource=BlobResourceContents(
+                uri=f"file:///{MAIL}.txt", mime_type="text/plain", blob=blob
+            ),
+        ),
+    ]
+
+
+@server.tool()
+def keyed() -> dict[str, int]:
+    return {MAIL: 1}
+
+
+@server.resource("leaky://contact")
+def contact() -> str:
+    return f"contact: {MAIL}"
+
+
+@server.prompt()
+def write_to() -> str:
+    return f"Write a note to {MAIL}"
+
+
+server.run("stdio")
+"""
+
+
+def test_nothing_a_server_sends_reaches_the_agent_untokenized(
+    project: Path, tmp_path: Path
+) -> None:
+    # Keys of structured content, resource links, embedded blobs, log messages, progress
+    # messages, resources/read and prompts/get all carried the address in clear.
+    script = tmp_path / "leaky.py"
+    script.write_text(LEAKY)
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          leaky: {{command: {PY}, args: ["{script}"]}}
+        agents:
+          clerk: {{allow: ["leaky.*"]}}
+        policy: {{default: deny}}
+        privacy: {{tokenize: [email]}}
+        """,
+    )
+    heard: list[str] = []
+
+    async def log(params: Any) -> None:
+        heard.append(json.dumps(params.data))
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        heard.append(message or "")
+
+    async def script_(client: Any) -> list[str]:
+        blocks = await client.call_tool("leaky__blocks", {}, progress_callback=progress)
+        keyed = await client.call_tool("leaky__keyed", {})
+        read = await client.read_resource("leaky://contact")
+        prompt = await client.get_prompt("leaky__write_to")
+        dumped = [x.model_dump_json(by_alias=True) for x in (blocks, keyed, read, prompt)]
+        return dumped
+
+    [seen], _ = _in_process_with(project, "clerk", [script_], logging_callback=log)
+    everything = " ".join(seen + heard)
+    assert "jane.doe@corp.example" not in everything
+    assert "amFuZS5kb2VAY29ycC5leGFtcGxl" not in everything  # nor inside base64
+    assert everything.count("[EMAIL_1]") >= 6
+    assert any("[EMAIL_1]" in h for h in heard)  # the log and the progress were tokenized

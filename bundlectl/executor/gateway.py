@@ -100,7 +100,9 @@ class Relay:
     def __init__(self, server: str, hub: Hub) -> None:
         self.server, self.hub = server, hub
         self.inflight: dict[int, Any] = {}  # the MCP request context of each call in flight
+        self.tokens: dict[int, Any] = {}  # the privacy token map of each call in flight
         self.last: Any = None  # the latest call's context (for a gateway with one client)
+        self.last_tokens: Any = None
         self._keys = itertools.count(1)
         # Resources clients subscribed to; on a 2026-07-28 server they ride on the listen stream.
         self.watched: set[str] = set()
@@ -108,22 +110,34 @@ class Relay:
         self.settled = anyio.Event()  # set once `modern` is known for the current session
         self._listening: anyio.CancelScope | None = None
 
-    def enter(self, ctx: Any) -> int:
-        """A call of the client request `ctx` is in flight on the server; `leave` ends it."""
+    def enter(self, ctx: Any, tokens: Any = None) -> int:
+        """A call of the client request `ctx` is in flight on the server (`tokens`: that
+        client's privacy token map, for what the server says meanwhile); `leave` ends it."""
         key = next(self._keys)
         self.inflight[key] = ctx
+        self.tokens[key] = tokens
         if self.hub.one_client:
-            self.last = ctx
+            self.last, self.last_tokens = ctx, tokens
         return key
 
     def leave(self, key: int) -> None:
         self.inflight.pop(key, None)
+        self.tokens.pop(key, None)
+
+    def tokens_of(self, ctx: Any) -> Any:
+        """The token map of the call in flight for `ctx` (None: nothing is tokenized)."""
+        for key, known in self.inflight.items():
+            if known is ctx:
+                return self.tokens.get(key)
+        return self.last_tokens if ctx is self.last else None
 
     def current(self) -> tuple[Any, str | None]:
         """The client request a server's message belongs to, or None and why not."""
         contexts = list(self.inflight.values())
-        if not contexts and self.hub.one_client and self.last is not None:
-            return self.last, None  # stdio: whatever it says between calls is that client's
+        if self.hub.one_client and (contexts or self.last is not None):
+            # stdio: one client, whose calls may be on the express lane and the SDK path at
+            # once; whatever the server says, during a call or between calls, is that client's.
+            return (contexts[-1] if contexts else self.last), None
         if not contexts:
             return None, f"no client's call is in flight on server {self.server!r}"
         if len({_owner(ctx) for ctx in contexts}) > 1:
@@ -181,6 +195,9 @@ class Relay:
         ctx, _ = self.current()
         if ctx is None or not self.hub.wants_log(ctx, params.level):
             return
+        tokens = self.tokens_of(ctx)
+        if tokens is not None:  # what a server logs passes the tokenizer like its results
+            params = params.model_copy(update={"data": tokens.value(params.data)})
         logger = f"{self.server}.{params.logger}" if params.logger else self.server
         with warnings.catch_warnings(), contextlib.suppress(Exception):
             warnings.simplefilter("ignore")
@@ -290,7 +307,7 @@ class Downstream:
         the handshake fails the call in `timeout` seconds, not 30)."""
         return float(min(CONNECT_TIMEOUT, self.target.spec.timeout))
 
-    async def run(self, group: TaskGroup, job: Job, ctx: Any = None) -> Any:
+    async def run(self, group: TaskGroup, job: Job, ctx: Any = None, tokens: Any = None) -> Any:
         """Run `job(client)` on this server's session, starting the server when needed;
         `ctx`: the client request it serves (see `Relay`). Cancelling the caller cancels the
         job, so the server gets `notifications/cancelled`."""
@@ -317,7 +334,7 @@ class Downstream:
             reply_send, reply = anyio.create_memory_object_stream[tuple[Any, Any]](1)
             scope = anyio.CancelScope()
             try:
-                await inbox.send((job, reply_send, scope, ctx))
+                await inbox.send((job, reply_send, scope, (ctx, tokens)))
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 reply_send.close()  # the actor is gone: as if it died under the call
             try:
@@ -424,8 +441,8 @@ class Downstream:
                     jobs.start_soon(self.relay.listen, client, listening)
                     jobs.start_soon(self.relay.resubscribe, client)
                 async with receive:
-                    async for job, reply, scope, ctx in receive:
-                        jobs.start_soon(self._one, job, client, reply, scope, ctx)
+                    async for job, reply, scope, caller in receive:
+                        jobs.start_soon(self._one, job, client, reply, scope, caller)
                 listening.cancel()  # the inbox closed: the calls in flight finish, then we stop
         except BundlectlError as exc:
             if not started:
@@ -441,9 +458,10 @@ class Downstream:
             self.target.close(wait=0, tee=tee)
 
     async def _one(
-        self, job: Job, client: Any, reply: Any, scope: anyio.CancelScope, ctx: Any
+        self, job: Job, client: Any, reply: Any, scope: anyio.CancelScope, caller: Any
     ) -> None:
-        key = self.relay.enter(ctx) if self.relay is not None and ctx is not None else None
+        ctx, tokens = caller
+        key = self.relay.enter(ctx, tokens) if self.relay is not None and ctx is not None else None
         async with reply:
             try:
                 with scope:
@@ -652,7 +670,10 @@ class Hub:
     def wants_log(self, ctx: Any, level: str) -> bool:
         """Whether the client asked for log messages of `level` (`logging/setLevel`; a client
         that never asked gets every level, as before)."""
-        floor = self.log_levels.get(_connection(ctx)) if not self.stateless else None
+        try:
+            floor = self.log_levels.get(_connection(ctx)) if not self.stateless else None
+        except TypeError:  # a connection that cannot be weakly referenced: never set a level
+            floor = None
         return floor is None or LOG_LEVELS.index(level) >= LOG_LEVELS.index(floor)
 
     def privacy(self) -> Any:
@@ -924,7 +945,8 @@ class Gateway:
                 self.pipeline.audit.access(self.agent, server, "prompts/get", key, "server-error")
                 raise
             self.pipeline.audit.access(self.agent, server, "prompts/get", key, "ok")
-            return got
+            tokens = self.hub.tokenizer(self.ctx, self.agent)
+            return tokens.prompt(got) if tokens is not None else got
         self.pipeline.audit.access(self.agent, "-", "prompts/get", {"name": name}, "not-found")
         raise _not_found(f"unknown prompt {name!r}; prompts/list shows the prompts you can use")
 
@@ -956,7 +978,8 @@ class Gateway:
                 continue
             if result is not None:
                 self.pipeline.audit.access(self.agent, server, "resources/read", {"uri": uri}, "ok")
-                return result
+                tokens = self.hub.tokenizer(self.ctx, self.agent)
+                return tokens.read(result) if tokens is not None else result
         self.pipeline.audit.access(self.agent, "-", "resources/read", {"uri": uri}, "not-found")
         raise _not_found(f"unknown resource {uri!r}; resources/list shows what you can read")
 
@@ -976,7 +999,11 @@ class Gateway:
         if ctx is None or ctx.meta is None or ctx.meta.get("progress_token") is None:
             return None
 
+        tokens = self.hub.tokenizer(ctx, self.agent)
+
         async def report(progress: float, total: float | None, message: str | None) -> None:
+            if tokens is not None and message is not None:
+                message = tokens.text(message)
             with contextlib.suppress(Exception):
                 await ctx.session.report_progress(progress, total, message)
 
@@ -1046,7 +1073,7 @@ class Gateway:
             async def call(client: Any) -> CallOutcome:
                 return await perform(client, request, downstream.target, tools)
 
-            outcome = await downstream.run(self.hub.group, call, self.ctx)
+            outcome = await downstream.run(self.hub.group, call, self.ctx, tokens)
         except BundlectlError as exc:
             self.pipeline.audit.record(decision, OUTCOMES.get(exc.exit_code, "error"), 0.0, sent)
             return _error(shown(exc.explained))
@@ -1271,7 +1298,11 @@ def mcp_server(
 
 
 def _connection(ctx: Any) -> Any:
-    """The client connection a request context belongs to (the SDK's `Connection`)."""
+    """The client connection a request context belongs to (the SDK's `Connection`; for a call
+    on the express lane, the connection the lane learnt, else the lane itself)."""
+    lane = getattr(ctx, "lane", None)
+    if lane is not None:
+        return lane.connection if lane.connection is not None else lane
     return getattr(ctx.session, "_connection", ctx.session)
 
 
