@@ -1049,3 +1049,33 @@ def test_a_server_that_answers_401_is_said_to_need_authorization(run: Run, proje
     )
     assert "hint: give it a credential: servers.docs.headers: {Authorization:" in result.err
     assert "code -32603" not in result.err
+
+
+def test_terminal_elicitation_shows_and_takes_the_schemas_defaults(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # SEP-1034: no default was shown, Enter omitted the field, and the answer was `{}`.
+    import io
+
+    from bundlectl.executor.call import ask_on_terminal
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "default": "Ann"},
+            "age": {"type": "integer", "default": 30},
+            "subscribe": {"type": "boolean", "default": True},
+            "color": {"type": "string", "enum": ["red", "blue"], "default": "red"},
+            "note": {"type": "string"},
+        },
+        "required": ["name"],
+    }
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n\nno\n\n\ny\n"))
+    answer = ask_on_terminal({"message": "About you", "requestedSchema": schema})
+    assert answer == {
+        "action": "accept",
+        "content": {"name": "Ann", "age": 30, "subscribe": False, "color": "red"},
+    }
+    shown = capsys.readouterr().err
+    assert 'name (string) [default: "Ann"]: ' in shown
+    assert "age (integer) [default: 30]: " in shown and 'color (red/blue) [default: "red"]' in shown

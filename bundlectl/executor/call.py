@@ -149,8 +149,8 @@ def client_capabilities(root: Path, *, ask: bool) -> dict[str, Any]:
 
 def ask_on_terminal(params: dict[str, Any]) -> dict[str, Any]:
     """An elicitation (its JSON params) answered on the terminal: each field of the form in
-    turn (Enter skips an optional one), or a URL to visit; end of input declines. The answer
-    is the JSON of an ElicitResult."""
+    turn, its default shown (SEP-1034) and taken on Enter (Enter skips an optional field without
+    one), or a URL to visit; end of input declines. The answer is the JSON of an ElicitResult."""
     err(f"the server asks: {params.get('message', '')}")
     url = params.get("url")
     try:
@@ -164,10 +164,16 @@ def ask_on_terminal(params: dict[str, Any]) -> dict[str, Any]:
             kind = field.get("type", "string")
             choices = field.get("enum")
             hint = f" ({'/'.join(map(str, choices))})" if choices else f" ({kind})"
+            has_default = "default" in field
+            if has_default:
+                hint += f" [default: {json.dumps(field['default'], ensure_ascii=False)}]"
             line = ask(f"  {field.get('title') or name}{hint}: ")
             if not line:
                 return {"action": "cancel"}
             text = line.strip()
+            if not text and has_default:
+                content[name] = field["default"]
+                continue
             if not text and name not in required:
                 continue
             content[name] = _typed(text, kind)
