@@ -94,8 +94,9 @@ class Relay:
     elicitation belongs to, so it goes to the one client whose calls are in flight. When calls
     of several clients are in flight at once (`concurrency` > 1) it cannot be told whose it is:
     a log message is dropped and a request refused, rather than risk another agent's client
-    seeing it. Outside any call (a late message) nothing is forwarded. Progress is routed by
-    each call's own token (`Gateway._progress`)."""
+    seeing it. Outside any call (a late message) nothing is forwarded, except by a stdio
+    gateway, which has one client. Progress is routed by each call's own token
+    (`Gateway._progress`)."""
 
     def __init__(self, server: str, hub: Hub) -> None:
         self.server, self.hub = server, hub
