@@ -184,3 +184,9 @@ def test_an_agent_allowed_to_write_files_cannot_rewrite_its_policy(
     done = run("exec", "-a", "w", "files.write_file", "path=notes.txt", "content=fine")
     assert done.code == 0, done.err
     assert (root / "notes.txt").read_text() == "fine"
+
+
+def test_an_error_of_the_system_is_said_not_hidden(project: Path) -> None:
+    # A name longer than the file system allows once came back as "Error executing tool".
+    with pytest.raises(ToolFailure, match="File name too long"):
+        tools(project)["read_file"](path="a" * 300)  # type: ignore[operator]

@@ -148,3 +148,10 @@ def test_a_message_over_the_limit_is_dropped_as_it_arrives(chunk: int) -> None:
     assert out[0] == b'{"ok": 1}\n' and out[2] == b'{"after": 2}\n'
     assert isinstance(out[1], Oversized) and out[1].size == 5011
     assert out[1].startswith(b'{"big": "xxx')
+
+
+def test_an_oversized_message_cut_off_by_the_end_of_the_stream_is_still_marked() -> None:
+    splitter = _Splitter(limit=10)
+    assert splitter.feed(b'{"a": "' + b"x" * 50) == []
+    rest = splitter.rest()
+    assert isinstance(rest, Oversized) and rest.size == 57

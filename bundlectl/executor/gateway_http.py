@@ -244,9 +244,13 @@ def _security(host: str) -> Any:
         return None
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
-        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+        allowed_hosts=[f"{name}:*" for name in LOOPBACK_NAMES],
+        allowed_origins=[f"http://{name}:*" for name in LOOPBACK_NAMES],
     )
+
+
+# The names a browser may use for a loopback gateway (Host and Origin, DNS-rebinding checks).
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
 def _trusted(request: Any, host: str) -> bool:
@@ -254,14 +258,13 @@ def _trusted(request: Any, host: str) -> bool:
     loopback address; elsewhere tokens protect and nothing is checked)."""
     if not is_loopback(host):
         return True
-    loopback = ("127.0.0.1", "localhost", "[::1]")
-    name = request.headers.get("host", "").rsplit(":", 1)[0] if request.headers.get("host") else ""
-    if name not in loopback:
+    name = request.headers.get("host", "").rsplit(":", 1)[0]
+    if name not in LOOPBACK_NAMES:
         return False
     origin = request.headers.get("origin")
     if origin is None:
         return True
-    return any(origin.startswith(f"http://{h}:") or origin == f"http://{h}" for h in loopback)
+    return any(origin.startswith(f"http://{h}:") or origin == f"http://{h}" for h in LOOPBACK_NAMES)
 
 
 def bind(host: str, port: int) -> socket.socket:

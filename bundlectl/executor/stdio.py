@@ -433,12 +433,13 @@ class _Splitter:
             self.buffer = bytearray()
         return found
 
-    def rest(self) -> bytearray | None:
-        """What is left when the stream ends: a last message without a newline."""
+    def rest(self) -> bytes | bytearray | None:
+        """What is left when the stream ends: a last message without a newline (an oversized
+        one as its marker)."""
         if self.skipping is not None:
             head, size = self.skipping
             self.skipping = None
-            return bytearray(oversized(head, size))  # pragma: no cover - cut off mid-message
+            return oversized(head, size)
         rest, self.buffer = self.buffer, bytearray()
         return rest or None
 

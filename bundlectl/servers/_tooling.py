@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -60,7 +61,7 @@ class Toolbox:
         def register(fn: F) -> F:
             description = " ".join(inspect.cleandoc(fn.__doc__ or "").split())
             self.tools[fn.__name__] = BuiltinTool(
-                fn.__name__, fn, description, annotations, structured_output
+                fn.__name__, _os_errors_said(fn), description, annotations, structured_output
             )
             return fn
 
@@ -83,6 +84,21 @@ class Toolbox:
                 structured_output=tool.structured_output,
             )
         return server
+
+
+def _os_errors_said(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` with an error of the operating system (a name too long, no permission, a full
+    disk) as a ToolFailure that says it, not an anonymous "error executing tool"."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except OSError as exc:
+            name = f": {os.path.basename(str(exc.filename))[:80]}" if exc.filename else ""
+            raise ToolFailure(f"{exc.strerror or type(exc).__name__}{name}") from None
+
+    return call
 
 
 def _for_sdk(fn: Callable[..., Any]) -> Callable[..., Any]:
