@@ -1423,26 +1423,21 @@ def _elicitation(ctx: Any, gateway: Gateway, params: types.CallToolRequestParams
     capabilities = ctx.session.client_capabilities
     if capabilities is None or capabilities.elicitation is None:
         return None
+
     # What the sealed state binds: the agent, the tool, the exact arguments, and a nonce that
     # makes one acceptance good for one call (a replayed acceptance is refused).
-    arguments = digest_json(dict(params.arguments or {}))
+    def digest() -> str:  # only when a confirmation is made or answered, not on every call
+        return digest_json(dict(params.arguments or {}))
+
     if params.request_state is not None and params.input_responses is not None:
         reply = params.input_responses.get("confirm")
-        if gateway.hub.accepted(params.request_state, gateway.agent, params.name, arguments):
+        if gateway.hub.accepted(params.request_state, gateway.agent, params.name, digest()):
             accepted = isinstance(reply, types.ElicitResult) and reply.action == "accept"
 
             async def answered(decision: Decision) -> bool:
                 return accepted
 
             return answered
-    bound = json.dumps(
-        {
-            "agent": gateway.agent,
-            "tool": params.name,
-            "arguments": arguments,
-            "nonce": secrets.token_hex(12),
-        }
-    )
     if not ctx.session.can_send_request and ctx.protocol_version < MODERN:
         return None  # a stateless HTTP session on the old protocol: no way back to the client
 
@@ -1457,7 +1452,9 @@ def _elicitation(ctx: Any, gateway: Gateway, params: types.CallToolRequestParams
                 message=_question(decision), requested_schema=_NO_FIELDS
             )
         )
-        return types.InputRequiredResult(input_requests={"confirm": request}, request_state=bound)
+        bound = {"agent": gateway.agent, "tool": params.name, "arguments": digest()}
+        state = json.dumps({**bound, "nonce": secrets.token_hex(12)})
+        return types.InputRequiredResult(input_requests={"confirm": request}, request_state=state)
 
     return confirm
 
