@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,7 +110,61 @@ def load_yaml(path: Path) -> Any:
     return YAML(typ="safe", pure=True).load(path.read_text())
 
 
+# Where a process of the suite could write in the real home folder: bundlectl's platformdirs
+# folders, and the peers' own (the Inspector keeps a catalog in ~/.mcp-inspector).
+_REAL_HOME = Path.home()
+_WATCHED = [
+    Path(platformdirs.user_config_dir("bundlectl")),
+    Path(platformdirs.user_data_dir("bundlectl")),
+    Path(platformdirs.user_state_dir("bundlectl")),
+    Path(platformdirs.user_cache_dir("bundlectl")),
+    _REAL_HOME / ".mcp-inspector",
+]
+_XDG = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME")
+
+
+def _snapshot() -> dict[str, tuple[int, int]]:
+    """Every file and folder under the watched places, with its mtime and size."""
+    seen: dict[str, tuple[int, int]] = {}
+    for top in _WATCHED:
+        for path in [top, *top.rglob("*")] if top.exists() else []:
+            stat = path.lstat()
+            seen[str(path)] = (stat.st_mtime_ns, stat.st_size)
+    return seen
+
+
+def _throwaway_home(config: pytest.Config) -> None:
+    """Every process the suite starts (serve, the console script, the Node peers, whatever
+    they start with a filtered environment that keeps HOME) gets a throw-away HOME."""
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
+        config.stash[_BEFORE] = _snapshot()
+    home = Path(tempfile.mkdtemp(prefix="bundlectl-suite-home-"))
+    os.environ["HOME"] = str(home)
+    for var in _XDG:
+        os.environ[var] = str(home / f".{var.lower()}")
+
+
+_BEFORE = pytest.StashKey[dict[str, tuple[int, int]]]()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The real home folder is as it was: a run that touched it fails, naming what changed."""
+    before = session.config.stash.get(_BEFORE, None)
+    if before is None:
+        return
+    after = _snapshot()
+    changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+    if changed:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = "the suite touched the real home folder: " + ", ".join(changed)
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line(f"FAILED {message}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    _throwaway_home(config)
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     # The same examples on every run and machine (a deterministic suite), no example database.
     from hypothesis import settings

@@ -157,7 +157,9 @@ def test_the_mcp_inspector_lists_and_calls_through_the_gateway(
 
     def inspect(*method: str) -> Any:
         done = subprocess.run(
-            [str(inspector), "--cli", *serve, "--method", *method],
+            # The Inspector passes the server only the variables it is given with -e.
+            [str(inspector), "--cli", "-e", f"BUNDLECTL_HOME={isolated_home}", *serve]
+            + ["--method", *method],
             check=False,
             cwd=everything,
             env=env,
