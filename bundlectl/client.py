@@ -81,8 +81,7 @@ def _in_process(
         resolution = resolve_project(load_project(config))
         privacy = Privacy.of(resolution.project.config)
         tokens = _tokenizer(privacy)
-        if tokens is not None and privacy is not None and privacy.gets_real_values(server, tool):
-            arguments = tokens.restore(arguments)
+        restore = privacy is not None and privacy.gets_real_values(server, tool)
         pipeline = Pipeline(resolution, AuditLog(resolution, via="code"), terminal_confirmer())
         who = default_agent(agent)
         decision = pipeline.decide(who, server, tool)
@@ -96,6 +95,7 @@ def _in_process(
             arguments,
             float(target.spec.timeout),
             check=pipeline.pin_check(server),
+            restore=tokens.restore if tokens is not None and restore else None,
         )
         options = client_capabilities(resolution.project.root, ask=pipeline.confirm is not None)
 
@@ -118,12 +118,19 @@ def _in_process(
     except PolicyDenied as exc:
         raise ToolDenied(exc.message + (f" ({exc.hint})" if exc.hint else "")) from None
     except BundlectlError as exc:
-        raise ToolFailed(exc.message) from None
+        raise ToolFailed(_shown(exc.message)) from None
     if outcome.error is not None:
         if isinstance(outcome.error, PolicyDenied):
             raise ToolDenied(outcome.error.message)
-        raise ToolFailed(outcome.error.message)
+        # A server's or the validator's message may quote the values a detokenize tool got.
+        raise ToolFailed(_shown(outcome.error.message))
     return tokens.result(outcome.result) if tokens is not None else outcome.result
+
+
+def _shown(message: str) -> str:
+    """A message for the agent's code: real values it was given turned back into tokens."""
+    tokens = _SESSION.get("tokens")
+    return tokens.conceal(message) if tokens is not None else message
 
 
 def _tokenizer(privacy: Any) -> Any:

@@ -152,14 +152,14 @@ def test_the_mcp_inspector_lists_and_calls_through_the_gateway(
         "version: 1\nbundles: [basic]\nagents: {agent: {allow: [files.read_file]}}\n"
         "policy: {default: deny}\n",
     )
-    serve = [PY, "-m", "bundlectl", "serve", "--agent", "agent"]
+    # The Inspector passes the server only the variables it is given with -e.
+    serve = ["-e", f"BUNDLECTL_HOME={isolated_home}", PY, "-m", "bundlectl", "serve"]
+    serve += ["--agent", "agent"]
     env = {**os.environ, "BUNDLECTL_HOME": str(isolated_home)}
 
     def inspect(*method: str) -> Any:
         done = subprocess.run(
-            # The Inspector passes the server only the variables it is given with -e.
-            [str(inspector), "--cli", "-e", f"BUNDLECTL_HOME={isolated_home}", *serve]
-            + ["--method", *method],
+            [str(inspector), "--cli", *serve, "--method", *method],
             check=False,
             cwd=everything,
             env=env,

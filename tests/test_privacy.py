@@ -252,6 +252,27 @@ def test_a_failed_validation_never_quotes_the_values_behind_tokens(
     assert not (private / "x.txt").exists()
 
 
+def test_code_mode_never_quotes_the_values_behind_tokens(
+    private: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same oracle through `bundlectl.client` in this process: the values were put back
+    # before validation, and the validator's message quoted them.
+    from bundlectl import client
+
+    monkeypatch.setattr(client, "_SESSION", {})
+    monkeypatch.setenv("BUNDLECTL_AGENT", "clerk")
+    table = json.dumps(client.call_tool("kitchen.people", {}))
+    email = table[table.index("[EMAIL_") :].split("]")[0] + "]"
+    with pytest.raises(client.ToolFailed) as wrong:
+        client.call_tool("files.write_file", {"path": "x.txt", "content": [email]})
+    with pytest.raises(client.ToolFailed) as folder:
+        client.call_tool("files.write_file", {"path": ".", "content": email})
+    assert "is not of type 'string'" in str(wrong.value) and email in str(wrong.value)
+    for value in [*VALUES, CARD]:
+        assert value not in str(wrong.value) and value not in str(folder.value)
+    assert not (private / "x.txt").exists()
+
+
 def test_sessions_leave_nothing_behind_and_one_agent_has_one_map(private: Path) -> None:
     # 1,000 closed sessions once left 999 token maps (real values) and their listeners.
     import gc

@@ -51,6 +51,9 @@ class CallRequest:
     # Where the server's progress goes (the gateway: to its client); None: shown on stderr.
     progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
     events: bool = False  # progress as JSON events on stderr (`--format json`)
+    # A `detokenize` tool (privacy): the real values behind the agent's tokens, put back only
+    # once the arguments as sent have passed validation, so no message can quote them.
+    restore: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     @property
     def qualified(self) -> str:
@@ -226,10 +229,13 @@ async def perform(
         schema = tool.input_schema or {"type": "object"}
         outcome.arguments = build_arguments(request.pairs, request.base_arguments, schema)
         validate(outcome.arguments, schema, request.qualified)
+        # The outcome keeps what the agent sent (the audit digests that); the server gets the
+        # real values when the tool is one that receives them.
+        sent = request.restore(outcome.arguments) if request.restore else outcome.arguments
         with runner.interruptible() as scope:
             outcome.result = await client.call_tool(
                 request.tool,
-                outcome.arguments,
+                sent,
                 read_timeout_seconds=request.timeout,
                 progress_callback=request.progress or progress,
             )

@@ -46,7 +46,6 @@ from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 from bundlectl import __version__
 from bundlectl.catalog import ToolRef, search
 from bundlectl.errors import BundlectlError, CallTimeout, Interrupted, ServerError
-from bundlectl.executor.arguments import validate
 from bundlectl.executor.call import OUTCOMES, CallOutcome, CallRequest, perform
 from bundlectl.executor.connect import Target, classify, connect, list_all_tools
 from bundlectl.executor.express import Express
@@ -1050,15 +1049,9 @@ class Gateway:
         # back into tokens (a server's or a validator's error may quote them).
         shown = tokens.conceal if tokens is not None else _same
         downstream = self.hub.downstream(server)
+        restore = tokens is not None and self.hub.privacy().gets_real_values(server, tool)
         try:
             tools = await downstream.live_tools(self.hub.group)
-            restore = tokens is not None and self.hub.privacy().gets_real_values(server, tool)
-            if restore and tool in tools:
-                # Checked before any value is put back: a call that fails validation must not
-                # make the gateway quote real values (an oracle for any token the agent holds).
-                validate(arguments, tools[tool].input_schema, f"{server}.{tool}")
-            if restore:
-                arguments = tokens.restore(arguments)  # a detokenize tool: the real values
             request = CallRequest(
                 self.agent,
                 server,
@@ -1069,6 +1062,7 @@ class Gateway:
                 float(downstream.target.spec.timeout),
                 check=self.pipeline.pin_check(server),
                 progress=self._progress(),
+                restore=tokens.restore if restore and tokens is not None else None,
             )
 
             async def call(client: Any) -> CallOutcome:
