@@ -25,6 +25,7 @@ from bundlectl.output import (
     ExportVia,
     FailLevel,
     Format,
+    GatewayNames,
     LintFormat,
     MatrixFormat,
     Names,
@@ -471,6 +472,14 @@ def serve(
             "--stateless", help="streamable-http: no session state, for replicas behind a balancer."
         ),
     ] = False,
+    names: Annotated[
+        GatewayNames | None,
+        typer.Option(
+            "--names",
+            help="direct mode's tool and prompt names: prefixed (server__tool) or bare (the "
+            "servers' own; refused when two servers share one). Default: gateway.names.",
+        ),
+    ] = None,
     config: ConfigOpt = None,
 ) -> int:
     """Serve every resolved server's tools to agents over MCP, each agent's policy enforced per
@@ -485,6 +494,7 @@ def serve(
         host=host,
         port=port,
         stateless=stateless,
+        names=names.value if names else None,
     )
 
 

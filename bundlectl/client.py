@@ -52,7 +52,7 @@ def call_tool(
     arguments = dict(arguments or {})
     url = os.environ.get("BUNDLECTL_GATEWAY_URL")
     if url:
-        result = _through_gateway(url, name, arguments)
+        result = _through_gateway(url, name, arguments, config)
     else:
         result = _in_process(name, arguments, agent or os.environ.get("BUNDLECTL_AGENT"), config)
     return _value(name, result)
@@ -142,8 +142,17 @@ def _tokenizer(privacy: Any) -> Any:
     return _SESSION["tokens"]
 
 
-def _through_gateway(url: str, name: str, arguments: dict[str, Any]) -> Any:
+def _naming(config: Path | None) -> str:
+    """The gateway's names (`gateway.names` of the project, when the code runs in one)."""
+    try:
+        return load_project(config).config.gateway.names
+    except BundlectlError:
+        return "prefixed"  # no project here: the gateway's default
+
+
+def _through_gateway(url: str, name: str, arguments: dict[str, Any], config: Path | None) -> Any:
     server, tool = parse_tool_name(name)
+    wire = gateway_name(server, tool, _naming(config))
     token = os.environ.get("BUNDLECTL_GATEWAY_TOKEN")
 
     async def go() -> Any:
@@ -157,7 +166,7 @@ def _through_gateway(url: str, name: str, arguments: dict[str, Any]) -> Any:
             httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
             Client(streamable_http_client(url, http_client=http)) as client,
         ):
-            return await client.call_tool(gateway_name(server, tool), arguments)
+            return await client.call_tool(wire, arguments)
 
     result = anyio.run(go)
     text = " ".join(getattr(b, "text", "") for b in result.content)

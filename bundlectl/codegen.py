@@ -240,8 +240,11 @@ class Generated:
     files: dict[str, str]  # relative path → text
 
 
-def generate(agent: str, servers: list[tuple[str, list[Any]]], *, config: str) -> Generated:
-    """The whole tree for `agent`: `servers` is (server, its callable tools) in order."""
+def generate(
+    agent: str, servers: list[tuple[str, list[Any]]], *, config: str, names: str = "prefixed"
+) -> Generated:
+    """The whole tree for `agent`: `servers` is (server, its callable tools) in order (the
+    Python client names tools `server.tool` and maps them itself: `names` is not needed)."""
     header = HEADER.format(config=config, agent=agent)
     files: dict[str, str] = {}
     packages: set[str] = set()
@@ -434,8 +437,10 @@ def ts_tool_module(server: str, tool: Any, function: str, *, header: str, wire: 
 
 
 def generate_typescript(
-    agent: str, servers: list[tuple[str, list[Any]]], *, config: str
+    agent: str, servers: list[tuple[str, list[Any]]], *, config: str, names: str = "prefixed"
 ) -> Generated:
+    """The TypeScript tree: its client calls the gateway by the names `serve` gives
+    (`names`: the config's `gateway.names`)."""
 
     header = TS_HEADER.format(config=config, agent=agent)
     files: dict[str, str] = {}
@@ -448,7 +453,7 @@ def generate_typescript(
         for tool in sorted(tools, key=lambda t: t.name):
             function = ts_identifier(tool.name, taken)
             files[f"servers/{folder}/{function}.ts"] = ts_tool_module(
-                server, tool, function, header=header, wire=gateway_name(server, tool.name)
+                server, tool, function, header=header, wire=gateway_name(server, tool.name, names)
             )
             exports.append(f'export {{ {function} }} from "./{function}";\n')
         files[f"servers/{folder}/index.ts"] = header + "".join(exports)

@@ -359,6 +359,17 @@ class PrivacySettings(StrictModel):
     )
 
 
+class GatewaySettings(StrictModel):
+    """How `bundlectl serve` presents the servers to its clients."""
+
+    names: Literal["prefixed", "bare"] = Field(
+        default="prefixed",
+        description="Direct mode's tool and prompt names: `prefixed` (`server__tool`, never "
+        "ambiguous) or `bare` (the servers' own names; refused when two servers share one). "
+        "`serve --names` overrides it.",
+    )
+
+
 class ProjectConfig(StrictModel):
     """`bundlectl.yaml`: the bundles a project uses, its own servers, and its agents' policy."""
 
@@ -388,6 +399,9 @@ class ProjectConfig(StrictModel):
     lint: LintSettings = Field(default_factory=LintSettings, description="Lint settings.")
     privacy: PrivacySettings = Field(
         default_factory=PrivacySettings, description="Tokenization of personal data (SPEC 9)."
+    )
+    gateway: GatewaySettings = Field(
+        default_factory=GatewaySettings, description="How `bundlectl serve` names what it offers."
     )
 
 

@@ -52,6 +52,13 @@ class ServeMode(str, Enum):
     search = "search"  # two tools: search_tools and call_tool (progressive disclosure)
 
 
+class GatewayNames(str, Enum):
+    """`serve --names`, `tools --names` (the config's `gateway.names`)."""
+
+    prefixed = "prefixed"  # server__tool
+    bare = "bare"  # the server's own name
+
+
 # The clients `export` and `import` know (bundlectl.clients has one module each).
 CLIENT_NAMES = (
     "claude-desktop",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+from collections.abc import Iterable
 
 from bundlectl.errors import UsageError
 
@@ -64,8 +65,13 @@ _CLIENT_SAFE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _UNSAFE_CHAR = re.compile(r"[^A-Za-z0-9_-]")
 
 
-def gateway_name(server: str, tool: str) -> str:
-    """The name `bundlectl serve` gives a tool: `server__tool`, made client-safe
+# How `serve` names tools and prompts in direct mode (`gateway.names`, `serve --names`).
+NAMINGS = ("prefixed", "bare")
+
+
+def gateway_name(server: str, tool: str, names: str = "prefixed") -> str:
+    """The name `bundlectl serve` gives a tool (or a prompt): with `names="bare"` the server's
+    own name, else `server__tool`, made client-safe
     (`^[A-Za-z0-9_-]{1,64}$`); a name that had to change or is too long gets a stable hash
     suffix, so the mapping never changes between runs.
 
@@ -74,8 +80,25 @@ def gateway_name(server: str, tool: str) -> str:
     one plain name (servers `a` with tool `b__echo` and `a__b` with tool `echo` both gave
     `a__b__echo`). A hashed name could still equal a plain one a server chose on purpose; the
     gateway withholds a name that two tools claim (`Hub.learn`)."""
+    if names == "bare":
+        return tool
     plain = f"{server}__{tool}"
     if "__" not in server and not server.endswith("_") and _CLIENT_SAFE.match(plain):
         return plain
     suffix = hashlib.sha256(plain.encode()).hexdigest()[:8]
     return f"{_UNSAFE_CHAR.sub('_', plain)[:55]}_{suffix}"
+
+
+def name_clashes(
+    pairs: Iterable[tuple[str, str]], names: str = "prefixed"
+) -> list[tuple[str, tuple[str, str], tuple[str, str]]]:
+    """Gateway names that two (server, name) pairs would share: (name, first, second) for each
+    pair after the first that claims a name, in the order given."""
+    seen: dict[str, tuple[str, str]] = {}
+    clashes = []
+    for pair in pairs:
+        name = gateway_name(*pair, names)
+        first = seen.setdefault(name, pair)
+        if first != pair:
+            clashes.append((name, first, pair))
+    return clashes

@@ -16,6 +16,7 @@ from bundlectl.fsio import write_project_file
 from bundlectl.lockfile import digest_json, dump_lock, locked_tools
 from bundlectl.merge import Merged, collision_error, merge, policy_set
 from bundlectl.models import LockedBundle, LockedServer, LockFile, ProjectConfig
+from bundlectl.patterns import name_clashes
 from bundlectl.policy import Policy, PolicySet, canonical_policy, check_extends
 from bundlectl.project import Project
 from bundlectl.resolver import constraint, resolve
@@ -55,6 +56,14 @@ class Resolution:
             if not server.spec.disabled
             for tool in server.spec.tools
         )
+
+    def name_clashes(
+        self, naming: str | None = None
+    ) -> list[tuple[str, tuple[str, str], tuple[str, str]]]:
+        """Gateway names that two declared tools would share, with `naming` (default: the
+        config's `gateway.names`): (name, first (server, tool), second)."""
+        chosen = naming or self.project.config.gateway.names
+        return name_clashes(((t.server, t.tool) for t in self.catalog.tools), chosen)
 
 
 def resolve_project(

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bundlectl.codegen import _Module, generate, identifier, py_type
+from bundlectl.codegen import _Module, generate, generate_typescript, identifier, py_type
 from bundlectl.models import ToolSpec
 from tests.conftest import Run, write
 
@@ -216,3 +216,11 @@ const { readFile, writeFile } = require("./ts/build/servers/files");
         "ToolDenied: error: agent 'reader' may not call files.write_file"
     )
     assert not (coded / "x.txt").exists()
+
+
+@pytest.mark.parametrize(("names", "wire"), [("prefixed", "kitchen__echo"), ("bare", "echo")])
+def test_typescript_calls_the_gateway_by_the_names_serve_gives(names: str, wire: str) -> None:
+    echo = ToolSpec(name="echo", input_schema={"type": "object"})
+    tree = generate_typescript("cook", [("kitchen", [echo])], config="bundlectl.yaml", names=names)
+    module = tree.files["servers/kitchen/echo.ts"]
+    assert f'callTool("kitchen.echo", input, "{wire}")' in module, module

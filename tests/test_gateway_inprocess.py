@@ -382,3 +382,75 @@ def test_log_level_and_list_changes_are_declared_and_honoured(
         assert logs == ["log of bot", "second log of bot"]
     else:
         assert logs == []  # info is below the level the client asked for
+
+
+def _named(project: Path, names: str, second: bool = False) -> None:
+    """kitchen (and, with `second`, a copy under another name) and the files server."""
+    copy = (
+        f"""
+          pantry:
+            command: {PY}
+            args: ["{SERVERS / "kitchen.py"}"]
+            tools: [{{name: echo}}]"""
+        if second
+        else ""
+    )
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        bundles: [basic]
+        servers:
+          kitchen:
+            command: {PY}
+            args: ["{SERVERS / "kitchen.py"}"]
+            tools: [{{name: echo}}, {{name: add}}]{copy}
+        agents:
+          cook: {{allow: [kitchen.echo, files.read_file]}}
+        policy: {{default: deny}}
+        gateway: {{names: {names}}}
+        """,
+    )
+
+
+def test_bare_names_are_the_servers_own_and_reach_their_tools(project: Path, run: Any) -> None:
+    _named(project, "bare")
+    (project / "note.txt").write_text("hi\n")
+
+    async def script(client: Any) -> Any:
+        listed = sorted(t.name for t in (await client.list_tools()).tools)
+        echoed = await client.call_tool("echo", {"text": "bare"})
+        read = await client.call_tool("read_file", {"path": "note.txt"})
+        prefixed = await client.call_tool("kitchen__echo", {"text": "x"})
+        return listed, texts(echoed), texts(read), prefixed
+
+    listed, echoed, read, prefixed = serve_in_process(project, "cook", script)
+    assert listed == ["echo", "read_file"]
+    assert echoed == ["bare"] and read == ["hi\n"]
+    assert prefixed.is_error and "unknown tool" in texts(prefixed)[0]
+    shown = run("tools", "--agent", "cook", "--names", "gateway", "--detail", "name")
+    assert shown.lines == ["read_file  (files.read_file)", "echo  (kitchen.echo)"]
+
+
+def test_bare_names_two_servers_share_are_refused_by_serve_and_lint(
+    project: Path, run: Any
+) -> None:
+    _named(project, "bare", second=True)
+    refused = run("serve", "--agent", "cook")
+    assert refused.code == 2
+    assert refused.err_lines[0] == (
+        "error: gateway names clash with names: bare: 'echo' would be both "
+        "kitchen.echo and pantry.echo"
+    ), refused.err
+    linted = run("lint", "--select", "BCL111")
+    assert linted.code == 1
+    assert linted.lines[0].startswith("bundlectl.yaml:15:18:"), linted.out
+    assert "BCL111" in linted.lines[0] and "kitchen.echo and pantry.echo" in linted.lines[0]
+    # Prefixed names are unique by construction: the same project serves with --names prefixed.
+    _named(project, "prefixed", second=True)
+    assert run("lint", "--select", "BCL111").code == 0
+
+    async def script(client: Any) -> list[str]:
+        return sorted(t.name for t in (await client.list_tools()).tools)
+
+    assert serve_in_process(project, "cook", script) == ["files__read_file", "kitchen__echo"]

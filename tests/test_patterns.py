@@ -7,7 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bundlectl.errors import UsageError
-from bundlectl.patterns import gateway_name, matches, parse_tool_name, part_matches, split_rule
+from bundlectl.patterns import (
+    gateway_name,
+    matches,
+    name_clashes,
+    parse_tool_name,
+    part_matches,
+    split_rule,
+)
 
 
 def test_rules_split_at_the_first_dot_and_bare_rules_mean_every_server() -> None:
@@ -58,3 +65,18 @@ def test_gateway_names_of_distinct_tools_differ(pairs: list[tuple[str, str]]) ->
     names = [gateway_name(server, tool) for server, tool in pairs]
     assert len(set(names)) == len(names), list(zip(pairs, names, strict=True))
     assert gateway_name("a", "b__echo") != gateway_name("a__b", "echo")
+
+
+@given(st.lists(st.tuples(_SERVER, _TOOL), min_size=1, max_size=8, unique=True))
+def test_name_clashes_are_exactly_the_names_shared(pairs: list[tuple[str, str]]) -> None:
+    for naming in ("prefixed", "bare"):
+        clashes = name_clashes(pairs, naming)
+        named = [gateway_name(server, tool, naming) for server, tool in pairs]
+        assert len(clashes) == len(named) - len(set(named))
+        for name, first, second in clashes:
+            assert gateway_name(*first, naming) == gateway_name(*second, naming) == name
+            assert pairs.index(first) < pairs.index(second)
+    assert name_clashes([("a", "echo"), ("b", "echo")], "bare") == [
+        ("echo", ("a", "echo"), ("b", "echo"))
+    ]
+    assert name_clashes([("a", "echo"), ("b", "echo")]) == []

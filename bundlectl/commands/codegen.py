@@ -49,7 +49,7 @@ def run(
             servers.append((name, usable))
     shown = display_path(project.config_path)
     make = generate_typescript if lang == "typescript" else generate
-    generated = make(who, servers, config=shown)
+    generated = make(who, servers, config=shown, names=project.config.gateway.names)
     wanted = {out / rel: text for rel, text in generated.files.items()}
     stale = (
         [path for path in (out / "servers").rglob("*.py") if path not in wanted and _ours(path)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bundlectl.errors import UsageError
 from bundlectl.executor import runner
 from bundlectl.executor.gateway import serve_stdio
 from bundlectl.executor.gateway_http import access_for, bind, serve_http
@@ -23,8 +24,10 @@ def run(
     host: str = "127.0.0.1",
     port: int = 8765,
     stateless: bool = False,
+    names: str | None = None,
 ) -> int:
     resolution = resolve_project(load_project(config))
+    _refuse_clashes(resolution, names)
     pipeline = Pipeline(resolution, AuditLog(resolution, via="serve"), confirm=None)
 
     if transport is ServeTransport.stdio:
@@ -33,7 +36,7 @@ def run(
         _warn_unlisted(resolution, who)
 
         async def stdio() -> None:
-            await serve_stdio(pipeline, who, mode.value)
+            await serve_stdio(pipeline, who, mode.value, names)
 
         runner.run(stdio)
         return 0
@@ -45,7 +48,13 @@ def run(
 
     async def http() -> None:
         await serve_http(
-            pipeline, access=access, agent=agent, sock=sock, mode=mode.value, stateless=stateless
+            pipeline,
+            access=access,
+            agent=agent,
+            sock=sock,
+            mode=mode.value,
+            stateless=stateless,
+            names=names,
         )
 
     runner.run(http)
@@ -62,3 +71,21 @@ def _warn_unlisted(resolution: Resolution, agent: str) -> None:
     guess = f"; did you mean {close[0]!r}?" if close else ""
     default = policy.default
     note(f"agent {agent!r} is not listed under agents: policy.default ({default}) applies{guess}")
+
+
+def _refuse_clashes(resolution: Resolution, names: str | None) -> None:
+    """Direct mode with names two tools would share (`bare`, two servers with one tool name):
+    a client could not tell which it calls, so nothing is served."""
+    clashes = resolution.name_clashes(names)
+    if not clashes:
+        return
+    naming = names or resolution.project.config.gateway.names
+    shown = "; ".join(
+        f"{name!r} would be both {first[0]}.{first[1]} and {second[0]}.{second[1]}"
+        for name, first, second in clashes[:5]
+    )
+    more = f" (and {len(clashes) - 5} more)" if len(clashes) > 5 else ""
+    raise UsageError(
+        f"gateway names clash with names: {naming}: {shown}{more}",
+        hint="use names: prefixed (server__tool), or disable one of the servers",
+    )

@@ -59,12 +59,15 @@ def run(
     if live:
         return run_live(resolution, server=server, fmt=fmt)
     chosen = select(resolution, agent=agent, server=server, query=query)
+    naming = resolution.project.config.gateway.names  # as `serve` names them
     if fmt is Format.json:
         emit_json(
             {
                 "format_version": JSON_FORMAT_VERSION,
                 "agent": agent,
-                "tools": [_as_json(ref, _spec(ref), effect, detail) for ref, effect in chosen],
+                "tools": [
+                    _as_json(ref, _spec(ref), effect, detail, naming) for ref, effect in chosen
+                ],
             }
         )
         return 0
@@ -73,7 +76,7 @@ def run(
         mark = "  [ask]" if effect == "ask" else ""
         shown = ref.qualified
         if names is Names.gateway:
-            shown = f"{gateway_name(ref.server, ref.tool)}  ({ref.qualified})"
+            shown = f"{gateway_name(ref.server, ref.tool, naming)}  ({ref.qualified})"
         if detail == "name":
             out(f"{shown}{mark}")
             continue
@@ -96,12 +99,14 @@ def _spec(ref: ToolRef) -> ToolSpec:
     return ref.spec
 
 
-def _as_json(ref: ToolRef, spec: ToolSpec, effect: str | None, detail: Detail) -> dict[str, Any]:
+def _as_json(
+    ref: ToolRef, spec: ToolSpec, effect: str | None, detail: Detail, naming: str
+) -> dict[str, Any]:
     item: dict[str, Any] = {
         "name": ref.qualified,
         "server": ref.server,
         "tool": ref.tool,
-        "gateway_name": gateway_name(ref.server, ref.tool),
+        "gateway_name": gateway_name(ref.server, ref.tool, naming),
     }
     if effect is not None:
         item["decision"] = effect

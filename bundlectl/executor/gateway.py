@@ -517,6 +517,7 @@ class Hub:
     )
     stateless: bool = False
     one_client: bool = False  # stdio: a single client, so nothing can reach the wrong one
+    naming: str | None = None  # `serve --names`; None: the config's `gateway.names`
     bus: Any = None  # 2026-07-28 clients' `subscriptions/listen` streams
     _privacy: tuple[Any, Any] | None = None  # (resolution, its Privacy)
     generation: int = 0  # bumped whenever what an agent can list may have changed
@@ -722,10 +723,15 @@ class Hub:
                 self.learn(server, merged.spec.tools)
         return self._names
 
+    def name_of(self, server: str, tool: str) -> str:
+        """The name a client sees for the server's tool or prompt (`gateway.names`)."""
+        naming = self.naming or self.pipeline.resolution.project.config.gateway.names
+        return gateway_name(server, tool, naming)
+
     def learn(self, server: str, tools: Any) -> None:
         names = self.names()
         for tool in tools:
-            name, pair = gateway_name(server, tool.name), (server, tool.name)
+            name, pair = self.name_of(server, tool.name), (server, tool.name)
             if names.get(name, pair) != pair:  # two tools claim one name: neither gets it
                 self.ambiguous.add(name)
                 self.log(
@@ -839,9 +845,9 @@ class Gateway:
         """Direct mode: the usable tools, named `server__tool`, definitions passed through."""
         catalog = await self._catalog()
         tools = [
-            tool.model_copy(update={"name": gateway_name(server, tool.name)})
+            tool.model_copy(update={"name": self.hub.name_of(server, tool.name)})
             for server, tool in catalog
-            if gateway_name(server, tool.name) not in self.hub.ambiguous
+            if self.hub.name_of(server, tool.name) not in self.hub.ambiguous
         ]
         return sorted(tools, key=lambda t: t.name)
 
@@ -925,13 +931,13 @@ class Gateway:
     async def list_prompts(self) -> list[types.Prompt]:
         """The prompts of the servers in use, named `server__prompt`."""
         return [
-            prompt.model_copy(update={"name": gateway_name(server, prompt.name)})
+            prompt.model_copy(update={"name": self.hub.name_of(server, prompt.name)})
             for server, prompt in await self._gather("list_prompts", "prompts")
         ]
 
     async def get_prompt(self, name: str, arguments: dict[str, str] | None) -> Any:
         listed = await self._gather("list_prompts", "prompts")
-        found = [(s, p.name) for s, p in listed if gateway_name(s, p.name) == name]
+        found = [(s, p.name) for s, p in listed if self.hub.name_of(s, p.name) == name]
         if found:
             server, prompt = found[0]
 
@@ -1365,10 +1371,12 @@ class _ListingCache:
         return cached
 
 
-async def serve_stdio(pipeline: Pipeline, agent: str, mode: str = "direct") -> None:
+async def serve_stdio(
+    pipeline: Pipeline, agent: str, mode: str = "direct", names: str | None = None
+) -> None:
     """Serve the agent over stdin/stdout until the client closes them (or a stop signal)."""
     async with anyio.create_task_group() as group:
-        hub = Hub(pipeline, group, log=_log_line, agents={agent}, one_client=True)
+        hub = Hub(pipeline, group, log=_log_line, agents={agent}, one_client=True, naming=names)
         async with _stdio() as (read, writer, express_to):
             # Warm calls of direct mode skip the SDK on both sides (`express.py`).
             lane = Express(hub, agent, group, writer) if mode == "direct" else None

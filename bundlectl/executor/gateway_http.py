@@ -294,6 +294,7 @@ async def serve_http(
     sock: socket.socket,
     mode: str = "direct",
     stateless: bool = False,
+    names: str | None = None,
 ) -> None:
     """Serve until a stop signal: the first one lets the requests in flight finish (3 s at
     most), then every downstream server is stopped."""
@@ -310,7 +311,7 @@ async def serve_http(
 
     host, port = sock.getsockname()[:2]
     async with anyio.create_task_group() as group:
-        hub = Hub(pipeline, group, log=_log_line, stateless=stateless)
+        hub = Hub(pipeline, group, log=_log_line, stateless=stateless, naming=names)
         gate = Gate(None, access, hub, agent, str(host))
         server = mcp_server(hub, mode, lambda ctx: ctx.request.scope[AGENT], codec=gate.keys)
         manager = StreamableHTTPSessionManager(

@@ -76,6 +76,23 @@ def server_collisions(ctx: Context) -> Iterator[Finding]:
         )
 
 
+def gateway_name_clashes(ctx: Context) -> Iterator[Finding]:
+    """BCL111, at `gateway.names` when it says bare, else at the second tool's server."""
+    if ctx.resolution is None or ctx.config is None or ctx.config_model is None:
+        return
+    bare = ctx.config_model.gateway.names == "bare"
+    for name, first, second in ctx.resolution.name_clashes():
+        path: tuple[str | int, ...] = ("gateway", "names") if bare else ("servers", second[0])
+        yield at(
+            "BCL111",
+            ctx.config.doc,
+            path,
+            f"tools {first[0]}.{first[1]} and {second[0]}.{second[1]} would both be named "
+            f"{name!r} by `bundlectl serve`",
+            anchor=name,
+        )
+
+
 def invalid_extends(ctx: Context) -> Iterator[Finding]:
     """BCL108: unknown parents and cycles (each at its position)."""
     if ctx.resolution is None:

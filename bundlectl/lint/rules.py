@@ -158,6 +158,14 @@ RULES = _rules(
         "Manifests live at <registry>/<name>/<version>.yaml.",
     ),
     RuleInfo(
+        "BCL111",
+        "gateway-name-clash",
+        "error",
+        "Two tools would have one name in `bundlectl serve`'s direct mode (with `gateway.names: "
+        "bare`, two servers with a tool of the same name): `serve` refuses to start.",
+        "Use `gateway.names: prefixed`, or disable one of the servers.",
+    ),
+    RuleInfo(
         "BCL201",
         "allow-overridden",
         "warning",
