@@ -42,7 +42,7 @@ def test_all_problems_of_a_config_in_one_run(project: Path, run: Run) -> None:
         "error: bundlectl.yaml:10:1: polcy: unknown key 'polcy'; did you mean 'policy'?",
     ]
     assert (
-        "  hint: allowed keys here: agents, bundles, lint, policy, privacy, registries, "
+        "  hint: allowed keys here: agents, bundles, gateway, lint, policy, privacy, registries, "
         "servers, tests, version" in result.err_lines
     )
     assert "Traceback" not in result.err
