@@ -444,3 +444,46 @@ def test_what_a_shared_server_sends_during_a_call_reaches_only_that_calls_client
     if concurrency == 2:  # both in flight at once: whose it is cannot be told, so no one gets it
         results = seen["alice"]["result"] + seen["carol"]["result"]
         assert any("calls of several clients are in flight" in r for r in results), results
+
+
+def _answer(response: Any) -> Any:
+    """A JSON-RPC answer, sent as JSON or as one server-sent event."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        data = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
+        return json.loads(data[-1])
+    return response.json()
+
+
+def test_a_stateless_gateway_declares_no_subscriptions_it_cannot_deliver(
+    http_project: Path, isolated_home: Path
+) -> None:
+    """--stateless: no response stream outlives a request, so a 2025-11-25 client is promised
+    neither resource updates nor list changes, and `resources/subscribe` is not a method."""
+    import httpx2
+
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {READER_TOKEN}",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    subscribe = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "resources/subscribe",
+        "params": {"uri": "kitchen://counter"},
+    }
+    answers = {}
+    for flags in (["--stateless"], []):
+        with gateway(http_project, *flags) as (url, _):
+            hello = httpx2.post(f"{url}/mcp", json=INITIALIZE, headers=headers, timeout=30)
+            session = hello.headers.get("mcp-session-id")
+            more = {**headers, **({"mcp-session-id": session} if session else {})}
+            asked = httpx2.post(f"{url}/mcp", json=subscribe, headers=more, timeout=30)
+            answers[bool(flags)] = (_answer(hello)["result"]["capabilities"], _answer(asked))
+    capabilities, refused = answers[True]
+    assert capabilities["resources"].get("subscribe") is not True, capabilities
+    assert capabilities["tools"].get("listChanged") is not True, capabilities
+    assert refused["error"]["code"] == -32601, refused
+    capabilities, taken = answers[False]  # a stateful gateway keeps both
+    assert capabilities["resources"]["subscribe"] is True and "result" in taken, taken
+    assert capabilities["tools"]["listChanged"] is True

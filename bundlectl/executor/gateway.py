@@ -1279,8 +1279,10 @@ def mcp_server(
             on_list_resources=on_list_resources,
             on_list_resource_templates=on_list_resource_templates,
             on_read_resource=on_read_resource,
-            on_subscribe_resource=on_subscribe_resource,
-            on_unsubscribe_resource=on_unsubscribe_resource,
+            # A stateless request has no stream an update could come back on: subscriptions
+            # are neither declared nor taken (a 2026-07-28 client's listen stream still works).
+            on_subscribe_resource=None if hub.stateless else on_subscribe_resource,
+            on_unsubscribe_resource=None if hub.stateless else on_unsubscribe_resource,
             on_set_logging_level=on_set_logging_level,
             on_subscriptions_listen=_Listen(ListenHandler(hub.bus), hub, view),
         )
@@ -1291,7 +1293,8 @@ def mcp_server(
     server.middleware.append(_ListingCache(hub, agent_of))
     # Declare the list changes the gateway sends (2025-11-25; on 2026-07-28 the SDK derives
     # them from `subscriptions/listen`).
-    changes = NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True)
+    sent = not hub.stateless  # nothing reaches a stateless 2025-11-25 client unasked
+    changes = NotificationOptions(prompts_changed=sent, resources_changed=sent, tools_changed=sent)
     server.create_initialization_options = functools.partial(
         Server.create_initialization_options, server, changes
     )
