@@ -454,3 +454,50 @@ def test_bare_names_two_servers_share_are_refused_by_serve_and_lint(
         return sorted(t.name for t in (await client.list_tools()).tools)
 
     assert serve_in_process(project, "cook", script) == ["files__read_file", "kitchen__echo"]
+
+
+def test_completions_pass_through_for_prompts_and_templates_of_servers_in_use(
+    project: Path,
+) -> None:
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          pantry: {{command: {PY}, args: ["{SERVERS / "pantry.py"}"]}}
+        agents:
+          cook: {{allow: ["pantry.*"]}}
+          guest: {{allow: [other.thing]}}
+        policy: {{default: deny}}
+        privacy: {{tokenize: [email]}}
+        """,
+    )
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import PromptReference, ResourceTemplateReference
+
+    async def cook(client: Any) -> Any:
+        caps = client.server_capabilities
+        dish = await client.complete(
+            PromptReference(name="pantry__recipe"), {"name": "dish", "value": "s"}
+        )
+        item = await client.complete(
+            ResourceTemplateReference(uri="pantry://shelf/{item}"), {"name": "item", "value": "f"}
+        )
+        mail = await client.complete(
+            PromptReference(name="pantry__recipe"), {"name": "dish", "value": "@"}
+        )
+        return caps, dish.completion.values, item.completion.values, mail.completion.values
+
+    caps, dishes, items, mail = serve_in_process(project, "cook", cook, protocol="legacy")
+    assert caps.completions is not None
+    assert dishes == ["soup", "salad", "sorbet", "stew"] and items == ["flour", "figs", "fennel"]
+    assert mail == ["[EMAIL_1]"]
+
+    async def guest(client: Any) -> str:  # a server the agent may not use: nothing to complete
+        with pytest.raises(MCPError) as refused:
+            await client.complete(
+                PromptReference(name="pantry__recipe"), {"name": "dish", "value": "s"}
+            )
+        return refused.value.error.message
+
+    assert "unknown prompt 'pantry__recipe'" in serve_in_process(project, "guest", guest)

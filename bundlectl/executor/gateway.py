@@ -956,6 +956,41 @@ class Gateway:
         self.pipeline.audit.access(self.agent, "-", "prompts/get", {"name": name}, "not-found")
         raise _not_found(f"unknown prompt {name!r}; prompts/list shows the prompts you can use")
 
+    async def complete(
+        self, ref: Any, argument: dict[str, str], context: dict[str, str] | None
+    ) -> types.CompleteResult:
+        """Completions for an argument of a prompt (by the name the client sees) or a resource
+        template (by its URI template), from the server in use that has it; the answer passes
+        the tokenizer like every other text a server sends."""
+        if ref.type == "ref/prompt":
+            listed = await self._gather("list_prompts", "prompts")
+            found = [
+                (s, types.PromptReference(name=p.name))
+                for s, p in listed
+                if self.hub.name_of(s, p.name) == ref.name
+            ]
+        else:
+            listed = await self._gather("list_resource_templates", "resource_templates")
+            found = [(s, ref) for s, t in listed if t.uri_template == ref.uri]
+        if not found:
+            what = f"prompt {ref.name!r}" if ref.type == "ref/prompt" else f"template {ref.uri!r}"
+            raise _not_found(f"unknown {what}; nothing to complete")
+        server, real = found[0]
+
+        async def job(client: Any) -> types.CompleteResult:
+            result: types.CompleteResult = await client.complete(real, argument, context)
+            return result
+
+        result: types.CompleteResult = await self.hub.downstream(server).run(
+            self.hub.group, job, self.ctx
+        )
+        tokens = self.hub.tokenizer(self.ctx, self.agent)
+        if tokens is None:
+            return result
+        values = [tokens.text(value) for value in result.completion.values]
+        completion = result.completion.model_copy(update={"values": values})
+        return result.model_copy(update={"completion": completion})
+
     async def list_resources(self) -> list[types.Resource]:
         return [item for _, item in await self._gather("list_resources", "resources")]
 
@@ -1235,6 +1270,13 @@ def mcp_server(
         with _as_protocol_error():
             return await (await view(ctx)).get_prompt(params.name, params.arguments)
 
+    async def on_completion(ctx: Any, params: types.CompleteRequestParams) -> Any:
+        """`completion/complete` for the prompts and templates of the servers in use."""
+        context = params.context.arguments if params.context is not None else None
+        argument = {"name": params.argument.name, "value": params.argument.value}
+        with _as_protocol_error():
+            return await (await view(ctx)).complete(params.ref, argument, context)
+
     async def on_list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
         return types.ListResourcesResult(resources=await (await view(ctx)).list_resources())
 
@@ -1276,6 +1318,7 @@ def mcp_server(
             on_call_tool=on_call_tool,
             on_list_prompts=on_list_prompts,
             on_get_prompt=on_get_prompt,
+            on_completion=on_completion,
             on_list_resources=on_list_resources,
             on_list_resource_templates=on_list_resource_templates,
             on_read_resource=on_read_resource,
