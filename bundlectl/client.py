@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 
-from bundlectl.errors import BundlectlError, PolicyDenied
+from bundlectl.errors import BundlectlError, PolicyDenied, UsageError
 from bundlectl.executor import runner
 from bundlectl.executor.call import CallRequest, call_once, client_capabilities
 from bundlectl.executor.pipeline import (
@@ -118,7 +118,7 @@ def _in_process(
     except PolicyDenied as exc:
         raise ToolDenied(exc.message + (f" ({exc.hint})" if exc.hint else "")) from None
     except BundlectlError as exc:
-        raise ToolFailed(_shown(exc.message)) from None
+        raise ToolFailed(_shown(exc.message + (f" ({exc.hint})" if exc.hint else ""))) from None
     if outcome.error is not None:
         if isinstance(outcome.error, PolicyDenied):
             raise ToolDenied(outcome.error.message)
@@ -133,10 +133,26 @@ def _shown(message: str) -> str:
     return tokens.conceal(message) if tokens is not None else message
 
 
+# Accepts, for this process, that the token map lives beside the agent's own code.
+IN_PROCESS_PRIVACY = "BUNDLECTL_PRIVACY_IN_PROCESS"
+
+
 def _tokenizer(privacy: Any) -> Any:
-    """This process's token map (one session for all the code's calls), or None."""
+    """This process's token map (one session for all the code's calls), or None.
+
+    In this process the map (the real values) is readable by the agent's own code, so with
+    `privacy:` set the gateway is the default: the in-process path is refused unless
+    $BUNDLECTL_PRIVACY_IN_PROCESS=1 accepts that."""
     if privacy is None:
         return None
+    if os.environ.get(IN_PROCESS_PRIVACY) != "1":
+        raise UsageError(
+            "this project tokenizes personal data (privacy:), and in this process the agent's "
+            "own code could read the real values behind the tokens",
+            hint="run `bundlectl serve --transport streamable-http` and set "
+            "BUNDLECTL_GATEWAY_URL (and BUNDLECTL_GATEWAY_TOKEN), or set "
+            f"{IN_PROCESS_PRIVACY}=1 to accept that",
+        )
     if "tokens" not in _SESSION:
         _SESSION["tokens"] = privacy.session()
     return _SESSION["tokens"]

@@ -186,6 +186,10 @@ def test_the_code_mode_client_tokenizes_too(
     (project / "contacts.txt").write_text("Ann <ann@example.com>\n")
     monkeypatch.setattr(client, "_SESSION", {})
     monkeypatch.setenv("BUNDLECTL_AGENT", "clerk")
+    # With privacy set, the gateway is the default: in this process only when accepted.
+    with pytest.raises(client.ToolFailed, match=r"BUNDLECTL_GATEWAY_URL .* or set "):
+        client.call_tool("files.read_file", {"path": "contacts.txt"})
+    monkeypatch.setenv("BUNDLECTL_PRIVACY_IN_PROCESS", "1")
     seen = client.call_tool("files.read_file", {"path": "contacts.txt"})
     assert seen == "Ann <[EMAIL_1]>\n"
     client.call_tool("files.write_file", {"path": "copy.txt", "content": seen})
@@ -261,6 +265,7 @@ def test_code_mode_never_quotes_the_values_behind_tokens(
 
     monkeypatch.setattr(client, "_SESSION", {})
     monkeypatch.setenv("BUNDLECTL_AGENT", "clerk")
+    monkeypatch.setenv("BUNDLECTL_PRIVACY_IN_PROCESS", "1")
     table = json.dumps(client.call_tool("kitchen.people", {}))
     email = table[table.index("[EMAIL_") :].split("]")[0] + "]"
     with pytest.raises(client.ToolFailed) as wrong:
