@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import textwrap
 from collections.abc import Callable
@@ -139,12 +140,20 @@ def _throwaway_home(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
         config.stash[_BEFORE] = _snapshot()
     home = Path(tempfile.mkdtemp(prefix="bundlectl-suite-home-"))
+    config.stash[_HOME] = home
     os.environ["HOME"] = str(home)
     for var in _XDG:
         os.environ[var] = str(home / f".{var.lower()}")
 
 
 _BEFORE = pytest.StashKey[dict[str, tuple[int, int]]]()
+_HOME = pytest.StashKey[Path]()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    home = config.stash.get(_HOME, None)
+    if home is not None:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

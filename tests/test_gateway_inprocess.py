@@ -442,6 +442,8 @@ def test_bare_names_two_servers_share_are_refused_by_serve_and_lint(
         "error: gateway names clash with names: bare: 'echo' would be both "
         "kitchen.echo and pantry.echo"
     ), refused.err
+    # Search mode names tools server.tool: nothing clashes there.
+    assert run("serve", "--agent", "cook", "--mode", "search").code == 0
     linted = run("lint", "--select", "BCL111")
     assert linted.code == 1
     assert linted.lines[0].startswith("bundlectl.yaml:15:18:"), linted.out

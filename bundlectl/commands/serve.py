@@ -27,7 +27,8 @@ def run(
     names: str | None = None,
 ) -> int:
     resolution = resolve_project(load_project(config))
-    _refuse_clashes(resolution, names)
+    if mode is ServeMode.direct:  # search mode names tools server.tool
+        _refuse_clashes(resolution, names)
     pipeline = Pipeline(resolution, AuditLog(resolution, via="serve"), confirm=None)
 
     if transport is ServeTransport.stdio:
