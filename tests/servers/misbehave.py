@@ -3,7 +3,8 @@
 handshake, then dies), `spawn-and-hang` (starts a grandchild, never answers, exits on EOF and
 leaves the grandchild), `linger` (a minimal working server with a grandchild, which ignores EOF),
 `flood` (answers the first message with one endless line), `unreliable` (a working server
-whose tools each fail in their own way)."""
+whose tools each fail in their own way), `slow` (no SDK, so it starts in milliseconds: its one
+tool `sleep` reports progress every 0.1 s and never answers)."""
 
 from __future__ import annotations
 
@@ -110,6 +111,31 @@ if mode == "unreliable":
             sys.stdout.write("this is not json-rpc\n")
             sys.stdout.flush()
         # hang: no answer
+if mode == "slow":
+    SLEEP = {"name": "sleep", "description": "Never answer.", "inputSchema": {"type": "object"}}
+    for line in sys.stdin:
+        message = json.loads(line)
+        method = message.get("method")
+        if "id" not in message:
+            continue
+        if method == "initialize":
+            reply(message, INIT)
+        elif method == "tools/list":
+            reply(message, {"tools": [SLEEP]})
+        elif method == "tools/call":
+            token = message["params"].get("_meta", {}).get("progressToken")
+            for step in range(600):
+                if token is not None:
+                    params = {"progressToken": token, "progress": step, "message": "sleeping"}
+                    note_ = {"jsonrpc": "2.0", "method": "notifications/progress", "params": params}
+                    try:
+                        sys.stdout.write(json.dumps(note_) + "\n")
+                        sys.stdout.flush()
+                    except BrokenPipeError:
+                        os._exit(0)  # the client hung up: that is what the test waits for
+                time.sleep(0.1)
+        else:
+            not_found(message)
 if mode == "flood":
     sys.stdin.readline()
     chunk = b"x" * (1 << 20)
