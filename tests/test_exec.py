@@ -419,7 +419,13 @@ def test_denied_call_starts_nothing_and_is_audited(
         ("writer", "write_file", "deny", "denied"),
     ]
     assert records[0]["rule"] == "kitchen.fail"
-    assert records[0]["rule_source"] == "bundlectl.yaml:31:80"
+    lines = (project / "bundlectl.yaml").read_text().splitlines()
+    [(row, column)] = [
+        (n, line.index("kitchen.fail"))
+        for n, line in enumerate(lines)
+        if "deny: [kitchen.fail]" in line
+    ]
+    assert records[0]["rule_source"] == f"bundlectl.yaml:{row + 1}:{column + 1}"
     yes = run("exec", "--agent", "writer", "files.write_file", "path=a.txt", "content=x", "--yes")
     assert yes.code == 0 and (project / "a.txt").read_text() == "x"
 

@@ -54,6 +54,8 @@ class CallRequest:
     # A `detokenize` tool (privacy): the real values behind the agent's tokens, put back only
     # once the arguments as sent have passed validation, so no message can quote them.
     restore: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # The request's `_meta` for the server (the gateway: the log level its client asked for).
+    meta: dict[str, Any] | None = None
 
     @property
     def qualified(self) -> str:
@@ -238,6 +240,7 @@ async def perform(
                 sent,
                 read_timeout_seconds=request.timeout,
                 progress_callback=request.progress or progress,
+                **({"meta": request.meta} if request.meta else {}),
             )
         if scope.cancelled_caught:
             raise runner.stopped()

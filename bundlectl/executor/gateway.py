@@ -668,14 +668,23 @@ class Hub:
         self.used_nonces[nonce] = now + NONCE_MEMORY
         return True
 
-    def wants_log(self, ctx: Any, level: str) -> bool:
-        """Whether the client asked for log messages of `level` (`logging/setLevel`; a client
-        that never asked gets every level, as before)."""
+    def log_floor(self, ctx: Any) -> str | None:
+        """The lowest level of log message the client of request `ctx` wants, None for none: a
+        2026-07-28 client says so on each request (`_meta`), an older one with
+        `logging/setLevel`; one that never set a level gets every level, as before."""
+        if str(getattr(ctx, "protocol_version", "")) >= MODERN:
+            asked = (getattr(ctx, "meta", None) or {}).get(types.LOG_LEVEL_META_KEY)
+            return asked if asked in LOG_LEVELS else None
         try:
             floor = self.log_levels.get(_connection(ctx)) if not self.stateless else None
         except TypeError:  # a connection that cannot be weakly referenced: never set a level
             floor = None
-        return floor is None or LOG_LEVELS.index(level) >= LOG_LEVELS.index(floor)
+        return floor or LOG_LEVELS[0]
+
+    def wants_log(self, ctx: Any, level: str) -> bool:
+        """Whether the client of request `ctx` asked for log messages of `level`."""
+        floor = self.log_floor(ctx)
+        return floor is not None and LOG_LEVELS.index(level) >= LOG_LEVELS.index(floor)
 
     def privacy(self) -> Any:
         """The privacy settings in force (built once per loaded config)."""
@@ -1034,6 +1043,12 @@ class Gateway:
                 return
         raise _not_found(f"unknown resource {uri!r}; resources/list shows what you can read")
 
+    def _log_meta(self) -> dict[str, Any] | None:
+        """The call's `_meta` for the server: the log level the client wants (a 2026-07-28
+        server sends log messages only to requests that ask; older ones ignore the key)."""
+        floor = self.hub.log_floor(self.ctx) if self.ctx is not None else None
+        return None if floor is None else {types.LOG_LEVEL_META_KEY: floor}
+
     def _progress(self) -> Any:
         """The downstream server's progress, passed on to the client when it asked for it."""
         ctx = self.ctx
@@ -1104,6 +1119,7 @@ class Gateway:
                 check=self.pipeline.pin_check(server),
                 progress=self._progress(),
                 restore=tokens.restore if restore and tokens is not None else None,
+                meta=self._log_meta(),
             )
 
             async def call(client: Any) -> CallOutcome:

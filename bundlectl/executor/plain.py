@@ -210,12 +210,15 @@ class StdioClient:
         arguments: dict[str, Any],
         read_timeout_seconds: float | None = None,
         progress_callback: Progress | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> PlainResult:
         number = next(self._ids)
         params: dict[str, Any] = {"name": name, "arguments": arguments}
+        if meta:
+            params["_meta"] = dict(meta)
         if progress_callback is not None:
             token = f"bundlectl-{number}"
-            params["_meta"] = {"progressToken": token}
+            params.setdefault("_meta", {})["progressToken"] = token
             self._progress[token] = progress_callback
         result = await self._request("tools/call", params, read_timeout_seconds, number=number)
         problem = check_result(result)

