@@ -114,7 +114,7 @@ def _in_process(
             outcome = runner.run(go)
         finally:
             target.close()
-        pipeline.audit.record(decision, outcome.outcome, outcome.duration_ms, outcome.arguments)
+        pipeline.finish_call(outcome)
     except PolicyDenied as exc:
         raise ToolDenied(exc.message + (f" ({exc.hint})" if exc.hint else "")) from None
     except BundlectlError as exc:

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bundlectl.errors import PolicyDenied, UsageError
-from bundlectl.executor.pipeline import Pipeline, always_yes, default_agent
+from bundlectl.errors import (
+    CallTimeout,
+    Interrupted,
+    PolicyDenied,
+    ServerError,
+    ToolCallError,
+    UsageError,
+)
+from bundlectl.executor.pipeline import After, Pipeline, always_yes, default_agent
 from bundlectl.policy import Decision
 from bundlectl.project import load_project
 from bundlectl.resolution import resolve_project
-from tests.conftest import write
+from tests.conftest import Run, write
 
 
 class Recorded:
@@ -76,6 +87,38 @@ def test_ask_goes_to_the_confirmer(resolution: Any, answer: bool, outcome: str |
     assert Pipeline(resolution, sink, always_yes).decide("writer", "files", "write_file")
 
 
+def test_an_ask_no_one_could_answer_is_refused_and_audited(resolution: Any) -> None:
+    """The gateway's case: an `ask` rule, and a client that cannot elicit."""
+    sink = Recorded()
+    pipeline = Pipeline(resolution, sink, confirm=None)
+    decision = pipeline.judge("writer", "files", "write_file", interactive=True)
+    assert decision.effect == "ask" and sink.records == []  # judging records nothing
+    with pytest.raises(PolicyDenied, match="no one can be asked"):
+        pipeline.admit(decision, None)
+    assert pipeline.admit(decision, True) is decision
+    assert sink.records == [("writer", "files.write_file", "denied")]
+
+
+@pytest.mark.parametrize(
+    ("error", "outcome", "after"),
+    [
+        (None, "ok", After.KEEP),
+        (ServerError("it crashed"), "server-error", After.RESTART),
+        (CallTimeout("too slow"), "timeout", After.PROBE),
+        (ToolCallError("bad arguments"), "invalid-call", After.KEEP),
+        (Interrupted("stopped"), "interrupted", After.KEEP),
+    ],
+)
+def test_finish_audits_the_outcome_and_says_what_the_server_needs(
+    resolution: Any, error: Any, outcome: str, after: After
+) -> None:
+    sink = Recorded()
+    pipeline = Pipeline(resolution, sink, confirm=None)
+    decision = pipeline.decide("writer", "files", "read_file")
+    assert pipeline.finish(decision, error=error) is after
+    assert sink.records == [("writer", "files.read_file", outcome)]
+
+
 def test_targets(resolution: Any) -> None:
     pipeline = Pipeline(resolution, Recorded(), None)
     assert pipeline.target("files").builtin == "files"
@@ -84,3 +127,112 @@ def test_targets(resolution: Any) -> None:
     with pytest.raises(UsageError, match="no server 'nope'"):
         pipeline.target("nope")
     assert (default_agent("given"), default_agent(None)) == ("given", "default")
+
+
+# --- one sequence for every front door ------------------------------------------------------
+
+SAME_CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("kitchen.echo", {"text": "hi"}),  # allowed: ok
+    ("kitchen.fail", {"message": "no"}),  # allowed: the tool reports an error
+    ("kitchen.echo", {"text": 5}),  # allowed, invalid arguments: nothing is sent
+    ("kitchen.add", {"a": 1, "b": 2}),  # denied: nothing starts
+]
+EXPECTED = [
+    ("kitchen", "echo", "allow", "ok"),
+    ("kitchen", "fail", "allow", "tool-error"),
+    ("kitchen", "echo", "allow", "invalid-call"),
+    ("kitchen", "add", "deny", "denied"),
+]
+
+
+@pytest.fixture
+def same_project(project: Path) -> Path:
+    kitchen = Path(__file__).parent / "servers" / "kitchen.py"
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          kitchen: {{command: {sys.executable}, args: ["{kitchen}"]}}
+        agents:
+          agent: {{allow: [kitchen.echo, kitchen.fail]}}
+        policy: {{default: deny}}
+        """,
+    )
+    return project
+
+
+def audited(home: Path) -> list[tuple[Any, ...]]:
+    """What each front door must record alike: the call, the decision, the outcome, and the
+    digest of the arguments (never their values)."""
+    path = home / "state" / "audit.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return [
+        (r["server"], r["tool"], r["decision"], r["outcome"], r.get("arguments_sha256"))
+        for r in records
+    ]
+
+
+def digests(home: Path) -> list[Any]:
+    return [row[4] for row in audited(home)]
+
+
+def test_every_front_door_records_the_same_calls_alike(
+    same_project: Path, isolated_home: Path, run: Run, tmp_path: Path
+) -> None:
+    """exec, exec --batch, code mode, and the gateway's SDK path and express lane run one
+    sequence (admit → perform → finish): the same calls leave the same audit records."""
+    import anyio
+    from mcp import StdioServerParameters
+
+    from bundlectl import client
+    from tests.test_gateway import connected
+
+    log = isolated_home / "state" / "audit.jsonl"
+    doors: dict[str, list[tuple[Any, ...]]] = {}
+
+    def take(door: str) -> None:
+        doors[door] = audited(isolated_home)
+        log.unlink()
+
+    for name, arguments in SAME_CALLS:
+        run("exec", "-a", "agent", name, "--args", json.dumps(arguments))
+    take("exec")
+
+    batch = tmp_path / "calls.jsonl"
+    lines = [{"agent": "agent", "tool": n, "arguments": a} for n, a in SAME_CALLS]
+    batch.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    run("exec", "--batch", str(batch))
+    take("batch")
+
+    for name, arguments in SAME_CALLS:
+        with contextlib.suppress(client.ToolFailed, client.ToolDenied):
+            client.call_tool(name, arguments, agent="agent")
+    take("code mode")
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "bundlectl", "serve", "--agent", "agent"],
+        cwd=str(same_project),
+        env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
+    )
+
+    async def through_the_gateway() -> None:
+        async with connected(params) as session:
+            # First round: the first call starts the server (the SDK path), the rest find it warm
+            # (the express lane); second round: all warm.
+            for _ in range(2):
+                for name, arguments in SAME_CALLS:
+                    await session.call_tool(name.replace(".", "__"), arguments)
+
+    anyio.run(through_the_gateway)
+    both = audited(isolated_home)
+    doors["serve, first round"], doors["serve, second round"] = both[:4], both[4:]
+
+    # A batch decides every line before it calls anything: its denial comes first.
+    doors["batch"] = doors["batch"][1:] + doors["batch"][:1]
+    for door, rows in doors.items():
+        assert [row[:4] for row in rows] == EXPECTED, door
+        # The arguments as the agent sent them are digested, for an allowed call only.
+        assert [row[4] is not None for row in rows] == [True, True, True, False], door
+    assert len({tuple(rows) for rows in doors.values()}) == 1, doors

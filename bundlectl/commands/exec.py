@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bundlectl.errors import BundlectlError, Interrupted, UsageError
+from bundlectl.errors import BundlectlError, UsageError
 from bundlectl.executor import runner
 from bundlectl.executor.arguments import load_json_args, preload, split_pairs
 from bundlectl.executor.batch import BatchItem, batch_line, read_batch, run_items, write_line
@@ -150,17 +150,16 @@ def _call(
             direct=True,
         )
 
-    decision = request.decision
     started = time.perf_counter()
     try:
         outcome = runner.run(go)
     except BundlectlError as exc:
-        kind = "interrupted" if isinstance(exc, Interrupted) else "error"
-        pipeline.audit.record(decision, kind, (time.perf_counter() - started) * 1000, None)
+        duration = (time.perf_counter() - started) * 1000
+        pipeline.finish(request.decision, error=exc, duration_ms=duration)
         raise exc from None
     finally:
         target.close(wait=0 if child is not None and child.detach else 1.0)
-    pipeline.audit.record(decision, outcome.outcome, outcome.duration_ms, outcome.arguments)
+    pipeline.finish_call(outcome)
     if outcome.error is not None:
         raise outcome.error
     return printed["code"]
@@ -209,8 +208,7 @@ def run_batch(
 
     def emit(item: BatchItem, outcome: CallOutcome | None) -> None:
         if outcome is not None and item.request is not None:
-            decision = item.request.decision
-            pipeline.audit.record(decision, outcome.outcome, outcome.duration_ms, outcome.arguments)
+            pipeline.finish_call(outcome)
         data, code = batch_line(item, outcome)
         codes.append(code)
         write_line(data)

@@ -28,7 +28,7 @@ from bundlectl.executor.connect import (
     start_child,
     tail_of,
 )
-from bundlectl.executor.pipeline import terminal_confirmer
+from bundlectl.executor.pipeline import outcome_of, terminal_confirmer
 from bundlectl.executor.plain import NO_SAMPLING, NO_TERMINAL, BuiltinClient
 from bundlectl.executor.stdio import Child, child_transport, json_line
 from bundlectl.output import ask, err, status
@@ -62,17 +62,6 @@ class CallRequest:
         return f"{self.server}.{self.tool}"
 
 
-# The audit log's outcome of a call that failed, by the error's exit code (SPEC 4.1).
-OUTCOMES = {
-    2: "usage-error",
-    3: "denied",
-    4: "invalid-call",
-    5: "server-error",
-    6: "timeout",
-    130: "interrupted",
-}
-
-
 @dataclass
 class CallOutcome:
     """What happened: a result, or the error that ended the call; and how long it took."""
@@ -85,9 +74,8 @@ class CallOutcome:
 
     @property
     def outcome(self) -> str:
-        if self.error is not None:
-            return OUTCOMES.get(self.error.exit_code, "error")
-        return "tool-error" if self.result.is_error else "ok"
+        tool_error = self.error is None and bool(self.result.is_error)
+        return outcome_of(self.error, tool_error=tool_error)
 
 
 class _Progress:

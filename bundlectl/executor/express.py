@@ -44,15 +44,15 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSI
 from pydantic import TypeAdapter, ValidationError
 
 from bundlectl import __version__
-from bundlectl.errors import BundlectlError, CallTimeout, ServerError
+from bundlectl.errors import BundlectlError, Interrupted
 from bundlectl.executor.arguments import structured_problem, validate
-from bundlectl.executor.call import OUTCOMES
 from bundlectl.executor.connect import (
     broke_protocol,
     call_timed_out,
     connection_closed,
     returned_error,
 )
+from bundlectl.executor.pipeline import After
 from bundlectl.executor.plain import check_result
 from bundlectl.executor.stdio import PipeWriter, json_line
 from bundlectl.policy import Decision
@@ -213,22 +213,21 @@ class _Call:
             except Exception as exc:  # never leave the client waiting
                 failed = {"code": types.INTERNAL_ERROR, "message": f"bundlectl: {exc}"}
                 lane.post({"jsonrpc": "2.0", "id": self.id, "error": failed})
-        outcome = "interrupted" if cancelled else _outcome(error, tool_error)
-        lane.hub.pipeline.audit.record(self.decision, outcome, duration, self.arguments)
+        if cancelled:  # the client gave up on it
+            error = Interrupted("the client cancelled the call")
+        after = lane.hub.pipeline.finish(
+            self.decision,
+            error=error,
+            tool_error=tool_error,
+            duration_ms=duration,
+            arguments=self.arguments,
+        )
         if crashed:
             lane.group.start_soon(downstream.crashed)
-        elif isinstance(error, ServerError):  # it failed the call: start it afresh next time
-            lane.group.start_soon(downstream.stop)
-        elif isinstance(error, CallTimeout):  # still stuck in the call? then it is restarted
-            lane.group.start_soon(downstream.probe, lane.group)
+        elif after is not After.KEEP:
+            lane.group.start_soon(downstream.after, after, lane.group)
         elif error is None and result is not None:
             downstream.failures = 0
-
-
-def _outcome(error: BundlectlError | None, tool_error: bool) -> str:
-    if error is not None:
-        return OUTCOMES.get(error.exit_code, "error")
-    return "tool-error" if tool_error else "ok"
 
 
 @dataclass
@@ -359,7 +358,7 @@ class Express:
         check = hub.pipeline.pin_check(server)
         if check is not None and check(live) is not None:
             return None
-        decision = resolution.policy.agent(self.agent).decide(server, tool, interactive=True)
+        decision = hub.pipeline.judge(self.agent, server, tool, interactive=True)
         if decision.effect != "allow":
             return None
         if len(self._routes) >= 4096:

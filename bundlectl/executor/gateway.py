@@ -45,11 +45,11 @@ from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 from bundlectl import __version__
 from bundlectl.catalog import ToolRef, search
-from bundlectl.errors import BundlectlError, CallTimeout, Interrupted, ServerError
-from bundlectl.executor.call import OUTCOMES, CallOutcome, CallRequest, perform
+from bundlectl.errors import BundlectlError, Interrupted, PolicyDenied, ServerError
+from bundlectl.executor.call import CallOutcome, CallRequest, perform
 from bundlectl.executor.connect import Target, classify, connect, list_all_tools
 from bundlectl.executor.express import Express
-from bundlectl.executor.pipeline import Pipeline
+from bundlectl.executor.pipeline import After, Pipeline
 from bundlectl.executor.stdio import (
     Oversized,
     PipeWriter,
@@ -367,6 +367,14 @@ class Downstream:
         child = self.target.child
         process = getattr(child, "process", None)
         return process is not None and process.poll() is not None
+
+    async def after(self, after: After, group: TaskGroup) -> None:
+        """What `Pipeline.finish` said of a call: a server that broke it is started afresh next
+        time; one that did not answer in time is checked for being stuck in it (`probe`)."""
+        if after is After.RESTART:
+            await self.stop()
+        elif after is After.PROBE:
+            group.start_soon(self.probe, group)
 
     async def probe(self, group: TaskGroup) -> None:
         """After a call timed out: the server was told to cancel it. One that does not answer a
@@ -1083,22 +1091,24 @@ class Gateway:
             return _error(unknown)
         server, tool = found
         decision = self.pipeline.judge(self.agent, server, tool, interactive=True)
-        if decision.effect == "deny":  # audited with the reason; said as for no such tool
-            return _error(unknown)
-        if decision.effect == "ask":
-            if confirm is None:
-                self.pipeline.audit.record(decision, "denied", 0.0, None)
+        answer: bool | None = None
+        if decision.effect == "ask" and confirm is not None:
+            asked = await confirm(decision)
+            if isinstance(asked, types.InputRequiredResult):
+                return asked  # type: ignore[return-value]  # the client asks, then retries
+            answer = asked
+        try:
+            self.pipeline.admit(decision, answer)
+        except PolicyDenied:
+            if decision.effect == "deny":  # audited with the reason; said as for no such tool
+                return _error(unknown)
+            if answer is None:
                 return _error(
                     f"{name} needs a person's confirmation ({decision.reason}), and this client "
                     "cannot ask for it (no elicitation support); ask the user to run it with "
                     "`bundlectl exec`"
                 )
-            answer = await confirm(decision)
-            if isinstance(answer, types.InputRequiredResult):
-                return answer  # type: ignore[return-value]  # the client asks, then retries
-            if not answer:
-                self.pipeline.audit.record(decision, "denied-by-user", 0.0, None)
-                return _error(f"the user did not confirm {name}; it was not called")
+            return _error(f"the user did not confirm {name}; it was not called")
         tokens = self.hub.tokenizer(self.ctx, self.agent)  # None: nothing is tokenized
         sent = arguments  # what the agent sent (tokens, not values): what the audit digests
         # Every message back to the agent has the real values it may have been given turned
@@ -1127,22 +1137,13 @@ class Gateway:
 
             outcome = await downstream.run(self.hub.group, call, self.ctx, tokens)
         except BundlectlError as exc:
-            self.pipeline.audit.record(decision, OUTCOMES.get(exc.exit_code, "error"), 0.0, sent)
+            self.pipeline.finish(decision, error=exc, arguments=sent)
             return _error(shown(exc.explained))
-        self.pipeline.audit.record(decision, outcome.outcome, outcome.duration_ms, sent)
+        await downstream.after(self.pipeline.finish_call(outcome), self.hub.group)
         if outcome.error is not None:
-            await self._failed(downstream, outcome.error)
             return _error(shown(outcome.error.explained))
         result: types.CallToolResult = outcome.result
         return tokens.result(result) if tokens is not None else result
-
-    async def _failed(self, downstream: Downstream, error: BundlectlError) -> None:
-        """After a failed call: a server that broke is started afresh next time; one whose
-        call timed out is checked for being stuck in it (`Downstream.probe`)."""
-        if isinstance(error, ServerError):
-            await downstream.stop()
-        elif isinstance(error, CallTimeout):
-            self.hub.group.start_soon(downstream.probe, self.hub.group)
 
 
 def _same(text: str) -> str:

@@ -1,8 +1,17 @@
-"""The call pipeline every front door shares (`exec`, `exec --batch`, and the `serve` gateway).
+"""The call pipeline every front door shares: `exec`, `exec --batch`, code mode, and the `serve`
+gateway (its SDK path and its express lane).
 
-decide → confirm `ask` → (start/connect → check the tool → validate → call: `executor.call`)
-→ audit. A front door supplies what differs between them through two small interfaces: who
-confirms an `ask` rule (a terminal prompt, `--yes`, an MCP elicitation) and where audit records go.
+One sequence, in three steps:
+
+- `admit`: the policy's decision (`judge`), confirmed where an `ask` rule needs it, refused and
+  audited here when it is a deny, an unconfirmed ask, or an ask no one can confirm;
+- `perform` (`executor.call`): on a session — check the live tool, validate the arguments, call
+  with the timeout;
+- `finish`: the outcome audited, and what the session should do next (`After`: keep the server,
+  start it afresh, or check that it is not stuck).
+
+A front door supplies what differs between them through two small interfaces: who confirms an
+`ask` rule (a terminal prompt, `--yes`, an MCP elicitation) and where audit records go.
 """
 
 from __future__ import annotations
@@ -11,10 +20,11 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bundlectl import paths
-from bundlectl.errors import PolicyDenied, UsageError
+from bundlectl.errors import BundlectlError, CallTimeout, PolicyDenied, ServerError, UsageError
 from bundlectl.executor import audit, userconfig
 from bundlectl.executor.connect import Target
 from bundlectl.executor.live import compare
@@ -24,9 +34,36 @@ from bundlectl.policy import Decision
 from bundlectl.resolution import Resolution
 
 if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowed the call
+    from bundlectl.executor.call import CallOutcome
     from bundlectl.executor.connect import Target
 
 DEFAULT_AGENT = "default"
+
+# The audit log's outcome of a call that failed, by the error's exit code (SPEC 4.1).
+OUTCOMES = {
+    2: "usage-error",
+    3: "denied",
+    4: "invalid-call",
+    5: "server-error",
+    6: "timeout",
+    130: "interrupted",
+}
+
+
+def outcome_of(error: BundlectlError | None, *, tool_error: bool = False) -> str:
+    """The audit log's outcome of a call: `ok`, `tool-error`, or what its error says."""
+    if error is not None:
+        return OUTCOMES.get(error.exit_code, "error")
+    return "tool-error" if tool_error else "ok"
+
+
+class After(Enum):
+    """What a server's session should do after a call (`Pipeline.finish`)."""
+
+    KEEP = "keep"  # it answered (a result or a tool error): keep using it
+    RESTART = "restart"  # it broke the call (crashed, garbled the protocol): start it afresh
+    PROBE = "probe"  # it did not answer in time: check it is not stuck in the call
+
 
 # Asks a human whether an `ask` rule's call may go ahead; True: it may.
 Confirmer = Callable[[Decision], bool]
@@ -171,27 +208,69 @@ class Pipeline:
     confirm: Confirmer | None  # None: an `ask` rule cannot be confirmed, so it denies
 
     def judge(self, agent: str, server: str, tool: str, *, interactive: bool) -> Decision:
-        """The policy's decision (`interactive`: someone could confirm an `ask` rule); a denial is
-        audited with its real reason here, whatever the front door then tells the caller."""
-        compiled = self.resolution.policy.agent(agent)
-        decision = compiled.decide(server, tool, interactive=interactive)
+        """The policy's decision (`interactive`: someone could confirm an `ask` rule); nothing is
+        recorded until `admit`."""
+        return self.resolution.policy.agent(agent).decide(server, tool, interactive=interactive)
+
+    def admit(self, decision: Decision, answer: bool | None = None) -> Decision:
+        """Let the call through, or refuse it (PolicyDenied, exit 3) with the refusal audited
+        under its real reason, whatever the front door then tells the caller. `answer`: the
+        person's answer to an `ask` rule (None: no one could be asked)."""
+        agent, qualified = decision.agent, decision.qualified
         if decision.effect == "deny":
             self.audit.record(decision, "denied", 0.0, None)
+            raise PolicyDenied(
+                f"agent {agent!r} may not call {qualified}: {decision.reason}",
+                hint=f"bundlectl policy explain --agent {agent} {qualified}",
+            )
+        if decision.effect == "ask" and answer is None:
+            self.audit.record(decision, "denied", 0.0, None)
+            raise PolicyDenied(
+                f"{qualified} needs a person's confirmation ({decision.reason}), and no one "
+                "can be asked here",
+                hint="run it with `bundlectl exec` on a terminal, or with --yes",
+            )
+        if decision.effect == "ask" and not answer:
+            self.audit.record(decision, "denied-by-user", 0.0, None)
+            raise PolicyDenied(f"{qualified} was not confirmed; nothing was started")
         return decision
 
     def decide(self, agent: str, server: str, tool: str) -> Decision:
-        """The decision, confirmed where an ask rule needs it; a denial is audited and raised
-        (exit 3) before anything starts."""
+        """`admit` with this pipeline's own confirmer (a terminal, `--yes`, or no one): the
+        decision, or PolicyDenied before anything starts."""
         decision = self.judge(agent, server, tool, interactive=self.confirm is not None)
-        if decision.effect == "deny":
-            raise PolicyDenied(
-                f"agent {agent!r} may not call {server}.{tool}: {decision.reason}",
-                hint=f"bundlectl policy explain --agent {agent} {server}.{tool}",
-            )
-        if decision.effect == "ask" and self.confirm is not None and not self.confirm(decision):
-            self.audit.record(decision, "denied-by-user", 0.0, None)
-            raise PolicyDenied(f"{server}.{tool} was not confirmed; nothing was started")
-        return decision
+        asked = self.confirm(decision) if decision.effect == "ask" and self.confirm else None
+        return self.admit(decision, asked)
+
+    def finish(
+        self,
+        decision: Decision,
+        *,
+        error: BundlectlError | None = None,
+        tool_error: bool = False,
+        duration_ms: float = 0.0,
+        arguments: dict[str, Any] | None = None,
+    ) -> After:
+        """The call is over: audit its outcome (`arguments`: as the agent sent them, digested),
+        and say what the server's session should do next."""
+        self.audit.record(
+            decision, outcome_of(error, tool_error=tool_error), duration_ms, arguments
+        )
+        if isinstance(error, ServerError):
+            return After.RESTART
+        if isinstance(error, CallTimeout):
+            return After.PROBE
+        return After.KEEP
+
+    def finish_call(self, outcome: CallOutcome) -> After:
+        """`finish` for what `perform` returned."""
+        return self.finish(
+            outcome.request.decision,
+            error=outcome.error,
+            tool_error=outcome.error is None and bool(outcome.result.is_error),
+            duration_ms=outcome.duration_ms,
+            arguments=outcome.arguments,
+        )
 
     def reload(self, resolution: Resolution) -> None:
         """Decide from a newly loaded config and lock from now on (the gateway's reload)."""
