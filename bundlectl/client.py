@@ -25,6 +25,7 @@ from bundlectl.executor.pipeline import (
     default_agent,
     terminal_confirmer,
 )
+from bundlectl.executor.session import ToolResult
 from bundlectl.patterns import gateway_name, parse_tool_name
 from bundlectl.privacy import Privacy
 from bundlectl.project import load_project
@@ -58,8 +59,9 @@ def call_tool(
     return _value(name, result)
 
 
-def _value(name: str, result: Any) -> Any:
-    texts = [getattr(block, "text", None) for block in result.content]
+def _value(name: str, result: ToolResult) -> Any:
+    blocks = result.content
+    texts = [block.get("text") if block.get("type") == "text" else None for block in blocks]
     text = "\n".join(t for t in texts if t is not None)
     if result.is_error:
         raise ToolFailed(f"{name}: {text or 'the tool reported an error'}")
@@ -67,9 +69,7 @@ def _value(name: str, result: Any) -> Any:
         return result.structured_content
     if all(t is not None for t in texts):
         return text
-    return [
-        block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content
-    ]
+    return blocks
 
 
 def _in_process(
@@ -124,7 +124,10 @@ def _in_process(
             raise ToolDenied(outcome.error.message)
         # A server's or the validator's message may quote the values a detokenize tool got.
         raise ToolFailed(_shown(outcome.error.message))
-    return tokens.result(outcome.result) if tokens is not None else outcome.result
+    assert outcome.result is not None
+    if tokens is None:
+        return outcome.result
+    return ToolResult(model=tokens.result(outcome.result.as_model()))
 
 
 def _shown(message: str) -> str:
@@ -166,7 +169,9 @@ def _naming(config: Path | None) -> str:
         return "prefixed"  # no project here: the gateway's default
 
 
-def _through_gateway(url: str, name: str, arguments: dict[str, Any], config: Path | None) -> Any:
+def _through_gateway(
+    url: str, name: str, arguments: dict[str, Any], config: Path | None
+) -> ToolResult:
     server, tool = parse_tool_name(name)
     wire = gateway_name(server, tool, _naming(config))
     token = os.environ.get("BUNDLECTL_GATEWAY_TOKEN")
@@ -184,8 +189,8 @@ def _through_gateway(url: str, name: str, arguments: dict[str, Any], config: Pat
         ):
             return await client.call_tool(wire, arguments)
 
-    result = anyio.run(go)
-    text = " ".join(getattr(b, "text", "") for b in result.content)
+    result = ToolResult(model=anyio.run(go))
+    text = " ".join(result.texts())
     if result.is_error and text.startswith("unknown tool"):
         raise ToolDenied(f"{name}: {text}")  # the gateway says denied as unknown
     return result

@@ -10,8 +10,9 @@ import anyio
 from bundlectl.codegen import generate, generate_typescript
 from bundlectl.errors import ReportedFailure, UsageError
 from bundlectl.executor import runner
-from bundlectl.executor.connect import connect, list_all_tools
+from bundlectl.executor.connect import connect
 from bundlectl.executor.pipeline import AuditLog, Pipeline, default_agent
+from bundlectl.executor.session import list_all_tools
 from bundlectl.fsio import atomic_write
 from bundlectl.output import err
 from bundlectl.paths import display_path

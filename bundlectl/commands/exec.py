@@ -167,6 +167,7 @@ def _call(
 
 def _print(outcome: CallOutcome, fmt: Format, output_dir: Path | None) -> int:
     request, result = outcome.request, outcome.result
+    assert result is not None  # shown only when the call got an answer
     if fmt is Format.json:
         rule = request.decision.rule
         emit_json(

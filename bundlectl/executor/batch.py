@@ -17,6 +17,7 @@ from bundlectl.executor.call import CallOutcome, CallRequest, client_capabilitie
 from bundlectl.executor.connect import Target, connect
 from bundlectl.executor.pipeline import Pipeline, default_agent
 from bundlectl.executor.render import result_json
+from bundlectl.executor.session import SdkSession
 from bundlectl.output import write
 from bundlectl.patterns import parse_tool_name
 from bundlectl.yamlio import read_bounded
@@ -66,7 +67,7 @@ async def run_items(
                 for index in indexes:
                     request = items[index].request
                     assert request is not None
-                    finish(index, await perform(client, request, target))
+                    finish(index, await perform(SdkSession(client), request, target))
         except BundlectlError as exc:
             for index in indexes:
                 if not done[index]:
@@ -166,5 +167,6 @@ def batch_line(item: BatchItem, outcome: CallOutcome | None) -> tuple[dict[str, 
         data["error"] = {"exit_code": error.exit_code, "message": error.message}
         return data, error.exit_code
     assert outcome is not None
+    assert outcome.result is not None  # no error: an answer
     data["result"] = result_json(outcome.result)
     return data, 1 if outcome.result.is_error else 0

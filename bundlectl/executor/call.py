@@ -23,13 +23,13 @@ from bundlectl.executor.connect import (
     classify,
     connect,
     connect_timed_out,
-    list_all_tools,
     missing_tool,
     start_child,
     tail_of,
 )
 from bundlectl.executor.pipeline import outcome_of, terminal_confirmer
 from bundlectl.executor.plain import NO_SAMPLING, NO_TERMINAL, BuiltinClient
+from bundlectl.executor.session import SdkSession, Session, ToolResult
 from bundlectl.executor.stdio import Child, child_transport, json_line
 from bundlectl.output import ask, err, status
 from bundlectl.policy import Decision
@@ -67,14 +67,14 @@ class CallOutcome:
     """What happened: a result, or the error that ended the call; and how long it took."""
 
     request: CallRequest
-    result: Any = None  # mcp_types.CallToolResult
+    result: ToolResult | None = None
     arguments: dict[str, Any] | None = None
     error: BundlectlError | None = None
     duration_ms: float = 0.0
 
     @property
     def outcome(self) -> str:
-        tool_error = self.error is None and bool(self.result.is_error)
+        tool_error = self.error is None and self.result is not None and self.result.is_error
         return outcome_of(self.error, tool_error=tool_error)
 
 
@@ -189,7 +189,7 @@ def _typed(text: str, kind: str) -> Any:
 
 
 async def perform(
-    client: Any, request: CallRequest, target: Target, tools: dict[str, Any] | None = None
+    session: Session, request: CallRequest, target: Target, tools: dict[str, Any] | None = None
 ) -> CallOutcome:
     """Run one call on an open session; errors are captured in the outcome, not raised.
 
@@ -201,7 +201,7 @@ async def perform(
     progress = _Progress(request.qualified, events=request.events)
     try:
         if tools is None:
-            tools = {t.name: t for t in await list_all_tools(client)}
+            tools = {t.name: t for t in await session.tools()}
         tool = tools.get(request.tool)
         if tool is None:
             raise missing_tool(request.server, request.tool, sorted(tools))
@@ -223,12 +223,12 @@ async def perform(
         # real values when the tool is one that receives them.
         sent = request.restore(outcome.arguments) if request.restore else outcome.arguments
         with runner.interruptible() as scope:
-            outcome.result = await client.call_tool(
+            outcome.result = await session.call(
                 request.tool,
                 sent,
-                read_timeout_seconds=request.timeout,
-                progress_callback=request.progress or progress,
-                **({"meta": request.meta} if request.meta else {}),
+                timeout=request.timeout,
+                progress=request.progress or progress,
+                meta=request.meta,
             )
         if scope.cancelled_caught:
             raise runner.stopped()
@@ -282,11 +282,11 @@ async def call_once(
         target, connect_timeout=limit, option=option, child=child, options=options
     ) as client:
         remaining = None if whole is None else whole - (anyio.current_time() - began)
-        return await _call_on(client, request, target, show, remaining=remaining)
+        return await _call_on(SdkSession(client), request, target, show, remaining=remaining)
 
 
 async def _call_on(
-    client: Any,
+    session: Session,
     request: CallRequest,
     target: Target,
     show: Callable[[CallOutcome], None],
@@ -297,7 +297,7 @@ async def _call_on(
     successful outcome is shown before the session closes."""
     if remaining is not None:
         request.timeout = max(remaining, 0.001)
-    outcome = await perform(client, request, target)
+    outcome = await perform(session, request, target)
     if outcome.error is None:
         show(outcome)
     return outcome

@@ -361,15 +361,3 @@ def missing_tool(name: str, tool: str, available: list[str]) -> ToolCallError:
         else f"`bundlectl tools --live --server {name}` lists what it has"
     )
     return ToolCallError(f"server {name!r} has no tool {tool!r}", hint=hint)
-
-
-async def list_all_tools(client: Any) -> list[Any]:
-    """Every tool, following pagination."""
-    tools: list[Any] = []
-    cursor = None
-    while True:
-        page = await client.list_tools(cursor=cursor)
-        tools.extend(page.tools)
-        cursor = page.next_cursor
-        if not cursor:
-            return tools

@@ -47,9 +47,10 @@ from bundlectl import __version__
 from bundlectl.catalog import ToolRef, search
 from bundlectl.errors import BundlectlError, Interrupted, PolicyDenied, ServerError
 from bundlectl.executor.call import CallOutcome, CallRequest, perform
-from bundlectl.executor.connect import Target, classify, connect, list_all_tools
+from bundlectl.executor.connect import Target, classify, connect
 from bundlectl.executor.express import Express
 from bundlectl.executor.pipeline import After, Pipeline
+from bundlectl.executor.session import SdkSession, list_all_tools
 from bundlectl.executor.stdio import (
     Oversized,
     PipeWriter,
@@ -1133,7 +1134,7 @@ class Gateway:
             )
 
             async def call(client: Any) -> CallOutcome:
-                return await perform(client, request, downstream.target, tools)
+                return await perform(SdkSession(client), request, downstream.target, tools)
 
             outcome = await downstream.run(self.hub.group, call, self.ctx, tokens)
         except BundlectlError as exc:
@@ -1142,7 +1143,8 @@ class Gateway:
         await downstream.after(self.pipeline.finish_call(outcome), self.hub.group)
         if outcome.error is not None:
             return _error(shown(outcome.error.explained))
-        result: types.CallToolResult = outcome.result
+        assert outcome.result is not None
+        result: types.CallToolResult = outcome.result.as_model()
         return tokens.result(result) if tokens is not None else result
 
 

@@ -267,7 +267,7 @@ class Pipeline:
         return self.finish(
             outcome.request.decision,
             error=outcome.error,
-            tool_error=outcome.error is None and bool(outcome.result.is_error),
+            tool_error=outcome.result is not None and outcome.result.is_error,
             duration_ms=outcome.duration_ms,
             arguments=outcome.arguments,
         )

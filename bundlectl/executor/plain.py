@@ -17,7 +17,7 @@ import functools
 import inspect
 import itertools
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ import anyio
 
 from bundlectl import __version__
 from bundlectl.errors import BundlectlError, CallTimeout, ServerError
+from bundlectl.executor.session import Progress, ToolResult
 from bundlectl.servers._tooling import Blob, Toolbox, ToolFailure, content_only
 
 PROTOCOL = "2025-11-25"
@@ -48,50 +49,25 @@ class Unsupported(Exception):
     """The server does not take this client's handshake: use the SDK's."""
 
 
-class Block:
-    """A content block (or resource) of a tool result, read as the SDK's objects are:
-    `block.type`, `block.text`, `block.mime_type`, `block.resource.uri`, ... (None if absent)."""
+@dataclass(frozen=True)
+class Execution:
+    """A listed tool's `execution` (read as the SDK's `ToolExecution` is)."""
 
-    def __init__(self, data: dict[str, Any]) -> None:
-        self._data = data
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):  # copy, pickle and friends: not a field
-            raise AttributeError(name)
-        head, *rest = name.split("_")
-        value = self._data.get(head + "".join(part.title() for part in rest))
-        return Block(value) if isinstance(value, dict) and name == "resource" else value
+    task_support: str | None = None
 
 
-@dataclass
-class PlainResult:
-    """A CallToolResult as JSON, with what `exec` reads of one (`content`, `is_error`,
-    `structured_content`) and the JSON the SDK's model would give (`model_dump`)."""
-
-    data: dict[str, Any]
-    server_info: dict[str, Any]
-
-    @property
-    def content(self) -> list[Block]:
-        return [Block(block) for block in self.data.get("content", [])]
-
-    @property
-    def is_error(self) -> bool:
-        return bool(self.data.get("isError", False))
-
-    @property
-    def structured_content(self) -> Any:
-        return self.data.get("structuredContent")
-
-    def model_dump(self, **options: Any) -> dict[str, Any]:
-        meta = {SERVER_INFO: self.server_info, **(self.data.get("_meta") or {})}
-        out: dict[str, Any] = {"_meta": meta}
-        out["content"] = [_type_first(block) for block in self.data.get("content", [])]
-        if self.structured_content is not None:
-            out["structuredContent"] = self.structured_content
-        out["isError"] = self.is_error
-        out["resultType"] = "complete"
-        return out
+def result_of(data: dict[str, Any], server_info: dict[str, Any]) -> ToolResult:
+    """A checked tools/call result as bundlectl's `ToolResult`, its JSON as the SDK's client
+    gives it (the server's info under `_meta`, each block's `type` first), so `exec` prints
+    the same whichever session made the call."""
+    meta = {SERVER_INFO: server_info, **(data.get("_meta") or {})}
+    out: dict[str, Any] = {"_meta": meta}
+    out["content"] = [_type_first(block) for block in data.get("content", [])]
+    if data.get("structuredContent") is not None:
+        out["structuredContent"] = data["structuredContent"]
+    out["isError"] = bool(data.get("isError", False))
+    out["resultType"] = "complete"
+    return ToolResult(out)
 
 
 def _type_first(block: dict[str, Any]) -> dict[str, Any]:
@@ -126,17 +102,10 @@ class PlainTool:
         return schema if isinstance(schema, dict) else {"type": "object"}
 
     @property
-    def execution(self) -> Block:
-        return Block(self.data.get("execution") or {})
-
-
-@dataclass
-class Page:
-    tools: list[PlainTool]
-    next_cursor: str | None = None
-
-
-Progress = Callable[[float, float | None, str | None], Awaitable[None]]
+    def execution(self) -> Execution:
+        execution = self.data.get("execution")
+        support = execution.get("taskSupport") if isinstance(execution, dict) else None
+        return Execution(support if isinstance(support, str) else None)
 
 
 @dataclass
@@ -195,36 +164,42 @@ class StdioClient:
         self.server_info = info if isinstance(info, dict) else {}
         await self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
-    async def list_tools(self, cursor: str | None = None) -> Page:
-        params = {"cursor": cursor} if cursor else {}
-        result = await self._request("tools/list", params, None)
-        tools = result.get("tools") if isinstance(result, dict) else None
-        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
-            raise self._broke("its tools/list result is not a list of tools")
-        cursor = result.get("nextCursor")
-        return Page([PlainTool(t) for t in tools], cursor if isinstance(cursor, str) else None)
+    async def tools(self) -> list[PlainTool]:
+        """Every tool the server lists, following pagination."""
+        tools: list[PlainTool] = []
+        cursor: str | None = None
+        while True:
+            result = await self._request("tools/list", {"cursor": cursor} if cursor else {}, None)
+            listed = result.get("tools") if isinstance(result, dict) else None
+            if not isinstance(listed, list) or not all(isinstance(t, dict) for t in listed):
+                raise self._broke("its tools/list result is not a list of tools")
+            tools.extend(PlainTool(t) for t in listed)
+            cursor = result.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor:
+                return tools
 
-    async def call_tool(
+    async def call(
         self,
         name: str,
         arguments: dict[str, Any],
-        read_timeout_seconds: float | None = None,
-        progress_callback: Progress | None = None,
+        *,
+        timeout: float | None,
+        progress: Progress | None,
         meta: dict[str, Any] | None = None,
-    ) -> PlainResult:
+    ) -> ToolResult:
         number = next(self._ids)
         params: dict[str, Any] = {"name": name, "arguments": arguments}
         if meta:
             params["_meta"] = dict(meta)
-        if progress_callback is not None:
+        if progress is not None:
             token = f"bundlectl-{number}"
             params.setdefault("_meta", {})["progressToken"] = token
-            self._progress[token] = progress_callback
-        result = await self._request("tools/call", params, read_timeout_seconds, number=number)
+            self._progress[token] = progress
+        result = await self._request("tools/call", params, timeout, number=number)
         problem = check_result(result)
         if problem is not None:
             raise self._broke(problem)
-        return PlainResult(result, self.server_info)
+        return result_of(result, self.server_info)
 
     async def _request(
         self, method: str, params: dict[str, Any], timeout: float | None, *, number: int = 0
@@ -369,18 +344,23 @@ class BuiltinClient:
         """Whether `tool` can be called this way (declared, and content-only)."""
         return content_only(box.tools.get(tool)) and any(t.name == tool for t in declared)
 
-    async def list_tools(self, cursor: str | None = None) -> Any:
-        return Page(self.declared)
+    async def tools(self) -> list[Any]:
+        return list(self.declared)
 
-    async def call_tool(
-        self, name: str, arguments: dict[str, Any], read_timeout_seconds: float, **_: Any
-    ) -> PlainResult:
-
+    async def call(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        timeout: float | None,
+        progress: Progress | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> ToolResult:
         tool = self.box.tools[name]
         known = inspect.signature(tool.fn).parameters
         kwargs = {k: v for k, v in arguments.items() if k in known}  # as the SDK: extras ignored
         try:
-            with anyio.fail_after(read_timeout_seconds):
+            with anyio.fail_after(timeout):
                 value = await anyio.to_thread.run_sync(
                     functools.partial(tool.fn, **kwargs), abandon_on_cancel=True
                 )
@@ -395,5 +375,5 @@ class BuiltinClient:
             return self._result({"type": "resource", "resource": resource}, error=False)
         return self._result({"type": "text", "text": value}, error=False)
 
-    def _result(self, block: dict[str, Any], *, error: bool = True) -> PlainResult:
-        return PlainResult({"content": [block], "isError": error}, self.server_info)
+    def _result(self, block: dict[str, Any], *, error: bool = True) -> ToolResult:
+        return result_of({"content": [block], "isError": error}, self.server_info)

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bundlectl.executor.session import ToolResult
 from bundlectl.output import note, pretty_json
 
 TEXT_LIMIT = 1_000_000
@@ -25,10 +26,9 @@ _EXTENSIONS = {
 }  # characters of one text block in text mode; --format json keeps all
 
 
-def result_json(result: Any) -> dict[str, Any]:
-    """The CallToolResult as MCP JSON."""
-    data: dict[str, Any] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-    return data
+def result_json(result: ToolResult) -> dict[str, Any]:
+    """The result as MCP JSON."""
+    return result.data
 
 
 class OutputDir:
@@ -60,36 +60,30 @@ def _truncate(text: str) -> str:
     return text[:TEXT_LIMIT]
 
 
-def render_text(result: Any, outdir: OutputDir, stem: str) -> list[str]:
+def render_text(result: ToolResult, outdir: OutputDir, stem: str) -> list[str]:
     """Lines for the terminal; error results are rendered the same (the caller routes them)."""
     lines: list[str] = []
     structured = result.structured_content
     for block in result.content:
-        kind = block.type
+        kind = block.get("type")
         if kind == "text":
-            if structured is not None and _same_json(block.text, structured):
+            text = str(block.get("text", ""))
+            if structured is not None and _same_json(text, structured):
                 continue  # the text form of the structured result: print it once, as JSON
-            lines.append(_truncate(block.text))
+            lines.append(_truncate(text))
         elif kind in ("image", "audio"):
-            data = base64.b64decode(block.data)
-            path = outdir.save(data, block.mime_type, stem)
-            lines.append(f"[{kind}: {path} ({block.mime_type}, {len(data):,} bytes)]")
+            mime = block.get("mimeType")
+            data = base64.b64decode(block.get("data", ""))
+            path = outdir.save(data, mime, stem)
+            lines.append(f"[{kind}: {path} ({mime}, {len(data):,} bytes)]")
         elif kind == "resource_link":
-            mime = f", {block.mime_type}" if block.mime_type else ""
-            lines.append(f"[resource link: {block.uri} ({block.name}{mime})]")
+            mime = f", {block['mimeType']}" if block.get("mimeType") else ""
+            lines.append(f"[resource link: {block.get('uri')} ({block.get('name')}{mime})]")
         elif kind == "resource":
-            res = block.resource
-            mime = res.mime_type or "unknown type"
-            if getattr(res, "text", None) is not None:
-                lines.append(f"[resource: {res.uri} ({mime})]")
-                lines.append(_truncate(res.text))
-            else:
-                data = base64.b64decode(res.blob)
-                path = outdir.save(data, res.mime_type, stem)
-                lines.append(f"[resource: {res.uri} ({mime}, {len(data):,} bytes) saved to {path}]")
+            lines += _resource(block.get("resource") or {}, outdir, stem)
         else:
             lines.append(f"[{kind} content]")
-    texts = [b.text for b in result.content if b.type == "text"]
+    texts = result.texts()
     wrapped = (
         isinstance(structured, dict)
         and list(structured) == ["result"]
@@ -98,6 +92,17 @@ def render_text(result: Any, outdir: OutputDir, stem: str) -> list[str]:
     if structured is not None and not wrapped:  # {"result": text} only repeats the text
         lines.append(pretty_json(structured))
     return lines
+
+
+def _resource(resource: dict[str, Any], outdir: OutputDir, stem: str) -> list[str]:
+    """An embedded resource: its text, or its blob saved to a file."""
+    uri, mime = resource.get("uri"), resource.get("mimeType")
+    shown = mime or "unknown type"
+    if resource.get("text") is not None:
+        return [f"[resource: {uri} ({shown})]", _truncate(str(resource["text"]))]
+    data = base64.b64decode(resource.get("blob", ""))
+    path = outdir.save(data, mime, stem)
+    return [f"[resource: {uri} ({shown}, {len(data):,} bytes) saved to {path}]"]
 
 
 def _same_json(text: str, value: Any) -> bool:

@@ -1,0 +1,140 @@
+"""The session interface every call runs on, and bundlectl's own result type.
+
+`call.perform` takes a `Session`: something that lists a server's tools and calls one. Three
+kinds implement it — the MCP SDK's client (`SdkSession`, an adapter), the SDK-free stdio client
+(`plain.StdioClient`), and a built-in server's toolbox called in this process
+(`plain.BuiltinClient`) — the way httpx puts a transport under its client. Whatever the session,
+a call's result is a `ToolResult`: the result's MCP JSON, converted from the SDK's model once,
+at this boundary, and only when someone reads it.
+
+Nothing here imports the SDK: `exec` on a stdio server or a built-in tool never loads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+# Progress of a call: (progress, total, message).
+Progress = Callable[[float, float | None, str | None], Awaitable[None]]
+
+
+class ListedTool(Protocol):
+    """What a call reads of a listed tool (the SDK's `Tool`, or `plain.PlainTool`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def input_schema(self) -> dict[str, Any]: ...
+
+
+class Session(Protocol):
+    """An open session with one server, as a call uses it."""
+
+    async def tools(self) -> list[Any]:
+        """Every tool the server lists (all pages), each a `ListedTool`."""
+        ...
+
+    async def call(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        timeout: float | None,
+        progress: Progress | None,
+        meta: dict[str, Any] | None = None,
+    ) -> ToolResult:
+        """One tools/call; a transport or protocol failure raises (see `connect.classify`)."""
+        ...
+
+
+class ToolResult:
+    """A tools/call result: its MCP JSON (`data`) and what the front doors read of it.
+
+    A result from the SDK keeps the SDK's model (`model`) and is dumped to JSON only when read
+    as JSON; the gateway hands the model on to its own client unconverted (`as_model`).
+    """
+
+    __slots__ = ("_data", "_model")
+
+    def __init__(self, data: dict[str, Any] | None = None, *, model: Any = None) -> None:
+        if data is None and model is None:
+            raise ValueError("a ToolResult needs its JSON or the SDK's model")
+        self._data, self._model = data, model
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The result as MCP JSON (`content`, `structuredContent`, `isError`, `_meta`)."""
+        if self._data is None:
+            self._data = self._model.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return self._data
+
+    @property
+    def is_error(self) -> bool:
+        if self._model is not None:
+            return bool(self._model.is_error)
+        return bool(self.data.get("isError", False))
+
+    @property
+    def content(self) -> list[dict[str, Any]]:
+        """The content blocks, as JSON."""
+        return list(self.data.get("content") or [])
+
+    @property
+    def structured_content(self) -> Any:
+        if self._model is not None:
+            return self._model.structured_content
+        return self.data.get("structuredContent")
+
+    def texts(self) -> list[str]:
+        """The text of each text block, in order."""
+        return [block["text"] for block in self.content if block.get("type") == "text"]
+
+    def as_model(self) -> Any:
+        """The SDK's `CallToolResult` (the gateway answers its client with it)."""
+        if self._model is None:
+            import mcp_types as types
+
+            self._model = types.CallToolResult.model_validate(self.data)
+        return self._model
+
+
+async def list_all_tools(client: Any) -> list[Any]:
+    """Every tool of an SDK client's session, following pagination."""
+    tools: list[Any] = []
+    cursor = None
+    while True:
+        page = await client.list_tools(cursor=cursor)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+
+
+class SdkSession:
+    """The MCP SDK's client (`mcp.Client`) as a `Session`."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    async def tools(self) -> list[Any]:
+        return await list_all_tools(self.client)
+
+    async def call(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        timeout: float | None,
+        progress: Progress | None,
+        meta: dict[str, Any] | None = None,
+    ) -> ToolResult:
+        result = await self.client.call_tool(
+            name,
+            arguments,
+            read_timeout_seconds=timeout,
+            progress_callback=progress,
+            **({"meta": meta} if meta else {}),
+        )
+        return ToolResult(model=result)
