@@ -274,6 +274,13 @@ CallerOpt = Annotated[
         help="The agent making the calls (default: 'default', governed by policy.default).",
     ),
 ]
+UnlistedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--unlisted",
+        help="Accept an agent not listed under agents: (it gets what policy.default gives).",
+    ),
+]
 InteractiveOpt = Annotated[
     bool, typer.Option("--interactive", help="Decide as if a human could confirm `ask` rules.")
 ]
@@ -284,13 +291,14 @@ def policy_check(
     tools: Annotated[list[str], typer.Argument(metavar="SERVER.TOOL...")],
     agent: AgentOpt,
     interactive: InteractiveOpt = False,
+    unlisted: UnlistedOpt = False,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
     """Decide each tool for an agent; exit 3 when any is denied."""
     from bundlectl.commands import policy as cmd
 
-    return cmd.check(config, agent, tools, interactive=interactive, fmt=fmt)
+    return cmd.check(config, agent, tools, interactive=interactive, fmt=fmt, unlisted=unlisted)
 
 
 @policy_app.command("explain")
@@ -298,13 +306,14 @@ def policy_explain(
     tool: Annotated[str, typer.Argument(metavar="SERVER.TOOL")],
     agent: AgentOpt,
     interactive: InteractiveOpt = False,
+    unlisted: UnlistedOpt = False,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
     """Why an agent may or may not call a tool: rule, source, losers, extends, defaults."""
     from bundlectl.commands import policy as cmd
 
-    return cmd.explain_one(config, agent, tool, interactive=interactive, fmt=fmt)
+    return cmd.explain_one(config, agent, tool, interactive=interactive, fmt=fmt, unlisted=unlisted)
 
 
 @policy_app.command("matrix")
@@ -313,6 +322,7 @@ def policy_matrix(
         list[str] | None,
         typer.Option("--agent", "-a", help="Only these agents (repeatable)."),
     ] = None,
+    unlisted: UnlistedOpt = False,
     config: ConfigOpt = None,
     fmt: Annotated[MatrixFormat, typer.Option("--format", help="Output format.")] = (
         MatrixFormat.text
@@ -321,7 +331,7 @@ def policy_matrix(
     """Agents x tools with the effect in each cell, for review in pull requests."""
     from bundlectl.commands import policy as cmd
 
-    return cmd.matrix(config, agent or [], fmt=fmt)
+    return cmd.matrix(config, agent or [], fmt=fmt, unlisted=unlisted)
 
 
 @app.command()
@@ -354,6 +364,7 @@ def tools(
         Names,
         typer.Option("--names", help="qualified (server.tool) or gateway (as `serve` names them)."),
     ] = Names.qualified,
+    unlisted: UnlistedOpt = False,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
@@ -369,6 +380,7 @@ def tools(
         fmt=fmt,
         live=live,
         names=names,
+        unlisted=unlisted,
     )
 
 
@@ -522,6 +534,7 @@ def export_(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print a unified diff; write nothing.")
     ] = False,
+    unlisted: UnlistedOpt = False,
     config: ConfigOpt = None,
 ) -> int:
     """Write an agent's servers and tool policy into a client's config file (merged in place)."""
@@ -530,7 +543,14 @@ def export_(
     if client not in CLIENT_NAMES:
         raise UsageError(f"unknown client {client!r}", hint=f"clients: {', '.join(CLIENT_NAMES)}")
     return cmd.run(
-        config, client, agent=agent, via=via, output=output, check=check, dry_run=dry_run
+        config,
+        client,
+        agent=agent,
+        via=via,
+        output=output,
+        check=check,
+        dry_run=dry_run,
+        unlisted=unlisted,
     )
 
 
@@ -589,12 +609,21 @@ def codegen(
         bool,
         typer.Option("--live", help="Ask servers that declare no tool catalog for their tools."),
     ] = False,
+    unlisted: UnlistedOpt = False,
     config: ConfigOpt = None,
 ) -> int:
     """Write the tools an agent may call as typed functions (code mode)."""
     from bundlectl.commands import codegen as cmd
 
-    return cmd.run(config, agent=agent, out=out, check=check, lang=lang.value, live=live)
+    return cmd.run(
+        config,
+        agent=agent,
+        out=out,
+        check=check,
+        lang=lang.value,
+        live=live,
+        unlisted=unlisted,
+    )
 
 
 @app.command()

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
 
-from bundlectl.errors import InputFileError, Problem
+from bundlectl.errors import InputFileError, Problem, UsageError
 from bundlectl.patterns import has_wildcard, parse_tool_name, part_matches, regex_source, split_rule
+from bundlectl.suggest import Suggester
 
 Effect = Literal["allow", "ask", "deny"]
 EFFECTS: tuple[Effect, ...] = ("deny", "ask", "allow")  # strongest first
@@ -298,6 +299,35 @@ class Policy:
                 name, name in self.set.agents, rules, chain, self.set
             )
         return self._compiled[name]
+
+    def unlisted(self, agent: str) -> str | None:
+        """None when `agent` is listed under `agents:`; else what it gets, with a did-you-mean
+        (an unlisted name is governed by `policy.default`, SPEC 3 — often a typo)."""
+        if agent in self.set.agents:
+            return None
+        close = Suggester(self.set.agents).closest(agent)
+        guess = f"; did you mean {close[0]!r}?" if close else ""
+        return (
+            f"agent {agent!r} is not listed under agents: policy.default "
+            f"({self.set.default}) applies{guess}"
+        )
+
+    def require_listed(self, agents: Iterable[str], *, unlisted: bool = False) -> None:
+        """Refuse (exit 2) to make an artifact or a review for an agent that is not listed —
+        unless `unlisted` says that what `policy.default` gives such an agent is what is wanted."""
+        if unlisted:
+            return
+        for agent in agents:
+            if agent not in self.set.agents:
+                close = Suggester(self.set.agents).closest(agent)
+                listed = ", ".join(self.agents) or "none"
+                which = "pass --agent NAME" if agent == "default" else "agents"
+                raise UsageError(
+                    f"agent {agent!r} is not listed under agents"
+                    + (f"; did you mean {close[0]!r}?" if close else ""),
+                    hint=f"{which}: {listed}; or --unlisted, for what policy.default "
+                    f"({self.set.default}) gives an agent that is not listed",
+                )
 
     def decide(self, agent: str, qualified: str, *, interactive: bool = False) -> Decision:
         server, tool = parse_tool_name(qualified)

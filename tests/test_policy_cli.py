@@ -58,7 +58,9 @@ def test_check_lines_and_exit_codes(configured: Path, run: Run) -> None:
 
 
 def test_check_json_and_notes(configured: Path, run: Run) -> None:
-    result = run("policy", "check", "--agent", "nobody", "gh.get_issue", "--format", "json")
+    result = run(
+        "policy", "check", "--agent", "nobody", "gh.get_issue", "--unlisted", "--format", "json"
+    )
     assert result.code == 3
     assert json.loads(result.out) == [
         {
@@ -72,11 +74,18 @@ def test_check_json_and_notes(configured: Path, run: Run) -> None:
             "(bundlectl.yaml:20:12)",
         }
     ]
-    text = run("policy", "check", "--agent", "nobody", "gh.typo")
+    text = run("policy", "check", "--agent", "nobody", "gh.typo", "--unlisted")
     assert text.err_lines == [
-        "note: agent 'nobody' is not listed under agents: policy.default applies",
+        "note: agent 'nobody' is not listed under agents: policy.default (deny) applies",
         "note: gh.typo is not in the catalog of declared tools",
     ]
+    # Without --unlisted a name that is not listed is refused: a review of a typo is no review.
+    typo = run("policy", "check", "--agent", "writr", "gh.get_issue")
+    assert typo.code == 2
+    assert (
+        typo.err_lines[0]
+        == "error: agent 'writr' is not listed under agents; did you mean 'writer'?"
+    )
     bad = run("policy", "check", "--agent", "reader", "no_dot")
     assert bad.code == 2
     assert bad.err_lines == [
@@ -106,7 +115,9 @@ def test_explain_names_winner_losers_chain_and_defaults(configured: Path, run: R
         "    allow  agents.writer.allow: gh.*  (bundlectl.yaml:16:13): ask beats allow" in ask.lines
     )
     data = json.loads(
-        run("policy", "explain", "-a", "stranger", "gh.get_issue", "--format", "json").out
+        run(
+            "policy", "explain", "-a", "stranger", "gh.get_issue", "--unlisted", "--format", "json"
+        ).out
     )
     assert data["decision"] == "deny" and data["policy_default_used"] is True
     assert data["extends"] == [] and data["listed"] is False
@@ -181,3 +192,57 @@ def test_search_ranks_by_relevance(configured: Path, run: Run) -> None:
     assert result.lines[0] == "gh.create_pull_request"
     assert result.lines[1] == "gh.create_issue"
     assert run("tools", "--search", "zzz").lines == ["(no tools)"]
+
+
+TYPO = "error: agent 'writr' is not listed under agents; did you mean 'writer'?"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["tools", "-a", "writr"],
+        ["policy", "explain", "-a", "writr", "gh.get_issue"],
+        ["policy", "matrix", "-a", "writer", "-a", "writr"],
+        ["codegen", "-a", "writr", "--out", "gen"],
+        ["export", "claude-code", "-a", "writr"],
+        ["export", "gemini", "-a", "writr"],
+    ],
+    ids=lambda args: " ".join(args[:2]),
+)
+def test_a_name_not_under_agents_makes_no_artifact_and_no_review(
+    configured: Path, run: Run, args: list[str]
+) -> None:
+    """A typo meant "no tools" (exit 0) and `export` removed the servers bundlectl manages."""
+    mcp = configured / ".mcp.json"
+    before = '{"mcpServers": {"keep": {"command": "x"}}}\n'
+    mcp.write_text(before)
+    result = run(*args)
+    assert result.code == 2
+    assert result.err_lines[0] == TYPO
+    assert "--unlisted" in result.err_lines[1]
+    assert mcp.read_text() == before
+    assert not (configured / "gen").exists()
+    assert not (configured / ".gemini").exists()
+
+
+def test_unlisted_asks_for_what_policy_default_gives(configured: Path, run: Run) -> None:
+    assert run("tools", "-a", "writr", "--unlisted").lines == ["(no tools)"]  # default: deny
+    write(configured / "bundlectl.yaml", CONFIG.replace("default: deny", "default: allow"))
+    listed = run("tools", "-a", "writr", "--unlisted", "--detail", "name").lines
+    assert "gh.get_issue" in listed and "gh.delete_repo" not in listed  # policy.deny holds
+
+
+def test_export_without_an_agent_needs_a_default_agent(configured: Path, run: Run) -> None:
+    result = run("export", "claude-code")
+    assert result.code == 2
+    assert result.err_lines[0] == "error: agent 'default' is not listed under agents"
+    assert result.err_lines[1].startswith("hint: pass --agent NAME: cleaner, file-reader")
+
+
+def test_exec_says_the_agent_is_not_listed_and_keeps_spec_3(configured: Path, run: Run) -> None:
+    result = run("exec", "-a", "writr", "files.read_file", "path=x")
+    assert result.code == 3  # SPEC 3: an unlisted agent gets policy.default (deny here)
+    assert result.err_lines[0] == (
+        "note: agent 'writr' is not listed under agents: policy.default (deny) applies; "
+        "did you mean 'writer'?"
+    )

@@ -28,11 +28,13 @@ def run(
     check: bool,
     lang: str = "python",
     live: bool = False,
+    unlisted: bool = False,
 ) -> int:
 
     project = load_project(config)
     resolution = resolve_project(project)
     who = default_agent(agent)
+    resolution.policy.require_listed([who], unlisted=unlisted)
     compiled = resolution.policy.agent(who)
     enabled = {n: m for n, m in resolution.merged.servers.items() if not m.spec.disabled}
     catalogs: dict[str, list[Any]] = {n: list(m.spec.tools) for n, m in enabled.items()}

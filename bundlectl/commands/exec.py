@@ -29,7 +29,7 @@ from bundlectl.executor.pipeline import (
 )
 from bundlectl.executor.render import OutputDir, render_text, result_json
 from bundlectl.executor.stdio import stop_on_failure
-from bundlectl.output import Format, emit_json, err, out
+from bundlectl.output import Format, emit_json, err, note, out
 from bundlectl.patterns import parse_tool_name
 from bundlectl.project import load_project
 from bundlectl.resolution import resolve_project
@@ -88,6 +88,9 @@ def run(
     base = load_json_args(args_json) if args_json else {}
     pipeline = _pipeline(config, yes=yes, prompt=True)
     who = default_agent(agent)
+    unlisted = pipeline.resolution.policy.unlisted(who) if agent is not None else None
+    if unlisted is not None:  # SPEC 3: it gets policy.default; often a typo, so say so
+        note(unlisted)
     target = pipeline.target(server, quiet=quiet)
     decision = pipeline.decide(who, server, name)
 

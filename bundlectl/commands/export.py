@@ -70,11 +70,14 @@ def run(
     output: Path | None,
     check: bool,
     dry_run: bool,
+    unlisted: bool = False,
 ) -> int:
     client = get(client_name)
     project = load_project(config)
     resolution = resolve_project(project)
     who = default_agent(agent)
+    # An unknown name would export no tools and remove the servers bundlectl manages.
+    resolution.policy.require_listed([who], unlisted=unlisted)
     export = plan(resolution, who)
     target = (output or client.default_path(project.root)).absolute()
     export.absolute = not target.is_relative_to(project.root)

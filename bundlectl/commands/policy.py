@@ -32,8 +32,9 @@ def _load(config: Path | None) -> Resolution:
 
 
 def _warn_unknown(resolution: Resolution, agent: str, tools: list[tuple[str, str]]) -> None:
-    if agent not in resolution.policy.set.agents:
-        note(f"agent {agent!r} is not listed under agents: policy.default applies")
+    unlisted = resolution.policy.unlisted(agent)
+    if unlisted is not None:
+        note(unlisted)
     for server, tool in tools:
         if (server, tool) not in resolution.catalog.index:
             note(f"{server}.{tool} is not in the catalog of declared tools")
@@ -57,11 +58,18 @@ def _effect_label(d: Decision) -> str:
 
 
 def check(
-    config: Path | None, agent: str, tools: list[str], *, interactive: bool, fmt: Format
+    config: Path | None,
+    agent: str,
+    tools: list[str],
+    *,
+    interactive: bool,
+    fmt: Format,
+    unlisted: bool = False,
 ) -> int:
     """One line per tool; exit 0 when none is denied, 3 when any is."""
     names = [parse_tool_name(t) for t in tools]
     resolution = _load(config)
+    resolution.policy.require_listed([agent], unlisted=unlisted)
     compiled = resolution.policy.agent(agent)
     decisions = [compiled.decide(s, t, interactive=interactive) for s, t in names]
     if fmt is Format.json:
@@ -83,10 +91,17 @@ def check(
 
 
 def explain_one(
-    config: Path | None, agent: str, tool: str, *, interactive: bool, fmt: Format
+    config: Path | None,
+    agent: str,
+    tool: str,
+    *,
+    interactive: bool,
+    fmt: Format,
+    unlisted: bool = False,
 ) -> int:
     server, name = parse_tool_name(tool)
     resolution = _load(config)
+    resolution.policy.require_listed([agent], unlisted=unlisted)
     why = explain(resolution.policy.agent(agent), server, name, interactive=interactive)
     d = why.decision
     if fmt is Format.json:
@@ -199,9 +214,12 @@ MATRIX_REPORTERS: dict[MatrixFormat, Callable[[_Matrix], None]] = {
 }
 
 
-def matrix(config: Path | None, agents: list[str], *, fmt: MatrixFormat) -> int:
+def matrix(
+    config: Path | None, agents: list[str], *, fmt: MatrixFormat, unlisted: bool = False
+) -> int:
     resolution = _load(config)
     policy, catalog = resolution.policy, resolution.catalog
+    policy.require_listed(agents, unlisted=unlisted)
     names = agents or policy.agents
     rows = [agent_row(policy.agent(a), catalog) for a in names]
     MATRIX_REPORTERS[fmt](_Matrix(list(names), [t.qualified for t in catalog.tools], rows))

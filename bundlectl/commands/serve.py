@@ -12,7 +12,6 @@ from bundlectl.executor.pipeline import AuditLog, Pipeline, default_agent
 from bundlectl.output import ServeMode, ServeTransport, note
 from bundlectl.project import load_project
 from bundlectl.resolution import Resolution, resolve_project
-from bundlectl.suggest import Suggester
 
 
 def run(
@@ -65,13 +64,9 @@ def run(
 def _warn_unlisted(resolution: Resolution, agent: str) -> None:
     """A name not under `agents` is served `policy.default` (SPEC 7): say so, since a typo
     in a client's config otherwise shows only as an empty or a full tool list."""
-    policy = resolution.policy.set
-    if agent in policy.agents:
-        return
-    close = Suggester(policy.agents).closest(agent)
-    guess = f"; did you mean {close[0]!r}?" if close else ""
-    default = policy.default
-    note(f"agent {agent!r} is not listed under agents: policy.default ({default}) applies{guess}")
+    said = resolution.policy.unlisted(agent)
+    if said is not None:
+        note(said)
 
 
 def _refuse_clashes(resolution: Resolution, names: str | None) -> None:

@@ -54,8 +54,11 @@ def run(
     fmt: Format,
     live: bool = False,
     names: Names = Names.qualified,
+    unlisted: bool = False,
 ) -> int:
     resolution = resolve_project(load_project(config))
+    if agent is not None:
+        resolution.policy.require_listed([agent], unlisted=unlisted)
     if live:
         return run_live(resolution, server=server, fmt=fmt)
     chosen = select(resolution, agent=agent, server=server, query=query)
