@@ -60,7 +60,8 @@ def test_decisions(
         )
         assert decision.effect == call["want"], (call, decision.reason)
         # The CLI agrees, with the exit code of SPEC 4.1.
-        args = ["policy", "check", "--agent", call["agent"], call["tool"]]
+        # (--unlisted: a case's unlisted agent is on purpose, SPEC 3's policy.default.)
+        args = ["policy", "check", "--agent", call["agent"], call["tool"], "--unlisted"]
         if call.get("interactive"):
             args.append("--interactive")
         result = run(*args)

@@ -32,7 +32,11 @@ def on_a_terminal(command: list[str], cwd: Path, limit: float = 60) -> int:
     """Run `command` with a pseudo-terminal as stdin and stderr; press Enter at each prompt of a
     form and `y` where it asks to confirm. Its output is copied to our stderr."""
     leader, follower = pty.openpty()
-    proc = subprocess.Popen(command, cwd=cwd, stdin=follower, stdout=sys.stdout, stderr=follower)
+    # A person at a terminal, not a CI job: with $CI set, bundlectl asks no one anything.
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    proc = subprocess.Popen(
+        command, cwd=cwd, stdin=follower, stdout=sys.stdout, stderr=follower, env=env
+    )
     os.close(follower)
     seen, deadline = b"", time.monotonic() + limit
     while proc.poll() is None and time.monotonic() < deadline:
