@@ -13,6 +13,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 mode = sys.argv[1]
 starts = os.environ.get("KITCHEN_STARTS")
@@ -50,14 +52,10 @@ INIT = {
 }
 PING = {"name": "ping", "description": "Answer pong.", "inputSchema": {"type": "object"}}
 
-if mode == "silent-crash":
-    sys.exit(3)
-if mode == "spawn-and-hang":
-    grandchild()
-    sys.stdin.read()
-    sys.exit(0)
-if mode == "linger":
-    grandchild()
+
+def serve(tools: list[dict[str, object]], on_call: Callable[[dict[str, Any]], None]) -> None:
+    """A minimal 2025-11-25 server written by hand: the handshake, `tools`, and `on_call` for
+    each tools/call (which answers, or not, as it likes); until stdin ends."""
     for line in sys.stdin:
         message = json.loads(line)
         method = message.get("method")
@@ -66,11 +64,22 @@ if mode == "linger":
         if method == "initialize":
             reply(message, INIT)
         elif method == "tools/list":
-            reply(message, {"tools": [PING]})
+            reply(message, {"tools": tools})
         elif method == "tools/call":
-            reply(message, {"content": [{"type": "text", "text": "pong"}]})
+            on_call(message)
         else:
             not_found(message)
+
+
+if mode == "silent-crash":
+    sys.exit(3)
+if mode == "spawn-and-hang":
+    grandchild()
+    sys.stdin.read()
+    sys.exit(0)
+if mode == "linger":
+    grandchild()
+    serve([PING], lambda message: reply(message, {"content": [{"type": "text", "text": "pong"}]}))
     time.sleep(60)  # ignores EOF: only the shutdown's signals end it
 if mode == "unreliable":
     # A 2025-11-25 server written by hand: `ping` answers with the id of the request; the other
@@ -81,61 +90,47 @@ if mode == "unreliable":
         {"name": name, "inputSchema": {"type": "object"}}
         for name in ("refuse", "badresult", "hang", "die", "garble")
     ]
-    for line in sys.stdin:
-        message = json.loads(line)
-        method, params = message.get("method"), message.get("params") or {}
-        if "id" not in message:
-            continue
-        if method == "initialize":
-            reply(message, INIT)
-        elif method == "tools/list":
-            reply(message, {"tools": TOOLS})
-        elif method != "tools/call":
-            not_found(message)
-        elif params["name"] == "ping":
+
+    def unreliable(message: dict[str, Any]) -> None:
+        name = message["params"]["name"]
+        if name == "ping":
             reply(message, {"content": [{"type": "text", "text": str(message["id"])}]})
-        elif params["name"] == "shape":
+        elif name == "shape":
             text = {"type": "text", "text": "{}"}
             reply(message, {"content": [text], "structuredContent": {"n": "many"}})
-        elif params["name"] == "refuse":
+        elif name == "refuse":
             error = {"code": -32000, "message": "no can do"}
             sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "error": error}))
             sys.stdout.write("\n")
             sys.stdout.flush()
-        elif params["name"] == "badresult":
+        elif name == "badresult":
             reply(message, {"content": "not a list"})
-        elif params["name"] == "die":
+        elif name == "die":
             sys.stderr.write("dying on purpose\n")
             sys.exit(9)
-        elif params["name"] == "garble":
+        elif name == "garble":
             sys.stdout.write("this is not json-rpc\n")
             sys.stdout.flush()
         # hang: no answer
+
+    serve(TOOLS, unreliable)
 if mode == "slow":
     SLEEP = {"name": "sleep", "description": "Never answer.", "inputSchema": {"type": "object"}}
-    for line in sys.stdin:
-        message = json.loads(line)
-        method = message.get("method")
-        if "id" not in message:
-            continue
-        if method == "initialize":
-            reply(message, INIT)
-        elif method == "tools/list":
-            reply(message, {"tools": [SLEEP]})
-        elif method == "tools/call":
-            token = message["params"].get("_meta", {}).get("progressToken")
-            for step in range(600):
-                if token is not None:
-                    params = {"progressToken": token, "progress": step, "message": "sleeping"}
-                    note_ = {"jsonrpc": "2.0", "method": "notifications/progress", "params": params}
-                    try:
-                        sys.stdout.write(json.dumps(note_) + "\n")
-                        sys.stdout.flush()
-                    except BrokenPipeError:
-                        os._exit(0)  # the client hung up: that is what the test waits for
-                time.sleep(0.1)
-        else:
-            not_found(message)
+
+    def sleep(message: dict[str, Any]) -> None:
+        token = message["params"].get("_meta", {}).get("progressToken")
+        for step in range(600):
+            if token is not None:
+                params = {"progressToken": token, "progress": step, "message": "sleeping"}
+                progress = {"jsonrpc": "2.0", "method": "notifications/progress", "params": params}
+                try:
+                    sys.stdout.write(json.dumps(progress) + "\n")
+                    sys.stdout.flush()
+                except BrokenPipeError:
+                    os._exit(0)  # the client hung up: that is what the test waits for
+            time.sleep(0.1)
+
+    serve([SLEEP], sleep)
 if mode == "flood":
     sys.stdin.readline()
     chunk = b"x" * (1 << 20)
