@@ -27,7 +27,7 @@ from bundlectl.executor.connect import (
     start_child,
     tail_of,
 )
-from bundlectl.executor.pipeline import outcome_of, terminal_confirmer
+from bundlectl.executor.pipeline import terminal_confirmer
 from bundlectl.executor.plain import NO_SAMPLING, NO_TERMINAL, BuiltinClient
 from bundlectl.executor.session import SdkSession, Session, ToolResult
 from bundlectl.executor.stdio import Child, child_transport, json_line
@@ -71,11 +71,6 @@ class CallOutcome:
     arguments: dict[str, Any] | None = None
     error: BundlectlError | None = None
     duration_ms: float = 0.0
-
-    @property
-    def outcome(self) -> str:
-        tool_error = self.error is None and self.result is not None and self.result.is_error
-        return outcome_of(self.error, tool_error=tool_error)
 
 
 class _Progress:
