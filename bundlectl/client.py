@@ -16,16 +16,16 @@ from typing import Any
 
 import anyio
 
-from bundlectl.errors import BundlectlError, PolicyDenied, UsageError
-from bundlectl.executor import runner
-from bundlectl.executor.call import CallRequest, call_once, client_capabilities
-from bundlectl.executor.pipeline import (
+from bundlectl.calls.call import CallRequest, call_once, client_capabilities
+from bundlectl.calls.pipeline import (
     AuditLog,
     Pipeline,
     default_agent,
     terminal_confirmer,
 )
-from bundlectl.executor.session import ToolResult
+from bundlectl.errors import BundlectlError, PolicyDenied, UsageError
+from bundlectl.mcpio import runner
+from bundlectl.mcpio.session import ToolResult
 from bundlectl.patterns import gateway_name, parse_tool_name
 from bundlectl.privacy import Privacy
 from bundlectl.project import load_project

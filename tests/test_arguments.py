@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from bundlectl.errors import ToolCallError, UsageError
-from bundlectl.executor.arguments import (
+from bundlectl.calls.arguments import (
     build_arguments,
     load_json_args,
     split_pairs,
     typed_value,
     validate,
 )
+from bundlectl.errors import ToolCallError, UsageError
 
 SCHEMA = {
     "type": "object",
@@ -167,6 +167,6 @@ def test_without_the_fast_validator_jsonschema_checks_alone(
     validate({"path": "a"}, schema, "files.x")
     with pytest.raises(ToolCallError, match="'path' is a required property"):
         validate({}, schema, "files.x")
-    from bundlectl.executor.arguments import checker
+    from bundlectl.calls.arguments import checker
 
     assert checker(schema).fast is None

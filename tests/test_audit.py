@@ -7,7 +7,7 @@ import json
 import multiprocessing
 from pathlib import Path
 
-from bundlectl.executor.audit import AuditFile, AuditRecord, append, arguments_digest
+from bundlectl.calls.audit import AuditFile, AuditRecord, append, arguments_digest
 
 
 def record(**fields: object) -> AuditRecord:

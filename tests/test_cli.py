@@ -173,3 +173,30 @@ def test_a_broken_lock_says_how_to_recover(project: Path, run: Run) -> None:
     )
     lint = run("lint")
     assert lint.lines[0].startswith("bundlectl.lock:2:1: BCL001 error YAML syntax error")
+
+
+def test_the_server_side_packages_import_only_the_layers_below_them() -> None:
+    """`gateway` → `calls` → `mcpio` (docs/decisions.md, Layout): a module of a lower layer that
+    imports a higher one (even lazily, inside a function) fails here, naming the line."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "bundlectl"
+    above = {
+        "mcpio": ("bundlectl.calls", "bundlectl.gateway", "bundlectl.commands", "bundlectl.cli"),
+        "calls": ("bundlectl.gateway", "bundlectl.commands", "bundlectl.cli"),
+        "gateway": ("bundlectl.commands", "bundlectl.cli"),
+    }
+    wrong = []
+    for package, forbidden in above.items():
+        modules = sorted((root / package).glob("*.py"))
+        assert len(modules) > 2, package
+        for module in modules:
+            for node in ast.walk(ast.parse(module.read_text(), str(module))):
+                names = []
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                elif isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                if any(n == f or n.startswith(f + ".") for n in names for f in forbidden):
+                    wrong.append(f"{package}/{module.name}:{node.lineno}: {names[0]}")
+    assert not wrong, wrong

@@ -761,7 +761,7 @@ def test_the_hint_for_a_badly_typed_argument_fits_its_type(kitchen: Path, run: R
 def test_progress_line_on_a_terminal() -> None:
     import anyio
 
-    from bundlectl.executor.call import _Progress
+    from bundlectl.calls.call import _Progress
 
     class Terminal:
         def __init__(self) -> None:
@@ -1069,7 +1069,7 @@ def test_terminal_elicitation_shows_and_takes_the_schemas_defaults(
     # SEP-1034: no default was shown, Enter omitted the field, and the answer was `{}`.
     import io
 
-    from bundlectl.executor.call import ask_on_terminal
+    from bundlectl.calls.call import ask_on_terminal
 
     schema = {
         "type": "object",

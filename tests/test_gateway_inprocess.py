@@ -17,8 +17,8 @@ from typing import Any
 import anyio
 import pytest
 
-from bundlectl.executor.gateway import Hub, mcp_server
-from bundlectl.executor.pipeline import AuditLog, Pipeline
+from bundlectl.calls.pipeline import AuditLog, Pipeline
+from bundlectl.gateway.core import Hub, mcp_server
 from bundlectl.project import load_project
 from bundlectl.resolution import resolve_project
 from tests.conftest import write

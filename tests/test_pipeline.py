@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from bundlectl.calls.pipeline import After, Pipeline, always_yes, default_agent
 from bundlectl.errors import (
     CallTimeout,
     Interrupted,
@@ -19,7 +20,6 @@ from bundlectl.errors import (
     ToolCallError,
     UsageError,
 )
-from bundlectl.executor.pipeline import After, Pipeline, always_yes, default_agent
 from bundlectl.policy import Decision
 from bundlectl.project import load_project
 from bundlectl.resolution import resolve_project

@@ -213,8 +213,8 @@ def _in_process_with(
     """`_in_process`, the clients made with `options`."""
     from mcp import Client
 
-    from bundlectl.executor.gateway import Hub, mcp_server
-    from bundlectl.executor.pipeline import AuditLog, Pipeline
+    from bundlectl.calls.pipeline import AuditLog, Pipeline
+    from bundlectl.gateway.core import Hub, mcp_server
     from bundlectl.project import load_project
     from bundlectl.resolution import resolve_project
 

@@ -7,13 +7,13 @@ from typing import Any
 
 import anyio
 
+from bundlectl.calls.pipeline import AuditLog, Pipeline, default_agent
 from bundlectl.codegen import generate, generate_typescript
 from bundlectl.errors import ReportedFailure, UsageError
-from bundlectl.executor import runner
-from bundlectl.executor.connect import connect
-from bundlectl.executor.pipeline import AuditLog, Pipeline, default_agent
-from bundlectl.executor.session import list_all_tools
 from bundlectl.fsio import atomic_write
+from bundlectl.mcpio import runner
+from bundlectl.mcpio.connect import connect
+from bundlectl.mcpio.session import list_all_tools
 from bundlectl.output import err
 from bundlectl.paths import display_path
 from bundlectl.project import load_project

@@ -3,7 +3,7 @@
 Order of work (SPEC 4.2), each step failing fast with its own exit code: load and validate the
 config → resolve the agent's policy → decide (deny: exit 3, nothing started, audited) → `ask`:
 confirm on a terminal or require --yes → start/connect the server → check the tool exists →
-validate the arguments → call with the timeout → print → audit. The steps live in the executor
+validate the arguments → call with the timeout → print → audit. The steps live in `bundlectl.calls`
 (`pipeline`, `call`); this command parses, runs and renders.
 """
 
@@ -14,30 +14,30 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bundlectl.errors import BundlectlError, UsageError
-from bundlectl.executor import runner
-from bundlectl.executor.arguments import load_json_args, preload, split_pairs
-from bundlectl.executor.batch import BatchItem, batch_line, read_batch, run_items, write_line
-from bundlectl.executor.call import CallRequest, call_once, client_capabilities
-from bundlectl.executor.connect import start_child
-from bundlectl.executor.pipeline import (
+from bundlectl.calls.arguments import load_json_args, preload, split_pairs
+from bundlectl.calls.batch import BatchItem, batch_line, read_batch, run_items, write_line
+from bundlectl.calls.call import CallRequest, call_once, client_capabilities
+from bundlectl.calls.pipeline import (
     AuditLog,
     Pipeline,
     always_yes,
     default_agent,
     terminal_confirmer,
 )
-from bundlectl.executor.render import OutputDir, render_text, result_json
-from bundlectl.executor.stdio import stop_on_failure
+from bundlectl.calls.render import OutputDir, render_text, result_json
+from bundlectl.errors import BundlectlError, UsageError
+from bundlectl.mcpio import runner
+from bundlectl.mcpio.connect import start_child
+from bundlectl.mcpio.stdio import stop_on_failure
 from bundlectl.output import Format, emit_json, err, note, out
 from bundlectl.patterns import parse_tool_name
 from bundlectl.project import load_project
 from bundlectl.resolution import resolve_project
 
 if TYPE_CHECKING:
-    from bundlectl.executor.call import CallOutcome, CallRequest
-    from bundlectl.executor.connect import Target
-    from bundlectl.executor.stdio import Child
+    from bundlectl.calls.call import CallOutcome, CallRequest
+    from bundlectl.mcpio.connect import Target
+    from bundlectl.mcpio.stdio import Child
 
 
 def _pipeline(config: Path | None, *, yes: bool, prompt: bool) -> Pipeline:

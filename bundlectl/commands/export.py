@@ -7,9 +7,9 @@ import difflib
 import uuid
 from pathlib import Path
 
+from bundlectl.calls.pipeline import default_agent
 from bundlectl.clients import Export, Misfit, ServerPlan, get
 from bundlectl.errors import ReportedFailure, UsageError
-from bundlectl.executor.pipeline import default_agent
 from bundlectl.expand import references
 from bundlectl.fsio import atomic_write
 from bundlectl.output import ExportVia, err, write

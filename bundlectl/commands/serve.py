@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bundlectl.calls.pipeline import AuditLog, Pipeline, default_agent
 from bundlectl.errors import UsageError
-from bundlectl.executor import runner
-from bundlectl.executor.gateway import serve_stdio
-from bundlectl.executor.gateway_http import access_for, bind, serve_http
-from bundlectl.executor.pipeline import AuditLog, Pipeline, default_agent
+from bundlectl.gateway.core import serve_stdio
+from bundlectl.gateway.http import access_for, bind, serve_http
+from bundlectl.mcpio import runner
 from bundlectl.output import ServeMode, ServeTransport, note
 from bundlectl.project import load_project
 from bundlectl.resolution import Resolution, resolve_project

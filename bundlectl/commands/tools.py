@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 from bundlectl.catalog import ToolRef, agent_row, search
 from bundlectl.describe import first_line, tool_flags
 from bundlectl.errors import UsageError
-from bundlectl.executor import runner
-from bundlectl.executor.connect import Target
-from bundlectl.executor.live import survey
+from bundlectl.mcpio import runner
+from bundlectl.mcpio.connect import Target
+from bundlectl.mcpio.live import survey
 from bundlectl.models import ToolSpec
 from bundlectl.output import JSON_FORMAT_VERSION, Detail, Format, Names, emit_json, out
 from bundlectl.patterns import gateway_name
@@ -19,7 +19,7 @@ from bundlectl.project import load_project
 from bundlectl.resolution import Resolution, resolve_project
 
 if TYPE_CHECKING:
-    from bundlectl.executor.live import Drift
+    from bundlectl.mcpio.live import Drift
 
 
 def select(

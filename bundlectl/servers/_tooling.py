@@ -1,6 +1,6 @@
 """The built-in servers' tools as plain functions, registered once and used two ways: served by
 the MCP SDK (`bundlectl server NAME`, the gateway, code mode) or called in-process by `exec`
-without importing the SDK at all (`executor.plain.BuiltinClient`: the import alone costs ~0.7 s,
+without importing the SDK at all (`mcpio.plain.BuiltinClient`: the import alone costs ~0.7 s,
 more than the rest of a one-shot call). Nothing here imports the SDK until `Toolbox.server()`.
 """
 
@@ -124,5 +124,5 @@ def _for_sdk(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def content_only(tool: BuiltinTool | None) -> bool:
     """Whether the tool's results are content only (text or a Blob), which a client can make
-    from its return value as the SDK does (`executor.plain.BuiltinClient`)."""
+    from its return value as the SDK does (`mcpio.plain.BuiltinClient`)."""
     return tool is not None and tool.structured_output is False

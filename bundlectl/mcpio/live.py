@@ -8,8 +8,8 @@ from typing import Any
 import anyio
 
 from bundlectl.errors import BundlectlError
-from bundlectl.executor.connect import Target, connect
-from bundlectl.executor.session import list_all_tools
+from bundlectl.mcpio.connect import Target, connect
+from bundlectl.mcpio.session import list_all_tools
 from bundlectl.models import ToolSpec
 
 

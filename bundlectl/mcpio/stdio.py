@@ -27,8 +27,8 @@ from typing import IO, Any
 import anyio
 import anyio.lowlevel
 
-from bundlectl.executor import watchdog
-from bundlectl.executor.watchdog import group_alive, stop_group
+from bundlectl.mcpio import watchdog
+from bundlectl.mcpio.watchdog import group_alive, stop_group
 
 GRACE = 2.0  # seconds after closing stdin, and again after SIGTERM
 MAX_MESSAGE = 128 * 1024 * 1024  # bytes in one message, unless a server's spec says otherwise
@@ -169,7 +169,7 @@ def _sdk_encode(message: Any) -> bytes:
 
 class Tap:
     """Requests written to a child's stdin past the SDK's client session (the gateway's express
-    lane, `executor/express.py`): their answers and progress are taken out of the child's stdout
+    lane, `gateway/express.py`): their answers and progress are taken out of the child's stdout
     before the SDK reads it. The SDK's own requests are watched for the `_meta` it stamps on
     every request of the session (protocol version, client info and capabilities on the
     2026-07-28 protocol; nothing on older ones), so that ours carry the same.

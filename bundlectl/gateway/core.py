@@ -44,14 +44,15 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 from bundlectl import __version__
+from bundlectl.calls.call import CallOutcome, CallRequest, perform
+from bundlectl.calls.pipeline import After, Pipeline
 from bundlectl.catalog import ToolRef, search
 from bundlectl.errors import BundlectlError, Interrupted, PolicyDenied, ServerError
-from bundlectl.executor.call import CallOutcome, CallRequest, perform
-from bundlectl.executor.connect import Target, classify, connect
-from bundlectl.executor.express import Express
-from bundlectl.executor.pipeline import After, Pipeline
-from bundlectl.executor.session import SdkSession, list_all_tools
-from bundlectl.executor.stdio import (
+from bundlectl.gateway.express import Express
+from bundlectl.lockfile import digest_json
+from bundlectl.mcpio.connect import Target, classify, connect
+from bundlectl.mcpio.session import SdkSession, list_all_tools
+from bundlectl.mcpio.stdio import (
     Oversized,
     PipeWriter,
     Tap,
@@ -59,7 +60,6 @@ from bundlectl.executor.stdio import (
     read_pipe,
     session_message,
 )
-from bundlectl.lockfile import digest_json
 from bundlectl.models import ToolSpec
 from bundlectl.output import err
 from bundlectl.patterns import gateway_name

@@ -11,13 +11,13 @@ from typing import Any
 
 import anyio
 
+from bundlectl.calls.arguments import DuplicateKeyError, loads_strict
+from bundlectl.calls.call import CallOutcome, CallRequest, client_capabilities, perform
+from bundlectl.calls.pipeline import Pipeline, default_agent
+from bundlectl.calls.render import result_json
 from bundlectl.errors import BundlectlError, UsageError
-from bundlectl.executor.arguments import DuplicateKeyError, loads_strict
-from bundlectl.executor.call import CallOutcome, CallRequest, client_capabilities, perform
-from bundlectl.executor.connect import Target, connect
-from bundlectl.executor.pipeline import Pipeline, default_agent
-from bundlectl.executor.render import result_json
-from bundlectl.executor.session import SdkSession
+from bundlectl.mcpio.connect import Target, connect
+from bundlectl.mcpio.session import SdkSession
 from bundlectl.output import write
 from bundlectl.patterns import parse_tool_name
 from bundlectl.yamlio import read_bounded

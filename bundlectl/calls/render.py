@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bundlectl.executor.session import ToolResult
+from bundlectl.mcpio.session import ToolResult
 from bundlectl.output import note, pretty_json
 
 TEXT_LIMIT = 1_000_000

@@ -25,11 +25,11 @@ from typing import Any
 
 import anyio
 
+from bundlectl.calls.pipeline import Pipeline
 from bundlectl.errors import UsageError
-from bundlectl.executor import runner
-from bundlectl.executor.gateway import Hub, _log_line, mcp_server
-from bundlectl.executor.pipeline import Pipeline
 from bundlectl.expand import expand
+from bundlectl.gateway.core import Hub, _log_line, mcp_server
+from bundlectl.mcpio import runner
 from bundlectl.resolution import Resolution
 
 AGENT = "bundlectl.agent"  # the ASGI scope key the gate fills in for the handlers

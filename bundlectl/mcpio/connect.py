@@ -23,10 +23,10 @@ import pydantic
 
 from bundlectl import __version__, servers
 from bundlectl.errors import BundlectlError, CallTimeout, ServerError, ToolCallError
-from bundlectl.executor.stderr import StderrTee
-from bundlectl.executor.stdio import Child, Tap, child_transport
 from bundlectl.expand import child_environment, expand
 from bundlectl.launchers import resolve_argv
+from bundlectl.mcpio.stderr import StderrTee
+from bundlectl.mcpio.stdio import Child, Tap, child_transport
 from bundlectl.models import ServerSpec
 from bundlectl.servers import BUILTIN
 from bundlectl.suggest import Suggester

@@ -15,10 +15,11 @@ from typing import Any
 import anyio
 
 from bundlectl import servers
+from bundlectl.calls.arguments import build_arguments, validate
+from bundlectl.calls.pipeline import terminal_confirmer
 from bundlectl.errors import BundlectlError, UsageError
-from bundlectl.executor import plain, runner
-from bundlectl.executor.arguments import build_arguments, validate
-from bundlectl.executor.connect import (
+from bundlectl.mcpio import plain, runner
+from bundlectl.mcpio.connect import (
     Target,
     classify,
     connect,
@@ -27,10 +28,9 @@ from bundlectl.executor.connect import (
     start_child,
     tail_of,
 )
-from bundlectl.executor.pipeline import terminal_confirmer
-from bundlectl.executor.plain import NO_SAMPLING, NO_TERMINAL, BuiltinClient
-from bundlectl.executor.session import SdkSession, Session, ToolResult
-from bundlectl.executor.stdio import Child, child_transport, json_line
+from bundlectl.mcpio.plain import NO_SAMPLING, NO_TERMINAL, BuiltinClient
+from bundlectl.mcpio.session import SdkSession, Session, ToolResult
+from bundlectl.mcpio.stdio import Child, child_transport, json_line
 from bundlectl.output import ask, err, status
 from bundlectl.policy import Decision
 

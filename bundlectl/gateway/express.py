@@ -44,17 +44,17 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSI
 from pydantic import TypeAdapter, ValidationError
 
 from bundlectl import __version__
+from bundlectl.calls.arguments import structured_problem, validate
+from bundlectl.calls.pipeline import After
 from bundlectl.errors import BundlectlError, Interrupted
-from bundlectl.executor.arguments import structured_problem, validate
-from bundlectl.executor.connect import (
+from bundlectl.mcpio.connect import (
     broke_protocol,
     call_timed_out,
     connection_closed,
     returned_error,
 )
-from bundlectl.executor.pipeline import After
-from bundlectl.executor.plain import check_result
-from bundlectl.executor.stdio import PipeWriter, json_line
+from bundlectl.mcpio.plain import check_result
+from bundlectl.mcpio.stdio import PipeWriter, json_line
 from bundlectl.policy import Decision
 
 VERSION_KEY = types.PROTOCOL_VERSION_META_KEY

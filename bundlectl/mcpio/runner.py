@@ -1,4 +1,4 @@
-"""Running the async executor from the CLI: SIGTERM and Ctrl-C wind the calls down cleanly.
+"""Running the async side from the CLI: SIGTERM and Ctrl-C wind the calls down cleanly.
 
 A first signal cancels the tool calls in flight (`interruptible`), so each session still ends the
 way the protocol asks: the server gets `notifications/cancelled`, a streamable-HTTP session its
@@ -18,7 +18,7 @@ from typing import TypeVar
 import anyio
 
 from bundlectl.errors import BundlectlError, Interrupted
-from bundlectl.executor.connect import leaves
+from bundlectl.mcpio.connect import leaves
 
 T = TypeVar("T")
 

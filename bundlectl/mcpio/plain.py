@@ -26,7 +26,7 @@ import anyio
 
 from bundlectl import __version__
 from bundlectl.errors import BundlectlError, CallTimeout, ServerError
-from bundlectl.executor.session import Progress, ToolResult
+from bundlectl.mcpio.session import Progress, ToolResult
 from bundlectl.servers._tooling import Blob, Toolbox, ToolFailure, content_only
 
 PROTOCOL = "2025-11-25"

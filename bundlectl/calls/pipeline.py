@@ -5,7 +5,7 @@ One sequence, in three steps:
 
 - `admit`: the policy's decision (`judge`), confirmed where an `ask` rule needs it, refused and
   audited here when it is a deny, an unconfirmed ask, or an ask no one can confirm;
-- `perform` (`executor.call`): on a session — check the live tool, validate the arguments, call
+- `perform` (`calls.call`): on a session — check the live tool, validate the arguments, call
   with the timeout;
 - `finish`: the outcome audited, and what the session should do next (`After`: keep the server,
   start it afresh, or check that it is not stuck).
@@ -24,18 +24,18 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bundlectl import paths
+from bundlectl.calls import audit, userconfig
 from bundlectl.errors import BundlectlError, CallTimeout, PolicyDenied, ServerError, UsageError
-from bundlectl.executor import audit, userconfig
-from bundlectl.executor.connect import Target
-from bundlectl.executor.live import compare
 from bundlectl.lockfile import digest_json
+from bundlectl.mcpio.connect import Target
+from bundlectl.mcpio.live import compare
 from bundlectl.output import ask, err
 from bundlectl.policy import Decision
 from bundlectl.resolution import Resolution
 
 if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowed the call
-    from bundlectl.executor.call import CallOutcome
-    from bundlectl.executor.connect import Target
+    from bundlectl.calls.call import CallOutcome
+    from bundlectl.mcpio.connect import Target
 
 DEFAULT_AGENT = "default"
 
