@@ -18,7 +18,7 @@ import typer
 
 from bundlectl import __version__
 from bundlectl.errors import UsageError
-from bundlectl.output import (
+from bundlectl.options import (
     CLIENT_NAMES,
     CodegenLang,
     Detail,
@@ -31,8 +31,8 @@ from bundlectl.output import (
     Names,
     ServeMode,
     ServeTransport,
-    err,
 )
+from bundlectl.output import err
 
 app = typer.Typer(
     name="bundlectl",
@@ -534,6 +534,14 @@ def export_(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print a unified diff; write nothing.")
     ] = False,
+    live: Annotated[
+        bool,
+        typer.Option(
+            "--live",
+            help="Ask servers that declare no tool catalog for their tools (starts them), so a "
+            "direct export can list them.",
+        ),
+    ] = False,
     unlisted: UnlistedOpt = False,
     config: ConfigOpt = None,
 ) -> int:
@@ -550,6 +558,7 @@ def export_(
         output=output,
         check=check,
         dry_run=dry_run,
+        live=live,
         unlisted=unlisted,
     )
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal
+from typing import Literal, TypeVar
 
 from bundlectl.errors import InputFileError, Problem, UsageError
 from bundlectl.patterns import has_wildcard, parse_tool_name, part_matches, regex_source, split_rule
@@ -22,6 +22,7 @@ from bundlectl.suggest import Suggester
 
 Effect = Literal["allow", "ask", "deny"]
 EFFECTS: tuple[Effect, ...] = ("deny", "ask", "allow")  # strongest first
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -202,6 +203,25 @@ class CompiledAgent:
             for effect in ("allow", "ask")
             for r in self._matchers[effect].rules
         )
+
+    def usable(self, server: str, tools: Iterable[T], name: Callable[[T], str]) -> list[T]:
+        """The tools of `server` this agent may call (allowed, or asked for): the one answer to
+        "which tools may the agent use" that `serve`, `export` and `codegen` all give."""
+        if not self.may_reach(server):
+            return []
+        return [t for t in tools if self.decide(server, name(t), interactive=True).effect != "deny"]
+
+    def whole(self, server: str) -> Effect | None:
+        """ "allow"/"ask" when every tool of `server`, declared or not, gets that effect (every
+        rule that can match the server matches all of its tools); None otherwise."""
+        if self.policy.pin_tools:
+            return None  # tools the lock does not record are denied
+        for rule in self.rules:
+            server_part, tool_part = rule.parts
+            if part_matches(server_part, server) and tool_part != "*":
+                return None
+        effect = self.decide(server, "\x00any tool", interactive=True).effect
+        return effect if effect != "deny" else None
 
     def grant(self, deny: int, ask: int, allow: int, unpinned: int, full: int) -> tuple[int, int]:
         """(allowed, asked) from which rules match: the one place precedence is written.

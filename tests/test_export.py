@@ -443,3 +443,57 @@ def test_export_never_writes_through_a_symlink_out_of_the_project(
     assert ".claude/settings.json leads outside the project" in result.err
     assert list(elsewhere.iterdir()) == []
     assert not (exported / ".mcp.json").exists()  # nothing was written, not even the other file
+
+
+UNDECLARED = f"""
+    version: 1
+    bundles: [basic]
+    servers:
+      odd:  # declares no tools: its catalog is only known live
+        command: {json.dumps(sys.executable)}
+        args: [{json.dumps(str(Path(__file__).parent / "servers" / "misbehave.py"))}, unreliable]
+    agents:
+      reviewer:
+        allow: [odd.ping, odd.shape, files.read_file]
+    policy: {{default: deny}}
+    """
+
+
+@pytest.mark.parametrize("client", ["claude-code", "gemini"])
+def test_a_server_without_a_catalog_is_never_dropped_from_an_export(
+    project: Path, run: Run, client: str
+) -> None:
+    """#24 item 1: the server's allowed tools are not declared, so a direct export cannot list
+    them: `direct` fails naming it, `auto` goes through the gateway, `--live` asks the server."""
+    write(project / "bundlectl.yaml", UNDECLARED)
+    assert run("lock").code == 0
+    direct = run("export", client, "-a", "reviewer", "--via", "direct")
+    assert direct.code == 1, direct.err
+    assert "odd.*: the server declares no tool catalog" in direct.err
+    assert "--via gateway" in direct.err
+    auto = run("export", client, "-a", "reviewer")
+    assert auto.code == 0 and "gateway: bundlectl serve --agent reviewer" in auto.err, auto.err
+    live = run("export", client, "-a", "reviewer", "--via", "direct", "--live")
+    assert live.code == 0, live.err
+    if client == "claude-code":
+        servers = read_json(project / ".mcp.json")["mcpServers"]
+        perms = read_json(project / ".claude" / "settings.json")["permissions"]
+        assert {"mcp__odd__ping", "mcp__odd__shape"} <= set(perms["allow"])
+        assert "mcp__odd__die" in perms["deny"] and "mcp__odd__garble" in perms["deny"]
+    else:
+        servers = read_json(project / ".gemini" / "settings.json")["mcpServers"]
+        assert sorted(servers["odd"]["includeTools"]) == ["ping", "shape"]
+    assert set(servers) == {"files", "odd"}
+
+
+def test_codegen_says_which_servers_it_could_not_generate(project: Path, run: Run) -> None:
+    write(project / "bundlectl.yaml", UNDECLARED)
+    assert run("lock").code == 0
+    plain = run("codegen", "-a", "reviewer", "--out", "gen")
+    assert plain.code == 0, plain.err
+    assert "1 server(s) declare no tools, so none of theirs were generated: odd" in plain.err
+    assert not (project / "gen" / "servers" / "odd").exists()
+    live = run("codegen", "-a", "reviewer", "--out", "gen", "--live")
+    assert live.code == 0 and "declare no tools" not in live.err, live.err
+    odd = project / "gen" / "servers" / "odd"
+    assert sorted(p.name for p in odd.glob("*.py")) == ["__init__.py", "ping.py", "shape.py"]

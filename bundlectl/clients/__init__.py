@@ -18,7 +18,7 @@ from bundlectl.clients import (
 )
 from bundlectl.clients.base import Client, Export, Imported, Misfit, ServerPlan
 from bundlectl.errors import UsageError
-from bundlectl.output import CLIENT_NAMES
+from bundlectl.options import CLIENT_NAMES
 
 __all__ = ["NAMES", "Client", "Export", "Imported", "Misfit", "ServerPlan", "get"]
 NAMES = CLIENT_NAMES  # the names, without loading a client module (the CLI's choices)

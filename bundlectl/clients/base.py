@@ -28,18 +28,19 @@ class ServerPlan:
 
     name: str
     spec: Any  # models.ServerSpec (with `${VAR}` references, never values)
-    decisions: list[Decision]  # one per declared tool
+    decisions: list[Decision]  # one per tool of its catalog (declared, or live)
     whole: str | None = None  # "allow"/"ask": the policy covers every tool, declared or not
     secret_vars: frozenset[str] = frozenset()
+    live: bool = False  # the catalog was read from the running server, not declared
 
     def tools(self, effect: str) -> list[str]:
         return [d.tool for d in self.decisions if d.effect == effect]
 
     @property
     def exact_catalog(self) -> bool:
-        """Whether the declared catalog is all there is to decide on (a server without one
-        can be exported only when the policy covers it whole)."""
-        return bool(self.decisions) or self.whole is not None
+        """Whether the catalog is all there is to decide on (a server without one can be
+        exported only when the policy covers it whole)."""
+        return bool(self.decisions) or self.live or self.whole is not None
 
 
 @dataclass

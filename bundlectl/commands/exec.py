@@ -29,7 +29,8 @@ from bundlectl.errors import BundlectlError, UsageError
 from bundlectl.mcpio import runner
 from bundlectl.mcpio.connect import start_child
 from bundlectl.mcpio.stdio import stop_on_failure
-from bundlectl.output import Format, emit_json, err, note, out
+from bundlectl.options import Format
+from bundlectl.output import emit_json, err, note, out
 from bundlectl.patterns import parse_tool_name
 from bundlectl.project import load_project
 from bundlectl.resolution import resolve_project

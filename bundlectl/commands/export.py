@@ -4,61 +4,21 @@
 from __future__ import annotations
 
 import difflib
-import uuid
 from pathlib import Path
 
 from bundlectl.calls.pipeline import default_agent
-from bundlectl.clients import Export, Misfit, ServerPlan, get
+from bundlectl.clients import Export, Misfit, get
+from bundlectl.clients.planning import plan
 from bundlectl.errors import ReportedFailure, UsageError
-from bundlectl.expand import references
 from bundlectl.fsio import atomic_write
-from bundlectl.output import ExportVia, err, write
+from bundlectl.mcpio.live import catalogs as live_catalogs
+from bundlectl.models import ServerSpec
+from bundlectl.options import ExportVia
+from bundlectl.output import err, write
 from bundlectl.paths import display_path
-from bundlectl.patterns import part_matches
-from bundlectl.policy import CompiledAgent
 from bundlectl.project import load_project
 from bundlectl.resolution import Resolution, resolve_project
-from bundlectl.secretscan import SECRET_NAME
 from bundlectl.yamlio import read_text
-
-
-def plan(resolution: Resolution, agent: str) -> Export:
-    """The servers `agent` may use, each with the decision on every declared tool."""
-    compiled = resolution.policy.agent(agent)
-    secret_inputs = {need.name for need in resolution.merged.env if need.spec.secret}
-    servers = []
-    for name, merged in resolution.merged.servers.items():
-        spec = merged.spec
-        if spec.disabled:
-            continue
-        decisions = [compiled.decide(name, tool.name, interactive=True) for tool in spec.tools]
-        whole = _whole(compiled, name)
-        if not any(d.effect != "deny" for d in decisions) and whole is None:
-            continue
-        values = [*spec.env.items(), *spec.headers.items()]
-        secret = {
-            var
-            for key, value in values
-            for var in references(value)
-            if var in secret_inputs or SECRET_NAME.search(key) or SECRET_NAME.search(var)
-        }
-        servers.append(ServerPlan(name, spec, decisions, whole, frozenset(secret)))
-    project = resolution.project
-    return Export(agent, servers, project.config_path, project.root)
-
-
-def _whole(compiled: CompiledAgent, server: str) -> str | None:
-    """ "allow"/"ask" when every tool of `server`, declared or not, gets that effect: every rule
-    that can match the server matches all of its tools."""
-    if compiled.policy.pin_tools:
-        return None  # tools the lock does not record are denied
-
-    for rule in compiled.rules:
-        server_part, tool_part = rule.parts
-        if part_matches(server_part, server) and tool_part != "*":
-            return None
-    effect = compiled.decide(server, f"any-tool-{uuid.uuid4().hex}", interactive=True).effect
-    return effect if effect != "deny" else None
 
 
 def run(
@@ -70,6 +30,7 @@ def run(
     output: Path | None,
     check: bool,
     dry_run: bool,
+    live: bool = False,
     unlisted: bool = False,
 ) -> int:
     client = get(client_name)
@@ -78,7 +39,10 @@ def run(
     who = default_agent(agent)
     # An unknown name would export no tools and remove the servers bundlectl manages.
     resolution.policy.require_listed([who], unlisted=unlisted)
-    export = plan(resolution, who)
+    catalogs = None
+    if live and via is not ExportVia.gateway:
+        catalogs = live_catalogs(_undeclared(resolution, who), project.root)
+    export = plan(resolution, who, catalogs)
     target = (output or client.default_path(project.root)).absolute()
     export.absolute = not target.is_relative_to(project.root)
     managed = set(resolution.merged.servers)
@@ -139,6 +103,16 @@ def run(
     written = ", ".join(display_path(p) for p in changed) or nothing
     err(f"wrote {written} ({how})")
     return 0
+
+
+def _undeclared(resolution: Resolution, agent: str) -> dict[str, ServerSpec]:
+    """The enabled servers without a declared catalog that the agent could use a tool of."""
+    compiled = resolution.policy.agent(agent)
+    return {
+        name: merged.spec
+        for name, merged in resolution.merged.servers.items()
+        if not merged.spec.disabled and not merged.spec.tools and compiled.may_reach(name)
+    }
 
 
 def _inside(path: Path, root: Path) -> None:

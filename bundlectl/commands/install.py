@@ -9,7 +9,8 @@ from bundlectl.errors import ReportedFailure, UsageError
 from bundlectl.fsio import project_lock, write_project_file
 from bundlectl.lockfile import describe_drift, dump_lock
 from bundlectl.models import LockFile, check_requirement
-from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, note, out
+from bundlectl.options import Format
+from bundlectl.output import JSON_FORMAT_VERSION, emit_json, note, out
 from bundlectl.project import Project, load_project, project_from_text
 from bundlectl.requirements import requirement_name
 from bundlectl.resolution import Resolution, resolve_project

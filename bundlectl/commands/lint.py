@@ -8,7 +8,8 @@ from bundlectl.fsio import atomic_write
 from bundlectl.lint import engine
 from bundlectl.lint.formats import FORMATS
 from bundlectl.lint.rules import Severity
-from bundlectl.output import FailLevel, LintFormat, write
+from bundlectl.options import FailLevel, LintFormat
+from bundlectl.output import write
 
 
 def run(

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, table
+from bundlectl.options import Format
+from bundlectl.output import JSON_FORMAT_VERSION, emit_json, table
 from bundlectl.project import load_project, optional_project
 from bundlectl.registry import Registry
 

@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from bundlectl.catalog import Row, agent_row
+from bundlectl.options import Format, MatrixFormat
 from bundlectl.output import (
     JSON_FORMAT_VERSION,
-    Format,
     Lazy,
-    MatrixFormat,
     RawJson,
     emit_json,
     note,

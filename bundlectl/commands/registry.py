@@ -8,7 +8,8 @@ from typing import Any
 from bundlectl import paths
 from bundlectl.errors import ReportedFailure
 from bundlectl.fsio import atomic_write, project_lock
-from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, out, table
+from bundlectl.options import Format
+from bundlectl.output import JSON_FORMAT_VERSION, emit_json, out, table
 from bundlectl.project import optional_project
 from bundlectl.registry import Registry, Source, load_manifest_file
 from bundlectl.yamlio import read_bounded

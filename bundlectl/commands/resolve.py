@@ -9,7 +9,8 @@ from typing import Any
 from bundlectl.catalog import agent_row
 from bundlectl.describe import endpoint, server_json
 from bundlectl.errors import UsageError
-from bundlectl.output import JSON_FORMAT_VERSION, Format, Lazy, RawJson, note, out, stream_json
+from bundlectl.options import Format
+from bundlectl.output import JSON_FORMAT_VERSION, Lazy, RawJson, note, out, stream_json
 from bundlectl.policy import Rule
 from bundlectl.project import load_project
 from bundlectl.resolution import Resolution, resolve_project

@@ -9,7 +9,8 @@ from bundlectl.errors import UsageError
 from bundlectl.gateway.core import serve_stdio
 from bundlectl.gateway.http import access_for, bind, serve_http
 from bundlectl.mcpio import runner
-from bundlectl.output import ServeMode, ServeTransport, note
+from bundlectl.options import ServeMode, ServeTransport
+from bundlectl.output import note
 from bundlectl.project import load_project
 from bundlectl.resolution import Resolution, resolve_project
 

@@ -7,7 +7,8 @@ from pathlib import Path
 from bundlectl.describe import endpoint, first_line, tool_flags
 from bundlectl.errors import UsageError
 from bundlectl.launchers import needs
-from bundlectl.output import JSON_FORMAT_VERSION, Format, emit_json, out
+from bundlectl.options import Format
+from bundlectl.output import JSON_FORMAT_VERSION, emit_json, out
 from bundlectl.project import optional_project
 from bundlectl.registry import LoadedManifest, Registry
 from bundlectl.requirements import parse_requirement

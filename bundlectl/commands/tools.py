@@ -13,7 +13,8 @@ from bundlectl.mcpio import runner
 from bundlectl.mcpio.connect import Target
 from bundlectl.mcpio.live import survey
 from bundlectl.models import ToolSpec
-from bundlectl.output import JSON_FORMAT_VERSION, Detail, Format, Names, emit_json, out
+from bundlectl.options import Detail, Format, Names
+from bundlectl.output import JSON_FORMAT_VERSION, emit_json, out
 from bundlectl.patterns import gateway_name
 from bundlectl.project import load_project
 from bundlectl.resolution import Resolution, resolve_project

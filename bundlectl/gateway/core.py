@@ -854,9 +854,8 @@ class Gateway:
         for name, merged in self.pipeline.resolution.merged.servers.items():
             if merged.spec.disabled or not compiled.may_reach(name):
                 continue  # never started, connected to or sent a credential for this agent
-            for tool in await self._offered(name, merged.spec):
-                if compiled.decide(name, tool.name, interactive=True).effect != "deny":
-                    usable.append((name, tool))
+            offered = await self._offered(name, merged.spec)
+            usable.extend((name, tool) for tool in compiled.usable(name, offered, _name))
         return usable
 
     async def list_tools(self) -> list[types.Tool]:
@@ -1146,6 +1145,10 @@ class Gateway:
         assert outcome.result is not None
         result: types.CallToolResult = outcome.result.as_model()
         return tokens.result(result) if tokens is not None else result
+
+
+def _name(tool: types.Tool) -> str:
+    return tool.name
 
 
 def _same(text: str) -> str:

@@ -1,16 +1,21 @@
-"""`tools --live`: ask the running servers for their tools and compare with the declared catalog."""
+"""The live catalog: ask the running servers for their tools (`export --live`, `codegen --live`),
+and compare them with the declared catalog (`tools --live`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
 
+from bundlectl import paths
 from bundlectl.errors import BundlectlError
+from bundlectl.mcpio import runner
 from bundlectl.mcpio.connect import Target, connect
 from bundlectl.mcpio.session import list_all_tools
-from bundlectl.models import ToolSpec
+from bundlectl.models import ServerSpec, ToolSpec
 
 
 @dataclass
@@ -73,3 +78,33 @@ async def survey(
         for target in targets:
             group.start_soon(one, target)
     return [results[t.name] for t in targets]
+
+
+def catalogs(
+    servers: Mapping[str, ServerSpec], root: Path, *, connect_timeout: float = 30.0
+) -> dict[str, list[Any]]:
+    """The live tools of `servers`, asked concurrently (their stderr to the state folder's logs);
+    a server that cannot be asked is an error naming it."""
+    if not servers:
+        return {}
+    logs = paths.state_dir() / "logs"
+    targets = [
+        Target(name, spec, root, log_file=logs / f"{name}.log") for name, spec in servers.items()
+    ]
+    found: dict[str, list[Any]] = {}
+
+    async def one(target: Target) -> None:
+        async with connect(target, connect_timeout=connect_timeout) as client:
+            found[target.name] = await list_all_tools(client)
+
+    async def every() -> None:
+        async with anyio.create_task_group() as group:
+            for target in targets:
+                group.start_soon(one, target)
+
+    try:
+        runner.run(every)
+    finally:
+        for target in targets:
+            target.close()
+    return {name: found[name] for name in servers}
