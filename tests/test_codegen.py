@@ -58,6 +58,7 @@ def test_only_the_agents_tools_are_generated_and_the_output_is_stable(
     assert run("codegen", "--agent", "reader", "--out", "gen").code == 0
     files = sorted(p.relative_to(coded / "gen").as_posix() for p in (coded / "gen").rglob("*.*"))
     assert files == [
+        ".bundlectl-codegen.json",
         "README.md",
         "servers/__init__.py",
         "servers/files/__init__.py",
@@ -77,6 +78,36 @@ def test_only_the_agents_tools_are_generated_and_the_output_is_stable(
     config.write_text(config.read_text().replace("allow: [files.*]", "allow: [files.read_file]"))
     assert run("codegen", "--agent", "reader", "--out", "gen").code == 0
     assert not (coded / "gen" / "servers" / "files" / "list_directory.py").exists()  # stale: gone
+
+
+def test_codegen_replaces_and_removes_only_the_files_it_wrote(coded: Path, run: Run) -> None:
+    """#24 item 3: `--out .` never overwrites the project's README; a folder generated for
+    another agent loses the servers this one may not use (and `--check` says so); a file of the
+    user's inside the folder stays."""
+    readme = coded / "README.md"
+    readme.write_text("# my project\n")
+    refused = run("codegen", "--agent", "all", "--out", ".")
+    assert refused.code == 2, refused.err
+    assert "would overwrite 1 file(s) it did not write: README.md" in refused.err
+    assert readme.read_text() == "# my project\n" and not (coded / "servers").exists()
+
+    assert run("codegen", "--agent", "all", "--out", "gen").code == 0
+    servers = coded / "gen" / "servers"
+    assert (servers / "review").is_dir()
+    (servers / "mine.py").write_text("# the user's own\n")
+    drift = run("codegen", "--agent", "reader", "--out", "gen", "--check")
+    assert drift.code == 1 and "generated file(s) differ" in drift.err, drift.err
+    assert run("codegen", "--agent", "reader", "--out", "gen").code == 0
+    assert sorted(p.name for p in servers.iterdir()) == [
+        "__init__.py",
+        "files",
+        "mine.py",
+        "py.typed",
+    ]
+    assert run("codegen", "--agent", "reader", "--out", "gen", "--check").code == 0
+    (coded / "gen" / "servers" / "files" / "extra.py").write_text("x = 1\n")
+    assert run("codegen", "--agent", "reader", "--out", "gen").code == 0
+    assert (coded / "gen" / "servers" / "files" / "extra.py").exists()  # not ours: kept
 
 
 def test_a_generated_function_reaches_the_server_and_a_denied_one_raises(
