@@ -159,6 +159,11 @@ def _bundle_drift(old: LockFile, new: LockFile) -> list[Drift]:
             message = f"bundle {name} {before.version} is locked but no longer required"
         elif before and after and before.version != after.version:
             message = f"bundle {name}: locked {before.version}, resolves to {after.version}"
+        elif before and after and before.source != after.source:
+            message = (
+                f"bundle {name} {after.version}: now comes from registry {after.source}, "
+                f"locked from {before.source}"
+            )
         elif before and after and before.digest != after.digest:
             message = f"bundle {name} {after.version}: the manifest changed since it was locked"
         else:

@@ -10,6 +10,7 @@ from functools import cached_property
 
 from packaging.version import Version
 
+from bundlectl import paths
 from bundlectl.catalog import Catalog, ToolRef
 from bundlectl.errors import InputFileError, ResolutionError
 from bundlectl.fsio import write_project_file
@@ -88,6 +89,13 @@ def resolve_project(
     versions = resolve(wanted, project.registry, prefer=prefer, upgrade=upgrade)
     bundles = [project.registry.get(name, version) for name, version in versions.items()]
     merged = merge(project.config, project.doc, bundles)
+    builtin = paths.builtin_registry_dir()
+    merged.notes.extend(
+        f"bundle {b.manifest.name!r} comes from registry {b.source.label}, which hides the "
+        f"built-in bundle {b.manifest.name!r}"
+        for b in bundles
+        if b.source.label != "builtin" and (builtin / b.manifest.name).is_dir()
+    )
     if strict:
         collision = collision_error(merged)
         if collision is not None:

@@ -175,3 +175,25 @@ def test_list_reads_descriptions_without_loading_manifests_again(
         path.unlink()
     assert run("list").out == first.out
     assert not list(cache.glob("*.pickle"))  # no manifest was loaded
+
+
+def test_a_published_copy_of_a_builtin_bundle_is_named_as_the_change(
+    project: Path, run: Run
+) -> None:
+    """#24 item 4: the same manifest, byte for byte, published to the user registry moves the
+    bundle to another source; `lock --check` said "the lock's formatting differs"."""
+    write(project / "bundlectl.yaml", "version: 1\nbundles: [basic]\n")
+    assert run("lock").code == 0
+    copy = paths.builtin_registry_dir() / "basic" / "1.1.0.yaml"
+    published = run("registry", "add", str(copy))
+    assert published.code == 0, published.err
+    assert "now hides the built-in bundle 'basic'" in published.err
+    stale = run("lock", "--check")
+    assert stale.code == 1
+    assert "bundle basic 1.1.0: now comes from registry user, locked from builtin" in stale.err
+    assert "formatting" not in stale.err
+    relocked = run("lock")
+    assert relocked.code == 0
+    assert "~ basic 1.1.0 (builtin) -> 1.1.0 (user)" in relocked.out
+    assert "hides the built-in bundle 'basic'" in relocked.err
+    assert run("lock", "--check").code == 0

@@ -17,12 +17,22 @@ from bundlectl.resolution import Resolution, resolve_project
 
 
 def _changes(old: LockFile | None, new: LockFile) -> list[dict[str, str | None]]:
-    before = {n: b.version for n, b in (old.bundles.items() if old else [])}
-    after = {n: b.version for n, b in new.bundles.items()}
+    """Bundles whose version or registry changes (a manifest published under a locked bundle's
+    name moves it to another registry at the same version)."""
+    before = dict(old.bundles) if old else {}
+    after = dict(new.bundles)
     rows = []
     for name in sorted(set(before) | set(after)):
-        if before.get(name) != after.get(name):
-            rows.append({"name": name, "from": before.get(name), "to": after.get(name)})
+        was, now = before.get(name), after.get(name)
+        if (was and was.version, was and was.source) != (now and now.version, now and now.source):
+            row: dict[str, str | None] = {
+                "name": name,
+                "from": was.version if was else None,
+                "to": now.version if now else None,
+            }
+            if was and now and was.source != now.source:
+                row["from_source"], row["to_source"] = was.source, now.source
+            rows.append(row)
     return rows
 
 
@@ -54,6 +64,11 @@ def _report(
             out(f"+ {change['name']} {change['to']}")
         elif change["to"] is None:
             out(f"- {change['name']} {change['from']}")
+        elif "to_source" in change:
+            out(
+                f"~ {change['name']} {change['from']} ({change['from_source']}) -> "
+                f"{change['to']} ({change['to_source']})"
+            )
         else:
             out(f"~ {change['name']} {change['from']} -> {change['to']}")
     if not changes:

@@ -9,7 +9,7 @@ from bundlectl import paths
 from bundlectl.errors import ReportedFailure
 from bundlectl.fsio import atomic_write, project_lock
 from bundlectl.options import Format
-from bundlectl.output import JSON_FORMAT_VERSION, emit_json, out, table
+from bundlectl.output import JSON_FORMAT_VERSION, emit_json, note, out, table
 from bundlectl.project import optional_project
 from bundlectl.registry import Registry, Source, load_manifest_file
 from bundlectl.yamlio import read_bounded
@@ -45,6 +45,11 @@ def add(path: Path, *, fmt: Format) -> int:
         )
     else:
         out(f"{status} {m.name} {m.version} to {target}")
+    if (paths.builtin_registry_dir() / m.name).is_dir():
+        note(
+            f"bundle {m.name!r} now hides the built-in bundle {m.name!r} in every project that "
+            "uses it: their locks are stale until `bundlectl lock` (lint reports BCL402)"
+        )
     return 0
 
 
