@@ -1,4 +1,5 @@
-"""Edit the `bundles:` list of `bundlectl.yaml` as text, at the positions the parser reports.
+"""Edit `bundlectl.yaml` as text, at the positions the parser reports: the `bundles:` list, and
+the entries of a top-level mapping (`servers:`, `agents:`, `policy:`).
 
 Everything outside the edited entries stays byte for byte: comments, quoting, indentation, flow or
 block style. The result is parsed again and checked before anyone writes it.
@@ -7,7 +8,8 @@ block style. The result is parsed again and checked before anyone writes it.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from bundlectl.errors import BundlectlError
 from bundlectl.requirements import requirement_name
@@ -36,6 +38,8 @@ class _Text:
         self.starts = _offsets(text)
 
     def at(self, line: int, column: int) -> int:
+        if line > len(self.starts):  # the end of a file without a final newline
+            return len(self.text)
         return self.starts[line - 1] + column - 1
 
     def line_end(self, line: int) -> int:
@@ -156,3 +160,114 @@ def _append(
     end = buf.line_end(last.end_line)
     prefix = "" if text[:end].endswith("\n") else "\n"
     return end, end, prefix + "".join(f"{dash}{r}\n" for r in appended)
+
+
+def set_entries(text: str, section: str, entries: Mapping[str, Any]) -> str:
+    """`text` with `SECTION.KEY: VALUE` for each entry — an entry of that key replaced where it
+    is, a new one appended to the section (which is added at the end when missing). Every other
+    byte stays, comments included; a flow-style section (`servers: {}`) is rewritten in block
+    style. The result is parsed again and compared with the intended data before it is returned."""
+    if not entries:
+        return text
+    doc = parse_yaml(text, "bundlectl.yaml")
+    before = doc.data if isinstance(doc.data, dict) else {}
+    new = text
+    for key, value in entries.items():
+        new = _set_entry(new, section, key, value)
+    check = parse_yaml(new, "bundlectl.yaml")
+    got = check.data if isinstance(check.data, dict) else {}
+    wanted_section = {**(before.get(section) or {}), **entries}
+    others_same = {k: v for k, v in got.items() if k != section} == {
+        k: v for k, v in before.items() if k != section
+    }
+    if check.problems or not others_same or got.get(section) != wanted_section:
+        raise BundlectlError(
+            f"could not edit the {section}: mapping of bundlectl.yaml safely",
+            hint=f"edit {section}: by hand; nothing was written",
+        )
+    return new
+
+
+def _set_entry(text: str, section: str, key: str, value: Any) -> str:
+    doc = parse_yaml(text, "bundlectl.yaml")
+    data = doc.data if isinstance(doc.data, dict) else {}
+    buf = _Text(text)
+    if section not in data:
+        sep = "" if not text or text.endswith("\n") else "\n"
+        return text + sep + f"{section}:\n" + _render({key: value}, 2)
+    current = data[section]
+    section_key = doc.keys[(section,)]
+    if not current or not isinstance(current, dict) or _is_flow(buf, doc, (section,)):
+        # `servers:`, `servers: {}` or a flow mapping: the whole value, in block style
+        merged = {**(current if isinstance(current, dict) else {}), key: value}
+        start = text.index(":", buf.at(section_key.end_line, section_key.end_column)) + 1
+        span = doc.values.get((section,))
+        end = buf.at(span.end_line, span.end_column) if current is not None and span else start
+        rest = text[end:]
+        tail = rest[rest.index("\n") + 1 :] if "\n" in rest else ""
+        comment = rest[: rest.index("\n")] if "\n" in rest else rest
+        return text[:start] + comment.rstrip() + "\n" + _render(merged, 2) + tail
+    indent = doc.keys[(section, next(iter(current)))].column - 1
+    if key in current:
+        entry = doc.keys[(section, key)]
+        start = buf.starts[entry.line - 1]
+        end = _value_end(buf, doc, (section, key))
+        return text[:start] + _render({key: value}, indent) + text[end:]
+    last = list(current)[-1]
+    end = _value_end(buf, doc, (section, last))
+    prefix = "" if text[:end].endswith("\n") else "\n"
+    return text[:end] + prefix + _render({key: value}, indent) + text[end:]
+
+
+def _is_flow(buf: _Text, doc: YamlDoc, path: tuple[str, ...]) -> bool:
+    span = doc.values[path]
+    return buf.text[buf.at(span.line, span.column) :].startswith("{")
+
+
+def _value_end(buf: _Text, doc: YamlDoc, path: tuple[str, ...]) -> int:
+    """Offset just past the line where the value at `path` ends: a block value's span runs to
+    the next token, so blank and comment lines before it (they belong to what follows) are
+    left out."""
+    span = doc.values[path]
+    end = buf.at(span.end_line, span.end_column)
+    start = buf.at(span.line, span.column)
+    if buf.text[start:].startswith(("{", "[")) or span.end_line == span.line:
+        return buf.line_end(span.end_line)
+    # the next token's line is not ours unless the value ends after something on it
+    line = span.end_line if buf.text[buf.at(span.end_line, 1) : end].strip() else span.end_line - 1
+    line = min(line, len(buf.starts))
+    while line > span.line:
+        content = buf.text[buf.at(line, 1) : buf.line_end(line)].strip()
+        if content and not content.startswith("#"):
+            break
+        line -= 1
+    return buf.line_end(line)
+
+
+def _render(entries: Mapping[str, Any], indent: int) -> str:
+    """Entries as block YAML (lists of scalars in flow style, as `bundlectl init` writes them),
+    indented."""
+    import io  # noqa: PLC0415  # start-up: only commands that edit entries render YAML
+
+    from ruamel.yaml import YAML  # noqa: PLC0415  # start-up, as above
+    from ruamel.yaml.comments import CommentedSeq  # noqa: PLC0415  # start-up, as above
+
+    def styled(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: styled(v) for k, v in value.items()}
+        if isinstance(value, list):
+            items = [styled(v) for v in value]
+            if all(not isinstance(v, (dict, list)) for v in items):
+                seq = CommentedSeq(items)
+                seq.fa.set_flow_style()
+                return seq
+            return items
+        return value
+
+    yaml = YAML()
+    yaml.default_flow_style = False
+    yaml.width = 100
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    out = io.StringIO()
+    yaml.dump(styled(dict(entries)), out)
+    return "".join(" " * indent + line for line in out.getvalue().splitlines(keepends=True))

@@ -497,3 +497,26 @@ def test_codegen_says_which_servers_it_could_not_generate(project: Path, run: Ru
     assert live.code == 0 and "declare no tools" not in live.err, live.err
     odd = project / "gen" / "servers" / "odd"
     assert sorted(p.name for p in odd.glob("*.py")) == ["__init__.py", "ping.py", "shape.py"]
+
+
+def test_import_keeps_every_line_it_does_not_own_and_relocks(project: Path, run: Run) -> None:
+    """#24 item 5: import edited bundlectl.yaml through a YAML round trip (`  - basic` became
+    `- basic`, blank lines went) and left the lock stale (`lock --check` exit 1)."""
+    original = (
+        "# the team's config\nversion: 1\n\nbundles:\n  - basic   # files\n\n"
+        "agents:\n  reader:  # read only\n    allow: [files.read_file]\n\n"
+        "policy:\n  default: deny  # strict\n"
+    )
+    (project / "bundlectl.yaml").write_text(original)
+    assert run("lock").code == 0
+    source = write(project / "roo.json", ROO_DOC)
+    result = run("import", "roo", str(source), "--agent", "coder")
+    assert result.code == 0, result.err
+    assert "wrote bundlectl.lock" in result.err
+    text = (project / "bundlectl.yaml").read_text()
+    lines = iter(text.splitlines())
+    assert all(line in lines for line in original.splitlines()), text  # in order, unchanged
+    assert "  coder:" in text and "  search:" in text
+    assert run("lock", "--check").code == 0
+    lint = run("lint", "--fail-level", "error")
+    assert lint.code == 0, lint.out

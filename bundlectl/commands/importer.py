@@ -6,23 +6,21 @@ edited in place: its comments and formatting stay."""
 from __future__ import annotations
 
 import difflib
-import io
 import re
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap
-
 from bundlectl.clients import Imported, get
 from bundlectl.clients.agix import read_agix
+from bundlectl.confedit import edit_bundles, set_entries
 from bundlectl.errors import BundlectlError, ReportedFailure, UsageError
 from bundlectl.fsio import project_lock, write_project_file
 from bundlectl.output import err, write
 from bundlectl.paths import display_path
 from bundlectl.project import find_project, load_project, project_from_text
+from bundlectl.requirements import requirement_name
 from bundlectl.resolution import resolve_project
-from bundlectl.yamlio import read_text
+from bundlectl.yamlio import parse_yaml, read_text
 
 NAME = re.compile(r"[^a-z0-9_-]+")
 
@@ -63,7 +61,8 @@ def run(
     notes += _spell_out_unlisted(imported, existing)
     before = read_text(target, display_path(target)) if target.exists() else "version: 1\n"
     after = merge(before, imported, who, imported.bundles)
-    _check(after, target)
+    # Resolved like `install` does, before anything is written: the lock is written with it.
+    resolution = resolve_project(project_from_text(target, after))
     if dry_run:
         shown = display_path(target)
         diff = difflib.unified_diff(
@@ -76,10 +75,15 @@ def run(
     else:
         with project_lock(target):
             write_project_file(target, after)
+            resolution.write_lock()
     servers = len(imported.servers)
     agents = len(imported.agents) if imported.agents is not None else 1
     verb = "would import" if dry_run else "imported"
-    err(f"{verb} {servers} server(s) and {agents} agent(s) into {display_path(target)}")
+    lock = display_path(resolution.project.lock_path)
+    err(
+        f"{verb} {servers} server(s) and {agents} agent(s) into {display_path(target)}"
+        + (f" (and {lock} would be rewritten)" if dry_run else f", and wrote {lock}")
+    )
     for var, where in sorted(imported.secrets.items()):
         err(f"note: a literal secret in {where} became ${{{var}}}: export {var}=... before use")
     if imported.default_allow:
@@ -185,47 +189,32 @@ def _config_path(config: Path | None) -> Path:
 
 def merge(text: str, imported: Imported, agent: str, bundles: list[str]) -> str:
     """`text` (a bundlectl.yaml) with the imported servers, agents and bundles added; existing
-    entries of the same name are replaced, everything else — comments included — kept."""
-
-    yaml = YAML()
-    yaml.preserve_quotes = True
-    yaml.width = 100
-    data = yaml.load(text) or CommentedMap()
-    data.setdefault("version", 1)
-    if bundles:
-        listed = data.setdefault("bundles", [])
-        for bundle in bundles:
-            if bundle not in listed:
-                listed.append(bundle)
-    if imported.servers:
-        servers = data.setdefault("servers", CommentedMap())
-        for name, spec in imported.servers.items():
-            servers[name] = spec
-    agents = data.setdefault("agents", CommentedMap())
+    entries of the same name are replaced, every other byte — comments included — kept (the
+    same text surgery as `install`)."""
+    listed = {requirement_name(r) for r in (_data(text).get("bundles") or [])}
+    new = edit_bundles(text, add=[b for b in _unique(bundles) if requirement_name(b) not in listed])
+    new = set_entries(new, "servers", imported.servers)
     if imported.agents is not None:
-        for name, rules in imported.agents.items():
-            agents[name] = {k: v for k, v in rules.items() if v}
+        agents = {
+            name: {k: v for k, v in rules.items() if v} for name, rules in imported.agents.items()
+        }
     else:
         rules = {
             "allow": _unique(imported.allow),
             "ask": _unique(imported.ask),
             "deny": _unique(imported.deny),
         }
-        agents[agent] = {k: v for k, v in rules.items() if v}
-    if imported.default_allow:
-        policy = data.setdefault("policy", CommentedMap())
-        policy["default"] = "allow"  # agix: unlisted agents get every tool, spelled out
-    if not agents:
-        del data["agents"]
-    out = io.StringIO()
-    yaml.dump(data, out)
-    return out.getvalue()
+        agents = {agent: {k: v for k, v in rules.items() if v}}
+    new = set_entries(new, "agents", agents)
+    if imported.default_allow:  # agix: unlisted agents get every tool, spelled out
+        new = set_entries(new, "policy", {"default": "allow"})
+    return new
+
+
+def _data(text: str) -> dict[str, Any]:
+    data = parse_yaml(text, "bundlectl.yaml").data
+    return data if isinstance(data, dict) else {}
 
 
 def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
-
-
-def _check(text: str, target: Path) -> None:
-    """The result must be a valid config: every problem positioned, nothing written."""
-    project_from_text(target, text)
