@@ -84,7 +84,7 @@ def _in_process(
         restore = privacy is not None and privacy.gets_real_values(server, tool)
         pipeline = Pipeline(resolution, AuditLog(resolution, via="code"), terminal_confirmer())
         who = default_agent(agent)
-        decision = pipeline.decide(who, server, tool)
+        decision = pipeline.decide(who, server, tool, arguments)
         target = pipeline.target(server, quiet=True)
         request = CallRequest(
             who,

@@ -968,6 +968,7 @@ def test_ask_is_confirmed_on_a_terminal(kitchen: Path, answer: str, code: int) -
     while b"Allow? [y/N]" not in seen and time.monotonic() < deadline:
         seen += os.read(fd, 1024)
     assert b"agent 'writer' wants to call files.write_file" in seen
+    assert b'path: "asked.txt"' in seen and b'content: "confirmed"' in seen  # #24 item 6
     os.write(fd, f"{answer}\n".encode())
     while True:
         try:

@@ -401,6 +401,7 @@ def test_ask_is_confirmed_by_the_clients_user_through_elicitation(
 
     result = anyio.run(session)
     assert len(asked) == 1 and "wants to call files.write_file" in asked[0]
+    assert '  path: "w.txt"\n  content: "ok"\nAllow it?' in asked[0]  # what the call would do
     assert result.is_error is not written
     assert (gateway_project / "w.txt").exists() is written
     if not written:

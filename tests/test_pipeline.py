@@ -72,7 +72,7 @@ def test_ask_goes_to_the_confirmer(resolution: Any, answer: bool, outcome: str |
     sink = Recorded()
     asked: list[str] = []
 
-    def confirm(decision: Decision) -> bool:
+    def confirm(decision: Decision, question: str) -> bool:
         asked.append(decision.qualified)
         return answer
 
@@ -236,3 +236,38 @@ def test_every_front_door_records_the_same_calls_alike(
         # The arguments as the agent sent them are digested, for an allowed call only.
         assert [row[4] is not None for row in rows] == [True, True, True, False], door
     assert len({tuple(rows) for rows in doors.values()}) == 1, doors
+
+
+def test_the_question_shows_the_arguments_with_secrets_hidden(
+    resolution: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#24 item 6: a person confirming an `ask` rule sees what the call would do: each argument,
+    long values cut, a secret variable's value as its `${NAME}`, a token-shaped value hidden,
+    control characters escaped."""
+    shown: list[str] = []
+
+    def confirm(decision: Decision, question: str) -> bool:
+        shown.append(question)
+        return True
+
+    pipeline = Pipeline(resolution, Recorded(), confirm)
+    pipeline.__dict__["_secret_values"] = {"API_TOKEN": "tok-123456"}  # as if set in the env
+    arguments = {
+        "path": "notes/x.txt",
+        "content": "line one\x1b[2Jline two " + "x" * 300,
+        "header": "Bearer tok-123456",
+        "key": "ghp_" + "a" * 36,
+        "count": 3,
+    }
+    assert pipeline.decide("writer", "files", "write_file", arguments).effect == "ask"
+    [question] = shown
+    lines = question.splitlines()
+    assert lines[0].startswith("agent 'writer' wants to call files.write_file (")
+    assert lines[0].endswith(" with:")
+    assert lines[1] == '  path: "notes/x.txt"'
+    assert lines[2].startswith('  content: "line one\\u001b[2Jline two xxx')
+    assert lines[2].endswith("… (321 characters)") and len(lines[2]) < 150
+    assert lines[3] == '  header: "Bearer ${API_TOKEN}"'
+    assert lines[4] == "  key: <a GitHub token, not shown>"
+    assert lines[5] == "  count: 3"
+    assert "tok-123456" not in question and "aaaa" not in question

@@ -134,7 +134,7 @@ def _item(
         call = {"agent": who, "server": server, "tool": name}
         if server not in targets:
             targets[server] = pipeline.target(server, quiet=quiet)
-        decision = pipeline.decide(who, server, name)
+        decision = pipeline.decide(who, server, name, arguments)
         limit = timeout if timeout is not None else float(targets[server].spec.timeout)
         check = pipeline.pin_check(server)
         request = CallRequest(who, server, name, decision, [], arguments, limit, check=check)

@@ -16,22 +16,26 @@ A front door supplies what differs between them through two small interfaces: wh
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bundlectl import paths
 from bundlectl.calls import audit, userconfig
 from bundlectl.errors import BundlectlError, CallTimeout, PolicyDenied, ServerError, UsageError
+from bundlectl.expand import references
 from bundlectl.lockfile import digest_json
 from bundlectl.mcpio.connect import Target
 from bundlectl.mcpio.live import compare
 from bundlectl.output import ask, err
 from bundlectl.policy import Decision
 from bundlectl.resolution import Resolution
+from bundlectl.secretscan import SECRET_NAME, secret_kind
 
 if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowed the call
     from bundlectl.calls.call import CallOutcome
@@ -65,8 +69,12 @@ class After(Enum):
     PROBE = "probe"  # it did not answer in time: check it is not stuck in the call
 
 
-# Asks a human whether an `ask` rule's call may go ahead; True: it may.
-Confirmer = Callable[[Decision], bool]
+# Asks a human whether an `ask` rule's call may go ahead, given the question (`Pipeline.question`:
+# who, what, which rule, with which arguments); True: it may.
+Confirmer = Callable[[Decision, str], bool]
+
+SHOWN_VALUE = 120  # characters of one argument's value a question shows
+SHOWN_KEYS = 20  # arguments a question lists
 
 
 class AuditSink(Protocol):
@@ -183,18 +191,19 @@ def terminal_confirmer() -> Confirmer | None:
     if ci or not (sys.stdin.isatty() and sys.stderr.isatty()):
         return None
 
-    def confirm(decision: Decision) -> bool:
-        assert decision.rule is not None
-        answer = ask(
-            f"agent {decision.agent!r} wants to call {decision.qualified} "
-            f"({decision.rule.label}, {decision.rule.origin}). Allow? [y/N] "
-        )
+    def confirm(decision: Decision, question: str) -> bool:
+        answer = ask(f"{question}\nAllow? [y/N] ")
         return answer.strip().lower() in ("y", "yes")
 
     return confirm
 
 
-def always_yes(decision: Decision) -> bool:
+def _printable(text: str) -> str:
+    """Control characters as escapes: a value cannot redraw the question it is shown in."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def always_yes(decision: Decision, question: str) -> bool:
     """`--yes`: every `ask` rule is confirmed in advance."""
     return True
 
@@ -235,12 +244,62 @@ class Pipeline:
             raise PolicyDenied(f"{qualified} was not confirmed; nothing was started")
         return decision
 
-    def decide(self, agent: str, server: str, tool: str) -> Decision:
+    def decide(
+        self, agent: str, server: str, tool: str, arguments: Mapping[str, Any] | None = None
+    ) -> Decision:
         """`admit` with this pipeline's own confirmer (a terminal, `--yes`, or no one): the
-        decision, or PolicyDenied before anything starts."""
+        decision, or PolicyDenied before anything starts. `arguments`: what the person who
+        confirms an `ask` rule is shown."""
         decision = self.judge(agent, server, tool, interactive=self.confirm is not None)
-        asked = self.confirm(decision) if decision.effect == "ask" and self.confirm else None
+        asked = None
+        if decision.effect == "ask" and self.confirm:
+            asked = self.confirm(decision, self.question(decision, arguments or {}))
         return self.admit(decision, asked)
+
+    def question(self, decision: Decision, arguments: Mapping[str, Any]) -> str:
+        """What a person confirming an `ask` rule reads: the agent, the tool, the rule, and the
+        arguments — one per line, long values cut, the values of secret variables as their
+        `${NAME}`, secret-shaped values hidden (privacy tokens arrive as tokens and stay so)."""
+        rule = decision.rule
+        where = f" ({rule.label}, {rule.origin})" if rule is not None else ""
+        head = f"agent {decision.agent!r} wants to call {decision.qualified}{where}"
+        if not arguments:
+            return head + " with no arguments."
+        lines = [
+            f"  {_printable(str(key))}: {self._shown(str(key), value)}"
+            for key, value in list(arguments.items())[:SHOWN_KEYS]
+        ]
+        if len(arguments) > SHOWN_KEYS:
+            lines.append(f"  … and {len(arguments) - SHOWN_KEYS} more")
+        return head + " with:\n" + "\n".join(lines)
+
+    def _shown(self, key: str, value: Any) -> str:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        for name, secret in self._secret_values.items():
+            text = text.replace(secret, "${" + name + "}")
+        kind = secret_kind(key, text)
+        if kind is not None:
+            return f"<{kind}, not shown>"
+        shown = json.dumps(text, ensure_ascii=False) if isinstance(value, str) else text
+        shown = _printable(shown)
+        if len(shown) > SHOWN_VALUE:
+            shown = f"{shown[: SHOWN_VALUE - 1]}… ({len(text)} characters)"
+        return shown
+
+    @cached_property
+    def _secret_values(self) -> dict[str, str]:
+        """The values, in this environment, of the variables the servers take secrets from."""
+        merged = self.resolution.merged
+        secret_inputs = {need.name for need in merged.env if need.spec.secret}
+        names = {
+            var
+            for server in merged.servers.values()
+            for key, value in [*server.spec.env.items(), *server.spec.headers.items()]
+            for var in references(value)
+            if var in secret_inputs or SECRET_NAME.search(key) or SECRET_NAME.search(var)
+        }
+        values = {name: os.environ.get(name, "") for name in sorted(names)}
+        return {name: value for name, value in values.items() if len(value) >= 6}
 
     def finish(
         self,

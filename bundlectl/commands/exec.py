@@ -93,7 +93,7 @@ def run(
     if unlisted is not None:  # SPEC 3: it gets policy.default; often a typo, so say so
         note(unlisted)
     target = pipeline.target(server, quiet=quiet)
-    decision = pipeline.decide(who, server, name)
+    decision = pipeline.decide(who, server, name, {**base, **dict(split)})
 
     limit = timeout if timeout is not None else float(target.spec.timeout)
     request = CallRequest(

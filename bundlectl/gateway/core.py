@@ -1478,12 +1478,6 @@ _NO_FIELDS: dict[str, Any] = {"type": "object", "properties": {}}
 MODERN = "2026-07-28"  # the protocol with input-required results instead of server requests
 
 
-def _question(decision: Decision) -> str:
-    rule = decision.rule
-    where = f" ({rule.label}, {rule.origin})" if rule is not None else ""
-    return f"Agent {decision.agent!r} wants to call {decision.qualified}{where}. Allow it?"
-
-
 def _elicitation(ctx: Any, gateway: Gateway, params: types.CallToolRequestParams) -> AskUser | None:
     """A confirmer that asks the client's user with an MCP elicitation, when the client declared
     it can elicit: a request sent back to the client (2025-11-25 sessions), or, on the 2026-07-28
@@ -1512,14 +1506,15 @@ def _elicitation(ctx: Any, gateway: Gateway, params: types.CallToolRequestParams
         return None  # a stateless HTTP session on the old protocol: no way back to the client
 
     async def confirm(decision: Decision) -> bool | types.InputRequiredResult:
+        question = gateway.pipeline.question(decision, params.arguments or {}) + "\nAllow it?"
         if ctx.session.can_send_request:
             answer = await ctx.session.elicit_form(
-                _question(decision), _NO_FIELDS, related_request_id=ctx.request_id
+                question, _NO_FIELDS, related_request_id=ctx.request_id
             )
             return bool(answer.action == "accept")
         request = types.ElicitRequest(
             params=types.ElicitRequestFormParams(
-                message=_question(decision), requested_schema=_NO_FIELDS
+                message=question, requested_schema=_NO_FIELDS
             )
         )
         bound = {"agent": gateway.agent, "tool": params.name, "arguments": digest()}
