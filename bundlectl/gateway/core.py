@@ -1513,9 +1513,7 @@ def _elicitation(ctx: Any, gateway: Gateway, params: types.CallToolRequestParams
             )
             return bool(answer.action == "accept")
         request = types.ElicitRequest(
-            params=types.ElicitRequestFormParams(
-                message=question, requested_schema=_NO_FIELDS
-            )
+            params=types.ElicitRequestFormParams(message=question, requested_schema=_NO_FIELDS)
         )
         bound = {"agent": gateway.agent, "tool": params.name, "arguments": digest()}
         state = json.dumps({**bound, "nonce": secrets.token_hex(12)})
