@@ -128,8 +128,23 @@ def test_roo_kilo_codex_gemini_filters(exported: Path, run: Run) -> None:
     github = read_json(exported / ".roo" / "mcp.json")["mcpServers"]["github"]
     assert "create_issue" in github["disabledTools"]
     assert github["env"] == {"GITHUB_PERSONAL_ACCESS_TOKEN": "${env:GITHUB_TOKEN}"}
-    assert run("export", "kilo", "--agent", "reader", "--via", "direct").code == 0
-    assert (exported / ".kilocode" / "mcp.json").exists()
+    # Kilo CLI ignores the legacy .kilocode/mcp.json filters (#22 item 1): whole servers only,
+    # in its own kilo.json; anything narrower goes through the gateway.
+    kilo = run("export", "kilo", "--agent", "reader", "--via", "direct")
+    assert kilo.code == 1 and "files: files.write_file: agents.reader.ask" in kilo.err, kilo.err
+    assert not (exported / "kilo.json").exists() and not (exported / ".kilocode").exists()
+    assert run("export", "kilo", "--agent", "reader").code == 0
+    assert read_json(exported / "kilo.json")["mcp"] == {
+        "bundlectl": {
+            "type": "local",
+            "command": ["bundlectl", "serve", "--agent", "reader", "-c", "bundlectl.yaml"],
+            "enabled": True,
+        }
+    }
+    assert run("export", "kilo", "--agent", "whole", "--via", "direct").code == 0
+    assert read_json(exported / "kilo.json")["mcp"] == {
+        "files": {"type": "local", "command": ["bundlectl", "server", "files"], "enabled": True}
+    }
     codex = run("export", "codex", "--agent", "gh", "--via", "direct")
     assert codex.code == 1 and "Codex does not expand ${VAR} references" in codex.err
     whole = run("export", "codex", "--agent", "whole", "--via", "direct")
@@ -299,6 +314,11 @@ def test_import_agix_spells_out_its_implicit_permissions(project: Path, run: Run
             '[mcp_servers.db]\ncommand = "db-mcp"\nenabled_tools = ["q"]\nenv_vars = ["DB_URL"]\n',
         ),
         ("kilo", '{"mcpServers": {"db": {"command": "db-mcp", "alwaysAllow": ["q"]}}}'),
+        (  # what the Kilo CLI writes: kilo.jsonc, comments, `mcp`, an argv, {env:NAME} (#22 13)
+            "kilo",
+            '// kilo.jsonc\n{"mcp": {"db": {"type": "local", "command": ["db-mcp", "--ro"],\n'
+            '  "environment": {"DB_URL": "{env:DB_URL}"}, "enabled": true}}}',
+        ),
         ("claude-code", '{"mcpServers": {"db": {"command": "db-mcp"}}}'),
     ],
 )
@@ -306,8 +326,12 @@ def test_import_each_client(project: Path, run: Run, client: str, text: str) -> 
     source = write(project / "client-file", text)
     result = run("import", client, str(source), "--agent", "dev")
     assert result.code == 0, result.err
+    assert "imported 1 server(s)" in result.err
     shown = json.loads(run("resolve", "--format", "json").out)
     assert shown["servers"]["db"]["command"] == "db-mcp"
+    if "--ro" in text:
+        assert shown["servers"]["db"]["args"] == ["--ro"]
+        assert shown["servers"]["db"]["env"] == {"DB_URL": "${DB_URL}"}
     assert "dev" in (project / "bundlectl.yaml").read_text()
 
 

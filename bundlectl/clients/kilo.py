@@ -1,24 +1,154 @@
-"""Kilo Code: `.kilocode/mcp.json` in the project.
+"""Kilo Code (the Kilo CLI, and the VS Code extension since it shares the CLI's config): `kilo.json`
+in the project (`~/.config/kilo/kilo.json` for the user).
 
-Source: Kilo Code documentation, "Using MCP in Kilo Code" (kilocode.ai/docs/features/mcp), read
-2026-11-23: the Roo Code format (Kilo is a fork): `mcpServers` entries with `alwaysAllow`,
-`disabled` and `disabledTools`, `${env:NAME}` references.
+Source: Kilo Code documentation, "Using MCP in Kilo Code" (kilo.ai/docs, automate/mcp), read
+2026-11-24: servers under the top-level `mcp` key, `{type: "local", command: [argv...],
+environment, enabled}` or `{type: "remote", url, headers, enabled}`; references are written
+`{env:NAME}`; the file may be `kilo.json` or `kilo.jsonc` (comments). Tool approval is Kilo's
+general `permission` map, keyed `server_tool`. The legacy `.kilocode/mcp.json` (Roo's format) is
+still read by `import`, but Kilo CLI 7.7 ignores its `alwaysAllow`/`disabledTools` and does not
+expand its `${env:NAME}` (issue #22): nothing is exported there any more.
+
+bundlectl writes no per-tool rules into Kilo's file: it has not verified that Kilo denies a tool
+through `permission`, so only a server the agent may use whole (every tool allowed) is exported
+directly. Any narrower policy is a misfit: `--via auto` writes the gateway entry, `--via direct`
+refuses.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from bundlectl.clients import mcpjson
-from bundlectl.clients.roo import FILTER, READ_FILTER, STYLE
+from bundlectl.clients import jsonc, mcpjson, roo
+from bundlectl.clients.base import (
+    GATEWAY_ENTRY,
+    Client,
+    Export,
+    Imported,
+    Misfit,
+    gateway_spec,
+)
 
-CLIENT = mcpjson.client(
+KEY = "mcp"
+
+
+def _ref(var: str, default: str | None) -> str:
+    return f"{{env:{var}}}"
+
+
+STYLE = mcpjson.Style(key=KEY, ref=_ref, defaults=False)
+
+
+def _kilo(item: dict[str, Any]) -> dict[str, Any]:
+    """A server entry of the shared JSON shape in Kilo's own shape."""
+    if "command" in item:
+        out: dict[str, Any] = {"type": "local", "command": [item["command"], *item.get("args", [])]}
+        if item.get("env"):
+            out["environment"] = item["env"]
+    else:
+        out = {"type": "remote", "url": item["url"]}
+        if item.get("headers"):
+            out["headers"] = item["headers"]
+    out["enabled"] = True
+    return out
+
+
+def write(
+    target: Path,
+    current: Callable[[Path], str],
+    export: Export,
+    managed: set[str],
+    gateway: bool,
+) -> tuple[dict[Path, str], list[Misfit]]:
+    file = str(target)
+    text = current(target)
+    misfits: list[Misfit] = []
+    wanted: dict[str, dict[str, Any]] = {}
+    if gateway:
+        wanted[GATEWAY_ENTRY] = _kilo(gateway_spec(export, absolute=False))
+    else:
+        for plan in export.servers:
+            if plan.spec.cwd:
+                misfits.append(Misfit(f"servers.{plan.name}.cwd", "Kilo has no working folder"))
+            if not mcpjson.whole_allowed(plan):
+                rules = mcpjson.partial_rules(plan) or [f"{plan.name}.*: an ask rule"]
+                more = f" and {len(rules) - 1} more" if len(rules) > 1 else ""
+                misfits.append(
+                    Misfit(
+                        f"{plan.name}: {rules[0]}{more}",
+                        "Kilo is given whole servers only (bundlectl writes no per-tool rules "
+                        "into its file)",
+                    )
+                )
+            wanted[plan.name] = _kilo(mcpjson.entry(plan, STYLE, misfits))
+    existing = jsonc.parse(text, file).value.get(KEY) if text.strip() else None
+    present = set(existing) if isinstance(existing, dict) else set()
+    for name in sorted(present & (managed | {GATEWAY_ENTRY}) - set(wanted)):
+        text = jsonc.remove_member(text, [KEY, name], file)
+    for name, item in wanted.items():
+        text = jsonc.set_member(text, [KEY, name], item, file)
+    return {target: text}, misfits
+
+
+_KILO_REF = re.compile(r"\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def read(text: str, file: str) -> Imported:
+    """Kilo's `mcp` entries; a legacy `.kilocode/mcp.json` (`mcpServers`) is read as Roo's."""
+    data = jsonc.parse(text, file).value
+    if KEY not in data and "mcpServers" in data:
+        legacy: Imported = roo.CLIENT.read(text, file)
+        return legacy
+    imported = Imported()
+    servers = data.get(KEY) or {}
+    if not isinstance(servers, dict):
+        return imported
+    for name, raw in servers.items():
+        if not isinstance(raw, dict) or name == GATEWAY_ENTRY:
+            continue
+        spec: dict[str, Any] = {}
+        if raw.get("type") == "remote" or raw.get("url"):
+            spec["transport"] = "sse" if "/sse" in str(raw.get("url", "")) else "streamable-http"
+            spec["url"] = _plain(str(raw.get("url", "")))
+            headers = raw.get("headers") or {}
+            if headers:
+                spec["headers"] = {
+                    k: mcpjson.literal_secret(k, _plain(str(v)), imported, name)
+                    for k, v in headers.items()
+                }
+        else:
+            argv = raw.get("command") or []
+            argv = [argv] if isinstance(argv, str) else [str(a) for a in argv]
+            spec["command"] = _plain(argv[0]) if argv else ""
+            if argv[1:]:
+                spec["args"] = [_plain(a) for a in argv[1:]]
+            env = raw.get("environment") or {}
+            if env:
+                spec["env"] = {
+                    str(k): mcpjson.literal_secret(str(k), _plain(str(v)), imported, name)
+                    for k, v in env.items()
+                }
+        if raw.get("enabled") is False:
+            spec["disabled"] = True
+        imported.servers[str(name)] = spec
+        imported.unlisted[str(name)] = "ask"  # no verified per-tool rules: a person decides
+    return imported
+
+
+def _plain(text: str) -> str:
+    """Kilo's `{env:NAME}` as bundlectl's `${NAME}`."""
+    return _KILO_REF.sub(lambda m: f"${{{m.group(1)}}}", text)
+
+
+CLIENT = Client(
     name="kilo",
     title="Kilo Code",
-    project_file=".kilocode/mcp.json",
-    user_file=lambda: Path(mcpjson.home()) / ".kilocode" / "mcp_settings.json",
-    style=STYLE,
-    filters=FILTER,
-    read_filter=READ_FILTER,
+    project_file="kilo.json",
+    user_file=lambda: Path(mcpjson.home()) / ".config" / "kilo" / "kilo.json",
+    write=write,
+    read=read,
     source=__doc__ or "",
 )
