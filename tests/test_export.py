@@ -92,10 +92,7 @@ def test_a_rule_the_client_cannot_express_fails_direct_and_auto_takes_the_gatewa
         auto.code == 0 and "gateway: bundlectl serve --agent reader; direct would not" in auto.err
     )
     entry = read_json(exported / ".cursor" / "mcp.json")["mcpServers"]["bundlectl"]
-    assert entry == {
-        "command": "bundlectl",
-        "args": ["serve", "--agent", "reader", "-c", "bundlectl.yaml"],
-    }
+    assert entry == {"command": "bundlectl", "args": ["serve", "--agent", "reader"]}
 
 
 def test_a_whole_server_exports_directly_where_the_client_has_no_filter(
@@ -137,7 +134,7 @@ def test_roo_kilo_codex_gemini_filters(exported: Path, run: Run) -> None:
     assert read_json(exported / "kilo.json")["mcp"] == {
         "bundlectl": {
             "type": "local",
-            "command": ["bundlectl", "serve", "--agent", "reader", "-c", "bundlectl.yaml"],
+            "command": ["bundlectl", "serve", "--agent", "reader"],
             "enabled": True,
         }
     }
@@ -544,3 +541,47 @@ def test_import_keeps_every_line_it_does_not_own_and_relocks(project: Path, run:
     assert run("lock", "--check").code == 0
     lint = run("lint", "--fail-level", "error")
     assert lint.code == 0, lint.out
+
+
+def test_gateway_entries_carry_the_environment_trust_and_work_from_a_subfolder(
+    exported: Path, run: Run, isolated_home: Path, tmp_path: Path
+) -> None:
+    """#22 items 4-7: Codex and Gemini pass a server only the variables they are told to; Gemini
+    offers an untrusted server's tools to no one in non-interactive mode; a relative `-c` broke
+    when the client started the entry from a subfolder; a user-level file gets absolute paths."""
+    import tomllib
+
+    assert run("export", "codex", "-a", "gh", "--via", "gateway").code == 0
+    codex = tomllib.loads((exported / ".codex" / "config.toml").read_text())
+    assert codex["mcp_servers"]["bundlectl"]["env_vars"] == ["GITHUB_TOKEN"]
+    assert run("export", "gemini", "-a", "gh", "--via", "gateway").code == 0
+    gemini = read_json(exported / ".gemini" / "settings.json")["mcpServers"]["bundlectl"]
+    assert gemini["env"] == {"GITHUB_TOKEN": "${GITHUB_TOKEN}"} and gemini["trust"] is True
+    assert SECRET not in (exported / ".gemini" / "settings.json").read_text()
+
+    user_file = tmp_path / "elsewhere" / "claude_desktop_config.json"
+    assert run("export", "claude-desktop", "-a", "reader", "--output", str(user_file)).code == 0
+    entry = read_json(user_file)["mcpServers"]["bundlectl"]
+    assert Path(entry["command"]).is_absolute()
+    assert entry["args"][-2:] == ["-c", str(exported / "bundlectl.yaml")]
+
+    assert run("export", "claude-code", "-a", "reader", "--via", "gateway").code == 0
+    entry = read_json(exported / ".mcp.json")["mcpServers"]["bundlectl"]
+    sub = exported / "sub" / "deeper"
+    sub.mkdir(parents=True)
+    from mcp import StdioServerParameters
+
+    from tests.test_gateway import connected
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "bundlectl", *entry["args"]],  # as the client runs it, from the subfolder
+        cwd=str(sub),
+        env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
+    )
+
+    async def listed() -> list[str]:
+        async with connected(params) as client:
+            return [tool.name for tool in (await client.list_tools()).tools]
+
+    assert "files__read_file" in anyio.run(listed)

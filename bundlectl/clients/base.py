@@ -8,8 +8,8 @@ back to the gateway entry. `Imported` is what a client file says, in bundlectl's
 
 from __future__ import annotations
 
-import contextlib
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +58,18 @@ class Export:
     config_path: Path
     project_root: Path
     absolute: bool = False  # the file lives outside the project: paths in it are absolute
+
+    @property
+    def variables(self) -> list[str]:
+        """The environment variables the agent's servers reference: a gateway entry must pass
+        them on where the client does not pass its whole environment (Codex, Gemini)."""
+        found: set[str] = set()
+        for plan in self.servers:
+            spec = plan.spec
+            texts = [spec.command or "", *spec.args, spec.cwd or "", spec.url or ""]
+            texts += [*spec.env.values(), *spec.headers.values()]
+            found.update(var for text in texts for var, _ in references(text))
+        return sorted(found)
 
 
 @dataclass
@@ -114,12 +126,24 @@ def rule_label(decision: Decision) -> str:
 
 
 def gateway_spec(export: Export, *, absolute: bool) -> dict[str, Any]:
-    """The one entry of a gateway export: `bundlectl serve` for the agent, on this config."""
-    config = export.config_path
-    if not (absolute or export.absolute):
-        with contextlib.suppress(ValueError):
-            config = config.relative_to(export.project_root)
-    return {
-        "command": "bundlectl",
-        "args": ["serve", "--agent", export.agent, "-c", str(config)],
-    }
+    """The one entry of a gateway export: `bundlectl serve --agent A`.
+
+    In a file inside the project the entry runs `bundlectl` from PATH and finds the config by
+    the upward search from wherever the client starts it (a relative `-c` failed from a
+    subfolder); a file elsewhere (the user's own) names the executable and the config by
+    absolute path, since a desktop client does not have the project's environment on PATH."""
+    outside = absolute or export.absolute
+    argv = launcher() if outside else ["bundlectl"]
+    args = [*argv[1:], "serve", "--agent", export.agent]
+    if outside or export.config_path != export.project_root / "bundlectl.yaml":
+        args += ["-c", str(export.config_path)]
+    return {"command": argv[0], "args": args}
+
+
+def launcher() -> list[str]:
+    """How to start this bundlectl by absolute path: its console script, or this Python
+    running the package."""
+    script = Path(sys.argv[0] if sys.argv else "")
+    if script.name == "bundlectl" and script.is_file():
+        return [str(script.absolute())]
+    return [sys.executable, "-m", "bundlectl"]

@@ -125,6 +125,8 @@ def write(
     wanted: dict[str, dict[str, Any]] = {}
     if gateway:
         wanted[GATEWAY_ENTRY] = gateway_spec(export, absolute=False)
+        if export.variables:  # Codex passes only the variables it is told to
+            wanted[GATEWAY_ENTRY]["env_vars"] = export.variables
     else:
         for plan in export.servers:
             wanted[plan.name] = _entry(plan, misfits)

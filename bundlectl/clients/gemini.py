@@ -16,6 +16,7 @@ from typing import Any
 
 from bundlectl.clients import mcpjson
 from bundlectl.clients.base import (
+    Export,
     Imported,
     Misfit,
     ServerPlan,
@@ -28,7 +29,16 @@ def _remote(transport: str, url: str, headers: dict[str, str]) -> dict[str, Any]
     return {key: url, **({"headers": headers} if headers else {})}
 
 
-STYLE = mcpjson.Style(defaults=False, remote=_remote)
+def _gateway(entry: dict[str, Any], export: Export) -> dict[str, Any]:
+    """Gemini passes a server only the variables in its `env`, and without `trust` it offers the
+    model no tool of it in non-interactive mode: the gateway enforces the policy itself."""
+    if export.variables:
+        entry["env"] = {var: f"${{{var}}}" for var in export.variables}
+    entry["trust"] = True
+    return entry
+
+
+STYLE = mcpjson.Style(defaults=False, remote=_remote, gateway=_gateway)
 
 
 def FILTER(plan: ServerPlan, item: dict[str, Any], misfits: list[Misfit]) -> None:

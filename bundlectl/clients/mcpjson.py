@@ -48,6 +48,8 @@ class Style:
     expands: bool = True  # references are expanded at all (Claude Desktop: no)
     stdio_type: str | None = None  # VS Code writes "type": "stdio"
     remote: Remote | None = None
+    # What a client needs added to the gateway entry (Gemini: the environment, trust).
+    gateway: Callable[[dict[str, Any], Export], dict[str, Any]] | None = None
 
 
 def default_remote(transport: str, url: str, headers: dict[str, str]) -> dict[str, Any]:
@@ -116,6 +118,8 @@ def write_servers(
         wanted[GATEWAY_ENTRY] = gateway_spec(export, absolute=False)
         if style.stdio_type:
             wanted[GATEWAY_ENTRY] = {"type": style.stdio_type, **wanted[GATEWAY_ENTRY]}
+        if style.gateway is not None:
+            wanted[GATEWAY_ENTRY] = style.gateway(wanted[GATEWAY_ENTRY], export)
     else:
         for plan in export.servers:
             item = entry(plan, style, misfits)
