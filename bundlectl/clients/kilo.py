@@ -17,29 +17,19 @@ refuses.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bundlectl.clients import jsonc, mcpjson, roo
-from bundlectl.clients.base import (
-    GATEWAY_ENTRY,
-    Client,
-    Export,
-    Imported,
-    Misfit,
-    gateway_spec,
-)
+from bundlectl.clients.base import GATEWAY_ENTRY, Imported, Misfit, ServerPlan
 
 KEY = "mcp"
 
 
 def _ref(var: str, default: str | None) -> str:
     return f"{{env:{var}}}"
-
-
-STYLE = mcpjson.Style(key=KEY, ref=_ref, defaults=False)
 
 
 def _kilo(item: dict[str, Any]) -> dict[str, Any]:
@@ -56,41 +46,20 @@ def _kilo(item: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def write(
-    target: Path,
-    current: Callable[[Path], str],
-    export: Export,
-    managed: set[str],
-    gateway: bool,
-) -> tuple[dict[Path, str], list[Misfit]]:
-    file = str(target)
-    text = current(target)
-    misfits: list[Misfit] = []
-    wanted: dict[str, dict[str, Any]] = {}
-    if gateway:
-        wanted[GATEWAY_ENTRY] = _kilo(gateway_spec(export, absolute=False))
-    else:
-        for plan in export.servers:
-            if plan.spec.cwd:
-                misfits.append(Misfit(f"servers.{plan.name}.cwd", "Kilo has no working folder"))
-            if not mcpjson.whole_allowed(plan):
-                rules = mcpjson.partial_rules(plan) or [f"{plan.name}.*: an ask rule"]
-                more = f" and {len(rules) - 1} more" if len(rules) > 1 else ""
-                misfits.append(
-                    Misfit(
-                        f"{plan.name}: {rules[0]}{more}",
-                        "Kilo is given whole servers only (bundlectl writes no per-tool rules "
-                        "into its file)",
-                    )
-                )
-            wanted[plan.name] = _kilo(mcpjson.entry(plan, STYLE, misfits))
-    existing = jsonc.parse(text, file).value.get(KEY) if text.strip() else None
-    present = set(existing) if isinstance(existing, dict) else set()
-    for name in sorted(present & (managed | {GATEWAY_ENTRY}) - set(wanted)):
-        text = jsonc.remove_member(text, [KEY, name], file)
-    for name, item in wanted.items():
-        text = jsonc.set_member(text, [KEY, name], item, file)
-    return {target: text}, misfits
+def _filter(plan: ServerPlan, item: dict[str, Any], misfits: list[Misfit]) -> None:
+    """Whole servers only: one misfit per server the agent may use only in part."""
+    if plan.spec.cwd:
+        misfits.append(Misfit(f"servers.{plan.name}.cwd", "Kilo has no working folder"))
+    if not mcpjson.whole_allowed(plan):
+        rules = mcpjson.partial_rules(plan) or [f"{plan.name}.*: an ask rule"]
+        more = f" and {len(rules) - 1} more" if len(rules) > 1 else ""
+        misfits.append(
+            Misfit(
+                f"{plan.name}: {rules[0]}{more}",
+                "Kilo is given whole servers only (bundlectl writes no per-tool rules into its "
+                "file)",
+            )
+        )
 
 
 _KILO_REF = re.compile(r"\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -143,12 +112,16 @@ def _plain(text: str) -> str:
     return _KILO_REF.sub(lambda m: f"${{{m.group(1)}}}", text)
 
 
-CLIENT = Client(
-    name="kilo",
-    title="Kilo Code",
-    project_file="kilo.json",
-    user_file=lambda: Path(mcpjson.home()) / ".config" / "kilo" / "kilo.json",
-    write=write,
+STYLE = mcpjson.Style(key=KEY, ref=_ref, defaults=False, shape=_kilo)
+CLIENT = dataclasses.replace(
+    mcpjson.client(
+        name="kilo",
+        title="Kilo Code",
+        project_file="kilo.json",
+        user_file=lambda: Path(mcpjson.home()) / ".config" / "kilo" / "kilo.json",
+        style=STYLE,
+        filters=_filter,
+        source=__doc__ or "",
+    ),
     read=read,
-    source=__doc__ or "",
 )

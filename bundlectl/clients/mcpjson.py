@@ -50,6 +50,8 @@ class Style:
     remote: Remote | None = None
     # What a client needs added to the gateway entry (Gemini: the environment, trust).
     gateway: Callable[[dict[str, Any], Export], dict[str, Any]] | None = None
+    # An entry of the shared shape in the client's own (Kilo: `{type: local, command: [...]}`).
+    shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 def default_remote(transport: str, url: str, headers: dict[str, str]) -> dict[str, Any]:
@@ -120,6 +122,8 @@ def write_servers(
             wanted[GATEWAY_ENTRY] = {"type": style.stdio_type, **wanted[GATEWAY_ENTRY]}
         if style.gateway is not None:
             wanted[GATEWAY_ENTRY] = style.gateway(wanted[GATEWAY_ENTRY], export)
+        if style.shape is not None:
+            wanted[GATEWAY_ENTRY] = style.shape(wanted[GATEWAY_ENTRY])
     else:
         for plan in export.servers:
             item = entry(plan, style, misfits)
@@ -130,7 +134,7 @@ def write_servers(
                     Misfit(label, "this client has no per-tool filter in its file")
                     for label in partial_rules(plan)
                 )
-            wanted[plan.name] = item
+            wanted[plan.name] = style.shape(item) if style.shape is not None else item
     existing = jsonc.parse(text, file).value.get(style.key) if text.strip() else None
     present = set(existing) if isinstance(existing, dict) else set()
     for name in sorted(present & (managed | {GATEWAY_ENTRY}) - set(wanted)):
