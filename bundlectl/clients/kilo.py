@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bundlectl.clients import jsonc, mcpjson, roo
-from bundlectl.clients.base import GATEWAY_ENTRY, Imported, Misfit, ServerPlan
+from bundlectl.clients.base import Imported, Misfit, ServerPlan
 
 KEY = "mcp"
 
@@ -66,45 +66,36 @@ _KILO_REF = re.compile(r"\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def read(text: str, file: str) -> Imported:
-    """Kilo's `mcp` entries; a legacy `.kilocode/mcp.json` (`mcpServers`) is read as Roo's."""
+    """Kilo's `mcp` entries, read as the shared JSON shape; a legacy `.kilocode/mcp.json`
+    (`mcpServers`) is read as Roo's."""
     data = jsonc.parse(text, file).value
     if KEY not in data and "mcpServers" in data:
         legacy: Imported = roo.CLIENT.read(text, file)
         return legacy
-    imported = Imported()
-    servers = data.get(KEY) or {}
-    if not isinstance(servers, dict):
-        return imported
-    for name, raw in servers.items():
-        if not isinstance(raw, dict) or name == GATEWAY_ENTRY:
-            continue
-        spec: dict[str, Any] = {}
-        if raw.get("type") == "remote" or raw.get("url"):
-            spec["transport"] = "sse" if "/sse" in str(raw.get("url", "")) else "streamable-http"
-            spec["url"] = _plain(str(raw.get("url", "")))
-            headers = raw.get("headers") or {}
-            if headers:
-                spec["headers"] = {
-                    k: mcpjson.literal_secret(k, _plain(str(v)), imported, name)
-                    for k, v in headers.items()
-                }
-        else:
-            argv = raw.get("command") or []
-            argv = [argv] if isinstance(argv, str) else [str(a) for a in argv]
-            spec["command"] = _plain(argv[0]) if argv else ""
-            if argv[1:]:
-                spec["args"] = [_plain(a) for a in argv[1:]]
-            env = raw.get("environment") or {}
-            if env:
-                spec["env"] = {
-                    str(k): mcpjson.literal_secret(str(k), _plain(str(v)), imported, name)
-                    for k, v in env.items()
-                }
-        if raw.get("enabled") is False:
-            spec["disabled"] = True
-        imported.servers[str(name)] = spec
-        imported.unlisted[str(name)] = "ask"  # no verified per-tool rules: a person decides
+    servers = data.get(KEY)
+    shared = {
+        name: _shared(raw)
+        for name, raw in (servers.items() if isinstance(servers, dict) else [])
+        if isinstance(raw, dict)
+    }
+    imported = mcpjson.read_servers({KEY: shared}, KEY, file)
+    imported.unlisted = dict.fromkeys(imported.servers, "ask")  # a person decides per tool
     return imported
+
+
+def _shared(raw: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of `_kilo`, with Kilo's `{env:NAME}` as `${NAME}`."""
+    out: dict[str, Any] = {"disabled": raw.get("enabled") is False}
+    if raw.get("type") == "remote" or raw.get("url"):
+        out["url"] = _plain(str(raw.get("url", "")))
+        out["headers"] = {k: _plain(str(v)) for k, v in (raw.get("headers") or {}).items()}
+        return out
+    argv = raw.get("command") or []
+    argv = [argv] if isinstance(argv, str) else [str(a) for a in argv]
+    out["command"] = _plain(argv[0]) if argv else ""
+    out["args"] = [_plain(a) for a in argv[1:]]
+    out["env"] = {str(k): _plain(str(v)) for k, v in (raw.get("environment") or {}).items()}
+    return out
 
 
 def _plain(text: str) -> str:
