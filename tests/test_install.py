@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from bundlectl.confedit import edit_bundles
+from bundlectl.confedit import edit_bundles, set_entries
 from tests.conftest import Run, load_yaml, write
 
 CONFIG = """\
@@ -274,3 +274,37 @@ def test_temp_files_left_by_a_killed_write_are_removed_by_the_next(
     assert not any(path.exists() for path in stray)
     assert unrelated.exists()
     assert sorted(p.name for p in configured.iterdir() if p.name.startswith(".")) == [".other.tmp"]
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (  # a block mapping: the entry replaced where it is, comments around it kept
+            "version: 1\nservers:\n  a:  # old\n    command: x\n  # about b\n  b: {command: y}\n",
+            "version: 1\nservers:\n  a:\n    command: z\n  # about b\n  b: {command: y}\n",
+        ),
+        (  # a new entry goes after the last one, before a trailing comment and blank line
+            "version: 1\nservers:\n  b: {command: y}\n\n# end\n",
+            "version: 1\nservers:\n  b: {command: y}\n  a:\n    command: z\n\n# end\n",
+        ),
+        (  # `servers: {}` (as `init` writes it), its comment kept
+            "version: 1\nservers: {}  # none yet\nagents: {}\n",
+            "version: 1\nservers:  # none yet\n  a:\n    command: z\nagents: {}\n",
+        ),
+        (  # no section: added at the end, even without a final newline
+            "version: 1\nbundles: [basic]",
+            "version: 1\nbundles: [basic]\nservers:\n  a:\n    command: z\n",
+        ),
+        (  # an entry at the end of a file without a final newline
+            "version: 1\nservers:\n  b:\n    command: y",
+            "version: 1\nservers:\n  b:\n    command: y\n  a:\n    command: z\n",
+        ),
+    ],
+)
+def test_set_entries_changes_only_the_entry(before: str, after: str) -> None:
+    assert set_entries(before, "servers", {"a": {"command": "z"}}) == after
+
+
+def test_set_entries_writes_lists_of_names_as_init_does() -> None:
+    text = set_entries("version: 1\n", "agents", {"dev": {"allow": ["a.b", "c.*"], "deny": []}})
+    assert text == "version: 1\nagents:\n  dev:\n    allow: [a.b, c.*]\n    deny: []\n"
