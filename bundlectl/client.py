@@ -20,13 +20,13 @@ from bundlectl.calls.call import CallRequest, call_once, client_capabilities
 from bundlectl.calls.pipeline import (
     AuditLog,
     Pipeline,
-    default_agent,
     terminal_confirmer,
 )
 from bundlectl.errors import BundlectlError, PolicyDenied, UsageError
 from bundlectl.mcpio import runner
 from bundlectl.mcpio.session import ToolResult
 from bundlectl.patterns import gateway_name, parse_tool_name
+from bundlectl.policy import default_agent
 from bundlectl.privacy import Privacy
 from bundlectl.project import load_project
 from bundlectl.resolution import resolve_project

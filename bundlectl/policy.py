@@ -23,6 +23,13 @@ from bundlectl.suggest import Suggester
 Effect = Literal["allow", "ask", "deny"]
 EFFECTS: tuple[Effect, ...] = ("deny", "ask", "allow")  # strongest first
 T = TypeVar("T")
+DEFAULT_AGENT = "default"
+
+
+def default_agent(agent: str | None) -> str:
+    """The calling agent: as given (`--agent`, which typer also reads from $BUNDLECTL_AGENT),
+    else `default`, which `policy.default` governs unless an agent of that name is listed."""
+    return agent or DEFAULT_AGENT
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,9 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Collection, Iterable
+
+from bundlectl.expand import references
 
 _TOKENS = [
     ("a GitHub token", re.compile(r"\b(gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})")),
@@ -39,3 +42,14 @@ def secret_kind(key: str, value: str) -> str | None:
     ):
         return "a high-entropy value in a secret-named key"
     return None
+
+
+def secret_variables(values: Iterable[tuple[str, str]], secret_inputs: Collection[str]) -> set[str]:
+    """The variables that `KEY: value` pairs (a server's env and headers) take secrets from: a
+    bundle's secret input, or a secret-sounding key or variable name."""
+    return {
+        var
+        for key, value in values
+        for var in references(value)
+        if var in secret_inputs or SECRET_NAME.search(key) or SECRET_NAME.search(var)
+    }

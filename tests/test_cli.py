@@ -73,6 +73,8 @@ def test_bugs_end_in_one_line_and_a_report(
         ["policy", "check", "--agent", "reader", "files.read_file"],
         ["tools"],
         ["schema", "--check", "--out", "s"],
+        ["export", "claude-code", "--agent", "reader", "--dry-run"],
+        ["codegen", "--agent", "reader", "--out", "g", "--check"],
     ],
 )
 def test_commands_that_do_not_talk_to_servers_never_import_mcp(

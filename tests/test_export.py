@@ -585,3 +585,14 @@ def test_gateway_entries_carry_the_environment_trust_and_work_from_a_subfolder(
             return [tool.name for tool in (await client.list_tools()).tools]
 
     assert "files__read_file" in anyio.run(listed)
+
+
+def test_import_of_a_file_with_nothing_in_the_format_is_refused(project: Path, run: Run) -> None:
+    """#22 item 13: a file of another format imported 0 servers, exit 0, and wrote an empty
+    agent; now it says so and writes nothing."""
+    write(project / "bundlectl.yaml", "version: 1\n")
+    source = write(project / "other.json", '{"servers": {"db": {"command": "db-mcp"}}}')
+    result = run("import", "kilo", str(source))
+    assert result.code == 2, result.err
+    assert "other.json holds no MCP servers or tool rules in kilo's format" in result.err
+    assert (project / "bundlectl.yaml").read_text() == "version: 1\n"

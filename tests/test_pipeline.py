@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bundlectl.calls.pipeline import After, Pipeline, always_yes, default_agent
+from bundlectl.calls.pipeline import After, Pipeline, always_yes
 from bundlectl.errors import (
     CallTimeout,
     Interrupted,
@@ -20,7 +20,7 @@ from bundlectl.errors import (
     ToolCallError,
     UsageError,
 )
-from bundlectl.policy import Decision
+from bundlectl.policy import Decision, default_agent
 from bundlectl.project import load_project
 from bundlectl.resolution import resolve_project
 from tests.conftest import Run, write

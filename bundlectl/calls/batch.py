@@ -13,13 +13,14 @@ import anyio
 
 from bundlectl.calls.arguments import DuplicateKeyError, loads_strict
 from bundlectl.calls.call import CallOutcome, CallRequest, client_capabilities, perform
-from bundlectl.calls.pipeline import Pipeline, default_agent
+from bundlectl.calls.pipeline import Pipeline
 from bundlectl.calls.render import result_json
 from bundlectl.errors import BundlectlError, UsageError
 from bundlectl.mcpio.connect import Target, connect
 from bundlectl.mcpio.session import SdkSession
 from bundlectl.output import write
 from bundlectl.patterns import parse_tool_name
+from bundlectl.policy import default_agent
 from bundlectl.yamlio import read_bounded
 
 

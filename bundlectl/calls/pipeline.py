@@ -28,20 +28,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 from bundlectl import paths
 from bundlectl.calls import audit, userconfig
 from bundlectl.errors import BundlectlError, CallTimeout, PolicyDenied, ServerError, UsageError
-from bundlectl.expand import references
 from bundlectl.lockfile import digest_json
 from bundlectl.mcpio.connect import Target
 from bundlectl.mcpio.live import compare
 from bundlectl.output import ask, err
 from bundlectl.policy import Decision
 from bundlectl.resolution import Resolution
-from bundlectl.secretscan import SECRET_NAME, secret_kind
+from bundlectl.secretscan import secret_kind, secret_variables
 
 if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowed the call
     from bundlectl.calls.call import CallOutcome
     from bundlectl.mcpio.connect import Target
 
-DEFAULT_AGENT = "default"
 
 # The audit log's outcome of a call that failed, by the error's exit code (SPEC 4.1).
 OUTCOMES = {
@@ -97,12 +95,6 @@ class AuditSink(Protocol):
     def unauthorized(self, remote: str, *, repeated: int | None = None) -> None:
         """A request to the gateway without a valid token (no agent, no tool); `repeated`:
         that many more from `remote`, counted instead of recorded one by one."""
-
-
-def default_agent(agent: str | None) -> str:
-    """The calling agent: as given (`--agent`, which typer also reads from $BUNDLECTL_AGENT),
-    else `default`, which `policy.default` governs unless an agent of that name is listed."""
-    return agent or DEFAULT_AGENT
 
 
 @dataclass
@@ -291,13 +283,14 @@ class Pipeline:
         """The values, in this environment, of the variables the servers take secrets from."""
         merged = self.resolution.merged
         secret_inputs = {need.name for need in merged.env if need.spec.secret}
-        names = {
-            var
-            for server in merged.servers.values()
-            for key, value in [*server.spec.env.items(), *server.spec.headers.items()]
-            for var in references(value)
-            if var in secret_inputs or SECRET_NAME.search(key) or SECRET_NAME.search(var)
-        }
+        names = secret_variables(
+            [
+                pair
+                for s in merged.servers.values()
+                for pair in [*s.spec.env.items(), *s.spec.headers.items()]
+            ],
+            secret_inputs,
+        )
         values = {name: os.environ.get(name, "") for name in sorted(names)}
         return {name: value for name, value in values.items() if len(value) >= 6}
 

@@ -68,7 +68,7 @@ _KILO_REF = re.compile(r"\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
 def read(text: str, file: str) -> Imported:
     """Kilo's `mcp` entries, read as the shared JSON shape; a legacy `.kilocode/mcp.json`
     (`mcpServers`) is read as Roo's."""
-    data = jsonc.parse(text, file).value
+    data = _mapping(jsonc.parse(text, file).value)
     if KEY not in data and "mcpServers" in data:
         legacy: Imported = roo.CLIENT.read(text, file)
         return legacy
@@ -88,14 +88,18 @@ def _shared(raw: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"disabled": raw.get("enabled") is False}
     if raw.get("type") == "remote" or raw.get("url"):
         out["url"] = _plain(str(raw.get("url", "")))
-        out["headers"] = {k: _plain(str(v)) for k, v in (raw.get("headers") or {}).items()}
+        out["headers"] = {k: _plain(str(v)) for k, v in _mapping(raw.get("headers")).items()}
         return out
     argv = raw.get("command") or []
     argv = [argv] if isinstance(argv, str) else [str(a) for a in argv]
     out["command"] = _plain(argv[0]) if argv else ""
     out["args"] = [_plain(a) for a in argv[1:]]
-    out["env"] = {str(k): _plain(str(v)) for k, v in (raw.get("environment") or {}).items()}
+    out["env"] = {str(k): _plain(str(v)) for k, v in _mapping(raw.get("environment")).items()}
     return out
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _plain(text: str) -> str:

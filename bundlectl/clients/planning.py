@@ -7,9 +7,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from bundlectl.clients.base import Export, ServerPlan
-from bundlectl.expand import references
+from bundlectl.models import ServerSpec
 from bundlectl.resolution import Resolution
-from bundlectl.secretscan import SECRET_NAME
+from bundlectl.secretscan import secret_variables
+
+
+def undeclared(resolution: Resolution, agent: str) -> dict[str, ServerSpec]:
+    """The enabled servers without a declared catalog that the agent could use a tool of: what
+    `--live` asks, and what a direct export or codegen cannot list without it."""
+    compiled = resolution.policy.agent(agent)
+    return {
+        name: merged.spec
+        for name, merged in resolution.merged.servers.items()
+        if not merged.spec.disabled and not merged.spec.tools and compiled.may_reach(name)
+    }
 
 
 def plan(resolution: Resolution, agent: str, live: Mapping[str, list[Any]] | None = None) -> Export:
@@ -30,13 +41,7 @@ def plan(resolution: Resolution, agent: str, live: Mapping[str, list[Any]] | Non
         whole = compiled.whole(name)
         if known and whole is None and all(d.effect == "deny" for d in decisions):
             continue  # a known catalog, nothing of it usable
-        values = [*spec.env.items(), *spec.headers.items()]
-        secret = {
-            var
-            for key, value in values
-            for var in references(value)
-            if var in secret_inputs or SECRET_NAME.search(key) or SECRET_NAME.search(var)
-        }
+        secret = secret_variables([*spec.env.items(), *spec.headers.items()], secret_inputs)
         plan = ServerPlan(name, spec, decisions, whole, frozenset(secret), live=name in live)
         servers.append(plan)
     project = resolution.project

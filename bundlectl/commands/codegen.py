@@ -6,19 +6,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bundlectl.calls.pipeline import default_agent
+from bundlectl.clients.planning import undeclared
 from bundlectl.codegen import generate, generate_typescript
 from bundlectl.errors import ReportedFailure, UsageError
 from bundlectl.fsio import atomic_write
-from bundlectl.mcpio.live import catalogs as live_catalogs
 from bundlectl.output import err
 from bundlectl.paths import display_path
+from bundlectl.policy import default_agent
 from bundlectl.project import load_project
 from bundlectl.resolution import resolve_project
 
-MANIFEST = (
-    ".bundlectl-codegen.json"  # the files codegen wrote: the only ones it replaces or removes
-)
+# The files codegen wrote into a folder: the only ones it replaces or removes there.
+MANIFEST = ".bundlectl-codegen.json"
 
 
 def run(
@@ -39,11 +38,12 @@ def run(
     compiled = resolution.policy.agent(who)
     enabled = {n: m for n, m in resolution.merged.servers.items() if not m.spec.disabled}
     catalogs: dict[str, list[Any]] = {n: list(m.spec.tools) for n, m in enabled.items()}
-    undeclared = {
-        n: enabled[n].spec for n, tools in catalogs.items() if not tools and compiled.may_reach(n)
-    }
+    skipped = undeclared(resolution, who)
     if live:  # servers that declare no catalog are asked for their tools
-        catalogs.update(live_catalogs(undeclared, project.root))
+        # only now: asking servers costs the import of the transports
+        from bundlectl.mcpio.live import catalogs as live_catalogs  # noqa: PLC0415
+
+        catalogs.update(live_catalogs(skipped, project.root))
     servers = []
     for name, tools in catalogs.items():
         usable = compiled.usable(name, tools, _name)
@@ -93,10 +93,10 @@ def run(
         f"wrote {len(changed)} file(s) to {display_path(out)}: {count} tools of "
         f"{len(servers)} server(s) for agent {who!r}"
     )
-    if undeclared and not live:
-        names = ", ".join(undeclared)
+    if skipped and not live:
+        names = ", ".join(skipped)
         err(
-            f"note: {len(undeclared)} server(s) declare no tools, so none of theirs were "
+            f"note: {len(skipped)} server(s) declare no tools, so none of theirs were "
             f"generated: {names} (bundlectl codegen --live asks the servers)"
         )
     if not count:

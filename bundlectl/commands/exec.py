@@ -21,7 +21,6 @@ from bundlectl.calls.pipeline import (
     AuditLog,
     Pipeline,
     always_yes,
-    default_agent,
     terminal_confirmer,
 )
 from bundlectl.calls.render import OutputDir, render_text, result_json
@@ -32,6 +31,7 @@ from bundlectl.mcpio.stdio import stop_on_failure
 from bundlectl.options import Format
 from bundlectl.output import emit_json, err, note, out
 from bundlectl.patterns import parse_tool_name
+from bundlectl.policy import default_agent
 from bundlectl.project import load_project
 from bundlectl.resolution import resolve_project
 

@@ -6,18 +6,16 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from bundlectl.calls.pipeline import default_agent
 from bundlectl.clients import Export, Misfit, get
-from bundlectl.clients.planning import plan
+from bundlectl.clients.planning import plan, undeclared
 from bundlectl.errors import ReportedFailure, UsageError
 from bundlectl.fsio import atomic_write
-from bundlectl.mcpio.live import catalogs as live_catalogs
-from bundlectl.models import ServerSpec
 from bundlectl.options import ExportVia
 from bundlectl.output import err, write
 from bundlectl.paths import display_path
+from bundlectl.policy import default_agent
 from bundlectl.project import load_project
-from bundlectl.resolution import Resolution, resolve_project
+from bundlectl.resolution import resolve_project
 from bundlectl.yamlio import read_text
 
 
@@ -41,7 +39,10 @@ def run(
     resolution.policy.require_listed([who], unlisted=unlisted)
     catalogs = None
     if live and via is not ExportVia.gateway:
-        catalogs = live_catalogs(_undeclared(resolution, who), project.root)
+        # only now: asking servers costs the import of the transports
+        from bundlectl.mcpio.live import catalogs as live_catalogs  # noqa: PLC0415
+
+        catalogs = live_catalogs(undeclared(resolution, who), project.root)
     export = plan(resolution, who, catalogs)
     target = (output or client.default_path(project.root)).absolute()
     export.absolute = not target.is_relative_to(project.root)
@@ -103,16 +104,6 @@ def run(
     written = ", ".join(display_path(p) for p in changed) or nothing
     err(f"wrote {written} ({how})")
     return 0
-
-
-def _undeclared(resolution: Resolution, agent: str) -> dict[str, ServerSpec]:
-    """The enabled servers without a declared catalog that the agent could use a tool of."""
-    compiled = resolution.policy.agent(agent)
-    return {
-        name: merged.spec
-        for name, merged in resolution.merged.servers.items()
-        if not merged.spec.disabled and not merged.spec.tools and compiled.may_reach(name)
-    }
 
 
 def _inside(path: Path, root: Path) -> None:

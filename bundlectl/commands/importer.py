@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bundlectl.clients import Imported, get
+from bundlectl.clients import NAMES, Imported, get
 from bundlectl.clients.agix import read_agix
 from bundlectl.confedit import edit_bundles, set_entries
 from bundlectl.errors import BundlectlError, ReportedFailure, UsageError
@@ -53,6 +53,13 @@ def run(
                 imported.allow += extra.allow
                 imported.ask += extra.ask
                 imported.deny += extra.deny
+    if not (imported.servers or imported.allow or imported.ask or imported.deny) and not (
+        imported.agents or imported.bundles
+    ):  # a file of another client (or an empty one) would import an agent with no tools
+        raise UsageError(
+            f"{display_path(source)} holds no MCP servers or tool rules in {fmt}'s format",
+            hint=f"check the file and the format (formats: agix, {', '.join(NAMES)})",
+        )
     who = agent or NAME.sub("-", fmt)
     target = _config_path(config)
     existing = _existing_servers(target)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bundlectl.calls.pipeline import AuditLog, Pipeline, default_agent
+from bundlectl.calls.pipeline import AuditLog, Pipeline
 from bundlectl.errors import UsageError
 from bundlectl.gateway.core import serve_stdio
 from bundlectl.gateway.http import access_for, bind, serve_http
 from bundlectl.mcpio import runner
 from bundlectl.options import ServeMode, ServeTransport
 from bundlectl.output import note
+from bundlectl.policy import default_agent
 from bundlectl.project import load_project
 from bundlectl.resolution import Resolution, resolve_project
 
