@@ -816,7 +816,7 @@ def test_tools_live_shows_drift(project: Path, run: Run, starts: Path) -> None:
         "kitchen: differs from the declared catalog",
         "  + add (offered, not declared)",
         "  + bump (offered, not declared)",
-        "  + env_keys (offered, not declared)",
+        "  + consent (offered, not declared)",
     ]
     assert "  - retired (declared, not offered)" in result.lines
     assert "  ~ echo: input schema differs" in result.lines
@@ -939,37 +939,26 @@ def test_bundlectl_server_over_streamable_http(project: Path, run: Run, tmp_path
     assert run("server", "nope").code == 2
 
 
-@pytest.mark.parametrize(("answer", "code"), [("y", 0), ("n", 3)])
-def test_ask_is_confirmed_on_a_terminal(kitchen: Path, answer: str, code: int) -> None:
-    """A real pseudo-terminal: the prompt appears, and only 'y' lets the call through."""
+def on_terminal(cwd: Path, args: list[str], script: list[tuple[bytes, str]]) -> tuple[int, bytes]:
+    """`bundlectl ARGS` on a real pseudo-terminal in `cwd`: each time the output shows a
+    `script` prompt (in order) its answer is typed. The exit code and everything shown."""
     import pty
 
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     pid, fd = pty.fork()
     if pid == 0:  # the child: bundlectl with the terminal as stdin/stdout/stderr
-        os.chdir(kitchen)
-        os.execve(
-            PY,
-            [
-                PY,
-                "-m",
-                "bundlectl",
-                "exec",
-                "--agent",
-                "writer",
-                "files.write_file",
-                "path=asked.txt",
-                "content=confirmed",
-            ],
-            env,
-        )
-    seen = b""
+        os.chdir(cwd)
+        os.execve(PY, [PY, "-m", "bundlectl", *args], env)
+    seen, answered = b"", 0  # the output up to `answered` has had its prompts answered
     deadline = time.monotonic() + 30
-    while b"Allow? [y/N]" not in seen and time.monotonic() < deadline:
-        seen += os.read(fd, 1024)
-    assert b"agent 'writer' wants to call files.write_file" in seen
-    assert b'path: "asked.txt"' in seen and b'content: "confirmed"' in seen  # #24 item 6
-    os.write(fd, f"{answer}\n".encode())
+    for prompt, answer in script:
+        while prompt not in seen[answered:] and time.monotonic() < deadline:
+            try:
+                seen += os.read(fd, 1024)
+            except OSError:  # it ended without asking
+                break
+        answered = seen.find(prompt, answered) + len(prompt)
+        os.write(fd, f"{answer}\n".encode())
     while True:
         try:
             chunk = os.read(fd, 1024)
@@ -980,8 +969,54 @@ def test_ask_is_confirmed_on_a_terminal(kitchen: Path, answer: str, code: int) -
         seen += chunk
     _, status = os.waitpid(pid, 0)
     os.close(fd)
-    assert os.waitstatus_to_exitcode(status) == code, seen.decode(errors="replace")
+    return os.waitstatus_to_exitcode(status), seen
+
+
+@pytest.mark.parametrize(("answer", "code"), [("y", 0), ("n", 3)])
+def test_ask_is_confirmed_on_a_terminal(kitchen: Path, answer: str, code: int) -> None:
+    """A real pseudo-terminal: the prompt appears, and only 'y' lets the call through."""
+    args = ["exec", "--agent", "writer", "files.write_file", "path=asked.txt", "content=confirmed"]
+    status, seen = on_terminal(kitchen, args, [(b"Allow? [y/N]", answer)])
+    assert b"agent 'writer' wants to call files.write_file" in seen
+    assert b'path: "asked.txt"' in seen and b'content: "confirmed"' in seen  # #24 item 6
+    assert status == code, seen.decode(errors="replace")
     assert (kitchen / "asked.txt").exists() == (answer == "y")
+
+
+def test_exec_through_the_gateway_answers_the_servers_question(
+    kitchen: Path, tmp_path: Path
+) -> None:
+    """`exec` → `bundlectl serve` → kitchen, all on 2026-07-28: kitchen's question reaches the
+    terminal (the gateway holds the call while `exec` answers by retrying), and the answer
+    reaches kitchen."""
+    write(
+        kitchen / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          kitchen: {{command: {PY}, args: ["{SERVERS / "kitchen.py"}"]}}
+        agents:
+          bot: {{allow: ["kitchen.*"]}}
+        policy: {{default: deny}}
+        """,
+    )
+    front = tmp_path / "front"
+    front.mkdir()
+    serve = ["-m", "bundlectl", "serve", "-c", str(kitchen / "bundlectl.yaml"), "--agent", "bot"]
+    write(
+        front / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          gw: {{command: {PY}, args: {json.dumps(serve)}}}
+        policy: {{default: allow}}
+        """,
+    )
+    script = [(b"(boolean) [default: true]: ", ""), (b"send this answer? [y/N]", "y")]
+    status, seen = on_terminal(front, ["exec", "gw.kitchen__consent", "tag=front"], script)
+    shown = seen.decode(errors="replace")
+    assert "the server asks: consent of front" in shown
+    assert (status, shown.splitlines()[-1].strip()) == (0, "front: accept"), shown
 
 
 def test_stdio_servers_called_without_the_sdk(kitchen: Path, isolated_home: Path) -> None:

@@ -503,3 +503,78 @@ def test_completions_pass_through_for_prompts_and_templates_of_servers_in_use(
         return refused.value.error.message
 
     assert "unknown prompt 'pantry__recipe'" in serve_in_process(project, "guest", guest)
+
+
+def _consenting(project: Path, timeout: int = 60) -> None:
+    """kitchen over stdio: a 2026-07-28 server, whose `consent` tool asks its client."""
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          kitchen: {{command: {PY}, args: ["{SERVERS / "kitchen.py"}"], timeout: {timeout}}}
+        agents:
+          bot: {{allow: ["kitchen.*"]}}
+        policy: {{default: deny}}
+        """,
+    )
+
+
+def test_a_2026_client_answers_its_servers_question_by_retrying(project: Path) -> None:
+    # Both sides on 2026-07-28: the server's question comes back to the client as an
+    # input-required result, and the SDK client answers it by retrying its call.
+    import mcp_types as types
+
+    _consenting(project)
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"ok": True})
+
+    async def script(client: Any) -> Any:
+        return await client.call_tool("kitchen__consent", {"tag": "bot"})
+
+    result = serve_in_process(project, "bot", script, elicitation_callback=elicit)
+    assert texts(result) == ["bot: accept"] and asked == ["consent of bot"]
+
+
+def test_a_held_call_takes_its_own_answers_and_ends_when_none_come(project: Path) -> None:
+    """The retry is bound to the call's arguments; a question nobody answers ends with the
+    server's timeout (as a dismissed elicitation), and the result waits for the retry."""
+    import mcp_types as types
+
+    _consenting(project, timeout=1)
+
+    async def elicit(context: Any, params: Any) -> types.ElicitResult:
+        raise AssertionError("the script answers by hand")
+
+    async def script(client: Any) -> list[Any]:
+        first = await client.session.call_tool(
+            "kitchen__consent", {"tag": "bot"}, allow_input_required=True
+        )
+        assert isinstance(first, types.InputRequiredResult), first
+        (name,) = first.input_requests
+        yes = {name: types.ElicitResult(action="accept", content={"ok": True})}
+        state = first.request_state
+        from mcp.shared.exceptions import MCPError
+
+        try:  # the answers for a call with other arguments: not this call's
+            other = await client.session.call_tool(
+                "kitchen__consent", {"tag": "eve"}, input_responses=yes, request_state=state
+            )
+        except MCPError as exc:
+            other = exc.error.message
+        await anyio.sleep(1.5)  # longer than the server's timeout: nobody answered in time
+        late = await client.session.call_tool(
+            "kitchen__consent", {"tag": "bot"}, input_responses=yes, request_state=state
+        )
+        again = await client.session.call_tool(  # the same answers once more
+            "kitchen__consent", {"tag": "bot"}, input_responses=yes, request_state=state
+        )
+        return [other, late, again]
+
+    other, late, again = serve_in_process(project, "bot", script, elicitation_callback=elicit)
+    assert again.is_error and "is no longer waiting" in texts(again)[0]
+    assert other == "Invalid or expired requestState"
+    assert texts(late) == ["bot: cancel"]

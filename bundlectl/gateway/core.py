@@ -49,6 +49,7 @@ from bundlectl.calls.pipeline import After, Pipeline
 from bundlectl.catalog import ToolRef, search
 from bundlectl.errors import BundlectlError, Interrupted, PolicyDenied, ServerError
 from bundlectl.gateway.express import Express
+from bundlectl.gateway.parking import Parking, unseal
 from bundlectl.lockfile import digest_json
 from bundlectl.mcpio.connect import Target, classify, connect
 from bundlectl.mcpio.session import SdkSession, list_all_tools
@@ -158,39 +159,47 @@ class Relay:
             "message_handler": self.message,
         }
 
-    def _can(self, capability: str) -> tuple[Any, str | None]:
-        ctx, why = self.current()
-        if ctx is None:
-            return None, why
-        declared = ctx.session.client_capabilities
-        if declared is None or getattr(declared, capability) is None:
-            return None, f"the client behind the bundlectl gateway did not declare {capability}"
-        if not ctx.session.can_send_request:
-            return None, (
-                "the gateway's client connection cannot carry a request back to the client "
-                "(a stateless HTTP request, or the 2026-07-28 protocol, which has no requests "
-                "from server to client during a call)"
-            )
-        return ctx, None
-
     def _refuse(self, what: str, why: str | None) -> types.ErrorData:
         return types.ErrorData(
             code=types.INVALID_REQUEST, message=f"{what} is not available: {why}"
         )
 
-    async def elicit(self, context: Any, params: Any) -> Any:
-        ctx, why = self._can("elicitation")
+    async def _ask(self, capability: str, request: Any, answer: type) -> Any:
+        """A server's request to the client of the call it belongs to: sent on the client's
+        session (2025-11-25), or parked for a 2026-07-28 client to answer by retrying
+        (`parking.py`)."""
+        ctx, why = self.current()
         if ctx is None:
-            return self._refuse("elicitation", why)
+            return self._refuse(capability, why)
+        declared = ctx.session.client_capabilities
+        if declared is None or getattr(declared, capability) is None:
+            why = f"the client behind the bundlectl gateway did not declare {capability}"
+            return self._refuse(capability, why)
+        if ctx.session.can_send_request:
+            return await ctx.session.send_request(request, answer)
+        parking = self.hub.parking
+        if not parking.holds(ctx):
+            return self._refuse(
+                capability,
+                "the client's request came over stateless HTTP on the 2025-11-25 protocol, "
+                "which has no way to send a request back to the client during a call; serve "
+                "without --stateless, or use a client on the 2026-07-28 protocol",
+            )
+        timeout = float(self.hub.downstream(self.server).target.spec.timeout)
+        reply = await parking.ask(ctx, request, timeout)
+        if reply is None:
+            if capability == "elicitation":  # nobody answered: as if the user dismissed it
+                return types.ElicitResult(action="cancel")
+            return self._refuse(capability, f"the client did not answer within {timeout:g} s")
+        return reply
+
+    async def elicit(self, context: Any, params: Any) -> Any:
         request = types.ElicitRequest(params=params)
-        return await ctx.session.send_request(request, types.ElicitResult)
+        return await self._ask("elicitation", request, types.ElicitResult)
 
     async def sample(self, context: Any, params: Any) -> Any:
-        ctx, why = self._can("sampling")
-        if ctx is None:
-            return self._refuse("sampling", why)
         request = types.CreateMessageRequest(params=params)
-        return await ctx.session.send_request(request, types.CreateMessageResult)
+        return await self._ask("sampling", request, types.CreateMessageResult)
 
     async def log(self, params: Any) -> None:
         ctx, _ = self.current()
@@ -536,8 +545,11 @@ class Hub:
     watchers: dict[tuple[str, str], dict[Any, Any]] = field(default_factory=dict)
     _stamp: tuple[Any, ...] | None = None
     _reloading: anyio.Lock = field(default_factory=anyio.Lock)
+    # 2026-07-28 clients' calls held while their server asks them something (`parking.py`)
+    parking: Parking = field(init=False)
 
     def __post_init__(self) -> None:
+        self.parking = Parking(self.group)
         self._stamp = self._files()
 
     @property
@@ -824,6 +836,9 @@ class Gateway:
     agent: str
     mode: str = "direct"  # direct | search
     ctx: Any = None  # the client request this view answers (progress, elicitation, logs)
+    # What binds a held call (`parking.py`) when this request's client can answer a server's
+    # question only by retrying (2026-07-28); None: it is asked directly, or cannot be.
+    binding: dict[str, str] | None = None
 
     @property
     def listing(self) -> str:
@@ -1109,6 +1124,15 @@ class Gateway:
                     "`bundlectl exec`"
                 )
             return _error(f"the user did not confirm {name}; it was not called")
+        perform = functools.partial(self._perform, decision, server, tool, arguments)
+        if self.binding is not None:  # its server may ask the client: it can answer by a retry
+            return await self.hub.parking.start(self.ctx, self.binding, perform)  # type: ignore[return-value]
+        return await perform()
+
+    async def _perform(
+        self, decision: Decision, server: str, tool: str, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
+        """An admitted call, performed and finished (audit, restart)."""
         tokens = self.hub.tokenizer(self.ctx, self.agent)  # None: nothing is tokenized
         sent = arguments  # what the agent sent (tokens, not values): what the audit digests
         # Every message back to the agent has the real values it may have been given turned
@@ -1280,6 +1304,10 @@ def mcp_server(
     async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
         gateway = await view(ctx)
         arguments = dict(params.arguments or {})
+        if _answers_by_retry(ctx):
+            resumed = await _held(gateway, params, arguments)
+            if resumed is not None:
+                return resumed
         confirm = _elicitation(ctx, gateway, params)
         if mode != "search":
             return await gateway.call_tool(params.name, arguments, confirm)
@@ -1474,6 +1502,38 @@ def _log_line(line: str) -> None:
     err(f"bundlectl serve: {line}")
 
 
+def _answers_by_retry(ctx: Any) -> bool:
+    """Whether the client of request `ctx` answers a server's elicitation or sampling by
+    retrying its call (2026-07-28, declared) rather than on its session."""
+    if ctx.session.can_send_request or ctx.protocol_version < MODERN:
+        return False
+    declared = ctx.session.client_capabilities
+    return declared is not None and (
+        declared.elicitation is not None or declared.sampling is not None
+    )
+
+
+async def _held(
+    gateway: Gateway, params: types.CallToolRequestParams, arguments: dict[str, Any]
+) -> Any:
+    """A 2026-07-28 client's call, whose server's questions are answered by retries: the
+    call is bound to its agent, tool and arguments (`Gateway.binding`); a retry with answers
+    resumes the held call (its next question or its result). None: a new call."""
+    binding = {"agent": gateway.agent, "tool": params.name, "arguments": digest_json(arguments)}
+    gateway.binding = binding
+    held = unseal(params.request_state)
+    if held is None:
+        return None
+    responses = dict(params.input_responses or {})
+    answer = await gateway.hub.parking.resume(held, binding, responses)
+    if answer is not None:
+        return answer
+    return _error(
+        f"{params.name}: the call these answers belong to is no longer waiting (it ended, or "
+        "another gateway process holds it); call the tool again"
+    )
+
+
 _NO_FIELDS: dict[str, Any] = {"type": "object", "properties": {}}
 MODERN = "2026-07-28"  # the protocol with input-required results instead of server requests
 
@@ -1542,6 +1602,11 @@ async def _search_mode_call(
     return _error(f"unknown tool {name!r}; use search_tools, then call_tool")
 
 
+async def _quietly_send(stream: Any, message: Any) -> None:
+    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+        await stream.send(message)
+
+
 @asynccontextmanager
 async def _stdio() -> AsyncIterator[tuple[Any, PipeWriter, Callable[[Express | None], None]]]:
     """Our stdin and stdout as the SDK's message streams, and a way to hand the express lane
@@ -1597,6 +1662,12 @@ async def _stdio() -> AsyncIterator[tuple[Any, PipeWriter, Callable[[Express | N
 
     def express_to(express: Express | None) -> None:
         lane[0] = express
+        if express is not None:
+
+            def to_sdk(message: dict[str, Any]) -> None:
+                group.start_soon(_quietly_send, read_send, session_message(message))
+
+            express.to_sdk = to_sdk
 
     async with anyio.create_task_group() as group:
         group.start_soon(writer.run)

@@ -15,7 +15,9 @@ policy allows the tool outright (no `ask`), the config and lock are unchanged si
 loaded, nothing is tokenized (privacy), the tool passes `pin_tools`, and its server is a stdio
 process whose session is up, whose tools are listed and which has a free slot (`concurrency`).
 Anything else — the first call, a denied or unknown name, a reload, search mode, a busy server,
-prompts and resources — goes through the SDK as before, so every refusal has one source.
+a 2026-07-28 client that can answer elicitation or sampling (its server's questions hold the
+call open across retries: `parking.py`), prompts and resources — goes through the SDK as
+before, so every refusal has one source.
 
 What the server sends during a call goes where it would through the SDK: progress to the
 client's progress token (rewritten here); log messages and elicitation or sampling requests
@@ -114,7 +116,7 @@ class _Call:
     client's cancellation), so no task is started for it."""
 
     lane: Express
-    id: Any  # the client's request id
+    message: dict[str, Any]  # the client's request
     arguments: dict[str, Any]
     version: str  # the protocol of the client's request
     meta: dict[str, Any]  # the request's _meta
@@ -126,6 +128,10 @@ class _Call:
     timer: asyncio.TimerHandle | None = None
     over: bool = False
     relay_key: int | None = None  # this call's place among the server's calls in flight
+
+    @property
+    def id(self) -> Any:  # the client's request id
+        return self.message["id"]
 
     @property
     def target(self) -> Any:
@@ -163,9 +169,22 @@ class _Call:
         if message is None:
             self.end(error=connection_closed(self.target), crashed=True)
             return
+        answer = message.get("result")
+        if isinstance(answer, dict) and answer.get("resultType") == "input_required":
+            self.detour()
+            return
         result, error = self.lane.result(self, message)
         failed = isinstance(message.get("result"), dict) and bool(message["result"].get("isError"))
         self.end(result=result, error=error, tool_error=failed)
+
+    def detour(self) -> None:
+        """The server asks the client something before it answers (2026-07-28): the lane
+        cannot carry that, so the call goes through the SDK path instead, as if the lane had
+        never taken it (the server is asked again there; such a server expects retries), and
+        the tool's later calls go there from the start."""
+        self.release()
+        self.lane.asks.add((self.decision.server, self.decision.tool))
+        self.lane.to_sdk(self.message)
 
     def timed_out(self) -> None:
         self.tell_server()
@@ -182,18 +201,11 @@ class _Call:
             {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
         )
 
-    def end(
-        self,
-        *,
-        result: bytes | None = None,
-        error: BundlectlError | None = None,
-        tool_error: bool = False,
-        cancelled: bool = False,
-        crashed: bool = False,
-    ) -> None:
-        """Answer the client (`result`: the result as JSON), free the server's slot, audit."""
+    def release(self) -> bool:
+        """The call leaves the lane: its server's slot, its timer and its place among the
+        server's calls are given back. False: it had left already."""
         if self.over:
-            return
+            return False
         self.over = True
         lane, downstream = self.lane, self.downstream
         lane.calls.pop(self.id, None)
@@ -204,6 +216,21 @@ class _Call:
             self.timer.cancel()
         if self.relay_key is not None and downstream.relay is not None:
             downstream.relay.leave(self.relay_key)
+        return True
+
+    def end(
+        self,
+        *,
+        result: bytes | None = None,
+        error: BundlectlError | None = None,
+        tool_error: bool = False,
+        cancelled: bool = False,
+        crashed: bool = False,
+    ) -> None:
+        """Answer the client (`result`: the result as JSON), free the server's slot, audit."""
+        if not self.release():
+            return
+        lane, downstream = self.lane, self.downstream
         duration = (time.perf_counter() - self.started) * 1000
         if not cancelled:
             try:
@@ -239,6 +266,9 @@ class Express:
     group: TaskGroup
     writer: PipeWriter  # our stdout
     connection: Any = None  # the client's connection as the SDK holds it (older protocols)
+    # Hands a client's request to the SDK path after all (`_Call.detour`).
+    to_sdk: Callable[[dict[str, Any]], None] = lambda message: None
+    asks: set[tuple[str, str]] = field(default_factory=set)  # tools whose server asked first
     calls: dict[Any, _Call] = field(default_factory=dict)  # by the client's request id
     _asked: dict[str, Callable[[dict[str, Any]], None]] = field(default_factory=dict)
     _routes: dict[str, tuple[Any, Any, Any, Decision]] = field(default_factory=dict)
@@ -319,14 +349,18 @@ class Express:
                 return None  # a 2026-07-28 request without its envelope: the SDK says why
         if version not in SUPPORTED_PROTOCOL_VERSIONS or not self.hub.current():
             return None
+        if version in MODERN_PROTOCOL_VERSIONS and _may_be_asked(meta.get(CAPABILITIES_KEY)):
+            return None  # its server's questions are answered by retries: held on the SDK path
         route = self._route(name)
         if route is None:
             return None
         downstream, live, decision = route
+        if (decision.server, decision.tool) in self.asks:
+            return None
         tap = downstream.target.tap
         if tap is None or not tap.ready:
             return None
-        return _Call(self, message["id"], arguments, version, meta, downstream, live, decision)
+        return _Call(self, message, arguments, version, meta, downstream, live, decision)
 
     def _route(self, name: str) -> tuple[Any, Any, Decision] | None:
         """The server, live tool and decision for a tool name, when its calls may take the
@@ -413,6 +447,13 @@ class Express:
             code, message = error.get("code", types.INTERNAL_ERROR), error.get("message", "")
             raise MCPError(code=code, message=message)
         return dict(box[0].get("result") or {})
+
+
+def _may_be_asked(capabilities: Any) -> bool:
+    """Whether a 2026-07-28 client declared it answers elicitation or sampling."""
+    return isinstance(capabilities, dict) and bool(
+        capabilities.keys() & {"elicitation", "sampling"}
+    )
 
 
 def _shaped(result: dict[str, Any], version: str) -> bytes:

@@ -14,10 +14,12 @@ import contextlib
 import os
 import sys
 import time
-from typing import Any
+from typing import Annotated, Any
 
+from mcp.server.elicitation import ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.resolve import Elicit, Resolve
 from mcp_types import (
     AudioContent,
     BlobResourceContents,
@@ -244,6 +246,19 @@ async def whisper(tag: str, ctx: Context, pause: float = 0.3) -> str:
         asked = f"refused: {exc}"
     await ctx.info(f"second log of {tag}")
     return f"{tag}: {asked}"
+
+
+def _consent(tag: str) -> Elicit[Confirm]:
+    return Elicit(f"consent of {tag}", Confirm)
+
+
+@server.tool()
+async def consent(
+    tag: str, answer: Annotated[ElicitationResult[Confirm], Resolve(_consent)]
+) -> str:
+    """Ask the client a question naming `tag` the way each protocol does it: a request during
+    the call (2025-11-25), or an input-required result answered by a retry (2026-07-28)."""
+    return f"{tag}: {answer.action}"
 
 
 @server.tool()
