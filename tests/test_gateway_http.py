@@ -496,3 +496,49 @@ def test_a_stateless_gateway_declares_no_subscriptions_it_cannot_deliver(
     capabilities, taken = answers[False]  # a stateful gateway keeps both
     assert capabilities["resources"]["subscribe"] is True and "result" in taken, taken
     assert capabilities["tools"]["listChanged"] is True
+
+
+def test_a_session_that_ends_releases_its_subscriptions_downstream(
+    project: Path, monkeypatch: pytest.MonkeyPatch, isolated_home: Path
+) -> None:
+    """A 2025-11-25 client subscribes through the gateway, then ends its HTTP session (DELETE)
+    without unsubscribing: the downstream server is unsubscribed all the same (#21 defect 5)."""
+    monkeypatch.setenv("ALICE_TOKEN", ALICE_TOKEN)
+    kitchen = [PY, str(SERVERS / "kitchen.py"), "--transport", "streamable-http"]
+    uri = "kitchen://counter"
+    with listening(kitchen, {"KITCHEN_LEGACY": "1"}) as port:
+        write(
+            project / "bundlectl.yaml",
+            f"""
+            version: 1
+            servers:
+              kitchen: {{transport: streamable-http, url: "http://127.0.0.1:{port}/mcp"}}
+            agents:
+              alice: {{token: "${{ALICE_TOKEN}}", allow: ["kitchen.*"]}}
+            policy: {{default: deny}}
+            """,
+        )
+
+        async def subscribed(c: Any) -> Any:
+            return (await c.call_tool("kitchen__subscribed", {})).structured_content["result"]
+
+        async def both(url: str) -> list[Any]:
+            from tests.test_gateway_inprocess import deprecated
+
+            async with client(url, ALICE_TOKEN, mode="legacy") as first:
+                with deprecated():
+                    await first.subscribe_resource(uri)
+                during = await subscribed(first)
+            # `first` is gone: its session was deleted on the way out, still subscribed.
+            async with client(url, ALICE_TOKEN, mode="legacy") as second:
+                after = await subscribed(second)
+                with anyio.move_on_after(5):
+                    while after:
+                        await anyio.sleep(0.05)
+                        after = await subscribed(second)
+            return [during, after]
+
+        with gateway(project) as (url, _):
+            during, after = anyio.run(both, url)
+    assert during == [uri]
+    assert after == []

@@ -545,6 +545,7 @@ class Hub:
     watchers: dict[tuple[str, str], dict[Any, Any]] = field(default_factory=dict)
     _stamp: tuple[Any, ...] | None = None
     _reloading: anyio.Lock = field(default_factory=anyio.Lock)
+    _released: set[Any] = field(default_factory=set)  # connections `release_at_end` watches
     # 2026-07-28 clients' calls held while their server asks them something (`parking.py`)
     parking: Parking = field(init=False)
 
@@ -651,6 +652,23 @@ class Hub:
 
             with contextlib.suppress(BundlectlError):
                 await downstream.run(self.group, unsubscribe)
+
+    def release_at_end(self, connection: Any, key: Any) -> None:
+        """When the client `connection` ends — a DELETE of its HTTP session, its idle timeout,
+        a closed pipe — what it subscribed to is unsubscribed (the last one out unsubscribes
+        downstream), as if it had unsubscribed from each."""
+        if key in self._released:
+            return
+        self._released.add(key)
+
+        async def release() -> None:
+            self._released.discard(key)
+            for uri in {uri for (_, uri), keys in self.watchers.items() if key in keys}:
+                await self.unwatch(uri, key)
+
+        stack = getattr(connection, "exit_stack", None)  # the SDK's `Connection` has one
+        if stack is not None:
+            stack.push_async_callback(release)
 
     async def resource_updated(self, server: str, uri: str) -> None:
         """A server said its resource `uri` changed: tell whoever subscribed to it there."""
@@ -1056,13 +1074,16 @@ class Gateway:
         self.pipeline.audit.access(self.agent, "-", "resources/read", {"uri": uri}, "not-found")
         raise _not_found(f"unknown resource {uri!r}; resources/list shows what you can read")
 
-    async def subscribe(self, uri: str, key: Any, notify: Any) -> None:
+    async def subscribe(self, uri: str, key: Any, notify: Any, ctx: Any = None) -> None:
         """Watch a resource of a server in use: the one that lists it, or else the first that
-        can watch it (a URI made from a template)."""
+        can watch it (a URI made from a template); until the client of request `ctx`
+        unsubscribes or its connection ends."""
         listed = await self._gather("list_resources", "resources")
         owners = [server for server, item in listed if str(item.uri) == uri]
         for server in owners or await self._servers_in_use():
             if await self.hub.watch(server, uri, key, notify):
+                if ctx is not None:
+                    self.hub.release_at_end(_connection(ctx), key)
                 return
         raise _not_found(f"unknown resource {uri!r}; resources/list shows what you can read")
 
@@ -1342,7 +1363,7 @@ def mcp_server(
         session = ctx.session
         with _as_protocol_error():
             await (await view(ctx)).subscribe(
-                str(params.uri), _session_key(session), session.send_resource_updated
+                str(params.uri), _session_key(session), session.send_resource_updated, ctx
             )
         return types.EmptyResult()
 

@@ -200,6 +200,12 @@ server._lowlevel_server.add_request_handler(
 
 
 @server.tool()
+def subscribed() -> list[str]:
+    """The resources a client is subscribed to here (2025-11-25 `resources/subscribe`)."""
+    return sorted(uri for uri, sessions in SUBSCRIBERS.items() if sessions)
+
+
+@server.tool()
 async def bump(ctx: Context) -> str:
     """Change kitchen://counter and tell its subscribers."""
     COUNT[0] += 1
