@@ -538,8 +538,9 @@ def export_(
         bool,
         typer.Option(
             "--live",
-            help="Ask servers that declare no tool catalog for their tools (starts them), so a "
-            "direct export can list them.",
+            help="Ask the servers the agent may use in part for the tools they really have "
+            "(starts them; built-in servers need not be asked), so a direct export lists them "
+            "exactly rather than trusting a declared catalog.",
         ),
     ] = False,
     unlisted: UnlistedOpt = False,

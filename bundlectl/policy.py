@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal, TypeVar
@@ -229,6 +229,18 @@ class CompiledAgent:
                 return None
         effect = self.decide(server, "\x00any tool", interactive=True).effect
         return effect if effect != "deny" else None
+
+    def denies_unlisted(self, server: str, listed: Collection[str]) -> bool:
+        """Whether a tool of `server` outside `listed` (a declared catalog, which the server
+        may have outgrown) could be denied: a name no rule grants, or a deny rule that can
+        match a name not listed (a wildcard, or a literal name the catalog lacks)."""
+        if self.decide(server, "\x00any tool", interactive=True).effect == "deny":
+            return True
+        return any(
+            part_matches(rule.parts[0], server)
+            and (has_wildcard(rule.parts[1]) or rule.parts[1] not in listed)
+            for rule in self._matchers["deny"].rules
+        )
 
     def grant(self, deny: int, ask: int, allow: int, unpinned: int, full: int) -> tuple[int, int]:
         """(allowed, asked) from which rules match: the one place precedence is written.

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from bundlectl.clients import NAMES, jsonc
 from tests.conftest import Run, write
+from tests.test_exec import SERVERS
 
 SECRET = "ghp_" + "S3cr3tV4lue" * 3  # a value that must never reach a written file
 
@@ -30,9 +31,10 @@ def exported(project: Path, run: Run, monkeypatch: pytest.MonkeyPatch) -> Path:
         version: 1
         bundles: [basic, github]
         agents:
-          reader:  # asks before writing
-            allow: [files.read_file, files.list_directory, "github.get_*"]
+          reader:  # asks before writing; no GitHub writes
+            allow: [files.read_file, files.list_directory, "github.*"]
             ask: [files.write_file]
+            deny: [github.create_issue, github.push_files]
           whole:
             allow: ["files.*"]
           gh:
@@ -195,7 +197,9 @@ def test_check_and_dry_run(exported: Path, run: Run) -> None:
     assert run("export", "claude-code", "--agent", "reader", "--check").code == 0
     config = exported / "bundlectl.yaml"
     config.write_text(
-        config.read_text().replace("ask: [files.write_file]", "deny: [files.write_file]")
+        config.read_text().replace(
+            "deny: [github.create_issue", "deny: [files.write_file, github.create_issue"
+        )
     )
     drift = run("export", "claude-code", "--agent", "reader", "--check")
     assert drift.code == 1 and "differ from what `bundlectl export claude-code` writes" in drift.err
@@ -596,3 +600,37 @@ def test_import_of_a_file_with_nothing_in_the_format_is_refused(project: Path, r
     assert result.code == 2, result.err
     assert "other.json holds no MCP servers or tool rules in kilo's format" in result.err
     assert (project / "bundlectl.yaml").read_text() == "version: 1\n"
+
+
+def test_a_catalog_nobody_checked_is_not_exported_as_exact(project: Path, run: Run) -> None:
+    """#22 item 2: kitchen declares two tools and has many more. Claude Code and Roo ask about
+    a tool no rule names, Cursor offers every tool of a server it is given: a direct export
+    from that catalog would let a person approve, or the model call, `note_down`, which the
+    policy denies. Direct refuses, auto takes the gateway, and --live makes it exact."""
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          kitchen:
+            command: {json.dumps(sys.executable)}
+            args: ["{SERVERS / "kitchen.py"}"]
+            tools: [{{name: echo}}, {{name: add}}]
+        agents:
+          docs: {{allow: ["kitchen.*"], deny: ["kitchen.note_*"]}}
+          plain: {{allow: [kitchen.echo, kitchen.add]}}
+        policy: {{default: deny}}
+        """,
+    )
+    for client, agent in (("claude-code", "docs"), ("roo", "docs"), ("cursor", "plain")):
+        direct = run("export", client, "--agent", agent, "--via", "direct")
+        assert direct.code == 1, (client, direct.err)
+        assert "kitchen.*: a tool the server has beyond its declared catalog" in direct.err
+    auto = run("export", "claude-code", "--agent", "docs")
+    assert auto.code == 0 and "gateway: bundlectl serve --agent docs" in auto.err, auto.err
+    assert list(read_json(project / ".mcp.json")["mcpServers"]) == ["bundlectl"]
+    live = run("export", "claude-code", "--agent", "docs", "--via", "direct", "--live")
+    assert live.code == 0, live.err
+    perms = read_json(project / ".claude" / "settings.json")["permissions"]
+    assert perms["deny"] == ["mcp__kitchen__note_down"]
+    assert {"mcp__kitchen__echo", "mcp__kitchen__consent"} <= set(perms["allow"])

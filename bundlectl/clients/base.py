@@ -32,9 +32,27 @@ class ServerPlan:
     whole: str | None = None  # "allow"/"ask": the policy covers every tool, declared or not
     secret_vars: frozenset[str] = frozenset()
     live: bool = False  # the catalog was read from the running server, not declared
+    builtin: bool = False  # a built-in server: its declared catalog is its own
+    unlisted_denied: bool = False  # the policy could deny a tool missing from the catalog
 
     def tools(self, effect: str) -> list[str]:
         return [d.tool for d in self.decisions if d.effect == effect]
+
+    @property
+    def stale_risk(self) -> bool:
+        """Whether the client would have to be told a tool outside the declared catalog is
+        denied: a catalog nobody checked against the server (not `--live`, not built in),
+        where the policy could deny a tool the server has and the catalog lacks. A client
+        that asks about or offers tools it is not told of would grant such a tool."""
+        return self.whole is None and not (self.live or self.builtin) and self.unlisted_denied
+
+    def stale_rule(self) -> str:
+        """The misfit's label for `stale_risk`."""
+        return (
+            f"{self.name}.*: a tool the server has beyond its declared catalog would be denied "
+            "by the policy, and the catalog was not checked against the server (export --live "
+            "checks it)"
+        )
 
     @property
     def exact_catalog(self) -> bool:

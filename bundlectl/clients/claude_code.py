@@ -42,7 +42,13 @@ def permissions(plan: ServerPlan, misfits: list[Misfit]) -> dict[str, list[str]]
         return out
     for decision in plan.decisions:
         out[decision.effect].append(f"{_prefix(plan.name)}__{decision.tool}")
+    if plan.stale_risk:
+        misfits.append(Misfit(plan.stale_rule(), UNLISTED_ASKED))
     return out
+
+
+# What a direct export cannot say (#22 item 2): Claude Code asks about a tool no rule names.
+UNLISTED_ASKED = "Claude Code asks about a tool no rule names, so a person could approve it"
 
 
 def write(

@@ -148,6 +148,8 @@ def whole_allowed(plan: ServerPlan) -> bool:
     """Every tool of the server allowed, declared or not."""
     if plan.whole is not None:
         return plan.whole == "allow"
+    if plan.stale_risk:  # a tool beyond the catalog could be one the policy denies
+        return False
     return bool(plan.decisions) and all(d.effect == "allow" for d in plan.decisions)
 
 
@@ -155,7 +157,8 @@ def partial_rules(plan: ServerPlan) -> list[str]:
     """What makes a server only partly usable, as labels for misfits."""
     if not plan.exact_catalog:
         return [f"{plan.name}.*: the server declares no tool catalog to expand the rules over"]
-    return [rule_label(d) for d in plan.decisions if d.effect != "allow"]
+    labels = [rule_label(d) for d in plan.decisions if d.effect != "allow"]
+    return [*labels, plan.stale_rule()] if plan.stale_risk else labels
 
 
 def read_servers(data: dict[str, Any], key: str, file: str) -> Imported:

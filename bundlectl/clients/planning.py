@@ -10,6 +10,7 @@ from bundlectl.clients.base import Export, ServerPlan
 from bundlectl.models import ServerSpec
 from bundlectl.resolution import Resolution
 from bundlectl.secretscan import secret_variables
+from bundlectl.servers import builtin_of
 
 
 def undeclared(resolution: Resolution, agent: str) -> dict[str, ServerSpec]:
@@ -20,6 +21,22 @@ def undeclared(resolution: Resolution, agent: str) -> dict[str, ServerSpec]:
         name: merged.spec
         for name, merged in resolution.merged.servers.items()
         if not merged.spec.disabled and not merged.spec.tools and compiled.may_reach(name)
+    }
+
+
+def unchecked(resolution: Resolution, agent: str) -> dict[str, ServerSpec]:
+    """The enabled servers the agent could use a tool of, and only some of them, whose catalog
+    is not known to be the server's own (none declared, or declared by hand or a bundle rather
+    than built in): what `export --live` asks, so the export matches the tools they really
+    have."""
+    compiled = resolution.policy.agent(agent)
+    return {
+        name: merged.spec
+        for name, merged in resolution.merged.servers.items()
+        if not merged.spec.disabled
+        and compiled.may_reach(name)
+        and builtin_of(merged.spec) is None
+        and (not merged.spec.tools or compiled.whole(name) is None)
     }
 
 
@@ -42,7 +59,16 @@ def plan(resolution: Resolution, agent: str, live: Mapping[str, list[Any]] | Non
         if known and whole is None and all(d.effect == "deny" for d in decisions):
             continue  # a known catalog, nothing of it usable
         secret = secret_variables([*spec.env.items(), *spec.headers.items()], secret_inputs)
-        plan = ServerPlan(name, spec, decisions, whole, frozenset(secret), live=name in live)
+        plan = ServerPlan(
+            name,
+            spec,
+            decisions,
+            whole,
+            frozenset(secret),
+            live=name in live,
+            builtin=builtin_of(spec) is not None,
+            unlisted_denied=whole is None and compiled.denies_unlisted(name, tools),
+        )
         servers.append(plan)
     project = resolution.project
     return Export(agent, servers, project.config_path, project.root)

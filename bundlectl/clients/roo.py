@@ -44,6 +44,9 @@ def FILTER(plan: ServerPlan, item: dict[str, Any], misfits: list[Misfit]) -> Non
         return
     if not plan.decisions:
         misfits.extend(Misfit(label, "no tool catalog") for label in mcpjson.partial_rules(plan))
+    elif plan.stale_risk:
+        why = "Roo asks about a tool in neither list, so a person could approve it"
+        misfits.append(Misfit(plan.stale_rule(), why))
     item["alwaysAllow"] = plan.tools("allow")
     denied = plan.tools("deny")
     if denied:

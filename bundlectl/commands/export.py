@@ -7,7 +7,7 @@ import difflib
 from pathlib import Path
 
 from bundlectl.clients import Export, Misfit, get
-from bundlectl.clients.planning import plan, undeclared
+from bundlectl.clients.planning import plan, unchecked
 from bundlectl.errors import ReportedFailure, UsageError
 from bundlectl.fsio import atomic_write
 from bundlectl.options import ExportVia
@@ -42,7 +42,7 @@ def run(
         # only now: asking servers costs the import of the transports
         from bundlectl.mcpio.live import catalogs as live_catalogs  # noqa: PLC0415
 
-        catalogs = live_catalogs(undeclared(resolution, who), project.root)
+        catalogs = live_catalogs(unchecked(resolution, who), project.root)
     export = plan(resolution, who, catalogs)
     target = (output or client.default_path(project.root)).absolute()
     export.absolute = not target.is_relative_to(project.root)

@@ -28,7 +28,7 @@ from bundlectl.launchers import resolve_argv
 from bundlectl.mcpio.stderr import StderrTee
 from bundlectl.mcpio.stdio import Child, Tap, child_transport
 from bundlectl.models import ServerSpec
-from bundlectl.servers import BUILTIN
+from bundlectl.servers import builtin_of
 from bundlectl.suggest import Suggester
 
 
@@ -65,16 +65,7 @@ class Target:
     @property
     def builtin(self) -> str | None:
         """The built-in server this entry runs (`bundlectl server NAME`), if any."""
-        spec = self.spec
-        if (
-            spec.transport == "stdio"
-            and spec.command == "bundlectl"
-            and len(spec.args) >= 2
-            and spec.args[0] == "server"
-            and spec.args[1] in BUILTIN
-        ):
-            return spec.args[1]
-        return None
+        return builtin_of(self.spec)
 
     def builtin_unprotected(self) -> list[str]:
         """The paths the files server's command line unprotects (`--unprotect PATH`)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -22,6 +22,19 @@ BUILTIN: dict[str, str] = {
     "files": "bundlectl.servers.files",
     "review": "bundlectl.servers.review",
 }
+
+
+def builtin_of(spec: Any) -> str | None:
+    """The built-in server a server entry runs (`bundlectl server NAME`), if any."""
+    if (
+        spec.transport == "stdio"
+        and spec.command == "bundlectl"
+        and len(spec.args) >= 2
+        and spec.args[0] == "server"
+        and spec.args[1] in BUILTIN
+    ):
+        return str(spec.args[1])
+    return None
 
 
 def build(name: str, root: Path, unprotected: Sequence[str] = ()) -> MCPServer:
