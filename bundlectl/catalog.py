@@ -140,9 +140,12 @@ class Catalog:
         return [ref.qualified for ref in self.tools]
 
     def rules_mask(self, rules: Sequence[Rule]) -> int:
+        """The tools the rules may apply to: a deny with argument conditions may not hold for
+        a call, so it is left out; a grant with conditions may (what the agent could call)."""
         bits = 0
         for rule in rules:
-            bits |= self.mask(rule.pattern)
+            if rule.condition is None or rule.effect != "deny":
+                bits |= self.mask(rule.pattern)
         return bits
 
     def inherited_masks(self, agents: Mapping[str, AgentSpec], name: str) -> tuple[int, int, int]:

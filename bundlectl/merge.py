@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bundlectl.errors import ResolutionError
-from bundlectl.models import AgentRules, EnvInput, ProjectConfig, ServerSpec
+from bundlectl.models import AgentRules, ConditionalRule, EnvInput, ProjectConfig, ServerSpec
 from bundlectl.policy import AgentSpec, Effect, Origin, PolicySet, Rule
 from bundlectl.registry import LoadedManifest
 from bundlectl.yamlio import YamlDoc, YamlPath
@@ -53,6 +53,15 @@ def origin_at(doc: YamlDoc, path: YamlPath, bundle: str | None = None) -> Origin
     return Origin(doc.file, span.line, span.column, bundle)
 
 
+def policy_rule(
+    entry: str | ConditionalRule, effect: Effect, origin: Origin, agent: str | None
+) -> Rule:
+    """The engine's rule for a rule entry of a file (a pattern, or a pattern with conditions)."""
+    if isinstance(entry, str):
+        return Rule(entry, effect, origin, agent)
+    return Rule(entry.tool, effect, origin, agent, entry.condition)
+
+
 def agent_spec(
     name: str, rules: AgentRules, doc: YamlDoc, base: YamlPath, bundle: str | None = None
 ) -> AgentSpec:
@@ -61,11 +70,11 @@ def agent_spec(
     built: list[Rule] = []
     effects: tuple[Effect, ...] = ("allow", "ask", "deny")
     for effect in effects:
-        patterns: list[str] = getattr(rules, effect)
+        entries: list[str | ConditionalRule] = getattr(rules, effect)
         typed: Effect = effect
         built += [
-            Rule(p, typed, origin_at(doc, (*path, effect, i), bundle), name)
-            for i, p in enumerate(patterns)
+            policy_rule(entry, typed, origin_at(doc, (*path, effect, i), bundle), name)
+            for i, entry in enumerate(entries)
         ]
     parents = tuple(
         (p, origin_at(doc, (*path, "extends", i), bundle)) for i, p in enumerate(rules.extends)
@@ -148,7 +157,7 @@ def policy_set(
     policy_data = doc.data.get("policy") if isinstance(doc.data, dict) else None
     has_default = isinstance(policy_data, dict) and "default" in policy_data
     global_deny = tuple(
-        Rule(p, "deny", origin_at(doc, ("policy", "deny", i)))
+        policy_rule(p, "deny", origin_at(doc, ("policy", "deny", i)), None)
         for i, p in enumerate(config.policy.deny)
     )
     return PolicySet(

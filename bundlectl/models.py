@@ -13,6 +13,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     field_validator,
     model_validator,
@@ -56,6 +57,63 @@ Rule = Annotated[
         "'*' and '?' are the only wildcards."
     ),
 ]
+
+
+class ConditionalRule(BaseModel):
+    """A rule that covers only the calls whose arguments meet its conditions (SPEC 10)."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    tool: Rule
+    args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Argument (a key, a dotted path or a JSON pointer) → matcher: a value or a "
+        "list of alternatives (strings are globs), {glob: }, {re: }, {path: } (a ** glob after "
+        "normalisation), {min: , max: }, {present: false}, {not: MATCHER}. All must hold.",
+    )
+    when: str | None = Field(
+        default=None,
+        description="A CEL expression over args, agent, server and tool that must be true.",
+    )
+    _condition: Any = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _compiles(self) -> "ConditionalRule":
+        from bundlectl.conditions import ConditionError, compile_condition  # noqa: PLC0415
+
+        if not self.args and self.when is None:
+            raise ValueError("a rule mapping needs args: or when: (else write the pattern alone)")
+        try:
+            self._condition = compile_condition(self.args, self.when)
+        except ConditionError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @property
+    def condition(self) -> Any:
+        return self._condition
+
+
+RuleEntry = Annotated[
+    Annotated[Rule, Tag("pattern")] | Annotated[ConditionalRule, Tag("conditional")],
+    Discriminator(
+        lambda value: "conditional" if isinstance(value, dict | ConditionalRule) else "pattern"
+    ),
+    Field(
+        description="A `server.tool` pattern, or {tool: PATTERN, args: {...}, when: CEL} for "
+        "the calls whose arguments meet the conditions."
+    ),
+]
+
+
+def pattern_of(entry: str | ConditionalRule) -> str:
+    """The tool pattern of a rule entry."""
+    return entry if isinstance(entry, str) else entry.tool
+
+
+def rule_data(entry: str | ConditionalRule) -> Any:
+    """A rule entry as plain data (JSON output)."""
+    return entry if isinstance(entry, str) else entry.model_dump(exclude_defaults=True)
 
 
 def check_version(value: str) -> str:
@@ -225,11 +283,13 @@ class AgentRules(StrictModel):
         default_factory=_empty_list,
         description="Agents whose allow/ask/deny rules this one inherits.",
     )
-    allow: list[Rule] = Field(default_factory=_empty_list, description="Tools the agent may call.")
-    ask: list[Rule] = Field(
+    allow: list[RuleEntry] = Field(
+        default_factory=_empty_list, description="Tools the agent may call."
+    )
+    ask: list[RuleEntry] = Field(
         default_factory=_empty_list, description="Tools that need a human's confirmation per call."
     )
-    deny: list[Rule] = Field(
+    deny: list[RuleEntry] = Field(
         default_factory=_empty_list,
         description="Tools the agent may never call (cannot be lifted).",
     )
@@ -280,7 +340,7 @@ class PolicySettings(StrictModel):
         default="allow",
         description="What agents not listed under `agents` get (absent: allow, as agix does).",
     )
-    deny: list[Rule] = Field(
+    deny: list[RuleEntry] = Field(
         default_factory=_empty_list,
         description="Denied for every agent, listed or not; cannot be lifted.",
     )

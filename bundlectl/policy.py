@@ -9,19 +9,22 @@ does not record are denied.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
+from bundlectl.conditions import Condition
 from bundlectl.errors import InputFileError, Problem, UsageError
 from bundlectl.patterns import has_wildcard, parse_tool_name, part_matches, regex_source, split_rule
 from bundlectl.suggest import Suggester
 
 Effect = Literal["allow", "ask", "deny"]
 EFFECTS: tuple[Effect, ...] = ("deny", "ask", "allow")  # strongest first
+STRENGTH: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
 T = TypeVar("T")
 DEFAULT_AGENT = "default"
 
@@ -62,6 +65,7 @@ class Rule:
     effect: Effect
     origin: Origin
     agent: str | None = None
+    condition: Condition | None = None  # SPEC 10: only calls whose arguments meet it
 
     @cached_property
     def parts(self) -> tuple[str, str]:
@@ -72,9 +76,22 @@ class Rule:
         return part_matches(server_part, server) and part_matches(tool_part, tool)
 
     @property
-    def label(self) -> str:
+    def head(self) -> str:
         owner = f"agents.{self.agent}.{self.effect}" if self.agent else "policy.deny"
         return f"{owner}: {self.pattern}"
+
+    @property
+    def label(self) -> str:
+        if self.condition is not None:
+            return f"{self.head} if {self.condition.describe()}"
+        return self.head
+
+    @property
+    def key(self) -> str:
+        """The rule as the policy digest sees it: its pattern and its conditions."""
+        if self.condition is None:
+            return self.pattern
+        return f"{self.pattern} if {json.dumps(self.condition.canonical, sort_keys=True)}"
 
 
 @dataclass(frozen=True)
@@ -110,6 +127,17 @@ class Decision:
     rule: Rule | None
     reason: str
     matched_effect: Effect  # before an unconfirmable `ask` became deny
+    conditional: bool = False  # a rule with argument conditions names the tool (SPEC 10)
+    checked: bool = False  # decided with the call's arguments
+    # The same decision for other arguments (validated, with the tool's input schema): what
+    # `perform` asks before a conditional call is sent. None: the arguments do not matter.
+    redecide: Callable[[Mapping[str, Any], Mapping[str, Any] | None], Decision] | None = field(
+        default=None, compare=False, repr=False
+    )
+
+    def stricter(self, other: Decision) -> bool:
+        """Whether this decision refuses more than `other` (deny > ask > allow)."""
+        return STRENGTH[self.effect] > STRENGTH[other.effect]
 
     @property
     def qualified(self) -> str:
@@ -176,9 +204,48 @@ class CompiledAgent:
 
     @cached_property
     def _matchers(self) -> dict[Effect, _Matcher]:
-        """Per effect, the rules indexed for single decisions (built on the first `decide`;
-        the catalog's masks never need them)."""
-        return {effect: _Matcher(r for r in self.rules if r.effect == effect) for effect in EFFECTS}
+        """Per effect, the rules without conditions indexed for single decisions (built on the
+        first `decide`; the catalog's masks never need them)."""
+        return {
+            effect: _Matcher(r for r in self.rules if r.effect == effect and r.condition is None)
+            for effect in EFFECTS
+        }
+
+    @cached_property
+    def _conditional(self) -> dict[Effect, list[Rule]]:
+        """Per effect, the rules with argument conditions (SPEC 10), in declaration order."""
+        return {
+            effect: [r for r in self.rules if r.effect == effect and r.condition is not None]
+            for effect in EFFECTS
+        }
+
+    def _applies(
+        self,
+        effect: Effect,
+        server: str,
+        tool: str,
+        arguments: Mapping[str, Any] | None,
+        schema: Mapping[str, Any] | None,
+    ) -> tuple[Rule | None, bool, list[str]]:
+        """The first rule of `effect` that applies to this call, whether a conditional rule
+        names the tool (the decision depends on the arguments), and the conditions that
+        failed. Without `arguments` a conditional grant counts as applying and a conditional
+        deny as not: what the call could get (listing a tool, `tools`, export)."""
+        rule = self._matchers[effect].first(server, tool)
+        conditional = [r for r in self._conditional[effect] if r.matches(server, tool)]
+        failed: list[str] = []
+        if rule is not None or not conditional:
+            return rule, bool(conditional), failed
+        if arguments is None:
+            return (None if effect == "deny" else conditional[0]), True, failed
+        context = {"agent": self.name, "server": server, "tool": tool}
+        for candidate in conditional:
+            assert candidate.condition is not None
+            why = candidate.condition.failed(arguments, schema, effect != "allow", context)
+            if why is None:
+                return candidate, True, failed
+            failed.append(f"{candidate.head} ({candidate.origin}): {why} does not hold")
+        return None, True, failed
 
     def __post_init__(self) -> None:
         own = [r for r in self.rules if r.agent is not None]
@@ -208,7 +275,7 @@ class CompiledAgent:
         return any(
             part_matches(r.parts[0], server)
             for effect in ("allow", "ask")
-            for r in self._matchers[effect].rules
+            for r in (*self._matchers[effect].rules, *self._conditional[effect])
         )
 
     def usable(self, server: str, tools: Iterable[T], name: Callable[[T], str]) -> list[T]:
@@ -225,10 +292,19 @@ class CompiledAgent:
             return None  # tools the lock does not record are denied
         for rule in self.rules:
             server_part, tool_part = rule.parts
-            if part_matches(server_part, server) and tool_part != "*":
-                return None
+            if part_matches(server_part, server) and (tool_part != "*" or rule.condition):
+                return None  # a rule for some tools, or some calls, of the server
         effect = self.decide(server, "\x00any tool", interactive=True).effect
         return effect if effect != "deny" else None
+
+    def conditional_rules(self, server: str) -> list[Rule]:
+        """The rules with argument conditions that can apply to a tool of `server`."""
+        return [
+            rule
+            for effect in EFFECTS
+            for rule in self._conditional[effect]
+            if part_matches(rule.parts[0], server)
+        ]
 
     def denies_unlisted(self, server: str, listed: Collection[str]) -> bool:
         """Whether a tool of `server` outside `listed` (a declared catalog, which the server
@@ -257,11 +333,29 @@ class CompiledAgent:
             allowed |= open_ & ~asked
         return allowed, asked
 
-    def decide(self, server: str, tool: str, *, interactive: bool = False) -> Decision:
+    def decide(
+        self,
+        server: str,
+        tool: str,
+        *,
+        interactive: bool = False,
+        arguments: Mapping[str, Any] | None = None,
+        schema: Mapping[str, Any] | None = None,
+    ) -> Decision:
+        """The decision for a call of `server.tool`; with `arguments` (and the tool's input
+        `schema`, for defaults) the rules' argument conditions are checked."""
         pol = self.policy
-        deny = self._matchers["deny"].first(server, tool)
-        ask = self._matchers["ask"].first(server, tool)
-        allow = self._matchers["allow"].first(server, tool)
+        if any(self._conditional.values()):
+            deny, d_cond, _ = self._applies("deny", server, tool, arguments, schema)
+            ask, a_cond, a_failed = self._applies("ask", server, tool, arguments, schema)
+            allow, l_cond, l_failed = self._applies("allow", server, tool, arguments, schema)
+            conditional = d_cond or a_cond or l_cond
+            failed = a_failed + l_failed  # the grants whose conditions did not hold
+        else:
+            deny = self._matchers["deny"].first(server, tool)
+            ask = self._matchers["ask"].first(server, tool)
+            allow = self._matchers["allow"].first(server, tool)
+            conditional, failed = False, []
         unpinned = (
             pol.pin_tools
             and pol.locked_tools is not None
@@ -276,7 +370,26 @@ class CompiledAgent:
         if effect == "ask" and not interactive:
             final = "deny"
             reason += "; no one can confirm it here (use a terminal or --yes)"
-        return Decision(self.name, server, tool, final, rule, reason, effect)
+        if effect != "allow" and failed and arguments is not None:
+            reason += "; a rule's condition did not hold: " + "; ".join(failed)
+        if not conditional:
+            return Decision(self.name, server, tool, final, rule, reason, effect)
+
+        def redecide(args: Mapping[str, Any], schema: Mapping[str, Any] | None) -> Decision:
+            return self.decide(server, tool, interactive=interactive, arguments=args, schema=schema)
+
+        return Decision(
+            self.name,
+            server,
+            tool,
+            final,
+            rule,
+            reason,
+            effect,
+            conditional=True,
+            checked=arguments is not None,
+            redecide=redecide,
+        )
 
     def _why(
         self,
@@ -405,7 +518,7 @@ def canonical_policy(policy_set: PolicySet) -> tuple[dict[str, object], dict[str
         }
     settings: dict[str, object] = {
         "default": policy_set.default,
-        "deny": sorted({r.pattern for r in policy_set.global_deny}),
+        "deny": sorted({r.key for r in policy_set.global_deny}),
         "pin_tools": policy_set.pin_tools,
     }
     return settings, agents
@@ -437,7 +550,7 @@ def _flattened(agents: Mapping[str, AgentSpec]) -> dict[str, _Flat]:
             rules = agents[name].rules
             inherited = [done.get(p, nothing) for p in parents]
             deny, ask, allow = (
-                frozenset(r.pattern for r in rules if r.effect == effect).union(
+                frozenset(r.key for r in rules if r.effect == effect).union(
                     *(flat[i] for flat in inherited)
                 )
                 for i, effect in enumerate(EFFECTS)

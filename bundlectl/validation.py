@@ -116,6 +116,10 @@ def _node(data: Any, path: YamlPath) -> Any:
     return data
 
 
+# pydantic's names for the arms of unions: our tagged unions' tags and the builtin types.
+_UNION_TAGS = frozenset({"str", "int", "bool", "list", "dict", "pattern", "conditional"})
+
+
 def _yaml_path(loc: tuple[int | str, ...], doc: YamlDoc) -> tuple[YamlPath, bool]:
     """pydantic's loc → the YAML path; `[key]` marks an error in a mapping key itself."""
     path: list[str | int] = []
@@ -130,7 +134,7 @@ def _yaml_path(loc: tuple[int | str, ...], doc: YamlDoc) -> tuple[YamlPath, bool
             isinstance(part, str)
             and candidate not in doc.values
             and candidate not in doc.keys
-            and ("[" in part or part in {"str", "int", "bool", "list", "dict"})
+            and ("[" in part or part in _UNION_TAGS)
         ):
             continue
         path.append(part)

@@ -120,3 +120,41 @@ def test_long_extends_chains_and_a_cycle_at_their_end(project: Path, run: Run) -
     cycle = run("policy", "check", "--agent", "a0", "files.read_file")
     assert cycle.code == 2
     assert cycle.err_lines[0].endswith("extends cycle: a2998 -> a2999 -> a2998")
+
+
+def _args_cases() -> list[Any]:
+    data = _load("policy-cases-args.yaml")
+    return [pytest.param(data["catalog"], c, id=c["name"]) for c in data["cases"]]
+
+
+@pytest.mark.parametrize(("catalog", "case"), _args_cases())
+def test_decisions_with_arguments(
+    catalog: dict[str, dict[str, Any]], case: dict[str, Any], project: Path
+) -> None:
+    """SPEC 10: the shared cases with arguments, through real project loading; each call's
+    arguments meet the tool's declared input schema, whose defaults fill what is missing."""
+    config = {
+        "version": 1,
+        **case["config"],
+        "servers": {
+            server: {
+                "command": "true",
+                "tools": [{"name": t, "input_schema": s} for t, s in tools.items()],
+            }
+            for server, tools in catalog.items()
+        },
+    }
+    with (project / "bundlectl.yaml").open("w") as handle:
+        YAML(typ="safe", pure=True).dump(config, handle)
+    policy = resolve_project(load_project()).policy
+    for call in case["calls"]:
+        server, tool = call["tool"].split(".", 1)
+        decision = policy.agent(call["agent"]).decide(
+            server,
+            tool,
+            interactive=call.get("interactive", False),
+            arguments=call.get("args", {}),
+            schema=catalog[server][tool],
+        )
+        assert decision.effect == call["want"], (call, decision.reason)
+        assert decision.checked == decision.conditional  # checked when a condition mattered

@@ -17,7 +17,7 @@ import anyio
 from bundlectl import servers
 from bundlectl.calls.arguments import build_arguments, validate
 from bundlectl.calls.pipeline import terminal_confirmer
-from bundlectl.errors import BundlectlError, UsageError
+from bundlectl.errors import BundlectlError, PolicyDenied, UsageError
 from bundlectl.mcpio import plain, runner
 from bundlectl.mcpio.connect import (
     Target,
@@ -183,6 +183,21 @@ def _typed(text: str, kind: str) -> Any:
     return text
 
 
+def _meets_conditions(admitted: Decision, arguments: dict[str, Any], schema: Any) -> None:
+    """SPEC 10: a rule's argument conditions see the arguments as the server will get them
+    (validated, the schema's defaults filled in). The call was admitted on the arguments as
+    sent; when the validated ones decide more strictly, nothing is sent (PolicyDenied)."""
+    if admitted.redecide is None:
+        return
+    final = admitted.redecide(arguments, schema)
+    if final.stricter(admitted):
+        raise PolicyDenied(
+            f"agent {final.agent!r} may not call {final.qualified} with these arguments: "
+            f"{final.reason}",
+            hint=f"bundlectl policy explain --agent {final.agent} {final.qualified} --args JSON",
+        )
+
+
 async def perform(
     session: Session, request: CallRequest, target: Target, tools: dict[str, Any] | None = None
 ) -> CallOutcome:
@@ -214,6 +229,7 @@ async def perform(
         schema = tool.input_schema or {"type": "object"}
         outcome.arguments = build_arguments(request.pairs, request.base_arguments, schema)
         validate(outcome.arguments, schema, request.qualified)
+        _meets_conditions(request.decision, outcome.arguments, schema)
         # The outcome keeps what the agent sent (the audit digests that); the server gets the
         # real values when the tool is one that receives them.
         sent = request.restore(outcome.arguments) if request.restore else outcome.arguments

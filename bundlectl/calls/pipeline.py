@@ -208,10 +208,21 @@ class Pipeline:
     audit: AuditSink
     confirm: Confirmer | None  # None: an `ask` rule cannot be confirmed, so it denies
 
-    def judge(self, agent: str, server: str, tool: str, *, interactive: bool) -> Decision:
-        """The policy's decision (`interactive`: someone could confirm an `ask` rule); nothing is
-        recorded until `admit`."""
-        return self.resolution.policy.agent(agent).decide(server, tool, interactive=interactive)
+    def judge(
+        self,
+        agent: str,
+        server: str,
+        tool: str,
+        *,
+        interactive: bool,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> Decision:
+        """The policy's decision (`interactive`: someone could confirm an `ask` rule) for a call
+        with `arguments` (as sent; `perform` checks the rules' conditions again once they are
+        validated); nothing is recorded until `admit`."""
+        return self.resolution.policy.agent(agent).decide(
+            server, tool, interactive=interactive, arguments=arguments
+        )
 
     def admit(self, decision: Decision, answer: bool | None = None) -> Decision:
         """Let the call through, or refuse it (PolicyDenied, exit 3) with the refusal audited
@@ -237,12 +248,26 @@ class Pipeline:
         return decision
 
     def decide(
-        self, agent: str, server: str, tool: str, arguments: Mapping[str, Any] | None = None
+        self,
+        agent: str,
+        server: str,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        typed: bool = True,
     ) -> Decision:
         """`admit` with this pipeline's own confirmer (a terminal, `--yes`, or no one): the
         decision, or PolicyDenied before anything starts. `arguments`: what the person who
-        confirms an `ask` rule is shown."""
-        decision = self.judge(agent, server, tool, interactive=self.confirm is not None)
+        confirms an `ask` rule is shown, and (when `typed`: not strings still to be typed by
+        the tool's schema) what the rules' conditions are checked on before anything starts;
+        either way `perform` checks them again on the validated arguments."""
+        decision = self.judge(
+            agent,
+            server,
+            tool,
+            interactive=self.confirm is not None,
+            arguments=(arguments or {}) if typed else None,
+        )
         asked = None
         if decision.effect == "ask" and self.confirm:
             asked = self.confirm(decision, self.question(decision, arguments or {}))

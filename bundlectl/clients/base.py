@@ -76,6 +76,8 @@ class Export:
     config_path: Path
     project_root: Path
     absolute: bool = False  # the file lives outside the project: paths in it are absolute
+    # The rules with argument conditions (labels): no client can express them (SPEC 10).
+    conditional: list[str] = field(default_factory=list)
 
     @property
     def variables(self) -> list[str]:

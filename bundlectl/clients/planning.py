@@ -48,6 +48,7 @@ def plan(resolution: Resolution, agent: str, live: Mapping[str, list[Any]] | Non
     live = live or {}
     secret_inputs = {need.name for need in resolution.merged.env if need.spec.secret}
     servers = []
+    conditional: list[str] = []
     for name, merged in resolution.merged.servers.items():
         spec = merged.spec
         if spec.disabled or not compiled.may_reach(name):
@@ -58,6 +59,9 @@ def plan(resolution: Resolution, agent: str, live: Mapping[str, list[Any]] | Non
         whole = compiled.whole(name)
         if known and whole is None and all(d.effect == "deny" for d in decisions):
             continue  # a known catalog, nothing of it usable
+        conditional.extend(
+            f"{rule.label} ({rule.origin})" for rule in compiled.conditional_rules(name)
+        )
         secret = secret_variables([*spec.env.items(), *spec.headers.items()], secret_inputs)
         plan = ServerPlan(
             name,
@@ -71,4 +75,4 @@ def plan(resolution: Resolution, agent: str, live: Mapping[str, list[Any]] | Non
         )
         servers.append(plan)
     project = resolution.project
-    return Export(agent, servers, project.config_path, project.root)
+    return Export(agent, servers, project.config_path, project.root, conditional=conditional)

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bundlectl.calls.arguments import load_json_args, preload, split_pairs
+from bundlectl.calls.arguments import build_arguments, load_json_args, preload, split_pairs
 from bundlectl.calls.batch import BatchItem, batch_line, read_batch, run_items, write_line
 from bundlectl.calls.call import CallRequest, call_once, client_capabilities
 from bundlectl.calls.pipeline import (
@@ -93,7 +93,8 @@ def run(
     if unlisted is not None:  # SPEC 3: it gets policy.default; often a typo, so say so
         note(unlisted)
     target = pipeline.target(server, quiet=quiet)
-    decision = pipeline.decide(who, server, name, {**base, **dict(split)})
+    arguments, typed = _as_typed(target, name, split, base)
+    decision = pipeline.decide(who, server, name, arguments, typed=typed)
 
     limit = timeout if timeout is not None else float(target.spec.timeout)
     request = CallRequest(
@@ -227,3 +228,20 @@ def run_batch(
         for target in targets.values():
             target.close()
     return next((code for code in codes if code), 0)
+
+
+def _as_typed(
+    target: Target, tool: str, split: list[tuple[str, str]], base: dict[str, Any]
+) -> tuple[dict[str, Any], bool]:
+    """The call's arguments before the server is asked for its tools, and whether they are
+    typed (KEY=VALUE strings typed by the declared input schema, when there is one), so the
+    policy's argument conditions can be checked before anything starts."""
+    if not split:
+        return base, True
+    for declared in target.spec.tools:
+        if declared.name == tool and declared.input_schema:
+            try:
+                return build_arguments(split, base, declared.input_schema), True
+            except BundlectlError:
+                break  # validation says what is wrong, once the live schema is known
+    return {**base, **dict(split)}, False

@@ -58,6 +58,10 @@ def run(
     misfits: list[Misfit] = []
     if via is not ExportVia.gateway:
         texts, misfits = client.write(target, current, export, managed, False)
+        misfits += [
+            Misfit(label, "no client file can express a rule's argument conditions")
+            for label in export.conditional
+        ]
         if misfits and via is ExportVia.direct:
             lines = "\n".join(f"  {m.what}: {m.why}" for m in misfits)
             raise ReportedFailure(

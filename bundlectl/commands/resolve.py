@@ -9,6 +9,7 @@ from typing import Any
 from bundlectl.catalog import agent_row
 from bundlectl.describe import endpoint, server_json
 from bundlectl.errors import UsageError
+from bundlectl.models import rule_data
 from bundlectl.options import Format
 from bundlectl.output import JSON_FORMAT_VERSION, Lazy, RawJson, note, out, stream_json
 from bundlectl.policy import Rule
@@ -93,7 +94,7 @@ def _data(resolution: Resolution, agents: list[str], *, encoded: bool) -> dict[s
         "agents": agent_rows,
         "policy": {
             "default": config.policy.default,
-            "deny": config.policy.deny,
+            "deny": [rule_data(entry) for entry in config.policy.deny],
             "pin_tools": config.policy.pin_tools,
         },
         "notes": merged.notes,

@@ -1126,7 +1126,9 @@ class Gateway:
         if found is None:
             return _error(unknown)
         server, tool = found
-        decision = self.pipeline.judge(self.agent, server, tool, interactive=True)
+        decision = self.pipeline.judge(
+            self.agent, server, tool, interactive=True, arguments=arguments
+        )
         answer: bool | None = None
         if decision.effect == "ask" and confirm is not None:
             asked = await confirm(decision)

@@ -393,8 +393,8 @@ class Express:
         if check is not None and check(live) is not None:
             return None
         decision = hub.pipeline.judge(self.agent, server, tool, interactive=True)
-        if decision.effect != "allow":
-            return None
+        if decision.effect != "allow" or decision.conditional:
+            return None  # a decision on the arguments: the SDK path checks the conditions
         if len(self._routes) >= 4096:
             self._routes.clear()
         self._routes[name] = (resolution, downstream, live, decision)

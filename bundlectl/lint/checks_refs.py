@@ -9,6 +9,7 @@ from bundlectl.errors import ResolutionError
 from bundlectl.lint.context import Context, at, from_problem
 from bundlectl.lint.rules import Finding
 from bundlectl.lockfile import FORMATTING_ONLY, Drift, drift, dump_lock
+from bundlectl.models import pattern_of
 from bundlectl.paths import display_path
 from bundlectl.patterns import split_rule
 from bundlectl.policy import extends_problems
@@ -222,7 +223,7 @@ def _config_rules(ctx: Context) -> Iterator[tuple[tuple[str | int, ...], str, st
     assert model is not None
     for name, rules in model.agents.items():
         for effect in ("allow", "ask", "deny"):
-            for index, pattern in enumerate(getattr(rules, effect)):
-                yield ("agents", name, effect, index), pattern, effect
-    for index, pattern in enumerate(model.policy.deny):
-        yield ("policy", "deny", index), pattern, "deny"
+            for index, entry in enumerate(getattr(rules, effect)):
+                yield ("agents", name, effect, index), pattern_of(entry), effect
+    for index, entry in enumerate(model.policy.deny):
+        yield ("policy", "deny", index), pattern_of(entry), "deny"

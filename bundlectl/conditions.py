@@ -1,0 +1,259 @@
+"""Argument conditions on rules (SPEC 10). Pure: no I/O.
+
+A rule may say which calls of its tools it covers: `args:` maps an argument (a key, a dotted path
+or a JSON pointer into the arguments) to a matcher, and `when:` is a CEL expression over `args`,
+`agent`, `server` and `tool`. The rule applies only when every matcher and the expression hold.
+
+Matchers: a literal (strings are globs with `*` and `?`), a list of alternatives, `{glob: }`,
+`{re: }` (a full match), `{path: }` (a `**` glob matched after lexical normalisation), `{min: ,
+max: }`, `{present: false}`, `{not: MATCHER}`. A missing argument takes its input schema's
+`default`; otherwise only `{present: false}` holds for it.
+
+Failing closed: a path that is absolute or climbs out with `..` never matches an allow and always
+matches an ask or a deny; a CEL expression that fails at run time (a missing key, a type error)
+holds for an ask or a deny and not for an allow.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+MISSING = object()
+
+
+class ConditionError(ValueError):
+    """A condition that cannot be compiled (a bad matcher, regex or CEL expression)."""
+
+
+@lru_cache(maxsize=4096)
+def _glob(pattern: str) -> re.Pattern[str]:
+    return re.compile(
+        "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern), re.DOTALL
+    )
+
+
+@lru_cache(maxsize=4096)
+def _path_glob(pattern: str) -> re.Pattern[str]:
+    """`**` crosses folders, `*` and `?` do not."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("/**", i) and i + 3 == len(pattern):
+            out.append("(?:/.*)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out), re.DOTALL)
+
+
+def normalised(path: str) -> str | None:
+    """The path after lexical normalisation, or None when it is absolute or climbs out."""
+    if path.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:[\\/]", path):
+        return None
+    clean = posixpath.normpath(path.replace("\\", "/"))
+    if clean == ".." or clean.startswith("../"):
+        return None
+    return clean
+
+
+@dataclass(frozen=True)
+class Matcher:
+    """One compiled matcher: `kind` and its operand."""
+
+    kind: str  # literal | any | glob | re | path | range | present | not
+    operand: Any
+    text: str  # as written, for explanations
+
+    def holds(self, value: Any, strict: bool) -> bool:
+        """Whether it holds for `value` (MISSING: the argument is absent); `strict`: the rule
+        is an ask or a deny, for which an escaping path counts as a match."""
+        kind, operand = self.kind, self.operand
+        if kind == "present":
+            return (value is not MISSING) is operand
+        if value is MISSING:
+            return False
+        if kind == "not":
+            return not operand.holds(value, not strict)
+        if kind == "any":
+            return any(m.holds(value, strict) for m in operand)
+        if kind == "range":
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return False
+            low, high = operand
+            return (low is None or value >= low) and (high is None or value <= high)
+        if kind == "literal" and not isinstance(operand, str):
+            return type(value) is type(operand) and bool(value == operand)
+        return isinstance(value, str) and _TEXT[kind](operand, value, strict)
+
+
+def _path_holds(pattern: str, value: str, strict: bool) -> bool:
+    clean = normalised(value)
+    return strict if clean is None else _path_glob(pattern).fullmatch(clean) is not None
+
+
+# The string matchers: (operand, the argument, strict) → whether it holds.
+_TEXT: dict[str, Any] = {
+    "literal": lambda glob, value, _: _glob(glob).fullmatch(value) is not None,
+    "glob": lambda glob, value, _: _glob(glob).fullmatch(value) is not None,
+    "re": lambda regex, value, _: regex.fullmatch(value) is not None,
+    "path": _path_holds,
+}
+
+
+def compile_matcher(raw: Any, where: str = "") -> Matcher:
+    """A matcher from its YAML form; ConditionError says what is wrong."""
+    text = json.dumps(raw, ensure_ascii=False, default=str)
+    if isinstance(raw, list):
+        if not raw:
+            raise ConditionError(f"{where}an empty list of alternatives matches nothing")
+        return Matcher("any", tuple(compile_matcher(item, where) for item in raw), text)
+    if isinstance(raw, dict):
+        return _compile_mapping(raw, where, text)
+    if raw is None or isinstance(raw, str | int | float | bool):
+        return Matcher("literal", raw, text)
+    raise ConditionError(f"{where}a matcher is a value, a list or a mapping")
+
+
+def _compile_mapping(raw: dict[Any, Any], where: str, text: str) -> Matcher:
+    if raw and set(raw) <= {"min", "max"}:
+        for key in ("min", "max"):
+            bound = raw.get(key)
+            if bound is not None and (isinstance(bound, bool) or not _number(bound)):
+                raise ConditionError(f"{where}{key} must be a number")
+        return Matcher("range", (raw.get("min"), raw.get("max")), text)
+    if len(raw) != 1:
+        keys = ", ".join(sorted(map(str, raw)))
+        raise ConditionError(
+            f"{where}a matcher has one key (glob, re, path, min/max, present, not), not {keys}"
+        )
+    ((key, operand),) = raw.items()
+    if key == "not":
+        return Matcher("not", compile_matcher(operand, where), text)
+    wanted = {"glob": str, "path": str, "re": str, "present": bool}.get(key)
+    if wanted is None:
+        raise ConditionError(
+            f"{where}unknown matcher {key!r}; use glob, re, path, min/max, present or not"
+        )
+    if not isinstance(operand, wanted):
+        raise ConditionError(f"{where}{key} takes a {'string' if wanted is str else 'boolean'}")
+    if key == "re":
+        try:
+            operand = re.compile(operand, re.DOTALL)
+        except re.error as exc:
+            raise ConditionError(f"{where}the regular expression does not compile: {exc}") from None
+    return Matcher(key, operand, text)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float)
+
+
+def split_key(key: str) -> tuple[str, ...]:
+    """An argument's place: a JSON pointer (`/a/b`) or a dotted path (`a.b`)."""
+    if key.startswith("/"):
+        return tuple(p.replace("~1", "/").replace("~0", "~") for p in key[1:].split("/"))
+    return tuple(key.split("."))
+
+
+def lookup(
+    arguments: Mapping[str, Any], place: tuple[str, ...], schema: Mapping[str, Any] | None
+) -> Any:
+    """The argument at `place`, else its schema default, else MISSING."""
+    value: Any = arguments
+    for part in place:
+        properties = (schema or {}).get("properties") if isinstance(schema, Mapping) else None
+        schema = properties.get(part) if isinstance(properties, Mapping) else None
+        if isinstance(value, Mapping) and part in value:
+            value = value[part]
+        elif isinstance(schema, Mapping) and "default" in schema:
+            value = schema["default"]
+        else:
+            return MISSING
+    return value
+
+
+@dataclass(frozen=True)
+class Condition:
+    """What a rule requires of a call's arguments: every matcher and `when`."""
+
+    args: tuple[tuple[str, tuple[str, ...], Matcher], ...] = ()
+    when: str | None = None
+    _program: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def canonical(self) -> dict[str, Any]:
+        """As plain data (the policy digest)."""
+        out: dict[str, Any] = {}
+        if self.args:
+            out["args"] = {key: json.loads(m.text) for key, _, m in self.args}
+        if self.when is not None:
+            out["when"] = self.when
+        return out
+
+    def describe(self) -> str:
+        parts = [f"{key} {m.text}" for key, _, m in self.args]
+        if self.when is not None:
+            parts.append(f"when {self.when}")
+        return ", ".join(parts)
+
+    def failed(
+        self,
+        arguments: Mapping[str, Any],
+        schema: Mapping[str, Any] | None,
+        strict: bool,
+        context: Mapping[str, str],
+    ) -> str | None:
+        """None when the condition holds for this call; else which part did not (never the
+        argument's value)."""
+        for key, place, matcher in self.args:
+            if not matcher.holds(lookup(arguments, place, schema), strict):
+                return f"{key} {matcher.text}"
+        if self._program is not None:
+            values = dict(arguments)
+            for name, spec in ((schema or {}).get("properties") or {}).items():
+                if name not in values and isinstance(spec, Mapping) and "default" in spec:
+                    values[name] = spec["default"]
+            try:
+                held = self._program.execute({**context, "args": values}) is True
+            except Exception:  # a missing key or a type error at run time: fail closed
+                held = strict
+            if not held:
+                return f"when {self.when}"
+        return None
+
+
+def compile_condition(args: Mapping[str, Any] | None, when: str | None) -> Condition:
+    """A rule's condition; ConditionError (with the argument named) when it cannot be."""
+    compiled = []
+    for key, raw in (args or {}).items():
+        if not isinstance(key, str) or not key:
+            raise ConditionError("an argument name is a non-empty string")
+        compiled.append((key, split_key(key), compile_matcher(raw, f"args.{key}: ")))
+    program = None
+    if when is not None:
+        import cel  # ~150 ms: only for a policy that has a `when:`
+
+        try:
+            program = cel.compile(when)
+        except ValueError as exc:
+            first = str(exc).splitlines()[0].split(" expecting ")[0]
+            raise ConditionError(f"when: {first}") from None
+    return Condition(tuple(compiled), when, program)

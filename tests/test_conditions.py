@@ -1,0 +1,122 @@
+"""Argument conditions on rules (SPEC 10) through the front doors: exec, serve, export, lock."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bundlectl.conditions import ConditionError, compile_matcher, normalised
+from tests.conftest import Run, write
+
+DOCS_ONLY = """
+version: 1
+bundles: [basic]
+agents:
+  docs:
+    allow:
+      - files.read_file
+      - {tool: files.write_file, args: {path: {path: "docs/**"}}}
+policy: {default: deny}
+"""
+
+
+@pytest.fixture
+def docs_project(project: Path, run: Run) -> Path:
+    write(project / "bundlectl.yaml", DOCS_ONLY)
+    (project / "docs").mkdir()
+    assert run("lock").code == 0
+    return project
+
+
+def test_exec_decides_on_the_arguments(docs_project: Path, run: Run) -> None:
+    inside = run("exec", "-a", "docs", "files.write_file", "path=docs/a.md", "content=hi")
+    assert inside.code == 0, inside.err
+    assert (docs_project / "docs" / "a.md").read_text() == "hi"
+    escape = run(
+        "exec", "-a", "docs", "files.write_file", "path=docs/../.github/ci.yml", "content=x"
+    )
+    assert escape.code == 3
+    assert 'agents.docs.allow: files.write_file (bundlectl.yaml:7:9): path {"path": "docs/**"}' in (
+        escape.err
+    )
+    assert not (docs_project / ".github").exists()
+
+
+def test_serve_decides_on_the_arguments(docs_project: Path) -> None:
+    from tests.test_gateway_inprocess import serve_in_process, texts
+
+    async def script(client: Any) -> list[Any]:
+        return [
+            await client.call_tool("files__write_file", {"path": "docs/b.md", "content": "ok"}),
+            await client.call_tool("files__write_file", {"path": "/etc/x", "content": "no"}),
+        ]
+
+    inside, outside = serve_in_process(docs_project, "docs", script)
+    assert not inside.is_error and (docs_project / "docs" / "b.md").read_text() == "ok"
+    assert outside.is_error and "unknown tool" in texts(outside)[0]  # a deny, said as ever
+
+
+def test_export_refuses_a_conditional_rule_and_auto_takes_the_gateway(
+    docs_project: Path, run: Run
+) -> None:
+    direct = run("export", "claude-code", "-a", "docs", "--via", "direct")
+    assert direct.code == 1
+    assert "no client file can express a rule's argument conditions" in direct.err
+    auto = run("export", "claude-code", "-a", "docs")
+    assert auto.code == 0 and "gateway: bundlectl serve --agent docs" in auto.err
+
+
+def test_the_policy_digest_covers_conditions(docs_project: Path, run: Run) -> None:
+    assert run("lock", "--check").code == 0
+    config = docs_project / "bundlectl.yaml"
+    config.write_text(config.read_text().replace('"docs/**"', '"**"'))
+    stale = run("lock", "--check")
+    assert stale.code == 1 and "policy changed: agents docs" in stale.err
+
+
+def test_a_bad_condition_is_a_load_error_with_its_position(project: Path, run: Run) -> None:
+    write(
+        project / "bundlectl.yaml",
+        """
+        version: 1
+        bundles: [basic]
+        agents:
+          a:
+            allow:
+              - {tool: files.write_file, args: {path: {re: "docs/(["}}}
+              - {tool: files.read_file, when: 'args.path.startsWith('}
+        """,
+    )
+    result = run("resolve")
+    assert result.code == 2
+    assert "bundlectl.yaml:6:9: agents.a.allow[0]: args.path: the regular expression" in result.err
+    assert "bundlectl.yaml:7:9: agents.a.allow[1]: when: " in result.err
+    assert "Syntax error" in result.err and "valid string" not in result.err
+
+
+@pytest.mark.parametrize(
+    ("raw", "value", "strict", "holds"),
+    [
+        ("release/*", "release/1.2", False, True),
+        (["main", "release/*"], "feat/x", False, False),
+        ({"re": "v[0-9]+"}, "v12", False, True),
+        ({"re": "v[0-9]+"}, "v12x", False, False),
+        ({"min": 1, "max": 10}, 10, False, True),
+        ({"min": 1, "max": 10}, True, False, False),  # a boolean is not a number
+        ({"path": "docs/**"}, "/docs/a", True, True),  # an absolute path always matches a deny
+        ({"not": "main"}, "dev", False, True),
+        (True, 1, False, False),  # true is not 1
+    ],
+)
+def test_matchers(raw: Any, value: Any, strict: bool, holds: bool) -> None:
+    assert compile_matcher(raw).holds(value, strict) is holds, json.dumps(raw)
+
+
+def test_paths_are_normalised_lexically() -> None:
+    assert normalised("./docs/sub/../a.md") == "docs/a.md"
+    assert normalised("docs/../../x") is None and normalised("C:\\x") is None
+    with pytest.raises(ConditionError, match="one key"):
+        compile_matcher({"glob": "a", "re": "b"})
