@@ -15,12 +15,14 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from bundlectl.conditions import Condition
 from bundlectl.errors import InputFileError, Problem, UsageError
 from bundlectl.patterns import has_wildcard, parse_tool_name, part_matches, regex_source, split_rule
 from bundlectl.suggest import Suggester
+
+if TYPE_CHECKING:  # conditions are imported only by a policy that has them (models.py)
+    from bundlectl.conditions import Condition
 
 Effect = Literal["allow", "ask", "deny"]
 EFFECTS: tuple[Effect, ...] = ("deny", "ask", "allow")  # strongest first

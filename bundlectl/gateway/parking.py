@@ -52,7 +52,7 @@ class Held:
     changed: anyio.Event = field(default_factory=anyio.Event)
     finished_at: float | None = None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    _ids: int = 0
+    asked: int = 0  # questions asked so far (their names: q1, q2, …)
 
     def wake(self) -> None:
         self.changed.set()
@@ -111,8 +111,8 @@ class Parking:
         """The client's answer to what the server asks during the held call of `ctx`: None
         when no answer came within `timeout` seconds."""
         held = self._by_ctx[id(ctx)]
-        held._ids += 1
-        name = f"q{held._ids}"
+        held.asked += 1
+        name = f"q{held.asked}"
         question = held.questions[name] = _Question(request)
         held.wake()
         with anyio.move_on_after(timeout):
