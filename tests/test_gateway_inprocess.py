@@ -544,7 +544,8 @@ def test_a_held_call_takes_its_own_answers_and_ends_when_none_come(project: Path
     server's timeout (as a dismissed elicitation), and the result waits for the retry."""
     import mcp_types as types
 
-    _consenting(project, timeout=1)
+    # The server's timeout also bounds its start: 3 s leaves a loaded machine room to start it.
+    _consenting(project, timeout=3)
 
     async def elicit(context: Any, params: Any) -> types.ElicitResult:
         raise AssertionError("the script answers by hand")
@@ -565,7 +566,7 @@ def test_a_held_call_takes_its_own_answers_and_ends_when_none_come(project: Path
             )
         except MCPError as exc:
             other = exc.error.message
-        await anyio.sleep(1.5)  # longer than the server's timeout: nobody answered in time
+        await anyio.sleep(3.5)  # longer than the server's timeout: nobody answered in time
         late = await client.session.call_tool(
             "kitchen__consent", {"tag": "bot"}, input_responses=yes, request_state=state
         )
