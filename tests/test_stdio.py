@@ -155,3 +155,32 @@ def test_an_oversized_message_cut_off_by_the_end_of_the_stream_is_still_marked()
     assert splitter.feed(b'{"a": "' + b"x" * 50) == []
     rest = splitter.rest()
     assert isinstance(rest, Oversized) and rest.size == 57
+
+
+def test_the_request_tracker_hands_each_request_its_own_messages() -> None:
+    """One tracker for the plain client, the tap and the express lane: an answer and progress go
+    to the request they name, everything else is left to the caller, and a closed connection
+    reaches every request still waiting exactly once."""
+    from bundlectl.mcpio.requests import Requests
+
+    seen: dict[str, list[Any]] = {"a": [], "b": []}
+    tracker = Requests()
+    first = tracker.open(seen["a"].append)
+    second = tracker.open(seen["b"].append)
+    assert first != second and all(isinstance(k, str) for k in (first, second))
+
+    progress = {"method": "notifications/progress", "params": {"progressToken": second}}
+    assert tracker.take(progress)
+    assert tracker.take({"jsonrpc": "2.0", "id": first, "result": {}})
+    assert not tracker.take({"jsonrpc": "2.0", "id": 1, "result": {}})  # the SDK's own id
+    assert not tracker.take({"jsonrpc": "2.0", "id": second, "method": "ping"})  # a request
+    assert not tracker.take({"method": "notifications/message", "params": {}})
+    tracker.drop(first)
+    assert not tracker.take({"jsonrpc": "2.0", "id": first, "result": {}})  # answered already
+    tracker.close()
+    tracker.close()
+    assert seen == {
+        "a": [{"jsonrpc": "2.0", "id": first, "result": {}}],
+        "b": [progress, None],
+    }
+    assert len(tracker) == 0

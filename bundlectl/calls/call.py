@@ -26,7 +26,6 @@ from bundlectl.mcpio.connect import (
     connect_timed_out,
     missing_tool,
     start_child,
-    tail_of,
 )
 from bundlectl.mcpio.plain import NO_SAMPLING, NO_TERMINAL, BuiltinClient
 from bundlectl.mcpio.session import SdkSession, Session, ToolResult
@@ -332,13 +331,11 @@ async def _plain_call(
     options = {
         "root": target.root,
         "ask": ask_on_terminal if terminal_confirmer() is not None else None,
-        "tail": lambda: tail_of(target),
-        "violation": lambda: started.violation,
         "ended": lambda: _reaped(started),
     }
     async with (
         child_transport(started, decode=plain.decode, encode=json_line) as streams,
-        plain.StdioClient.session(target.name, streams, **options) as client,
+        plain.StdioClient.session(target, streams, **options) as client,
     ):
         try:
             with anyio.move_on_after(limit) as connecting:

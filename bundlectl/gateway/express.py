@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import json
 import time
 from collections.abc import Callable
@@ -56,6 +55,7 @@ from bundlectl.mcpio.connect import (
     returned_error,
 )
 from bundlectl.mcpio.plain import check_result
+from bundlectl.mcpio.requests import Requests
 from bundlectl.mcpio.stdio import PipeWriter, json_line
 from bundlectl.policy import Decision
 
@@ -140,14 +140,13 @@ class _Call:
     def send(self) -> bool:
         """Send the call to the server; False when it cannot go now (then it was not sent)."""
         tap = self.target.tap
-        self.key = tap.new_id()
+        self.key = tap.requests.open(self.arrived)
         params: dict[str, Any] = {"name": self.tool.name, "arguments": self.arguments}
         if self.meta.get("progressToken") is not None:
             params["_meta"] = {"progressToken": self.key}
-        tap.waiting[self.key] = self.arrived
         request = {"jsonrpc": "2.0", "id": self.key, "method": "tools/call", "params": params}
         if not tap.post(request):
-            del tap.waiting[self.key]
+            tap.requests.drop(self.key)
             return False
         relay = self.downstream.relay
         if relay is not None:  # what the server sends meanwhile goes to this call's client
@@ -210,7 +209,7 @@ class _Call:
         lane, downstream = self.lane, self.downstream
         lane.calls.pop(self.id, None)
         if self.key:
-            self.target.tap.waiting.pop(self.key, None)
+            self.target.tap.requests.drop(self.key)
             downstream.release()
         if self.timer is not None:
             self.timer.cancel()
@@ -270,9 +269,8 @@ class Express:
     to_sdk: Callable[[dict[str, Any]], None] = lambda message: None
     asks: set[tuple[str, str]] = field(default_factory=set)  # tools whose server asked first
     calls: dict[Any, _Call] = field(default_factory=dict)  # by the client's request id
-    _asked: dict[str, Callable[[dict[str, Any]], None]] = field(default_factory=dict)
+    asked: Requests = field(default_factory=Requests)  # our questions to the client
     _routes: dict[str, tuple[Any, Any, Any, Decision]] = field(default_factory=dict)
-    _ids: Any = field(default_factory=lambda: itertools.count(1))
 
     def seen(self, ctx: Any) -> None:
         """A request the SDK served: the client's connection (its handshake's protocol and
@@ -307,12 +305,7 @@ class Express:
                 return False
             call.cancelled()
             return True
-        if method is None and isinstance(message.get("id"), str):
-            answer = self._asked.get(message["id"])
-            if answer is not None:
-                answer(message)
-                return True
-        return False
+        return method is None and self.asked.take(message)
 
     def _call(self, message: dict[str, Any]) -> bool:
         call = self._ready(message)
@@ -428,20 +421,21 @@ class Express:
 
     async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """A request to the client (an elicitation, a sampling) and its result."""
-        key = f"bundlectl-{next(self._ids)}"
         done = anyio.Event()
-        box: list[dict[str, Any]] = []
+        box: list[dict[str, Any] | None] = []
 
-        def arrived(message: dict[str, Any]) -> None:
+        def arrived(message: dict[str, Any] | None) -> None:
             box.append(message)
             done.set()
 
-        self._asked[key] = arrived
+        key = self.asked.open(arrived)
         try:
             self.post({"jsonrpc": "2.0", "id": key, "method": method, "params": params})
             await done.wait()
         finally:
-            self._asked.pop(key, None)
+            self.asked.drop(key)
+        if box[0] is None:
+            raise MCPError(code=types.CONNECTION_CLOSED, message="the client went away")
         error = box[0].get("error")
         if isinstance(error, dict):
             code, message = error.get("code", types.INTERNAL_ERROR), error.get("message", "")

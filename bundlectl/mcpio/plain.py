@@ -12,10 +12,10 @@ the built-in servers' tools, called as functions in this process.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import inspect
-import itertools
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -26,6 +26,14 @@ import anyio
 
 from bundlectl import __version__
 from bundlectl.errors import BundlectlError, CallTimeout, ServerError
+from bundlectl.mcpio.connect import (
+    Target,
+    broke_protocol,
+    call_timed_out,
+    connection_closed,
+    returned_error,
+)
+from bundlectl.mcpio.requests import Requests
 from bundlectl.mcpio.session import Progress, ToolResult
 from bundlectl.servers._tooling import Blob, Toolbox, ToolFailure, content_only
 
@@ -109,29 +117,46 @@ class PlainTool:
 
 
 @dataclass
-class StdioClient:
-    """One session with a stdio server (`read`/`write`: JSON-RPC messages as dicts)."""
+class _Waiter:
+    """One request of `StdioClient` waiting: the messages its tracker handed over (progress
+    reports, then the answer; None: the connection ended)."""
 
-    name: str  # the server's name in the config, for messages
+    arrived: collections.deque[dict[str, Any] | None] = field(default_factory=collections.deque)
+    wakeup: anyio.Event = field(default_factory=anyio.Event)
+
+    def put(self, message: dict[str, Any] | None) -> None:
+        self.arrived.append(message)
+        self.wakeup.set()
+
+    async def next(self) -> dict[str, Any] | None:
+        while not self.arrived:
+            await self.wakeup.wait()
+            self.wakeup = anyio.Event()
+        return self.arrived.popleft()
+
+
+@dataclass
+class StdioClient:
+    """One session with a stdio server (`read`/`write`: JSON-RPC messages as dicts). Its
+    requests are tracked by `requests.Requests`; its failures are the errors `connect` makes
+    of every transport's (one wording whichever client met them)."""
+
+    target: Target
     read: Any
     write: Any
     root: Path
     ask: Callable[[dict[str, Any]], dict[str, Any]] | None  # elicitation on a terminal
-    tail: Callable[[], str] = lambda: ""  # the end of the server's stderr, for messages
-    violation: Callable[[], str | None] = lambda: None  # what broke the protocol, if anything
     ended: Callable[[], None] = lambda: None  # its stdout closed: let it exit (for the tail)
     server_info: dict[str, Any] = field(default_factory=dict)
-    _ids: Any = field(default_factory=lambda: itertools.count(1))
-    _waiting: dict[int, Any] = field(default_factory=dict)
-    _progress: dict[str, Progress] = field(default_factory=dict)
+    requests: Requests = field(default_factory=Requests)
     _gone: BundlectlError | None = None
 
     @classmethod
     @contextlib.asynccontextmanager
     async def session(
-        cls, name: str, streams: tuple[Any, Any], **options: Any
+        cls, target: Target, streams: tuple[Any, Any], **options: Any
     ) -> AsyncIterator[StdioClient]:
-        client = cls(name, *streams, **options)
+        client = cls(target, *streams, **options)
         async with anyio.create_task_group() as group:
             group.start_soon(client._receive)
             try:
@@ -172,7 +197,7 @@ class StdioClient:
             result = await self._request("tools/list", {"cursor": cursor} if cursor else {}, None)
             listed = result.get("tools") if isinstance(result, dict) else None
             if not isinstance(listed, list) or not all(isinstance(t, dict) for t in listed):
-                raise self._broke("its tools/list result is not a list of tools")
+                raise broke_protocol(self.target, "its tools/list result is not a list of tools")
             tools.extend(PlainTool(t) for t in listed)
             cursor = result.get("nextCursor")
             if not isinstance(cursor, str) or not cursor:
@@ -187,53 +212,58 @@ class StdioClient:
         progress: Progress | None,
         meta: dict[str, Any] | None = None,
     ) -> ToolResult:
-        number = next(self._ids)
         params: dict[str, Any] = {"name": name, "arguments": arguments}
         if meta:
             params["_meta"] = dict(meta)
-        if progress is not None:
-            token = f"bundlectl-{number}"
-            params.setdefault("_meta", {})["progressToken"] = token
-            self._progress[token] = progress
-        result = await self._request("tools/call", params, timeout, number=number)
+        result = await self._request("tools/call", params, timeout, progress=progress)
         problem = check_result(result)
         if problem is not None:
-            raise self._broke(problem)
+            raise broke_protocol(self.target, problem)
         return result_of(result, self.server_info)
 
     async def _request(
-        self, method: str, params: dict[str, Any], timeout: float | None, *, number: int = 0
+        self,
+        method: str,
+        params: dict[str, Any],
+        timeout: float | None,
+        *,
+        progress: Progress | None = None,
     ) -> Any:
-        number = number or next(self._ids)
+        """Send a request and wait for its answer, reporting its progress meanwhile (the
+        request's id is its progress token)."""
         if self._gone is not None:
             raise self._gone
-        send, answer = anyio.create_memory_object_stream[tuple[Any, Any]](1)
-        self._waiting[number] = send
+        waiter = _Waiter()
+        key = self.requests.open(waiter.put)
+        if progress is not None:
+            params = {**params, "_meta": {**params.get("_meta", {}), "progressToken": key}}
         try:
-            await self._send({"jsonrpc": "2.0", "id": number, "method": method, "params": params})
+            await self._send({"jsonrpc": "2.0", "id": key, "method": method, "params": params})
             with anyio.fail_after(timeout):
-                result, error = await answer.receive()
+                while (message := await waiter.next()) is not None:
+                    if "method" not in message:
+                        return self._answer_of(message)
+                    if progress is not None:
+                        await _report(progress, message.get("params") or {})
         except TimeoutError:
-            await self._cancel(number, "timed out")
-            raise CallTimeout(
-                f"server {self.name!r} did not answer in time" + self.tail()
-            ) from None
+            await self._cancel(key, "timed out")
+            raise call_timed_out(self.target) from None
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                await self._cancel(number, "the user stopped the call")
+                await self._cancel(key, "the user stopped the call")
             raise
-        except anyio.EndOfStream:
-            raise self._gone or self._closed() from None
         finally:
-            self._waiting.pop(number, None)
-            send.close()
-            answer.close()
-        if error is not None:
-            raise error
-        return result
+            self.requests.drop(key)
+        raise self._gone or self._closed()
 
-    async def _cancel(self, number: int, reason: str) -> None:
-        params = {"requestId": number, "reason": reason}
+    def _answer_of(self, message: dict[str, Any]) -> Any:
+        error = message.get("error")
+        if isinstance(error, dict):
+            raise returned_error(self.target, error.get("message", ""), error.get("code"))
+        return message.get("result")
+
+    async def _cancel(self, key: str, reason: str) -> None:
+        params = {"requestId": key, "reason": reason}
         with contextlib.suppress(Exception):
             await self._send(
                 {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
@@ -246,53 +276,25 @@ class StdioClient:
             raise self._gone or self._closed() from None
 
     async def _receive(self) -> None:
-        """Answers to our requests, the server's requests and its progress, until it is gone."""
+        """Answers to our requests and their progress (to `requests`), and the server's
+        requests, until it is gone."""
         try:
             async for message in self.read:
-                if "method" in message:
-                    if "id" in message:
-                        reply = await self._answer(message)
-                        with contextlib.suppress(BundlectlError):
-                            await self._send({"jsonrpc": "2.0", "id": message["id"], **reply})
-                    else:
-                        await self._notified(message)
+                if self.requests.take(message):
                     continue
-                waiting = self._waiting.get(message.get("id"))
-                if waiting is None:
-                    continue
-                error = message.get("error")
-                if isinstance(error, dict):
-                    text, code = error.get("message", ""), error.get("code")
-                    failure = ServerError(
-                        f"server {self.name!r} returned an error: {text} (code {code})"
-                        + self.tail()
-                    )
-                    await waiting.send((None, failure))
-                else:
-                    await waiting.send((message.get("result"), None))
+                if "method" in message and "id" in message:
+                    reply = await self._reply(message)
+                    with contextlib.suppress(BundlectlError):
+                        await self._send({"jsonrpc": "2.0", "id": message["id"], **reply})
+                # log messages and list changes mean nothing to a one-shot call
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
             pass
         await anyio.to_thread.run_sync(self.ended)
         self._gone = self._closed()
-        for waiting in list(self._waiting.values()):
-            waiting.close()
+        self.requests.close()
 
-    async def _notified(self, message: dict[str, Any]) -> None:
-        if message.get("method") != "notifications/progress":
-            return  # log messages and list changes mean nothing to a one-shot call
-        params = message.get("params") or {}
-        report = self._progress.get(str(params.get("progressToken")))
-        progress = params.get("progress")
-        if report is not None and isinstance(progress, int | float):
-            total = params.get("total")
-            text = params.get("message")
-            await report(
-                float(progress),
-                float(total) if isinstance(total, int | float) else None,
-                text if isinstance(text, str) else None,
-            )
-
-    async def _answer(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def _reply(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Our answer to the server's request."""
         method = request.get("method")
         if method == "ping":
             return {"result": {}}
@@ -309,15 +311,20 @@ class StdioClient:
         return {"error": {"code": METHOD_NOT_FOUND, "message": f"method not found: {method}"}}
 
     def _closed(self) -> ServerError:
-        broken = self.violation()
-        if broken:
-            return self._broke(broken)
-        return ServerError(
-            f"server {self.name!r} closed the connection (it exited or crashed)" + self.tail()
-        )
+        return connection_closed(self.target)
 
-    def _broke(self, what: str) -> ServerError:
-        return ServerError(f"server {self.name!r} broke the protocol: {what}" + self.tail())
+
+async def _report(progress: Progress, params: dict[str, Any]) -> None:
+    """A progress notification's figures to the caller's `progress`."""
+    done = params.get("progress")
+    if not isinstance(done, int | float):
+        return
+    total, text = params.get("total"), params.get("message")
+    await progress(
+        float(done),
+        float(total) if isinstance(total, int | float) else None,
+        text if isinstance(text, str) else None,
+    )
 
 
 def decode(raw: bytes | bytearray) -> dict[str, Any]:

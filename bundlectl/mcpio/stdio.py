@@ -12,7 +12,6 @@ import asyncio
 import collections
 import contextlib
 import ctypes
-import itertools
 import json
 import os
 import signal
@@ -28,6 +27,7 @@ import anyio
 import anyio.lowlevel
 
 from bundlectl.mcpio import watchdog
+from bundlectl.mcpio.requests import Requests
 from bundlectl.mcpio.watchdog import group_alive, stop_group
 
 GRACE = 2.0  # seconds after closing stdin, and again after SIGTERM
@@ -175,16 +175,16 @@ class Tap:
     2026-07-28 protocol; nothing on older ones), so that ours carry the same.
 
     One tap serves a server across restarts: each session opens it and closes it; closing
-    answers every request still waiting with None (the connection is gone).
+    answers every request still waiting with None (the connection is gone). Its requests are
+    tracked by `requests` (ids the SDK never uses; each is also the request's progress token).
     """
 
     def __init__(self) -> None:
-        self.waiting: dict[str, Callable[[dict[str, Any] | None], None]] = {}
+        self.requests = Requests()
         self.stamp: dict[str, Any] | None = None  # known once the SDK sent a request
         self.version: str | None = None  # the session's protocol, told by its owner
         self.changed: Callable[[], None] | None = None  # the server said its tools changed
         self._out: Any = None  # the transport's PipeWriter while a session is open
-        self._ids = itertools.count(1)
 
     @property
     def ready(self) -> bool:
@@ -195,9 +195,7 @@ class Tap:
 
     def closed(self) -> None:
         self._out, self.stamp, self.version = None, None, None
-        waiting, self.waiting = self.waiting, {}
-        for answer in waiting.values():
-            answer(None)
+        self.requests.close()
 
     def watch(self, message: Any) -> None:
         """An SDK message on its way to the child: learn the session's request stamp."""
@@ -211,10 +209,6 @@ class Tap:
         meta = params.get("_meta") if isinstance(params, dict) else None
         keys = meta.items() if isinstance(meta, dict) else ()
         self.stamp = {k: v for k, v in keys if k.startswith("io.modelcontextprotocol/")}
-
-    def new_id(self) -> str:
-        """An id the SDK never uses (it counts with integers)."""
-        return f"bundlectl-{next(self._ids)}"
 
     def post(self, message: dict[str, Any]) -> bool:
         """Write a message to the child (a request: stamped as the session's are), now or
@@ -234,24 +228,11 @@ class Tap:
         decided), and goes on to the SDK."""
         if not isinstance(message, dict):
             return False
-        method = message.get("method")
-        if method == "notifications/tools/list_changed" and self.changed is not None:
-            self.changed()
+        if message.get("method") == "notifications/tools/list_changed":
+            if self.changed is not None:
+                self.changed()
             return False
-        if not self.waiting:
-            return False
-        if method is not None:
-            params = message.get("params")
-            if method != "notifications/progress" or not isinstance(params, dict):
-                return False
-            key = params.get("progressToken")
-        else:
-            key = message.get("id")
-        handler = self.waiting.get(key) if isinstance(key, str) else None
-        if handler is None:
-            return False
-        handler(message)
-        return True
+        return self.requests.take(message)
 
 
 @contextlib.asynccontextmanager

@@ -1,0 +1,73 @@
+"""Our JSON-RPC requests in flight on one connection: the one request tracker.
+
+Three senders make requests without the SDK's session and must find the answers among a peer's
+messages: the SDK-free stdio client (`plain.StdioClient`), the gateway's calls past the SDK on a
+downstream server's pipes (`stdio.Tap`), and the express lane's questions to its own client
+(`gateway/express.py`). Each keeps a `Requests`: it gives every request an id the SDK never uses
+(the SDK counts with integers; ours are `bundlectl-N`), which is also the request's progress
+token, hands each answer, error or progress report to the request's handler, and tells every
+request still waiting that the connection is gone (`close`, the handler gets None).
+
+A handler runs in the callback that read the message: it must not block (it stores the message,
+sets an event, or answers in place, as the express lane does).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+# What a request's handler is given: an answer (`result` or `error`), a progress notification,
+# or None when the connection ended before the answer came.
+Handler = Callable[[dict[str, Any] | None], None]
+
+PROGRESS = "notifications/progress"
+
+
+class Requests:
+    """The requests one sender has in flight on a connection, by id."""
+
+    def __init__(self, prefix: str = "bundlectl") -> None:
+        self.prefix = prefix
+        self._handlers: dict[str, Handler] = {}
+        self._ids = itertools.count(1)
+
+    def __len__(self) -> int:
+        return len(self._handlers)
+
+    def open(self, handler: Handler) -> str:
+        """A new request's id (and progress token), its messages going to `handler`."""
+        key = f"{self.prefix}-{next(self._ids)}"
+        self._handlers[key] = handler
+        return key
+
+    def drop(self, key: str) -> None:
+        """The request is over (answered, cancelled, timed out or never sent)."""
+        self._handlers.pop(key, None)
+
+    def take(self, message: Any) -> bool:
+        """Whether `message` answers one of these requests or reports its progress; if so it
+        went to the request's handler. Other messages (requests and notifications of the peer,
+        answers to someone else's requests) are left to the caller."""
+        if not self._handlers or not isinstance(message, dict):
+            return False
+        method = message.get("method")
+        if method is None:
+            key = message.get("id")
+        elif method == PROGRESS:
+            params = message.get("params")
+            key = params.get("progressToken") if isinstance(params, dict) else None
+        else:
+            return False
+        handler = self._handlers.get(key) if isinstance(key, str) else None
+        if handler is None:
+            return False
+        handler(message)
+        return True
+
+    def close(self) -> None:
+        """The connection is gone: every request still waiting hears so (None), once."""
+        handlers, self._handlers = self._handlers, {}
+        for handler in handlers.values():
+            handler(None)
