@@ -634,3 +634,44 @@ def test_a_catalog_nobody_checked_is_not_exported_as_exact(project: Path, run: R
     perms = read_json(project / ".claude" / "settings.json")["permissions"]
     assert perms["deny"] == ["mcp__kitchen__note_down"]
     assert {"mcp__kitchen__echo", "mcp__kitchen__consent"} <= set(perms["allow"])
+
+
+@pytest.mark.parametrize(
+    ("written", "imported", "variables"),
+    [
+        (
+            "https://bob:hunter2hunter2@db.example.com/mcp?region=eu&sig=abcdef0123456789#x",
+            "https://bob:${WEB_PASSWORD}@db.example.com/mcp?region=eu&sig=${SIG}#x",
+            {"WEB_PASSWORD", "SIG"},
+        ),
+        ("https://example.com/mcp?page=2&q=hello", "https://example.com/mcp?page=2&q=hello", set()),
+        (
+            "https://example.com/mcp?token=${env:TOKEN}",
+            "https://example.com/mcp?token=${TOKEN}",
+            set(),
+        ),
+    ],
+)
+def test_import_makes_references_of_secrets_in_urls_and_leaves_the_rest(
+    written: str, imported: str, variables: set[str]
+) -> None:
+    from bundlectl.clients.base import Imported
+    from bundlectl.clients.mcpjson import secret_args, secret_url
+
+    found = Imported()
+    assert secret_url(written, found, "web") == imported
+    assert set(found.secrets) == variables
+    args = [
+        "--verbose",
+        "--password=s3cr3tpassw0rd",
+        "--port",
+        "8080",
+        "sk-abcdefghijklmnopqrstuvwx",
+    ]
+    assert secret_args(args, found, "web") == [
+        "--verbose",
+        "--password=${PASSWORD}",
+        "--port",
+        "8080",
+        "${WEB_SECRET}",
+    ]

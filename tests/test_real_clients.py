@@ -256,3 +256,71 @@ def test_kilo_takes_the_gateway_where_its_file_cannot_hold_the_policy(
     )
     assert listed.returncode == 0, listed.stdout + listed.stderr
     assert re.search(r"✓ bundlectl\b.*connected", listed.stdout), listed.stdout
+
+
+SECRETS = {
+    "GITHUB": "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+    "ARG": "ghp_zyxwvutsrqponmlkjihgfedcba9876543210",
+    "QUERY": "sk-live-abcdefghijklmnop1234",
+}
+
+
+def added(client: Client, project: Path, env: dict[str, str]) -> Path:
+    """Servers added with the client's own `mcp add`, each with literal secrets (in env, in
+    args, in a URL's query), as a user pastes them; the file to import."""
+    url = f"https://api.example.com/mcp?api_key={SECRETS['QUERY']}&region=eu"
+    stdio = ["npx", "-y", "some-server", "--token", SECRETS["ARG"]]
+    commands = {
+        "claude-code": [
+            # the default scope, "local": this project's entry in ~/.claude.json
+            ["mcp", "add", "gh", "-e", f"GITHUB_TOKEN={SECRETS['GITHUB']}", "--", *stdio],
+            ["mcp", "add", "-s", "user", "--transport", "http", "api", url],
+        ],
+        "codex": [
+            ["mcp", "add", "gh", "--env", f"GITHUB_TOKEN={SECRETS['GITHUB']}", "--", *stdio],
+        ],
+        # Gemini CLI 0.61 keeps one server per `mcp add` in a new project file: one is added
+        "gemini": [["mcp", "add", "-t", "http", "api", url]],
+    }[client.target]
+    for command in commands:
+        done = client_run(client, command, project, env)
+        assert done.returncode == 0, done.stdout + done.stderr
+    home = Path(env["HOME"])
+    return {
+        "claude-code": home / ".claude.json",
+        "codex": home / ".codex" / "config.toml",
+        "gemini": project / ".gemini" / "settings.json",
+    }[client.target]
+
+
+@pytest.mark.parametrize("client", [CLAUDE, CODEX, GEMINI], ids=lambda c: c.target)
+def test_import_takes_what_the_clients_own_mcp_add_wrote_without_its_secrets(
+    project: Path, tmp_path: Path, model: FakeModel, run: Run, client: Client
+) -> None:
+    """Into a fresh project: every server the client added (Claude Code's local scope
+    included), each literal secret a `${NAME}` reference, `policy.default: deny` as `init`
+    writes, and a lock that is up to date."""
+    home = tmp_path / "home"
+    home.mkdir()
+    source = added(client, project, environment(home, model))
+    for secret in SECRETS.values():
+        if secret in source.read_text():
+            break
+    else:
+        pytest.fail(f"the client wrote no literal secret into {source}")
+
+    imported = run("import", client.target, str(source))
+    assert imported.code == 0, imported.err
+    config = (project / "bundlectl.yaml").read_text()
+    stored = config + (project / "bundlectl.lock").read_text() + imported.out + imported.err
+    assert not [name for name, secret in SECRETS.items() if secret in stored]
+    expected = {"claude-code": ["gh", "api"], "codex": ["gh"], "gemini": ["api"]}[client.target]
+    for server in expected:
+        assert f"\n  {server}:\n" in config, config
+    if "gh" in expected:
+        assert "GITHUB_TOKEN: ${GITHUB_TOKEN}" in config
+        assert "--token, '${TOKEN}'" in config
+    if "api" in expected:
+        assert "url: https://api.example.com/mcp?api_key=${API_KEY}&region=eu" in config
+    assert "policy:\n  default: deny\n" in config
+    assert run("lock", "--check").code == 0

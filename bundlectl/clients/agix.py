@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from bundlectl.clients.base import Imported
-from bundlectl.clients.mcpjson import literal_secret
+from bundlectl.clients.mcpjson import literal_secret, secret_args, secret_url
 from bundlectl.errors import InputFileError, Problem
 from bundlectl.yamlio import parse_yaml
 
@@ -28,11 +28,11 @@ def read_agix(text: str, file: str) -> tuple[Imported, list[str]]:
         spec: dict[str, Any] = {}
         if raw.get("url"):
             spec["transport"] = raw.get("transport", "streamable-http")
-            spec["url"] = str(raw["url"])
+            spec["url"] = secret_url(str(raw["url"]), imported, name)
         else:
             spec["command"] = str(raw.get("command", ""))
             if raw.get("args"):
-                spec["args"] = [str(a) for a in raw["args"]]
+                spec["args"] = secret_args([str(a) for a in raw["args"]], imported, name)
         env = _agix_env(raw.get("env") or {}, doc, ("tools", "servers", name, "env"))
         if env:
             spec["env"] = {

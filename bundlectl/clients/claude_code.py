@@ -114,6 +114,35 @@ def read(text: str, file: str) -> Imported:
     return imported
 
 
+def local_scope(data: Any, project: Path, imported: Imported) -> list[str]:
+    """`~/.claude.json` keeps the servers of `claude mcp add` (its default scope, "local") per
+    project, under `projects[<folder>].mcpServers`: those of `project` are imported beside the
+    user-scope ones; other projects' are not, and a note says how many were left."""
+    projects = data.get("projects") if isinstance(data, dict) else None
+    if not isinstance(projects, dict):
+        return []
+    notes = []
+    others = 0
+    for folder, entry in projects.items():
+        servers = entry.get("mcpServers") if isinstance(entry, dict) else None
+        if not isinstance(servers, dict) or not servers:
+            continue
+        if Path(folder) != project:
+            others += len(servers)
+            continue
+        local = mcpjson.read_servers({"mcpServers": servers}, "mcpServers", str(folder))
+        imported.servers.update(local.servers)
+        imported.secrets.update(local.secrets)
+        imported.unlisted.update(dict.fromkeys(local.servers, "ask"))
+        notes.append(f"imported the local-scope servers of {folder}: {', '.join(local.servers)}")
+    if others:
+        notes.append(
+            f"{others} local-scope server(s) of other projects in this file were not imported "
+            "(import from those projects to take theirs)"
+        )
+    return notes
+
+
 CLIENT = Client(
     name="claude-code",
     title="Claude Code",

@@ -154,7 +154,10 @@ def read(text: str, file: str) -> Imported:
     for name, raw in (doc.get("mcp_servers") or {}).items():
         if name == GATEWAY_ENTRY or not isinstance(raw, dict):
             continue
-        spec = _read_remote(raw) if raw.get("url") else _read_stdio(raw, imported, name)
+        if raw.get("url"):
+            spec = _read_remote(raw, imported, name)
+        else:
+            spec = _read_stdio(raw, imported, name)
         if raw.get("enabled") is False:
             spec["disabled"] = True
         imported.servers[name] = spec
@@ -167,8 +170,9 @@ def read(text: str, file: str) -> Imported:
     return imported
 
 
-def _read_remote(raw: dict[str, Any]) -> dict[str, Any]:
-    spec: dict[str, Any] = {"transport": "streamable-http", "url": raw["url"]}
+def _read_remote(raw: dict[str, Any], imported: Imported, name: str) -> dict[str, Any]:
+    url = mcpjson.secret_url(str(raw["url"]), imported, name)
+    spec: dict[str, Any] = {"transport": "streamable-http", "url": url}
     headers = dict(raw.get("env_http_headers") or {})
     if raw.get("bearer_token_env_var"):
         headers["Authorization"] = f"Bearer ${{{raw['bearer_token_env_var']}}}"
@@ -180,7 +184,7 @@ def _read_remote(raw: dict[str, Any]) -> dict[str, Any]:
 def _read_stdio(raw: dict[str, Any], imported: Imported, name: str) -> dict[str, Any]:
     spec: dict[str, Any] = {"command": str(raw.get("command", ""))}
     if raw.get("args"):
-        spec["args"] = [str(a) for a in raw["args"]]
+        spec["args"] = mcpjson.secret_args([str(a) for a in raw["args"]], imported, name)
     env = {
         k: mcpjson.literal_secret(k, str(v), imported, name)
         for k, v in (raw.get("env") or {}).items()

@@ -176,7 +176,7 @@ def read_servers(data: dict[str, Any], key: str, file: str) -> Imported:
         if url:
             kind = raw.get("type", "")
             spec["transport"] = "sse" if kind == "sse" or "/sse" in url else "streamable-http"
-            spec["url"] = _from_client(url, imported, name, "url")
+            spec["url"] = secret_url(url, imported, name)
             headers = raw.get("headers") or {}
             if headers:
                 spec["headers"] = {
@@ -185,7 +185,7 @@ def read_servers(data: dict[str, Any], key: str, file: str) -> Imported:
         else:
             spec["command"] = _from_client(str(raw.get("command", "")), imported, name, "command")
             if raw.get("args"):
-                spec["args"] = [_from_client(str(a), imported, name, "args") for a in raw["args"]]
+                spec["args"] = secret_args([str(a) for a in raw["args"]], imported, name)
             env = raw.get("env") or {}
             if env:
                 spec["env"] = {k: literal_secret(k, str(v), imported, name) for k, v in env.items()}
@@ -219,6 +219,83 @@ def literal_secret(key: str, value: str, imported: Imported, server: str) -> str
         prefix = value[: len("Bearer ")] if value.startswith("Bearer ") else ""
         return f"{prefix}${{{name}}}"
     return converted
+
+
+def secret_args(args: list[str], imported: Imported, server: str) -> list[str]:
+    """A server's command-line arguments with literal secrets as references: a known token
+    shape anywhere, or the value of a secret-named flag (`--token ghp_...`,
+    `--api-key=sk-...`), named after the flag."""
+    out: list[str] = []
+    flag = ""
+    for arg in args:
+        if arg.startswith("-") and "=" in arg:
+            key, _, value = arg.partition("=")
+            out.append(f"{key}={_secret_value(key, value, imported, server, 'args')}")
+        elif arg.startswith("-"):
+            out.append(_from_client(arg, imported, server, "args"))
+        else:
+            out.append(_secret_value(flag, arg, imported, server, "args"))
+        flag = arg if arg.startswith("-") and "=" not in arg else ""
+    return out
+
+
+def secret_url(url: str, imported: Imported, server: str) -> str:
+    """A server's URL with literal secrets as references: a password in it
+    (`https://user:pw@host`) and the values of secret-named or secret-shaped query parameters
+    (`?api_key=sk-live-...`)."""
+    url = _from_client(url, imported, server, "url")
+    base, mark, query = url.partition("?")
+    query, hash_mark, fragment = query.partition("#")
+    scheme, sep, rest = base.partition("://")
+    authority, slash, path = rest.partition("/")
+    user, at, host = authority.rpartition("@")
+    if at and ":" in user and "${" not in user:
+        name, _, _password = user.partition(":")
+        var = _variable(f"{server}_password", imported, server, "url")
+        base = f"{scheme}{sep}{name}:${{{var}}}@{host}{slash}{path}"
+    if not mark:
+        return base
+    params = []
+    for param in query.split("&"):
+        key, equals, value = param.partition("=")
+        if equals and _query_secret(key, value):
+            value = f"${{{_variable(key, imported, server, 'url')}}}"
+        params.append(f"{key}{equals}{value}")
+    return f"{base}?{'&'.join(params)}{hash_mark}{fragment}"
+
+
+_QUERY_KEYS = re.compile(r"^(key|apikey|sig|signature|code|access_token|client_secret)$", re.I)
+
+
+def _query_secret(key: str, value: str) -> bool:
+    if "${" in value or not value:
+        return False
+    return bool(
+        secret_kind(key, value)
+        or ((SECRET_NAME.search(key) or _QUERY_KEYS.match(key)) and len(value) >= 8)
+    )
+
+
+def _secret_value(key: str, value: str, imported: Imported, server: str, where: str) -> str:
+    """An argument's value (after the flag `key`, if any) as a reference when it is a
+    literal secret."""
+    converted = _from_client(value, imported, server, where)
+    if "${" in converted:
+        return converted
+    named = bool(key) and bool(SECRET_NAME.search(key)) and len(value) >= 8
+    if not (secret_kind(key, value) or named):
+        return converted
+    return f"${{{_variable(key or f'{server}_secret', imported, server, where)}}}"
+
+
+def _variable(key: str, imported: Imported, server: str, where: str) -> str:
+    """The environment variable a literal secret becomes: named after its key, and recorded
+    (with where it was) for the note `import` prints."""
+    name = re.sub(r"[^A-Z0-9_]", "_", key.lstrip("-").upper()).strip("_") or "SECRET"
+    if name[0].isdigit():
+        name = f"_{name}"
+    imported.secrets[name] = f"servers.{server} ({where})"
+    return name
 
 
 def home() -> str:

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bundlectl.clients import NAMES, Imported, get
+from bundlectl.clients import NAMES, Imported, claude_code, get, jsonc
 from bundlectl.clients.agix import read_agix
 from bundlectl.confedit import edit_bundles, set_entries
 from bundlectl.errors import BundlectlError, ReportedFailure, UsageError
@@ -53,6 +53,9 @@ def run(
                 imported.allow += extra.allow
                 imported.ask += extra.ask
                 imported.deny += extra.deny
+            data = jsonc.parse(text, display_path(source)).value
+            project = _config_path(config).parent.resolve()
+            notes += claude_code.local_scope(data, project, imported)
     if not (imported.servers or imported.allow or imported.ask or imported.deny) and not (
         imported.agents or imported.bundles
     ):  # a file of another client (or an empty one) would import an agent with no tools
@@ -66,8 +69,15 @@ def run(
     notes += _drop_known(imported, existing)
     _refuse_replacements(imported, existing, replace or [], display_path(source))
     notes += _spell_out_unlisted(imported, existing)
-    before = read_text(target, display_path(target)) if target.exists() else "version: 1\n"
+    fresh = not target.exists()
+    before = "version: 1\n" if fresh else read_text(target, display_path(target))
     after = merge(before, imported, who, imported.bundles)
+    if fresh and not imported.default_allow:  # as `init` writes: unlisted agents get nothing
+        after = set_entries(after, "policy", {"default": "deny"})
+        notes.append(
+            f"a new {display_path(target)}: policy.default is deny, as `bundlectl init` "
+            "writes (an agent not listed under agents: may call nothing)"
+        )
     # Resolved like `install` does, before anything is written: the lock is written with it.
     resolution = resolve_project(project_from_text(target, after))
     if dry_run:
