@@ -675,3 +675,61 @@ def test_import_makes_references_of_secrets_in_urls_and_leaves_the_rest(
         "8080",
         "${WEB_SECRET}",
     ]
+
+
+def test_a_re_export_keeps_what_the_user_set_by_hand(exported: Path, run: Run) -> None:
+    """Keys bundlectl does not own stay (Codex `startup_timeout_sec` with its comment, Gemini
+    `timeout`), an unrelated Claude Code rule does not make `--check` fail, and switching Codex
+    between direct and gateway does not pile up blank lines."""
+    write(
+        exported / "bundlectl.yaml",
+        """
+        version: 1
+        bundles: [basic]
+        agents:
+          reader: {allow: [files.read_file, files.list_directory], ask: [files.write_file]}
+          whole: {allow: ["files.*"]}
+        policy: {default: deny}
+        """,
+    )
+    assert run("lock").code == 0
+    codex = write(
+        exported / ".codex" / "config.toml",
+        """
+        # my settings
+        model = "o4"
+
+        [mcp_servers.files]
+        command = "old"
+        startup_timeout_sec = 30 # slow disks
+        """,
+    )
+    for _ in range(3):
+        assert run("export", "codex", "-a", "reader", "--via", "gateway").code == 0
+        assert run("export", "codex", "-a", "reader", "--via", "direct").code == 0
+    text = codex.read_text()
+    assert "\n\n\n" not in text
+    assert text.startswith('# my settings\nmodel = "o4"\n')
+    assert '[mcp_servers.files.tools.write_file]\napproval_mode = "prompt"\n' in text
+    codex.write_text(
+        text.replace('command = "bundlectl"', 'command = "bundlectl"\ntool_timeout_sec = 9 # mine')
+    )
+    assert run("export", "codex", "-a", "reader", "--via", "direct", "--check").code == 0
+    assert "tool_timeout_sec = 9 # mine" in codex.read_text()
+
+    assert run("export", "gemini", "-a", "whole", "--via", "direct").code == 0
+    gemini = exported / ".gemini" / "settings.json"
+    settings = read_json(gemini)
+    settings["mcpServers"]["files"]["timeout"] = 30000
+    gemini.write_text(json.dumps(settings, indent=2))
+    assert run("export", "gemini", "-a", "whole", "--via", "direct", "--check").code == 0
+    assert run("export", "gemini", "-a", "reader", "--via", "gateway").code == 0
+    assert run("export", "gemini", "-a", "whole", "--via", "direct").code == 0
+    assert "timeout" not in read_json(gemini)["mcpServers"]["files"]  # a new entry: nothing kept
+
+    assert run("export", "claude-code", "-a", "reader", "--via", "direct").code == 0
+    claude = exported / ".claude" / "settings.json"
+    settings = read_json(claude)
+    settings["permissions"]["allow"].append("Bash(ls:*)")
+    claude.write_text(json.dumps(settings, indent=2))
+    assert run("export", "claude-code", "-a", "reader", "--via", "direct", "--check").code == 0

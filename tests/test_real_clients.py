@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.clients.fakemodel import DONE, FakeModel, Step
-from tests.conftest import REPO, Run, write
+from tests.conftest import REPO, Run, load_yaml, write
 
 pytestmark = pytest.mark.real_clients
 
@@ -324,3 +324,41 @@ def test_import_takes_what_the_clients_own_mcp_add_wrote_without_its_secrets(
         assert "url: https://api.example.com/mcp?api_key=${API_KEY}&region=eu" in config
     assert "policy:\n  default: deny\n" in config
     assert run("lock", "--check").code == 0
+
+
+def test_codex_asks_before_a_tool_the_policy_asks_about_and_import_keeps_it_an_ask(
+    setup: tuple[Path, Path], model: FakeModel, run: Run
+) -> None:
+    """`ask` → `approval_mode = "prompt"` on the tool: `codex exec`, with no person to approve,
+    refuses the call (it ran before, or the export was refused); importing the file back gives
+    an ask rule, not an allow."""
+    project, home = setup
+    write(
+        project / "bundlectl.yaml", POLICY.replace("deny: [files.write_*]", "ask: [files.write_*]")
+    )
+    assert run("lock").code == 0
+    assert run("export", "codex", "--agent", "wild", "--via", "direct").code == 0
+    user_settings(CODEX, project, home, model)
+    model.reset([CODEX.step("files", "write_file", {"path": "pwned.txt", "content": "x"})])
+    done = prompt(CODEX, project, environment(home, model))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert model.offered() == {CODEX.name("files", t) for t in {*ALLOWED, "write_file"}}
+    (refusal,) = model.results()
+    assert "requires approval" in refusal
+    assert not (project / "pwned.txt").exists()
+
+    back = project / "back"
+    back.mkdir()
+    imported = run(
+        "import",
+        "codex",
+        str(project / ".codex" / "config.toml"),
+        "-c",
+        str(back / "bundlectl.yaml"),
+    )
+    assert imported.code == 0, imported.err
+    agent = load_yaml(back / "bundlectl.yaml")["agents"]["codex"]
+    assert agent == {
+        "allow": ["files.read_file", "files.list_directory"],
+        "ask": ["files.write_file"],
+    }

@@ -72,22 +72,28 @@ def write(
     settings = current(settings_path)
     owned = {_prefix(name) for name in managed} | {_prefix("bundlectl")}
     existing = jsonc.parse(settings, str(settings_path)).value.get("permissions") or {}
-    lists: dict[str, list[str]] = {}
-    for effect in ("allow", "ask", "deny"):
-        kept = [
-            rule
-            for rule in existing.get(effect, []) or []
-            if not any(rule == p or rule.startswith(p + "__") for p in owned)
-        ]
-        lists[effect] = kept
+    ours: dict[str, list[str]] = {"allow": [], "ask": [], "deny": []}
     if gateway:
-        lists["allow"].append(_prefix("bundlectl"))  # the gateway enforces the policy itself
+        ours["allow"].append(_prefix("bundlectl"))  # the gateway enforces the policy itself
     else:
         for plan in export.servers:
             for effect, rules in permissions(plan, misfits).items():
-                lists[effect].extend(rules)
+                ours[effect].extend(rules)
+    lists: dict[str, list[str]] = {}
     for effect in ("allow", "ask", "deny"):
-        if lists[effect] or effect in existing:
+        # The user's rules and ours where they stand; ours no longer wanted dropped, new
+        # ones added at the end: a re-export changes nothing it need not (`--check` stays
+        # quiet after a hand-added `Bash(ls:*)`).
+        present = [r for r in existing.get(effect, []) or [] if isinstance(r, str)]
+        kept = [
+            rule
+            for rule in present
+            if rule in ours[effect]
+            or not any(rule == p or rule.startswith(p + "__") for p in owned)
+        ]
+        lists[effect] = kept + [rule for rule in ours[effect] if rule not in kept]
+    for effect in ("allow", "ask", "deny"):
+        if lists[effect] != (existing.get(effect) or []) and (lists[effect] or effect in existing):
             settings = jsonc.set_member(
                 settings, ["permissions", effect], lists[effect], str(settings_path)
             )

@@ -6,12 +6,16 @@ Source: OpenAI Codex documentation, "Model Context Protocol" and the configurati
 (names of variables passed through from Codex's own environment), `cwd`, or `url` with
 `bearer_token_env_var` / `env_http_headers` for streamable HTTP; `enabled_tools` (an allowlist)
 and `disabled_tools`. Codex does not expand `${VAR}`, so a reference is written only where it
-can pass the variable through (`env = ${SAME_NAME}` → `env_vars`), and Codex has no per-tool ask.
-The file is edited with tomlkit, so comments and the order of everything else are kept.
+can pass the variable through (`env = ${SAME_NAME}` → `env_vars`). Codex 0.169 asks per tool:
+`[mcp_servers.NAME.tools.TOOL] approval_mode = "auto" | "prompt" | "writes" | "approve"` and a
+server-wide `default_tools_approval_mode` (checked with the real client: a `prompt` tool's call
+in `codex exec` is refused, "requires approval"). The file is edited with tomlkit, so comments,
+the order of everything else and the keys bundlectl does not own are kept.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,9 +30,29 @@ from bundlectl.clients.base import (
     ServerPlan,
     gateway_spec,
     references,
-    rule_label,
 )
 from bundlectl.errors import InputFileError, Problem
+
+PROMPT = "prompt"
+DEFAULT_MODE = "default_tools_approval_mode"
+# The keys of a server's table bundlectl writes; any other (`startup_timeout_sec`,
+# `tool_timeout_sec`, `required`, ...) is the user's and stays. Of a `[...tools.T]` table,
+# bundlectl owns `approval_mode` only.
+OWNED = {
+    "command",
+    "args",
+    "env",
+    "env_vars",
+    "cwd",
+    "url",
+    "bearer_token_env_var",
+    "env_http_headers",
+    "enabled_tools",
+    "disabled_tools",
+    DEFAULT_MODE,
+}
+# Codex's approval modes: which need a person (`writes`: for tools that are not read-only).
+ASKS = {"prompt", "writes"}
 
 
 def _load(text: str, file: str) -> Any:
@@ -95,20 +119,20 @@ def _remote(spec: Any, literal: Callable[[str, str], str]) -> dict[str, Any]:
 
 
 def _filter(plan: ServerPlan, out: dict[str, Any], misfits: list[Misfit]) -> None:
-    """allow → `enabled_tools` (an allowlist: anything else, declared or not, is off)."""
+    """allow → `enabled_tools` (an allowlist: anything else, declared or not, is off); ask →
+    enabled too, with `[mcp_servers.S.tools.T] approval_mode = "prompt"`; a whole server asked
+    about → `default_tools_approval_mode = "prompt"`."""
     if plan.whole is not None:
         if plan.whole == "ask":
-            misfits.append(Misfit(f"{plan.name}.*", "Codex has no per-tool confirmation"))
+            out[DEFAULT_MODE] = PROMPT
         return
     if not plan.decisions:
         misfits.extend(Misfit(label, "no tool catalog") for label in mcpjson.partial_rules(plan))
         return
-    out["enabled_tools"] = plan.tools("allow")
-    misfits.extend(
-        Misfit(rule_label(d), "Codex has no per-tool confirmation (ask)")
-        for d in plan.decisions
-        if d.effect == "ask"
-    )
+    asked = plan.tools("ask")
+    out["enabled_tools"] = [*plan.tools("allow"), *asked]
+    if asked:
+        out["tools"] = {tool: {"approval_mode": PROMPT} for tool in asked}
 
 
 def write(
@@ -141,11 +165,49 @@ def write(
         if table is None:
             table = tomlkit.table()
             servers[name] = table
-        for key in [k for k in list(table) if k not in values]:
-            del table[key]
-        for key, value in values.items():
+        _update(table, values)
+    return {target: _tidy(tomlkit.dumps(doc))}, misfits
+
+
+def _tidy(text: str) -> str:
+    """One blank line before each server's table and none at the end: tomlkit leaves the blank
+    lines of a removed table behind, and switching between direct and gateway piled them up."""
+    text = re.sub(r"\n{3,}(?=\[mcp_servers[.\]])", "\n\n", text)
+    return text.rstrip("\n") + "\n" if text.strip() else text
+
+
+def _update(table: Any, values: dict[str, Any]) -> None:
+    """A server's table set to `values` in the keys bundlectl owns; the user's keys, and the
+    user's settings of a tool other than its approval, stay as they are."""
+    import tomlkit
+
+    for key in [k for k in list(table) if k in OWNED and k not in values]:
+        del table[key]
+    for key, value in values.items():
+        if key != "tools" and table.get(key) != value:
             table[key] = value
-    return {target: tomlkit.dumps(doc)}, misfits
+    asked: dict[str, Any] = values.get("tools", {})
+    tools = table.get("tools")
+    if tools is None and asked:
+        tools = tomlkit.table(is_super_table=True)
+        table["tools"] = tools
+    for tool in list(tools or {}):
+        settings = tools[tool]
+        if tool not in asked and hasattr(settings, "get") and "approval_mode" in settings:
+            del settings["approval_mode"]
+            if not settings:
+                del tools[tool]
+    for tool, settings in asked.items():
+        current = tools.get(tool)
+        if current is None:
+            current = tomlkit.table()
+            current["approval_mode"] = settings["approval_mode"]
+            current.add(tomlkit.nl())  # a blank line before the next table, as Codex writes
+            tools[tool] = current
+        else:
+            current["approval_mode"] = settings["approval_mode"]
+    if tools is not None and not tools:
+        del table["tools"]
 
 
 def read(text: str, file: str) -> Imported:
@@ -161,13 +223,32 @@ def read(text: str, file: str) -> Imported:
         if raw.get("enabled") is False:
             spec["disabled"] = True
         imported.servers[name] = spec
-        enabled = raw.get("enabled_tools")
-        if enabled is None:
-            imported.allow.append(f"{name}.*")
-        else:
-            imported.allow.extend(f"{name}.{tool}" for tool in enabled)
-        imported.deny.extend(f"{name}.{tool}" for tool in raw.get("disabled_tools") or [])
+        _read_rules(name, raw, imported)
     return imported
+
+
+def _read_rules(name: str, raw: dict[str, Any], imported: Imported) -> None:
+    """`enabled_tools` / `disabled_tools` and the approval modes as rules: a tool that needs a
+    person (`prompt`, `writes`) is asked about; `approve` and `auto` (Codex's default) call
+    without asking."""
+    server_mode = raw.get(DEFAULT_MODE)
+    modes = {
+        tool: settings.get("approval_mode", server_mode)
+        for tool, settings in (raw.get("tools") or {}).items()
+        if isinstance(settings, dict)
+    }
+    enabled = raw.get("enabled_tools")
+    if enabled is None:
+        getattr(imported, "ask" if server_mode in ASKS else "allow").append(f"{name}.*")
+        # a tool named with its own mode differs from the server's
+        for tool, mode in modes.items():
+            if (mode in ASKS) != (server_mode in ASKS):
+                getattr(imported, "ask" if mode in ASKS else "allow").append(f"{name}.{tool}")
+    else:
+        for tool in enabled:
+            mode = modes.get(tool, server_mode)
+            getattr(imported, "ask" if mode in ASKS else "allow").append(f"{name}.{tool}")
+    imported.deny.extend(f"{name}.{tool}" for tool in raw.get("disabled_tools") or [])
 
 
 def _read_remote(raw: dict[str, Any], imported: Imported, name: str) -> dict[str, Any]:

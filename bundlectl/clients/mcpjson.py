@@ -140,8 +140,51 @@ def write_servers(
     for name in sorted(present & (managed | {GATEWAY_ENTRY}) - set(wanted)):
         text = jsonc.remove_member(text, [style.key, name], file)
     for name, item in wanted.items():
-        text = jsonc.set_member(text, [style.key, name], item, file)
+        current = existing.get(name) if isinstance(existing, dict) else None
+        merged = kept_settings(current, item)
+        if merged != current:
+            text = jsonc.set_member(text, [style.key, name], merged, file)
     return text, misfits
+
+
+# The keys of a server entry bundlectl writes, in one client or another; any other key of an
+# entry it manages (Gemini's `timeout`, a `description`) is the user's and is kept.
+OWNED = frozenset(
+    {
+        "type",
+        "command",
+        "args",
+        "env",
+        "environment",
+        "cwd",
+        "url",
+        "httpUrl",
+        "serverUrl",
+        "headers",
+        "includeTools",
+        "excludeTools",
+        "trust",
+        "alwaysAllow",
+        "disabledTools",
+        "disabled",
+        "enabled",
+    }
+)
+
+
+def kept_settings(current: Any, item: dict[str, Any]) -> dict[str, Any]:
+    """`item` in place of the keys bundlectl owns in the entry `current`, the user's keys kept
+    where they were."""
+    if not isinstance(current, dict):
+        return item
+    merged: dict[str, Any] = {}
+    for key, value in current.items():
+        if key not in OWNED:
+            merged[key] = value
+        elif key in item:
+            merged[key] = item[key]
+    merged.update({k: v for k, v in item.items() if k not in merged})
+    return merged
 
 
 def whole_allowed(plan: ServerPlan) -> bool:

@@ -38,24 +38,7 @@ def run(
         raise UsageError(
             f"{display_path(source)}: no such file", hint="give the client's config file"
         )
-    text = read_text(source, display_path(source))
-    notes: list[str] = []
-    if fmt == "agix":
-        imported, notes = read_agix(text, display_path(source))
-    else:
-        client = get(fmt)
-        imported = client.read(text, display_path(source))
-        if fmt == "claude-code":  # its permissions live beside .mcp.json
-            settings = source.parent / ".claude" / "settings.json"
-            if settings.is_file():
-                shown = display_path(settings)
-                extra = client.read(read_text(settings, shown), shown)
-                imported.allow += extra.allow
-                imported.ask += extra.ask
-                imported.deny += extra.deny
-            data = jsonc.parse(text, display_path(source)).value
-            project = _config_path(config).parent.resolve()
-            notes += claude_code.local_scope(data, project, imported)
+    imported, notes = _read(fmt, source, _config_path(config).parent.resolve())
     if not (imported.servers or imported.allow or imported.ask or imported.deny) and not (
         imported.agents or imported.bundles
     ):  # a file of another client (or an empty one) would import an agent with no tools
@@ -111,6 +94,27 @@ def run(
     for line in [*notes, *imported.notes]:
         err(f"note: {line}")
     return 0
+
+
+def _read(fmt: str, source: Path, project: Path) -> tuple[Imported, list[str]]:
+    """The file in bundlectl's terms, and notes on what was read beside it or left out."""
+    text = read_text(source, display_path(source))
+    if fmt == "agix":
+        return read_agix(text, display_path(source))
+    client = get(fmt)
+    imported = client.read(text, display_path(source))
+    notes: list[str] = []
+    if fmt == "claude-code":  # its permissions live beside .mcp.json
+        settings = source.parent / ".claude" / "settings.json"
+        if settings.is_file():
+            shown = display_path(settings)
+            extra = client.read(read_text(settings, shown), shown)
+            imported.allow += extra.allow
+            imported.ask += extra.ask
+            imported.deny += extra.deny
+        data = jsonc.parse(text, display_path(source)).value
+        notes += claude_code.local_scope(data, project, imported)
+    return imported, notes
 
 
 def _existing_servers(target: Path) -> dict[str, Any]:
