@@ -47,7 +47,13 @@ ALLOWED = {"read_file", "list_directory"}
 
 
 def binary(name: str) -> Path:
-    path = NPM / ".bin" / name
+    # Kilo comes as its Linux x64 binary package (see tests/npm/package.json), without a link
+    # in .bin
+    path = (
+        NPM / "@kilocode" / "cli-linux-x64" / "bin" / "kilo"
+        if name == "kilo"
+        else NPM / ".bin" / name
+    )
     assert path.exists(), f"{path} is missing: run `npm ci --prefix tests/npm` (README, tests)"
     return path
 
