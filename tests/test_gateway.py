@@ -602,3 +602,60 @@ def test_a_listening_2026_client_hears_of_a_servers_new_tools(
             return heard
 
     assert anyio.run(session) == ["ToolsListChanged"]
+
+
+def test_a_server_that_cannot_start_is_named_with_the_reason(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was dropped from tools/list with nothing said, and its calls got "unknown tool", or
+    "crashed 2 time(s) in a row … its log says why" though it never ran: the gateway's log says
+    once which server could not start and why, and so does every call of its tools."""
+    monkeypatch.delenv("API_KEY", raising=False)
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          needy:  # no catalog: its tools are known only once it runs
+            command: {PY}
+            args: ["{SERVERS / "kitchen.py"}"]
+            env: {{API_KEY: "${{API_KEY}}"}}
+          gone:
+            command: {project / "no-such-server"}
+            tools: [{{name: now}}]
+        agents:
+          reader: {{allow: ["needy.*", "gone.*"]}}
+        policy: {{default: deny}}
+        """,
+    )
+    proc = serve_on_pipes(project)
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def call(number: int, name: str) -> dict[str, Any]:
+        params = {"name": name, "arguments": {}}
+        return {"jsonrpc": "2.0", "id": number, "method": "tools/call", "params": params}
+
+    messages = [
+        INITIALIZE,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        call(3, "needy__echo"),
+        call(4, "gone__now"),
+        call(5, "gone__now"),  # while it waits to be tried again
+    ]
+    proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in messages))
+    proc.stdin.flush()
+    replies = {json.loads(line)["id"]: json.loads(line) for line in read_lines(proc.stdout, 5)}
+    _, err = proc.communicate(timeout=10)
+    assert [t["name"] for t in replies[2]["result"]["tools"]] == ["gone__now"]
+    needy = replies[3]["result"]["content"][0]["text"]
+    assert needy.startswith("server 'needy' could not start, so 'needy__echo' is not available")
+    assert "needs the environment variable API_KEY, which is not set" in needy
+    for number in (4, 5):
+        text = replies[number]["result"]["content"][0]["text"]
+        assert "could not start server 'gone'" in text, text
+        assert "No such file or directory" in text
+        assert "crashed" not in text and "its log says why" not in text
+    log = err.decode()
+    assert log.count("server 'needy' could not start, so its tools are not offered") == 1, log
+    assert log.count("server 'gone' could not start, so its tools are not offered") == 1, log

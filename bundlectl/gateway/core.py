@@ -289,6 +289,7 @@ class Downstream:
     tools: dict[str, Any] | None = None  # the live tools of the current session, by name
     failures: int = 0  # crashes in a row
     retry_at: float = 0.0  # no new start before this time (anyio clock)
+    start_error: BundlectlError | None = None  # why its last start failed (None: it started)
     _slots: anyio.Semaphore = field(init=False)
 
     def __post_init__(self) -> None:
@@ -330,16 +331,14 @@ class Downstream:
                 if self._inbox is None:
                     wait = self.retry_at - anyio.current_time()
                     if wait > 0:
-                        raise ServerError(
-                            f"server {self.target.name!r} crashed {self.failures} time(s) in a "
-                            f"row; it is started again in {wait:.1f} s",
-                            hint="try again shortly; its log says why it stopped",
-                        )
+                        raise self._waiting(wait)
                     try:
                         self._inbox = await group.start(self._actor)
-                    except BundlectlError:
+                    except BundlectlError as exc:
+                        self._not_started(exc)
                         await self.crashed()
                         raise
+                    self.start_error = None
                 inbox = self._inbox
             reply_send, reply = anyio.create_memory_object_stream[tuple[Any, Any]](1)
             scope = anyio.CancelScope()
@@ -371,6 +370,31 @@ class Downstream:
             if error is not None:
                 raise error
             return value
+
+    def _waiting(self, wait: float) -> ServerError:
+        """The error of a call while the server waits to be started again: the real reason
+        when it could not start (it never ran, so it has no log to read)."""
+        name = self.target.name
+        if self.start_error is not None:
+            return ServerError(
+                f"{self.start_error.message} (it is tried again in {wait:.1f} s)",
+                hint=self.start_error.hint or "fix the server's entry in bundlectl.yaml",
+            )
+        return ServerError(
+            f"server {name!r} crashed {self.failures} time(s) in a row; it is started again "
+            f"in {wait:.1f} s",
+            hint="try again shortly; its log says why it stopped",
+        )
+
+    def _not_started(self, exc: BundlectlError) -> None:
+        """Say on stderr (the gateway's log) why the server could not start, once per reason:
+        its tools are missing from every list until it starts."""
+        if self.start_error is None or self.start_error.message != exc.message:
+            _log_line(
+                f"server {self.target.name!r} could not start, so its tools are not offered: "
+                f"{exc.explained}"
+            )
+        self.start_error = exc
 
     def exited(self) -> bool:
         """Whether its stdio process has ended (an HTTP server cannot be asked)."""
@@ -876,7 +900,7 @@ class Gateway:
         try:
             live = (await self.hub.downstream(name).live_tools(self.hub.group)).values()
         except BundlectlError:
-            return []  # a server that cannot start offers nothing
+            return []  # a server that cannot start offers nothing (its log line says why)
         self.hub.learn(name, live)
         return [tool for tool in live if self.pipeline.unpinned(name, tool) is None]
 
@@ -1124,7 +1148,7 @@ class Gateway:
             await self._catalog()  # servers without declared tools: learn their live names
             found = self._find(name)
         if found is None:
-            return _error(unknown)
+            return _error(self._not_started(name) or unknown)
         server, tool = found
         decision = self.pipeline.judge(
             self.agent, server, tool, interactive=True, arguments=arguments
@@ -1151,6 +1175,21 @@ class Gateway:
         if self.binding is not None:  # its server may ask the client: it can answer by a retry
             return await self.hub.parking.start(self.ctx, self.binding, perform)  # type: ignore[return-value]
         return await perform()
+
+    def _not_started(self, name: str) -> str | None:
+        """Why a name is not among the tools, when it names a server the agent may reach that
+        could not start (`server__tool`, or `server.tool` in search mode)."""
+        compiled = self.pipeline.resolution.policy.agent(self.agent)
+        for server, downstream in self.hub.servers.items():
+            error = downstream.start_error
+            if error is None or not name.startswith((f"{server}__", f"{server}.")):
+                continue
+            if compiled.may_reach(server):
+                return (
+                    f"server {server!r} could not start, so {name!r} is not available: "
+                    f"{error.explained}"
+                )
+        return None
 
     async def _perform(
         self, decision: Decision, server: str, tool: str, arguments: dict[str, Any]
