@@ -140,6 +140,11 @@ def test_roo_kilo_codex_gemini_filters(exported: Path, run: Run) -> None:
             "enabled": True,
         }
     }
+    # A rule over the whole server, expanded over its declared catalog (it was refused as
+    # "the server declares no catalog", #22 item 10)
+    assert run("export", "roo", "--agent", "whole", "--via", "direct").code == 0
+    files = read_json(exported / ".roo" / "mcp.json")["mcpServers"]["files"]
+    assert sorted(files["alwaysAllow"]) == ["list_directory", "read_file", "write_file"]
     assert run("export", "kilo", "--agent", "whole", "--via", "direct").code == 0
     assert read_json(exported / "kilo.json")["mcp"] == {
         "files": {"type": "local", "command": ["bundlectl", "server", "files"], "enabled": True}

@@ -32,7 +32,9 @@ def FILTER(plan: ServerPlan, item: dict[str, Any], misfits: list[Misfit]) -> Non
     """allow → `alwaysAllow` (runs without asking); ask → listed in neither (the client asks);
     a denied declared tool → `disabledTools`. A tool outside the catalog is asked about."""
     if plan.whole is not None:
-        if plan.whole == "allow":
+        # alwaysAllow takes tool names: a rule over the whole server is expanded over its
+        # catalog (a tool beyond it is asked about: stricter than the policy, never looser).
+        if plan.whole == "allow" and not plan.decisions:
             misfits.append(
                 Misfit(
                     f"{plan.name}.*",
@@ -40,7 +42,7 @@ def FILTER(plan: ServerPlan, item: dict[str, Any], misfits: list[Misfit]) -> Non
                     "no catalog to expand the rule over",
                 )
             )
-        item["alwaysAllow"] = []
+        item["alwaysAllow"] = plan.tools("allow") if plan.whole == "allow" else []
         return
     if not plan.decisions:
         misfits.extend(Misfit(label, "no tool catalog") for label in mcpjson.partial_rules(plan))
