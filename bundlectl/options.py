@@ -62,6 +62,9 @@ CLIENT_NAMES = (
     "kilo",
     "codex",
     "gemini",
+    "qwen",
+    "opencode",
+    "copilot",
 )
 
 

@@ -16,7 +16,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bundlectl.clients import NAMES, jsonc
-from tests.conftest import Run, write
+from tests.conftest import Run, load_yaml, write
 from tests.test_exec import SERVERS
 
 SECRET = "ghp_" + "S3cr3tV4lue" * 3  # a value that must never reach a written file
@@ -78,6 +78,51 @@ def test_claude_code_direct_maps_allow_ask_deny_exactly(exported: Path, run: Run
     assert perms["ask"] == ["mcp__files__write_file"]
     assert "mcp__github__create_issue" in perms["deny"]
     assert not any(SECRET in p.read_text() for p in written_files(exported))
+    # Copilot CLI reads .mcp.json too, and not Claude Code's settings: its own allowlist
+    assert servers["files"]["tools"] == ["read_file", "list_directory", "write_file"]
+    assert "get_me" in servers["github"]["tools"]
+    assert "create_issue" not in servers["github"]["tools"]
+
+
+def test_qwen_opencode_and_copilot_are_written_and_read_back(exported: Path, run: Run) -> None:
+    """Qwen Code in Gemini's format under .qwen/, opencode in Kilo's (whole servers only),
+    Copilot CLI with its `tools` allowlist; each file imported back gives the same rules."""
+    assert run("export", "qwen", "--agent", "whole", "--via", "direct").code == 0
+    qwen = read_json(exported / ".qwen" / "settings.json")["mcpServers"]["files"]
+    assert qwen["trust"] is True and qwen["command"] == "bundlectl"
+    assert run("export", "opencode", "--agent", "whole", "--via", "direct").code == 0
+    assert read_json(exported / "opencode.json")["mcp"] == {
+        "files": {"type": "local", "command": ["bundlectl", "server", "files"], "enabled": True}
+    }
+    narrow = run("export", "opencode", "--agent", "reader", "--via", "direct")
+    assert narrow.code == 1 and "opencode is given whole servers only" in narrow.err
+
+    copilot = run("export", "copilot", "--agent", "reader", "--via", "direct")
+    assert copilot.code == 0, copilot.err
+    assert "note: Copilot CLI reads .mcp.json" not in copilot.err  # no .mcp.json here
+    entries = read_json(exported / ".github" / "mcp.json")["mcpServers"]
+    assert entries["files"] == {
+        "type": "local",
+        "command": "bundlectl",
+        "args": ["server", "files"],
+        "tools": ["read_file", "list_directory", "write_file"],
+    }
+    assert "create_issue" not in entries["github"]["tools"]
+    assert run("export", "claude-code", "--agent", "reader", "--via", "direct").code == 0
+    again = run("export", "copilot", "--agent", "whole", "--via", "direct")
+    assert "note: Copilot CLI reads .mcp.json instead of .github/mcp.json" in again.err
+
+    back = exported / "back"
+    for client, source, rules in [
+        ("qwen", ".qwen/settings.json", {"allow": ["files.*"]}),
+        ("opencode", "opencode.json", {}),  # asked about: no catalog here, a note says so
+        ("copilot", ".github/mcp.json", {"ask": ["files.*"]}),
+    ]:
+        config = back / client / "bundlectl.yaml"
+        config.parent.mkdir(parents=True)
+        done = run("import", client, str(exported / source), "-c", str(config))
+        assert done.code == 0, done.err
+        assert load_yaml(config)["agents"][client] == rules, client
 
 
 def test_a_rule_the_client_cannot_express_fails_direct_and_auto_takes_the_gateway(

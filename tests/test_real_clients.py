@@ -375,3 +375,27 @@ def test_codex_asks_before_a_tool_the_policy_asks_about_and_import_keeps_it_an_a
         "allow": ["files.read_file", "files.list_directory"],
         "ask": ["files.write_file"],
     }
+
+
+def test_copilot_reads_the_claude_code_file_with_its_own_allowlist(
+    setup: tuple[Path, Path], model: FakeModel, run: Run
+) -> None:
+    """Copilot CLI reads `.mcp.json` (before its own `.github/mcp.json`) and ignores Claude
+    Code's settings: every tool was open to it. The exported entries carry Copilot's `tools`
+    allowlist, which it shows; `export copilot` writes `.github/mcp.json` where that is the file
+    it reads."""
+    project, home = setup
+    write(home / ".copilot" / "config.json", json.dumps({"trusted_folders": [str(project)]}))
+    env = environment(home, model)
+
+    def tools_of(server: str) -> str:
+        shown = client_run(Client("copilot", "copilot"), ["mcp", "get", server], project, env)
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        (line,) = [line for line in shown.stdout.splitlines() if "Tools:" in line]
+        return line.split("Tools:")[1].strip()
+
+    assert run("export", "copilot", "--agent", "wild", "--via", "direct").code == 0
+    assert tools_of("files") == "read_file, list_directory"
+    (project / ".github" / "mcp.json").unlink()
+    assert run("export", "claude-code", "--agent", "wild", "--via", "direct").code == 0
+    assert tools_of("files") == "read_file, list_directory"

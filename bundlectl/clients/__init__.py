@@ -10,9 +10,12 @@ from bundlectl.clients import (
     claude_code,
     claude_desktop,
     codex,
+    copilot,
     cursor,
     gemini,
     kilo,
+    opencode,
+    qwen,
     roo,
     vscode,
 )
@@ -34,6 +37,9 @@ CLIENTS = {
         kilo.CLIENT,
         codex.CLIENT,
         gemini.CLIENT,
+        qwen.CLIENT,
+        opencode.CLIENT,
+        copilot.CLIENT,
     )
 }
 

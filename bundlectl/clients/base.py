@@ -125,6 +125,9 @@ class Client:
     ]
     read: Callable[[str, str], Imported]
     source: str  # where the format was taken from, and when
+    # (target file, project root) → what the user should know about the file written there
+    # (another file the client reads instead, ...)
+    notes: Callable[[Path, Path], list[str]] = lambda target, root: []
 
     def default_path(self, root: Path) -> Path:
         return root / self.project_file if self.project_file else self.user_file()

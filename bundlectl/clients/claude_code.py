@@ -6,7 +6,9 @@ read 2026-11-23: `.mcp.json` holds `{"mcpServers": {NAME: {command, args, env} |
 headers; `permissions.allow`/`ask`/`deny` in `.claude/settings.json` take `mcp__SERVER` (every
 tool of a server) and `mcp__SERVER__TOOL`; deny beats ask beats allow, and a tool in none of them
 is asked about. So the policy maps exactly: allow → allow, ask → ask, a denied declared tool →
-deny; a tool outside the declared catalog is asked about, never silently allowed.
+deny; a tool outside the declared catalog is asked about, never silently allowed. GitHub Copilot
+CLI reads `.mcp.json` as well (before its own `.github/mcp.json`) but not Claude Code's
+settings: each entry carries Copilot's `tools` allowlist too.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def write(
         managed,
         file,
         style=STYLE,
-        filters=None if gateway else _no_check,
+        filters=None if gateway else _copilot_tools,
         gateway=gateway,
     )
     settings_path = target.parent / SETTINGS
@@ -100,8 +102,14 @@ def write(
     return {target: text, settings_path: settings}, misfits
 
 
-def _no_check(plan: ServerPlan, item: dict[str, Any], misfits: list[Misfit]) -> None:
-    """Per-tool rules go to the permissions file, not into the server entry."""
+def _copilot_tools(plan: ServerPlan, item: dict[str, Any], misfits: list[Misfit]) -> None:
+    """Claude Code's per-tool rules go to the permissions file. GitHub Copilot CLI reads
+    `.mcp.json` too and ignores that file (every tool open to it): each entry also gets Copilot's
+    own allowlist, `tools` (the allowed and asked tools; Copilot asks before a call unless its
+    user allowed it), which Claude Code ignores. Checked with Copilot CLI 1.0.102 (`copilot mcp
+    get` shows the list) and Claude Code 2.1 (the entry still connects)."""
+    if plan.whole is None and plan.decisions:
+        item["tools"] = [*plan.tools("allow"), *plan.tools("ask")]
 
 
 def read(text: str, file: str) -> Imported:

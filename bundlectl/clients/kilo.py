@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,20 +47,27 @@ def _kilo(item: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _filter(plan: ServerPlan, item: dict[str, Any], misfits: list[Misfit]) -> None:
-    """Whole servers only: one misfit per server the agent may use only in part."""
-    if plan.spec.cwd:
-        misfits.append(Misfit(f"servers.{plan.name}.cwd", "Kilo has no working folder"))
-    if not mcpjson.whole_allowed(plan):
-        rules = mcpjson.partial_rules(plan) or [f"{plan.name}.*: an ask rule"]
-        more = f" and {len(rules) - 1} more" if len(rules) > 1 else ""
-        misfits.append(
-            Misfit(
-                f"{plan.name}: {rules[0]}{more}",
-                "Kilo is given whole servers only (bundlectl writes no per-tool rules into its "
-                "file)",
+def whole_servers_only(
+    title: str,
+) -> Callable[[ServerPlan, dict[str, Any], list[Misfit]], None]:
+    """The filter of a client given whole servers only (Kilo, opencode): one misfit per server
+    the agent may use only in part."""
+
+    def check(plan: ServerPlan, item: dict[str, Any], misfits: list[Misfit]) -> None:
+        if plan.spec.cwd:
+            misfits.append(Misfit(f"servers.{plan.name}.cwd", f"{title} has no working folder"))
+        if not mcpjson.whole_allowed(plan):
+            rules = mcpjson.partial_rules(plan) or [f"{plan.name}.*: an ask rule"]
+            more = f" and {len(rules) - 1} more" if len(rules) > 1 else ""
+            misfits.append(
+                Misfit(
+                    f"{plan.name}: {rules[0]}{more}",
+                    f"{title} is given whole servers only (bundlectl writes no per-tool rules "
+                    "into its file)",
+                )
             )
-        )
+
+    return check
 
 
 _KILO_REF = re.compile(r"\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -115,7 +123,7 @@ CLIENT = dataclasses.replace(
         project_file="kilo.json",
         user_file=lambda: Path(mcpjson.home()) / ".config" / "kilo" / "kilo.json",
         style=STYLE,
-        filters=_filter,
+        filters=whole_servers_only("Kilo"),
         source=__doc__ or "",
     ),
     read=read,

@@ -163,6 +163,7 @@ OWNED = frozenset(
         "headers",
         "includeTools",
         "excludeTools",
+        "tools",
         "trust",
         "alwaysAllow",
         "disabledTools",

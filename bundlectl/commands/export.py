@@ -107,6 +107,8 @@ def run(
     )
     written = ", ".join(display_path(p) for p in changed) or nothing
     err(f"wrote {written} ({how})")
+    for note in client.notes(target, project.root):
+        err(f"note: {note}")
     return 0
 
 

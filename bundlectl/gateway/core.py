@@ -377,7 +377,8 @@ class Downstream:
         name = self.target.name
         if self.start_error is not None:
             return ServerError(
-                f"{self.start_error.message} (it is tried again in {wait:.1f} s)",
+                f"server {name!r} could not start {self.failures} time(s) in a row; it is "
+                f"tried again in {wait:.1f} s. The last attempt: {self.start_error.message}",
                 hint=self.start_error.hint or "fix the server's entry in bundlectl.yaml",
             )
         return ServerError(
