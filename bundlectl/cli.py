@@ -286,19 +286,36 @@ InteractiveOpt = Annotated[
 ]
 
 
+PolicyArgsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--args",
+        metavar="JSON|@FILE|-",
+        help="Decide a call with these arguments (a JSON object), checking the rules' "
+        "argument conditions.",
+    ),
+]
+
+
 @policy_app.command("check")
 def policy_check(
     tools: Annotated[list[str], typer.Argument(metavar="SERVER.TOOL...")],
     agent: AgentOpt,
     interactive: InteractiveOpt = False,
     unlisted: UnlistedOpt = False,
+    args: PolicyArgsOpt = None,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
-    """Decide each tool for an agent; exit 3 when any is denied."""
+    """Decide each tool for an agent; exit 3 when any is denied.
+
+    Example: bundlectl policy check -a docs files.write_file --args '{"path": "docs/a.md"}'
+    """
     from bundlectl.commands import policy as cmd
 
-    return cmd.check(config, agent, tools, interactive=interactive, fmt=fmt, unlisted=unlisted)
+    return cmd.check(
+        config, agent, tools, interactive=interactive, fmt=fmt, unlisted=unlisted, args=args
+    )
 
 
 @policy_app.command("explain")
@@ -307,13 +324,17 @@ def policy_explain(
     agent: AgentOpt,
     interactive: InteractiveOpt = False,
     unlisted: UnlistedOpt = False,
+    args: PolicyArgsOpt = None,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
-    """Why an agent may or may not call a tool: rule, source, losers, extends, defaults."""
+    """Why an agent may or may not call a tool: rule, source, losers, extends, defaults, and the
+    rules with argument conditions (with --args: whether each held)."""
     from bundlectl.commands import policy as cmd
 
-    return cmd.explain_one(config, agent, tool, interactive=interactive, fmt=fmt, unlisted=unlisted)
+    return cmd.explain_one(
+        config, agent, tool, interactive=interactive, fmt=fmt, unlisted=unlisted, args=args
+    )
 
 
 @policy_app.command("matrix")

@@ -136,6 +136,9 @@ class Decision:
     redecide: Callable[[Mapping[str, Any], Mapping[str, Any] | None], Decision] | None = field(
         default=None, compare=False, repr=False
     )
+    # The grants whose conditions this call did not meet (rule and the part that failed,
+    # never an argument's value), when the call was refused or asked for because of it.
+    failed: tuple[str, ...] = ()
 
     def stricter(self, other: Decision) -> bool:
         """Whether this decision refuses more than `other` (deny > ask > allow)."""
@@ -372,8 +375,10 @@ class CompiledAgent:
         if effect == "ask" and not interactive:
             final = "deny"
             reason += "; no one can confirm it here (use a terminal or --yes)"
+        failed_shown: tuple[str, ...] = ()
         if effect != "allow" and failed and arguments is not None:
             reason += "; a rule's condition did not hold: " + "; ".join(failed)
+            failed_shown = tuple(failed)
         if not conditional:
             return Decision(self.name, server, tool, final, rule, reason, effect)
 
@@ -391,6 +396,7 @@ class CompiledAgent:
             conditional=True,
             checked=arguments is not None,
             redecide=redecide,
+            failed=failed_shown,
         )
 
     def _why(
@@ -423,9 +429,16 @@ class CompiledAgent:
         return None, f"agent {self.name!r} has no rules: it may call nothing"
 
     def matching(self, server: str, tool: str) -> list[Rule]:
-        """Every rule that matches, in effect order then declaration order (for explain)."""
+        """Every rule without conditions that matches, in effect order then declaration order
+        (for explain)."""
         return [
             r for effect in EFFECTS for r in self._matchers[effect].rules if r.matches(server, tool)
+        ]
+
+    def conditional_matching(self, server: str, tool: str) -> list[Rule]:
+        """The rules with argument conditions that name `server.tool`, in effect order."""
+        return [
+            r for effect in EFFECTS for r in self._conditional[effect] if r.matches(server, tool)
         ]
 
 
@@ -664,11 +677,45 @@ class Explanation:
     default_used: bool
     global_deny: list[Rule]  # policy.deny rules that matched
     pin_tools: str  # what policy.pin_tools did
+    # The rules with argument conditions naming the tool: each with what of its condition did
+    # not hold for the given arguments ("" when it held; None when no arguments were given).
+    conditions: list[tuple[Rule, str | None]] = field(default_factory=list)
+
+    @property
+    def depends_on(self) -> list[str]:
+        """The arguments the decision depends on (the `when:` expressions as such)."""
+        names: list[str] = []
+        for rule, _ in self.conditions:
+            assert rule.condition is not None
+            names += [key for key, _, _ in rule.condition.args]
+            if rule.condition.when is not None:
+                names.append(f"when: {rule.condition.when}")
+        return list(dict.fromkeys(names))
 
 
-def explain(agent: CompiledAgent, server: str, tool: str, *, interactive: bool) -> Explanation:
-    """Explain the decision of `agent` on `server.tool`."""
-    decision = agent.decide(server, tool, interactive=interactive)
+def explain(
+    agent: CompiledAgent,
+    server: str,
+    tool: str,
+    *,
+    interactive: bool,
+    arguments: Mapping[str, Any] | None = None,
+    schema: Mapping[str, Any] | None = None,
+) -> Explanation:
+    """Explain the decision of `agent` on `server.tool` (on a call with `arguments`, if
+    given: then each condition is checked)."""
+    decision = agent.decide(
+        server, tool, interactive=interactive, arguments=arguments, schema=schema
+    )
+    context = {"agent": agent.name, "server": server, "tool": tool}
+    conditions: list[tuple[Rule, str | None]] = []
+    for rule in agent.conditional_matching(server, tool):
+        assert rule.condition is not None
+        if arguments is None:
+            conditions.append((rule, None))
+            continue
+        failed = rule.condition.failed(arguments, schema, rule.effect != "allow", context)
+        conditions.append((rule, failed or ""))
     matched = agent.matching(server, tool)
     losers = [(rule, _why_lost(rule, decision)) for rule in matched if rule != decision.rule]
     parents = {name: [p for p, _ in spec.extends] for name, spec in agent.policy.agents.items()}
@@ -689,6 +736,7 @@ def explain(agent: CompiledAgent, server: str, tool: str, *, interactive: bool) 
         default_used=decision.rule is None and not agent.listed,
         global_deny=[r for r in matched if r.agent is None],
         pin_tools=pin,
+        conditions=conditions,
     )
 
 

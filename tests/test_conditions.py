@@ -120,3 +120,66 @@ def test_paths_are_normalised_lexically() -> None:
     assert normalised("docs/../../x") is None and normalised("C:\\x") is None
     with pytest.raises(ConditionError, match="one key"):
         compile_matcher({"glob": "a", "re": "b"})
+
+
+def test_policy_check_and_explain_decide_a_call_with_args(
+    docs_project: Path, run: Run, tmp_path: Path
+) -> None:
+    """Without --args they say which arguments the decision depends on; with them, each
+    rule's condition is checked (from a file too) and the exit code is the call's."""
+    plain = run("policy", "check", "-a", "docs", "files.write_file")
+    assert plain.code == 0
+    assert "depends on the arguments: path; give --args" in plain.out
+
+    inside = run(
+        "policy", "check", "-a", "docs", "files.write_file", "--args", '{"path": "docs/a.md"}'
+    )
+    assert (inside.code, inside.out.split()[0]) == (0, "allow")
+    assert "depends on" not in inside.out
+    call = tmp_path / "call.json"
+    call.write_text('{"path": "docs/../.github/ci.yml", "content": "x"}')
+    outside = run("policy", "check", "-a", "docs", "files.write_file", "--args", f"@{call}")
+    assert (outside.code, outside.out.split()[0]) == (3, "deny")
+    assert 'path {"path": "docs/**"} does not hold' in outside.out
+
+    explained = run("policy", "explain", "-a", "docs", "files.write_file")
+    assert "for a call whose arguments meet the conditions below" in explained.out
+    assert "depends on the arguments: path (give --args" in explained.out
+    held = run(
+        "policy", "explain", "-a", "docs", "files.write_file", "--args", '{"path": "docs/x"}'
+    )
+    assert 'files.write_file if path {"path": "docs/**"}  (bundlectl.yaml:7:9): held' in held.out
+    as_json = run(
+        "policy",
+        "explain",
+        "-a",
+        "docs",
+        "files.write_file",
+        "--args",
+        '{"path": "/etc/passwd"}',
+        "--format",
+        "json",
+    )
+    (condition,) = json.loads(as_json.out)["conditions"]
+    assert condition["held"] is False
+    assert condition["failed"] == 'path {"path": "docs/**"}'
+    assert "/etc/passwd" not in as_json.out  # a decision names the condition, never the value
+
+    broken = run("policy", "check", "-a", "docs", "files.write_file", "--args", '{"path": ')
+    assert broken.code == 2 and "--args:1:10: invalid JSON" in broken.err
+
+
+def test_the_audit_record_names_the_condition_never_the_value(
+    docs_project: Path, run: Run, isolated_home: Path
+) -> None:
+    assert run("exec", "-a", "docs", "files.write_file", "path=docs/a.md", "content=ok").code == 0
+    refused = run("exec", "-a", "docs", "files.write_file", "path=secret-place.txt", "content=x")
+    assert refused.code == 3
+    log = (isolated_home / "state" / "audit.jsonl").read_text()
+    allowed, denied = (json.loads(line) for line in log.splitlines())
+    assert allowed["rule_condition"] == 'path {"path": "docs/**"}'
+    assert "conditions_failed" not in allowed
+    assert denied["decision"] == "deny"
+    rule = "agents.docs.allow: files.write_file (bundlectl.yaml:7:9)"
+    assert denied["conditions_failed"] == [f'{rule}: path {{"path": "docs/**"}} does not hold']
+    assert "secret-place" not in log and "docs/a.md" not in log

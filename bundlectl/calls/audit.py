@@ -90,11 +90,15 @@ class AuditRecord:
     via: str = "exec"  # the front door: exec, or serve
     remote: str | None = None  # serve over HTTP: the address of a refused request
     repeated: int | None = None  # refused requests from `remote` not recorded one by one
+    # SPEC 10: the deciding rule's argument condition, and the conditions of grants this call
+    # did not meet (which rule, which part; never an argument's value)
+    rule_condition: str | None = None
+    conditions_failed: list[str] | None = None
 
     def as_json(self) -> str:
         data = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **vars(self)}
         data["duration_ms"] = round(self.duration_ms, 1)
-        for optional in ("remote", "repeated"):
+        for optional in ("remote", "repeated", "rule_condition", "conditions_failed"):
             if data[optional] is None:
                 del data[optional]
         return json.dumps(data, ensure_ascii=False, sort_keys=False)

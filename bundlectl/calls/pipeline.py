@@ -138,6 +138,8 @@ class AuditLog:
             outcome=outcome,
             duration_ms=duration_ms,
             arguments_sha256=audit.arguments_digest(arguments),
+            rule_condition=rule.condition.describe() if rule and rule.condition else None,
+            conditions_failed=list(decision.failed) or None,
         )
 
     def access(

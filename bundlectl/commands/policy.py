@@ -56,6 +56,32 @@ def _effect_label(d: Decision) -> str:
     return f"{d.effect} ({d.matched_effect})" if d.effect != d.matched_effect else d.effect
 
 
+def _arguments(source: str | None) -> dict[str, Any] | None:
+    """`--args JSON|@FILE|-`: the call's arguments, or None when none were given."""
+    if source is None:
+        return None
+    from bundlectl.calls.arguments import load_json_args  # noqa: PLC0415
+
+    return load_json_args(source)
+
+
+def _schema(resolution: Resolution, server: str, tool: str) -> dict[str, Any] | None:
+    """The tool's declared input schema (its `default`s fill in omitted arguments)."""
+    merged = resolution.merged.servers.get(server)
+    for declared in merged.spec.tools if merged is not None else []:
+        if declared.name == tool:
+            return dict(declared.input_schema or {})
+    return None
+
+
+def _depends(d: Decision, arguments: dict[str, Any] | None, compiled: Any) -> str:
+    """For a decision that depends on the call's arguments and none were given: on which."""
+    if arguments is not None or not d.conditional:
+        return ""
+    names = explain(compiled, d.server, d.tool, interactive=True).depends_on
+    return f" (depends on the arguments: {', '.join(names)}; give --args)"
+
+
 def check(
     config: Path | None,
     agent: str,
@@ -64,15 +90,35 @@ def check(
     interactive: bool,
     fmt: Format,
     unlisted: bool = False,
+    args: str | None = None,
 ) -> int:
-    """One line per tool; exit 0 when none is denied, 3 when any is."""
+    """One line per tool; exit 0 when none is denied, 3 when any is. With `args`, each tool is
+    decided on a call with those arguments (its rules' conditions checked)."""
     names = [parse_tool_name(t) for t in tools]
+    arguments = _arguments(args)
     resolution = _load(config)
     resolution.policy.require_listed([agent], unlisted=unlisted)
     compiled = resolution.policy.agent(agent)
-    decisions = [compiled.decide(s, t, interactive=interactive) for s, t in names]
+    decisions = [
+        compiled.decide(
+            s,
+            t,
+            interactive=interactive,
+            arguments=arguments,
+            schema=_schema(resolution, s, t) if arguments is not None else None,
+        )
+        for s, t in names
+    ]
     if fmt is Format.json:
-        emit_json([_decision_json(d) for d in decisions])
+        emit_json(
+            [
+                {
+                    **_decision_json(d),
+                    "depends_on_arguments": d.conditional and arguments is None,
+                }
+                for d in decisions
+            ]
+        )
     else:
         _warn_unknown(resolution, agent, names)
         table(
@@ -80,7 +126,7 @@ def check(
                 [
                     _effect_label(d),
                     d.qualified,
-                    d.rule.label if d.rule else d.reason,
+                    (d.rule.label if d.rule else d.reason) + _depends(d, arguments, compiled),
                     f"({d.rule.origin})" if d.rule else "",
                 ]
                 for d in decisions
@@ -97,11 +143,20 @@ def explain_one(
     interactive: bool,
     fmt: Format,
     unlisted: bool = False,
+    args: str | None = None,
 ) -> int:
     server, name = parse_tool_name(tool)
+    arguments = _arguments(args)
     resolution = _load(config)
     resolution.policy.require_listed([agent], unlisted=unlisted)
-    why = explain(resolution.policy.agent(agent), server, name, interactive=interactive)
+    why = explain(
+        resolution.policy.agent(agent),
+        server,
+        name,
+        interactive=interactive,
+        arguments=arguments,
+        schema=_schema(resolution, server, name) if arguments is not None else None,
+    )
     d = why.decision
     if fmt is Format.json:
         emit_json(
@@ -124,6 +179,18 @@ def explain_one(
                 "policy_default_used": why.default_used,
                 "policy_deny": [r.pattern for r in why.global_deny],
                 "pin_tools": why.pin_tools,
+                "conditions": [
+                    {
+                        "rule": r.pattern,
+                        "effect": r.effect,
+                        "source": str(r.origin),
+                        "condition": r.condition.canonical if r.condition else {},
+                        "held": None if failed is None else failed == "",
+                        "failed": failed or None,
+                    }
+                    for r, failed in why.conditions
+                ],
+                "depends_on": why.depends_on if arguments is None else [],
             }
         )
         return 3 if d.effect == "deny" else 0
@@ -131,6 +198,8 @@ def explain_one(
     suffix = ""
     if d.matched_effect == "ask" and d.effect == "deny":
         suffix = " (an ask rule matched, but no one can confirm here; --interactive to see ask)"
+    if d.conditional and arguments is None:
+        suffix += " (for a call whose arguments meet the conditions below; --args decides one)"
     out(f"{d.qualified} for agent {agent}: {d.effect}{suffix}")
     if d.rule:
         out(
@@ -145,6 +214,18 @@ def explain_one(
             out(f"    {rule.effect:<5}  {rule.label}  ({rule.origin}): {why_not}")
     else:
         out("  other matching rules: none")
+    if why.conditions:
+        out("  rules with argument conditions:")
+        for rule, failed in why.conditions:
+            state = (
+                "" if failed is None else ": held" if failed == "" else f": {failed} does not hold"
+            )
+            out(f"    {rule.effect:<5}  {rule.label}  ({rule.origin}){state}")
+        if arguments is None:
+            out(
+                f"  depends on the arguments: {', '.join(why.depends_on)} (give --args to "
+                "decide a call)"
+            )
     if why.listed:
         chain = "; ".join(f"{a} extends {', '.join(p)}" for a, p in why.extends if p)
         out(f"  extends: {chain or 'none'}")
