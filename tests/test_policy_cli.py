@@ -72,6 +72,7 @@ def test_check_json_and_notes(configured: Path, run: Run) -> None:
             "source": None,
             "reason": "agent 'nobody' is not listed under agents; policy.default is deny "
             "(bundlectl.yaml:20:12)",
+            "depends_on_arguments": False,
         }
     ]
     text = run("policy", "check", "--agent", "nobody", "gh.typo", "--unlisted")
