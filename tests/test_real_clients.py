@@ -9,8 +9,8 @@ policy denies, its third answers. Run alone with `pytest -m real_clients`.
 
 Each case runs the client twice (its own `mcp list`, then one non-interactive prompt): about a
 second for Claude Code and Codex (native binaries), two to four for Gemini CLI (Node), and Kilo
-CLI (Bun) takes five to ten seconds a command, so it runs twice in all. Import is checked on
-files written by each client's own `mcp add`.
+CLI (Bun) takes five to ten seconds a command, so it runs once. Import is checked on files
+written by each client's own `mcp add`.
 """
 
 from __future__ import annotations
@@ -80,7 +80,6 @@ class Client:
         return Step(self.name(server, tool), arguments)
 
 
-KILO = Client("kilo", "kilo")
 CLAUDE = Client("claude-code", "claude")
 CODEX = Client("codex", "codex")
 GEMINI = Client("gemini", "gemini")
@@ -289,8 +288,6 @@ def added(client: Client, project: Path, env: dict[str, str]) -> Path:
         ],
         # Gemini CLI 0.61 keeps one server per `mcp add` in a new project file: one is added
         "gemini": [["mcp", "add", "-t", "http", "api", url]],
-        # Kilo CLI takes 7-10 s a command: one server
-        "kilo": [["mcp", "add", "gh", "--env", f"GITHUB_TOKEN={SECRETS['GITHUB']}", "--", *stdio]],
     }[client.target]
     for command in commands:
         done = client_run(client, command, project, env)
@@ -300,11 +297,12 @@ def added(client: Client, project: Path, env: dict[str, str]) -> Path:
         "claude-code": home / ".claude.json",
         "codex": home / ".codex" / "config.toml",
         "gemini": project / ".gemini" / "settings.json",
-        "kilo": home / ".config" / "kilo" / "kilo.jsonc",  # Kilo's own JSONC (#22 item 13)
     }[client.target]
 
 
-@pytest.mark.parametrize("client", [CLAUDE, CODEX, GEMINI, KILO], ids=lambda c: c.target)
+# Kilo CLI's own `mcp add` takes 7-10 s of CPU (the suite's budget is 4 minutes on 2 cores):
+# the kilo.jsonc it writes is checked from a copy in test_export.py instead.
+@pytest.mark.parametrize("client", [CLAUDE, CODEX, GEMINI], ids=lambda c: c.target)
 def test_import_takes_what_the_clients_own_mcp_add_wrote_without_its_secrets(
     project: Path, tmp_path: Path, model: FakeModel, run: Run, client: Client
 ) -> None:
@@ -325,9 +323,7 @@ def test_import_takes_what_the_clients_own_mcp_add_wrote_without_its_secrets(
     config = (project / "bundlectl.yaml").read_text()
     stored = config + (project / "bundlectl.lock").read_text() + imported.out + imported.err
     assert not [name for name, secret in SECRETS.items() if secret in stored]
-    expected = {"codex": ["gh"], "gemini": ["api"], "kilo": ["gh"]}.get(
-        client.target, ["gh", "api"]
-    )
+    expected = {"codex": ["gh"], "gemini": ["api"]}.get(client.target, ["gh", "api"])
     for server in expected:
         assert f"\n  {server}:\n" in config, config
     if "gh" in expected:
