@@ -670,7 +670,9 @@ def server(
         str, typer.Option("--transport", help="stdio, sse or streamable-http.")
     ] = "stdio",
     host: Annotated[str, typer.Option("--host", help="Address for HTTP transports.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port for HTTP transports.")] = 8000,
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="Port for HTTP transports.")
+    ] = 8000,
     unprotect: Annotated[
         list[str] | None,
         typer.Option(

@@ -56,3 +56,17 @@ class Suggester:
         for gram in _grams(word):
             shared.update(self._postings.get(gram, ()))
         return [self.names[i] for i in sorted(i for i, _ in shared.most_common(_SHORTLIST))]
+
+
+def tool_suggestions(known: Iterable[tuple[str, str]], server: str, tool: str) -> list[str]:
+    """`server.tool` names close to a call's, from `known` (server, tool) pairs: first the
+    server's own tools, else the same tool under a close server name; none when the name is
+    known."""
+    pairs = set(known)
+    if (server, tool) in pairs:
+        return []
+    own = [t for s, t in pairs if s == server]
+    if own:
+        return [f"{server}.{t}" for t in Suggester(own).closest(tool, n=2, cutoff=0.6)]
+    servers = {s for s, t in pairs if t == tool}
+    return [f"{s}.{tool}" for s in Suggester(servers).closest(server, n=2, cutoff=0.6)]

@@ -190,3 +190,44 @@ def test_an_error_of_the_system_is_said_not_hidden(project: Path) -> None:
     # A name longer than the file system allows once came back as "Error executing tool".
     with pytest.raises(ToolFailure, match="File name too long"):
         tools(project)["read_file"](path="a" * 300)  # type: ignore[operator]
+
+
+def test_a_port_the_server_cannot_listen_on_is_exit_2_with_a_hint(
+    project: Path, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`server files --port 99999` was an OverflowError traceback (exit 70), a busy port
+    uvicorn's exit 3 (the code of "denied")."""
+    import socket
+
+    monkeypatch.chdir(project)
+    out_of_range = run("server", "files", "--transport", "sse", "--port", "99999")
+    assert out_of_range.code == 2
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        taken = run("server", "files", "--transport", "streamable-http", "--port", str(port))
+    assert taken.code == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in taken.err
+    assert "hint: choose another --port" in taken.err
+
+
+def test_a_tool_name_typo_gets_a_did_you_mean(
+    project: Path, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(project)
+    write(
+        project / "bundlectl.yaml",
+        """
+        version: 1
+        bundles: [basic]
+        agents:
+          reader: {allow: [files.read_file]}
+        policy: {default: deny}
+        """,
+    )
+    (project / "bundlectl.lock").unlink()  # this fixture's is a stub
+    assert run("lock").code == 0
+    called = run("exec", "-a", "reader", "files.raed_file", "path=x")
+    assert called.code == 3
+    assert "hint: did you mean files.read_file" in called.err
+    checked = run("policy", "check", "-a", "reader", "files.raed_file")
+    assert "did you mean files.read_file" in checked.err

@@ -35,6 +35,7 @@ from bundlectl.output import ask, err
 from bundlectl.policy import Decision
 from bundlectl.resolution import Resolution
 from bundlectl.secretscan import secret_kind, secret_variables
+from bundlectl.suggest import tool_suggestions
 
 if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowed the call
     from bundlectl.calls.call import CallOutcome
@@ -233,9 +234,12 @@ class Pipeline:
         agent, qualified = decision.agent, decision.qualified
         if decision.effect == "deny":
             self.audit.record(decision, "denied", 0.0, None)
+            close = tool_suggestions(self.resolution.catalog.index, decision.server, decision.tool)
             raise PolicyDenied(
                 f"agent {agent!r} may not call {qualified}: {decision.reason}",
-                hint=f"bundlectl policy explain --agent {agent} {qualified}",
+                hint=f"did you mean {' or '.join(close)}? ({qualified} is not a declared tool)"
+                if close
+                else f"bundlectl policy explain --agent {agent} {qualified}",
             )
         if decision.effect == "ask" and answer is None:
             self.audit.record(decision, "denied", 0.0, None)

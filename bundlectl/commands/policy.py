@@ -24,6 +24,7 @@ from bundlectl.patterns import parse_tool_name
 from bundlectl.policy import Decision, explain
 from bundlectl.project import load_project
 from bundlectl.resolution import Resolution, resolve_project
+from bundlectl.suggest import tool_suggestions
 
 
 def _load(config: Path | None) -> Resolution:
@@ -36,7 +37,9 @@ def _warn_unknown(resolution: Resolution, agent: str, tools: list[tuple[str, str
         note(unlisted)
     for server, tool in tools:
         if (server, tool) not in resolution.catalog.index:
-            note(f"{server}.{tool} is not in the catalog of declared tools")
+            close = tool_suggestions(resolution.catalog.index, server, tool)
+            maybe = f"; did you mean {' or '.join(close)}?" if close else ""
+            note(f"{server}.{tool} is not in the catalog of declared tools{maybe}")
 
 
 def _decision_json(d: Decision) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 from bundlectl import paths
@@ -15,6 +16,20 @@ def default_root() -> Path:
     """The project root (the folder of the nearest bundlectl.yaml), else the working folder."""
     found = paths.find_config(Path.cwd())
     return found.resolve().parent if found else Path.cwd()
+
+
+def _can_listen(host: str, port: int) -> None:
+    """A port the server could not listen on is a usage error (exit 2), said before anything
+    starts (uvicorn would exit 3, the code of "denied")."""
+    try:
+        family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+        with socket.create_server((host.strip("[]"), port), family=family):
+            pass
+    except (OSError, OverflowError) as exc:
+        raise UsageError(
+            f"cannot listen on {host}:{port}: {getattr(exc, 'strerror', None) or exc}",
+            hint="choose another --port, or stop what listens there",
+        ) from None
 
 
 def run(
@@ -38,6 +53,8 @@ def run(
 
     if unprotect and name != "files":
         raise UsageError("--unprotect is an option of the files server only")
+    if transport != "stdio":
+        _can_listen(host, port)
     server = build(name, folder, unprotect or [])
     if transport == "stdio":
         server.run("stdio")
