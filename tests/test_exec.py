@@ -37,7 +37,7 @@ servers:
   hang:
     command: {PY}
     args: ["{SERVERS / "misbehave.py"}", hang]
-    env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}"}}
+    env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}", HANG_LOG: "${{HANG_LOG:-}}"}}
   garbage: {{command: {PY}, args: ["{SERVERS / "misbehave.py"}", garbage]}}
   dying: {{command: {PY}, args: ["{SERVERS / "misbehave.py"}", exit-after-init]}}
   silent: {{command: {PY}, args: ["{SERVERS / "misbehave.py"}", silent-crash]}}
@@ -541,6 +541,32 @@ def test_call_timeout_stops_the_server(kitchen: Path, run: Run, starts: Path) ->
     assert time.monotonic() - began < 20  # the server would go on for a minute
     [pid] = pids(starts)
     assert gone(pid, within=0.5)
+
+
+def test_timeout_bounds_the_whole_command_of_the_console_script(
+    kitchen: Path, starts: Path, tmp_path: Path
+) -> None:
+    """`exec --timeout 4` returned after 6.45 s: after the timeout it closed the server's
+    stdin and waited the grace period (2 s) before stopping it, though nothing more was to
+    come. The console script leaves at its timeout: the server is stopped right after its
+    stdin ends (the grace period is the detached watchdog's, for a server still running
+    after an answer)."""
+    log = tmp_path / "hang.log"
+    done = subprocess.run(
+        [PY, "-m", "bundlectl", "exec", "hang.anything", "--timeout", "1.5"],
+        cwd=kitchen,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "HANG_LOG": str(log)},
+        check=False,
+    )
+    assert done.returncode == 6, done.stderr
+    [pid] = pids(starts)
+    assert gone(pid, within=6.0)
+    marks = dict(line.split() for line in log.read_text().splitlines())
+    # before: the grace period (2 s) between the two; now a moment
+    assert float(marks["term"]) - float(marks["eof"]) < 1.5, marks
 
 
 def test_connect_timeout_stops_a_hung_server(kitchen: Path, run: Run, starts: Path) -> None:

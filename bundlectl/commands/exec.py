@@ -138,10 +138,14 @@ def _call(
     root = pipeline.resolution.project.root
     request.events = fmt is Format.json
 
+    if child is not None and detach:
+        # Once exec has its answer (printed) or its error (a timeout, say), the rest of the
+        # server's shutdown is the detached watchdog's: it never holds the user up, and
+        # `--timeout` bounds the whole command (a hung server took 2-4 s more to stop).
+        child.detach = True
+
     def show(outcome: CallOutcome) -> None:
         printed["code"] = _print(outcome, fmt, output_dir)
-        if child is not None and detach:
-            child.detach = True  # the rest of the shutdown need not hold the user up
 
     async def go() -> CallOutcome:
         return await call_once(

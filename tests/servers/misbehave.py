@@ -1,17 +1,20 @@
 """Servers that break: `crash` (exits at once), `silent-crash` (exits at once, says nothing),
-`hang` (never answers), `garbage` (writes non-JSON to stdout), `exit-after-init` (answers the
-handshake, then dies), `spawn-and-hang` (starts a grandchild, never answers, exits on EOF and
-leaves the grandchild), `linger` (a minimal working server with a grandchild, which ignores EOF),
-`flood` (answers the first message with one endless line), `unreliable` (a working server
-whose tools each fail in their own way), `slow` (no SDK, so it starts in milliseconds: its one
-tool `sleep` reports progress every 0.1 s and never answers)."""
+`hang` (never answers; with HANG_LOG it notes when its stdin ends and when it gets SIGTERM),
+`garbage` (writes non-JSON to stdout), `exit-after-init` (answers the handshake, then dies),
+`spawn-and-hang` (starts a grandchild, never answers, exits on EOF and leaves the grandchild),
+`linger` (a minimal working server with a grandchild, which ignores EOF), `flood` (answers the
+first message with one endless line), `unreliable` (a working server whose tools each fail in
+their own way), `slow` (no SDK, so it starts in milliseconds: its one tool `sleep` reports
+progress every 0.1 s and never answers)."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -142,6 +145,23 @@ if mode == "crash":
     sys.stderr.write("starting up\nfatal: cannot open database /nonexistent.db\n")
     sys.exit(3)
 if mode == "hang":
+    log = os.environ.get("HANG_LOG")
+    if log:  # when its stdin ended and when it was told to stop (a monotonic clock)
+
+        def mark(what: str) -> None:
+            with open(log, "a") as handle:
+                handle.write(f"{what} {time.monotonic()}\n")
+
+        def stopped(*_: object) -> None:
+            mark("term")
+            os._exit(0)
+
+        def read_to_eof() -> None:
+            sys.stdin.read()
+            mark("eof")
+
+        signal.signal(signal.SIGTERM, stopped)
+        threading.Thread(target=read_to_eof, daemon=True).start()
     sys.stderr.write("hanging forever\n")
     while True:
         time.sleep(1)
