@@ -218,7 +218,10 @@ def test_the_client_offers_what_the_policy_allows_and_cannot_call_the_rest(
     # Direct: the client runs the files server itself and filters its tools; gateway: one
     # `bundlectl serve` entry, whose tool names carry the server's (`files__read_file`).
     server, prefix = ("files", "") if via == "direct" else ("bundlectl", "files__")
-    connected(client, server, project, env)
+    if client is not GEMINI or via == "direct":
+        # (Gemini's list costs two seconds of CPU; through the gateway, the tools it offers
+        # below come from the connected gateway.)
+        connected(client, server, project, env)
 
     model.reset(
         [
