@@ -7,6 +7,8 @@ Cases (each run interleaves all of them so machine noise hits every case alike):
     `bundlectl exec time.get_current_time timezone=UTC`. Target: bundlectl <= 0.8x Inspector.
   - files.read_file on the built-in server: the Inspector calling `bundlectl server files` over
     stdio vs `bundlectl exec files.read_file` (in-process). Target: <= 0.4x.
+  - the floor: mcp-server-time called over raw pipes by a hand-written minimal client
+    (`raw_call.py`): what the server itself costs, which no client can go under.
 The peer runs the way its users run it fastest: its installed binary (`npm install` of the pinned
 version into bundlectl's cache folder, once), never through `npx`, which adds about a second to
 every call. The Inspector cases are skipped, with a note, when npm is not available.
@@ -82,6 +84,12 @@ def main() -> None:
                 "files.read_file",
                 "path=hello.txt",
             ],
+            # The floor: the server itself, called by a minimal hand-written client.
+            "floor: mcp-server-time over raw pipes": [
+                sys.executable,
+                str(Path(__file__).parent / "raw_call.py"),
+                *time_server,
+            ],
         }
         inspector = inspector_binary()
         if inspector:
@@ -135,6 +143,9 @@ def main() -> None:
         for ours, theirs, target in pairs:
             ratio = medians[ours] / medians[theirs]
             print(f"{ours} / {theirs}: {ratio:.2f} (target <= {target})")
+        floor = medians["floor: mcp-server-time over raw pipes"]
+        peer = medians["inspector: mcp-server-time get_current_time"]
+        print(f"the floor / the Inspector: {floor / peer:.2f} (no client can go under it)")
 
 
 if __name__ == "__main__":
