@@ -88,12 +88,12 @@ class Matcher:
         kind, operand = self.kind, self.operand
         if kind == "present":
             return (value is not MISSING) is operand
+        if kind == "any":  # each alternative judges a missing value (`{present: false}` can)
+            return any(m.holds(value, strict) for m in operand)
         if value is MISSING:
             return False
         if kind == "not":
             return not operand.holds(value, not strict)
-        if kind == "any":
-            return any(m.holds(value, strict) for m in operand)
         if kind == "range":
             if isinstance(value, bool) or not isinstance(value, int | float):
                 return False

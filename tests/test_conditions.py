@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bundlectl.conditions import ConditionError, compile_matcher, normalised
+from bundlectl.conditions import MISSING, ConditionError, compile_matcher, normalised
 from tests.conftest import Run, write
 
 DOCS_ONLY = """
@@ -109,10 +109,63 @@ def test_a_bad_condition_is_a_load_error_with_its_position(project: Path, run: R
         ({"path": "docs/**"}, "/docs/a", True, True),  # an absolute path always matches a deny
         ({"not": "main"}, "dev", False, True),
         (True, 1, False, False),  # true is not 1
+        (["main", {"present": False}], MISSING, True, True),  # a missing value, named as one
+        (["main", "dev"], MISSING, True, False),
     ],
 )
 def test_matchers(raw: Any, value: Any, strict: bool, holds: bool) -> None:
-    assert compile_matcher(raw).holds(value, strict) is holds, json.dumps(raw)
+    assert compile_matcher(raw).holds(value, strict) is holds, repr(raw)
+
+
+def test_lint_flags_an_unknown_argument_and_a_deny_a_call_escapes_by_omitting_it(
+    project: Path, run: Run
+) -> None:
+    """BCL211: `pth` is no argument of write_file (did you mean 'path'?); BCL212: a deny on an
+    optional argument without a default lets a call that omits it through — and no longer
+    once `{present: false}` is an alternative."""
+    write(
+        project / "bundlectl.yaml",
+        """
+        version: 1
+        servers:
+          git:
+            command: git-mcp
+            tools:
+              - name: git_push
+                input_schema:
+                  type: object
+                  properties: {branch: {type: string}, force: {type: boolean, default: false}}
+        bundles: [basic]
+        agents:
+          dev:
+            allow:
+              - git.git_push
+              - {tool: files.write_file, args: {pth: {path: "docs/**"}}}
+            deny:
+              - {tool: git.git_push, args: {branch: [main]}}
+              - {tool: git.git_push, args: {force: true}}
+        policy: {default: deny}
+        """,
+    )
+    assert run("lock").code == 0
+    found = run("lint", "--format", "json")
+    findings = {(f["rule"], f["line"]): f["message"] for f in json.loads(found.out)["findings"]}
+    assert "did you mean 'path'?" in findings[("BCL211", 15)]
+    assert "a call that omits it is not denied" in findings[("BCL212", 17)]
+    assert ("BCL212", 18) not in findings  # force has a default: an omitted one is false
+    # two denies with different conditions do not cover each other (BCL202 said they did)
+    assert not [key for key in findings if key[0] in ("BCL201", "BCL202")]
+    fixed = (
+        (project / "bundlectl.yaml")
+        .read_text()
+        .replace("{branch: [main]}", "{branch: [main, {present: false}]}")
+    )
+    (project / "bundlectl.yaml").write_text(fixed)
+    assert run("lock").code == 0
+    again = json.loads(run("lint", "--format", "json").out)["findings"]
+    assert not [f for f in again if f["rule"] == "BCL212"]
+    blocked = run("policy", "check", "-a", "dev", "git.git_push", "--args", "{}")
+    assert blocked.code == 3  # a push that names no branch is denied now
 
 
 def test_paths_are_normalised_lexically() -> None:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from typing import Any
 
 from bundlectl.catalog import agent_row
+from bundlectl.conditions import MISSING
 from bundlectl.lint.context import Context, at
 from bundlectl.lint.rules import Finding
 from bundlectl.models import ProjectConfig
 from bundlectl.patterns import part_matches, split_rule
 from bundlectl.policy import CompiledAgent, Rule
 from bundlectl.resolution import Resolution
+from bundlectl.suggest import Suggester
 from bundlectl.yamlio import YamlDoc, YamlPath
 
 
@@ -57,7 +60,7 @@ def overridden_and_shadowed(ctx: Context) -> Iterator[Finding]:
                 deniers = (
                     r
                     for r in compiled.rules
-                    if r.effect == "deny" and catalog.mask(r.pattern) & mask
+                    if r.effect == "deny" and r.condition is None and catalog.mask(r.pattern) & mask
                 )
                 by = ", ".join(r.label for r in itertools.islice(deniers, 3))
                 yield at(
@@ -104,7 +107,8 @@ class _Cover:
         if union is None:
             union = self._unions[member] = dict.fromkeys(("allow", "ask", "deny"), 0)
             for rule in self.specs[member].rules:
-                union[rule.effect] |= self.catalog.mask(rule.pattern)
+                if rule.condition is None:  # a rule with conditions covers no call for sure
+                    union[rule.effect] |= self.catalog.mask(rule.pattern)
         return union
 
     def first(self, compiled: CompiledAgent, rule: Rule, mask: int) -> Rule | None:
@@ -119,7 +123,7 @@ class _Cover:
                 if other is rule:
                     before = False
                     continue
-                if other.effect != rule.effect:
+                if other.effect != rule.effect or other.condition is not None:
                     continue
                 theirs = self.catalog.mask(other.pattern)
                 if not mask & ~theirs and (theirs != mask or before):
@@ -280,3 +284,80 @@ def detokenize_targets(ctx: Context) -> Iterator[Finding]:
             f"{pattern!r} matches no declared tool",
             anchor=pattern,
         )
+
+
+def condition_arguments(ctx: Context) -> Iterator[Finding]:
+    """BCL211: a condition names an argument no tool the rule matches declares (a typo that
+    makes an allow never hold and a deny never deny); BCL212: a deny or ask condition names an
+    argument that a call may omit and that has no default, so a call that omits it is not
+    caught by the rule. Only tools with a declared input schema are judged."""
+    parts = _parts(ctx)
+    if parts is None:
+        return
+    resolution, doc, model = parts
+    for agent in model.agents:
+        for path, rule in _own_rules(resolution, agent):
+            if rule.condition is None or not rule.condition.args:
+                continue
+            schemas = _declared_schemas(resolution, rule)
+            if not schemas:
+                continue
+            for key, place, matcher in rule.condition.args:
+                name = place[0] if place else key
+                where = (*path, "args", key)
+                having = [s for s in schemas if name in _properties(s)]
+                if not having:
+                    known = sorted({p for s in schemas for p in _properties(s)})
+                    close = Suggester(known).closest(name, n=1, cutoff=0.6)
+                    maybe = f"; did you mean {close[0]!r}?" if close else ""
+                    yield at(
+                        "BCL211",
+                        doc,
+                        where,
+                        f"no tool {rule.pattern!r} matches has an argument {name!r} "
+                        f"(they have: {', '.join(known) or 'none'}){maybe}",
+                        key=True,
+                        anchor=f"{rule.pattern}:{key}",
+                    )
+                    continue
+                if rule.effect == "allow" or len(place) != 1 or matcher.holds(MISSING, True):
+                    continue  # (a matcher that names a missing value catches the omission)
+                optional = [
+                    s
+                    for s in having
+                    if name not in (s.get("required") or [])
+                    and "default" not in _properties(s)[name]
+                ]
+                if optional:
+                    yield at(
+                        "BCL212",
+                        doc,
+                        where,
+                        f"{name!r} is optional and has no default: a call that omits it is not "
+                        f"{'denied' if rule.effect == 'deny' else 'asked about'} by this rule",
+                        key=True,
+                        anchor=f"{rule.pattern}:{key}",
+                    )
+
+
+def _declared_schemas(resolution: Resolution, rule: Rule) -> list[dict[str, Any]]:
+    """The declared input schemas (with properties) of the tools `rule` names."""
+    server_part, tool_part = rule.parts
+    out = []
+    for merged in resolution.merged.servers.values():
+        if not part_matches(server_part, merged.name):
+            continue
+        for tool in merged.spec.tools:
+            schema = tool.input_schema
+            if (
+                part_matches(tool_part, tool.name)
+                and isinstance(schema, dict)
+                and _properties(schema)
+            ):
+                out.append(schema)
+    return out
+
+
+def _properties(schema: dict[str, Any]) -> dict[str, Any]:
+    properties = schema.get("properties")
+    return properties if isinstance(properties, dict) else {}

@@ -48,6 +48,7 @@ CHECKS: list[Check] = [
     checks_policy.future_tools,
     checks_policy.policy_tests,
     checks_policy.detokenize_targets,
+    checks_policy.condition_arguments,
     checks_secrets.plaintext_secrets,
     checks_secrets.literal_tokens,
     checks_secrets.missing_env,

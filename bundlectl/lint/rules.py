@@ -238,6 +238,24 @@ RULES = _rules(
         "Write the server.tool of a declared tool (see bundlectl tools).",
     ),
     RuleInfo(
+        "BCL211",
+        "condition-unknown-argument",
+        "warning",
+        "A rule's argument condition names an argument that no tool the rule matches declares: "
+        "an allow with it never holds, a deny never denies.",
+        "Use the argument's name as the tool's input schema writes it (`bundlectl tools "
+        "--detail full`).",
+    ),
+    RuleInfo(
+        "BCL212",
+        "deny-condition-on-optional-argument",
+        "warning",
+        "A deny or ask condition names an argument a call may omit and that has no default: "
+        "a call that omits it is not caught by the rule.",
+        "Add `{present: false}` as an alternative (`[main, {present: false}]`), or deny in a "
+        "`when:` that treats a missing argument as a match.",
+    ),
+    RuleInfo(
         "BCL301",
         "plaintext-secret",
         "error",
