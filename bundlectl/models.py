@@ -349,18 +349,42 @@ class PolicySettings(StrictModel):
     )
 
 
+class CallCase(BaseModel):
+    """A call of a tool with these arguments, for a policy test of argument conditions."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    tool: str = Field(description="The server.tool called.")
+    args: dict[str, Any] = Field(default_factory=dict, description="The call's arguments.")
+
+
+CaseEntry = Annotated[
+    Annotated[str, Tag("pattern")] | Annotated[CallCase, Tag("conditional")],
+    Discriminator(lambda value: "conditional" if isinstance(value, dict | CallCase) else "pattern"),
+    Field(
+        description="A server.tool name, or {tool: server.tool, args: {...}}: a call with those "
+        "arguments (the rules' conditions are checked)."
+    ),
+]
+
+
+def tested_tool(entry: str | CallCase) -> str:
+    """The server.tool of a test entry."""
+    return entry if isinstance(entry, str) else entry.tool
+
+
 class PolicyTest(StrictModel):
     """A declarative expectation about the policy, checked by lint."""
 
     agent: Name
-    allow: list[str] = Field(
-        default_factory=_empty_list, description="server.tool names that must be allowed."
+    allow: list[CaseEntry] = Field(
+        default_factory=_empty_list, description="Calls (tools) that must be allowed."
     )
-    ask: list[str] = Field(
-        default_factory=_empty_list, description="server.tool names that must need asking."
+    ask: list[CaseEntry] = Field(
+        default_factory=_empty_list, description="Calls (tools) that must need asking."
     )
-    deny: list[str] = Field(
-        default_factory=_empty_list, description="server.tool names that must be denied."
+    deny: list[CaseEntry] = Field(
+        default_factory=_empty_list, description="Calls (tools) that must be denied."
     )
 
 

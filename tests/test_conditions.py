@@ -236,3 +236,35 @@ def test_the_audit_record_names_the_condition_never_the_value(
     rule = "agents.docs.allow: files.write_file (bundlectl.yaml:7:9)"
     assert denied["conditions_failed"] == [f'{rule}: path {{"path": "docs/**"}} does not hold']
     assert "secret-place" not in log and "docs/a.md" not in log
+
+
+def test_policy_tests_check_calls_with_arguments(docs_project: Path, run: Run) -> None:
+    """`tests:` entries may be calls ({tool, args}): lint decides them with their arguments,
+    and says which call broke the expectation."""
+    config = docs_project / "bundlectl.yaml"
+    config.write_text(
+        config.read_text()
+        + """tests:
+  - agent: docs
+    allow: [files.read_file, {tool: files.write_file, args: {path: docs/a.md}}]
+    deny:
+      - {tool: files.write_file, args: {path: docs/../.github/ci.yml}}
+      - {tool: files.write_file, args: {path: src/main.py}}
+"""
+    )
+    assert run("lock").code == 0
+    assert not [
+        f
+        for f in json.loads(run("lint", "--format", "json").out)["findings"]
+        if f["rule"] == "BCL209"
+    ]
+    config.write_text(config.read_text().replace("path: src/main.py", "path: docs/main.py"))
+    assert run("lock").code == 0
+    (broken,) = [
+        f
+        for f in json.loads(run("lint", "--format", "json").out)["findings"]
+        if f["rule"] == "BCL209"
+    ]
+    call = 'files.write_file with {"path": "docs/main.py"}'
+    assert broken["message"].startswith(f"expected deny for agent 'docs' on {call}, got allow")
+    assert broken["line"] == 14  # the entry that broke it

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,7 +11,7 @@ from bundlectl.catalog import agent_row
 from bundlectl.conditions import MISSING
 from bundlectl.lint.context import Context, at
 from bundlectl.lint.rules import Finding
-from bundlectl.models import ProjectConfig
+from bundlectl.models import ProjectConfig, tested_tool
 from bundlectl.patterns import part_matches, split_rule
 from bundlectl.policy import CompiledAgent, Rule
 from bundlectl.resolution import Resolution
@@ -236,8 +237,10 @@ def policy_tests(ctx: Context) -> Iterator[Finding]:
     for index, test in enumerate(model.tests):
         compiled = resolution.policy.agent(test.agent)
         for want in ("allow", "ask", "deny"):
-            for position, name in enumerate(getattr(test, want)):
+            for position, entry in enumerate(getattr(test, want)):
                 path: YamlPath = ("tests", index, want, position)
+                name = tested_tool(entry)
+                arguments = None if isinstance(entry, str) else entry.args
                 server, dot, tool = name.partition(".")
                 if not dot:
                     yield at(
@@ -248,16 +251,23 @@ def policy_tests(ctx: Context) -> Iterator[Finding]:
                         anchor=name,
                     )
                     continue
-                got = compiled.decide(server, tool, interactive=True)
+                got = compiled.decide(
+                    server,
+                    tool,
+                    interactive=True,
+                    arguments=arguments,
+                    schema=_declared_schema(resolution, server, tool) if arguments else None,
+                )
                 if got.effect != want:
                     by = f"{got.rule.label} ({got.rule.origin})" if got.rule else got.reason
+                    call = f"{name} with {json.dumps(arguments)}" if arguments else name
                     yield at(
                         "BCL209",
                         doc,
                         path,
                         f"expected {want} for agent {test.agent!r} "
-                        f"on {name}, got {got.effect}: {by}",
-                        anchor=f"{test.agent}:{name}:{want}",
+                        f"on {call}, got {got.effect}: {by}",
+                        anchor=f"{test.agent}:{call}:{want}",
                     )
 
 
@@ -356,6 +366,14 @@ def _declared_schemas(resolution: Resolution, rule: Rule) -> list[dict[str, Any]
             ):
                 out.append(schema)
     return out
+
+
+def _declared_schema(resolution: Resolution, server: str, tool: str) -> dict[str, Any] | None:
+    merged = resolution.merged.servers.get(server)
+    for declared in merged.spec.tools if merged is not None else []:
+        if declared.name == tool and isinstance(declared.input_schema, dict):
+            return declared.input_schema
+    return None
 
 
 def _properties(schema: dict[str, Any]) -> dict[str, Any]:
