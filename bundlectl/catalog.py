@@ -185,6 +185,7 @@ class Row:
     agent: str
     allow: int
     ask: int
+    conditional: int = 0  # tools a rule with argument conditions names: "depends on the call"
 
     def effect(self, index: int) -> Effect:
         bit = 1 << index
@@ -232,7 +233,10 @@ def agent_row(agent: CompiledAgent, catalog: Catalog) -> Row:
         locked = sum(1 << catalog.index[key] for key in policy.locked_tools if key in catalog.index)
         unpinned = catalog.full & ~locked
     allow, ask = agent.grant(masks["deny"], masks["ask"], masks["allow"], unpinned, catalog.full)
-    return Row(agent.name, allow, ask)
+    conditional = 0
+    for rule in agent.with_conditions:
+        conditional |= catalog.mask(rule.pattern)
+    return Row(agent.name, allow, ask, conditional)
 
 
 _WORD = re.compile(r"[a-z0-9]+")

@@ -302,6 +302,11 @@ class CompiledAgent:
         effect = self.decide(server, "\x00any tool", interactive=True).effect
         return effect if effect != "deny" else None
 
+    @property
+    def with_conditions(self) -> list[Rule]:
+        """Every rule of the agent that has argument conditions."""
+        return [rule for effect in EFFECTS for rule in self._conditional[effect]]
+
     def conditional_rules(self, server: str) -> list[Rule]:
         """The rules with argument conditions that can apply to a tool of `server`."""
         return [

@@ -268,3 +268,14 @@ def test_policy_tests_check_calls_with_arguments(docs_project: Path, run: Run) -
     call = 'files.write_file with {"path": "docs/main.py"}'
     assert broken["message"].startswith(f"expected deny for agent 'docs' on {call}, got allow")
     assert broken["line"] == 14  # the entry that broke it
+
+
+def test_the_matrix_marks_what_depends_on_the_arguments(docs_project: Path, run: Run) -> None:
+    text = run("policy", "matrix", "--agent", "docs")
+    rows = {line.split()[0]: line.split()[1:] for line in text.out.splitlines()[1:]}
+    assert rows["files.write_file"] == ["allow?"] and rows["files.read_file"] == ["allow"]
+    assert "?: the decision depends on the call's arguments" in text.out
+    data = json.loads(run("policy", "matrix", "--agent", "docs", "--format", "json").out)
+    assert data["conditional"] == {"docs": ["files.write_file"]}
+    csv = run("policy", "matrix", "--agent", "docs", "--format", "csv").out
+    assert "files.write_file,allow?" in csv

@@ -249,9 +249,32 @@ class _Matrix:
     agents: list[str]
     tools: list[str]
     rows: list[Row]
+    catalog: Any = None  # the Catalog the masks index
 
     def columns(self) -> dict[str, list[str]]:
-        return {row.agent: list(row.effects(len(self.tools))) for row in self.rows}
+        """Each agent's cells: the effect, marked `?` where it depends on the call's arguments
+        (a rule with conditions names the tool)."""
+        out: dict[str, list[str]] = {}
+        for row in self.rows:
+            cells: list[str] = list(row.effects(len(self.tools)))
+            bits = row.conditional
+            while bits:
+                low = bits & -bits
+                index = low.bit_length() - 1
+                cells[index] += "?"
+                bits ^= low
+            out[row.agent] = cells
+        return out
+
+    @property
+    def conditional(self) -> bool:
+        return any(row.conditional for row in self.rows)
+
+
+LEGEND = (
+    "?: the decision depends on the call's arguments (a rule with conditions names the tool; "
+    "`bundlectl policy explain --agent A TOOL` shows them)"
+)
 
 
 def _matrix_json(matrix: _Matrix) -> None:
@@ -264,6 +287,12 @@ def _matrix_json(matrix: _Matrix) -> None:
             "agents": matrix.agents,
             "tools": matrix.tools,
             "effects": Lazy(effects, mapping=True),
+            # per agent, the tools whose decision depends on the call's arguments
+            "conditional": {
+                row.agent: matrix.catalog.names(row.conditional)
+                for row in matrix.rows
+                if row.conditional
+            },
         },
         expand=2,
     )
@@ -288,6 +317,8 @@ def _matrix_text(matrix: _Matrix) -> None:
         [[tool, *(columns[a][i] for a in matrix.agents)] for i, tool in enumerate(matrix.tools)],
         header=["TOOL", *matrix.agents],
     )
+    if matrix.conditional:
+        out(LEGEND)
 
 
 MATRIX_REPORTERS: dict[MatrixFormat, Callable[[_Matrix], None]] = {
@@ -305,5 +336,5 @@ def matrix(
     policy.require_listed(agents, unlisted=unlisted)
     names = agents or policy.agents
     rows = [agent_row(policy.agent(a), catalog) for a in names]
-    MATRIX_REPORTERS[fmt](_Matrix(list(names), [t.qualified for t in catalog.tools], rows))
+    MATRIX_REPORTERS[fmt](_Matrix(list(names), [t.qualified for t in catalog.tools], rows, catalog))
     return 0
