@@ -4,6 +4,8 @@
 
 1. One agent with 1,000 rules over a catalog of 5,000 tools (50 servers x 100 tools): compile
    once, then decide each of the 5,000 tools; median time per decision. Target <= 5 us.
+   Then with 200 of the 1,000 rules carrying argument conditions (matchers, then CEL), each
+   decision made on a call's arguments. Targets <= 10 us and <= 25 us.
 2. `policy matrix` for 1,000 agents x 5,000 tools: engine + CSV rendering in memory.
    Target <= 5 s. With --cli, also the whole `bundlectl policy matrix --format csv` on a
    generated project (YAML parse, validation, resolution included).
@@ -84,6 +86,44 @@ def bench_decisions() -> None:
     )
 
 
+def bench_conditional_decisions() -> None:
+    """1,000 rules of which 200 have argument conditions (matchers; then CEL `when:`): each
+    decision is made with a call's arguments. Targets: <= 10 us, CEL <= 25 us."""
+    from bundlectl.conditions import compile_condition
+
+    for label, make in (
+        ("matchers", lambda i: compile_condition({"path": {"path": f"docs{i % 7}/**"}}, None)),
+        ("CEL when:", lambda i: compile_condition(None, f'args.path.startsWith("docs{i % 7}/")')),
+    ):
+        rng = random.Random(3)
+        plain = list(rules_for(rng, "big", 800))
+        conditional = [
+            Rule(random_pattern(rng), rng.choice(["allow", "deny"]), ORIGIN, "big", make(i))
+            for i in range(200)
+        ]
+        rules = tuple(plain + conditional)
+        policy = Policy(PolicySet({"big": AgentSpec("big", ORIGIN, rules)}, "deny"))
+        compiled = policy.agent("big")
+        tools = [(s, t) for s in SERVERS for t in TOOLS]
+        rng.shuffle(tools)
+        arguments = {"path": "docs3/readme.md", "content": "x"}
+        named = [
+            (s, t) for s, t in tools if any(r.matches(s, t) for r in conditional)
+        ]  # the tools whose decision checks a condition
+        for which, chosen in (("all tools", tools), ("tools a conditional rule names", named)):
+            per_call = []
+            for _ in range(6):
+                start = time.perf_counter()
+                for server, tool in chosen:
+                    compiled.decide(server, tool, arguments=arguments)
+                per_call.append((time.perf_counter() - start) / len(chosen) * 1e6)
+            print(
+                f"1 agent x 1,000 rules (200 with {label}), {len(chosen):,} {which}, decided "
+                f"on arguments: first pass {per_call[0]:.2f} us, then median "
+                f"{statistics.median(per_call[1:]):.2f} us per decision"
+            )
+
+
 def matrix_policy(rng: random.Random) -> Policy:
     agents = {}
     for i in range(1000):
@@ -161,6 +201,7 @@ def main() -> None:
     parser.add_argument("--cli", action="store_true", help="also run the CLI end to end")
     args = parser.parse_args()
     bench_decisions()
+    bench_conditional_decisions()
     bench_matrix()
     if args.cli:
         bench_cli()

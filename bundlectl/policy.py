@@ -206,6 +206,9 @@ class CompiledAgent:
     rules: list[Rule]
     chain: list[str]  # the agent and its ancestors, nearest first
     policy: PolicySet
+    _conditional_memo: dict[tuple[str, str], dict[Effect, list[Rule]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @cached_property
     def _matchers(self) -> dict[Effect, _Matcher]:
@@ -224,6 +227,22 @@ class CompiledAgent:
             for effect in EFFECTS
         }
 
+    def _conditional_of(self, server: str, tool: str) -> dict[Effect, list[Rule]]:
+        """Per effect, the rules with conditions that name `server.tool`: found once per tool
+        (a decision is then not a scan of every such rule), remembered for up to 65,536
+        tools."""
+        key = (server, tool)
+        found = self._conditional_memo.get(key)
+        if found is None:
+            if len(self._conditional_memo) >= 65536:
+                self._conditional_memo.clear()
+            found = {
+                effect: [r for r in self._conditional[effect] if r.matches(server, tool)]
+                for effect in EFFECTS
+            }
+            self._conditional_memo[key] = found
+        return found
+
     def _applies(
         self,
         effect: Effect,
@@ -237,7 +256,7 @@ class CompiledAgent:
         failed. Without `arguments` a conditional grant counts as applying and a conditional
         deny as not: what the call could get (listing a tool, `tools`, export)."""
         rule = self._matchers[effect].first(server, tool)
-        conditional = [r for r in self._conditional[effect] if r.matches(server, tool)]
+        conditional = self._conditional_of(server, tool)[effect]
         failed: list[str] = []
         if rule is not None or not conditional:
             return rule, bool(conditional), failed
@@ -355,7 +374,7 @@ class CompiledAgent:
         """The decision for a call of `server.tool`; with `arguments` (and the tool's input
         `schema`, for defaults) the rules' argument conditions are checked."""
         pol = self.policy
-        if any(self._conditional.values()):
+        if any(self._conditional.values()) and any(self._conditional_of(server, tool).values()):
             deny, d_cond, _ = self._applies("deny", server, tool, arguments, schema)
             ask, a_cond, a_failed = self._applies("ask", server, tool, arguments, schema)
             allow, l_cond, l_failed = self._applies("allow", server, tool, arguments, schema)
