@@ -58,6 +58,17 @@ def test_serve_decides_on_the_arguments(docs_project: Path) -> None:
     assert not inside.is_error and (docs_project / "docs" / "b.md").read_text() == "ok"
     assert outside.is_error and "unknown tool" in texts(outside)[0]  # a deny, said as ever
 
+    async def search(client: Any) -> Any:
+        found = await client.call_tool("search_tools", {"query": "write", "detail": "summary"})
+        return json.loads(texts(found)[0])["tools"]
+
+    (found,) = [
+        t
+        for t in serve_in_process(docs_project, "docs", search, "search")
+        if t["name"] == "files.write_file"
+    ]
+    assert found["conditions"] == ['allow if path {"path": "docs/**"}']  # the model is told
+
 
 def test_export_refuses_a_conditional_rule_and_auto_takes_the_gateway(
     docs_project: Path, run: Run
@@ -279,3 +290,16 @@ def test_the_matrix_marks_what_depends_on_the_arguments(docs_project: Path, run:
     assert data["conditional"] == {"docs": ["files.write_file"]}
     csv = run("policy", "matrix", "--agent", "docs", "--format", "csv").out
     assert "files.write_file,allow?" in csv
+
+
+def test_tools_shows_the_conditions_of_an_agents_tools(docs_project: Path, run: Run) -> None:
+    text = run("tools", "-a", "docs", "--detail", "name")
+    assert text.out.splitlines() == [
+        "files.read_file",
+        'files.write_file  [allow if path {"path": "docs/**"}]',
+    ]
+    data = json.loads(run("tools", "-a", "docs", "--format", "json").out)
+    (write_file,) = [t for t in data["tools"] if t["tool"] == "write_file"]
+    assert write_file["conditions"] == [
+        {"effect": "allow", "if": 'path {"path": "docs/**"}', "source": "bundlectl.yaml:7:9"}
+    ]

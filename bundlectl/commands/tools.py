@@ -16,6 +16,7 @@ from bundlectl.models import ToolSpec
 from bundlectl.options import Detail, Format, Names
 from bundlectl.output import JSON_FORMAT_VERSION, emit_json, out
 from bundlectl.patterns import gateway_name
+from bundlectl.policy import Rule
 from bundlectl.project import load_project
 from bundlectl.resolution import Resolution, resolve_project
 
@@ -64,38 +65,57 @@ def run(
         return run_live(resolution, server=server, fmt=fmt)
     chosen = select(resolution, agent=agent, server=server, query=query)
     naming = resolution.project.config.gateway.names  # as `serve` names them
+    compiled = resolution.policy.agent(agent) if agent is not None else None
+
+    def conditions(ref: ToolRef) -> list[Rule]:
+        """The agent's rules with argument conditions that name the tool (SPEC 10)."""
+        if compiled is None or not compiled.with_conditions:
+            return []
+        return [r for r in compiled.conditional_matching(ref.server, ref.tool) if r.condition]
+
     if fmt is Format.json:
-        emit_json(
-            {
-                "format_version": JSON_FORMAT_VERSION,
-                "agent": agent,
-                "tools": [
-                    _as_json(ref, _spec(ref), effect, detail, naming) for ref, effect in chosen
-                ],
-            }
-        )
+        items = []
+        for ref, effect in chosen:
+            item = _as_json(ref, _spec(ref), effect, detail, naming)
+            if rules := conditions(ref):
+                item["conditions"] = [
+                    {"effect": r.effect, "if": _condition(r), "source": str(r.origin)}
+                    for r in rules
+                ]
+            items.append(item)
+        emit_json({"format_version": JSON_FORMAT_VERSION, "agent": agent, "tools": items})
         return 0
     for ref, effect in chosen:
-        spec = _spec(ref)
         mark = "  [ask]" if effect == "ask" else ""
+        if rules := conditions(ref):  # what the call's arguments decide
+            mark += "  [" + "; ".join(f"{r.effect} if {_condition(r)}" for r in rules) + "]"
         shown = ref.qualified
         if names is Names.gateway:
             shown = f"{gateway_name(ref.server, ref.tool, naming)}  ({ref.qualified})"
-        if detail == "name":
-            out(f"{shown}{mark}")
-            continue
-        flags = tool_flags(spec)
-        out(f"{shown}{mark}  {first_line(spec.description)}" + (f"  {flags}" if flags else ""))
-        if detail == "full":
-            if spec.annotations:
-                out(f"    annotations: {json.dumps(spec.annotations, sort_keys=True)}")
-            schema = json.dumps(spec.input_schema, indent=2, sort_keys=True)
-            out("    input schema:")
-            for line in schema.splitlines():
-                out(f"      {line}")
+        _print_tool(f"{shown}{mark}", _spec(ref), detail)
     if not chosen:
         out("(no tools)")
     return 0
+
+
+def _condition(rule: Rule) -> str:
+    assert rule.condition is not None
+    return str(rule.condition.describe())
+
+
+def _print_tool(head: str, spec: ToolSpec, detail: Detail) -> None:
+    if detail == "name":
+        out(head)
+        return
+    flags = tool_flags(spec)
+    out(f"{head}  {first_line(spec.description)}" + (f"  {flags}" if flags else ""))
+    if detail == "full":
+        if spec.annotations:
+            out(f"    annotations: {json.dumps(spec.annotations, sort_keys=True)}")
+        schema = json.dumps(spec.input_schema, indent=2, sort_keys=True)
+        out("    input schema:")
+        for line in schema.splitlines():
+            out(f"      {line}")
 
 
 def _spec(ref: ToolRef) -> ToolSpec:

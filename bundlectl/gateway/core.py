@@ -946,7 +946,16 @@ class Gateway:
             for name, tool in sorted(found)
         ]
         ranked = [ref for _, ref in search(refs, query)] if query.strip() else refs
-        items = [_describe(ref.server, found[(ref.server, ref.tool)], detail) for ref in ranked]
+        compiled = self.pipeline.resolution.policy.agent(self.agent)
+        items = []
+        for ref in ranked:
+            item = _describe(ref.server, found[(ref.server, ref.tool)], detail)
+            rules = compiled.conditional_matching(ref.server, ref.tool)
+            if rules and isinstance(item, dict):  # which calls the policy lets through
+                item["conditions"] = [
+                    f"{r.effect} if {r.condition.describe()}" for r in rules if r.condition
+                ]
+            items.append(item)
         shown = items[: max(1, limit)]
         payload = {"tools": shown, "more": len(items) - len(shown)}
         text = types.TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))
