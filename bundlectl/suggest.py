@@ -10,7 +10,7 @@ index of trigrams first picks the candidates that share the most with the word.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 _DIRECT = 1000  # up to this many names, every one is scored (about 5 µs per 100 names)
 _SHORTLIST = 64
@@ -58,13 +58,13 @@ class Suggester:
         return [self.names[i] for i in sorted(i for i, _ in shared.most_common(_SHORTLIST))]
 
 
-def tool_suggestions(known: Iterable[tuple[str, str]], server: str, tool: str) -> list[str]:
+def tool_suggestions(known: Collection[tuple[str, str]], server: str, tool: str) -> list[str]:
     """`server.tool` names close to a call's, from `known` (server, tool) pairs: first the
     server's own tools, else the same tool under a close server name; none when the name is
-    known."""
-    pairs = set(known)
-    if (server, tool) in pairs:
+    known (checked first: a refusal of a known tool costs no scan)."""
+    if (server, tool) in known:
         return []
+    pairs = list(known)
     own = [t for s, t in pairs if s == server]
     if own:
         return [f"{server}.{t}" for t in Suggester(own).closest(tool, n=2, cutoff=0.6)]
