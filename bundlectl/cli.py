@@ -681,6 +681,7 @@ def server(
             help="files: let this policy file, registry or .git path be written (repeatable).",
         ),
     ] = None,
+    config: ConfigOpt = None,
 ) -> int:
     """Run a built-in MCP server (files, review) for any MCP client.
 
@@ -689,6 +690,8 @@ def server(
     """
     from bundlectl.commands import server as cmd
 
+    if root is None and config is not None:  # the project of that config
+        root = config.resolve().parent
     return cmd.run(name, root=root, transport=transport, host=host, port=port, unprotect=unprotect)
 
 

@@ -231,3 +231,38 @@ def test_a_tool_name_typo_gets_a_did_you_mean(
     assert "hint: did you mean files.read_file" in called.err
     checked = run("policy", "check", "-a", "reader", "files.raed_file")
     assert "did you mean files.read_file" in checked.err
+
+
+def test_server_c_serves_that_configs_folder(tmp_path: Path) -> None:
+    """`-c` is the project, as for every command that reads one: `server files -c
+    other/bundlectl.yaml` works in `other/` (it refused the option)."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import INITIALIZE
+    from tests.test_gateway import read_lines
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "bundlectl.yaml").write_text("version: 1\n")
+    (other / "mine.txt").write_text("x")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bundlectl", "server", "files", "-c", str(other / "bundlectl.yaml")],
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    listing = {"name": "list_directory", "arguments": {"path": "."}}
+    for message in (
+        INITIALIZE,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": listing},
+    ):
+        proc.stdin.write(json.dumps(message).encode() + b"\n")
+    proc.stdin.flush()
+    answer = json.loads(read_lines(proc.stdout, 2, timeout=30)[1])
+    proc.communicate(timeout=10)
+    assert "[FILE] mine.txt" in answer["result"]["content"][0]["text"]

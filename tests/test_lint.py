@@ -46,13 +46,18 @@ def test_text_is_sorted_with_a_summary(linted: Path, run: Run) -> None:
     assert result.lines == [
         "bundlectl.yaml:4:19: BCL204 warning wildcard 'files.*' allows destructive tools "
         "without asking: files.write_file (agents.risky.allow[0])",
+        "  hint: Allow the destructive tools explicitly, or list them under ask or deny.",
         "bundlectl.yaml:4:19: BCL207 info 'files.*' will also grant tools its servers add later "
         "(agents.risky.allow[0])",
+        result.lines[3],  # BCL207's hint
         "bundlectl.yaml:5:3: BCL203 warning agent 'typo' can call no tool (agents.typo)",
+        "  hint: Add allow rules, or remove the agent.",
         "bundlectl.yaml:5:18: BCL105 warning rule 'files.raed_file' matches no known tool "
         "(agents.typo.allow[0])",
+        "  hint: did you mean files.read_file?",  # the text output shows each finding's hint
         "0 errors, 3 warnings, 1 info in 1 file",
     ]
+    assert result.lines[3].startswith("  hint: ")
 
 
 def test_fail_level_exit_zero_select_ignore(linted: Path, run: Run) -> None:
@@ -60,7 +65,8 @@ def test_fail_level_exit_zero_select_ignore(linted: Path, run: Run) -> None:
     assert run("lint", "--fail-level", "info", "--exit-zero").code == 0
     only = run("lint", "--select", "BCL105", "--ignore", "BCL1")
     assert only.lines == ["no problems found"]
-    assert [line.split()[1] for line in run("lint", "--select", "BCL2").lines[:-1]] == [
+    selected = run("lint", "--select", "BCL2").lines[:-1]
+    assert [line.split()[1] for line in selected if not line.startswith("  hint:")] == [
         "BCL204",
         "BCL207",
         "BCL203",
@@ -179,7 +185,7 @@ def test_manifests_and_registry_folders(project: Path, run: Run) -> None:
     """,
     )
     result = run("lint", str(project / "reg"))
-    rules = [line.split()[1] for line in result.lines[:-1]]
+    rules = [line.split()[1] for line in result.lines[:-1] if not line.startswith("  hint:")]
     assert rules == ["BCL401", "BCL301"]
     assert result.code == 1
     assert "ghp_" not in result.out

@@ -13,11 +13,15 @@ JSON_VERSION = 1
 
 
 def text(findings: list[Finding]) -> str:
-    lines = [
-        f"{f.file}:{f.line}:{f.column}: {f.rule} {f.severity} {f.message}"
-        + (f" ({f.yaml_path})" if f.yaml_path else "")
-        for f in findings
-    ]
+    """A line per finding, its fix hint indented below it, then the counts."""
+    lines = []
+    for f in findings:
+        lines.append(
+            f"{f.file}:{f.line}:{f.column}: {f.rule} {f.severity} {f.message}"
+            + (f" ({f.yaml_path})" if f.yaml_path else "")
+        )
+        if f.hint:
+            lines.append(f"  hint: {f.hint}")
     counts = Counter(f.severity for f in findings)
     files = len({f.file for f in findings})
     if findings:
