@@ -303,3 +303,12 @@ def test_tools_shows_the_conditions_of_an_agents_tools(docs_project: Path, run: 
     assert write_file["conditions"] == [
         {"effect": "allow", "if": 'path {"path": "docs/**"}', "source": "bundlectl.yaml:7:9"}
     ]
+
+
+def test_codegen_tells_the_code_which_calls_pass(docs_project: Path, run: Run) -> None:
+    assert run("codegen", "-a", "docs", "--out", "gen").code == 0
+    module = (docs_project / "gen" / "servers" / "files" / "write_file.py").read_text()
+    said = " ".join(module.split())  # the docstring is wrapped
+    assert """Policy of agent 'docs' on the arguments: allow if path {"path": "docs/**"}.""" in said
+    read = (docs_project / "gen" / "servers" / "files" / "read_file.py").read_text()
+    assert "Policy of agent" not in read  # no conditions, nothing said

@@ -48,7 +48,7 @@ def run(
     for name, tools in catalogs.items():
         usable = compiled.usable(name, tools, _name)
         if usable:
-            servers.append((name, usable))
+            servers.append((name, [_with_conditions(compiled, name, t) for t in usable]))
     shown = display_path(project.config_path)
     make = generate_typescript if lang == "typescript" else generate
     generated = make(who, servers, config=shown, names=project.config.gateway.names)
@@ -146,3 +146,15 @@ def _prune(folder: Path, out: Path) -> None:
 
 def _name(tool: Any) -> str:
     return str(tool.name)
+
+
+def _with_conditions(compiled: Any, server: str, tool: Any) -> Any:
+    """The tool, its description followed by the agent's argument conditions on it (SPEC 10):
+    the generated docstring tells the code's author which calls the policy lets through."""
+    rules = [r for r in compiled.conditional_matching(server, _name(tool)) if r.condition]
+    if not rules:
+        return tool
+    said = "; ".join(f"{r.effect} if {r.condition.describe()}" for r in rules)
+    note = f"Policy of agent {compiled.name!r} on the arguments: {said}."
+    description = f"{tool.description}\n\n{note}" if tool.description else note
+    return tool.model_copy(update={"description": description})
