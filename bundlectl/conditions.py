@@ -103,6 +103,26 @@ class Matcher:
             return type(value) is type(operand) and bool(value == operand)
         return isinstance(value, str) and _TEXT[kind](operand, value, strict)
 
+    def fits(self, types: set[str]) -> bool:
+        """Whether it can hold for a value of one of the JSON Schema `types` (lint: a matcher
+        that never can is a mistake)."""
+        kind, operand = self.kind, self.operand
+        if kind in ("present", "not"):
+            return True
+        if kind == "any":
+            return any(m.fits(types) for m in operand)
+        if kind == "range":
+            return bool(types & {"number", "integer"})
+        if kind != "literal":
+            return "string" in types
+        if isinstance(operand, bool):
+            return "boolean" in types
+        if isinstance(operand, int):
+            return bool(types & {"number", "integer"})
+        if isinstance(operand, float):
+            return "number" in types or ("integer" in types and operand.is_integer())
+        return ("string" if isinstance(operand, str) else "null") in types
+
 
 def _path_holds(pattern: str, value: str, strict: bool) -> bool:
     clean = normalised(value)

@@ -155,6 +155,7 @@ def test_lint_flags_an_unknown_argument_and_a_deny_a_call_escapes_by_omitting_it
             deny:
               - {tool: git.git_push, args: {branch: [main]}}
               - {tool: git.git_push, args: {force: true}}
+              - {tool: git.git_push, args: {force: {min: 1}}}
         policy: {default: deny}
         """,
     )
@@ -164,6 +165,7 @@ def test_lint_flags_an_unknown_argument_and_a_deny_a_call_escapes_by_omitting_it
     assert "did you mean 'path'?" in findings[("BCL211", 15)]
     assert "a call that omits it is not denied" in findings[("BCL212", 17)]
     assert ("BCL212", 18) not in findings  # force has a default: an omitted one is false
+    assert "can never hold for 'force', declared boolean" in findings[("BCL213", 19)]
     # two denies with different conditions do not cover each other (BCL202 said they did)
     assert not [key for key in findings if key[0] in ("BCL201", "BCL202")]
     fixed = (

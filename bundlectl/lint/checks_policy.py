@@ -330,6 +330,17 @@ def condition_arguments(ctx: Context) -> Iterator[Finding]:
                         anchor=f"{rule.pattern}:{key}",
                     )
                     continue
+                types = _declared_types([_properties(s)[name] for s in having])
+                if len(place) == 1 and types and not matcher.fits(types):
+                    yield at(
+                        "BCL213",
+                        doc,
+                        where,
+                        f"{matcher.text} can never hold for {name!r}, declared "
+                        f"{' or '.join(sorted(types))}: the rule applies to no call",
+                        key=True,
+                        anchor=f"{rule.pattern}:{key}:type",
+                    )
                 if rule.effect == "allow" or len(place) != 1 or matcher.holds(MISSING, True):
                     continue  # (a matcher that names a missing value catches the omission)
                 optional = [
@@ -374,6 +385,20 @@ def _declared_schema(resolution: Resolution, server: str, tool: str) -> dict[str
         if declared.name == tool and isinstance(declared.input_schema, dict):
             return declared.input_schema
     return None
+
+
+def _declared_types(properties: list[Any]) -> set[str]:
+    """The JSON types the argument's schemas declare (empty: some schema does not say)."""
+    found: set[str] = set()
+    for prop in properties:
+        declared = prop.get("type") if isinstance(prop, dict) else None
+        if isinstance(declared, str):
+            found.add(declared)
+        elif isinstance(declared, list) and all(isinstance(t, str) for t in declared):
+            found.update(declared)
+        else:
+            return set()
+    return found
 
 
 def _properties(schema: dict[str, Any]) -> dict[str, Any]:

@@ -256,6 +256,15 @@ RULES = _rules(
         "`when:` that treats a missing argument as a match.",
     ),
     RuleInfo(
+        "BCL213",
+        "condition-type-mismatch",
+        "warning",
+        "A matcher can never hold for the argument's declared type (a glob on an integer, a "
+        "range on a string, a literal of another type): the rule applies to no call.",
+        "Write a matcher of the argument's type (numbers: {min:, max:}; strings: a glob, "
+        "{re:} or {path:}).",
+    ),
+    RuleInfo(
         "BCL301",
         "plaintext-secret",
         "error",
