@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import os
 import random
 import statistics
@@ -156,6 +157,13 @@ def bench_matrix() -> None:
     )
 
 
+def _rule_yaml(rule: Rule) -> str:
+    """A rule as a flow-style YAML item: its pattern, or a mapping with its conditions."""
+    if rule.condition is None:
+        return f"'{rule.pattern}'"
+    return json.dumps({"tool": rule.pattern, **rule.condition.canonical})
+
+
 def write_project(root: Path, policy: Policy) -> None:
     """A bundlectl.yaml with 50 servers x 100 declared tools and the policy's agents."""
     lines = ["version: 1", "servers:"]
@@ -168,7 +176,7 @@ def write_project(root: Path, policy: Policy) -> None:
         if spec.extends:
             lines.append(f"    extends: [{', '.join(p for p, _ in spec.extends)}]")
         for effect in ("allow", "ask", "deny"):
-            pats = [f"'{r.pattern}'" for r in spec.rules if r.effect == effect]
+            pats = [_rule_yaml(r) for r in spec.rules if r.effect == effect]
             if pats:
                 lines.append(f"    {effect}: [{', '.join(pats)}]")
     lines.append("policy: {default: deny, deny: ['*.delete_*']}")

@@ -7,6 +7,7 @@ Shapes (50 servers x 100 tools each, `policy.default: deny`, a global `*.delete_
   misses   2-6 rules per agent, a third of the exact ones naming tools that do not exist
            (typos), and per-server denies
   extends  2-6 rules per agent, and most agents extend one or two earlier agents
+  conditions  as random, a fifth of the rules with an argument condition ({path: docs3/**})
 Each command runs as the installed `bundlectl` script in a fresh process; the figures are its
 wall time and its own peak RSS.
 Goal: each command <= 2 s and <= 300 MiB for every shape, growing linearly with the size.
@@ -44,6 +45,11 @@ def typo(rng: random.Random, tool: str) -> str:
 def shaped_rule(rng: random.Random, shape: str, agent: str) -> Rule:
     effect = rng.choice(["allow"] * 6 + ["ask"] * 2 + ["deny"] * 2)
     pattern = random_pattern(rng)
+    if shape == "conditions" and rng.random() < 0.2:  # a fifth with argument conditions
+        from bundlectl.conditions import compile_condition
+
+        matcher = {"path": {"path": f"docs{rng.randrange(9)}/**"}}
+        return Rule(pattern, effect, ORIGIN, agent, compile_condition(matcher, None))  # type: ignore[arg-type]
     if shape == "misses":
         roll = rng.random()
         if roll < 0.33:
@@ -88,7 +94,9 @@ def run(root: Path, args: list[str]) -> tuple[float, str]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--agents", type=int, default=3000)
-    parser.add_argument("--shapes", nargs="+", default=["random", "misses", "extends"])
+    parser.add_argument(
+        "--shapes", nargs="+", default=["random", "misses", "extends", "conditions"]
+    )
     parser.add_argument("--commands", nargs="+", default=list(COMMANDS))
     args = parser.parse_args()
     for shape in args.shapes:

@@ -362,20 +362,14 @@ def condition_arguments(ctx: Context) -> Iterator[Finding]:
 
 
 def _declared_schemas(resolution: Resolution, rule: Rule) -> list[dict[str, Any]]:
-    """The declared input schemas (with properties) of the tools `rule` names."""
-    server_part, tool_part = rule.parts
+    """The declared input schemas (with properties) of the tools `rule` names (found through
+    the catalog's masks: no scan of every tool per rule)."""
+    catalog = resolution.catalog
     out = []
-    for merged in resolution.merged.servers.values():
-        if not part_matches(server_part, merged.name):
-            continue
-        for tool in merged.spec.tools:
-            schema = tool.input_schema
-            if (
-                part_matches(tool_part, tool.name)
-                and isinstance(schema, dict)
-                and _properties(schema)
-            ):
-                out.append(schema)
+    for ref in catalog.members(catalog.mask(rule.pattern)):
+        schema = ref.spec.input_schema if ref.spec is not None else None
+        if isinstance(schema, dict) and _properties(schema):
+            out.append(schema)
     return out
 
 
