@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from bundlectl.models import ToolSpec
 from bundlectl.patterns import compiled, has_wildcard, part_matches, split_rule
@@ -126,6 +127,14 @@ class Catalog:
             if ref.spec is not None and is_destructive(ref.spec):
                 bits |= 1 << i
         return bits
+
+    def input_schema(self, server: str, tool: str) -> dict[str, Any] | None:
+        """The declared input schema of `server.tool` (its `default`s fill in omitted
+        arguments when a decision checks conditions), or None."""
+        index = self.index.get((server, tool))
+        spec = self.tools[index].spec if index is not None else None
+        schema = spec.input_schema if spec is not None else None
+        return schema if isinstance(schema, dict) else None
 
     def members(self, mask: int, limit: int | None = None) -> list[ToolRef]:
         """The tools in `mask` (the first `limit`), in catalog order."""

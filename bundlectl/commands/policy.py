@@ -68,15 +68,6 @@ def _arguments(source: str | None) -> dict[str, Any] | None:
     return load_json_args(source)
 
 
-def _schema(resolution: Resolution, server: str, tool: str) -> dict[str, Any] | None:
-    """The tool's declared input schema (its `default`s fill in omitted arguments)."""
-    merged = resolution.merged.servers.get(server)
-    for declared in merged.spec.tools if merged is not None else []:
-        if declared.name == tool:
-            return dict(declared.input_schema or {})
-    return None
-
-
 def _depends(d: Decision, arguments: dict[str, Any] | None, compiled: Any) -> str:
     """For a decision that depends on the call's arguments and none were given: on which."""
     if arguments is not None or not d.conditional:
@@ -108,7 +99,7 @@ def check(
             t,
             interactive=interactive,
             arguments=arguments,
-            schema=_schema(resolution, s, t) if arguments is not None else None,
+            schema=resolution.catalog.input_schema(s, t) if arguments is not None else None,
         )
         for s, t in names
     ]
@@ -158,7 +149,7 @@ def explain_one(
         name,
         interactive=interactive,
         arguments=arguments,
-        schema=_schema(resolution, server, name) if arguments is not None else None,
+        schema=resolution.catalog.input_schema(server, name) if arguments is not None else None,
     )
     d = why.decision
     if fmt is Format.json:

@@ -256,7 +256,7 @@ def policy_tests(ctx: Context) -> Iterator[Finding]:
                     tool,
                     interactive=True,
                     arguments=arguments,
-                    schema=_declared_schema(resolution, server, tool) if arguments else None,
+                    schema=resolution.catalog.input_schema(server, tool) if arguments else None,
                 )
                 if got.effect != want:
                     by = f"{got.rule.label} ({got.rule.origin})" if got.rule else got.reason
@@ -371,14 +371,6 @@ def _declared_schemas(resolution: Resolution, rule: Rule) -> list[dict[str, Any]
         if isinstance(schema, dict) and _properties(schema):
             out.append(schema)
     return out
-
-
-def _declared_schema(resolution: Resolution, server: str, tool: str) -> dict[str, Any] | None:
-    merged = resolution.merged.servers.get(server)
-    for declared in merged.spec.tools if merged is not None else []:
-        if declared.name == tool and isinstance(declared.input_schema, dict):
-            return declared.input_schema
-    return None
 
 
 def _declared_types(properties: list[Any]) -> set[str]:

@@ -33,9 +33,6 @@ class Step:
 @dataclass
 class FakeModel:
     script: list[Step] = field(default_factory=list)
-    # Clients that name an MCP tool `server_tool` with no marker (Kilo CLI): the names of the
-    # servers whose tools count as MCP tools.
-    servers: tuple[str, ...] = ()
     requests: list[dict[str, Any]] = field(default_factory=list)  # every request's body
     lock: threading.Lock = field(default_factory=threading.Lock)
     server: ThreadingHTTPServer | None = None
@@ -100,7 +97,7 @@ class FakeModel:
         names: set[str] = set()
         with self.lock:
             for request in self.requests:
-                names |= set(_mcp_names(request["body"], self.servers))
+                names |= set(_mcp_names(request["body"]))
         return names
 
     def results(self) -> list[str]:
@@ -137,7 +134,7 @@ class FakeModel:
     def _next(self, body: dict[str, Any]) -> Step | None:
         """This turn's step: the next scripted call, or None (answer with text). Requests
         that offer no MCP tools (a title, a summary) are answered with text."""
-        if not list(_mcp_names(body, self.servers)):
+        if not list(_mcp_names(body)):
             return None
         done = len(list(_results(body)))
         with self.lock:
@@ -149,7 +146,7 @@ class FakeModel:
 _NAME = re.compile(r"\bmcp__?[A-Za-z0-9_-]+")
 
 
-def _mcp_names(body: dict[str, Any], servers: tuple[str, ...] = ()) -> Iterator[str]:
+def _mcp_names(body: dict[str, Any]) -> Iterator[str]:
     for tool in body.get("tools") or []:
         if not isinstance(tool, dict):
             continue
@@ -162,7 +159,7 @@ def _mcp_names(body: dict[str, Any], servers: tuple[str, ...] = ()) -> Iterator[
         name = tool.get("name")
         if not isinstance(name, str) or tool.get("type") == "namespace":
             continue
-        if name.startswith(("mcp__", *(f"{server}_" for server in servers))):
+        if name.startswith("mcp__"):
             yield name
     marker = "deferred tools are now available"
     for text in _strings([body.get("system"), body.get("messages")]):
