@@ -103,6 +103,25 @@ class Matcher:
             return type(value) is type(operand) and bool(value == operand)
         return isinstance(value, str) and _TEXT[kind](operand, value, strict)
 
+    def values(self) -> list[Any] | None:
+        """The only values it holds for (MISSING for `{present: false}`), when they are few
+        and known: literals without glob characters; None otherwise."""
+        kind, operand = self.kind, self.operand
+        if kind == "any":
+            out: list[Any] = []
+            for alternative in operand:
+                some = alternative.values()
+                if some is None:
+                    return None
+                out += some
+            return out
+        if kind == "present" and operand is False:
+            return [MISSING]
+        globbed = isinstance(operand, str) and ("*" in operand or "?" in operand)
+        if kind == "literal" and not globbed:
+            return [operand]
+        return None
+
     def fits(self, types: set[str]) -> bool:
         """Whether it can hold for a value of one of the JSON Schema `types` (lint: a matcher
         that never can is a mistake)."""
@@ -233,6 +252,27 @@ class Condition:
         if self.when is not None:
             parts.append(f"when {self.when}")
         return ", ".join(parts)
+
+    def implies(self, other: Condition | None, strict: bool) -> bool:
+        """Whether every call that meets this condition provably meets `other` (checked as a
+        rule whose effect is `strict`, SPEC 10): each of its matchers is written here too, or
+        holds for each of the few values this one's matcher allows; its `when` is this one's.
+        False where that cannot be shown (lint then says nothing, never something wrong)."""
+        if other is None:
+            return True
+        if other.when is not None and other.when != self.when:
+            return False
+        mine = {place: m for _, place, m in self.args}
+        for _, place, theirs in other.args:
+            matcher = mine.get(place)
+            if matcher is None:
+                return False
+            if matcher.text == theirs.text:
+                continue  # a match as an allow is one as an ask or deny too, never the reverse
+            values = matcher.values()
+            if values is None or not all(theirs.holds(v, strict) for v in values):
+                return False
+        return True
 
     def failed(
         self,

@@ -181,6 +181,43 @@ def test_lint_flags_an_unknown_argument_and_a_deny_a_call_escapes_by_omitting_it
     assert blocked.code == 3  # a push that names no branch is denied now
 
 
+def test_lint_finds_what_a_conditional_rule_provably_adds_nothing_to(
+    project: Path, run: Run
+) -> None:
+    """A rule with conditions is dead when a deny whose conditions follow from its own covers
+    it, and covered when a rule of its effect has weaker conditions (an alternative list that
+    holds for each of its values); a rule that is an agent's only grant says what removing it
+    would open."""
+    write(
+        project / "bundlectl.yaml",
+        """
+        version: 1
+        bundles: [basic]
+        agents:
+          dev:
+            allow:
+              - {tool: files.write_file, args: {path: "docs/a.md"}}
+              - {tool: "files.*", args: {path: ["docs/a.md", "docs/b.md"]}}
+              - {tool: files.read_file, args: {path: {path: "src/**"}}}
+            deny:
+              - {tool: "files.*_file", args: {path: {path: "src/**"}}}
+          closed:
+            ask: [files.write_file]
+            deny: [files.write_file]
+        policy: {default: deny}
+        """,
+    )
+    assert run("lock").code == 0
+    found = json.loads(run("lint", "--format", "json").out)["findings"]
+    by_line = {(f["rule"], f["line"]): f for f in found if f["rule"] in ("BCL201", "BCL202")}
+    assert "covered by 'files.*'" in by_line[("BCL202", 6)]["message"]
+    assert "denied anyway" in by_line[("BCL201", 8)]["message"]
+    sole = by_line[("BCL201", 12)]
+    assert "the only allow/ask rule of 'closed'" in sole["message"]
+    assert sole["hint"].startswith("keep it")
+    assert len(by_line) == 3  # the deny and the wider allow are needed
+
+
 def test_paths_are_normalised_lexically() -> None:
     assert normalised("./docs/sub/../a.md") == "docs/a.md"
     assert normalised("docs/../../x") is None and normalised("C:\\x") is None

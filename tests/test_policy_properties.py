@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
+import tempfile
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Literal
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bundlectl.catalog import Catalog, ToolRef, agent_row
+from bundlectl.lint import checks_policy
+from bundlectl.lint.engine import lint_project
 from bundlectl.policy import AgentSpec, Origin, Policy, PolicySet, Rule
 
 SERVERS = ["files", "gh", "gh2", "x"]
@@ -239,3 +244,143 @@ def test_interactive_matters_only_when_an_ask_rule_matched(spec: Spec) -> None:
             if quiet.effect != loud.effect:
                 assert loud.effect == "ask" and quiet.matched_effect == "ask"
                 assert loud.rule is not None and loud.rule.effect == "ask"
+
+
+# --- lint's BCL201/BCL202 with argument conditions (SPEC 10), against the engine ----------------
+
+CTOOLS = ["write", "read", "push"]
+CPATTERNS = ["s.write", "s.read", "s.push", "s.*", "s.?ead", "*", "s.w*", "s.p*"]
+MATCHERS: dict[str, list[object]] = {
+    "path": [
+        "docs/a.md",
+        ["main", "docs/a.md"],
+        "docs/*",
+        {"glob": "docs/*"},
+        {"path": "docs/**"},
+        {"present": False},
+        ["main", {"present": False}],
+        {"not": {"path": "docs/**"}},
+    ],
+    "n": [5, [5, 7], {"min": 0, "max": 10}, {"present": False}],
+    "mode": ["w", ["w", "a"], {"glob": "*"}],
+}
+WHENS = ["args.n > 3", "tool == 'write'"]
+SCHEMA = (
+    "{type: object, properties: {path: {type: string}, n: {type: integer},"
+    " mode: {type: string, default: w}}}"
+)
+CALL_VALUES: dict[str, list[object]] = {
+    "path": [None, "docs/a.md", "docs/x/y.md", "main", "../x", "/etc/p", "src/a"],
+    "n": [None, 5, 7, 50],
+    "mode": [None, "w", "a", "x"],
+}
+CALLS = [
+    {k: v for k, v in zip(CALL_VALUES, values, strict=True) if v is not None}
+    for values in itertools.product(*CALL_VALUES.values())
+]
+
+
+@st.composite
+def conditional_rules(draw: st.DrawFn) -> dict[str, object] | str:
+    pattern = draw(st.sampled_from(CPATTERNS))
+    if draw(st.integers(0, 2)) == 0:
+        return pattern
+    keys = draw(st.lists(st.sampled_from(list(MATCHERS)), min_size=1, max_size=2, unique=True))
+    rule: dict[str, object] = {
+        "tool": pattern,
+        "args": {key: draw(st.sampled_from(MATCHERS[key])) for key in keys},
+    }
+    if draw(st.integers(0, 5)) == 0:
+        rule["when"] = draw(st.sampled_from(WHENS))
+    return rule
+
+
+@st.composite
+def conditional_configs(draw: st.DrawFn) -> tuple[str, dict[int, tuple[str, object]]]:
+    """A config's text, and the line of each agent rule: (agent, the rule as written)."""
+    lines = ["version: 1", "servers:", "  s:", "    command: s-mcp", "    tools:"]
+    lines += [f"      - {{name: {tool}, input_schema: {SCHEMA}}}" for tool in CTOOLS]
+    lines.append("agents:")
+    at: dict[int, tuple[str, object]] = {}
+    names = [f"a{i}" for i in range(draw(st.integers(1, 3)))]
+    for i, name in enumerate(names):
+        lines += [f"  {name}:", "    description: generated"]
+        if i and draw(st.booleans()):
+            lines.append(f"    extends: [{names[i - 1]}]")
+        for effect in ("allow", "ask", "deny"):
+            rules = draw(st.lists(conditional_rules(), max_size=3))
+            if rules:
+                lines.append(f"    {effect}:")
+            for rule in rules:
+                lines.append(f"      - {json.dumps(rule)}")
+                at[len(lines)] = (name, rule)
+    default = draw(st.sampled_from(["allow", "deny"]))
+    deny = json.dumps(draw(st.lists(conditional_rules(), max_size=1)))
+    lines.append(f"policy: {{default: {default}, deny: {deny}}}")
+    return "\n".join(lines) + "\n", at
+
+
+def decisions(policy: Policy, catalog: Catalog) -> list[tuple[str, str, str, str]]:
+    """The engine's effect (before an ask is confirmed) for every agent, tool and call."""
+    out: list[tuple[str, str, str, str]] = []
+    for agent in [*policy.agents, "stranger"]:
+        compiled = policy.agent(agent)
+        for tool in CTOOLS:
+            schema = catalog.input_schema("s", tool)
+            for args in CALLS:
+                decided = compiled.decide("s", tool, arguments=args, schema=schema)
+                out.append((agent, tool, json.dumps(args), decided.matched_effect))
+    return out
+
+
+def without(policy: Policy, rule: Rule) -> Policy:
+    """The same policy with one agent rule removed."""
+    agents = dict(policy.set.agents)
+    assert rule.agent is not None
+    spec = agents[rule.agent]
+    agents[rule.agent] = replace(spec, rules=tuple(r for r in spec.rules if r is not rule))
+    return Policy(replace(policy.set, agents=agents))
+
+
+@settings(max_examples=40, deadline=None)
+@given(conditional_configs())
+def test_lint_calls_a_conditional_rule_dead_only_when_no_decision_needs_it(
+    made: tuple[str, dict[int, tuple[str, object]]],
+) -> None:
+    """BCL201 (denied anyway) and BCL202 (covered by another rule), with conditions: removing
+    the rule lint names changes no decision of any agent on any call, and every call a BCL201
+    rule applies to is denied."""
+    text, at = made
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "bundlectl.yaml"
+        path.write_text(text)
+        ctx, _ = lint_project(path)
+        assert ctx.resolution is not None and ctx.policy_ok, text
+        findings = list(checks_policy.overridden_and_shadowed(ctx))
+    policy, catalog = ctx.resolution.policy, ctx.resolution.catalog
+    before = decisions(policy, catalog)
+    for finding in findings:
+        agent, _ = at[finding.problem.line]
+        (rule,) = (
+            r
+            for r in policy.set.agents[agent].rules
+            if r.origin.line == finding.problem.line and r.origin.bundle is None
+        )
+        if "the only allow/ask rule of" in finding.problem.message:  # BCL201 says what it does
+            assert finding.rule == "BCL201"
+            assert any(without(policy, rule).agent(a).falls_open for a in policy.agents)
+        else:
+            assert decisions(without(policy, rule), catalog) == before, (text, finding)
+        if finding.rule == "BCL201":
+            for tool in (t for t in CTOOLS if rule.matches("s", t)):
+                schema = catalog.input_schema("s", tool)
+                context = {"agent": agent, "server": "s", "tool": tool}
+                for args in CALLS:
+                    strict = rule.effect != "allow"
+                    if rule.condition is None or not rule.condition.failed(
+                        args, schema, strict, context
+                    ):
+                        decided = policy.agent(agent).decide(
+                            "s", tool, arguments=args, schema=schema
+                        )
+                        assert decided.matched_effect == "deny", (text, finding, tool, args)

@@ -57,20 +57,25 @@ def overridden_and_shadowed(ctx: Context) -> Iterator[Finding]:
             mask = catalog.mask(rule.pattern)
             if not mask:
                 continue
-            if rule.effect != "deny" and mask & ~denied == 0:
+            if rule.effect != "deny" and mask & ~cover.denied_for(compiled, rule, denied) == 0:
                 deniers = (
                     r
                     for r in compiled.rules
-                    if r.effect == "deny" and r.condition is None and catalog.mask(r.pattern) & mask
+                    if r.effect == "deny"
+                    and (r.condition is None or _implies(rule, r))
+                    and catalog.mask(r.pattern) & mask
                 )
                 by = ", ".join(r.label for r in itertools.islice(deniers, 3))
-                yield at(
-                    "BCL201",
-                    doc,
-                    path,
-                    f"everything {rule.pattern!r} matches is denied anyway ({by})",
-                    anchor=rule.pattern,
-                )
+                message = f"everything {rule.pattern!r} matches is denied anyway ({by})"
+                hint = None
+                opened = cover.opened_without(rule)
+                if opened:
+                    message += (
+                        f"; yet it is the only allow/ask rule of {', '.join(map(repr, opened))}:"
+                        " without it every tool no deny names would be allowed (SPEC 3)"
+                    )
+                    hint = "keep it, or name the tools the agent may use under allow:"
+                yield at("BCL201", doc, path, message, anchor=rule.pattern, hint=hint)
                 continue
             covering = cover.first(compiled, rule, mask)
             if covering is not None:
@@ -96,46 +101,91 @@ class _Cover:
         self.catalog = resolution.catalog
         self.specs = resolution.policy.set.agents
         self.global_deny = resolution.policy.set.global_deny
+        self.policy = resolution.policy
         self._unions: dict[str, dict[str, int]] = {}
+        self._sole: dict[int, list[str]] | None = None
 
     def denied(self, agent: str) -> int:
-        """Every tool a deny rule of the agent's chain or policy.deny matches."""
+        """Every tool a deny rule without conditions of the agent's chain or policy.deny
+        matches: denied whatever the arguments."""
         inherited = self.catalog.inherited_masks(self.specs, agent)[0]
         return inherited | self.catalog.rules_mask(self.global_deny)
 
-    def _union(self, member: str) -> dict[str, int]:
-        union = self._unions.get(member)
+    def denied_for(self, compiled: CompiledAgent, rule: Rule, denied: int) -> int:
+        """The tools whose every call `rule` applies to is denied: `denied`, and for a rule
+        with conditions also what a deny covers whose conditions follow from the rule's."""
+        if rule.condition is None:
+            return denied
+        for other in compiled.rules:  # its chain's rules and policy.deny
+            if other.effect == "deny" and other.condition is not None and _implies(rule, other):
+                denied |= self.catalog.mask(other.pattern)
+        return denied
+
+    def opened_without(self, rule: Rule) -> list[str]:
+        """The agents that would fall open without `rule`, their only allow or ask rule (a
+        listed agent with deny rules and no grant allows every other tool, SPEC 3)."""
+        if self._sole is None:
+            self._sole = {}
+            for name in self.policy.agents:
+                compiled = self.policy.agent(name)
+                grants: list[Rule] = []
+                for member in compiled.chain:
+                    grants += (r for r in self.specs[member].rules if r.effect != "deny")
+                    if len(grants) > 1:
+                        break
+                if len(grants) == 1 and compiled.has_denies:
+                    self._sole.setdefault(id(grants[0]), []).append(name)
+        return self._sole.get(id(rule), [])
+
+    def _union(self, member: str, conditional: bool) -> dict[str, int]:
+        """Per effect, the tools the member's rules match (`conditional`: also its rules with
+        conditions, which may cover a rule that has conditions of its own)."""
+        key = f"{member}\0{conditional}"
+        union = self._unions.get(key)
         if union is None:
-            union = self._unions[member] = dict.fromkeys(("allow", "ask", "deny"), 0)
+            union = self._unions[key] = dict.fromkeys(("allow", "ask", "deny"), 0)
             for rule in self.specs[member].rules:
-                if rule.condition is None:  # a rule with conditions covers no call for sure
+                if rule.condition is None or conditional:
                     union[rule.effect] |= self.catalog.mask(rule.pattern)
         return union
 
     def first(self, compiled: CompiledAgent, rule: Rule, mask: int) -> Rule | None:
-        """The first other rule of `rule`'s effect, in the chain's order, whose tools include
-        all of `rule`'s (one with the same tools only when written before it)."""
+        """The first other rule of `rule`'s effect, in the chain's order, that applies to every
+        call `rule` applies to: its tools include all of `rule`'s and its conditions follow from
+        `rule`'s. Of two rules alike (the same tools, conditions that follow from each other)
+        only the later one is reported."""
         before = True  # `rule` belongs to the chain's first member
+        conditional = rule.condition is not None
         for member in compiled.chain:
-            if mask & ~self._union(member)[rule.effect]:
+            if mask & ~self._union(member, conditional)[rule.effect]:
                 before = False
                 continue
             for other in self.specs[member].rules:
                 if other is rule:
                     before = False
                     continue
-                if other.effect != rule.effect or other.condition is not None:
-                    continue
-                theirs = self.catalog.mask(other.pattern)
-                if not mask & ~theirs and (theirs != mask or before):
+                if other.effect == rule.effect and self._covers(other, rule, mask, before):
                     return other
             before = False
         if rule.effect == "deny":
             for other in self.global_deny:
-                theirs = self.catalog.mask(other.pattern)
-                if not mask & ~theirs and theirs != mask:
+                if self._covers(other, rule, mask, False):
                     return other
         return None
+
+    def _covers(self, other: Rule, rule: Rule, mask: int, before: bool) -> bool:
+        theirs = self.catalog.mask(other.pattern)
+        if mask & ~theirs or not _implies(rule, other):
+            return False
+        alike = theirs == mask and _implies(other, rule)
+        return not alike or before
+
+
+def _implies(rule: Rule, other: Rule) -> bool:
+    """Whether `other`'s conditions hold for every call whose arguments meet `rule`'s."""
+    if rule.condition is None:
+        return other.condition is None
+    return rule.condition.implies(other.condition, strict=other.effect != "allow")
 
 
 def permits_nothing(ctx: Context) -> Iterator[Finding]:
