@@ -274,6 +274,28 @@ class Condition:
                 return False
         return True
 
+    def fails_for(self, arguments: Mapping[str, Any], context: Mapping[str, str]) -> str | None:
+        """Why `when` cannot be evaluated for these arguments (lint tries it with values of the
+        declared types), or None when it can; a missing argument is named as such."""
+        if self._program is None:
+            return None
+        try:
+            self._program.execute({**context, "args": dict(arguments)})
+        except KeyError as exc:  # args.NAME of no declared argument (not a nested key)
+            name = str(exc.args[0]) if exc.args else ""
+            named = re.search(rf"\bargs\.{re.escape(name)}\b", self.when or "")
+            if name and name not in arguments and named:
+                return f"args.{name} is not an argument of the tool"
+        except TypeError as exc:  # no such overload
+            return _first_sentence(str(exc).splitlines()[0])
+        except RuntimeError as exc:
+            text = str(exc)
+            if text.startswith("Undefined variable or function") or "not a valid regex" in text:
+                return _first_sentence(text.splitlines()[0]).rstrip(":")
+        except Exception:  # e.g. a division by zero: a matter of values, not of types
+            return None
+        return None
+
     def failed(
         self,
         arguments: Mapping[str, Any],
@@ -298,6 +320,10 @@ class Condition:
             if not held:
                 return f"when {self.when}"
         return None
+
+
+def _first_sentence(text: str) -> str:
+    return text.split(". ", maxsplit=1)[0].rstrip(".")
 
 
 def compile_condition(args: Mapping[str, Any] | None, when: str | None) -> Condition:

@@ -218,6 +218,45 @@ def test_lint_finds_what_a_conditional_rule_provably_adds_nothing_to(
     assert len(by_line) == 3  # the deny and the wider allow are needed
 
 
+def test_lint_tries_each_when_on_arguments_of_the_declared_types(project: Path, run: Run) -> None:
+    write(
+        project / "bundlectl.yaml",
+        """
+        version: 1
+        servers:
+          git:
+            command: git-mcp
+            tools:
+              - name: git_push
+                input_schema:
+                  type: object
+                  properties:
+                    branch: {type: string}
+                    force: {type: boolean, default: false}
+                    n: {type: integer}
+                    opts: {type: object}
+        agents:
+          dev:
+            allow:
+              - {tool: git.git_push, when: 'args.n > "3"'}
+              - {tool: git.git_push, when: 'args.branch.startsWith(1)'}
+              - {tool: git.git_push, when: 'args.brnch == "main"'}
+              - {tool: git.git_push, when: 'args.branch.matches("(")'}
+              - {tool: git.git_push, when: 'args.opts.k == 1 || int(args.branch) > 1'}
+              - {tool: git.git_push, when: 'args.branch.startsWith("feat/") && !args.force'}
+        policy: {default: deny}
+        """,
+    )
+    found = run("lint", "--format", "json", "--select", "BCL214")
+    findings = {f["line"]: f for f in json.loads(found.out)["findings"]}
+    assert found.code == 1  # errors
+    assert "No such overload" in findings[17]["message"]
+    assert "'startsWith'" in findings[18]["message"]
+    assert "args.brnch is not an argument of the tool" in findings[19]["message"]
+    assert "not a valid regex" in findings[20]["message"]
+    assert set(findings) == {17, 18, 19, 20}  # a nested key, a value's error: not types
+
+
 def test_paths_are_normalised_lexically() -> None:
     assert normalised("./docs/sub/../a.md") == "docs/a.md"
     assert normalised("docs/../../x") is None and normalised("C:\\x") is None

@@ -411,6 +411,75 @@ def condition_arguments(ctx: Context) -> Iterator[Finding]:
                     )
 
 
+def condition_expressions(ctx: Context) -> Iterator[Finding]:
+    """BCL214: a rule's `when:` fails for a call whose arguments have the declared types (an
+    operator or function CEL does not define for them, or an argument no tool declares): at
+    run time it then fails closed on every such call. Each tool the rule names with a declared
+    input schema is tried with one value of each argument's type."""
+    parts = _parts(ctx)
+    if parts is None:
+        return
+    resolution, doc, model = parts
+    catalog = resolution.catalog
+    for agent in model.agents:
+        for path, rule in _own_rules(resolution, agent):
+            condition = rule.condition
+            if condition is None or condition.when is None:
+                continue
+            for ref in catalog.members(catalog.mask(rule.pattern)):
+                schema = ref.spec.input_schema if ref.spec is not None else None
+                if not isinstance(schema, dict) or not _properties(schema):
+                    continue
+                context = {"agent": agent, "server": ref.server, "tool": ref.tool}
+                why = condition.fails_for(_sample(schema), context)
+                if why is not None:
+                    yield at(
+                        "BCL214",
+                        doc,
+                        (*path, "when"),
+                        f"when: {condition.when!r} fails for a call of {ref.qualified} with "
+                        f"arguments of the declared types: {why}",
+                        anchor=f"{rule.pattern}:when",
+                    )
+                    break
+
+
+_SAMPLES: dict[str, Any] = {
+    "string": "x",
+    "integer": 1,
+    "number": 1.5,
+    "boolean": False,
+    "array": [],
+    "object": {},
+    "null": None,
+}
+
+
+def _sample(schema: dict[str, Any]) -> dict[str, Any]:
+    """Arguments with one value of each declared property's type (its default, const or first
+    enum value when it has one)."""
+    out: dict[str, Any] = {}
+    for name, prop in _properties(schema).items():
+        if not isinstance(prop, dict):
+            continue
+        for key in ("default", "const"):
+            if key in prop:
+                out[name] = prop[key]
+                break
+        else:
+            if isinstance(prop.get("enum"), list) and prop["enum"]:
+                out[name] = prop["enum"][0]
+                continue
+            declared = prop.get("type")
+            types = declared if isinstance(declared, list) else [declared]
+            known = [t for t in types if t in _SAMPLES and t != "null"] or [
+                t for t in types if t in _SAMPLES
+            ]
+            if known:
+                out[name] = _SAMPLES[known[0]]
+    return out
+
+
 def _declared_schemas(resolution: Resolution, rule: Rule) -> list[dict[str, Any]]:
     """The declared input schemas (with properties) of the tools `rule` names (found through
     the catalog's masks: no scan of every tool per rule)."""

@@ -240,7 +240,7 @@ RULES = _rules(
     RuleInfo(
         "BCL211",
         "condition-unknown-argument",
-        "warning",
+        "error",
         "A rule's argument condition names an argument that no tool the rule matches declares: "
         "an allow with it never holds, a deny never denies.",
         "Use the argument's name as the tool's input schema writes it (`bundlectl tools "
@@ -258,11 +258,21 @@ RULES = _rules(
     RuleInfo(
         "BCL213",
         "condition-type-mismatch",
-        "warning",
+        "error",
         "A matcher can never hold for the argument's declared type (a glob on an integer, a "
         "range on a string, a literal of another type): the rule applies to no call.",
         "Write a matcher of the argument's type (numbers: {min:, max:}; strings: a glob, "
         "{re:} or {path:}).",
+    ),
+    RuleInfo(
+        "BCL214",
+        "condition-expression-error",
+        "error",
+        "A rule's `when:` expression fails for a call whose arguments have the tool's declared "
+        "types (an operator or function CEL does not define for them, or an argument the tool "
+        "does not have): at run time it fails closed on every such call.",
+        "Convert explicitly (`int(args.n)`, `string(args.x)`), use the argument's declared "
+        "name, and guard optional ones with `has(args.name)`.",
     ),
     RuleInfo(
         "BCL301",
