@@ -118,20 +118,21 @@ class AuditFile:
     def __init__(self, target: Path) -> None:
         self.target = target
         self._fd: int | None = None
+        self._file_id = (0, 0)  # (device, inode) of the file `_fd` is open on
 
     def _open(self) -> int:
         if self._fd is not None:
-            try:
-                if (
-                    os.fstat(self._fd).st_nlink
-                    and os.stat(self.target).st_ino == os.fstat(self._fd).st_ino
-                ):
+            try:  # one stat: the path still names the file we hold (not rotated or deleted)
+                now = os.stat(self.target)
+                if (now.st_dev, now.st_ino) == self._file_id:
                     return self._fd
             except OSError:
                 pass
             self.close()
         self.target.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        opened = os.fstat(self._fd)
+        self._file_id = (opened.st_dev, opened.st_ino)
         return self._fd
 
     def write(self, record: AuditRecord) -> None:

@@ -107,6 +107,18 @@ class AuditLog:
     via: str = "exec"
     _lock_digest: tuple[tuple[int, int], str | None] | None = None
     _file: audit.AuditFile | None = None  # opened on the first record, kept open
+    _key: bytes | None = None  # the installation's audit key, read on the first digest
+
+    def _digest(self, arguments: dict[str, Any] | None) -> str | None:
+        if arguments is None:
+            return None
+        if self._key is None:
+            try:
+                self._key = audit.installation_key()
+            except OSError as exc:
+                err(f"warning: no audit key, so no argument digest: {exc}")
+                return None
+        return audit.arguments_digest(arguments, self._key)
 
     def _digest_of_lock(self) -> str | None:
         """The lock's digest, hashed again only when the file changed (a gateway makes many
@@ -138,7 +150,7 @@ class AuditLog:
             rule_source=str(rule.origin) if rule else None,
             outcome=outcome,
             duration_ms=duration_ms,
-            arguments_sha256=audit.arguments_digest(arguments),
+            arguments_sha256=self._digest(arguments),
             rule_condition=rule.condition.describe() if rule and rule.condition else None,
             conditions_failed=list(decision.failed) or None,
         )
@@ -153,7 +165,7 @@ class AuditLog:
             method,
             decision=decision,
             outcome=outcome,
-            arguments_sha256=audit.arguments_digest(key),
+            arguments_sha256=self._digest(key),
         )
 
     def unauthorized(self, remote: str, *, repeated: int | None = None) -> None:
