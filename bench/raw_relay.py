@@ -18,7 +18,8 @@ async def main(command: list[str]) -> None:
     loop = asyncio.get_running_loop()
     ours = asyncio.StreamReader(limit=1 << 24)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(ours), sys.stdin)
-    assert child.stdin is not None and child.stdout is not None
+    assert child.stdin is not None
+    assert child.stdout is not None
     server_in, server_out = child.stdin, child.stdout
 
     async def up() -> None:
