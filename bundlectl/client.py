@@ -51,11 +51,18 @@ def call_tool(
 ) -> Any:
     """Call `server.tool`; the structured result when there is one, else the text."""
     arguments = dict(arguments or {})
+    chosen = os.environ.get("BUNDLECTL_AGENT")
+    if agent is not None and chosen and chosen != agent:  # code generated for another agent
+        raise ToolDenied(
+            f"this code was generated for agent {agent!r}, but BUNDLECTL_AGENT names "
+            f"{chosen!r} (generate it for that agent: bundlectl codegen --agent {chosen}, "
+            "or unset BUNDLECTL_AGENT)"
+        )
     url = os.environ.get("BUNDLECTL_GATEWAY_URL")
     if url:
         result = _through_gateway(url, name, arguments, config)
     else:
-        result = _in_process(name, arguments, agent or os.environ.get("BUNDLECTL_AGENT"), config)
+        result = _in_process(name, arguments, agent or chosen, config)
     return _value(name, result)
 
 

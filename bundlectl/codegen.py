@@ -205,7 +205,7 @@ def tool_module(server: str, tool: Any, function: str, *, header: str) -> str:
         result = py_type(tool.output_schema, out, class_name(f"{function}_result", set()))
     ordered = [p for p in params if p[3]] + [p for p in params if not p[3]]
     signature = [f"{py}: {ann}" for py, _, ann, req in ordered if req]
-    optional = [f"{py}: {ann} | None = None" for py, _, ann, req in ordered if not req]
+    optional = [f"{py}: {_or_none(ann)} = None" for py, _, ann, req in ordered if not req]
     if optional:
         signature += ["*", *optional]
     args = ", ".join(signature)
@@ -216,7 +216,7 @@ def tool_module(server: str, tool: Any, function: str, *, header: str) -> str:
             body.append(f"    arguments[{json.dumps(key)}] = {py}\n")
         else:
             body.append(f"    if {py} is not None:\n        arguments[{json.dumps(key)}] = {py}\n")
-    call = f"call_tool({json.dumps(f'{server}.{tool.name}')}, arguments)"
+    call = f"call_tool({json.dumps(f'{server}.{tool.name}')}, arguments, agent=AGENT)"
     body.append(
         f"    return {call}\n" if result == "Any" else f"    return cast({result!r}, {call})\n"
     )
@@ -226,6 +226,7 @@ def tool_module(server: str, tool: Any, function: str, *, header: str) -> str:
         "\nfrom __future__ import annotations\n\n",
         "from typing import Any, Literal, NotRequired, TypedDict, cast  # noqa: F401\n\n",
         "from bundlectl.client import call_tool\n\n",
+        "from .. import AGENT\n\n",
     ]
     for cls in module.classes:
         text.append(f"\n{cls}\n")
@@ -235,16 +236,74 @@ def tool_module(server: str, tool: Any, function: str, *, header: str) -> str:
     return "".join(text)
 
 
+def _or_none(annotation: str) -> str:
+    """`annotation | None`, unless None is already one of its top-level alternatives."""
+    depth, parts, current = 0, [], ""
+    for char in annotation:
+        if char in "[(":
+            depth += 1
+        elif char in "])":
+            depth -= 1
+        if char == "|" and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += char
+    parts.append(current.strip())
+    return annotation if "None" in parts else f"{annotation} | None"
+
+
 @dataclass
 class Generated:
     files: dict[str, str]  # relative path → text
 
 
+@dataclass(frozen=True)
+class Place:
+    """Where the tree is, seen from the project root: what its README's example needs to run
+    as written there."""
+
+    out: str = "codegen"  # the folder, relative to the project root (posix)
+    package: str | None = "codegen"  # its import path from the root ("": the root itself);
+    # None: Python cannot import it by name from the root
+
+    @property
+    def readme(self) -> str:
+        return "README.md" if self.out == "." else f"{self.out}/README.md"
+
+
+def _example(servers: list[tuple[str, list[Any]]], place: Place) -> tuple[str, Any, dict[str, Any]]:
+    """The tool the README's example calls, with arguments that work: a `read_file` of the
+    README itself, else a tool that needs no arguments, else the first with placeholders."""
+    tools = [(server, tool) for server, listed in servers for tool in listed]
+    for server, tool in tools:
+        properties = (tool.input_schema or {}).get("properties") or {}
+        if tool.name == "read_file" and "path" in properties:
+            return server, tool, {"path": place.readme}
+    for server, tool in tools:
+        if not (tool.input_schema or {}).get("required"):
+            return server, tool, {}
+    server, tool = tools[0]
+    schema = tool.input_schema or {}
+    placeholders = {"integer": 0, "number": 0, "boolean": False, "array": [], "object": {}}
+    arguments = {}
+    for name in schema.get("required") or []:
+        kind = ((schema.get("properties") or {}).get(name) or {}).get("type")
+        arguments[name] = placeholders.get(kind, "...") if isinstance(kind, str) else "..."
+    return server, tool, arguments
+
+
 def generate(
-    agent: str, servers: list[tuple[str, list[Any]]], *, config: str, names: str = "prefixed"
+    agent: str,
+    servers: list[tuple[str, list[Any]]],
+    *,
+    config: str,
+    names: str = "prefixed",
+    place: Place | None = None,
 ) -> Generated:
     """The whole tree for `agent`: `servers` is (server, its callable tools) in order (the
-    Python client names tools `server.tool` and maps them itself: `names` is not needed)."""
+    Python client names tools `server.tool` and maps them itself: `names` is not needed).
+    Its functions call as `agent` (`servers.AGENT`), whatever BUNDLECTL_AGENT says."""
     header = HEADER.format(config=config, agent=agent)
     files: dict[str, str] = {}
     packages: set[str] = set()
@@ -260,7 +319,7 @@ def generate(
                 server, tool, function, header=header
             )
             summary = (tool.description or "").strip().splitlines()[0] if tool.description else ""
-            lines.append(f"from servers.{package}.{function} import {function} as {function}\n")
+            lines.append(f"from .{function} import {function} as {function}\n")
             exports.append((function, tool.name, summary))
         doc = "".join(
             f"- `{f}` ({server}.{n}): {s}\n" if s else f"- `{f}` ({server}.{n})\n"
@@ -270,13 +329,43 @@ def generate(
             header + f'"""Tools of server {server!r}:\n\n{doc}"""\n\n' + "".join(lines)
         )
         index_lines.append(f"- `servers/{package}/`: {len(exports)} tool(s) of server `{server}`")
-    files["servers/__init__.py"] = header + '"""The servers this agent may use."""\n'
+    files["servers/__init__.py"] = header + (
+        f'"""The servers agent {agent!r} may use; every call is made as that agent."""\n\n'
+        f"AGENT = {agent!r}\n"
+    )
     files["servers/py.typed"] = ""
-    files["README.md"] = _readme(agent, config, index_lines)
+    files["README.md"] = _readme(agent, config, index_lines, _python_example(servers, place))
     return Generated(files)
 
 
-def _readme(agent: str, config: str, index: list[str]) -> str:
+def _py_literal(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
+def _python_example(servers: list[tuple[str, list[Any]]], place: Place | None) -> str:
+    """The README's example, runnable as written from the project root."""
+    place = place or Place()
+    if not servers:
+        return ""
+    server, tool, arguments = _example(servers, place)
+    package = identifier(server, set())
+    function = identifier(tool.name, set())
+    if place.package is not None:
+        prefix = f"{place.package}." if place.package else ""
+        head = f"from {prefix}servers.{package}.{function} import {function}\n"
+    else:  # a folder Python cannot import by name from the root
+        head = (
+            f"import sys\n\nsys.path.insert(0, {_py_literal(place.out)})\n"
+            f"from servers.{package}.{function} import {function}  # noqa: E402\n"
+        )
+    call = ", ".join(f"{identifier(k, set())}={_py_literal(v)}" for k, v in arguments.items())
+    return (
+        "Save this as `example.py` in the project root and run `python example.py` there:\n\n"
+        f"```python\n{head}\nresult = {function}({call})\nprint(result)\n```\n"
+    )
+
+
+def _readme(agent: str, config: str, index: list[str], example: str) -> str:
     lines = "\n".join(index) or "(no tools: the policy gives this agent none)"
     mark = f"<!-- Generated by `bundlectl codegen` from {config} for agent {agent!r}. -->"
     return f"""{mark}
@@ -284,19 +373,14 @@ def _readme(agent: str, config: str, index: list[str]) -> str:
 
 Each tool this agent may call is a typed Python function in `servers/<server>/<tool>.py`;
 `servers/<server>/__init__.py` lists a server's tools with one line each. Read only the files
-you need, then call the tools from code:
+you need, then call the tools from code.
 
-```python
-from servers.files.read_file import read_file
-
-text = read_file(path="README.md")
-```
-
-A call goes through bundlectl's policy for agent `{agent}` (set `BUNDLECTL_AGENT={agent}`):
-a denied tool raises `bundlectl.client.ToolDenied`, a tool error raises
-`bundlectl.client.ToolFailed`. A result with structured content comes back as that data,
-otherwise as the text of the result. Keep intermediate data in variables: only what you print
-reaches the conversation.
+{example}
+Every call goes through bundlectl's policy for agent `{agent}`, the agent this code was written
+for (a `BUNDLECTL_AGENT` naming another agent is refused): a denied tool raises
+`bundlectl.client.ToolDenied`, a tool error raises `bundlectl.client.ToolFailed`. A result with
+structured content comes back as that data, otherwise as the text of the result. Keep
+intermediate data in variables: only what you print reaches the conversation.
 
 ## Servers
 
@@ -426,7 +510,7 @@ def ts_tool_module(server: str, tool: Any, function: str, *, header: str, wire: 
         result = ts_type(tool.output_schema, out, f"{base}Result")
     qualified = f"{server}.{tool.name}"
     text = [header, _ts_doc(f"{qualified}: {tool.description or qualified}", "")]
-    text.append('import { callTool } from "../../client";\n\n')
+    text.append('import { callTool } from "../../client.js";\n\n')
     text.extend(f"{cls}\n" for cls in module.classes)
     text.append(_ts_doc(tool.description or qualified, ""))
     arg = f"input: {params}{' = {}' if optional else ''}"
@@ -437,7 +521,12 @@ def ts_tool_module(server: str, tool: Any, function: str, *, header: str, wire: 
 
 
 def generate_typescript(
-    agent: str, servers: list[tuple[str, list[Any]]], *, config: str, names: str = "prefixed"
+    agent: str,
+    servers: list[tuple[str, list[Any]]],
+    *,
+    config: str,
+    names: str = "prefixed",
+    place: Place | None = None,
 ) -> Generated:
     """The TypeScript tree: its client calls the gateway by the names `serve` gives
     (`names`: the config's `gateway.names`)."""
@@ -455,28 +544,53 @@ def generate_typescript(
             files[f"servers/{folder}/{function}.ts"] = ts_tool_module(
                 server, tool, function, header=header, wire=gateway_name(server, tool.name, names)
             )
-            exports.append(f'export {{ {function} }} from "./{function}";\n')
+            exports.append(f'export {{ {function} }} from "./{function}.js";\n')
         files[f"servers/{folder}/index.ts"] = header + "".join(exports)
         index.append(f"- `servers/{folder}/`: {len(exports)} tool(s) of server `{server}`")
-    files["client.ts"] = header + (Path(__file__).parent / "templates" / "client.ts").read_text()
+    client = (Path(__file__).parent / "templates" / "client.ts").read_text()
+    files["client.ts"] = header + client.replace('"__AGENT__"', json.dumps(agent))
     files["tsconfig.json"] = json.dumps(_TSCONFIG, indent=2) + "\n"
-    files["README.md"] = (
-        _readme(agent, config, index)
-        .replace(
-            "```python\nfrom servers.files.read_file import read_file\n\n"
-            'text = read_file(path="README.md")\n```',
-            '```typescript\nimport { readFile } from "./servers/files";\n\n'
-            'const text = await readFile({ path: "README.md" });\n```',
-        )
-        .replace(
+    files["package.json"] = json.dumps(_package(agent), indent=2) + "\n"
+    readme = _readme(agent, config, index, _ts_example(servers, place))
+    for python, typescript in (
+        (
             "typed Python function in `servers/<server>/<tool>.py`",
             "typed TypeScript function in `servers/<server>/<tool>.ts`",
-        )
-        .replace("`servers/<server>/__init__.py`", "`servers/<server>/index.ts`")
-        .replace("`bundlectl.client.ToolDenied`", "`ToolDenied` (from `client.ts`)")
-        .replace("`bundlectl.client.ToolFailed`", "`ToolFailed`")
-    )
+        ),
+        ("`servers/<server>/__init__.py`", "`servers/<server>/index.ts`"),
+        ("`bundlectl.client.ToolDenied`", "`ToolDenied` (from `client.ts`)"),
+        ("`bundlectl.client.ToolFailed`", "`ToolFailed`"),
+    ):
+        readme = readme.replace(python, typescript)
+    files["README.md"] = readme
     return Generated(files)
+
+
+def _ts_example(servers: list[tuple[str, list[Any]]], place: Place | None) -> str:
+    """The README's example: compiled and run as written, in the tree's folder."""
+    if not servers:
+        return ""
+    server, tool, arguments = _example(servers, place or Place())
+    folder = identifier(server, set())
+    function = ts_identifier(tool.name, {"index", "callTool"})
+    return (
+        "Save this as `example.ts` in this folder, then run `npm install`, `npx tsc` and "
+        "`node build/example.js` there:\n\n"
+        f'```typescript\nimport {{ {function} }} from "./servers/{folder}/index.js";\n\n'
+        f"const result = await {function}({json.dumps(arguments)});\n"
+        "console.log(result);\n```\n"
+    )
+
+
+def _package(agent: str) -> dict[str, Any]:
+    """package.json: an ES module (top-level await, NodeNext imports) with the compiler."""
+    return {
+        "name": f"bundlectl-tools-{_WORDS.sub('-', agent).strip('-').lower() or 'agent'}",
+        "private": True,
+        "type": "module",
+        "scripts": {"build": "tsc"},
+        "devDependencies": {"@types/node": "^20.19.0", "typescript": "^7.0.2"},
+    }
 
 
 _TSCONFIG = {
@@ -488,7 +602,7 @@ _TSCONFIG = {
         "types": ["node"],
         "outDir": "build",
     },
-    "include": ["client.ts", "servers/**/*.ts"],
+    "include": ["*.ts", "servers/**/*.ts"],
 }
 
 

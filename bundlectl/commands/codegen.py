@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import keyword
+import sys
 from pathlib import Path
 from typing import Any
 
 from bundlectl.clients.planning import undeclared
-from bundlectl.codegen import generate, generate_typescript
+from bundlectl.codegen import Place, generate, generate_typescript
 from bundlectl.errors import ReportedFailure, UsageError
 from bundlectl.fsio import atomic_write
 from bundlectl.output import err
@@ -51,7 +53,13 @@ def run(
             servers.append((name, [_with_conditions(compiled, name, t) for t in usable]))
     shown = display_path(project.config_path)
     make = generate_typescript if lang == "typescript" else generate
-    generated = make(who, servers, config=shown, names=project.config.gateway.names)
+    generated = make(
+        who,
+        servers,
+        config=shown,
+        names=project.config.gateway.names,
+        place=_place(out, project.root),
+    )
     wanted = {out / rel: text for rel, text in generated.files.items()}
     owned = _owned(out)
     foreign = [p for p in wanted if p.exists() and p not in owned]
@@ -104,6 +112,19 @@ def run(
         why = "its rules allow no declared tool" if listed else "it is not listed under agents"
         err(f"note: agent {who!r} may call no tool: {why} (bundlectl tools --agent {who})")
     return 0
+
+
+def _place(out: Path, root: Path) -> Place:
+    """Where `out` is from the project root, and its import path from there (if any)."""
+    try:
+        rel = out.resolve().relative_to(root.resolve())
+    except ValueError:  # outside the project
+        return Place(out.resolve().as_posix(), None)
+    parts = rel.parts
+    importable = all(p.isidentifier() and not keyword.iskeyword(p) for p in parts) and not (
+        parts and parts[0] in sys.stdlib_module_names  # `code/` would import the stdlib's
+    )
+    return Place(rel.as_posix(), ".".join(parts) if importable else None)
 
 
 def _owned(out: Path) -> set[Path]:

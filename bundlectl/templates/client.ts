@@ -5,6 +5,9 @@
  */
 import { execFileSync } from "node:child_process";
 
+/** The agent this code was generated for: every call is made as this agent. */
+export const AGENT: string = "__AGENT__";
+
 export class ToolDenied extends Error {}
 export class ToolFailed extends Error {}
 
@@ -24,7 +27,7 @@ function value(name: string, result: ToolResult): unknown {
 
 function viaExec(name: string, args: object): unknown {
   const command = process.env.BUNDLECTL ?? "bundlectl";
-  const argv = ["exec", name, "--args", JSON.stringify(args), "--format", "json"];
+  const argv = ["exec", "--agent", AGENT, name, "--args", JSON.stringify(args), "--format", "json"];
   try {
     const out = execFileSync(command, argv, { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
     return value(name, (JSON.parse(out) as { result: ToolResult }).result);
@@ -86,6 +89,13 @@ async function viaGateway(url: string, name: string, args: object, wire: string)
 }
 
 export async function callTool(name: string, args: object, wire: string): Promise<unknown> {
+  const chosen = process.env.BUNDLECTL_AGENT;
+  if (chosen && chosen !== AGENT) {
+    throw new ToolDenied(
+      `this code was generated for agent '${AGENT}', but BUNDLECTL_AGENT names '${chosen}' ` +
+        `(generate it for that agent: bundlectl codegen --agent ${chosen}, or unset BUNDLECTL_AGENT)`,
+    );
+  }
   const url = process.env.BUNDLECTL_GATEWAY_URL;
   return url ? viaGateway(url, name, args, wire) : viaExec(name, args);
 }
