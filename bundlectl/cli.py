@@ -370,21 +370,34 @@ def tools(
         typer.Option("--search", "-q", help="Rank by relevance of name and description."),
     ] = None,
     detail: Annotated[
-        Detail,
+        Detail | None,
         typer.Option(
-            "--detail", help="name, summary (adds the description) or full (adds the schema)."
+            "--detail",
+            help="name, summary (adds the description) or full (adds the schema). "
+            "[default: summary]",
         ),
-    ] = Detail.summary,
+    ] = None,
     live: Annotated[
         bool,
         typer.Option(
             "--live", help="Ask the servers and show where they differ from the declared catalog."
         ),
     ] = False,
+    record: Annotated[
+        bool,
+        typer.Option(
+            "--record",
+            help="With --live: write what the project's own servers offer as their tools: "
+            "catalog in bundlectl.yaml (comments kept) and relock.",
+        ),
+    ] = False,
     names: Annotated[
-        Names,
-        typer.Option("--names", help="qualified (server.tool) or gateway (as `serve` names them)."),
-    ] = Names.qualified,
+        Names | None,
+        typer.Option(
+            "--names",
+            help="qualified (server.tool) or gateway (as `serve` names them). [default: qualified]",
+        ),
+    ] = None,
     unlisted: UnlistedOpt = False,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
@@ -392,15 +405,18 @@ def tools(
     """The tool catalog, filtered by policy: ask only for the tools and detail you need."""
     from bundlectl.commands import tools as cmd
 
+    if live or record:
+        given = {"--agent": agent, "--search": search, "--detail": detail, "--names": names}
+        cmd.refuse_with_live([flag for flag, value in given.items() if value is not None], record)
+        return cmd.run_live_command(config, server=server, fmt=fmt, record=record)
     return cmd.run(
         config,
         agent=agent,
         server=server,
         query=search,
-        detail=detail,
+        detail=detail or Detail.summary,
         fmt=fmt,
-        live=live,
-        names=names,
+        names=names or Names.qualified,
         unlisted=unlisted,
     )
 

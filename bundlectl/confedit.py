@@ -162,59 +162,77 @@ def _append(
     return end, end, prefix + "".join(f"{dash}{r}\n" for r in appended)
 
 
-def set_entries(text: str, section: str, entries: Mapping[str, Any]) -> str:
+def set_entries(text: str, section: str | tuple[str, ...], entries: Mapping[str, Any]) -> str:
     """`text` with `SECTION.KEY: VALUE` for each entry — an entry of that key replaced where it
-    is, a new one appended to the section (which is added at the end when missing). Every other
-    byte stays, comments included; a flow-style section (`servers: {}`) is rewritten in block
-    style. The result is parsed again and compared with the intended data before it is returned."""
+    is, a new one appended to the section (which is added at the end when missing). `section`
+    is a top-level key or the path of a mapping below one (`("servers", "git")`, which must
+    exist). Every other byte stays, comments included; a flow-style section (`servers: {}`) is
+    rewritten in block style. The result is parsed again and compared with the intended data
+    before it is returned."""
     if not entries:
         return text
+    path = (section,) if isinstance(section, str) else section
     doc = parse_yaml(text, "bundlectl.yaml")
     before = doc.data if isinstance(doc.data, dict) else {}
     new = text
     for key, value in entries.items():
-        new = _set_entry(new, section, key, value)
+        new = _set_entry(new, path, key, value)
     check = parse_yaml(new, "bundlectl.yaml")
     got = check.data if isinstance(check.data, dict) else {}
-    wanted_section = {**(before.get(section) or {}), **entries}
-    others_same = {k: v for k, v in got.items() if k != section} == {
-        k: v for k, v in before.items() if k != section
-    }
-    if check.problems or not others_same or got.get(section) != wanted_section:
+    wanted = _replaced(before, path, entries)
+    if check.problems or got != wanted:
+        where = ".".join(path)
         raise BundlectlError(
-            f"could not edit the {section}: mapping of bundlectl.yaml safely",
-            hint=f"edit {section}: by hand; nothing was written",
+            f"could not edit the {where}: mapping of bundlectl.yaml safely",
+            hint=f"edit {where}: by hand; nothing was written",
         )
     return new
 
 
-def _set_entry(text: str, section: str, key: str, value: Any) -> str:
+def _replaced(data: Any, path: tuple[str, ...], entries: Mapping[str, Any]) -> Any:
+    """`data` with the mapping at `path` updated by `entries`."""
+    if not path:
+        return {**(data if isinstance(data, dict) else {}), **entries}
+    inner = data.get(path[0]) if isinstance(data, dict) else None
+    return {**data, path[0]: _replaced(inner or {}, path[1:], entries)}
+
+
+def _set_entry(text: str, path: tuple[str, ...], key: str, value: Any) -> str:
     doc = parse_yaml(text, "bundlectl.yaml")
-    data = doc.data if isinstance(doc.data, dict) else {}
+    data: Any = doc.data if isinstance(doc.data, dict) else {}
+    for part in path[:-1]:
+        data = data.get(part) if isinstance(data, dict) else None
+        if not isinstance(data, dict):
+            raise BundlectlError(f"bundlectl.yaml has no mapping {'.'.join(path)}")
     buf = _Text(text)
+    section = path[-1]
+    depth = 2 * len(path)  # a new section's entries: block style, two spaces per level
     if section not in data:
+        if len(path) > 1:
+            raise BundlectlError(f"bundlectl.yaml has no mapping {'.'.join(path)}")
         sep = "" if not text or text.endswith("\n") else "\n"
         return text + sep + f"{section}:\n" + _render({key: value}, 2)
     current = data[section]
-    section_key = doc.keys[(section,)]
-    if not current or not isinstance(current, dict) or _is_flow(buf, doc, (section,)):
+    section_key = doc.keys[path]
+    if not current or not isinstance(current, dict) or _is_flow(buf, doc, path):
         # `servers:`, `servers: {}` or a flow mapping: the whole value, in block style
         merged = {**(current if isinstance(current, dict) else {}), key: value}
         start = text.index(":", buf.at(section_key.end_line, section_key.end_column)) + 1
-        span = doc.values.get((section,))
+        span = doc.values.get(path)
         end = buf.at(span.end_line, span.end_column) if current is not None and span else start
         rest = text[end:]
         tail = rest[rest.index("\n") + 1 :] if "\n" in rest else ""
         comment = rest[: rest.index("\n")] if "\n" in rest else rest
-        return text[:start] + comment.rstrip() + "\n" + _render(merged, 2) + tail
-    indent = doc.keys[(section, next(iter(current)))].column - 1
+        indent = section_key.column - 1 + 2 if len(path) > 1 else depth
+        return text[:start] + comment.rstrip() + "\n" + _render(merged, indent) + tail
+    indent = doc.keys[(*path, next(iter(current)))].column - 1
     if key in current:
-        entry = doc.keys[(section, key)]
+        entry = doc.keys[(*path, key)]
         start = buf.starts[entry.line - 1]
-        end = _value_end(buf, doc, (section, key))
+        end = _value_end(buf, doc, (*path, key))
         return text[:start] + _render({key: value}, indent) + text[end:]
     last = list(current)[-1]
-    end = _value_end(buf, doc, (section, last))
+    end = _value_end(buf, doc, (*path, last))
     prefix = "" if text[:end].endswith("\n") else "\n"
     return text[:end] + prefix + _render({key: value}, indent) + text[end:]
 

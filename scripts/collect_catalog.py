@@ -4,6 +4,8 @@
     python scripts/collect_catalog.py --builtin files
 
 Used to write the `tools:` lists of the built-in manifests from what the servers really expose.
+A project's own servers: `bundlectl tools --live --record` writes their catalogs into
+bundlectl.yaml.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ async def collect(command: list[str]) -> list[dict[str, object]]:
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
 
+    from bundlectl.mcpio.live import catalog_entry
     from bundlectl.servers import build
 
     if command[0] == "--builtin":
@@ -32,20 +35,7 @@ async def collect(command: list[str]) -> list[dict[str, object]]:
         cursor = None
         while True:
             page = await client.list_tools(cursor=cursor)
-            for tool in page.tools:
-                entry: dict[str, object] = {"name": tool.name}
-                if tool.title:
-                    entry["title"] = tool.title
-                entry["description"] = (tool.description or "").strip()
-                if tool.annotations:
-                    notes = tool.annotations.model_dump(by_alias=True, exclude_none=True)
-                    notes.pop("title", None)
-                    if notes:
-                        entry["annotations"] = notes
-                entry["input_schema"] = tool.input_schema
-                if tool.output_schema:
-                    entry["output_schema"] = tool.output_schema
-                tools.append(entry)
+            tools += (catalog_entry(tool) for tool in page.tools)
             cursor = page.next_cursor
             if not cursor:
                 return tools

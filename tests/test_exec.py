@@ -815,14 +815,14 @@ def test_progress_line_on_a_terminal() -> None:
     assert "\rkitchen.sleep: 4/4" in screen.text and screen.text.endswith("\n")
 
 
-def test_tools_live_shows_drift(project: Path, run: Run, starts: Path) -> None:
+def test_tools_live_shows_drift_and_record_ends_it(project: Path, run: Run, starts: Path) -> None:
     write(
         project / "bundlectl.yaml",
         f"""
         version: 1
         bundles: [basic]
         servers:
-          kitchen:
+          kitchen:  # the test suite's own server
             command: {PY}
             args: ["{SERVERS / "kitchen.py"}"]
             tools:
@@ -849,6 +849,26 @@ def test_tools_live_shows_drift(project: Path, run: Run, starts: Path) -> None:
     only = run("tools", "--live", "--server", "files", "--format", "json")
     assert only.code == 0
     assert json.loads(only.out)["servers"]["files"]["status"] == "ok"
+
+    # --record: the live catalog into bundlectl.yaml, comments kept, and a fresh lock
+    assert run("lock").code == 0
+    recorded = run("tools", "--live", "--record", "--server", "kitchen")
+    assert recorded.code == 0, recorded.err
+    assert recorded.err_lines[0].startswith("recorded ") and "tool(s) of kitchen (+" in (
+        recorded.err_lines[0]
+    )
+    text = (project / "bundlectl.yaml").read_text()
+    assert "kitchen:  # the test suite's own server" in text and "retired" not in text
+    assert run("tools", "--live", "--server", "kitchen").lines == [
+        f"kitchen: matches the declared catalog ({text.count('- name: ')} tools)"
+    ]
+    assert run("lock", "--check").code == 0
+    assert "consent" in run("tools", "--server", "kitchen", "--detail", "name").out
+    bundled = run("tools", "--live", "--record", "--server", "files")
+    assert bundled.code == 2
+    assert "server 'files' comes from bundle basic@" in bundled.err
+    mixed = run("tools", "--live", "--search", "echo")
+    assert mixed.code == 2 and "--search cannot be used with --live" in mixed.err
 
 
 def test_builtin_in_process_equals_the_subprocess_server(kitchen: Path, run: Run) -> None:

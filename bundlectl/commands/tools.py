@@ -7,18 +7,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bundlectl.catalog import ToolRef, agent_row, search
+from bundlectl.confedit import set_entries
 from bundlectl.describe import first_line, tool_flags
 from bundlectl.errors import UsageError
+from bundlectl.fsio import project_lock, write_project_file
 from bundlectl.mcpio import runner
 from bundlectl.mcpio.connect import Target
-from bundlectl.mcpio.live import survey
+from bundlectl.mcpio.live import catalog_entry, catalogs, survey
 from bundlectl.models import ToolSpec
 from bundlectl.options import Detail, Format, Names
-from bundlectl.output import JSON_FORMAT_VERSION, emit_json, out
+from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, out
+from bundlectl.paths import display_path
 from bundlectl.patterns import gateway_name
 from bundlectl.policy import Rule
-from bundlectl.project import load_project
+from bundlectl.project import load_project, project_from_text
 from bundlectl.resolution import Resolution, resolve_project
+from bundlectl.yamlio import read_text
 
 if TYPE_CHECKING:
     from bundlectl.mcpio.live import Drift
@@ -54,15 +58,12 @@ def run(
     query: str | None,
     detail: Detail,
     fmt: Format,
-    live: bool = False,
     names: Names = Names.qualified,
     unlisted: bool = False,
 ) -> int:
     resolution = resolve_project(load_project(config))
     if agent is not None:
         resolution.policy.require_listed([agent], unlisted=unlisted)
-    if live:
-        return run_live(resolution, server=server, fmt=fmt)
     chosen = select(resolution, agent=agent, server=server, query=query)
     naming = resolution.project.config.gateway.names  # as `serve` names them
     compiled = resolution.policy.agent(agent) if agent is not None else None
@@ -140,6 +141,71 @@ def _as_json(
         item["annotations"] = spec.annotations
         item["input_schema"] = spec.input_schema
     return item
+
+
+def refuse_with_live(flags: list[str], record: bool) -> None:
+    """`--live` compares servers with their catalogs: options that shape a listing of the
+    declared catalog would be ignored there, so they are refused."""
+    if flags:
+        mode = "--live --record" if record else "--live"
+        raise UsageError(
+            f"{', '.join(flags)} cannot be used with {mode}: it compares what the servers offer "
+            "with their declared catalogs",
+            hint="run without --live to list, search or filter the declared catalog "
+            "(--live --record first to make it what the servers offer)",
+        )
+
+
+def run_live_command(config: Path | None, *, server: str | None, fmt: Format, record: bool) -> int:
+    resolution = resolve_project(load_project(config))
+    if record:
+        return run_record(resolution, server=server)
+    return run_live(resolution, server=server, fmt=fmt)
+
+
+def run_record(resolution: Resolution, *, server: str | None) -> int:
+    """Write the live tools of the project's own servers (or `server`) into bundlectl.yaml as
+    their `tools:` catalogs, comments kept, and write the lock again (as `install` does)."""
+    project = resolution.project
+    own = {n: s for n, s in project.config.servers.items() if not s.disabled}
+    if server is not None:
+        merged = resolution.merged.servers.get(server)
+        if server not in own:
+            origin = (
+                f"comes from bundle {merged.bundle}"
+                if merged and merged.bundle
+                else ("is disabled" if server in project.config.servers else "is not a server here")
+            )
+            raise UsageError(
+                f"server {server!r} {origin}: --record writes the catalogs of the project's own "
+                "servers",
+                hint="a bundle's catalog belongs to its manifest (python "
+                "scripts/collect_catalog.py prints one); servers here: "
+                + (", ".join(own) or "none"),
+            )
+        own = {server: own[server]}
+    if not own:
+        raise UsageError(
+            "the project has no servers of its own to record",
+            hint="servers from bundles keep the catalogs of their manifests",
+        )
+    found = catalogs(own, project.root)
+    target = project.config_path
+    before = read_text(target, display_path(target))
+    after = before
+    for name, tools in found.items():
+        after = set_entries(after, ("servers", name), {"tools": [catalog_entry(t) for t in tools]})
+    fresh = resolve_project(project_from_text(target, after))
+    with project_lock(target):
+        write_project_file(target, after)
+        fresh.write_lock()
+    for name, tools in found.items():
+        was = {t.name for t in own[name].tools}
+        now = {t.name for t in tools}
+        change = f"+{len(now - was)} -{len(was - now)}" if own[name].tools else "new"
+        err(f"recorded {len(tools)} tool(s) of {name} ({change})")
+    err(f"wrote {display_path(target)} and {display_path(project.lock_path)}")
+    return 0
 
 
 def run_live(resolution: Resolution, *, server: str | None, fmt: Format) -> int:

@@ -80,6 +80,23 @@ async def survey(
     return [results[t.name] for t in targets]
 
 
+def catalog_entry(tool: Any) -> dict[str, Any]:
+    """A live tool (the SDK's `Tool`) as an entry of a `tools:` catalog (`ToolSpec`'s form)."""
+    entry: dict[str, Any] = {"name": tool.name}
+    if tool.title:
+        entry["title"] = tool.title
+    entry["description"] = (tool.description or "").strip()
+    if tool.annotations:
+        notes = tool.annotations.model_dump(by_alias=True, exclude_none=True)
+        notes.pop("title", None)
+        if notes:
+            entry["annotations"] = notes
+    entry["input_schema"] = tool.input_schema
+    if tool.output_schema:
+        entry["output_schema"] = tool.output_schema
+    return entry
+
+
 def catalogs(
     servers: Mapping[str, ServerSpec], root: Path, *, connect_timeout: float = 30.0
 ) -> dict[str, list[Any]]:
