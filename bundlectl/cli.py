@@ -494,6 +494,85 @@ def exec_(
 
 
 @app.command()
+def read(
+    server: Annotated[str, typer.Argument(metavar="SERVER", help="The server to read from.")],
+    uri: Annotated[
+        str | None,
+        typer.Argument(metavar="[URI]", help="The resource's URI (none: list what it offers)."),
+    ] = None,
+    agent: CallerOpt = None,
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", min=1, max=3600, help="Seconds for the whole read, 1-3600."),
+    ] = 60.0,
+    output_dir: Annotated[
+        Path | None,
+        typer.Option("--output-dir", file_okay=False, help="Where binary contents are saved."),
+    ] = None,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Read a server's resource, if the agent may use the server: text printed, binary saved."""
+    from bundlectl.commands import resources as cmd
+
+    if uri is None:
+        return cmd.run_list(
+            config, server=server, kind="resources", agent=agent, fmt=fmt, timeout=timeout
+        )
+    return cmd.run_read(
+        config,
+        server=server,
+        uri=uri,
+        agent=agent,
+        fmt=fmt,
+        output_dir=output_dir,
+        timeout=timeout,
+    )
+
+
+@app.command()
+def prompt(
+    server: Annotated[str, typer.Argument(metavar="SERVER", help="The server of the prompt.")],
+    name: Annotated[
+        str | None,
+        typer.Argument(metavar="[NAME]", help="The prompt's name (none: list its prompts)."),
+    ] = None,
+    arguments: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="[KEY=VALUE...]", help="The prompt's arguments (strings)."),
+    ] = None,
+    agent: CallerOpt = None,
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", min=1, max=3600, help="Seconds for the whole get, 1-3600."),
+    ] = 60.0,
+    output_dir: Annotated[
+        Path | None,
+        typer.Option("--output-dir", file_okay=False, help="Where images and audio are saved."),
+    ] = None,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Get a server's prompt, filled in, if the agent may use the server: its messages printed."""
+    from bundlectl.commands import resources as cmd
+
+    if name is None:
+        return cmd.run_list(
+            config, server=server, kind="prompts", agent=agent, fmt=fmt, timeout=timeout
+        )
+    return cmd.run_prompt(
+        config,
+        server=server,
+        name=name,
+        arguments=arguments or [],
+        agent=agent,
+        fmt=fmt,
+        output_dir=output_dir,
+        timeout=timeout,
+    )
+
+
+@app.command()
 def serve(
     agent: CallerOpt = None,
     mode: Annotated[

@@ -21,6 +21,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
+from mcp.shared.exceptions import MCPError
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5E" + (
     "rkJggg=="
@@ -284,7 +285,7 @@ async def read_resource(
             uri=uri, mime_type="application/json", text=json.dumps(body)
         )
     else:
-        raise ValueError(f"no resource {uri}")
+        raise MCPError(code=-32002, message=f"Resource not found: {uri}")
     return types.ReadResourceResult(contents=[contents])
 
 
@@ -337,7 +338,7 @@ async def get_prompt(
     elif params.name == "test_prompt_with_image":
         messages = [user(image()), user(text("Please analyze the image above."))]
     else:
-        raise ValueError(f"no prompt {params.name}")
+        raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {params.name}")
     return types.GetPromptResult(messages=messages)
 
 

@@ -1,0 +1,280 @@
+"""`bundlectl read` and `bundlectl prompt`: a server's resources and prompts from the command line,
+under the policy `serve` applies to them — an agent reads the resources and gets the prompts of
+the servers it may use (a tool it may call or be asked about), and each read or get is audited.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from bundlectl.calls.pipeline import AuditLog, Pipeline
+from bundlectl.calls.render import OutputDir
+from bundlectl.errors import (
+    BundlectlError,
+    CallTimeout,
+    PolicyDenied,
+    ServerError,
+    ToolCallError,
+    UsageError,
+)
+from bundlectl.mcpio import runner
+from bundlectl.mcpio.connect import connect
+from bundlectl.options import Format
+from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, out
+from bundlectl.policy import default_agent
+from bundlectl.project import load_project
+from bundlectl.resolution import resolve_project
+from bundlectl.suggest import Suggester
+
+# What servers answer for a name or URI they do not have (MCP's resource-not-found, and the
+# invalid-params most servers use for both).
+_NOT_FOUND = (-32002, -32602)
+
+
+def run_read(
+    config: Path | None,
+    *,
+    server: str,
+    uri: str,
+    agent: str | None,
+    fmt: Format,
+    output_dir: Path | None,
+    timeout: float,
+) -> int:
+    """Read one resource of `server`; text printed, binary contents saved as files."""
+
+    async def read(client: Any) -> Any:
+        return await client.read_resource(uri)
+
+    who, result = _ask(
+        config,
+        server,
+        agent,
+        method="resources/read",
+        key={"uri": uri},
+        request=read,
+        timeout=timeout,
+    )
+    data = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    if fmt is Format.json:
+        emit_json(
+            {
+                "format_version": JSON_FORMAT_VERSION,
+                "agent": who,
+                "server": server,
+                "uri": uri,
+                "result": data,
+            }
+        )
+        return 0
+    saved = OutputDir(output_dir)
+    for item in data.get("contents") or []:
+        if "text" in item:
+            out(item["text"])
+        elif "blob" in item:
+            blob = base64.b64decode(item["blob"])
+            path = saved.save(blob, item.get("mimeType"), "resource")
+            out(f"[resource: {path} ({item.get('mimeType') or 'binary'}, {len(blob):,} bytes)]")
+    return 0
+
+
+def run_prompt(
+    config: Path | None,
+    *,
+    server: str,
+    name: str,
+    arguments: list[str],
+    agent: str | None,
+    fmt: Format,
+    output_dir: Path | None,
+    timeout: float,
+) -> int:
+    """Get one prompt of `server`, filled in with KEY=VALUE arguments; its messages printed."""
+    values: dict[str, str] = {}
+    for item in arguments:
+        field, sep, value = item.partition("=")
+        if not sep or not field:
+            raise UsageError(
+                f"{item!r} is not KEY=VALUE", hint="prompt arguments are strings: name=value"
+            )
+        values[field] = value
+
+    async def get(client: Any) -> Any:
+        return await client.get_prompt(name, values or None)
+
+    who, result = _ask(
+        config,
+        server,
+        agent,
+        method="prompts/get",
+        key={"name": name, "arguments": values},
+        request=get,
+        timeout=timeout,
+    )
+    data = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    if fmt is Format.json:
+        emit_json(
+            {
+                "format_version": JSON_FORMAT_VERSION,
+                "agent": who,
+                "server": server,
+                "prompt": name,
+                "result": data,
+            }
+        )
+        return 0
+    saved = OutputDir(output_dir)
+    if data.get("description"):
+        out(f"# {data['description']}")
+    for message in data.get("messages") or []:
+        content = message.get("content") or {}
+        kind = content.get("type")
+        if kind == "text":
+            shown = content.get("text", "")
+        elif kind in ("image", "audio"):
+            blob = base64.b64decode(content.get("data", ""))
+            path = saved.save(blob, content.get("mimeType"), "prompt")
+            shown = f"[{kind}: {path} ({content.get('mimeType')}, {len(blob):,} bytes)]"
+        elif kind == "resource":
+            inner = content.get("resource") or {}
+            shown = f"[resource {inner.get('uri')}]\n{inner.get('text', '')}".rstrip()
+        else:
+            shown = f"[{kind}]"
+        out(f"{message.get('role', '?')}: {shown}")
+    return 0
+
+
+def _ask(
+    config: Path | None,
+    server: str,
+    agent: str | None,
+    *,
+    method: str,
+    key: dict[str, Any],
+    request: Callable[[Any], Any],
+    timeout: float,
+) -> tuple[str, Any]:
+    """Decide, connect, send `request` (a coroutine function of the client), audit; the agent
+    and the result. The agent may use the server's resources and prompts when it may call or
+    be asked about one of its tools, as `serve` decides."""
+    resolution = resolve_project(load_project(config))
+    who = default_agent(agent)
+    policy = resolution.policy
+    if (note := policy.unlisted(who)) is not None and agent is not None:
+        err(f"note: {note}")
+    pipeline = Pipeline(resolution, AuditLog(resolution, via="exec"), None)
+    if server not in resolution.merged.servers:
+        close = Suggester(resolution.merged.servers).closest(server)
+        known = ", ".join(resolution.merged.servers) or "none"
+        raise UsageError(
+            f"no server {server!r} in the resolved configuration"
+            + (f"; did you mean {close[0]!r}?" if close else ""),
+            hint=f"servers: {known}",
+        )
+    if not policy.agent(who).may_reach(server):
+        pipeline.audit.access(who, server, method, key, "denied")
+        raise PolicyDenied(
+            f"agent {who!r} may use no tool of server {server!r}, so not its "
+            f"{'resources' if method == 'resources/read' else 'prompts'} either",
+            hint=f"bundlectl tools --agent {who} shows what it may use",
+        )
+    target = pipeline.target(server)
+    what = key.get("uri") or key.get("name")
+
+    async def go() -> Any:
+        from mcp.shared.exceptions import MCPError  # start-up: only when a server is asked
+
+        try:
+            with anyio.fail_after(timeout):
+                async with connect(target, connect_timeout=timeout) as client:
+                    try:
+                        return await request(client)
+                    except MCPError as exc:  # the server's answer: named here, not as a crash
+                        code = exc.error.code
+                        if code in _NOT_FOUND:
+                            raise ToolCallError(
+                                f"server {server!r} has no {_kind(method)} {what!r}: "
+                                f"{exc.error.message}",
+                                hint=f"bundlectl {_command(method)} {server} lists them",
+                            ) from None
+                        raise ServerError(
+                            f"server {server!r} returned an error for {method} {what!r}: "
+                            f"{exc.error.message} (code {code})"
+                        ) from None
+        except TimeoutError:
+            raise CallTimeout(
+                f"{method} {what!r} on server {server!r} took longer than {timeout:g} s",
+                hint="raise --timeout",
+            ) from None
+
+    outcome = "ok"
+    try:
+        result = runner.run(go)
+    except CallTimeout:
+        outcome = "timeout"
+        raise
+    except ToolCallError:
+        outcome = "not-found"
+        raise
+    except BundlectlError:
+        outcome = "server-error"
+        raise
+    finally:
+        target.close()
+        pipeline.audit.access(who, server, method, key, outcome)
+    return who, result
+
+
+def _kind(method: str) -> str:
+    return "resource" if method.startswith("resources/") else "prompt"
+
+
+def _command(method: str) -> str:
+    return "read" if method.startswith("resources/") else "prompt"
+
+
+def run_list(
+    config: Path | None, *, server: str, kind: str, agent: str | None, fmt: Format, timeout: float
+) -> int:
+    """`read SERVER` / `prompt SERVER`: what the server offers (resources and templates, or
+    prompts with their arguments), under the same policy and audit as reading one."""
+    method = "resources/list" if kind == "resources" else "prompts/list"
+
+    async def listing(client: Any) -> dict[str, Any]:
+        if kind == "resources":
+            found = await client.list_resources()
+            templates = await client.list_resource_templates()
+            return {
+                "resources": [_json(r) for r in found.resources],
+                "resourceTemplates": [_json(t) for t in templates.resource_templates],
+            }
+        return {"prompts": [_json(p) for p in (await client.list_prompts()).prompts]}
+
+    who, data = _ask(config, server, agent, method=method, key={}, request=listing, timeout=timeout)
+    if fmt is Format.json:
+        emit_json({"format_version": JSON_FORMAT_VERSION, "agent": who, "server": server, **data})
+        return 0
+    for item in data.get("resources", []):
+        mime = f" ({item['mimeType']})" if item.get("mimeType") else ""
+        out(f"{item['uri']}{mime}  {item.get('name', '')}".rstrip())
+    for item in data.get("resourceTemplates", []):
+        out(f"{item['uriTemplate']}  (template) {item.get('name', '')}".rstrip())
+    for item in data.get("prompts", []):
+        names = [
+            a["name"] + ("" if a.get("required") else "?") for a in item.get("arguments") or []
+        ]
+        shown = f"{item['name']} {' '.join(f'{n}=...' for n in names)}".rstrip()
+        out(f"{shown}  {item.get('description') or ''}".rstrip())
+    if not any(data.values()):
+        err(f"server {server!r} offers no {kind}")
+    return 0
+
+
+def _json(model: Any) -> dict[str, Any]:
+    data: dict[str, Any] = model.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return data
