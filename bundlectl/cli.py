@@ -39,7 +39,7 @@ app = typer.Typer(
     help="Manage bundles of MCP servers and the per-agent tool policy that governs them.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 registry_app = typer.Typer(

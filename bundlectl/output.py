@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import csv
 import json
+import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +16,52 @@ JSON_FORMAT_VERSION = 1
 
 
 # Everything bundlectl writes to the terminal goes through these (the error funnel included).
+
+
+# Colour (SGR codes) on a terminal only; NO_COLOR (https://no-color.org) or TERM=dumb turn it off.
+_STYLES = {"error": "1;31", "warning": "33", "info": "36", "hint": "36", "note": "2", "allow": "32"}
+_STYLES |= {"ask": "33", "deny": "31"}
+
+
+_PLAIN = contextvars.ContextVar("plain", default=False)
+
+
+@contextlib.contextmanager
+def plain() -> Iterator[None]:
+    """No colour inside (text rendered for a file)."""
+    token = _PLAIN.set(True)
+    try:
+        yield
+    finally:
+        _PLAIN.reset(token)
+
+
+def colour(stream: Any) -> bool:
+    """Whether to colour what goes to `stream`."""
+    if _PLAIN.get() or os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        return False
+
+
+def paint(text: str, style: str, stream: Any = None) -> str:
+    """`text` in the colour of `style` (error, warning, info, hint, note, allow, ask, deny)
+    when `stream` (stdout by default) is a terminal that wants colour."""
+    code = _STYLES.get(style)
+    if code is None or not colour(sys.stdout if stream is None else stream):
+        return text
+    return f"\x1b[{code}m{text}\x1b[0m"
+
+
+_PREFIXES = (
+    ("internal error:", "error"),
+    ("error:", "error"),
+    ("warning:", "warning"),
+    ("hint:", "hint"),
+    ("note:", "note"),
+)
 
 
 def out(line: str = "") -> None:
@@ -26,6 +75,14 @@ def write(text: str) -> None:
 
 
 def err(line: str) -> None:
+    """A line on stderr; its `error:`/`warning:`/`hint:`/`note:` prefix coloured on a
+    terminal."""
+    body = line.lstrip(" ")
+    for prefix, style in _PREFIXES:
+        if body.startswith(prefix):
+            indent = line[: len(line) - len(body)]
+            line = indent + paint(prefix, style, sys.stderr) + body[len(prefix) :]
+            break
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
 
@@ -158,12 +215,23 @@ def write_csv(rows: Iterable[Sequence[str]]) -> None:
     csv.writer(sys.stdout, lineterminator="\n").writerows(rows)
 
 
-def table(rows: Sequence[Sequence[str]], header: Sequence[str] | None = None) -> None:
-    """Left-aligned columns; the last column is not padded."""
+def table(
+    rows: Sequence[Sequence[str]],
+    header: Sequence[str] | None = None,
+    *,
+    style: Callable[[str], str | None] | None = None,
+) -> None:
+    """Left-aligned columns; the last column is not padded. `style`: a cell's colour (see
+    `paint`), applied after padding so the columns stay aligned."""
     all_rows = [list(header)] + [list(r) for r in rows] if header else [list(r) for r in rows]
     if not all_rows:
         return
     widths = [max(len(r[i]) for r in all_rows) for i in range(len(all_rows[0]) - 1)]
-    for row in all_rows:
+    for number, row in enumerate(all_rows):
         cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])] + [row[-1]]
+        if style is not None and (number or header is None):
+            cells = [
+                paint(text, chosen) if (chosen := style(cell)) else text
+                for text, cell in zip(cells, row, strict=True)
+            ]
         out("  ".join(cells).rstrip())

@@ -854,8 +854,9 @@ def test_tools_live_shows_drift_and_record_ends_it(project: Path, run: Run, star
     assert run("lock").code == 0
     recorded = run("tools", "--live", "--record", "--server", "kitchen")
     assert recorded.code == 0, recorded.err
-    assert recorded.err_lines[0].startswith("recorded ") and "tool(s) of kitchen (+" in (
-        recorded.err_lines[0]
+    assert (
+        recorded.err_lines[0].startswith("recorded ")
+        and "tool(s) of kitchen (+" in (recorded.err_lines[0])
     )
     text = (project / "bundlectl.yaml").read_text()
     assert "kitchen:  # the test suite's own server" in text and "retired" not in text

@@ -5,12 +5,14 @@ from __future__ import annotations
 import io
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bundlectl.output import Lazy, RawJson, pretty_json, stream_json
+from tests.conftest import write
 
 LEAVES = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text()
 KEYS = st.text() | st.integers()  # json turns int keys into strings; both encoders must agree
@@ -85,3 +87,77 @@ def test_only_the_output_module_writes_to_the_terminal() -> None:
             if printing or writing or traced:
                 found.append(f"{path.relative_to(package)}:{node.lineno}")
     assert found == []
+
+
+def on_a_terminal(args: list[str], cwd: Path, **env: str) -> str:
+    """What bundlectl writes (stdout and stderr) when both are a terminal."""
+    import os
+    import pty
+    import subprocess
+
+    leader, follower = pty.openpty()
+    environment = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bundlectl", *args],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=follower,
+        env={**environment, "TERM": "xterm", **env},
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the process is done writing
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    proc.wait(timeout=60)
+    os.close(leader)
+    return b"".join(chunks).decode()
+
+
+def test_colour_on_a_terminal_and_none_with_no_color(project: Path) -> None:
+    """Errors, lint severities and matrix cells in colour on a terminal; NO_COLOR, a pipe or
+    `lint --output FILE` get none."""
+    write(
+        project / "bundlectl.yaml",
+        """
+        version: 1
+        bundles: [basic]
+        agents:
+          reader: {allow: [files.read_file, files.list_directory], deny: [files.read_file]}
+        policy: {default: deny}
+        """,
+    )
+    error = on_a_terminal(["exec", "-a", "reader", "files.write_fil"], project)
+    assert "\x1b[1;31merror:\x1b[0m agent 'reader' may not call" in error
+    matrix = on_a_terminal(["policy", "matrix"], project)
+    assert "\x1b[31mdeny\x1b[0m" in matrix and "\x1b[32mallow\x1b[0m" in matrix
+    lint = on_a_terminal(["lint", "--output", "report.txt"], project)
+    assert "\x1b[" not in (project / "report.txt").read_text()
+    assert "BCL201" in (project / "report.txt").read_text(), lint
+    plain = on_a_terminal(["exec", "-a", "reader", "files.write_fil"], project, NO_COLOR="1")
+    assert "error: agent 'reader' may not call" in plain and "\x1b[" not in plain
+
+
+def test_shell_completion_completes_commands_and_options() -> None:
+    import subprocess
+
+    def complete(words: str) -> list[str]:
+        env = {"_BUNDLECTL_COMPLETE": "complete_bash", "COMP_WORDS": words}
+        env["COMP_CWORD"] = str(len(words.split()) - 1)
+        done = subprocess.run(
+            [sys.executable, "-m", "bundlectl"],
+            env={**__import__("os").environ, **env},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.split()
+
+    assert complete("bundlectl ex") == ["exec", "export"]
+    assert "--agent" in complete("bundlectl exec --ag")

@@ -342,7 +342,7 @@ def without(policy: Policy, rule: Rule) -> Policy:
     return Policy(replace(policy.set, agents=agents))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(conditional_configs())
 def test_lint_calls_a_conditional_rule_dead_only_when_no_decision_needs_it(
     made: tuple[str, dict[int, tuple[str, object]]],

@@ -9,7 +9,7 @@ from bundlectl.lint import engine
 from bundlectl.lint.formats import FORMATS
 from bundlectl.lint.rules import Severity
 from bundlectl.options import FailLevel, LintFormat
-from bundlectl.output import write
+from bundlectl.output import plain, write
 
 
 def run(
@@ -26,11 +26,11 @@ def run(
     level: Severity = fail_level.value
     selection = engine.Selection(engine.check_ids(select), engine.check_ids(ignore))
     findings = engine.run(targets, config, selection)
-    rendered = FORMATS[fmt.value](findings)
     if output is not None:
-        atomic_write(output, rendered)
+        with plain():  # a file gets no terminal colours
+            atomic_write(output, FORMATS[fmt.value](findings))
     else:
-        write(rendered)
+        write(FORMATS[fmt.value](findings))
     if exit_zero:
         return 0
     return 1 if engine.failing(findings, level) else 0

@@ -307,6 +307,9 @@ def _matrix_text(matrix: _Matrix) -> None:
     table(
         [[tool, *(columns[a][i] for a in matrix.agents)] for i, tool in enumerate(matrix.tools)],
         header=["TOOL", *matrix.agents],
+        style=lambda cell: (
+            cell.rstrip("?") if cell.rstrip("?") in ("allow", "ask", "deny") else None
+        ),
     )
     if matrix.conditional:
         out(LEGEND)

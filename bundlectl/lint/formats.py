@@ -7,7 +7,7 @@ from typing import Any
 
 from bundlectl import __version__
 from bundlectl.lint.rules import RULES, Finding
-from bundlectl.output import pretty_json
+from bundlectl.output import paint, pretty_json
 
 JSON_VERSION = 1
 
@@ -17,11 +17,11 @@ def text(findings: list[Finding]) -> str:
     lines = []
     for f in findings:
         lines.append(
-            f"{f.file}:{f.line}:{f.column}: {f.rule} {f.severity} {f.message}"
+            f"{f.file}:{f.line}:{f.column}: {f.rule} {paint(f.severity, f.severity)} {f.message}"
             + (f" ({f.yaml_path})" if f.yaml_path else "")
         )
         if f.hint:
-            lines.append(f"  hint: {f.hint}")
+            lines.append(f"  {paint('hint:', 'hint')} {f.hint}")
     counts = Counter(f.severity for f in findings)
     files = len({f.file for f in findings})
     if findings:
