@@ -202,3 +202,24 @@ def test_the_server_side_packages_import_only_the_layers_below_them() -> None:
                 if any(n == f or n.startswith(f + ".") for n in names for f in forbidden):
                     wrong.append(f"{package}/{module.name}:{node.lineno}: {names[0]}")
     assert not wrong, wrong
+
+
+def test_every_commands_help_ends_with_examples_and_its_exit_codes(run: Run) -> None:
+    """#24: `--help` of each command shows how to use it and what its exit codes mean; a new
+    command without them fails here."""
+    from typer.main import get_command_name
+
+    from bundlectl.cli import app, policy_app, registry_app
+    from bundlectl.helptext import HELP
+
+    names = set()
+    for group, prefix in ((app, ""), (registry_app, "registry "), (policy_app, "policy ")):
+        for info in group.registered_commands:
+            callback = info.callback.__name__ if info.callback else ""
+            names.add(prefix + (info.name or get_command_name(callback)))
+    assert names == set(HELP)
+    for name, (examples, _) in HELP.items():
+        shown = run(*name.split(), "--help")
+        assert shown.code == 0, shown.err
+        assert "Examples:" in shown.out and "Exit codes: 0 " in shown.out, name
+        assert examples[0].split("#")[0].strip() in " ".join(shown.out.split()), name

@@ -12,6 +12,7 @@ result is exactly what is written here.
 
 from __future__ import annotations
 
+import _unmeasured  # noqa: F401  # first: see its docstring
 import json
 from typing import Any
 

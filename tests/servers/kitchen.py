@@ -8,6 +8,7 @@ that no process outlives a call; $KITCHEN_RUG_PULL changes echo's description.
 
 from __future__ import annotations
 
+import _unmeasured  # noqa: F401  # first: see its docstring
 import argparse
 import base64
 import contextlib

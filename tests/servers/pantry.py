@@ -5,6 +5,7 @@ python pantry.py
 
 from __future__ import annotations
 
+import _unmeasured  # noqa: F401  # first: see its docstring
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer

@@ -5,6 +5,7 @@ python refuse.py --port N
 
 from __future__ import annotations
 
+import _unmeasured  # noqa: F401  # first: see its docstring
 import argparse
 import http.server
 

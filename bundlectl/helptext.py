@@ -1,0 +1,125 @@
+"""The end of each command's `--help`: examples to copy, and the exit codes it uses (SPEC 4.1)."""
+
+from __future__ import annotations
+
+_READS = "0 done; 2 bad usage or an input file with problems (each with its position)"
+_CALLS = (
+    "0 done; 1 the tool reported an error; 2 bad usage or input; 3 denied by the policy "
+    "(nothing started); 4 no such tool, or invalid arguments; 5 the server failed; "
+    "6 timed out; 130 interrupted"
+)
+_ASKS = (
+    "0 done; 2 bad usage or input; 3 the agent may not use the server; 4 no such resource or "
+    "prompt; 5 the server failed; 6 timed out; 130 interrupted"
+)
+_EDITS = "0 done; 1 a resolution conflict (both sides named); 2 bad usage or input"
+_CHECKS = "0 as expected; 1 it differs (the difference is printed); 2 bad usage or input"
+
+# command → (example command lines, exit codes)
+HELP: dict[str, tuple[list[str], str]] = {
+    "init": (["bundlectl init", "bundlectl init --force   # replace an existing file"], _EDITS),
+    "list": (["bundlectl list", "bundlectl list --installed --format json"], _READS),
+    "show": (["bundlectl show basic", "bundlectl show github==1.1.0 --format json"], _READS),
+    "install": (["bundlectl install basic", "bundlectl install 'github>=1,<2'"], _EDITS),
+    "remove": (["bundlectl remove github"], _EDITS),
+    "lock": (
+        ["bundlectl lock", "bundlectl lock --check   # in CI", "bundlectl lock --upgrade github"],
+        "0 done (--check: the lock is current); 1 stale lock or a resolution conflict; "
+        "2 bad usage or input",
+    ),
+    "resolve": (["bundlectl resolve", "bundlectl resolve --agent reader --format json"], _READS),
+    "schema": (["bundlectl schema --out schemas", "bundlectl schema --check"], _CHECKS),
+    "registry add": (["bundlectl registry add weather/1.0.0.yaml"], _READS),
+    "registry list": (["bundlectl registry list"], _READS),
+    "policy check": (
+        [
+            "bundlectl policy check --agent reader files.read_file",
+            'bundlectl policy check -a docs files.write_file --args \'{"path": "docs/a.md"}\'',
+        ],
+        "0 every tool allowed; 2 bad usage or input; 3 a tool is denied (or asked, with no one "
+        "to confirm)",
+    ),
+    "policy explain": (
+        ["bundlectl policy explain --agent reader files.write_file"],
+        _READS,
+    ),
+    "policy matrix": (
+        ["bundlectl policy matrix", "bundlectl policy matrix --agent reader --format csv"],
+        _READS,
+    ),
+    "tools": (
+        [
+            "bundlectl tools --agent reader",
+            "bundlectl tools --search 'pull request' --detail full",
+            "bundlectl tools --live --record --server mine",
+        ],
+        "0 done (--live: every server matches its catalog); 1 --live: a catalog differs; "
+        "2 bad usage or input; 5 --live: a server could not be asked",
+    ),
+    "exec": (
+        [
+            "bundlectl exec --agent reader files.read_file path=README.md",
+            "bundlectl exec files.write_file --args @call.json --yes",
+            "bundlectl exec --batch calls.jsonl --format json",
+        ],
+        _CALLS,
+    ),
+    "read": (
+        ["bundlectl read docs", "bundlectl read docs file:///guide.md --agent writer"],
+        _ASKS,
+    ),
+    "prompt": (
+        ["bundlectl prompt review", "bundlectl prompt review summarize topic=security -a author"],
+        _ASKS,
+    ),
+    "serve": (
+        [
+            "bundlectl serve --agent reader   # stdio, for one client",
+            "bundlectl serve --transport streamable-http --port 8765",
+        ],
+        "0 stopped cleanly; 2 bad usage, input, or a port that cannot be used; 130 interrupted",
+    ),
+    "export": (
+        [
+            "bundlectl export claude-code --agent reviewer",
+            "bundlectl export codex -a reviewer --via gateway",
+            "bundlectl export cursor -a reviewer --check   # in CI",
+        ],
+        "0 done (--check: the file is current); 1 --check: it differs, or --via direct cannot "
+        "hold the policy; 2 bad usage or input",
+    ),
+    "import": (
+        [
+            "bundlectl import claude-code .mcp.json",
+            "bundlectl import codex .codex/config.toml --dry-run",
+        ],
+        _EDITS,
+    ),
+    "codegen": (
+        [
+            "bundlectl codegen --agent reader --out gen",
+            "bundlectl codegen -a reader --lang typescript --out ts",
+            "bundlectl codegen -a reader --out gen --check   # in CI",
+        ],
+        _CHECKS,
+    ),
+    "server": (["bundlectl server files", "bundlectl server files --transport sse"], _READS),
+    "lint": (
+        [
+            "bundlectl lint",
+            "bundlectl lint --format sarif --output lint.sarif",
+            "bundlectl lint registry/weather/1.0.0.yaml",
+        ],
+        "0 nothing at or above --fail-level; 1 findings at or above it; 2 bad usage",
+    ),
+}
+
+
+def epilog(command: str) -> str | None:
+    """The help's closing text for `command` (rich markup: brackets escaped)."""
+    found = HELP.get(command)
+    if found is None:
+        return None
+    examples, codes = found
+    lines = "\n".join(f"  {line}" for line in examples).replace("[", "\\[")
+    return f"Examples:\n{lines}\n\nExit codes: {codes}."
