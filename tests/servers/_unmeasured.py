@@ -3,12 +3,15 @@
 The test run measures the Python processes it starts (`[tool.coverage.run] patch` in
 pyproject.toml) so that `bundlectl serve` and the console script count. A test server is not
 bundlectl, yet tracing it — above all its import of the MCP SDK — costs ~0.4 s of CPU a start,
-and the suite starts hundreds: coverage stops here, before those imports.
+and the suite starts hundreds: coverage stops here, before those imports. Only in a process
+whose main script is a test server: a test that imports one (test_pinning) stays measured.
 """
 
 import sys
+from pathlib import Path
 
-if "coverage" in sys.modules:
+_main = getattr(sys.modules.get("__main__"), "__file__", None) or ""
+if "coverage" in sys.modules and Path(_main).resolve().parent == Path(__file__).resolve().parent:
     import coverage
 
     _current = coverage.Coverage.current()
