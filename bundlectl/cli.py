@@ -493,6 +493,17 @@ def exec_(
     )
 
 
+# `read` and `prompt`: one request to one server
+AskTimeoutOpt = Annotated[
+    float,
+    typer.Option("--timeout", min=1, max=3600, help="Seconds for the whole request, 1-3600."),
+]
+SavedOpt = Annotated[
+    Path | None,
+    typer.Option("--output-dir", file_okay=False, help="Where binary contents are saved."),
+]
+
+
 @app.command()
 def read(
     server: Annotated[str, typer.Argument(metavar="SERVER", help="The server to read from.")],
@@ -501,14 +512,8 @@ def read(
         typer.Argument(metavar="[URI]", help="The resource's URI (none: list what it offers)."),
     ] = None,
     agent: CallerOpt = None,
-    timeout: Annotated[
-        float,
-        typer.Option("--timeout", min=1, max=3600, help="Seconds for the whole read, 1-3600."),
-    ] = 60.0,
-    output_dir: Annotated[
-        Path | None,
-        typer.Option("--output-dir", file_okay=False, help="Where binary contents are saved."),
-    ] = None,
+    timeout: AskTimeoutOpt = 60.0,
+    output_dir: SavedOpt = None,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
@@ -542,14 +547,8 @@ def prompt(
         typer.Argument(metavar="[KEY=VALUE...]", help="The prompt's arguments (strings)."),
     ] = None,
     agent: CallerOpt = None,
-    timeout: Annotated[
-        float,
-        typer.Option("--timeout", min=1, max=3600, help="Seconds for the whole get, 1-3600."),
-    ] = 60.0,
-    output_dir: Annotated[
-        Path | None,
-        typer.Option("--output-dir", file_okay=False, help="Where images and audio are saved."),
-    ] = None,
+    timeout: AskTimeoutOpt = 60.0,
+    output_dir: SavedOpt = None,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:

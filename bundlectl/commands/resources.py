@@ -6,14 +6,14 @@ the servers it may use (a tool it may call or be asked about), and each read or 
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 
 from bundlectl.calls.pipeline import AuditLog, Pipeline
-from bundlectl.calls.render import OutputDir
+from bundlectl.calls.render import OutputDir, render_text
 from bundlectl.errors import (
     BundlectlError,
     CallTimeout,
@@ -24,6 +24,7 @@ from bundlectl.errors import (
 )
 from bundlectl.mcpio import runner
 from bundlectl.mcpio.connect import connect
+from bundlectl.mcpio.session import ToolResult
 from bundlectl.options import Format
 from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, out
 from bundlectl.policy import default_agent
@@ -48,10 +49,10 @@ def run_read(
 ) -> int:
     """Read one resource of `server`; text printed, binary contents saved as files."""
 
-    async def read(client: Any) -> Any:
-        return await client.read_resource(uri)
+    async def read(client: Any) -> dict[str, Any]:
+        return _json(await client.read_resource(uri))
 
-    who, result = _ask(
+    who, data = _ask(
         config,
         server,
         agent,
@@ -60,17 +61,8 @@ def run_read(
         request=read,
         timeout=timeout,
     )
-    data = result.model_dump(by_alias=True, mode="json", exclude_none=True)
     if fmt is Format.json:
-        emit_json(
-            {
-                "format_version": JSON_FORMAT_VERSION,
-                "agent": who,
-                "server": server,
-                "uri": uri,
-                "result": data,
-            }
-        )
+        _emit(who, server, {"uri": uri, "result": data})
         return 0
     saved = OutputDir(output_dir)
     for item in data.get("contents") or []:
@@ -104,10 +96,10 @@ def run_prompt(
             )
         values[field] = value
 
-    async def get(client: Any) -> Any:
-        return await client.get_prompt(name, values or None)
+    async def get(client: Any) -> dict[str, Any]:
+        return _json(await client.get_prompt(name, values or None))
 
-    who, result = _ask(
+    who, data = _ask(
         config,
         server,
         agent,
@@ -116,35 +108,16 @@ def run_prompt(
         request=get,
         timeout=timeout,
     )
-    data = result.model_dump(by_alias=True, mode="json", exclude_none=True)
     if fmt is Format.json:
-        emit_json(
-            {
-                "format_version": JSON_FORMAT_VERSION,
-                "agent": who,
-                "server": server,
-                "prompt": name,
-                "result": data,
-            }
-        )
+        _emit(who, server, {"prompt": name, "result": data})
         return 0
     saved = OutputDir(output_dir)
     if data.get("description"):
         out(f"# {data['description']}")
     for message in data.get("messages") or []:
-        content = message.get("content") or {}
-        kind = content.get("type")
-        if kind == "text":
-            shown = content.get("text", "")
-        elif kind in ("image", "audio"):
-            blob = base64.b64decode(content.get("data", ""))
-            path = saved.save(blob, content.get("mimeType"), "prompt")
-            shown = f"[{kind}: {path} ({content.get('mimeType')}, {len(blob):,} bytes)]"
-        elif kind == "resource":
-            inner = content.get("resource") or {}
-            shown = f"[resource {inner.get('uri')}]\n{inner.get('text', '')}".rstrip()
-        else:
-            shown = f"[{kind}]"
+        # a message's content is one content block: shown as exec shows a result's blocks
+        block = ToolResult({"content": [message.get("content") or {}]})
+        shown = "\n".join(render_text(block, saved, "prompt"))
         out(f"{message.get('role', '?')}: {shown}")
     return 0
 
@@ -156,12 +129,12 @@ def _ask(
     *,
     method: str,
     key: dict[str, Any],
-    request: Callable[[Any], Any],
+    request: Callable[[Any], Awaitable[dict[str, Any]]],
     timeout: float,
-) -> tuple[str, Any]:
+) -> tuple[str, dict[str, Any]]:
     """Decide, connect, send `request` (a coroutine function of the client), audit; the agent
-    and the result. The agent may use the server's resources and prompts when it may call or
-    be asked about one of its tools, as `serve` decides."""
+    and the answer as MCP JSON. The agent may use the server's resources and prompts when it
+    may call or be asked about one of its tools, as `serve` decides."""
     resolution = resolve_project(load_project(config))
     who = default_agent(agent)
     policy = resolution.policy
@@ -186,7 +159,7 @@ def _ask(
     target = pipeline.target(server)
     what = key.get("uri") or key.get("name")
 
-    async def go() -> Any:
+    async def go() -> dict[str, Any]:
         from mcp.shared.exceptions import MCPError  # start-up: only when a server is asked
 
         try:
@@ -257,7 +230,7 @@ def run_list(
 
     who, data = _ask(config, server, agent, method=method, key={}, request=listing, timeout=timeout)
     if fmt is Format.json:
-        emit_json({"format_version": JSON_FORMAT_VERSION, "agent": who, "server": server, **data})
+        _emit(who, server, data)
         return 0
     for item in data.get("resources", []):
         mime = f" ({item['mimeType']})" if item.get("mimeType") else ""
@@ -273,6 +246,10 @@ def run_list(
     if not any(data.values()):
         err(f"server {server!r} offers no {kind}")
     return 0
+
+
+def _emit(agent: str, server: str, data: dict[str, Any]) -> None:
+    emit_json({"format_version": JSON_FORMAT_VERSION, "agent": agent, "server": server, **data})
 
 
 def _json(model: Any) -> dict[str, Any]:

@@ -102,7 +102,7 @@ class _Cover:
         self.specs = resolution.policy.set.agents
         self.global_deny = resolution.policy.set.global_deny
         self.policy = resolution.policy
-        self._unions: dict[str, dict[str, int]] = {}
+        self._unions: dict[tuple[str, bool], dict[str, int]] = {}
         self._sole: dict[int, list[str]] | None = None
 
     def denied(self, agent: str) -> int:
@@ -140,10 +140,9 @@ class _Cover:
     def _union(self, member: str, conditional: bool) -> dict[str, int]:
         """Per effect, the tools the member's rules match (`conditional`: also its rules with
         conditions, which may cover a rule that has conditions of its own)."""
-        key = f"{member}\0{conditional}"
-        union = self._unions.get(key)
+        union = self._unions.get((member, conditional))
         if union is None:
-            union = self._unions[key] = dict.fromkeys(("allow", "ask", "deny"), 0)
+            union = self._unions[(member, conditional)] = dict.fromkeys(("allow", "ask", "deny"), 0)
             for rule in self.specs[member].rules:
                 if rule.condition is None or conditional:
                     union[rule.effect] |= self.catalog.mask(rule.pattern)
