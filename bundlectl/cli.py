@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from bundlectl import __version__
+from bundlectl import __version__, paths
 from bundlectl.errors import UsageError
 from bundlectl.options import (
     CLIENT_NAMES,
@@ -114,6 +114,14 @@ def _root(
     debug: Annotated[
         bool, typer.Option("--debug", envvar="BUNDLECTL_DEBUG", help="Show tracebacks for errors.")
     ] = False,
+    no_user_config: Annotated[
+        bool,
+        typer.Option(
+            "--no-user-config",
+            envvar="BUNDLECTL_NO_USER_CONFIG",
+            help="Ignore the user-level bundlectl.yaml (for CI: only the project counts).",
+        ),
+    ] = False,
     version: Annotated[
         bool,
         typer.Option(
@@ -121,6 +129,7 @@ def _root(
         ),
     ] = False,
 ) -> None:
+    paths.use_user_config(not no_user_config)
     invocation = _invocation(ctx)
     invocation.debug = debug
     invocation.config = config  # `bundlectl -c FILE cmd` works like `bundlectl cmd -c FILE`
@@ -840,7 +849,7 @@ def main(argv: list[str] | None = None, *, fast_exit: bool = False) -> int:
     from bundlectl.errors import BundlectlError
 
     invocation = Invocation(fast_exit=fast_exit)
-    args = sys.argv[1:] if argv is None else argv
+    args = _root_flags_first(sys.argv[1:] if argv is None else argv)
     if fast_exit and _command_name(args) not in _LONG_RUNNING:
         # The cyclic garbage collector finds next to nothing to free in a command that reads
         # files and prints, yet on 3,000 agents it took a quarter of the time (collections
@@ -848,7 +857,7 @@ def main(argv: list[str] | None = None, *, fast_exit: bool = False) -> int:
         gc.disable()
     try:
         run = _narrowed(args)
-        result = run(args=argv, prog_name="bundlectl", standalone_mode=False, obj=invocation)
+        result = run(args=args, prog_name="bundlectl", standalone_mode=False, obj=invocation)
     except typer.Exit as exc:
         return exc.exit_code
     except typer.Abort:
@@ -875,6 +884,18 @@ def main(argv: list[str] | None = None, *, fast_exit: bool = False) -> int:
 
 
 _ROOT_VALUES = ("-c", "--config")  # root options that take a value
+_ROOT_FLAGS = ("--no-user-config",)  # root flags also accepted after the command
+
+
+def _root_flags_first(args: list[str]) -> list[str]:
+    """`bundlectl lint --no-user-config` as `bundlectl --no-user-config lint`: a CI line reads
+    naturally either way (before any `--`, after which everything is an argument)."""
+    end = args.index("--") if "--" in args else len(args)
+    flags = [a for a in args[:end] if a in _ROOT_FLAGS]
+    if not flags:
+        return args
+    rest = [a for a in args[:end] if a not in _ROOT_FLAGS]
+    return [*dict.fromkeys(flags), *rest, *args[end:]]
 
 
 def _with_epilogs() -> None:

@@ -3,11 +3,13 @@
 The project's server wins over a bundle's server of the same name (a note says so); two bundles
 defining one server name differently is a conflict. Bundle agent defaults sit under the project's
 agents: the project's entry for an agent replaces them; two bundles' defaults for one agent unite.
+The user-level file, merged the same way with its own bundles, sits under all of that (`overlay`):
+what the project has by a name, from its file or its bundles, wins.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from bundlectl.errors import ResolutionError
 from bundlectl.models import AgentRules, ConditionalRule, EnvInput, ProjectConfig, ServerSpec
@@ -24,6 +26,14 @@ class MergedServer:
     spec: ServerSpec
     bundle: str | None  # "github@1.1.0", or None for the project's own
     origin: Origin
+    user: bool = False  # from the user-level bundlectl.yaml (or a bundle only it requires)
+
+    @property
+    def source(self) -> str:
+        """Where it comes from, as `resolve` shows it."""
+        if self.user:
+            return f"{self.bundle}, user" if self.bundle else f"user: {self.origin.file}"
+        return self.bundle or "bundlectl.yaml"
 
 
 @dataclass(frozen=True)
@@ -135,6 +145,32 @@ def merge(config: ProjectConfig, doc: YamlDoc, bundles: list[LoadedManifest]) ->
     )
 
 
+def overlay(project: Merged, user: Merged, user_file: str) -> Merged:
+    """The project's merged configuration with the user-level file's under it: servers and agents
+    the project has by that name (from its file or its bundles) win, each with a note."""
+    servers = dict(project.servers)
+    agents = dict(project.agents)
+    notes = list(project.notes)
+    for name, server in user.servers.items():
+        if name in servers:
+            notes.append(f"server {name!r} of {user_file} is hidden by the project's")
+        else:
+            servers[name] = replace(server, user=True)
+    for name, agent in user.agents.items():
+        if name in agents:
+            notes.append(f"agent {name!r} of {user_file} is hidden by the project's")
+        else:
+            agents[name] = agent
+    return Merged(
+        project.bundles + user.bundles,
+        dict(sorted(servers.items())),
+        dict(sorted(agents.items())),
+        project.env + user.env,
+        notes + user.notes,
+        project.collisions + user.collisions,
+    )
+
+
 def collision_error(merged: Merged) -> ResolutionError | None:
     """The first server two bundles define differently, as an error (exit 1)."""
     if not merged.collisions:
@@ -147,24 +183,42 @@ def collision_error(merged: Merged) -> ResolutionError | None:
     )
 
 
+def _written(doc: YamlDoc, key: str) -> bool:
+    policy_data = doc.data.get("policy") if isinstance(doc.data, dict) else None
+    return isinstance(policy_data, dict) and key in policy_data
+
+
 def policy_set(
     config: ProjectConfig,
     doc: YamlDoc,
     merged: Merged,
     locked_tools: frozenset[tuple[str, str]] | None,
+    user: tuple[ProjectConfig, YamlDoc] | None = None,
 ) -> PolicySet:
-    """The policy engine's input for this project."""
-    policy_data = doc.data.get("policy") if isinstance(doc.data, dict) else None
-    has_default = isinstance(policy_data, dict) and "default" in policy_data
+    """The policy engine's input for this project. A user-level file's `policy` only tightens:
+    its denies are added, its `default` counts when it is `deny`, its `pin_tools` when true."""
+    default = config.policy.default
+    default_origin = origin_at(doc, ("policy", "default")) if _written(doc, "default") else None
     global_deny = tuple(
         policy_rule(p, "deny", origin_at(doc, ("policy", "deny", i)), None)
         for i, p in enumerate(config.policy.deny)
     )
+    pin_tools = config.policy.pin_tools
+    if user is not None:
+        user_config, user_doc = user
+        global_deny += tuple(
+            policy_rule(p, "deny", origin_at(user_doc, ("policy", "deny", i)), None)
+            for i, p in enumerate(user_config.policy.deny)
+        )
+        if user_config.policy.default == "deny" and default == "allow":
+            default = "deny"
+            default_origin = origin_at(user_doc, ("policy", "default"))
+        pin_tools = pin_tools or user_config.policy.pin_tools
     return PolicySet(
         agents=merged.agents,
-        default=config.policy.default,
-        default_origin=origin_at(doc, ("policy", "default")) if has_default else None,
+        default=default,
+        default_origin=default_origin,
         global_deny=global_deny,
-        pin_tools=config.policy.pin_tools,
+        pin_tools=pin_tools,
         locked_tools=locked_tools,
     )

@@ -46,6 +46,23 @@ def user_config_file() -> Path:
     return _home("config") / "config.yaml"
 
 
+class _UserConfigSwitch:
+    """Whether commands read the user-level file: `bundlectl --no-user-config` (or
+    BUNDLECTL_NO_USER_CONFIG=1) turns it off for one run; the CLI sets it on every run."""
+
+    enabled = True
+
+
+def use_user_config(enabled: bool) -> None:
+    _UserConfigSwitch.enabled = enabled
+
+
+def user_project_file() -> Path | None:
+    """The user-level `bundlectl.yaml`: servers, bundles and agents for every project, merged
+    under the project's own (SPEC 15); None when --no-user-config turned it off."""
+    return _home("config") / CONFIG_NAME if _UserConfigSwitch.enabled else None
+
+
 def user_registry_dir() -> Path:
     """Where `bundlectl registry add` publishes manifests."""
     return _home("data") / "registry"

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bundlectl import paths
-from bundlectl.errors import Problem, UsageError
+from bundlectl.errors import InputFileError, Problem, UsageError
 from bundlectl.lockfile import read_lock
 from bundlectl.models import ProjectConfig
 from bundlectl.registry import Registry
@@ -21,6 +21,58 @@ if TYPE_CHECKING:  # resolution-only modules stay unimported for `show`, `list`,
     from bundlectl.models import LockFile
 
 
+# The keys a user-level bundlectl.yaml may hold: what it adds (servers, bundles, agents) and the
+# policy it may tighten. Registries, tests, lint, privacy and gateway settings are the project's.
+USER_KEYS = ("version", "bundles", "servers", "agents", "policy")
+
+
+@dataclass(frozen=True)
+class UserLayer:
+    """The user-level `bundlectl.yaml` (SPEC 15): merged under the project's, which wins on
+    every name and whose `policy` it can only tighten."""
+
+    path: Path
+    doc: YamlDoc
+    config: ProjectConfig
+
+    @property
+    def display(self) -> str:
+        return self.doc.file
+
+
+def load_user_layer(project_path: Path) -> UserLayer | None:
+    """The user-level file when there is one, it is turned on, and it is not the project's own."""
+    path = paths.user_project_file()
+    if path is None:
+        return None
+    if not path.is_file() or path.resolve() == project_path.resolve():
+        return None
+    doc = read_yaml(path, paths.display_path(path))
+    config = validate_doc(doc, ProjectConfig, what="user config")
+    data = doc.data if isinstance(doc.data, dict) else {}
+    problems = [
+        doc.problem(
+            (key,),
+            f"{key!r} is read from a project's bundlectl.yaml, not from the user-level file",
+            hint=(
+                "publish your own bundles with `bundlectl registry add`"
+                if key == "registries"
+                else f"move {key!r} into the project's bundlectl.yaml"
+            ),
+            key=True,
+        )
+        for key in data
+        if key not in USER_KEYS
+    ]
+    if problems:
+        raise InputFileError(
+            problems,
+            hint="the user-level file adds servers, bundles and agents and may tighten the "
+            "policy; or run with --no-user-config",
+        )
+    return UserLayer(path.resolve(), doc, config)
+
+
 @dataclass
 class Project:
     """A loaded, validated project config and the registries it can see."""
@@ -28,6 +80,15 @@ class Project:
     config_path: Path
     doc: YamlDoc
     config: ProjectConfig
+    # The user-level file merged under this one; None for lint, for --no-user-config and when
+    # there is none. Never part of the lock.
+    user: UserLayer | None = None
+
+    def watched_files(self) -> tuple[Path, ...]:
+        """The files whose edits change what this project resolves to (the gateway reloads)."""
+        user = paths.user_project_file()
+        own = (self.config_path, self.lock_path)
+        return (*own, user) if user is not None else own
 
     @property
     def root(self) -> Path:
@@ -61,14 +122,20 @@ class Project:
         return problems + self.registry.problems()
 
     def unknown_bundles(self) -> list[Problem]:
-        """Requirements in `bundles:` that name no bundle in any registry."""
+        """Requirements in `bundles:` (of this file and the user-level one) that name no bundle
+        in any registry."""
         known = self.registry.names()
         problems = []
-        for index, text in enumerate(self.config.bundles):
-            name = requirement_name(text)
-            if name not in known:
+        layers = [(self.config, self.doc)]
+        if self.user is not None:
+            layers.append((self.user.config, self.user.doc))
+        for config, doc in layers:
+            for index, text in enumerate(config.bundles):
+                name = requirement_name(text)
+                if name in known:
+                    continue
                 close = Suggester(known).closest(name)
-                problem = self.doc.problem(
+                problem = doc.problem(
                     ("bundles", index),
                     f"no bundle named {name!r} in any registry",
                     hint=f"did you mean {close[0]}?"
@@ -103,13 +170,15 @@ def load_project(config: Path | None = None) -> Project:
     """Find, parse and validate the project config (every problem at once, exit 2)."""
     path = find_project(config)
     doc = read_yaml(path, paths.display_path(path))
-    return Project(path.resolve(), doc, validate_doc(doc, ProjectConfig, what="config"))
+    model = validate_doc(doc, ProjectConfig, what="config")
+    return Project(path.resolve(), doc, model, load_user_layer(path))
 
 
 def project_from_text(path: Path, text: str) -> Project:
     """A project as it would be with `text` as its config (for edits before they are written)."""
     doc = parse_yaml(text, paths.display_path(path))
-    return Project(path.resolve(), doc, validate_doc(doc, ProjectConfig, what="config"))
+    model = validate_doc(doc, ProjectConfig, what="config")
+    return Project(path.resolve(), doc, model, load_user_layer(path))
 
 
 def optional_project(config: Path | None) -> Project | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from bundlectl import paths
@@ -15,12 +16,13 @@ from bundlectl.catalog import Catalog, ToolRef
 from bundlectl.errors import InputFileError, ResolutionError
 from bundlectl.fsio import write_project_file
 from bundlectl.lockfile import digest_json, dump_lock, locked_tools
-from bundlectl.merge import Merged, collision_error, merge, policy_set
+from bundlectl.merge import Merged, collision_error, merge, overlay, policy_set
 from bundlectl.models import LockedBundle, LockedServer, LockFile, ProjectConfig
 from bundlectl.patterns import name_clashes
 from bundlectl.policy import Policy, PolicySet, canonical_policy, check_extends
 from bundlectl.project import Project
-from bundlectl.resolver import constraint, resolve
+from bundlectl.requirements import requirement_name
+from bundlectl.resolver import Constraint, constraint, resolve
 
 
 @dataclass
@@ -29,20 +31,26 @@ class Resolution:
 
     project: Project
     merged: Merged
+    # The project without the user-level file: what the lock records (the same object as
+    # `merged` when there is no user-level file).
+    own: Merged
 
     @cached_property
     def lock(self) -> LockFile:
         """The lock this resolution implies (built when asked: digesting a large policy takes a
-        while, and `matrix` or `tools` never need it)."""
-        unpinned = policy_set(self.project.config, self.project.doc, self.merged, None)
-        return build_lock(self.project.config, self.merged, unpinned)
+        while, and `matrix` or `tools` never need it). The user-level file is never part of it:
+        the lock is the project's, shared by everyone who checks it out."""
+        unpinned = policy_set(self.project.config, self.project.doc, self.own, None)
+        return build_lock(self.project.config, self.own, unpinned)
 
     @cached_property
     def policy(self) -> Policy:
         """The policy engine, with `pin_tools` judged against the lock on disk."""
         on_disk = self.project.lock
         pinned = locked_tools(on_disk if on_disk is not None else self.lock)
-        return Policy(policy_set(self.project.config, self.project.doc, self.merged, pinned))
+        user = self.project.user
+        layer = (user.config, user.doc) if user is not None else None
+        return Policy(policy_set(self.project.config, self.project.doc, self.merged, pinned, layer))
 
     def write_lock(self) -> None:
         """Write the lock this resolution implies (call under `fsio.project_lock`)."""
@@ -96,12 +104,40 @@ def resolve_project(
         for b in bundles
         if b.source.label != "builtin" and (builtin / b.manifest.name).is_dir()
     )
+    own = merged
+    if project.user is not None:
+        merged = _with_user(project, versions, merged)
     if strict:
         collision = collision_error(merged)
         if collision is not None:
             raise collision
         check_extends(merged.agents)
-    return Resolution(project, merged)
+    return Resolution(project, merged, own)
+
+
+def _with_user(project: Project, versions: dict[str, Version], own: Merged) -> Merged:
+    """The project's merge with the user-level file's under it. The user's bundles are chosen
+    with the project's versions held fixed: the user file never changes what the project locks."""
+    user = project.user
+    assert user is not None
+    extra = [
+        constraint(text, user.display)
+        for text in user.config.bundles
+        if requirement_name(text) not in versions
+    ]
+    user_bundles = []
+    if extra:
+        held = [
+            Constraint(name, SpecifierSet(f"=={version}"), f"{name}=={version}", project.display)
+            for name, version in versions.items()
+        ]
+        chosen = resolve(held + extra, project.registry)
+        user_bundles = [
+            project.registry.get(name, version)
+            for name, version in chosen.items()
+            if name not in versions
+        ]
+    return overlay(own, merge(user.config, user.doc, user_bundles), user.display)
 
 
 def inputs_digest(config: ProjectConfig) -> str:

@@ -498,6 +498,13 @@ def test_edits_apply_from_the_next_request_and_a_broken_edit_keeps_the_last_good
                 seen["denied"] = await client.call_tool("kitchen__echo", {"text": "b"})
                 seen["listed"] = [t.name for t in (await client.list_tools()).tools]
                 seen["add"] = await client.call_tool("kitchen__add", {"a": 1, "b": 1})
+                # The user-level file is watched too: its deny applies from the next request.
+                user = isolated_home / "config" / "bundlectl.yaml"
+                user.parent.mkdir(parents=True, exist_ok=True)
+                user.write_text("version: 1\npolicy: {deny: [kitchen.add]}\n")
+                seen["user_denied"] = await client.call_tool("kitchen__add", {"a": 3, "b": 3})
+                user.unlink()
+                seen["user_gone"] = await client.call_tool("kitchen__add", {"a": 2, "b": 3})
                 config.write_text(original + "\nagents: [broken\n")
                 seen["kept"] = await client.call_tool("kitchen__add", {"a": 2, "b": 2})
                 seen["still_denied"] = await client.call_tool("kitchen__echo", {"text": "c"})
@@ -512,6 +519,10 @@ def test_edits_apply_from_the_next_request_and_a_broken_edit_keeps_the_last_good
     assert seen["add"].structured_content == {"sum": 2}
     assert seen["kept"].structured_content == {"sum": 4}  # the last good policy still serves
     assert seen["still_denied"].is_error
+    assert texts(seen["user_denied"]) == [
+        "unknown tool 'kitchen__add'; tools/list shows the tools you can call"
+    ]
+    assert seen["user_gone"].structured_content == {"sum": 5}
     assert len(pids(tmp_path / "starts.txt")) == 2  # the changed server was started afresh
     text = log.read_text()
     assert "bundlectl serve: reload failed; the last good policy stays in force" in text

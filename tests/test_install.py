@@ -223,9 +223,13 @@ def test_resolve_json_is_stable(configured: Path, run: Run) -> None:
 
     data = json.loads(run("resolve", "--format", "json").out)
     assert data["format_version"] == 1
-    assert data["bundles"] == [{"name": "basic", "version": "1.1.0", "source": "builtin"}]
+    assert data["bundles"] == [
+        {"name": "basic", "version": "1.1.0", "source": "builtin", "user": False}
+    ]
     assert data["servers"]["local"] == {
         "bundle": None,
+        "source": "bundlectl.yaml",
+        "file": "bundlectl.yaml",
         "endpoint": "stdio: ./run.sh --token '${API_TOKEN}'",
         "transport": "stdio",
         "command": "./run.sh",

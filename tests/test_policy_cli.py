@@ -100,6 +100,8 @@ def test_explain_names_winner_losers_chain_and_defaults(configured: Path, run: R
     assert result.code == 3
     assert result.lines == [
         "gh.delete_repo for agent writer: deny",
+        "  server gh: bundlectl.yaml",
+        "  agent writer: bundlectl.yaml:15:5",
         "  decided by: policy.deny: *.delete_*  (bundlectl.yaml:21:10)",
         "  reason: denied by policy.deny: *.delete_*",
         "  other matching rules:",
@@ -127,7 +129,11 @@ def test_explain_names_winner_losers_chain_and_defaults(configured: Path, run: R
 def test_explain_bundle_rule_source(project: Path, run: Run) -> None:
     write(project / "bundlectl.yaml", "version: 1\nbundles: [basic]\n")
     result = run("policy", "explain", "--agent", "file-writer", "files.read_file")
-    assert result.lines[1].startswith(
+    assert result.lines[1:3] == [
+        "  server files: basic@1.1.0",
+        "  agent file-writer: bundle basic@1.1.0",
+    ]
+    assert result.lines[3].startswith(
         "  decided by: agents.file-reader.allow: files.read_file  (bundle basic@1.1.0, "
     )
     assert result.lines[-4] == "  extends: file-writer extends file-reader"

@@ -21,7 +21,7 @@ from bundlectl.output import (
     write_csv,
 )
 from bundlectl.patterns import parse_tool_name
-from bundlectl.policy import Decision, explain
+from bundlectl.policy import Decision, Explanation, explain
 from bundlectl.project import load_project
 from bundlectl.resolution import Resolution, resolve_project
 from bundlectl.suggest import tool_suggestions
@@ -152,11 +152,17 @@ def explain_one(
         schema=resolution.catalog.input_schema(server, name) if arguments is not None else None,
     )
     d = why.decision
+    found = resolution.merged.servers.get(server)
+    source = found.source if found is not None else None
+    agent_spec = resolution.policy.set.agents.get(agent)
+    agent_from = agent_spec.origin if agent_spec is not None else None
     if fmt is Format.json:
         emit_json(
             {
                 "format_version": JSON_FORMAT_VERSION,
                 **_decision_json(d),
+                "server_source": source,
+                "agent_source": str(agent_from) if agent_from is not None else None,
                 "matched_effect": d.matched_effect,
                 "other_rules": [
                     {
@@ -189,12 +195,25 @@ def explain_one(
         )
         return 3 if d.effect == "deny" else 0
     _warn_unknown(resolution, agent, [(server, name)])
+    out(_header(d, agent, arguments))
+    out(f"  server {server}: {source or 'not configured'}")
+    if agent_from is not None:
+        out(f"  agent {agent}: {agent_from}")
+    _print_why(resolution, why, arguments)
+    return 3 if d.effect == "deny" else 0
+
+
+def _header(d: Decision, agent: str, arguments: dict[str, Any] | None) -> str:
     suffix = ""
     if d.matched_effect == "ask" and d.effect == "deny":
         suffix = " (an ask rule matched, but no one can confirm here; --interactive to see ask)"
     if d.conditional and arguments is None:
         suffix += " (for a call whose arguments meet the conditions below; --args decides one)"
-    out(f"{d.qualified} for agent {agent}: {d.effect}{suffix}")
+    return f"{d.qualified} for agent {agent}: {d.effect}{suffix}"
+
+
+def _print_why(resolution: Resolution, why: Explanation, arguments: dict[str, Any] | None) -> None:
+    d = why.decision
     if d.rule:
         out(
             f"  decided by: {d.rule.label}  ({d.rule.origin}"
@@ -232,7 +251,6 @@ def explain_one(
     deny = ", ".join(r.pattern for r in why.global_deny)
     out(f"  policy.deny: {('matched ' + deny) if deny else 'no rule matched'}")
     out(f"  policy.pin_tools: {why.pin_tools}")
-    return 3 if d.effect == "deny" else 0
 
 
 @dataclass(frozen=True)

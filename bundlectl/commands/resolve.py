@@ -40,7 +40,10 @@ def _data(resolution: Resolution, agents: list[str], *, encoded: bool) -> dict[s
     """What `resolve` shows. With `encoded`, each agent's rules are JSON text already: an agent
     lists every rule it inherits, so one rule of a long `extends` chain is shown by thousands of
     agents and is encoded once (`RawJson`)."""
-    merged, config = resolution.merged, resolution.project.config
+    merged, project = resolution.merged, resolution.project
+    denies = list(project.config.policy.deny)
+    if project.user is not None:
+        denies += project.user.config.policy.deny
     catalog = resolution.catalog
     policy = resolution.policy
 
@@ -79,12 +82,19 @@ def _data(resolution: Resolution, agents: list[str], *, encoded: bool) -> dict[s
     return {
         "format_version": JSON_FORMAT_VERSION,
         "bundles": [
-            {"name": b.manifest.name, "version": b.manifest.version, "source": b.source.label}
+            {
+                "name": b.manifest.name,
+                "version": b.manifest.version,
+                "source": b.source.label,
+                "user": b not in resolution.own.bundles,
+            }
             for b in merged.bundles
         ],
         "servers": {
             name: {
                 "bundle": s.bundle,
+                "source": s.source,
+                "file": s.origin.file,
                 "endpoint": endpoint(s.spec),
                 **server_json(s.spec),
                 "tools": [t.name for t in s.spec.tools],
@@ -92,10 +102,10 @@ def _data(resolution: Resolution, agents: list[str], *, encoded: bool) -> dict[s
             for name, s in merged.servers.items()
         },
         "agents": agent_rows,
-        "policy": {
-            "default": config.policy.default,
-            "deny": [rule_data(entry) for entry in config.policy.deny],
-            "pin_tools": config.policy.pin_tools,
+        "policy": {  # with what a user-level file adds: it can only tighten
+            "default": policy.set.default,
+            "deny": [rule_data(entry) for entry in denies],
+            "pin_tools": policy.set.pin_tools,
         },
         "notes": merged.notes,
     }
@@ -104,14 +114,14 @@ def _data(resolution: Resolution, agents: list[str], *, encoded: bool) -> dict[s
 def _print(data: dict[str, Any]) -> None:
     out("bundles:")
     for b in data["bundles"]:
-        out(f"  {b['name']} {b['version']} ({b['source']})")
+        user = ", required by the user-level file" if b["user"] else ""
+        out(f"  {b['name']} {b['version']} ({b['source']}{user})")
     if not data["bundles"]:
         out("  (none)")
     out("servers:")
     for name, s in data["servers"].items():
-        origin = s["bundle"] or "bundlectl.yaml"
         disabled = "  [disabled]" if s.get("disabled") else ""
-        out(f"  {name}  [{origin}]  {s['endpoint']}{disabled}")
+        out(f"  {name}  [{s['source']}]  {s['endpoint']}{disabled}")
         for key in ("env", "headers"):
             if s.get(key):
                 out(f"    {key}: " + ", ".join(f"{k}={v}" for k, v in s[key].items()))

@@ -822,7 +822,7 @@ class Hub:
     def _files(self) -> tuple[Any, ...]:
         project = self.pipeline.resolution.project
         stamps: list[Any] = []
-        for path in (project.config_path, project.lock_path):
+        for path in project.watched_files():
             try:
                 stat = os.stat(path)
                 stamps.append((stat.st_mtime_ns, stat.st_size, stat.st_ino))
