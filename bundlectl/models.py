@@ -241,6 +241,11 @@ class ServerSpec(StrictModel):
         description="The largest message (a tool result, a listing) taken from this server, in "
         "MiB; a larger one fails the call and the server is started afresh (stdio).",
     )
+    watch: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=_empty_list,
+        description="stdio, `serve`: files or folders (relative to the project root) whose "
+        "change restarts the server before its next call, as Roo's `watchPaths`.",
+    )
     disabled: bool = Field(default=False, description="Keep the entry but never start it.")
     tools: list[ToolSpec] = Field(
         default_factory=_empty_list,
@@ -263,9 +268,9 @@ class ServerSpec(StrictModel):
         else:
             if not self.url:
                 raise ValueError(f"a {self.transport} server needs a 'url'")
-            if self.command or self.args or self.env or self.cwd:
+            if self.command or self.args or self.env or self.cwd or self.watch:
                 raise ValueError(
-                    f"'command', 'args', 'env' and 'cwd' are for stdio servers, "
+                    f"'command', 'args', 'env', 'cwd' and 'watch' are for stdio servers, "
                     f"not {self.transport}"
                 )
         names = [tool.name for tool in self.tools]

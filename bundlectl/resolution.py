@@ -146,7 +146,7 @@ def inputs_digest(config: ProjectConfig) -> str:
         mode="json",
         include={"registries", "bundles", "servers"},
         # Scheduling and limits, not resolution.
-        exclude={"servers": {"__all__": {"concurrency", "max_message_mb"}}},
+        exclude={"servers": {"__all__": {"concurrency", "max_message_mb", "watch"}}},
     )
     return digest_json(data)
 
@@ -160,8 +160,8 @@ def policy_digests(policy: PolicySet) -> tuple[str, dict[str, str]]:
 
 # Not part of a server's locked digest: its tools are digested one by one, and `concurrency` is
 # how the gateway schedules calls, not what the server is (adding it kept existing locks fresh);
-# `max_message_mb` likewise is a limit of ours.
-UNLOCKED = frozenset({"tools", "concurrency", "max_message_mb"})
+# `max_message_mb` likewise is a limit of ours, and `watch` when serve restarts it.
+UNLOCKED = frozenset({"tools", "concurrency", "max_message_mb", "watch"})
 
 
 def build_lock(config: ProjectConfig, merged: Merged, policy: PolicySet) -> LockFile:

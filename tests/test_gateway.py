@@ -529,6 +529,38 @@ def test_edits_apply_from_the_next_request_and_a_broken_edit_keeps_the_last_good
     assert "bundlectl.yaml:" in text  # the error says where
 
 
+def test_a_watched_file_that_changes_restarts_the_server_before_its_next_call(
+    gateway_project: Path, isolated_home: Path, tmp_path: Path
+) -> None:
+    config = gateway_project / "bundlectl.yaml"
+    config.write_text(
+        config.read_text().replace(
+            'env: {KITCHEN_STARTS: "${KITCHEN_STARTS}"}',
+            'env: {KITCHEN_STARTS: "${KITCHEN_STARTS}"}\n    watch: [src, settings.toml]',
+        )
+    )
+    (gateway_project / "src" / "pkg").mkdir(parents=True)
+    (gateway_project / "src" / "pkg" / "tool.py").write_text("v = 1\n")
+    starts = tmp_path / "starts.txt"
+
+    async def script(client: Any) -> list[int]:
+        counts = []
+        for step in range(5):
+            if step == 2:  # an edit deep in a watched folder
+                (gateway_project / "src" / "pkg" / "tool.py").write_text("v = 22\n")
+            if step == 3:  # a watched file that did not exist appears
+                (gateway_project / "settings.toml").write_text("x = 1\n")
+            if step == 4:  # a file nobody watches
+                (gateway_project / "hello.txt").write_text("changed\n")
+            result = await client.call_tool("kitchen__echo", {"text": str(step)})
+            assert texts(result) == [str(step)]
+            counts.append(len(pids(starts)))
+        return counts
+
+    # Started once, kept warm (the express lane takes call 1), restarted for calls 2 and 3.
+    assert anyio.run(_session, gateway_project, isolated_home, script) == [1, 1, 2, 3, 3]
+
+
 def test_a_call_the_client_cancels_is_cancelled_on_the_server(
     gateway_project: Path, isolated_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -98,13 +98,14 @@ agents:
     assert stricter != digest and stricter_agents == agents
 
 
-def test_concurrency_is_not_part_of_the_lock(project: Path, run: Run) -> None:
-    """How many calls `serve` runs at once is scheduling, not what resolved: setting it keeps the
-    lock fresh (and a lock written before the setting existed stays fresh)."""
+def test_concurrency_and_watch_are_not_part_of_the_lock(project: Path, run: Run) -> None:
+    """How many calls `serve` runs at once, and when it restarts a server, are scheduling, not
+    what resolved: setting them keeps the lock fresh (and a lock written before the settings
+    existed stays fresh)."""
     config = project / "bundlectl.yaml"
     config.write_text("version: 1\nservers:\n  s: {command: srv}\n")
     assert run("lock").code == 0
-    config.write_text("version: 1\nservers:\n  s: {command: srv, concurrency: 4}\n")
+    config.write_text("version: 1\nservers:\n  s: {command: srv, concurrency: 4, watch: [src]}\n")
     assert run("lock", "--check").code == 0
     config.write_text("version: 1\nservers:\n  s: {command: other}\n")
     assert run("lock", "--check").code == 1

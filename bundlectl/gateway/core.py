@@ -30,6 +30,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -276,6 +277,35 @@ class Relay:
             self._listening.cancel()
 
 
+WATCH_LIMIT = 10_000  # files looked at per `watch:` of a server, each call: a bound on the cost
+
+
+def watch_stamp(target: Target) -> tuple[Any, ...]:
+    """(path, mtime, size) of every file under the server's `watch:` paths (relative to the
+    project root), missing ones included as such: any edit, new or removed file changes it."""
+    stamps: list[Any] = []
+    for entry in target.spec.watch:
+        top = target.root / Path(entry).expanduser()
+        if not top.is_dir():
+            stamps.append(_stat(top))
+            continue
+        for folder, dirs, files in os.walk(top):
+            dirs.sort()
+            for name in sorted(files):
+                stamps.append(_stat(Path(folder) / name))
+                if len(stamps) >= WATCH_LIMIT:
+                    return tuple(stamps)
+    return tuple(stamps)
+
+
+def _stat(path: Path) -> tuple[str, int, int] | tuple[str]:
+    try:
+        info = path.stat()
+    except OSError:
+        return (str(path),)
+    return (str(path), info.st_mtime_ns, info.st_size)
+
+
 @dataclass
 class Downstream:
     """One server behind the gateway: started on first use, warm after, one call at a time
@@ -291,14 +321,23 @@ class Downstream:
     retry_at: float = 0.0  # no new start before this time (anyio clock)
     start_error: BundlectlError | None = None  # why its last start failed (None: it started)
     _slots: anyio.Semaphore = field(init=False)
+    _watched: tuple[Any, ...] | None = None  # its `watch:` files when the session started
 
     def __post_init__(self) -> None:
         self._slots = anyio.Semaphore(max(1, self.target.spec.concurrency))
 
     @property
     def warm(self) -> bool:
-        """Its session is up and its tools are listed."""
-        return self._inbox is not None and self.tools is not None
+        """Its session is up, its tools are listed, and no file it watches has changed."""
+        return self._inbox is not None and self.tools is not None and not self.stale()
+
+    def stale(self) -> bool:
+        """A file or folder of its `watch:` changed since its session started."""
+        return self._watched is not None and watch_stamp(self.target) != self._watched
+
+    def _alone(self) -> bool:
+        """No call but the caller's runs on it (a restart must not cut another call off)."""
+        return self._slots.value == max(1, self.target.spec.concurrency) - 1
 
     def acquire(self) -> bool:
         """Take one of the calls it may take at a time (`concurrency`) if one is free now (the
@@ -328,10 +367,15 @@ class Downstream:
                     # It died while idle: start it afresh for this call rather than fail it.
                     _log_line(f"server {self.target.name!r} exited while idle; starting it again")
                     await self.stop()
+                elif self._inbox is not None and self.stale() and self._alone():
+                    _log_line(f"server {self.target.name!r}: a watched file changed; restarting it")
+                    await self.stop()
                 if self._inbox is None:
                     wait = self.retry_at - anyio.current_time()
                     if wait > 0:
                         raise self._waiting(wait)
+                    # Stamped before it starts: an edit while it starts restarts it next time.
+                    self._watched = watch_stamp(self.target) if self.target.spec.watch else None
                     try:
                         self._inbox = await group.start(self._actor)
                     except BundlectlError as exc:
