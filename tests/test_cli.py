@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -62,47 +63,48 @@ def test_bugs_end_in_one_line_and_a_report(
     assert "Traceback" in text and "KeyError: 'missing'" in text
 
 
-@pytest.mark.parametrize(
-    "args",
-    [
-        ["show", "basic"],
-        ["list"],
-        ["resolve"],
-        ["lock", "--check"],
-        ["lint"],
-        ["policy", "check", "--agent", "reader", "files.read_file"],
-        ["tools"],
-        ["schema", "--check", "--out", "s"],
-        ["export", "claude-code", "--agent", "reader", "--dry-run"],
-        ["codegen", "--agent", "reader", "--out", "g", "--check"],
-    ],
-)
-def test_commands_that_do_not_talk_to_servers_never_import_mcp(
-    args: list[str], project: Path
-) -> None:
+QUIET_COMMANDS = [
+    ["show", "basic"],
+    ["list"],
+    ["resolve"],
+    ["lock", "--check"],
+    ["lint"],
+    ["policy", "check", "--agent", "reader", "files.read_file"],
+    ["tools"],
+    ["schema", "--check", "--out", "s"],
+    ["export", "claude-code", "--agent", "reader", "--dry-run"],
+    ["codegen", "--agent", "reader", "--out", "g", "--check"],
+]
+
+
+def test_commands_that_do_not_talk_to_servers_never_import_mcp(project: Path) -> None:
     """`import mcp` costs about a second; only exec, tools --live and server may pay it. Nor is
-    `importlib.metadata` (~10 ms) imported: pydantic's plugin loader would, to find none."""
+    `importlib.metadata` (~10 ms) imported: pydantic's plugin loader would, to find none.
+    One process runs the commands in turn and reports after each: the first that imports
+    either is the one named (a module, once imported, stays)."""
     import subprocess
     import sys
 
     (project / "bundlectl.yaml").write_text(
         "version: 1\nbundles: [basic]\nagents:\n  reader: {allow: [files.read_file]}\n"
     )
-    subprocess.run(
-        [sys.executable, "-m", "bundlectl", "lock"], cwd=project, check=True, capture_output=True
-    )
     script = (
-        "import sys\nfrom bundlectl.cli import main\ncode = main(sys.argv[1:])\n"
-        "print('MCP' if 'mcp' in sys.modules else 'NO-MCP', 'importlib.metadata' in sys.modules)\n"
+        "import json, sys\nfrom bundlectl.cli import main\nmain(['lock'])\n"
+        "for args in json.loads(sys.argv[1]):\n"
+        "    code = main(args)\n"
+        "    print('RESULT', code, 'mcp' in sys.modules, 'importlib.metadata' in sys.modules)\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", script, *args],
+        [sys.executable, "-c", script, json.dumps(QUIET_COMMANDS)],
         cwd=project,
         capture_output=True,
         text=True,
         check=False,
     )
-    assert done.stdout.strip().endswith("NO-MCP False"), (done.stdout[-200:], done.stderr[-500:])
+    results = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("RESULT")]
+    assert len(results) == len(QUIET_COMMANDS), (done.stdout[-500:], done.stderr[-500:])
+    for args, (code, mcp, metadata) in zip(QUIET_COMMANDS, results, strict=True):
+        assert (mcp, metadata) == ("False", "False"), f"{args} imported it (exit {code})"
 
 
 def test_the_console_script_collects_garbage_only_in_long_running_commands(

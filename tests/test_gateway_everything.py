@@ -211,7 +211,9 @@ def test_exec_answers_what_a_server_asks_its_client(everything: Path, run: Run) 
     assert json.loads(events.out)["result"]["isError"] is False
 
 
-def test_codegen_live_for_server_everything_type_checks(everything: Path, run: Run) -> None:
+def test_codegen_live_for_server_everything_type_checks(
+    everything: Path, run: Run, mypy_cache: Path
+) -> None:
     """server-everything declares no catalog: `codegen --live` asks it; the Python passes
     `mypy --strict` and the TypeScript `tsc --noEmit --strict`."""
     import subprocess
@@ -221,7 +223,7 @@ def test_codegen_live_for_server_everything_type_checks(everything: Path, run: R
     assert (everything / "py" / "servers" / "everything" / "get_sum.py").exists()
     assert not (everything / "py" / "servers" / "everything" / "get_env.py").exists()  # denied
     mypy = subprocess.run(
-        [PY, "-m", "mypy", "--strict", "--no-incremental", "servers"],
+        [PY, "-m", "mypy", "--strict", "--cache-dir", str(mypy_cache), "servers"],
         cwd=everything / "py",
         capture_output=True,
         text=True,
