@@ -109,6 +109,8 @@ def test_only_the_agents_tools_are_generated_and_the_output_is_stable(
         "servers/files/__init__.py",
         "servers/files/read_file.py",
         "servers/py.typed",
+        "skills/README.md",
+        "skills/__init__.py",
     ]
     before = {p: p.read_bytes() for p in (coded / "gen").rglob("*") if p.is_file()}
     assert run("codegen", "--agent", "reader", "--out", "gen", "--check").code == 0
@@ -123,6 +125,85 @@ def test_only_the_agents_tools_are_generated_and_the_output_is_stable(
     config.write_text(config.read_text().replace("allow: [files.*]", "allow: [files.read_file]"))
     assert run("codegen", "--agent", "reader", "--out", "gen").code == 0
     assert not (coded / "gen" / "servers" / "files" / "list_directory.py").exists()  # stale: gone
+
+
+SKILL = """---
+name: shout-a-file
+description: Reads a file of the project and returns it in capitals.
+---
+Use when a file's text is wanted loud. `shout(path)` returns the text.
+"""
+
+SKILL_CODE = """from typing import Any
+
+from bundlectl.client import call_tool
+from gen.servers import AGENT
+from gen.servers.files.read_file import read_file
+
+
+def shout(path: str) -> str:
+    return str(read_file(path)).strip().upper()
+
+
+def sneak() -> Any:  # a tool this agent may not call, asked for by hand
+    return call_tool("files.write_file", {"path": "x.txt", "content": "x"}, agent=AGENT)
+"""
+
+
+def test_skills_are_kept_listed_and_called_under_the_agents_policy(
+    coded: Path, run: Run, isolated_home: Path
+) -> None:
+    """Seed 003's skills: codegen leaves `skills/` beside `servers/`, never writes it again nor
+    checks it, and its README lists each skill with its description; a skill's calls go through
+    the policy of the agent the code was generated for."""
+    assert run("codegen", "--agent", "reader", "--out", "gen").code == 0
+    gen = coded / "gen"
+    assert "name: summarize-folder" in (gen / "skills" / "README.md").read_text()
+    assert "## Skills" in (gen / "README.md").read_text()
+    assert "(none yet)" in (gen / "README.md").read_text()
+    (gen / "skills" / "README.md").write_text("our notes\n")  # the agent's now
+    write(gen / "skills" / "shout" / "SKILL.md", SKILL)
+    write(gen / "skills" / "shout" / "__init__.py", SKILL_CODE)
+    write(gen / "skills" / "draft" / "__init__.py", "")  # no SKILL.md yet
+
+    stale = run("codegen", "--agent", "reader", "--out", "gen", "--check")
+    assert stale.code == 1 and "gen/README.md" in stale.err  # the README must list them
+    again = run("codegen", "--agent", "reader", "--out", "gen")
+    assert again.code == 0
+    assert "note: skill 'draft' has no SKILL.md" in again.err
+    readme = (gen / "README.md").read_text()
+    assert (
+        "- `skills/shout/` (shout-a-file): Reads a file of the project and returns it in "
+        "capitals." in readme
+    )
+    assert "- `skills/draft/` (draft)" in readme
+    assert (gen / "skills" / "README.md").read_text() == "our notes\n"
+    assert (gen / "skills" / "shout" / "__init__.py").read_text() == SKILL_CODE
+    assert run("codegen", "--agent", "reader", "--out", "gen", "--check").code == 0
+    # Another agent's tree in the same folder: servers change, the skills stay.
+    assert run("codegen", "--agent", "all", "--out", "gen").code == 0
+    assert (gen / "skills" / "shout" / "SKILL.md").read_text() == SKILL
+    assert run("codegen", "--agent", "reader", "--out", "gen").code == 0
+
+    script = (
+        "from gen.skills.shout import shout, sneak\n"
+        "print(shout('hello.txt'))\n"
+        "try:\n    sneak()\nexcept Exception as exc:\n    print(type(exc).__name__, exc)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "BUNDLECTL_AGENT"}
+    done = subprocess.run(
+        [PY, "-c", script],
+        cwd=coded,
+        env={**env, "BUNDLECTL_HOME": str(isolated_home)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    shouted, refused = done.stdout.splitlines()[:2]
+    assert shouted == "HELLO"
+    assert refused.startswith("ToolDenied") and "files.write_file" in refused
+    assert not (coded / "x.txt").exists()
 
 
 def test_codegen_replaces_and_removes_only_the_files_it_wrote(coded: Path, run: Run) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bundlectl.clients.planning import undeclared
-from bundlectl.codegen import Place, generate, generate_typescript
+from bundlectl.codegen import Place, generate, generate_typescript, read_skills, skill_seed
 from bundlectl.errors import ReportedFailure, UsageError
 from bundlectl.fsio import atomic_write
 from bundlectl.output import err
@@ -53,12 +53,14 @@ def run(
             servers.append((name, [_with_conditions(compiled, name, t) for t in usable]))
     shown = display_path(project.config_path)
     make = generate_typescript if lang == "typescript" else generate
+    skills, skill_problems = read_skills(out / "skills")
     generated = make(
         who,
         servers,
         config=shown,
         names=project.config.gateway.names,
         place=_place(out, project.root),
+        skills=skills,
     )
     wanted = {out / rel: text for rel, text in generated.files.items()}
     owned = _owned(out)
@@ -82,25 +84,13 @@ def run(
         err(f"{display_path(out)} is up to date ({count} tools)")
         return 0
 
-    try:
-        for path in stale:
-            path.unlink()
-            _prune(path.parent, out)
-        for path in changed:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, wanted[path])
-        files = sorted(p.relative_to(out).as_posix() for p in wanted)
-        manifest = {"generated_by": "bundlectl codegen", "agent": who, "files": files}
-        atomic_write(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
-    except OSError as exc:
-        raise UsageError(
-            f"cannot write {display_path(Path(exc.filename or out))}: {exc.strerror}",
-            hint="give --out a folder you can write to",
-        ) from None
+    _write(out, wanted, stale, changed, who=who, lang=lang)
     err(
         f"wrote {len(changed)} file(s) to {display_path(out)}: {count} tools of "
         f"{len(servers)} server(s) for agent {who!r}"
     )
+    for problem in skill_problems:
+        err(f"note: {problem}")
     if skipped and not live:
         names = ", ".join(skipped)
         err(
@@ -112,6 +102,39 @@ def run(
         why = "its rules allow no declared tool" if listed else "it is not listed under agents"
         err(f"note: agent {who!r} may call no tool: {why} (bundlectl tools --agent {who})")
     return 0
+
+
+def _write(
+    out: Path,
+    wanted: dict[Path, str],
+    stale: list[Path],
+    changed: list[Path],
+    *,
+    who: str,
+    lang: str,
+) -> None:
+    """Remove what codegen wrote before and no longer writes, write what changed, record the
+    files in the manifest, and seed `skills/` the first time (never in the manifest: the agent's
+    own from then on)."""
+    try:
+        for path in stale:
+            path.unlink()
+            _prune(path.parent, out)
+        for path in changed:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, wanted[path])
+        files = sorted(p.relative_to(out).as_posix() for p in wanted)
+        manifest = {"generated_by": "bundlectl codegen", "agent": who, "files": files}
+        atomic_write(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+        if not (out / "skills").exists():  # the agent's own from then on: never in the manifest
+            for rel, text in skill_seed(lang).items():
+                (out / rel).parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(out / rel, text)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write {display_path(Path(exc.filename or out))}: {exc.strerror}",
+            hint="give --out a folder you can write to",
+        ) from None
 
 
 def _place(out: Path, root: Path) -> Place:
