@@ -477,6 +477,13 @@ def exec_(
         Path | None,
         typer.Option("--batch", dir_okay=False, help="JSON lines of {agent, tool, arguments}."),
     ] = None,
+    follow_links: Annotated[
+        bool,
+        typer.Option(
+            "--follow-links",
+            help="Read the resources a result links to (resource_link), as `bundlectl read`.",
+        ),
+    ] = False,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
     *,
@@ -499,6 +506,7 @@ def exec_(
         quiet=quiet,
         batch=batch,
         fast_exit=_invocation(ctx).fast_exit,
+        follow_links=follow_links,
     )
 
 

@@ -60,6 +60,7 @@ HELP: dict[str, tuple[list[str], str]] = {
         [
             "bundlectl exec --agent reader files.read_file path=README.md",
             "bundlectl exec files.write_file --args @call.json --yes",
+            "bundlectl exec reports.latest --follow-links",
             "bundlectl exec --batch calls.jsonl --format json",
         ],
         _CALLS,

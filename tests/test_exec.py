@@ -331,6 +331,25 @@ def test_every_content_type(kitchen: Path, run: Run, tmp_path: Path) -> None:
     ]
 
 
+def test_follow_links_reads_the_linked_resources_under_the_same_rule(
+    kitchen: Path, run: Run, isolated_home: Path
+) -> None:
+    plain = run("exec", "-a", "reader", "kitchen.linked")
+    assert plain.code == 0
+    assert (
+        plain.out
+        == "the count is in the counter\n[resource link: kitchen://counter (counter, text/plain)]\n"
+    )
+    assert "--follow-links reads them (or: bundlectl read kitchen kitchen://counter)" in plain.err
+    followed = run("exec", "-a", "reader", "kitchen.linked", "--follow-links")
+    assert followed.code == 0, followed.err
+    assert followed.lines[-1] == "0"  # the counter, read from the server
+    reads = [r for r in audit_lines(isolated_home) if r.get("tool") == "resources/read"]
+    assert [(r["agent"], r["server"], r["outcome"]) for r in reads] == [("reader", "kitchen", "ok")]
+    refused = run("exec", "-a", "reader", "kitchen.linked", "--follow-links", "--format", "json")
+    assert refused.code == 2 and "bundlectl read SERVER URI --format json" in refused.err
+
+
 def test_huge_output_is_cut_in_text_mode_only(kitchen: Path, run: Run) -> None:
     text = run("exec", "-a", "reader", "kitchen.huge", "size=1500000")
     assert text.code == 0

@@ -62,6 +62,7 @@ def run(
     quiet: bool,
     batch: Path | None,
     fast_exit: bool = False,
+    follow_links: bool = False,
 ) -> int:
     """`fast_exit`: the process leaves with os._exit once the command returns, so a finished
     stdio server's shutdown may be left to the detached watchdog."""
@@ -71,6 +72,13 @@ def run(
     if batch is not None:
         if tool or pairs or args_json:
             raise UsageError("--batch takes its calls from the file; give no tool or arguments")
+        if follow_links:
+            raise UsageError("--follow-links is for one call; read a batch's links with `read`")
+    if follow_links and fmt is Format.json:
+        raise UsageError(
+            "--follow-links prints the linked resources as text",
+            hint="with --format json, read each link: bundlectl read SERVER URI --format json",
+        )
         pipeline = _pipeline(config, yes=yes, prompt=False)
         return run_batch(
             pipeline,
@@ -107,7 +115,7 @@ def run(
     with stop_on_failure(child):
         if child is not None:
             preload()
-        return _call(
+        code, links = _call(
             pipeline,
             target,
             child,
@@ -118,6 +126,26 @@ def run(
             output_dir=output_dir,
             detach=fast_exit,
         )
+    if links and not follow_links and fmt is Format.text:
+        err(
+            f"note: the result links {len(links)} resource(s); --follow-links reads them "
+            f"(or: bundlectl read {server} {links[0]})"
+        )
+    for uri in links if follow_links else []:
+        # The same rule, audit and output as `bundlectl read` (the linked resource is the
+        # server's: read where the tool that named it runs).
+        from bundlectl.commands.resources import run_read  # noqa: PLC0415 - only with links
+
+        run_read(
+            config,
+            server=server,
+            uri=uri,
+            agent=who,
+            fmt=fmt,
+            output_dir=output_dir,
+            timeout=float(timeout or target.spec.timeout),
+        )
+    return code
 
 
 def _call(
@@ -131,8 +159,9 @@ def _call(
     fmt: Format,
     output_dir: Path | None,
     detach: bool,
-) -> int:
-    """Connect, call, print (before the server's shutdown), audit; the exit code."""
+) -> tuple[int, list[str]]:
+    """Connect, call, print (before the server's shutdown), audit; the exit code and the URIs
+    of the resources the result links to."""
 
     printed: dict[str, int] = {}
     root = pipeline.resolution.project.root
@@ -171,7 +200,13 @@ def _call(
     pipeline.finish_call(outcome)
     if outcome.error is not None:
         raise outcome.error
-    return printed["code"]
+    result = outcome.result
+    links = [
+        str(block["uri"])
+        for block in (result.content if result is not None and not result.is_error else [])
+        if block.get("type") == "resource_link" and block.get("uri")
+    ]
+    return printed["code"], list(dict.fromkeys(links))
 
 
 def _print(outcome: CallOutcome, fmt: Format, output_dir: Path | None) -> int:

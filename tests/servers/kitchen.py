@@ -182,6 +182,15 @@ def counter() -> str:
     return str(COUNT[0])
 
 
+@server.tool(structured_output=False)
+def linked() -> list[Any]:
+    """A result that points at a resource of this server instead of holding it."""
+    return [
+        TextContent(type="text", text="the count is in the counter"),
+        ResourceLink(type="resource_link", uri=COUNTER, name="counter", mime_type="text/plain"),
+    ]
+
+
 async def subscribe(ctx: Any, params: SubscribeRequestParams) -> EmptyResult:
     SUBSCRIBERS.setdefault(str(params.uri), []).append(ctx.session)
     return EmptyResult()
