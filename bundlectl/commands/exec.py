@@ -74,11 +74,6 @@ def run(
             raise UsageError("--batch takes its calls from the file; give no tool or arguments")
         if follow_links:
             raise UsageError("--follow-links is for one call; read a batch's links with `read`")
-    if follow_links and fmt is Format.json:
-        raise UsageError(
-            "--follow-links prints the linked resources as text",
-            hint="with --format json, read each link: bundlectl read SERVER URI --format json",
-        )
         pipeline = _pipeline(config, yes=yes, prompt=False)
         return run_batch(
             pipeline,
@@ -91,6 +86,11 @@ def run(
     if not tool:
         raise UsageError(
             "missing SERVER.TOOL", hint="bundlectl exec files.read_file path=README.md"
+        )
+    if follow_links and fmt is Format.json:
+        raise UsageError(
+            "--follow-links prints the linked resources as text",
+            hint="with --format json, read each link: bundlectl read SERVER URI --format json",
         )
     server, name = parse_tool_name(tool)
     split = split_pairs(pairs)
