@@ -145,7 +145,9 @@ def test_no_user_config_from_the_environment_and_before_or_after_the_command(
     assert "kitchen" not in json.loads(run("resolve", "--format", "json").out)["servers"]
     # `--` ends the options: after it the flag is an argument like any other.
     monkeypatch.delenv("BUNDLECTL_NO_USER_CONFIG")
-    assert run("policy", "check", "-a", "me", "--", "--no-user-config").code == 2
+    literal = run("policy", "check", "-a", "me", "--", "--no-user-config")
+    assert literal.code == 2
+    assert "'--no-user-config' is not a qualified tool name" in literal.err
 
 
 def test_a_bad_user_file_is_an_error_with_its_position_and_a_way_out(

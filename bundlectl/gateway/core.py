@@ -287,23 +287,25 @@ def watch_stamp(target: Target) -> tuple[Any, ...]:
     for entry in target.spec.watch:
         top = target.root / Path(entry).expanduser()
         if not top.is_dir():
-            stamps.append(_stat(top))
+            stamps.append((top, file_stamp(top)))
             continue
         for folder, dirs, files in os.walk(top):
             dirs.sort()
             for name in sorted(files):
-                stamps.append(_stat(Path(folder) / name))
+                path = Path(folder) / name
+                stamps.append((path, file_stamp(path)))
                 if len(stamps) >= WATCH_LIMIT:
                     return tuple(stamps)
     return tuple(stamps)
 
 
-def _stat(path: Path) -> tuple[str, int, int] | tuple[str]:
+def file_stamp(path: Path) -> tuple[int, int, int] | None:
+    """What changes when a file is edited or replaced (None: it is not there)."""
     try:
-        info = path.stat()
+        info = os.stat(path)
     except OSError:
-        return (str(path),)
-    return (str(path), info.st_mtime_ns, info.st_size)
+        return None
+    return (info.st_mtime_ns, info.st_size, info.st_ino)
 
 
 @dataclass
@@ -864,15 +866,7 @@ class Hub:
         return None if name in self.ambiguous else names.get(name)
 
     def _files(self) -> tuple[Any, ...]:
-        project = self.pipeline.resolution.project
-        stamps: list[Any] = []
-        for path in project.watched_files():
-            try:
-                stat = os.stat(path)
-                stamps.append((stat.st_mtime_ns, stat.st_size, stat.st_ino))
-            except OSError:
-                stamps.append(None)
-        return tuple(stamps)
+        return tuple(map(file_stamp, self.pipeline.resolution.project.watched_files()))
 
     def current(self) -> bool:
         """Whether the config and the lock are as they were when last loaded."""
