@@ -91,7 +91,9 @@ def _in_process(
         restore = privacy is not None and privacy.gets_real_values(server, tool)
         pipeline = Pipeline(resolution, AuditLog(resolution, via="code"), terminal_confirmer())
         who = default_agent(agent)
-        decision = pipeline.decide(who, server, tool, arguments)
+        # the conditions judge what the server receives: the real values behind tokens
+        received = tokens.restore(arguments) if tokens is not None and restore else arguments
+        decision = pipeline.decide(who, server, tool, received)
         target = pipeline.target(server, quiet=True)
         request = CallRequest(
             who,

@@ -9,22 +9,33 @@ Matchers: a literal (strings are globs with `*` and `?`), a list of alternatives
 max: }`, `{present: false}`, `{not: MATCHER}`. A missing argument takes its input schema's
 `default`; otherwise only `{present: false}` holds for it.
 
-Failing closed: a path that is absolute or climbs out with `..` never matches an allow and always
-matches an ask or a deny; a CEL expression that fails at run time (a missing key, a type error)
-holds for an ask or a deny and not for an allow.
+Failing closed: a path that is absolute, climbs out with `..`, or means different things to
+different readers (a backslash, `~`, a URI scheme, percent-escapes) never matches an allow and
+always matches an ask or a deny; where the server's own reading is known (the built-in servers:
+links resolved below the root, `PathReader`), an allow must hold for every reading and a deny holds
+for any. A matcher given a value of a type it cannot judge (a list for a `{path: }`, a string for
+`{min: }`, NaN or an infinity for a number) does not hold for an allow and holds for an ask or a
+deny; numbers compare as numbers (`5` is `5.0`). A CEL expression that fails at run time (a
+missing key, a type error) holds for an ask or a deny and not for an allow.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import posixpath
 import re
-from collections.abc import Mapping
+import unicodedata
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 MISSING = object()
+
+# A path argument as the server may read it: each reading is a root-relative, normalised path, or
+# None when a reading leaves the root or cannot be told (the policy then fails closed).
+PathReader = Callable[[str], list[str | None]]
 
 
 class ConditionError(ValueError):
@@ -64,14 +75,46 @@ def _path_glob(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out), re.DOTALL)
 
 
+# A URI scheme (`file:`, `s3:`) or a drive letter (`C:`) in front of a path: a server may read it
+# as a location of its own.
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+# Percent-escapes of `.`, `/` and `\\`: a server that URL-decodes its paths reads other folders.
+_ESCAPED = re.compile(r"%(?:2e|2f|5c)", re.IGNORECASE)
+
+
 def normalised(path: str) -> str | None:
-    """The path after lexical normalisation, or None when it is absolute or climbs out."""
-    if path.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:[\\/]", path):
+    """The path after lexical normalisation, or None when it is absolute, climbs out, or has
+    more than one meaning: a backslash (a separator on Windows and to many servers, a character
+    in a POSIX name), a leading `~`, a URI scheme or drive letter, percent-escapes of separators,
+    a NUL, or characters that Unicode compatibility folds into `.`, `/` or `\\`."""
+    if (
+        not path
+        or path.startswith(("/", "~"))
+        or "\\" in path
+        or "\x00" in path
+        or _SCHEME.match(path)
+        or _ESCAPED.search(path)
+    ):
         return None
-    clean = posixpath.normpath(path.replace("\\", "/"))
+    if not path.isascii() and _folds(path):
+        return None
+    clean = posixpath.normpath(path)
     if clean == ".." or clean.startswith("../"):
         return None
     return clean
+
+
+def _folds(path: str) -> bool:
+    """Whether Unicode compatibility folding (NFKC, which some servers and file systems apply)
+    makes separators or dots of other characters (U+FF0F fullwidth solidus, U+2024 one-dot
+    leader)."""
+    folded = unicodedata.normalize("NFKC", path)
+    return any(folded.count(c) != path.count(c) for c in "./\\:~%")
+
+
+def lexical_reading(path: str) -> list[str | None]:
+    """The one reading a third-party server's path gets: lexical (`normalised`)."""
+    return [normalised(path)]
 
 
 @dataclass(frozen=True)
@@ -82,26 +125,32 @@ class Matcher:
     operand: Any
     text: str  # as written, for explanations
 
-    def holds(self, value: Any, strict: bool) -> bool:
+    def holds(self, value: Any, strict: bool, paths: PathReader | None = None) -> bool:
         """Whether it holds for `value` (MISSING: the argument is absent); `strict`: the rule
-        is an ask or a deny, for which an escaping path counts as a match."""
+        is an ask or a deny, for which an escaping or ambiguous path, and a value of a type
+        this matcher cannot judge, count as a match. `paths`: how the server reads a path
+        (default: lexically)."""
         kind, operand = self.kind, self.operand
         if kind == "present":
             return (value is not MISSING) is operand
         if kind == "any":  # each alternative judges a missing value (`{present: false}` can)
-            return any(m.holds(value, strict) for m in operand)
+            return any(m.holds(value, strict, paths) for m in operand)
         if value is MISSING:
             return False
         if kind == "not":
-            return not operand.holds(value, not strict)
+            return not operand.holds(value, not strict, paths)
         if kind == "range":
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                return False
+            if not _finite_number(value):
+                return strict
             low, high = operand
             return (low is None or value >= low) and (high is None or value <= high)
         if kind == "literal" and not isinstance(operand, str):
-            return type(value) is type(operand) and bool(value == operand)
-        return isinstance(value, str) and _TEXT[kind](operand, value, strict)
+            return _same_literal(operand, value, strict)
+        if not isinstance(value, str):
+            return strict
+        if kind == "path":
+            return _path_holds(operand, value, strict, paths)
+        return bool(_TEXT[kind](operand, value))
 
     def values(self) -> list[Any] | None:
         """The only values it holds for (MISSING for `{present: false}`), when they are few
@@ -143,17 +192,43 @@ class Matcher:
         return ("string" if isinstance(operand, str) else "null") in types
 
 
-def _path_holds(pattern: str, value: str, strict: bool) -> bool:
-    clean = normalised(value)
-    return strict if clean is None else _path_glob(pattern).fullmatch(clean) is not None
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-# The string matchers: (operand, the argument, strict) → whether it holds.
-_TEXT: dict[str, Any] = {
-    "literal": lambda glob, value, _: _glob(glob).fullmatch(value) is not None,
-    "glob": lambda glob, value, _: _glob(glob).fullmatch(value) is not None,
-    "re": lambda regex, value, _: regex.fullmatch(value) is not None,
-    "path": _path_holds,
+def _finite_number(value: Any) -> bool:
+    return _number(value) and math.isfinite(value)
+
+
+def _same_literal(operand: Any, value: Any, strict: bool) -> bool:
+    """A literal that is not a string: numbers equal as numbers (`5` is `5.0`, never `True`),
+    booleans as booleans, null as null; a value of another kind (or NaN, an infinity) is one it
+    cannot judge."""
+    if operand is None:
+        return value is None
+    if isinstance(operand, bool):
+        return value is operand if isinstance(value, bool) else strict
+    if not _finite_number(value):
+        return strict
+    return bool(value == operand)
+
+
+def _path_holds(pattern: str, value: str, strict: bool, paths: PathReader | None) -> bool:
+    """An allow holds when every reading of the path matches; a deny when any does, or when a
+    reading leaves the root or cannot be told."""
+    readings = (paths or lexical_reading)(value)
+    if not readings or any(reading is None for reading in readings):
+        return strict
+    glob = _path_glob(pattern)
+    found = (glob.fullmatch(reading) is not None for reading in readings if reading is not None)
+    return any(found) if strict else all(found)
+
+
+# The string matchers: (operand, the argument) → whether it holds (`{path: }` is `_path_holds`).
+_TEXT: dict[str, Callable[[Any, str], bool]] = {
+    "literal": lambda glob, value: _glob(glob).fullmatch(value) is not None,
+    "glob": lambda glob, value: _glob(glob).fullmatch(value) is not None,
+    "re": lambda regex, value: regex.fullmatch(value) is not None,
 }
 
 
@@ -175,7 +250,7 @@ def _compile_mapping(raw: dict[Any, Any], where: str, text: str) -> Matcher:
     if raw and set(raw) <= {"min", "max"}:
         for key in ("min", "max"):
             bound = raw.get(key)
-            if bound is not None and (isinstance(bound, bool) or not _number(bound)):
+            if bound is not None and not _finite_number(bound):
                 raise ConditionError(f"{where}{key} must be a number")
         return Matcher("range", (raw.get("min"), raw.get("max")), text)
     if len(raw) != 1:
@@ -199,10 +274,6 @@ def _compile_mapping(raw: dict[Any, Any], where: str, text: str) -> Matcher:
         except re.error as exc:
             raise ConditionError(f"{where}the regular expression does not compile: {exc}") from None
     return Matcher(key, operand, text)
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float)
 
 
 def split_key(key: str) -> tuple[str, ...]:
@@ -302,11 +373,12 @@ class Condition:
         schema: Mapping[str, Any] | None,
         strict: bool,
         context: Mapping[str, str],
+        paths: PathReader | None = None,
     ) -> str | None:
         """None when the condition holds for this call; else which part did not (never the
-        argument's value)."""
+        argument's value). `paths`: how the server reads a path (default: lexically)."""
         for key, place, matcher in self.args:
-            if not matcher.holds(lookup(arguments, place, schema), strict):
+            if not matcher.holds(lookup(arguments, place, schema), strict, paths):
                 return f"{key} {matcher.text}"
         if self._program is not None:
             values = dict(arguments)
@@ -314,12 +386,28 @@ class Condition:
                 if name not in values and isinstance(spec, Mapping) and "default" in spec:
                     values[name] = spec["default"]
             try:
-                held = self._program.execute({**context, "args": values}) is True
+                # NaN and the infinities make every comparison false: not values CEL can judge
+                held = (
+                    strict
+                    if non_finite(values)
+                    else (self._program.execute({**context, "args": values}) is True)
+                )
             except Exception:  # a missing key or a type error at run time: fail closed
                 held = strict
             if not held:
                 return f"when {self.when}"
         return None
+
+
+def non_finite(value: Any) -> bool:
+    """Whether NaN or an infinity is anywhere in `value` (JSON has neither)."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, Mapping):
+        return any(non_finite(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return any(non_finite(item) for item in value)
+    return False
 
 
 def _first_sentence(text: str) -> str:

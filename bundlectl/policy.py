@@ -22,12 +22,14 @@ from bundlectl.patterns import has_wildcard, parse_tool_name, part_matches, rege
 from bundlectl.suggest import Suggester
 
 if TYPE_CHECKING:  # conditions are imported only by a policy that has them (models.py)
-    from bundlectl.conditions import Condition
+    from bundlectl.conditions import Condition, PathReader
 
 Effect = Literal["allow", "ask", "deny"]
 EFFECTS: tuple[Effect, ...] = ("deny", "ask", "allow")  # strongest first
 STRENGTH: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
 T = TypeVar("T")
+# One call as the conditions see it: server, tool, arguments, input schema, path reader.
+_Call = tuple[str, str, "Mapping[str, Any] | None", "Mapping[str, Any] | None", "PathReader | None"]
 DEFAULT_AGENT = "default"
 
 
@@ -243,18 +245,12 @@ class CompiledAgent:
             self._conditional_memo[key] = found
         return found
 
-    def _applies(
-        self,
-        effect: Effect,
-        server: str,
-        tool: str,
-        arguments: Mapping[str, Any] | None,
-        schema: Mapping[str, Any] | None,
-    ) -> tuple[Rule | None, bool, list[str]]:
+    def _applies(self, effect: Effect, call: _Call) -> tuple[Rule | None, bool, list[str]]:
         """The first rule of `effect` that applies to this call, whether a conditional rule
         names the tool (the decision depends on the arguments), and the conditions that
         failed. Without `arguments` a conditional grant counts as applying and a conditional
         deny as not: what the call could get (listing a tool, `tools`, export)."""
+        server, tool, arguments, schema, paths = call
         rule = self._matchers[effect].first(server, tool)
         conditional = self._conditional_of(server, tool)[effect]
         failed: list[str] = []
@@ -265,7 +261,7 @@ class CompiledAgent:
         context = {"agent": self.name, "server": server, "tool": tool}
         for candidate in conditional:
             assert candidate.condition is not None
-            why = candidate.condition.failed(arguments, schema, effect != "allow", context)
+            why = candidate.condition.failed(arguments, schema, effect != "allow", context, paths)
             if why is None:
                 return candidate, True, failed
             failed.append(f"{candidate.head} ({candidate.origin}): {why} does not hold")
@@ -301,6 +297,22 @@ class CompiledAgent:
             for effect in ("allow", "ask")
             for r in (*self._matchers[effect].rules, *self._conditional[effect])
         )
+
+    def opens(self, server: str, tools: Iterable[str]) -> bool:
+        """Whether the agent may read `server`'s resources and get its prompts (SPEC 15): when
+        one of the server's `tools` is allowed to it outright. Not when it may call them only
+        after a person confirms (`ask`: a read has no confirmation), nor when a grant holds only
+        for some arguments (SPEC 10: a read has none to judge). The one rule `serve`, `read`,
+        `prompt` and `exec --follow-links` apply."""
+        if not self.may_reach(server):
+            return False
+        for tool in tools:
+            decision = self.decide(server, tool, interactive=True)
+            if decision.effect == "allow" and (
+                decision.rule is None or decision.rule.condition is None
+            ):
+                return True
+        return False
 
     def usable(self, server: str, tools: Iterable[T], name: Callable[[T], str]) -> list[T]:
         """The tools of `server` this agent may call (allowed, or asked for): the one answer to
@@ -370,14 +382,17 @@ class CompiledAgent:
         interactive: bool = False,
         arguments: Mapping[str, Any] | None = None,
         schema: Mapping[str, Any] | None = None,
+        paths: PathReader | None = None,
     ) -> Decision:
         """The decision for a call of `server.tool`; with `arguments` (and the tool's input
-        `schema`, for defaults) the rules' argument conditions are checked."""
+        `schema`, for defaults) the rules' argument conditions are checked, path arguments as
+        `paths` reads them (the server's own reading; default lexical)."""
         pol = self.policy
         if any(self._conditional.values()) and any(self._conditional_of(server, tool).values()):
-            deny, d_cond, _ = self._applies("deny", server, tool, arguments, schema)
-            ask, a_cond, a_failed = self._applies("ask", server, tool, arguments, schema)
-            allow, l_cond, l_failed = self._applies("allow", server, tool, arguments, schema)
+            given = (server, tool, arguments, schema, paths)
+            deny, d_cond, _ = self._applies("deny", given)
+            ask, a_cond, a_failed = self._applies("ask", given)
+            allow, l_cond, l_failed = self._applies("allow", given)
             conditional = d_cond or a_cond or l_cond
             failed = a_failed + l_failed  # the grants whose conditions did not hold
         else:
@@ -407,7 +422,9 @@ class CompiledAgent:
             return Decision(self.name, server, tool, final, rule, reason, effect)
 
         def redecide(args: Mapping[str, Any], schema: Mapping[str, Any] | None) -> Decision:
-            return self.decide(server, tool, interactive=interactive, arguments=args, schema=schema)
+            return self.decide(
+                server, tool, interactive=interactive, arguments=args, schema=schema, paths=paths
+            )
 
         return Decision(
             self.name,
@@ -725,11 +742,12 @@ def explain(
     interactive: bool,
     arguments: Mapping[str, Any] | None = None,
     schema: Mapping[str, Any] | None = None,
+    paths: PathReader | None = None,
 ) -> Explanation:
     """Explain the decision of `agent` on `server.tool` (on a call with `arguments`, if
-    given: then each condition is checked)."""
+    given: then each condition is checked, path arguments as `paths` reads them)."""
     decision = agent.decide(
-        server, tool, interactive=interactive, arguments=arguments, schema=schema
+        server, tool, interactive=interactive, arguments=arguments, schema=schema, paths=paths
     )
     context = {"agent": agent.name, "server": server, "tool": tool}
     conditions: list[tuple[Rule, str | None]] = []
@@ -738,7 +756,7 @@ def explain(
         if arguments is None:
             conditions.append((rule, None))
             continue
-        failed = rule.condition.failed(arguments, schema, rule.effect != "allow", context)
+        failed = rule.condition.failed(arguments, schema, rule.effect != "allow", context, paths)
         conditions.append((rule, failed or ""))
     matched = agent.matching(server, tool)
     losers = [(rule, _why_lost(rule, decision)) for rule in matched if rule != decision.rule]

@@ -8,6 +8,7 @@ import multiprocessing
 from pathlib import Path
 
 from bundlectl.calls.audit import AuditFile, AuditRecord, append, arguments_digest
+from tests.conftest import Run
 
 
 def record(**fields: object) -> AuditRecord:
@@ -85,3 +86,22 @@ def test_a_rotated_log_is_written_again(tmp_path: Path) -> None:
     log.close()
     assert json.loads(target.read_text())["tool"] == "after"
     assert json.loads((tmp_path / "audit.jsonl.1").read_text())["tool"] == "before"
+
+
+def test_a_record_is_one_line_for_every_reader(tmp_path: Path) -> None:
+    """A raw U+2028 in a CLI argument split the file under `str.splitlines()`."""
+    odd = "a\u2028b\u2029c\x85d\x1ce"
+    log = append(record(agent=odd, tool=odd), tmp_path / "audit.jsonl")
+    text = log.read_text()
+    [line] = text.splitlines()
+    assert "\u2028" not in text and "\x85" not in text
+    assert json.loads(line)["agent"] == odd
+
+
+def test_exec_with_line_separators_in_its_arguments_writes_whole_records(
+    project: Path, run: Run, isolated_home: Path
+) -> None:
+    run("init")
+    assert run("exec", "-a", "reader\u2028x", "files.read_file\u2029", "path=a").code == 3
+    lines = (isolated_home / "state" / "audit.jsonl").read_text().splitlines()
+    assert [json.loads(line)["agent"] for line in lines] == ["reader\u2028x"]

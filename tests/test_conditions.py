@@ -165,9 +165,11 @@ def test_lint_flags_an_unknown_argument_and_a_deny_a_call_escapes_by_omitting_it
     assert "did you mean 'path'?" in findings[("BCL211", 15)]
     assert "a call that omits it is not denied" in findings[("BCL212", 17)]
     assert ("BCL212", 18) not in findings  # force has a default: an omitted one is false
-    assert "can never hold for 'force', declared boolean" in findings[("BCL213", 19)]
-    # two denies with different conditions do not cover each other (BCL202 said they did)
-    assert not [key for key in findings if key[0] in ("BCL201", "BCL202")]
+    # a range cannot judge a boolean, so as a deny it holds for every call (SPEC 10) ...
+    assert "as a deny it holds for every call" in findings[("BCL213", 19)]
+    # ... which covers `force: true` (18); two denies with different conditions (branch, force)
+    # do not cover each other (BCL202 said they did)
+    assert [key for key in findings if key[0] in ("BCL201", "BCL202")] == [("BCL202", 18)]
     fixed = (
         (project / "bundlectl.yaml")
         .read_text()
@@ -390,3 +392,36 @@ def test_codegen_tells_the_code_which_calls_pass(docs_project: Path, run: Run) -
     assert """Policy of agent 'docs' on the arguments: allow if path {"path": "docs/**"}.""" in said
     read = (docs_project / "gen" / "servers" / "files" / "read_file.py").read_text()
     assert "Policy of agent" not in read  # no conditions, nothing said
+
+
+def test_resolve_shows_conditional_rules_in_policy_deny_and_agents(
+    project: Path, run: Run, isolated_home: Path
+) -> None:
+    """`resolve` died (exit 70, a TypeError) on a `policy.deny` rule with conditions."""
+    write(
+        project / "bundlectl.yaml",
+        """
+        version: 1
+        bundles: [basic]
+        agents:
+          docs: {allow: [{tool: files.write_file, args: {path: {path: "docs/**"}}}]}
+        policy:
+          default: deny
+          deny: [{tool: files.write_file, args: {path: {path: "secrets/**"}}}]
+        """,
+    )
+    shown = run("resolve")
+    assert shown.code == 0, shown.err
+    assert 'deny files.write_file if {"args": {"path": {"path": "secrets/**"}}}' in shown.out
+    assert 'allow  files.write_file if path {"path": "docs/**"}  (bundlectl.yaml:4:' in shown.out
+    assert run("resolve", "--format", "json").code == 0
+    write(
+        isolated_home / "config" / "bundlectl.yaml",
+        """
+        version: 1
+        policy: {deny: [{tool: files.read_file, args: {path: {path: ".env"}}}]}
+        """,
+    )
+    with_user = run("resolve")
+    assert with_user.code == 0, with_user.err
+    assert 'files.read_file if {"args": {"path": {"path": ".env"}}}' in with_user.out

@@ -57,6 +57,53 @@ def test_policy_files_cannot_be_written(project: Path, path: str, why: str) -> N
     assert not (project / "bundles" / "new").exists()  # no folder made for a refused write
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        ".mcp.json",
+        ".MCP.json",  # case-insensitive file systems
+        ".claude/settings.json",
+        ".claude/settings.local.json",
+        ".claude/commands/x.md",
+        ".codex/config.toml",
+        ".gemini/settings.json",
+        ".qwen/settings.json",
+        ".roo/mcp.json",
+        ".cursor/mcp.json",
+        ".vscode/mcp.json",
+        ".vscode/settings.json",
+        ".github/mcp.json",
+        "kilo.json",
+        "kilo.jsonc",
+        ".kilocode/mcp.json",
+        "opencode.jsonc",
+        "sub/project/.mcp.json",
+        "docs/../.cursor/mcp.json",
+    ],
+)
+def test_client_configs_that_bind_agents_cannot_be_written(project: Path, path: str) -> None:
+    """An agent with files.write_file rewrote `.mcp.json` to start the gateway as another
+    agent; every file a client reads its servers or permissions from is protected."""
+    with pytest.raises(ToolFailure, match="MCP client's configuration"):
+        tools(project)["write_file"](path=path, content='{"mcpServers": {}}')  # type: ignore[operator]
+    assert not (project / path).exists()
+    (project / "docs" / "link").symlink_to("../.vscode", target_is_directory=True)
+    with pytest.raises(ToolFailure, match="MCP client's configuration"):
+        tools(project)["write_file"](path="docs/link/mcp.json", content="{}")  # type: ignore[operator]
+
+
+def test_every_file_export_writes_is_one_the_files_server_protects(project: Path) -> None:
+    from bundlectl.clients import CLIENTS
+    from bundlectl.clients.claude_code import SETTINGS
+    from bundlectl.governing import governs
+
+    written = [c.project_file for c in CLIENTS.values() if c.project_file] + [str(SETTINGS)]
+    assert len(written) >= 11
+    for path in written:
+        assert governs(tuple(path.split("/"))) is not None, path
+    assert governs(("docs", "guide.md")) is None and governs(("github", "mcp.json")) is None
+
+
 def test_a_symlink_to_a_policy_file_is_refused_too(project: Path) -> None:
     (project / "docs" / "notes.md").symlink_to("../bundlectl.yaml")
     (project / "docs" / "abs.md").symlink_to(project / "bundlectl.lock")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import write
+from tests.conftest import Run, write
 from tests.test_exec import SERVERS, pids
 from tests.test_gateway_inprocess import serve_in_process
 
@@ -38,6 +38,7 @@ def shared(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
         agents:
           asker: {{ask: [kitchen.echo]}}
           reader: {{allow: [kitchen.echo]}}
+          dave: {{allow: [{{tool: kitchen.echo, args: {{text: "public*"}}}}]}}
           everything-but: {{deny: ["secret.*"]}}
         policy: {{default: deny}}
         """,
@@ -75,6 +76,33 @@ def test_an_ask_rule_does_not_open_the_servers_resources(shared: Path, isolated_
     reads = [(r["agent"], r["server"], r["outcome"]) for r in log if r["tool"] == "resources/read"]
     assert reads == [("asker", "-", "not-found"), ("reader", "kitchen", "ok")]
     assert all("counter" not in json.dumps(r) for r in log)  # the URI only as a keyed digest
+
+
+def test_one_access_rule_for_resources_on_every_front_door(
+    shared: Path, isolated_home: Path, run: Run
+) -> None:
+    """A grant that holds only for some arguments (dave) or only after a person confirms it
+    (asker) opens no resources: `serve` refused the ask-only agent while `read` let it in, and
+    both let a conditional grant read any URI (issue: security, 6 and 7)."""
+    conditional = serve_in_process(shared, "dave", _resources_and_prompts, protocol="legacy")
+    assert conditional["tools"] == ["kitchen__echo"]
+    assert conditional["resources"] == [] and "unknown resource" in conditional["read"]
+    for agent in ("asker", "dave"):
+        refused = run("read", "kitchen", "kitchen://counter", "--agent", agent)
+        assert refused.code == 3, refused.err
+        assert "needs one of its tools allowed outright" in refused.err
+        assert run("read", "kitchen", "--agent", agent).code == 3
+    assert run("read", "kitchen", "kitchen://counter", "--agent", "reader").out.strip().isdigit()
+    # a server without a declared catalog: the rule decides on its live tools
+    assert run("read", "secret", "kitchen://counter", "--agent", "everything-but").code == 3
+    log = (isolated_home / "state" / "audit.jsonl").read_text().splitlines()
+    reads = [json.loads(line) for line in log if '"resources/' in line]
+    assert [(r["agent"], r["outcome"]) for r in reads if r["agent"] in ("asker", "dave")][-4:] == [
+        ("asker", "denied"),
+        ("asker", "denied"),
+        ("dave", "denied"),
+        ("dave", "denied"),
+    ]
 
 
 @pytest.mark.parametrize("agent", ["reader", "asker", "everything-but", "nobody"])

@@ -64,7 +64,7 @@ def test_read_lists_reads_and_saves_under_the_policy(
     assert "bundlectl read conf lists them" in missing.err
     denied = run("read", "conf", "test://static-text", "-a", "reader")
     assert denied.code == 3
-    assert "agent 'reader' may use no tool of server 'conf'" in denied.err
+    assert "agent 'reader' may not read the resources of server 'conf'" in denied.err
     typo = run("read", "cnf", "x", "-a", "suite")
     assert typo.code == 2 and "did you mean 'conf'?" in typo.err
     assert audit(isolated_home) == [
@@ -90,4 +90,4 @@ def test_prompt_lists_and_fills_in_under_the_policy(conf: Path, run: Run) -> Non
     bad = run("prompt", "conf", "x", "oops", "-a", "suite")
     assert bad.code == 2 and "'oops' is not KEY=VALUE" in bad.err
     denied = run("prompt", "conf", "test_simple_prompt", "-a", "reader")
-    assert denied.code == 3 and "so not its prompts either" in denied.err
+    assert denied.code == 3 and "may not get the prompts of server 'conf'" in denied.err

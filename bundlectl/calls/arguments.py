@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,9 +38,31 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+class NotJsonNumber(ValueError):
+    """NaN or an infinity: Python's JSON parser takes them, JSON has neither (and every
+    comparison a policy condition makes with NaN is false)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(f"{text} is not a JSON number (NaN and the infinities are not JSON)")
+
+
+def _constant(text: str) -> Any:
+    raise NotJsonNumber(text)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999
+        raise NotJsonNumber(text)
+    return value
+
+
 def loads_strict(text: str) -> Any:
-    """`json.loads`, but a duplicate key is an error (DuplicateKeyError), never last-one-wins."""
-    return json.loads(text, object_pairs_hook=_unique)
+    """`json.loads`, but a duplicate key is an error (DuplicateKeyError), never last-one-wins,
+    and NaN, Infinity or a number too large for a float are refused (NotJsonNumber)."""
+    return json.loads(
+        text, object_pairs_hook=_unique, parse_constant=_constant, parse_float=_finite
+    )
 
 
 def load_json_args(source: str) -> dict[str, Any]:
@@ -75,6 +98,8 @@ def load_json_args(source: str) -> dict[str, Any]:
         ) from None
     except DuplicateKeyError as exc:
         raise UsageError(f"{where}: {exc}", hint="give each key once") from None
+    except NotJsonNumber as exc:
+        raise UsageError(f"{where}: {exc}", hint="write a finite number") from None
     if not isinstance(value, dict):
         raise UsageError(
             f"{where}: the arguments must be a JSON object, not {type(value).__name__}"
@@ -120,7 +145,7 @@ def _as_integer(raw: str) -> Any:
 
 
 def _as_number(raw: str) -> Any:
-    return float(raw) if any(c in raw for c in ".eE") else int(raw)
+    return _finite(raw) if any(c in raw for c in ".eE") else int(raw)
 
 
 def _as_boolean(raw: str) -> Any:
@@ -131,7 +156,7 @@ def _as_boolean(raw: str) -> Any:
 
 def _as_json(kind: type) -> Any:
     def convert(raw: str) -> Any:
-        value = json.loads(raw)
+        value = loads_strict(raw)
         if not isinstance(value, kind):
             raise ValueError(raw)
         return value
@@ -176,8 +201,12 @@ def typed_value(key: str, raw: str, schema: dict[str, Any]) -> Any:
             hint="; ".join(dict.fromkeys(_EXAMPLES[t].format(key=key) for t in types)),
         )
     try:  # no declared type: JSON when it parses, else the string
-        return json.loads(raw)
-    except json.JSONDecodeError:
+        return loads_strict(raw)
+    except NotJsonNumber as exc:
+        raise ToolCallError(
+            f"argument {key}={raw!r}: {exc}", hint="write a finite number"
+        ) from None
+    except (json.JSONDecodeError, DuplicateKeyError):
         return raw
 
 

@@ -101,11 +101,19 @@ class AuditRecord:
         for optional in _OPTIONAL:
             if data[optional] is None:
                 del data[optional]
-        return _ENCODE(data)
+        return _encode(data)
 
 
 _OPTIONAL = ("remote", "repeated", "rule_condition", "conditions_failed")
-_ENCODE = json.JSONEncoder(ensure_ascii=False).encode
+_JSON = json.JSONEncoder(ensure_ascii=False).encode
+# Characters that end a line for some readers (`str.splitlines`, JavaScript before ES2019, many
+# log shippers): escaped, so one record is always one line whoever reads it.
+_LINE_BREAKS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
+
+
+def _encode(data: Any) -> str:
+    text = _JSON(data)
+    return text.translate(_LINE_BREAKS) if not text.isascii() else text
 
 
 @functools.lru_cache(maxsize=1)

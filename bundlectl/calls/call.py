@@ -228,10 +228,10 @@ async def perform(
         schema = tool.input_schema or {"type": "object"}
         outcome.arguments = build_arguments(request.pairs, request.base_arguments, schema)
         validate(outcome.arguments, schema, request.qualified)
-        _meets_conditions(request.decision, outcome.arguments, schema)
         # The outcome keeps what the agent sent (the audit digests that); the server gets the
-        # real values when the tool is one that receives them.
+        # real values when the tool is one that receives them, and the conditions judge those.
         sent = request.restore(outcome.arguments) if request.restore else outcome.arguments
+        _meets_conditions(request.decision, sent, schema)
         with runner.interruptible() as scope:
             outcome.result = await session.call(
                 request.tool,

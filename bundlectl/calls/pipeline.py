@@ -20,14 +20,22 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bundlectl import paths
 from bundlectl.calls import audit, userconfig
-from bundlectl.errors import BundlectlError, CallTimeout, PolicyDenied, ServerError, UsageError
+from bundlectl.conditions import non_finite
+from bundlectl.errors import (
+    BundlectlError,
+    CallTimeout,
+    PolicyDenied,
+    ServerError,
+    ToolCallError,
+    UsageError,
+)
 from bundlectl.lockfile import digest_json
 from bundlectl.mcpio.connect import Target
 from bundlectl.mcpio.live import compare
@@ -35,10 +43,12 @@ from bundlectl.output import ask, err
 from bundlectl.policy import Decision
 from bundlectl.resolution import Resolution
 from bundlectl.secretscan import secret_kind, secret_variables
+from bundlectl.servers import builtin_of, path_reader
 from bundlectl.suggest import tool_suggestions
 
 if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowed the call
     from bundlectl.calls.call import CallOutcome
+    from bundlectl.conditions import PathReader
     from bundlectl.mcpio.connect import Target
 
 
@@ -224,6 +234,21 @@ class Pipeline:
     resolution: Resolution
     audit: AuditSink
     confirm: Confirmer | None  # None: an `ask` rule cannot be confirmed, so it denies
+    # How each server reads a path argument (`paths`), made once per loaded config.
+    _readers: dict[str, PathReader | None] = field(default_factory=dict, repr=False)
+
+    def paths(self, server: str) -> PathReader | None:
+        """How `server` reads a path argument, for `{path: }` conditions: a built-in server's
+        own reading (links resolved below its root); None: lexically, for a third-party server
+        (SPEC 10; the README's security section says what that covers)."""
+        if server not in self._readers:
+            merged = self.resolution.merged.servers.get(server)
+            reader = None
+            if merged is not None and builtin_of(merged.spec) is not None:
+                root = Target(server, merged.spec, self.resolution.project.root).builtin_root()
+                reader = path_reader(root)
+            self._readers[server] = reader
+        return self._readers[server]
 
     def judge(
         self,
@@ -237,9 +262,17 @@ class Pipeline:
         """The policy's decision (`interactive`: someone could confirm an `ask` rule) for a call
         with `arguments` (as sent; `perform` checks the rules' conditions again once they are
         validated); nothing is recorded until `admit`."""
-        return self.resolution.policy.agent(agent).decide(
-            server, tool, interactive=interactive, arguments=arguments
+        decision = self.resolution.policy.agent(agent).decide(
+            server, tool, interactive=interactive, arguments=arguments, paths=self.paths(server)
         )
+        if arguments is not None and non_finite(arguments):  # any front door: HTTP's parser too
+            self.audit.record(decision, "invalid-call", 0.0, None)
+            raise ToolCallError(
+                f"the arguments of {decision.qualified} hold NaN or an infinity, which are not "
+                "JSON numbers; nothing was sent",
+                hint="send finite numbers",
+            )
+        return decision
 
     def admit(self, decision: Decision, answer: bool | None = None) -> Decision:
         """Let the call through, or refuse it (PolicyDenied, exit 3) with the refusal audited
@@ -372,6 +405,7 @@ class Pipeline:
     def reload(self, resolution: Resolution) -> None:
         """Decide from a newly loaded config and lock from now on (the gateway's reload)."""
         self.resolution = resolution
+        self._readers = {}
         if isinstance(self.audit, AuditLog):
             self.audit.resolution = resolution
 

@@ -25,9 +25,10 @@ from bundlectl.clients.base import (
     Misfit,
     ServerPlan,
 )
+from bundlectl.governing import CLIENT_FILES, OTHER_FILES
 
 STYLE = mcpjson.Style()
-SETTINGS = Path(".claude") / "settings.json"
+SETTINGS = Path(OTHER_FILES[0])  # `.claude/settings.json`: the permissions
 
 
 def _prefix(server: str) -> str:
@@ -160,7 +161,7 @@ def local_scope(data: Any, project: Path, imported: Imported) -> list[str]:
 CLIENT = Client(
     name="claude-code",
     title="Claude Code",
-    project_file=".mcp.json",
+    project_file=CLIENT_FILES["claude-code"],
     user_file=lambda: Path(mcpjson.home()) / ".claude.json",
     write=write,
     read=read,

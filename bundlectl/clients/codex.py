@@ -32,6 +32,7 @@ from bundlectl.clients.base import (
     references,
 )
 from bundlectl.errors import InputFileError, Problem
+from bundlectl.governing import CLIENT_FILES
 
 PROMPT = "prompt"
 DEFAULT_MODE = "default_tools_approval_mode"
@@ -282,7 +283,7 @@ def _read_stdio(raw: dict[str, Any], imported: Imported, name: str) -> dict[str,
 CLIENT = Client(
     name="codex",
     title="Codex",
-    project_file=".codex/config.toml",
+    project_file=CLIENT_FILES["codex"],
     user_file=lambda: Path(mcpjson.home()) / ".codex" / "config.toml",
     write=write,
     read=read,

@@ -22,6 +22,7 @@ from typing import Any
 
 from bundlectl.clients import mcpjson
 from bundlectl.clients.base import Imported, Misfit, ServerPlan
+from bundlectl.governing import CLIENT_FILES
 
 
 def _filter(plan: ServerPlan, item: dict[str, Any], misfits: list[Misfit]) -> None:
@@ -64,7 +65,7 @@ CLIENT = dataclasses.replace(
     mcpjson.client(
         name="copilot",
         title="GitHub Copilot CLI",
-        project_file=".github/mcp.json",
+        project_file=CLIENT_FILES["copilot"],
         user_file=lambda: Path(mcpjson.home()) / ".copilot" / "mcp-config.json",
         style=STYLE,
         filters=_filter,

@@ -15,6 +15,7 @@ from bundlectl.clients import mcpjson
 from bundlectl.clients.base import (
     Imported,
 )
+from bundlectl.governing import CLIENT_FILES
 
 
 def _remote(transport: str, url: str, headers: dict[str, str]) -> dict[str, Any]:
@@ -31,7 +32,7 @@ def READ_FILTER(servers: dict[str, Any], imported: Imported) -> None:
 CLIENT = mcpjson.client(
     name="cursor",
     title="Cursor",
-    project_file=".cursor/mcp.json",
+    project_file=CLIENT_FILES["cursor"],
     user_file=lambda: Path(mcpjson.home()) / ".cursor" / "mcp.json",
     style=STYLE,
     filters=None,

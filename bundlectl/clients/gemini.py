@@ -22,6 +22,7 @@ from bundlectl.clients.base import (
     ServerPlan,
     rule_label,
 )
+from bundlectl.governing import CLIENT_FILES
 
 
 def _remote(transport: str, url: str, headers: dict[str, str]) -> dict[str, Any]:
@@ -74,7 +75,7 @@ def READ_FILTER(servers: dict[str, Any], imported: Imported) -> None:
 CLIENT = mcpjson.client(
     name="gemini",
     title="Gemini CLI",
-    project_file=".gemini/settings.json",
+    project_file=CLIENT_FILES["gemini"],
     user_file=lambda: Path(mcpjson.home()) / ".gemini" / "settings.json",
     style=STYLE,
     filters=FILTER,

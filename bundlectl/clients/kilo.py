@@ -25,6 +25,7 @@ from typing import Any
 
 from bundlectl.clients import jsonc, mcpjson, roo
 from bundlectl.clients.base import Imported, Misfit, ServerPlan
+from bundlectl.governing import CLIENT_FILES
 
 KEY = "mcp"
 
@@ -120,7 +121,7 @@ CLIENT = dataclasses.replace(
     mcpjson.client(
         name="kilo",
         title="Kilo Code",
-        project_file="kilo.json",
+        project_file=CLIENT_FILES["kilo"],
         user_file=lambda: Path(mcpjson.home()) / ".config" / "kilo" / "kilo.json",
         style=STYLE,
         filters=whole_servers_only("Kilo"),

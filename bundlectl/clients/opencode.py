@@ -17,12 +17,13 @@ import dataclasses
 from pathlib import Path
 
 from bundlectl.clients import kilo, mcpjson
+from bundlectl.governing import CLIENT_FILES
 
 CLIENT = dataclasses.replace(
     mcpjson.client(
         name="opencode",
         title="opencode",
-        project_file="opencode.json",
+        project_file=CLIENT_FILES["opencode"],
         user_file=lambda: Path(mcpjson.home()) / ".config" / "opencode" / "opencode.json",
         style=kilo.STYLE,
         filters=kilo.whole_servers_only("opencode"),

@@ -12,11 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from bundlectl.clients import gemini, mcpjson
+from bundlectl.governing import CLIENT_FILES
 
 CLIENT = mcpjson.client(
     name="qwen",
     title="Qwen Code",
-    project_file=".qwen/settings.json",
+    project_file=CLIENT_FILES["qwen"],
     user_file=lambda: Path(mcpjson.home()) / ".qwen" / "settings.json",
     style=gemini.STYLE,
     filters=gemini.FILTER,

@@ -18,6 +18,7 @@ from bundlectl.clients.base import (
     Misfit,
     ServerPlan,
 )
+from bundlectl.governing import CLIENT_FILES
 
 
 def _remote(transport: str, url: str, headers: dict[str, str]) -> dict[str, Any]:
@@ -70,7 +71,7 @@ def READ_FILTER(servers: dict[str, Any], imported: Imported) -> None:
 CLIENT = mcpjson.client(
     name="roo",
     title="Roo Code",
-    project_file=".roo/mcp.json",
+    project_file=CLIENT_FILES["roo"],
     user_file=lambda: Path(mcpjson.home()) / ".roo" / "mcp_settings.json",
     style=STYLE,
     filters=FILTER,

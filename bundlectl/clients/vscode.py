@@ -24,6 +24,7 @@ from bundlectl.clients.base import (
     ServerPlan,
     rule_label,
 )
+from bundlectl.governing import CLIENT_FILES
 
 
 def _secret_ref(var: str, default: str | None) -> str:
@@ -78,7 +79,7 @@ def read(text: str, file: str) -> Imported:
 CLIENT = Client(
     name="vscode",
     title="VS Code",
-    project_file=".vscode/mcp.json",
+    project_file=CLIENT_FILES["vscode"],
     user_file=lambda: Path(mcpjson.home()) / ".vscode" / "mcp.json",
     write=write,
     read=read,

@@ -48,12 +48,15 @@ def _data(resolution: Resolution, agents: list[str], *, encoded: bool) -> dict[s
     policy = resolution.policy
 
     def rule_json(rule: Rule) -> dict[str, Any]:
-        return {
+        shown = {
             "effect": rule.effect,
             "rule": rule.pattern,
             "source": str(rule.origin),
             "from_agent": rule.agent,
         }
+        if rule.condition is not None:
+            shown["condition"] = rule.condition.describe()
+        return shown
 
     texts: dict[int, str] = {}  # id(rule) -> its JSON; the policy keeps every rule alive
     if encoded:
@@ -131,12 +134,21 @@ def _print(data: dict[str, Any]) -> None:
         chain = f" (extends {', '.join(a['extends'])})" if a["extends"] else ""
         out(f"  {name}{chain}")
         for rule in a["rules"]:
-            out(f"    {rule['effect']:<5}  {rule['rule']}  ({rule['source']})")
+            condition = f" if {rule['condition']}" if rule.get("condition") else ""
+            out(f"    {rule['effect']:<5}  {rule['rule']}{condition}  ({rule['source']})")
         out(f"    may call: {', '.join(a['allow']) or 'nothing'}")
         if a["ask"]:
             out(f"    after confirmation: {', '.join(a['ask'])}")
     p = data["policy"]
     out(
-        f"policy: default {p['default']}; deny {', '.join(p['deny']) or '-'}; "
+        f"policy: default {p['default']}; deny {', '.join(map(_entry_text, p['deny'])) or '-'}; "
         f"pin_tools {str(p['pin_tools']).lower()}"
     )
+
+
+def _entry_text(entry: Any) -> str:
+    """A rule entry as written: a pattern, or a pattern with its conditions."""
+    if isinstance(entry, str):
+        return entry
+    conditions = {key: value for key, value in entry.items() if key != "tool"}
+    return f"{entry.get('tool')} if {json.dumps(conditions, ensure_ascii=False)}"

@@ -140,14 +140,12 @@ def _ask(
     if (note := policy.unlisted(who)) is not None and agent is not None:
         err(f"note: {note}")
     pipeline = Pipeline(resolution, AuditLog(resolution, via="exec"), None)
-    resolution.server(server)  # a usage error when there is none
-    if not policy.agent(who).may_reach(server):
+    declared = [tool.name for tool in resolution.server(server).spec.tools]  # usage error: none
+    compiled = policy.agent(who)
+    refusal = _refusal(who, server, method)
+    if not compiled.may_reach(server) or (declared and not compiled.opens(server, declared)):
         pipeline.audit.access(who, server, method, key, "denied")
-        raise PolicyDenied(
-            f"agent {who!r} may use no tool of server {server!r}, so not its "
-            f"{'resources' if method == 'resources/read' else 'prompts'} either",
-            hint=f"bundlectl tools --agent {who} shows what it may use",
-        )
+        raise refusal
     target = pipeline.target(server)
     what = key.get("uri") or key.get("name")
 
@@ -157,6 +155,10 @@ def _ask(
         try:
             with anyio.fail_after(timeout):
                 async with connect(target, connect_timeout=timeout) as client:
+                    if not declared:  # the rule decides on the tools the server has
+                        live = [tool.name for tool in (await client.list_tools()).tools]
+                        if not compiled.opens(server, live):
+                            raise refusal
                     try:
                         return await request(client)
                     except MCPError as exc:  # the server's answer: named here, not as a crash
@@ -180,19 +182,31 @@ def _ask(
     outcome = "ok"
     try:
         result = runner.run(go)
-    except CallTimeout:
-        outcome = "timeout"
-        raise
-    except ToolCallError:
-        outcome = "not-found"
-        raise
-    except BundlectlError:
-        outcome = "server-error"
+    except BundlectlError as exc:
+        outcome = next((o for kind, o in _OUTCOMES if isinstance(exc, kind)), "server-error")
         raise
     finally:
         target.close()
         pipeline.audit.access(who, server, method, key, outcome)
     return who, result
+
+
+# The audit's outcome of a read or get that failed, by the error (else server-error).
+_OUTCOMES: tuple[tuple[type[BundlectlError], str], ...] = (
+    (CallTimeout, "timeout"),
+    (PolicyDenied, "denied"),
+    (ToolCallError, "not-found"),
+)
+
+
+def _refusal(agent: str, server: str, method: str) -> PolicyDenied:
+    """Why the agent may not read the server's resources or get its prompts (`opens`)."""
+    what = "read the resources" if _kind(method) == "resource" else "get the prompts"
+    return PolicyDenied(
+        f"agent {agent!r} may not {what} of server {server!r}: that needs one of its tools "
+        "allowed outright (not only after a person confirms it, nor only for some arguments)",
+        hint=f"bundlectl tools --agent {agent} --server {server} shows what it may call",
+    )
 
 
 def _kind(method: str) -> str:

@@ -1011,17 +1011,13 @@ class Gateway:
         return self.hub.tool_named(name)
 
     async def _servers_in_use(self) -> list[str]:
-        """The servers the agent is allowed at least one tool of outright: their resources and
-        prompts are the agent's too. A tool the agent may only call after a person confirms it
-        (`ask`) does not open the server's resources and prompts, which have no confirmation."""
+        """The servers whose resources and prompts are the agent's too (`CompiledAgent.opens`:
+        a tool allowed outright, not only after confirmation or for some arguments)."""
         compiled = self.pipeline.resolution.policy.agent(self.agent)
-        return sorted(
-            {
-                server
-                for server, tool in await self._catalog()
-                if compiled.decide(server, tool.name, interactive=True).effect == "allow"
-            }
-        )
+        tools: dict[str, list[str]] = {}
+        for server, tool in await self._catalog():
+            tools.setdefault(server, []).append(tool.name)
+        return sorted(server for server, names in tools.items() if compiled.opens(server, names))
 
     async def _gather(self, method: str, field: str) -> list[tuple[str, Any]]:
         """(server, item) for every item of a paginated list (`resources/list`, ...) of every
@@ -1200,9 +1196,16 @@ class Gateway:
         if found is None:
             return _error(self._not_started(name) or unknown)
         server, tool = found
-        decision = self.pipeline.judge(
-            self.agent, server, tool, interactive=True, arguments=arguments
-        )
+        try:
+            decision = self.pipeline.judge(
+                self.agent,
+                server,
+                tool,
+                interactive=True,
+                arguments=self._received(server, tool, arguments),
+            )
+        except BundlectlError as exc:  # arguments refused at the door (NaN)
+            return _error(exc.explained)
         answer: bool | None = None
         if decision.effect == "ask" and confirm is not None:
             asked = await confirm(decision)
@@ -1225,6 +1228,15 @@ class Gateway:
         if self.binding is not None:  # its server may ask the client: it can answer by a retry
             return await self.hub.parking.start(self.ctx, self.binding, perform)  # type: ignore[return-value]
         return await perform()
+
+    def _received(self, server: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The arguments as `server.tool` will receive them: the real values behind the agent's
+        privacy tokens for a `detokenize` tool (the conditions judge those, SPEC 10)."""
+        tokens = self.hub.tokenizer(self.ctx, self.agent)
+        if tokens is None or not self.hub.privacy().gets_real_values(server, tool):
+            return arguments
+        restored: dict[str, Any] = tokens.restore(arguments)
+        return restored
 
     def _not_started(self, name: str) -> str | None:
         """Why a name is not among the tools, when it names a server the agent may reach that
@@ -1594,6 +1606,11 @@ async def serve_stdio(
         group.cancel_scope.cancel()  # the client is gone: stop every downstream server
 
 
+def _not_json(text: str) -> Any:
+    """NaN and the infinities: Python's parser takes them, JSON has neither."""
+    raise ValueError(f"{text} is not JSON")
+
+
 def _sdk_line(message: Any) -> bytes:
     data: str = message.message.model_dump_json(by_alias=True, exclude_unset=True)
     return data.encode() + b"\n"
@@ -1745,7 +1762,7 @@ async def _stdio() -> AsyncIterator[tuple[Any, PipeWriter, Callable[[Express | N
         try:
             if isinstance(raw, Oversized):
                 raise ValueError(f"the message is {raw.size:,} bytes, over the limit")
-            parsed = json.loads(raw)
+            parsed = json.loads(raw, parse_constant=_not_json)
             express = lane[0]
             if express is not None and express.take(parsed):
                 return None

@@ -385,8 +385,14 @@ def condition_arguments(ctx: Context) -> Iterator[Finding]:
                         "BCL213",
                         doc,
                         where,
-                        f"{matcher.text} can never hold for {name!r}, declared "
-                        f"{' or '.join(sorted(types))}: the rule applies to no call",
+                        f"{matcher.text} cannot judge {name!r}, declared "
+                        f"{' or '.join(sorted(types))}: "
+                        + (
+                            "the rule applies to no call"
+                            if rule.effect == "allow"
+                            else f"as {'a deny' if rule.effect == 'deny' else 'an ask'} it "
+                            "holds for every call that has it (SPEC 10: a value it cannot judge)"
+                        ),
                         key=True,
                         anchor=f"{rule.pattern}:{key}:type",
                     )

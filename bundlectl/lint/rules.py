@@ -259,8 +259,9 @@ RULES = _rules(
         "BCL213",
         "condition-type-mismatch",
         "error",
-        "A matcher can never hold for the argument's declared type (a glob on an integer, a "
-        "range on a string, a literal of another type): the rule applies to no call.",
+        "A matcher cannot judge the argument's declared type (a glob on an integer, a range "
+        "on a string, a literal of another type): an allow applies to no call, and a deny or "
+        "ask holds for every call that has the argument.",
         "Write a matcher of the argument's type (numbers: {min:, max:}; strings: a glob, "
         "{re:} or {path:}).",
     ),

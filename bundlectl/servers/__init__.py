@@ -13,9 +13,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bundlectl.conditions import normalised
+from bundlectl.servers.beneath import Root
+
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
+    from bundlectl.conditions import PathReader
     from bundlectl.servers._tooling import Toolbox
 
 BUILTIN: dict[str, str] = {
@@ -48,3 +52,16 @@ def toolbox(name: str, root: Path, unprotected: Sequence[str] = ()) -> Toolbox:
     extra = {"unprotected": unprotected} if name == "files" else {}
     box: Toolbox = module.toolbox(root.resolve(), **extra)
     return box
+
+
+def path_reader(root: Path) -> PathReader:
+    """How a built-in server confined to `root` reads a path argument, for the policy's
+    `{path: }` conditions (SPEC 10): lexically (a path with more than one meaning has none),
+    and as its calls resolve it below the root, links followed. An allow must hold for both."""
+    base = Root(root)
+
+    def read(path: str) -> list[str | None]:
+        lexical = normalised(path)
+        return [None] if lexical is None else [lexical, base.reading(path)]
+
+    return read

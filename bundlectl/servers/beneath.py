@@ -44,7 +44,8 @@ class Resolved:
         return "/".join(self.parts) or "."
 
     def close(self) -> None:
-        os.close(self.dir_fd)
+        if self.dir_fd >= 0:
+            os.close(self.dir_fd)
 
 
 class Root:
@@ -63,20 +64,41 @@ class Root:
             walk.close()
             raise
 
+    def reading(self, relative: str) -> str | None:
+        """The root-relative path a call on `relative` would act on now — links resolved below
+        the root, folders that do not exist yet taken as a write would make them — or None when
+        it leads outside the root or cannot be resolved. What the policy judges a built-in
+        server's path argument by (SPEC 10): the same walk the server's own calls make."""
+        if not relative or os.path.isabs(relative) or relative.startswith("~"):
+            return None
+        walk = _Walk(self.path, relative, create_parents=False, virtual=True)
+        try:
+            found = walk.run()
+        except (Outside, OSError, ValueError):
+            walk.close()
+            return None
+        found.close()
+        return found.relative
+
 
 class _Walk:
     """One resolution: the folders opened so far (root first) and the components still to
     walk (a symlink's target is put in front of them)."""
 
-    def __init__(self, root: Path, relative: str, create_parents: bool) -> None:
+    def __init__(
+        self, root: Path, relative: str, create_parents: bool, *, virtual: bool = False
+    ) -> None:
         self.root, self.relative, self.create_parents = root, relative, create_parents
+        # `virtual`: a folder that does not exist is walked as if it did (fd -1), as a write
+        # that makes its parents would walk it; nothing is made.
+        self.virtual = virtual
         self.stack: list[tuple[int, str]] = [(os.open(root, _DIR), "")]
         self.pending = _split(relative)
         self.links = 0
 
     def close(self) -> None:
         for fd, _ in self.stack:
-            os.close(fd)
+            _close(fd)
         self.stack = []
 
     def run(self) -> Resolved:
@@ -85,7 +107,7 @@ class _Walk:
             if part == "..":
                 if len(self.stack) == 1:
                     raise Outside(f"{self.relative!r} is outside the root folder")
-                os.close(self.stack.pop()[0])
+                _close(self.stack.pop()[0])
                 continue
             found = self._step(part, last=not self.pending)
             if found is not None:
@@ -96,10 +118,15 @@ class _Walk:
         """Walk one component: the result when it is the last one, else None."""
         fd = self.stack[-1][0]
         try:
+            if fd < 0:  # inside a folder that does not exist (`virtual`)
+                raise FileNotFoundError(part)
             info = os.stat(part, dir_fd=fd, follow_symlinks=False)
         except FileNotFoundError:
             if last:
                 return self._found(part)
+            if self.virtual:
+                self.stack.append((-1, part))
+                return None
             if not self.create_parents:
                 raise Outside(f"{self.relative!r} does not exist") from None
             with contextlib.suppress(FileExistsError):
@@ -140,7 +167,7 @@ class _Walk:
             if inside is None:
                 raise Outside(f"{self.relative!r} leads outside the root folder")
             while len(self.stack) > 1:
-                os.close(self.stack.pop()[0])
+                _close(self.stack.pop()[0])
             target = inside
         self.pending[:0] = _split(target)
 
@@ -148,10 +175,15 @@ class _Walk:
         """Keep the innermost folder open, close the ones above it."""
         dir_fd = self.stack[-1][0]
         for fd, _ in self.stack[:-1]:
-            os.close(fd)
+            _close(fd)
         parts = tuple(part for _, part in self.stack[1:]) + ((name,) if name else ())
         self.stack = []
         return Resolved(parts, dir_fd, name)
+
+
+def _close(fd: int) -> None:
+    if fd >= 0:  # -1: a folder walked `virtual`, never opened
+        os.close(fd)
 
 
 def _split(path: str) -> list[str]:

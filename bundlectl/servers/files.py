@@ -3,9 +3,10 @@
 Every path is resolved and opened below the root in one step (`beneath.Root`), so a symlink
 swapped in while a call runs cannot lead outside. The files that govern the agents — the
 project's `bundlectl.yaml`, `bundlectl.lock` and `bundlectl.local.yaml`, its project registries,
-and `.git/` — cannot be written through this server: an agent allowed `files.write_file` must not
-rewrite its own policy. Only the server's command line (the project's own config) can lift that
-for a path (`--unprotect PATH`).
+the MCP client configs `export` writes (`bundlectl.governing`), and `.git/` — cannot be written
+through this server: an agent allowed `files.write_file` must not rewrite its own policy, nor a
+client config that would start the gateway as another agent. Only the server's command line (the
+project's own config) can lift that for a path (`--unprotect PATH`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bundlectl.governing import governs
 from bundlectl.servers._tooling import Blob, Toolbox, ToolFailure
 from bundlectl.servers.beneath import Outside, Resolved, Root, open_file, replace_file
 from bundlectl.yamlio import read_yaml
@@ -28,9 +30,6 @@ if TYPE_CHECKING:
 MAX_READ_BYTES = 1024 * 1024
 MAX_WRITE_BYTES = 1024 * 1024
 MAX_ENTRIES = 1000
-
-# The policy's own files, by name, wherever they are below the root (a nested project's too).
-POLICY_FILES = frozenset({"bundlectl.yaml", "bundlectl.lock", "bundlectl.local.yaml"})
 
 
 def _checked(relative: str) -> str:
@@ -72,8 +71,9 @@ class Guard:
             return None
         if ".git" in parts:
             return "it is inside a .git folder"
-        if parts and parts[-1] in POLICY_FILES:
-            return f"{parts[-1]} holds the agents' policy"
+        governing = governs(parts)
+        if governing is not None:
+            return governing
         for registry in self.registries:
             if parts[: len(registry)] == registry:
                 return f"{'/'.join(registry)} is a project registry (its manifests are policy)"

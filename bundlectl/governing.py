@@ -1,0 +1,63 @@
+"""The files that govern what agents may do: bundlectl's own policy files and the MCP configs of
+the clients `export` writes. An agent allowed `files.write_file` must not rewrite what binds it or
+another agent — its policy, or a client config that starts the gateway as a different agent — so
+the built-in files server never writes these; the exporters take their project-level locations
+from here, so the two lists cannot drift. No I/O, nothing imported.
+"""
+
+from __future__ import annotations
+
+# The policy's own files, by name, wherever they are below the root (a nested project's too).
+POLICY_FILES = frozenset({"bundlectl.yaml", "bundlectl.lock", "bundlectl.local.yaml"})
+
+# Each client's project-level MCP config, relative to the project root, by client name: where
+# `export CLIENT` writes (SPEC 8).
+CLIENT_FILES: dict[str, str] = {
+    "claude-code": ".mcp.json",
+    "codex": ".codex/config.toml",
+    "copilot": ".github/mcp.json",
+    "cursor": ".cursor/mcp.json",
+    "gemini": ".gemini/settings.json",
+    "kilo": "kilo.json",
+    "opencode": "opencode.json",
+    "qwen": ".qwen/settings.json",
+    "roo": ".roo/mcp.json",
+    "vscode": ".vscode/mcp.json",
+}
+
+# Other files clients take servers or permissions from: Claude Code's permissions (which
+# `export claude-code` writes), the JSONC twins kilo and opencode read, VS Code's settings (an
+# `mcp` key there declares servers too).
+OTHER_FILES = (
+    ".claude/settings.json",
+    ".claude/settings.local.json",
+    "kilo.jsonc",
+    "opencode.jsonc",
+    ".vscode/settings.json",
+)
+
+# Folders that hold nothing but a client's configuration: every file in them is protected.
+CLIENT_FOLDERS = frozenset(
+    {".claude", ".codex", ".cursor", ".gemini", ".kilo", ".kilocode", ".opencode", ".qwen", ".roo"}
+)
+
+_FILES = frozenset(
+    tuple(path.lower().split("/")) for path in (*CLIENT_FILES.values(), *OTHER_FILES)
+)
+
+
+def governs(parts: tuple[str, ...]) -> str | None:
+    """Why the root-relative path `parts` governs agents (None: it does not). Names compare
+    without case (macOS and Windows file systems ignore it), at any depth (a nested project)."""
+    if not parts:
+        return None
+    lower = tuple(part.lower() for part in parts)
+    if lower[-1] in POLICY_FILES:
+        return f"{parts[-1]} holds the agents' policy"
+    for folder in CLIENT_FOLDERS:
+        if folder in lower[:-1]:
+            return f"{folder}/ holds an MCP client's configuration"
+    for length in (1, 2):
+        if len(lower) >= length and lower[-length:] in _FILES:
+            return f"{'/'.join(parts[-length:])} is an MCP client's configuration"
+    return None
