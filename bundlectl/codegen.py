@@ -63,8 +63,24 @@ class _Module:
     root: dict[str, Any] = field(default_factory=dict)
 
 
+def _py_text(text: str) -> str:
+    """`text` as the inside of a triple-quoted Python string that reads back as exactly `text`:
+    backslashes escaped, and every quote that another quote follows or that ends the text (a
+    description cannot close its docstring and run code after it), and what Python's tokenizer would change or refuse (a NUL, a CR, other control
+    characters, line and paragraph separators) as escapes."""
+    out = []
+    for index, char in enumerate(text):
+        if char == "\\" or (char == '"' and text[index + 1 : index + 2] in ('"', "")):
+            out.append("\\" + char)  # a quote alone (not before another, not last) stays
+        elif char in "\n\t" or char.isprintable():
+            out.append(char)
+        else:
+            out.append(f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}")
+    return "".join(out)
+
+
 def _doc(text: str, indent: str) -> str:
-    body = text.strip().replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    body = _py_text(text.strip())
     if not body:
         return ""
     lines = textwrap.fill(body, 92 - len(indent), break_long_words=False).splitlines()
@@ -174,8 +190,8 @@ def typed_dict(schema: dict[str, Any], module: _Module, hint: str, name: str = "
         description = sub.get("description", "") if isinstance(sub, dict) else ""
         fields.append((prop, annotation, description))
     if functional:  # keys that are not identifiers: the functional syntax
-        items = ", ".join(f"{json.dumps(p)}: {a}" for p, a, _ in fields)
-        module.classes.append(f"{name} = TypedDict({json.dumps(name)}, {{{items}}})\n")
+        items = ", ".join(f"{p!r}: {a}" for p, a, _ in fields)
+        module.classes.append(f"{name} = TypedDict({name!r}, {{{items}}})\n")
         return name
     lines = [f"class {name}(TypedDict):\n"]
     lines.append(_doc(schema.get("description", ""), "    "))
@@ -213,10 +229,10 @@ def tool_module(server: str, tool: Any, function: str, *, header: str) -> str:
     body = ["    arguments: dict[str, Any] = {}\n"]
     for py, key, _, req in ordered:
         if req:
-            body.append(f"    arguments[{json.dumps(key)}] = {py}\n")
+            body.append(f"    arguments[{key!r}] = {py}\n")
         else:
-            body.append(f"    if {py} is not None:\n        arguments[{json.dumps(key)}] = {py}\n")
-    call = f"call_tool({json.dumps(f'{server}.{tool.name}')}, arguments, agent=AGENT)"
+            body.append(f"    if {py} is not None:\n        arguments[{key!r}] = {py}\n")
+    call = f"call_tool({f'{server}.{tool.name}'!r}, arguments, agent=AGENT)"
     body.append(
         f"    return {call}\n" if result == "Any" else f"    return cast({result!r}, {call})\n"
     )
@@ -320,7 +336,7 @@ def generate(
             files[f"servers/{package}/{function}.py"] = tool_module(
                 server, tool, function, header=header
             )
-            summary = (tool.description or "").strip().splitlines()[0] if tool.description else ""
+            summary = next(iter((tool.description or "").strip().splitlines()), "")
             lines.append(f"from .{function} import {function} as {function}\n")
             exports.append((function, tool.name, summary))
         doc = "".join(
@@ -328,7 +344,7 @@ def generate(
             for f, n, s in exports
         )
         files[f"servers/{package}/__init__.py"] = (
-            header + f'"""Tools of server {server!r}:\n\n{doc}"""\n\n' + "".join(lines)
+            header + f'"""Tools of server {server!r}:\n\n{_py_text(doc)}"""\n\n' + "".join(lines)
         )
         index_lines.append(f"- `servers/{package}/`: {len(exports)} tool(s) of server `{server}`")
     files["servers/__init__.py"] = header + (
@@ -342,7 +358,7 @@ def generate(
 
 
 def _py_literal(value: Any) -> str:
-    return json.dumps(value) if isinstance(value, str) else repr(value)
+    return repr(value)
 
 
 def _python_example(servers: list[tuple[str, list[Any]]], place: Place | None) -> str:
@@ -717,7 +733,7 @@ PYTHON = _Dialect(
         "null": "None",
     },
     unknown="Any",
-    literal=lambda v: json.dumps(v) if isinstance(v, str) else repr(v),
+    literal=repr,
     literals=lambda values: "Literal[" + ", ".join(values) + "]",
     array=lambda item: f"list[{item}]",
     mapping=lambda value: f"dict[str, {value}]",

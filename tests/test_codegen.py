@@ -290,7 +290,7 @@ def types_of(schema: dict[str, Any]) -> tuple[str, list[str]]:
 
 
 def test_schema_types() -> None:
-    assert types_of({"type": "string", "enum": ["a", "b"]})[0] == 'Literal["a", "b"]'
+    assert types_of({"type": "string", "enum": ["a", "b"]})[0] == "Literal['a', 'b']"
     assert types_of({"anyOf": [{"type": "string"}, {"type": "null"}]})[0] == "str | None"
     assert types_of({"type": ["integer", "null"]})[0] == "int | None"
     assert types_of({"type": "array", "items": {"type": "number"}})[0] == "list[float]"
@@ -308,7 +308,7 @@ def test_schema_types() -> None:
         c.startswith("class Point(TypedDict):\n") and "x: NotRequired[int]" in c for c in classes
     )
     # "from" is a keyword: the functional TypedDict syntax keeps the key as it is.
-    assert 'Thing = TypedDict("Thing", {"at": Point, "from": NotRequired[str]})\n' in classes
+    assert "Thing = TypedDict('Thing', {'at': Point, 'from': NotRequired[str]})\n" in classes
     loop = {"$defs": {"Node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/Node"}}}}}
     assert types_of({**loop, "$ref": "#/$defs/Node"})[0] == "Node"  # a recursive $ref ends
 
@@ -332,7 +332,7 @@ def test_names_become_distinct_identifiers() -> None:
     files = generate("a", [("my-server", tools)], config="bundlectl.yaml").files
     assert "servers/my_server/do_it.py" in files and "servers/my_server/do_it_2.py" in files
     assert "def do_it(*, from_: str | None = None) -> Any:" in files["servers/my_server/do_it.py"]
-    assert 'arguments["from"] = from_' in files["servers/my_server/do_it.py"]
+    assert "arguments['from'] = from_" in files["servers/my_server/do_it.py"]
 
 
 def test_typescript_passes_tsc_strict_and_runs_through_the_policy(
@@ -410,3 +410,113 @@ def test_typescript_calls_the_gateway_by_the_names_serve_gives(names: str, wire:
     tree = generate_typescript("cook", [("kitchen", [echo])], config="bundlectl.yaml", names=names)
     module = tree.files["servers/kitchen/echo.ts"]
     assert f'callTool("kitchen.echo", input, "{wire}")' in module, module
+
+
+HOSTILE = [
+    '"""; __import__("os").system("touch PWNED"); _ = """',
+    'ends in a quote"',
+    'two quotes at the end""',
+    "a backslash at the end\\",
+    "*/ console.log('pwned'); /*",
+    "nul\x00 cr\r line-sep\u2028 para-sep\u2029 nel\x85 bell\x07",
+    "emoji 😀 and a lone surrogate-free astral 𝕏",
+    "\\N{BULLET} \\u0041 \\x41 {braces} {{f-string}}",
+]
+
+
+def _hostile_tool(text: str) -> ToolSpec:
+    return ToolSpec(
+        name="t",
+        description=text,
+        input_schema={
+            "type": "object",
+            "description": text,
+            "properties": {
+                text or "p": {"type": "string", "enum": [text, "b"], "description": text},
+                "q": {"type": "object", "properties": {"r": {"type": "string", "const": text}}},
+            },
+            "required": [text or "p"],
+        },
+    )
+
+
+def _python_checked(text: str) -> None:
+    """Every generated Python file parses; the description, property name and enum value come
+    back intact; nothing outside a string is the hostile text."""
+    import ast
+
+    files = generate("agent", [("srv", [_hostile_tool(text)])], config="bundlectl.yaml").files
+    for path, source in files.items():
+        if path.endswith(".py"):
+            ast.parse(source, path)  # a SyntaxError fails the test
+    tree = ast.parse(files["servers/srv/t.py"])
+    function = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+    doc = ast.get_docstring(function, clean=False) or ""
+    assert doc.split() == text.split() or (not text.strip() and doc == "srv.t")
+    strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)}
+    assert text in strings or not text
+    assert "PWNED" not in {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    init = ast.parse(files["servers/srv/__init__.py"])
+    assert isinstance(init.body[0], ast.Expr)  # the docstring is one expression, nothing after
+
+
+def _ts_parts(source: str) -> tuple[str, list[str], list[str]]:
+    """TypeScript split as its tokenizer splits it: the code, the comments, and the
+    double-quoted string literals (decoded); an unterminated comment or string fails."""
+    code, comments, strings, i = [], [], [], 0
+    while i < len(source):
+        two = source[i : i + 2]
+        if two == "/*":
+            end = source.index("*/", i + 2)  # ValueError: a comment never closed
+            comments.append(source[i + 2 : end])
+            i = end + 2
+        elif two == "//":
+            end = source.find("\n", i)
+            end = len(source) if end < 0 else end
+            comments.append(source[i + 2 : end])
+            i = end
+        elif source[i] in "\"'`":
+            quote = source[i]
+            match = re.compile(rf"{quote}(?:[^{quote}\\\n]|\\.)*{quote}").match(source, i)
+            assert match is not None, f"a string never closed at {i}"
+            if source[i] == '"':
+                strings.append(json.loads(match.group()))
+            i = match.end()
+        else:
+            code.append(source[i])
+            i += 1
+    return "".join(code), comments, strings
+
+
+def _typescript_checked(text: str) -> None:
+    files = generate_typescript("agent", [("srv", [_hostile_tool(text)])], config="c").files
+    code, comments, strings = _ts_parts(files["servers/srv/t.ts"])
+    assert "console.log" not in code and "pwned" not in code  # no text escaped into code
+    assert text in strings or not text
+    described = " ".join(" ".join(c.replace(" * ", " ").split()) for c in comments)
+    assert " ".join(text.replace("*/", "*\\/").split()) in described
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_codegen_writes_hostile_strings_as_data(text: str) -> None:
+    """A tool description `\"\"\"; __import__("os").system(...); _ = \"\"\"` was written
+    unescaped into a docstring: importing the generated package ran it."""
+    _python_checked(text)
+    _typescript_checked(text)
+
+
+def test_codegen_escapes_any_string_a_server_sends() -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    text = st.text(
+        alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40
+    ) | st.sampled_from(HOSTILE)
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(text)
+    def check(value: str) -> None:
+        _python_checked(value)
+        _typescript_checked(value)
+
+    check()
