@@ -66,8 +66,9 @@ class _Module:
 def _py_text(text: str) -> str:
     """`text` as the inside of a triple-quoted Python string that reads back as exactly `text`:
     backslashes escaped, and every quote that another quote follows or that ends the text (a
-    description cannot close its docstring and run code after it), and what Python's tokenizer would change or refuse (a NUL, a CR, other control
-    characters, line and paragraph separators) as escapes."""
+    description cannot close its docstring and run code after it); what Python's tokenizer
+    would change or refuse (a NUL, a CR, other control characters, line and paragraph
+    separators) as escapes."""
     out = []
     for index, char in enumerate(text):
         if char == "\\" or (char == '"' and text[index + 1 : index + 2] in ('"', "")):

@@ -141,6 +141,8 @@ class Decision:
     # The grants whose conditions this call did not meet (rule and the part that failed,
     # never an argument's value), when the call was refused or asked for because of it.
     failed: tuple[str, ...] = ()
+    # The id of the admitted call this decision let through (its audit records share it).
+    call: str | None = field(default=None, compare=False)
 
     def stricter(self, other: Decision) -> bool:
         """Whether this decision refuses more than `other` (deny > ask > allow)."""

@@ -420,6 +420,19 @@ class Tokenizer:
             text = pattern.sub(lambda m: by_value[m.group()], text)
         return self.text(text)
 
+    def listed(self, item: Any, *fields: str) -> Any:
+        """A listed resource, template or prompt (a protocol model) with the text of `fields`
+        tokenized, and its prompt arguments' descriptions: a listing shows what a read would."""
+        update: dict[str, Any] = {}
+        for name in fields:
+            value = getattr(item, name, None)
+            if isinstance(value, str) and (tokenized := self.text(value)) != value:
+                update[name] = tokenized
+        arguments = getattr(item, "arguments", None)
+        if arguments:
+            update["arguments"] = [self.listed(a, "description", "title") for a in arguments]
+        return item.model_copy(update=update) if update else item
+
     def restore(self, value: Any) -> Any:
         """Tokens of this session put back to their values (for a `detokenize` tool)."""
         if isinstance(value, str):

@@ -199,3 +199,25 @@ def pytest_configure(config: pytest.Config) -> None:
 def isolated_home(_isolated_home: Path) -> Path:
     """The temporary BUNDLECTL_HOME of this test."""
     return _isolated_home
+
+
+def audit_records(path: Path) -> list[dict[str, Any]]:
+    """The audit log's records of outcomes: every `pending` record (a call let through) is
+    checked to be completed by a later record under the same call id, and left out."""
+    import json
+
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    open_calls: set[str] = set()
+    found = []
+    for record in records:
+        call = record.get("call")
+        if record["outcome"] == "pending":
+            assert call and call not in open_calls, record
+            open_calls.add(call)
+            continue
+        if call is not None:
+            assert call in open_calls, f"an outcome without its pending record: {record}"
+            open_calls.discard(call)
+        found.append(record)
+    assert not open_calls, f"calls let through without an outcome: {open_calls}"
+    return found

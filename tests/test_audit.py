@@ -105,3 +105,57 @@ def test_exec_with_line_separators_in_its_arguments_writes_whole_records(
     assert run("exec", "-a", "reader\u2028x", "files.read_file\u2029", "path=a").code == 3
     lines = (isolated_home / "state" / "audit.jsonl").read_text().splitlines()
     assert [json.loads(line)["agent"] for line in lines] == ["reader\u2028x"]
+
+
+def test_a_killed_exec_leaves_the_pending_record_of_its_call(
+    project: Path, isolated_home: Path
+) -> None:
+    """`kill -9` of exec during an allowed call left no record though the server had acted:
+    the call is recorded as `pending` when it is let through, then completed by its outcome."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import write
+
+    kitchen = Path(__file__).parent / "servers" / "kitchen.py"
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          kitchen: {{command: {sys.executable}, args: ["{kitchen}"]}}
+        agents:
+          bot: {{allow: [kitchen.sleep, kitchen.echo]}}
+        policy: {{default: deny}}
+        """,
+    )
+    env = {**os.environ, "BUNDLECTL_HOME": str(isolated_home)}
+    log = isolated_home / "state" / "audit.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-m", "bundlectl", "exec", "-a", "bot", "kitchen.echo", "text=hi"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    pending, finished = (json.loads(line) for line in log.read_text().splitlines())
+    assert (pending["outcome"], finished["outcome"]) == ("pending", "ok")
+    assert pending["call"] == finished["call"] and pending["call"]
+    argv = [sys.executable, "-m", "bundlectl", "exec", "-a", "bot", "kitchen.sleep", "seconds=20"]
+    with subprocess.Popen(argv, cwd=project, env=env, stderr=subprocess.DEVNULL) as child:
+        deadline = time.monotonic() + 60
+        while len(log.read_text().splitlines()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling the log for the call's record, up to a deadline
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(30)
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(r["tool"], r["outcome"]) for r in records] == [
+        ("echo", "pending"),
+        ("echo", "ok"),
+        ("sleep", "pending"),
+    ]

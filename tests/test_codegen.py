@@ -15,7 +15,7 @@ import pytest
 
 from bundlectl.codegen import _Module, generate, generate_typescript, identifier, py_type
 from bundlectl.models import ToolSpec
-from tests.conftest import Run, write
+from tests.conftest import Run, audit_records, write
 
 PY = sys.executable
 
@@ -274,10 +274,7 @@ print(json.dumps(out))
     assert out["read"] == "hello\n"
     assert "agent 'all' may not call files.write_file: denied by" in out["denied"]
     assert not (coded / "x.txt").exists()
-    log = [
-        json.loads(line)
-        for line in (isolated_home / "state" / "audit.jsonl").read_text().splitlines()
-    ]
+    log = audit_records(isolated_home / "state" / "audit.jsonl")
     assert [(r["tool"], r["outcome"], r["via"]) for r in log] == [
         ("read_file", "ok", "code"),
         ("write_file", "denied", "code"),

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bundlectl.conditions import MISSING, ConditionError, compile_matcher, normalised
-from tests.conftest import Run, write
+from tests.conftest import Run, audit_records, write
 
 DOCS_ONLY = """
 version: 1
@@ -320,7 +320,7 @@ def test_the_audit_record_names_the_condition_never_the_value(
     refused = run("exec", "-a", "docs", "files.write_file", "path=secret-place.txt", "content=x")
     assert refused.code == 3
     log = (isolated_home / "state" / "audit.jsonl").read_text()
-    allowed, denied = (json.loads(line) for line in log.splitlines())
+    allowed, denied = audit_records(isolated_home / "state" / "audit.jsonl")
     assert allowed["rule_condition"] == 'path {"path": "docs/**"}'
     assert "conditions_failed" not in allowed
     assert denied["decision"] == "deny"

@@ -15,7 +15,7 @@ import anyio
 import pytest
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS
 
-from tests.conftest import write
+from tests.conftest import audit_records, write
 from tests.test_exec import SERVERS
 from tests.test_gateway import PY, connected, texts
 
@@ -100,10 +100,7 @@ def test_warm_calls_take_the_express_lane_and_answer_as_the_sdk_path(
     assert answers[1]["structured_content"] == {"sum": 42}
     assert answers[5]["is_error"] and answers[6]["is_error"]
     assert "do not satisfy the input schema of kitchen.echo" in answers[6]["content"][0]["text"]
-    records = [
-        json.loads(line)
-        for line in (isolated_home / "state" / "audit.jsonl").read_text().splitlines()
-    ]
+    records = audit_records(isolated_home / "state" / "audit.jsonl")
     outcomes = [r["outcome"] for r in records if r["tool"] != "request_id"]
     assert outcomes == ["ok"] * 5 + ["tool-error", "invalid-call"] + ["ok"] * 5 + [
         "tool-error",

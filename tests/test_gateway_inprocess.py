@@ -507,6 +507,37 @@ def test_completions_pass_through_for_prompts_and_templates_of_servers_in_use(
     assert "unknown prompt 'pantry__recipe'" in serve_in_process(project, "guest", guest)
 
 
+def test_listings_of_resources_and_prompts_are_tokenized_as_reads_are(project: Path) -> None:
+    """With `privacy:`, resources/list and prompts/list showed names and descriptions in clear
+    while resources/read of the same URI was tokenized."""
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          pantry: {{command: {PY}, args: ["{SERVERS / "pantry.py"}"]}}
+        agents:
+          cook: {{allow: ["pantry.*"]}}
+        policy: {{default: deny}}
+        privacy: {{tokenize: [email]}}
+        """,
+    )
+
+    async def cook(client: Any) -> Any:
+        resources = (await client.list_resources()).resources
+        prompts = (await client.list_prompts()).prompts
+        listed = [r.model_dump(mode="json") for r in resources]
+        listed += [p.model_dump(mode="json") for p in prompts]
+        supplier = next(r for r in resources if "suppliers" in str(r.uri))
+        read = await client.read_resource(str(supplier.uri))
+        return json.dumps(listed), str(supplier.uri), read.contents[0].text
+
+    listed, uri, text = serve_in_process(project, "cook", cook, protocol="legacy")
+    assert "ann@example.com" not in listed and "[EMAIL_1]" in listed
+    assert uri == "pantry://suppliers/[EMAIL_1]"
+    assert text == "figs, from [EMAIL_1]"  # read by its real URI, shown tokenized
+
+
 def _consenting(project: Path, timeout: int = 60) -> None:
     """kitchen over stdio: a 2026-07-28 server, whose `consent` tool asks its client."""
     write(

@@ -23,16 +23,23 @@ from bundlectl.errors import (
 from bundlectl.policy import Decision, default_agent
 from bundlectl.project import load_project
 from bundlectl.resolution import resolve_project
-from tests.conftest import Run, write
+from tests.conftest import Run, audit_records, write
 
 
 class Recorded:
     """An audit sink that keeps what it is given (the protocol's second implementation)."""
 
     def __init__(self) -> None:
-        self.records: list[tuple[str, str, str]] = []
+        self.records: list[tuple[str, str, str]] = []  # outcomes (pending ones kept apart)
+        self.pending: list[str] = []  # the call ids recorded as pending, in order
 
     def record(self, decision: Decision, outcome: str, duration_ms: float, arguments: Any) -> None:
+        if outcome == "pending":  # a call let through: before the server can act
+            assert decision.call is not None and decision.call not in self.pending
+            self.pending.append(decision.call)
+            return
+        # an outcome of a call that was let through completes its pending record
+        assert decision.call is None or decision.call in self.pending, decision
         self.records.append((decision.agent, decision.qualified, outcome))
 
 
@@ -95,7 +102,7 @@ def test_an_ask_no_one_could_answer_is_refused_and_audited(resolution: Any) -> N
     assert decision.effect == "ask" and sink.records == []  # judging records nothing
     with pytest.raises(PolicyDenied, match="no one can be asked"):
         pipeline.admit(decision, None)
-    assert pipeline.admit(decision, True) is decision
+    assert pipeline.admit(decision, True) == decision
     assert sink.records == [("writer", "files.write_file", "denied")]
 
 
@@ -165,8 +172,7 @@ def same_project(project: Path) -> Path:
 def audited(home: Path) -> list[tuple[Any, ...]]:
     """What each front door must record alike: the call, the decision, the outcome, and the
     digest of the arguments (never their values)."""
-    path = home / "state" / "audit.jsonl"
-    records = [json.loads(line) for line in path.read_text().splitlines()]
+    records = audit_records(home / "state" / "audit.jsonl")
     return [
         (r["server"], r["tool"], r["decision"], r["outcome"], r.get("arguments_sha256"))
         for r in records
@@ -267,7 +273,35 @@ def test_the_question_shows_the_arguments_with_secrets_hidden(
     assert lines[1] == '  path: "notes/x.txt"'
     assert lines[2].startswith('  content: "line one\\u001b[2Jline two xxx')
     assert lines[2].endswith("… (321 characters)") and len(lines[2]) < 150
-    assert lines[3] == '  header: "Bearer ${API_TOKEN}"'
-    assert lines[4] == "  key: <a GitHub token, not shown>"
-    assert lines[5] == "  count: 3"
+    assert lines[3] == "  and 3 argument(s) the tool does not declare:"
+    assert lines[4] == '  header: "Bearer ${API_TOKEN}"'
+    assert lines[5] == "  key: <a GitHub token, not shown>"
+    assert lines[6] == "  count: 3"
     assert "tok-123456" not in question and "aaaa" not in question
+
+
+def test_filler_arguments_cannot_hide_the_one_that_matters(resolution: Any) -> None:
+    """Twenty filler arguments before `path` showed only the fillers and "… and 2 more": the
+    person approved a write to src/backdoor.py. Declared arguments come first, all of them."""
+    pipeline = Pipeline(resolution, Recorded(), None)
+    decision = pipeline.judge("writer", "files", "write_file", interactive=True)
+    arguments = {f"filler{i:02}": "x" for i in range(40)}
+    arguments |= {"path": "src/backdoor.py", "content": "evil"}
+    lines = pipeline.question(decision, arguments).splitlines()
+    assert lines[1:4] == [
+        '  path: "src/backdoor.py"',
+        '  content: "evil"',
+        "  and 40 argument(s) the tool does not declare, the first 20:",
+    ]
+    assert len(lines) == 24
+    # without a schema to tell them apart, every argument up to a hundred, and the count first
+    unknown = pipeline.question(decision, {f"a{i}": i for i in range(150)}, schema={})
+    assert "(150 arguments, the first 100 shown)" in unknown.splitlines()[0]
+
+
+def test_the_builtin_servers_refuse_undeclared_arguments(project: Path, run: Run) -> None:
+    run("init")
+    (project / "a.txt").write_text("hi")
+    extra = run("exec", "-a", "reader", "files.read_file", "path=a.txt", "extra=1")
+    assert extra.code == 4 and "files.read_file takes no argument 'extra'" in extra.err
+    assert run("exec", "-a", "reader", "files.read_file", "path=a.txt").out == "hi\n"

@@ -94,6 +94,9 @@ class AuditRecord:
     # did not meet (which rule, which part; never an argument's value)
     rule_condition: str | None = None
     conditions_failed: list[str] | None = None
+    # One allowed call has two records with this id: `pending` when it is let through, then its
+    # outcome; a `pending` alone is a call whose process died while the server may have acted.
+    call: str | None = None
 
     def as_json(self) -> str:
         data = {"timestamp": _timestamp(int(time.time())), **vars(self)}
@@ -104,7 +107,7 @@ class AuditRecord:
         return _encode(data)
 
 
-_OPTIONAL = ("remote", "repeated", "rule_condition", "conditions_failed")
+_OPTIONAL = ("remote", "repeated", "rule_condition", "conditions_failed", "call")
 _JSON = json.JSONEncoder(ensure_ascii=False).encode
 # Characters that end a line for some readers (`str.splitlines`, JavaScript before ES2019, many
 # log shippers): escaped, so one record is always one line whoever reads it.

@@ -17,7 +17,7 @@ import anyio
 from bundlectl import servers
 from bundlectl.calls.arguments import build_arguments, validate
 from bundlectl.calls.pipeline import terminal_confirmer
-from bundlectl.errors import BundlectlError, PolicyDenied, UsageError
+from bundlectl.errors import BundlectlError, PolicyDenied, ToolCallError, UsageError
 from bundlectl.mcpio import plain, runner
 from bundlectl.mcpio.connect import (
     Target,
@@ -197,6 +197,18 @@ def _meets_conditions(admitted: Decision, arguments: dict[str, Any], schema: Any
         )
 
 
+def _declared_only(arguments: dict[str, Any], schema: dict[str, Any], qualified: str) -> None:
+    """The built-in servers take only the arguments they declare (the SDK would drop the rest
+    without a word; a person asked to confirm a call must see everything it carries)."""
+    declared = schema.get("properties") or {}
+    undeclared = [key for key in arguments if key not in declared]
+    if undeclared:
+        raise ToolCallError(
+            f"{qualified} takes no argument {', '.join(map(repr, undeclared))}",
+            hint=f"its arguments: {', '.join(declared) or 'none'}",
+        )
+
+
 async def perform(
     session: Session, request: CallRequest, target: Target, tools: dict[str, Any] | None = None
 ) -> CallOutcome:
@@ -228,6 +240,8 @@ async def perform(
         schema = tool.input_schema or {"type": "object"}
         outcome.arguments = build_arguments(request.pairs, request.base_arguments, schema)
         validate(outcome.arguments, schema, request.qualified)
+        if target.builtin:
+            _declared_only(outcome.arguments, schema, request.qualified)
         # The outcome keeps what the agent sent (the audit digests that); the server gets the
         # real values when the tool is one that receives them, and the conditions judge those.
         sent = request.restore(outcome.arguments) if request.restore else outcome.arguments

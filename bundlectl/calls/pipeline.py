@@ -16,8 +16,11 @@ A front door supplies what differs between them through two small interfaces: wh
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import os
+import secrets
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -82,8 +85,13 @@ class After(Enum):
 # who, what, which rule, with which arguments); True: it may.
 Confirmer = Callable[[Decision, str], bool]
 
+# Call ids: this process's random prefix and a counter (unique across processes and runs).
+_RUN = secrets.token_hex(4)
+_CALLS = itertools.count(1)
+
 SHOWN_VALUE = 120  # characters of one argument's value a question shows
-SHOWN_KEYS = 20  # arguments a question lists
+SHOWN_KEYS = 20  # undeclared arguments a question lists (every declared one is shown)
+SHOWN_UNKNOWN = 100  # arguments a question lists when the tool's schema is not known
 
 
 class AuditSink(Protocol):
@@ -163,6 +171,7 @@ class AuditLog:
             arguments_sha256=self._digest(arguments),
             rule_condition=rule.condition.describe() if rule and rule.condition else None,
             conditions_failed=list(decision.failed) or None,
+            call=decision.call,
         )
 
     def access(
@@ -298,7 +307,15 @@ class Pipeline:
         if decision.effect == "ask" and not answer:
             self.audit.record(decision, "denied-by-user", 0.0, None)
             raise PolicyDenied(f"{qualified} was not confirmed; nothing was started")
-        return decision
+        return self.start(decision)
+
+    def start(self, decision: Decision) -> Decision:
+        """The call is let through: recorded now as `pending` under a new call id, before the
+        server can act (a process killed mid-call leaves that record), and completed by
+        `finish` under the same id."""
+        started = dataclasses.replace(decision, call=f"{_RUN}-{next(_CALLS)}")
+        self.audit.record(started, "pending", 0.0, None)
+        return started
 
     def decide(
         self,
@@ -326,22 +343,52 @@ class Pipeline:
             asked = self.confirm(decision, self.question(decision, arguments or {}))
         return self.admit(decision, asked)
 
-    def question(self, decision: Decision, arguments: Mapping[str, Any]) -> str:
+    def question(
+        self,
+        decision: Decision,
+        arguments: Mapping[str, Any],
+        schema: Mapping[str, Any] | None = None,
+    ) -> str:
         """What a person confirming an `ask` rule reads: the agent, the tool, the rule, and the
-        arguments — one per line, long values cut, the values of secret variables as their
-        `${NAME}`, secret-shaped values hidden (privacy tokens arrive as tokens and stay so)."""
+        arguments — every one the tool's input schema declares first (`schema`: the live one,
+        else the declared catalog's), then the undeclared ones, counted, so filler arguments
+        cannot push the one that matters out of sight. Long values are cut, the values of
+        secret variables shown as their `${NAME}`, secret-shaped values hidden (privacy tokens
+        arrive as tokens and stay so)."""
         rule = decision.rule
         where = f" ({rule.label}, {rule.origin})" if rule is not None else ""
         head = f"agent {decision.agent!r} wants to call {decision.qualified}{where}"
         if not arguments:
             return head + " with no arguments."
-        lines = [
-            f"  {_printable(str(key))}: {self._shown(str(key), value)}"
-            for key, value in list(arguments.items())[:SHOWN_KEYS]
-        ]
-        if len(arguments) > SHOWN_KEYS:
-            lines.append(f"  … and {len(arguments) - SHOWN_KEYS} more")
+        if schema is None:
+            schema = self.declared_schema(decision.server, decision.tool)
+        declared = (schema or {}).get("properties")
+        lines: list[str] = []
+        if isinstance(declared, Mapping):
+            known = [key for key in declared if key in arguments]
+            others = [key for key in arguments if key not in declared]
+            lines += [self._line(key, arguments[key]) for key in known]
+            if others:
+                lines.append(
+                    f"  and {len(others)} argument(s) the tool does not declare"
+                    + (":" if len(others) <= SHOWN_KEYS else f", the first {SHOWN_KEYS}:")
+                )
+                lines += [self._line(key, arguments[key]) for key in others[:SHOWN_KEYS]]
+        else:
+            keys = list(arguments)
+            if len(keys) > SHOWN_UNKNOWN:
+                head += f" ({len(keys)} arguments, the first {SHOWN_UNKNOWN} shown)"
+            lines += [self._line(key, arguments[key]) for key in keys[:SHOWN_UNKNOWN]]
         return head + " with:\n" + "\n".join(lines)
+
+    def declared_schema(self, server: str, tool: str) -> Mapping[str, Any] | None:
+        """The input schema of `server.tool` in the declared catalog, if it has one."""
+        merged = self.resolution.merged.servers.get(server)
+        found = next((t for t in (merged.spec.tools if merged else []) if t.name == tool), None)
+        return found.input_schema if found is not None else None
+
+    def _line(self, key: Any, value: Any) -> str:
+        return f"  {_printable(str(key))}: {self._shown(str(key), value)}"
 
     def _shown(self, key: str, value: Any) -> str:
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)

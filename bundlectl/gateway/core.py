@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -74,6 +74,9 @@ CONNECT_TIMEOUT = 30.0
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 NONCE_MEMORY = 3600.0  # seconds a used confirmation is remembered (longer than the seal's TTL)
 PROBE_TIMEOUT = 2.0  # a server that does not answer a ping this long after a timeout is stuck
+
+
+T = TypeVar("T")
 
 
 class CallCancelled(Interrupted):
@@ -1049,11 +1052,20 @@ class Gateway:
         return [(server, item) for server in servers for item in found.get(server, [])]
 
     async def list_prompts(self) -> list[types.Prompt]:
-        """The prompts of the servers in use, named `server__prompt`."""
-        return [
+        """The prompts of the servers in use, named `server__prompt` (descriptions through the
+        tokenizer, as what `prompts/get` returns)."""
+        prompts = [
             prompt.model_copy(update={"name": self.hub.name_of(server, prompt.name)})
             for server, prompt in await self._gather("list_prompts", "prompts")
         ]
+        return self._tokenized(prompts, "title", "description")
+
+    def _tokenized(self, items: list[T], *fields: str) -> list[T]:
+        """Listed items with the text of `fields` tokenized (privacy), as reads of them are."""
+        tokens = self.hub.tokenizer(self.ctx, self.agent)
+        if tokens is None:
+            return items
+        return [tokens.listed(item, *fields) for item in items]
 
     async def get_prompt(self, name: str, arguments: dict[str, str] | None) -> Any:
         listed = await self._gather("list_prompts", "prompts")
@@ -1112,18 +1124,23 @@ class Gateway:
         return result.model_copy(update={"completion": completion})
 
     async def list_resources(self) -> list[types.Resource]:
-        return [item for _, item in await self._gather("list_resources", "resources")]
+        found = [item for _, item in await self._gather("list_resources", "resources")]
+        return self._tokenized(found, "uri", "name", "title", "description")
 
     async def list_resource_templates(self) -> list[types.ResourceTemplate]:
         found = await self._gather("list_resource_templates", "resource_templates")
-        return [item for _, item in found]
+        return self._tokenized([item for _, item in found], "name", "title", "description")
 
     async def read_resource(self, uri: str) -> Any:
         """The resource from the server in use that lists it, or else from the first that can
-        read it (a URI made from a template)."""
+        read it (a URI made from a template). A listed URI that was tokenized is read by its
+        real value, from the server that listed it only (no token is put back elsewhere)."""
 
         listed = await self._gather("list_resources", "resources")
-        owners = [server for server, item in listed if str(item.uri) == uri]
+        tokens = self.hub.tokenizer(self.ctx, self.agent)
+        real = tokens.restore(uri) if tokens is not None else uri
+        owners = [server for server, item in listed if str(item.uri) == real]
+        uri = real if owners else uri
         candidates = owners or await self._servers_in_use()
 
         async def job(client: Any) -> Any:
@@ -1213,7 +1230,7 @@ class Gateway:
                 return asked  # type: ignore[return-value]  # the client asks, then retries
             answer = asked
         try:
-            self.pipeline.admit(decision, answer)
+            decision = self.pipeline.admit(decision, answer)
         except PolicyDenied:
             if decision.effect == "deny":  # audited with the reason; said as for no such tool
                 return _error(unknown)
@@ -1695,7 +1712,11 @@ def _elicitation(ctx: Any, gateway: Gateway, params: types.CallToolRequestParams
         return None  # a stateless HTTP session on the old protocol: no way back to the client
 
     async def confirm(decision: Decision) -> bool | types.InputRequiredResult:
-        question = gateway.pipeline.question(decision, params.arguments or {}) + "\nAllow it?"
+        downstream = gateway.hub.servers.get(decision.server)
+        live = (downstream.tools if downstream is not None else None) or {}
+        schema = getattr(live.get(decision.tool), "input_schema", None)
+        question = gateway.pipeline.question(decision, params.arguments or {}, schema)
+        question += "\nAllow it?"
         if ctx.session.can_send_request:
             answer = await ctx.session.elicit_form(
                 question, _NO_FIELDS, related_request_id=ctx.request_id

@@ -324,6 +324,7 @@ class Express:
         if not call.send():
             call.downstream.release()
             return False
+        call.decision = self.hub.pipeline.start(call.decision)  # its `pending` audit record
         self.calls[call.id] = call
         return True
 

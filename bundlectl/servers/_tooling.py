@@ -70,20 +70,39 @@ class Toolbox:
     def server(self) -> MCPServer:
         """The MCP server of these tools (imports the SDK)."""
         from mcp.server.mcpserver import MCPServer
+        from mcp.server.mcpserver.tools import Tool
         from mcp_types import ToolAnnotations
 
-        server = MCPServer(
-            self.name, version=__version__, instructions=self.instructions, log_level="WARNING"
-        )
-        for tool in self.tools.values():
-            server.add_tool(
-                _for_sdk(tool.fn),
-                name=tool.name,
-                description=tool.description,
-                annotations=ToolAnnotations(**tool.annotations),
-                structured_output=tool.structured_output,
+        tools = [
+            _declared_only(
+                Tool.from_function(
+                    _for_sdk(tool.fn),
+                    name=tool.name,
+                    description=tool.description,
+                    annotations=ToolAnnotations(**tool.annotations),
+                    structured_output=tool.structured_output,
+                )
             )
-        return server
+            for tool in self.tools.values()
+        ]
+        return MCPServer(
+            self.name,
+            version=__version__,
+            instructions=self.instructions,
+            log_level="WARNING",
+            tools=tools,
+        )
+
+
+def _declared_only(tool: Any) -> Any:
+    """The SDK's tool, refusing arguments it does not declare (the SDK drops them without a
+    word), so what a person confirmed is all the call carries. Its schema stays as the bundles'
+    catalogs record it (a lock pins those digests); clients that know the server is ours refuse
+    such a call before sending it (`calls.call`)."""
+    model = tool.fn_metadata.arg_model
+    strict = type(model.__name__, (model,), {"model_config": {"extra": "forbid"}})
+    metadata = tool.fn_metadata.model_copy(update={"arg_model": strict})
+    return tool.model_copy(update={"fn_metadata": metadata})
 
 
 def _os_errors_said(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -33,6 +33,21 @@ def shelf(item: str) -> str:
     return f"{item}: 3 left"
 
 
+# Personal data in listings (the tokenizer's): a resource URI, names and descriptions.
+@server.resource(
+    "pantry://suppliers/ann@example.com",
+    name="orders of ann@example.com",
+    description="What ann@example.com delivers.",
+)
+def supplier() -> str:
+    return "figs, from ann@example.com"
+
+
+@server.prompt(description="Write to the supplier, ann@example.com.")
+def order(item: str) -> str:
+    return f"Order {item}."
+
+
 @server.completion()
 async def complete(ref: Any, argument: Any, context: Any) -> Completion:
     words = DISHES if isinstance(ref, PromptReference) else ITEMS
