@@ -246,6 +246,12 @@ class ServerSpec(StrictModel):
         description="stdio, `serve`: files or folders (relative to the project root) whose "
         "change restarts the server before its next call, as Roo's `watchPaths`.",
     )
+    share: bool = Field(
+        default=False,
+        description="stdio, `serve`: one process for every agent that uses this server, instead "
+        "of one per agent. Only for a stateless server: what it sends outside a call (a late log "
+        "message) could then reach another agent's call.",
+    )
     disabled: bool = Field(default=False, description="Keep the entry but never start it.")
     tools: list[ToolSpec] = Field(
         default_factory=_empty_list,

@@ -187,7 +187,7 @@ def policy_digests(policy: PolicySet) -> tuple[str, dict[str, str]]:
 # Not part of a server's locked digest: its tools are digested one by one, and `concurrency` is
 # how the gateway schedules calls, not what the server is (adding it kept existing locks fresh);
 # `max_message_mb` likewise is a limit of ours, and `watch` when serve restarts it.
-UNLOCKED = frozenset({"tools", "concurrency", "max_message_mb", "watch"})
+UNLOCKED = frozenset({"tools", "concurrency", "max_message_mb", "watch", "share"})
 
 
 def build_lock(config: ProjectConfig, merged: Merged, policy: PolicySet) -> LockFile:

@@ -228,3 +228,94 @@ def test_a_server_that_died_while_idle_is_started_again_for_the_next_call(
     bye, again = serve_in_process(kitchen, "bot", script, protocol="legacy")
     assert bye == ["bye"] and again == ["again"]
     assert len(pids(tmp_path / "kitchen-starts.txt")) == 2
+
+
+def test_a_late_message_of_one_agents_server_never_reaches_another_agent(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stdio server's log message sent after a call answered reached another agent's call in
+    flight on the same process: each agent gets its own process of a stdio server; `share:
+    true` opts a stateless one back into one process (and pays exactly this, shown last)."""
+    import anyio
+    from mcp import Client
+    from mcp_types import Implementation
+
+    from bundlectl.calls.pipeline import AuditLog, Pipeline
+    from bundlectl.gateway.core import Hub, mcp_server
+    from bundlectl.project import load_project
+    from bundlectl.resolution import resolve_project
+
+    starts = tmp_path / "starts.txt"
+    monkeypatch.setenv("KITCHEN_STARTS", str(starts))
+
+    def configure(share: bool) -> None:
+        write(
+            project / "bundlectl.yaml",
+            f"""
+            version: 1
+            servers:
+              kitchen:  # an older server: its session carries messages sent outside a call
+                command: {PY}
+                args: ["{SERVERS / "kitchen.py"}"]
+                env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}", KITCHEN_LEGACY: "1"}}
+                share: {str(share).lower()}
+                concurrency: 2
+            agents:
+              alice: {{allow: [kitchen.late]}}
+              carol: {{allow: [kitchen.whisper]}}
+            policy: {{default: deny}}
+            """,
+        )
+
+    def run_both() -> list[str]:
+        """carol's logs: her call is in flight when alice's call answers and, a moment later,
+        alice's server sends its late log."""
+        carol_logs: list[str] = []
+
+        async def main() -> None:
+            resolution = resolve_project(load_project(project / "bundlectl.yaml"))
+            pipeline = Pipeline(resolution, AuditLog(resolution, via="serve"), confirm=None)
+            carol_in_flight = anyio.Event()
+
+            async def log(params: Any) -> None:
+                carol_logs.append(str(params.data))
+                carol_in_flight.set()
+
+            async with anyio.create_task_group() as group:
+                hub = Hub(pipeline, group, agents={"alice", "carol"})
+                server = mcp_server(
+                    hub, "direct", lambda ctx: ctx.session.client_params.client_info.name
+                )
+
+                async def carol() -> None:
+                    info = Implementation(name="carol", version="1")
+                    async with Client(
+                        server, mode="legacy", client_info=info, logging_callback=log
+                    ) as c:
+                        await c.call_tool("kitchen__whisper", {"tag": "carol", "pause": 3})
+
+                async def alice() -> None:
+                    await carol_in_flight.wait()
+                    info = Implementation(name="alice", version="1")
+                    async with Client(server, mode="legacy", client_info=info) as c:
+                        await c.call_tool("kitchen__late", {"tag": "alice", "delay": 0.2})
+
+                async with anyio.create_task_group() as calls:
+                    calls.start_soon(carol)
+                    calls.start_soon(alice)
+                group.cancel_scope.cancel()
+
+        anyio.run(main)
+        return carol_logs
+
+    configure(share=False)
+    isolated = run_both()
+    # carol's own messages all arrived (the marker after which nothing else may), alice's not
+    assert isolated[-1] == "second log of carol" and "log of carol" in isolated
+    assert not any("alice" in line for line in isolated), isolated
+    assert len(starts.read_text().split()) == 2  # one process per agent
+    starts.unlink()
+    configure(share=True)
+    shared = run_both()
+    assert len(starts.read_text().split()) == 1  # one process for both, as asked
+    assert "late log of alice" in shared  # what `share: true` costs (and the check above can see)

@@ -103,8 +103,9 @@ class Relay:
     gateway, which has one client. Progress is routed by each call's own token
     (`Gateway._progress`)."""
 
-    def __init__(self, server: str, hub: Hub) -> None:
+    def __init__(self, server: str, hub: Hub, owner: str = "") -> None:
         self.server, self.hub = server, hub
+        self.owner = owner  # the agent whose process of the server this is ("": shared)
         self.inflight: dict[int, Any] = {}  # the MCP request context of each call in flight
         self.tokens: dict[int, Any] = {}  # the privacy token map of each call in flight
         self.last: Any = None  # the latest call's context (for a gateway with one client)
@@ -189,7 +190,7 @@ class Relay:
                 "which has no way to send a request back to the client during a call; serve "
                 "without --stateless, or use a client on the 2026-07-28 protocol",
             )
-        timeout = float(self.hub.downstream(self.server).target.spec.timeout)
+        timeout = float(self.hub.downstream(self.server, self.owner).target.spec.timeout)
         reply = await parking.ask(ctx, request, timeout)
         if reply is None:
             if capability == "elicitation":  # nobody answered: as if the user dismissed it
@@ -227,7 +228,7 @@ class Relay:
         elif isinstance(message, types.ResourceListChangedNotification):
             await self.hub.tell_listeners("send_resource_list_changed")
         elif isinstance(message, types.ResourceUpdatedNotification) and not self.modern:
-            await self.hub.resource_updated(self.server, str(message.params.uri))
+            await self.hub.resource_updated(self.server, self.owner, str(message.params.uri))
 
     async def listen(self, client: Any, scope: anyio.CancelScope) -> None:
         """On the 2026-07-28 protocol a server's changes come only to a client that listens for
@@ -248,7 +249,9 @@ class Relay:
                             self.settled.set()
                             async for event in events:
                                 if isinstance(event, ResourceUpdated):
-                                    await self.hub.resource_updated(self.server, event.uri)
+                                    await self.hub.resource_updated(
+                                        self.server, self.owner, event.uri
+                                    )
                                 else:
                                     await self.hub.tools_changed(self.server)
                             return  # the server ended the stream
@@ -268,8 +271,8 @@ class Relay:
             await self.settled.wait()
         if self.modern:
             return
-        for server, uri in list(self.hub.watchers):
-            if server == self.server:
+        for server, owner, uri in list(self.hub.watchers):
+            if (server, owner) == (self.server, self.owner):
                 with warnings.catch_warnings(), contextlib.suppress(MCPError):
                     warnings.simplefilter("ignore")
                     await client.subscribe_resource(uri)
@@ -586,7 +589,8 @@ class Hub:
     # Checks a reloaded resolution before it is applied (HTTP: the agents' tokens) and applies
     # its own part; raising a BundlectlError keeps the last good policy, as a broken file does.
     vet: Callable[[Any], None] | None = None
-    servers: dict[str, Downstream] = field(default_factory=dict)
+    # The downstream servers by (server, owner): the agent whose process it is, "" when shared.
+    servers: dict[tuple[str, str], Downstream] = field(default_factory=dict)
     _names: dict[str, tuple[str, str]] | None = None  # gateway name → (server, tool)
     ambiguous: set[str] = field(default_factory=set)  # names two tools claim
     pairs: set[tuple[str, str]] = field(default_factory=set)  # every known (server, tool)
@@ -614,9 +618,9 @@ class Hub:
     _privacy: tuple[Any, Any] | None = None  # (resolution, its Privacy)
     generation: int = 0  # bumped whenever what an agent can list may have changed
     listings: dict[tuple[str, str, int], Any] = field(default_factory=dict)
-    # Subscribed resources: (server, uri) → who to tell, by key (a legacy client's session: its
-    # notify function; a 2026-07-28 listen stream: None, told through `bus`).
-    watchers: dict[tuple[str, str], dict[Any, Any]] = field(default_factory=dict)
+    # Subscribed resources: (server, owner, uri) → who to tell, by key (a legacy client's
+    # session: its notify function; a 2026-07-28 listen stream: None, told through `bus`).
+    watchers: dict[tuple[str, str, str], dict[Any, Any]] = field(default_factory=dict)
     _stamp: tuple[Any, ...] | None = None
     _watched: tuple[str, ...] = ()  # the files `_stamp` stamps (the same ones across reloads)
     _reloading: anyio.Lock = field(default_factory=anyio.Lock)
@@ -639,22 +643,36 @@ class Hub:
             self.listeners[_connection(ctx)] = None
         return Gateway(self, agent, mode, ctx)
 
-    def downstream(self, server: str) -> Downstream:
-        if server not in self.servers:
+    def slot(self, server: str, agent: str) -> tuple[str, str]:
+        """Which process of `server` serves `agent`: its own for a stdio server, so nothing the
+        server sends outside a call (MCP over stdio says not whose it is) can reach another
+        agent; one for every agent over HTTP or SSE and with `share: true`."""
+        merged = self.pipeline.resolution.merged.servers.get(server)
+        spec = merged.spec if merged is not None else None
+        shared = spec is None or spec.transport != "stdio" or spec.share
+        return (server, "" if shared else agent)
+
+    def downstream(self, server: str, agent: str) -> Downstream:
+        """`agent`'s downstream of `server` (see `slot`), made on first use."""
+        key = self.slot(server, agent)
+        if key not in self.servers:
             target = self.pipeline.target(server, quiet=self.quiet)
             target.with_parent = True  # no server outlives a gateway that was killed
-            downstream = Downstream(target, Relay(server, self))
+            downstream = Downstream(target, Relay(server, self, key[1]))
             if target.spec.transport == "stdio" and not target.builtin:
                 target.tap = Tap()  # the express lane's way to it (`express.py`)
                 target.tap.changed = downstream.forget_tools
-            self.servers[server] = downstream
-        return self.servers[server]
+            self.servers[key] = downstream
+        return self.servers[key]
+
+    def running(self, server: str) -> list[Downstream]:
+        """Every process of `server` started so far (one per agent, or the shared one)."""
+        return [d for (name, _), d in self.servers.items() if name == server]
 
     async def tools_changed(self, server: str) -> None:
         """A server said its tools changed: list them again, and tell every client (each sees
         the new list through its agent's policy on its next `tools/list`)."""
-        downstream = self.servers.get(server)
-        if downstream is not None:
+        for downstream in self.running(server):
             downstream.tools = None
         self._names = None
         self.changed()
@@ -671,13 +689,14 @@ class Hub:
             except Exception:  # a client that went away
                 self.listeners.pop(connection, None)
 
-    async def watch(self, server: str, uri: str, key: Any, notify: Any) -> bool:
-        """Tell `notify` (None: the listen streams) when the server's resource `uri` changes;
-        False when the server cannot watch it (no subscriptions, unknown resource)."""
+    async def watch(self, server: str, agent: str, uri: str, key: Any, notify: Any) -> bool:
+        """Tell `notify` (None: the listen streams) when the server's resource `uri` changes
+        (on `agent`'s process of it); False when the server cannot watch it (no subscriptions,
+        unknown resource)."""
 
-        place = (server, uri)
+        place = (*self.slot(server, agent), uri)
         if place not in self.watchers:
-            downstream = self.downstream(server)
+            downstream = self.downstream(server, agent)
             relay = downstream.relay
             assert relay is not None
 
@@ -707,12 +726,12 @@ class Hub:
 
     async def unwatch(self, uri: str, key: Any) -> None:
         """`key` no longer wants to hear about `uri`; the last one out unsubscribes."""
-        for place in [place for place in self.watchers if place[1] == uri]:
+        for place in [place for place in self.watchers if place[2] == uri]:
             self.watchers[place].pop(key, None)
             if self.watchers[place]:
                 continue
             del self.watchers[place]
-            downstream = self.servers.get(place[0])
+            downstream = self.servers.get(place[:2])
             relay = downstream.relay if downstream is not None else None
             if downstream is None or relay is None:
                 continue
@@ -739,16 +758,17 @@ class Hub:
 
         async def release() -> None:
             self._released.discard(key)
-            for uri in {uri for (_, uri), keys in self.watchers.items() if key in keys}:
+            for uri in {uri for (_, _, uri), keys in self.watchers.items() if key in keys}:
                 await self.unwatch(uri, key)
 
         stack = getattr(connection, "exit_stack", None)  # the SDK's `Connection` has one
         if stack is not None:
             stack.push_async_callback(release)
 
-    async def resource_updated(self, server: str, uri: str) -> None:
-        """A server said its resource `uri` changed: tell whoever subscribed to it there."""
-        watchers = self.watchers.get((server, uri), {})
+    async def resource_updated(self, server: str, owner: str, uri: str) -> None:
+        """A server (`owner`'s process of it) said its resource `uri` changed: tell whoever
+        subscribed to it there."""
+        watchers = self.watchers.get((server, owner, uri), {})
         listening = False
         for key, notify in list(watchers.items()):
             if notify is None:
@@ -906,10 +926,10 @@ class Hub:
             self.pipeline.reload(fresh)
             self._names = None
             self.changed()
-            for name, downstream in list(self.servers.items()):
-                now = fresh.merged.servers.get(name)
+            for key, downstream in list(self.servers.items()):
+                now = fresh.merged.servers.get(key[0])
                 if now is None or now.spec != downstream.target.spec:
-                    del self.servers[name]
+                    del self.servers[key]
                     await downstream.stop()
             self.log(f"reloaded {old.project.config_path.name}: policy {fresh.lock.policy_digest}")
 
@@ -942,7 +962,7 @@ class Gateway:
         if spec.tools and not pinned:
             return [_declared(tool) for tool in spec.tools]
         try:
-            live = (await self.hub.downstream(name).live_tools(self.hub.group)).values()
+            live = (await self.hub.downstream(name, self.agent).live_tools(self.hub.group)).values()
         except BundlectlError:
             return []  # a server that cannot start offers nothing (its log line says why)
         self.hub.learn(name, live)
@@ -1043,7 +1063,8 @@ class Gateway:
 
         async def one(server: str) -> None:
             with contextlib.suppress(BundlectlError):
-                found[server] = await self.hub.downstream(server).run(self.hub.group, job)
+                downstream = self.hub.downstream(server, self.agent)
+                found[server] = await downstream.run(self.hub.group, job)
 
         servers = await self._servers_in_use()
         async with anyio.create_task_group() as group:
@@ -1078,7 +1099,8 @@ class Gateway:
 
             key = {"name": prompt, "arguments": arguments or {}}
             try:
-                got = await self.hub.downstream(server).run(self.hub.group, job, self.ctx)
+                downstream = self.hub.downstream(server, self.agent)
+                got = await downstream.run(self.hub.group, job, self.ctx)
             except BaseException:
                 self.pipeline.audit.access(self.agent, server, "prompts/get", key, "server-error")
                 raise
@@ -1113,7 +1135,7 @@ class Gateway:
             result: types.CompleteResult = await client.complete(real, argument, context)
             return result
 
-        result: types.CompleteResult = await self.hub.downstream(server).run(
+        result: types.CompleteResult = await self.hub.downstream(server, self.agent).run(
             self.hub.group, job, self.ctx
         )
         tokens = self.hub.tokenizer(self.ctx, self.agent)
@@ -1151,7 +1173,8 @@ class Gateway:
 
         for server in candidates:
             try:
-                result = await self.hub.downstream(server).run(self.hub.group, job, self.ctx)
+                downstream = self.hub.downstream(server, self.agent)
+                result = await downstream.run(self.hub.group, job, self.ctx)
             except BundlectlError:
                 continue
             if result is not None:
@@ -1168,7 +1191,7 @@ class Gateway:
         listed = await self._gather("list_resources", "resources")
         owners = [server for server, item in listed if str(item.uri) == uri]
         for server in owners or await self._servers_in_use():
-            if await self.hub.watch(server, uri, key, notify):
+            if await self.hub.watch(server, self.agent, uri, key, notify):
                 if ctx is not None:
                     self.hub.release_at_end(_connection(ctx), key)
                 return
@@ -1259,8 +1282,10 @@ class Gateway:
         """Why a name is not among the tools, when it names a server the agent may reach that
         could not start (`server__tool`, or `server.tool` in search mode)."""
         compiled = self.pipeline.resolution.policy.agent(self.agent)
-        for server, downstream in self.hub.servers.items():
+        for (server, owner), downstream in self.hub.servers.items():
             error = downstream.start_error
+            if owner not in ("", self.agent):
+                continue
             if error is None or not name.startswith((f"{server}__", f"{server}.")):
                 continue
             if compiled.may_reach(server):
@@ -1279,7 +1304,7 @@ class Gateway:
         # Every message back to the agent has the real values it may have been given turned
         # back into tokens (a server's or a validator's error may quote them).
         shown = tokens.conceal if tokens is not None else _same
-        downstream = self.hub.downstream(server)
+        downstream = self.hub.downstream(server, self.agent)
         restore = tokens is not None and self.hub.privacy().gets_real_values(server, tool)
         try:
             tools = await downstream.live_tools(self.hub.group)
@@ -1712,7 +1737,7 @@ def _elicitation(ctx: Any, gateway: Gateway, params: types.CallToolRequestParams
         return None  # a stateless HTTP session on the old protocol: no way back to the client
 
     async def confirm(decision: Decision) -> bool | types.InputRequiredResult:
-        downstream = gateway.hub.servers.get(decision.server)
+        downstream = gateway.hub.servers.get(gateway.hub.slot(decision.server, gateway.agent))
         live = (downstream.tools if downstream is not None else None) or {}
         schema = getattr(live.get(decision.tool), "input_schema", None)
         question = gateway.pipeline.question(decision, params.arguments or {}, schema)

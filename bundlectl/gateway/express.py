@@ -368,7 +368,7 @@ class Express:
         if known is not None and known[0] is resolution:
             downstream, live, decision = known[1:]
             if (
-                hub.servers.get(decision.server) is downstream
+                hub.servers.get(hub.slot(decision.server, self.agent)) is downstream
                 and downstream.warm
                 and downstream.tools.get(decision.tool) is live
             ):
@@ -376,7 +376,7 @@ class Express:
         if hub.privacy() is not None:
             return None
         found = hub.tool_named(name)
-        downstream = hub.servers.get(found[0]) if found is not None else None
+        downstream = hub.servers.get(hub.slot(found[0], self.agent)) if found is not None else None
         if found is None or downstream is None or not downstream.warm:
             return None
         server, tool = found

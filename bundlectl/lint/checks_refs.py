@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from bundlectl.catalog import Catalog
-from bundlectl.errors import ResolutionError
+from bundlectl.errors import BundlectlError, ResolutionError
 from bundlectl.lint.context import Context, at, from_problem
 from bundlectl.lint.rules import Finding
 from bundlectl.lockfile import FORMATTING_ONLY, Drift, drift, dump_lock
@@ -92,6 +92,33 @@ def gateway_name_clashes(ctx: Context) -> Iterator[Finding]:
             f"{name!r} by `bundlectl serve`",
             anchor=name,
         )
+
+
+def shared_servers(ctx: Context) -> Iterator[Finding]:
+    """BCL112, at `servers.NAME.share` of a stdio server that more than one agent may use."""
+    if ctx.resolution is None or ctx.config is None or ctx.config_model is None:
+        return
+    shared = [n for n, spec in ctx.config_model.servers.items() if spec.share]
+    if not shared:
+        return
+    try:
+        policy = ctx.resolution.policy
+        reach = {agent: policy.agent(agent) for agent in policy.agents}
+    except BundlectlError:  # an extends cycle: BCL108 says so
+        return
+    for name in shared:
+        if ctx.config_model.servers[name].transport != "stdio":
+            continue
+        users = [agent for agent, compiled in reach.items() if compiled.may_reach(name)]
+        if len(users) > 1:
+            yield at(
+                "BCL112",
+                ctx.config.doc,
+                ("servers", name, "share"),
+                f"server {name!r} runs as one process for agents {', '.join(users)}: what it "
+                "sends outside a call can reach another of them",
+                anchor=name,
+            )
 
 
 def invalid_extends(ctx: Context) -> Iterator[Finding]:

@@ -41,6 +41,7 @@ CHECKS: list[Check] = [
     checks_refs.server_collisions,
     checks_refs.invalid_extends,
     checks_refs.gateway_name_clashes,
+    checks_refs.shared_servers,
     checks_policy.overridden_and_shadowed,
     checks_policy.permits_nothing,
     checks_policy.broad_destructive,

@@ -166,6 +166,16 @@ RULES = _rules(
         "Use `gateway.names: prefixed`, or disable one of the servers.",
     ),
     RuleInfo(
+        "BCL112",
+        "shared-server",
+        "info",
+        "A stdio server with `share: true` that several agents may use runs as one process for "
+        "them all: what it sends outside a call (a late log message) can reach another agent's "
+        "call in flight, which one process per agent (the default) rules out.",
+        "Keep `share: true` for servers that hold no state and send nothing outside a call; "
+        "otherwise remove it.",
+    ),
+    RuleInfo(
         "BCL201",
         "allow-overridden",
         "warning",

@@ -264,6 +264,25 @@ async def whisper(tag: str, ctx: Context, pause: float = 0.3) -> str:
     return f"{tag}: {asked}"
 
 
+@server.tool()
+async def late(tag: str, ctx: Context, delay: float = 0.3) -> str:
+    """Answer at once, then log a message naming `tag` `delay` seconds later, outside any call
+    (a server's late message: MCP over stdio does not say whose it is)."""
+    import asyncio
+
+    session = ctx.request_context.session
+
+    async def later() -> None:
+        await asyncio.sleep(delay)
+        await session.send_log_message(level="info", data=f"late log of {tag}", logger=None)
+
+    _LATER.add(asyncio.get_running_loop().create_task(later()))
+    return f"{tag}: answered"
+
+
+_LATER: set[Any] = set()  # the late messages' tasks, kept alive
+
+
 def _consent(tag: str) -> Elicit[Confirm]:
     return Elicit(f"consent of {tag}", Confirm)
 
@@ -337,6 +356,36 @@ async def legacy_only(app: Any, scope: Any, receive: Any, send: Any) -> None:
     await app(scope, replay, send)
 
 
+async def legacy_stdio() -> None:
+    """stdio as an older server speaks it: `server/discover` refused (method not found), so
+    clients fall back to the 2025-11-25 handshake, whose sessions carry messages sent outside
+    any request (a late log)."""
+    import anyio
+    from mcp.server.stdio import stdio_server
+    from mcp.shared.message import SessionMessage
+    from mcp_types import JSONRPCError, JSONRPCRequest
+
+    low = server._lowlevel_server  # the SDK's own server behind MCPServer
+    async with stdio_server() as (read, write):
+        inner_send, inner_read = anyio.create_memory_object_stream[Any](16)
+
+        async def sift() -> None:
+            async with inner_send:
+                async for item in read:
+                    message = getattr(item, "message", None)
+                    if isinstance(message, JSONRPCRequest) and message.method == "server/discover":
+                        error = {"code": -32601, "message": "Method not found"}
+                        refusal = JSONRPCError(jsonrpc="2.0", id=message.id, error=error)
+                        await write.send(SessionMessage(refusal))
+                        continue
+                    await inner_send.send(item)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(sift)
+            await low.run(inner_read, write, low.create_initialization_options())
+            group.cancel_scope.cancel()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--transport", default="stdio")
@@ -347,7 +396,11 @@ def main() -> None:
     if starts:
         with open(starts, "a") as handle:
             handle.write(f"{os.getpid()}\n")
-    if args.transport == "stdio":
+    if args.transport == "stdio" and os.environ.get("KITCHEN_LEGACY"):
+        import anyio
+
+        anyio.run(legacy_stdio)
+    elif args.transport == "stdio":
         server.run("stdio")
     elif args.transport == "streamable-http":
         import uvicorn
