@@ -542,3 +542,37 @@ def test_a_session_that_ends_releases_its_subscriptions_downstream(
             during, after = anyio.run(both, url)
     assert during == [uri]
     assert after == []
+
+
+def test_responses_on_a_kept_alive_connection_are_not_held_by_nagle() -> None:
+    """The listening socket said `proto` 0, so asyncio left Nagle on for accepted connections:
+    every response on a reused connection waited ~40 ms for the client's delayed ACK. What the
+    gateway's event loop sees on an accepted connection is checked, as uvicorn gets it."""
+    import asyncio
+    import socket
+
+    from bundlectl.gateway.http import bind
+
+    async def accepted_nodelay(listener: socket.socket) -> int:
+        seen: list[int] = []
+        done = asyncio.Event()
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            conn = writer.get_extra_info("socket")
+            seen.append(conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+            done.set()
+
+        server = await asyncio.start_server(handle, sock=listener)
+        port = listener.getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        await asyncio.wait_for(done.wait(), 30)
+        writer.close()
+        server.close()
+        return seen[0]
+
+    ours = bind("127.0.0.1", 0)
+    assert ours.proto == socket.IPPROTO_TCP
+    assert asyncio.run(accepted_nodelay(ours)) != 0
+    plain = socket.create_server(("127.0.0.1", 0))  # what it was: Nagle stays on
+    assert asyncio.run(accepted_nodelay(plain)) == 0

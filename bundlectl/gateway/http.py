@@ -270,14 +270,35 @@ def _trusted(request: Any, host: str) -> bool:
 def bind(host: str, port: int) -> socket.socket:
     """The listening socket, bound before anything else starts (a busy port: exit 2)."""
     try:
-        family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-        sock = socket.create_server((host.strip("[]"), port), family=family, backlog=512)
+        sock = _listening(host.strip("[]"), port)
     except OSError as exc:
         raise UsageError(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}",
             hint="choose another --port (0 picks a free one)",
         ) from None
     sock.set_inheritable(False)
+    return sock
+
+
+def _listening(host: str, port: int) -> socket.socket:
+    """A TCP listening socket made with its protocol named (`IPPROTO_TCP`). asyncio turns Nagle
+    off (TCP_NODELAY) on accepted connections only for sockets whose `proto` says TCP, and
+    `socket.create_server` leaves it 0: each response on a kept-alive connection then waited
+    ~40 ms for the client's delayed ACK. TCP_NODELAY is set here too, for the connections
+    that inherit it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        if os.name != "nt":  # as create_server: a restarted gateway rebinds at once
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+        sock.listen(512)
+    except BaseException:
+        sock.close()
+        raise
     return sock
 
 
