@@ -612,3 +612,38 @@ def test_a_held_call_takes_its_own_answers_and_ends_when_none_come(project: Path
     assert again.is_error and "is no longer waiting" in texts(again)[0]
     assert other == "Invalid or expired requestState"
     assert texts(late) == ["bot: cancel"]
+
+
+def test_a_server_that_crashes_on_every_call_backs_off_on_the_sdk_path_too(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Crashes were counted (with a growing backoff) on the express lane only: the SDK path
+    reset the count after every call that came back with the crash as its outcome, so a server
+    that crashes on every call was started again at once, forever."""
+    starts = tmp_path / "starts.txt"
+    monkeypatch.setenv("KITCHEN_STARTS", str(starts))
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          shaky:
+            command: {PY}
+            args: ["{SERVERS / "misbehave.py"}", unreliable]
+            env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}"}}
+        agents:
+          bot: {{allow: ["shaky.*"]}}
+        policy: {{default: deny}}
+        """,
+    )
+
+    async def script(client: Any) -> list[str]:
+        found = []
+        for _ in range(3):
+            found.append(texts(await client.call_tool("shaky__die", {}))[0])
+        return found
+
+    first, second, third = serve_in_process(project, "bot", script)
+    assert "dying on purpose" in first and "dying on purpose" in second
+    assert "crashed 2 time(s) in a row; it is started again in" in third
+    assert len(starts.read_text().split()) == 2  # the third call did not start it again

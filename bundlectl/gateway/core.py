@@ -417,8 +417,6 @@ class Downstream:
                 reply.close()
             if isinstance(error, ServerError):  # the connection is gone: start afresh next time
                 await self.crashed()
-            elif error is None:
-                self.failures = 0
             if error is not None:
                 raise error
             return value
@@ -456,11 +454,15 @@ class Downstream:
         return process is not None and process.poll() is not None
 
     async def after(self, after: After, group: TaskGroup) -> None:
-        """What `Pipeline.finish` said of a call: a server that broke it is started afresh next
-        time; one that did not answer in time is checked for being stuck in it (`probe`)."""
-        if after is After.RESTART:
-            await self.stop()
-        elif after is After.PROBE:
+        """What `Pipeline.finish` said of a call — the one place a server's crashes are counted,
+        whichever path the call took: one that answered is sound again; one that broke the call
+        is started afresh, after a backoff that grows with each crash in a row; one that did not
+        answer in time is checked for being stuck in it (`probe`)."""
+        if after is After.KEEP:
+            self.failures = 0
+        elif after is After.RESTART:
+            await self.crashed()
+        else:
             group.start_soon(self.probe, group)
 
     async def probe(self, group: TaskGroup) -> None:

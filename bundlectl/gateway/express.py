@@ -251,11 +251,11 @@ class _Call:
             arguments=self.arguments,
         )
         if crashed:
-            lane.group.start_soon(downstream.crashed)
-        elif after is not After.KEEP:
-            lane.group.start_soon(downstream.after, after, lane.group)
-        elif error is None and result is not None:
+            after = After.RESTART
+        if after is After.KEEP:  # what `Downstream.after` does for it, without a task
             downstream.failures = 0
+        else:
+            lane.group.start_soon(downstream.after, after, lane.group)
 
 
 @dataclass
