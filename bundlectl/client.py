@@ -16,14 +16,13 @@ from typing import Any
 
 import anyio
 
-from bundlectl.calls.call import CallRequest, call_once, client_capabilities
+from bundlectl.calls.call import CallRequest, call_once, client_capabilities, completed_now
 from bundlectl.calls.pipeline import (
     AuditLog,
     Pipeline,
     terminal_confirmer,
 )
 from bundlectl.errors import BundlectlError, PolicyDenied, UsageError
-from bundlectl.mcpio import runner
 from bundlectl.mcpio.session import ToolResult
 from bundlectl.patterns import gateway_name, parse_tool_name
 from bundlectl.policy import default_agent
@@ -120,10 +119,9 @@ def _in_process(
             )
 
         try:
-            outcome = runner.run(go)
+            outcome = completed_now(pipeline, request, go)
         finally:
             target.close()
-        pipeline.finish_call(outcome)
     except PolicyDenied as exc:
         raise ToolDenied(exc.message + (f" ({exc.hint})" if exc.hint else "")) from None
     except BundlectlError as exc:

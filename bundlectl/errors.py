@@ -89,6 +89,11 @@ class ServerError(BundlectlError):
     exit_code = 5
 
 
+class ServerCrashed(ServerError):
+    """The server's connection ended under a call (it exited or crashed) or it broke the
+    protocol: a crash, counted towards its restart backoff."""
+
+
 class CallTimeout(BundlectlError):
     """The call or the connection timed out; the server was stopped."""
 

@@ -16,6 +16,7 @@ from bundlectl.errors import (
     CallTimeout,
     Interrupted,
     PolicyDenied,
+    ServerCrashed,
     ServerError,
     ToolCallError,
     UsageError,
@@ -110,7 +111,8 @@ def test_an_ask_no_one_could_answer_is_refused_and_audited(resolution: Any) -> N
     ("error", "outcome", "after"),
     [
         (None, "ok", After.KEEP),
-        (ServerError("it crashed"), "server-error", After.RESTART),
+        (ServerError("it returned an error"), "server-error", After.RESTART),
+        (ServerCrashed("it exited"), "server-error", After.CRASHED),
         (CallTimeout("too slow"), "timeout", After.PROBE),
         (ToolCallError("bad arguments"), "invalid-call", After.KEEP),
         (Interrupted("stopped"), "interrupted", After.KEEP),

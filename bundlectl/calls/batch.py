@@ -3,8 +3,9 @@ server is started once; results come out in input order, one JSON line each."""
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,13 @@ from typing import Any
 import anyio
 
 from bundlectl.calls.arguments import DuplicateKeyError, loads_strict
-from bundlectl.calls.call import CallOutcome, CallRequest, client_capabilities, perform
+from bundlectl.calls.call import (
+    CallOutcome,
+    CallRequest,
+    client_capabilities,
+    completed,
+    perform,
+)
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.calls.render import result_json
 from bundlectl.errors import BundlectlError, UsageError
@@ -35,12 +42,15 @@ class BatchItem:
 
 
 async def run_items(
+    pipeline: Pipeline,
     items: list[BatchItem],
     targets: dict[str, Target],
     emit: Callable[[BatchItem, CallOutcome | None], None],
     *,
     connect_timeout: float,
 ) -> list[CallOutcome | None]:
+    """Run the allowed calls (each finished by `completed`), concurrently across servers and
+    one at a time per server; `emit` each line's outcome in input order."""
     outcomes: list[CallOutcome | None] = [None] * len(items)
     done = [False] * len(items)
     state = {"next": 0}
@@ -68,18 +78,27 @@ async def run_items(
                 for index in indexes:
                     request = items[index].request
                     assert request is not None
-                    finish(index, await perform(SdkSession(client), request, target))
-        except BundlectlError as exc:
+                    session = SdkSession(client)
+                    made = functools.partial(perform, session, request, target)
+                    finish(index, (await completed(pipeline, request, made))[0])
+        except BundlectlError as exc:  # no connection: each call left ends with its error
             for index in indexes:
                 if not done[index]:
                     request = items[index].request
                     assert request is not None
-                    finish(index, CallOutcome(request, error=exc))
+                    finish(index, (await completed(pipeline, request, _raise(exc)))[0])
 
     async with anyio.create_task_group() as group:
         for server, indexes in by_server.items():
             group.start_soon(serve, server, indexes)
     return outcomes
+
+
+def _raise(error: BundlectlError) -> Callable[[], Awaitable[CallOutcome]]:
+    async def failed() -> CallOutcome:
+        raise error
+
+    return failed
 
 
 def write_line(data: dict[str, Any]) -> None:

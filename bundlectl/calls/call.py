@@ -16,7 +16,7 @@ import anyio
 
 from bundlectl import servers
 from bundlectl.calls.arguments import build_arguments, validate
-from bundlectl.calls.pipeline import terminal_confirmer
+from bundlectl.calls.pipeline import After, Pipeline, terminal_confirmer
 from bundlectl.errors import BundlectlError, PolicyDenied, ToolCallError, UsageError
 from bundlectl.mcpio import plain, runner
 from bundlectl.mcpio.connect import (
@@ -267,6 +267,44 @@ async def perform(
         progress.done()
         outcome.duration_ms = (time.perf_counter() - started) * 1000
     return outcome
+
+
+async def completed(
+    pipeline: Pipeline, request: CallRequest, perform: Callable[[], Awaitable[CallOutcome]]
+) -> tuple[CallOutcome, After]:
+    """An admitted call performed by its front door's `perform` (on its session: a connection
+    of its own, a batch's shared one, a warm server of the gateway) and finished: a failure
+    before the call could be made (a server that did not start, a lost connection) is its
+    outcome like any other, audited under the call's id, and what the server should do next is
+    said once. Every front door's call ends here."""
+    started = time.perf_counter()
+    try:
+        outcome = await perform()
+    except BundlectlError as exc:
+        outcome = _failed(request, exc, started)
+    return outcome, pipeline.finish_call(outcome)
+
+
+def completed_now(
+    pipeline: Pipeline, request: CallRequest, perform: Callable[[], Awaitable[CallOutcome]]
+) -> CallOutcome:
+    """`completed` in an event loop of its own (`exec`, code mode): a stop signal (Ctrl-C)
+    that ends the loop under the call is the call's outcome too."""
+    started = time.perf_counter()
+    try:
+        return runner.run(lambda: completed(pipeline, request, perform))[0]
+    except BundlectlError as exc:
+        outcome = _failed(request, exc, started)
+        pipeline.finish_call(outcome)
+        return outcome
+
+
+def _failed(request: CallRequest, error: BundlectlError, started: float) -> CallOutcome:
+    """The outcome of a call that ended before it was made: the arguments as the agent sent
+    them (for the audit's digest) when they need no typing by the tool's schema."""
+    arguments = None if request.pairs else dict(request.base_arguments)
+    duration = (time.perf_counter() - started) * 1000
+    return CallOutcome(request, arguments=arguments, error=error, duration_ms=duration)
 
 
 async def call_once(

@@ -35,6 +35,7 @@ from bundlectl.errors import (
     BundlectlError,
     CallTimeout,
     PolicyDenied,
+    ServerCrashed,
     ServerError,
     ToolCallError,
     UsageError,
@@ -77,7 +78,8 @@ class After(Enum):
     """What a server's session should do after a call (`Pipeline.finish`)."""
 
     KEEP = "keep"  # it answered (a result or a tool error): keep using it
-    RESTART = "restart"  # it broke the call (crashed, garbled the protocol): start it afresh
+    RESTART = "restart"  # it answered the call with an error of its own: start it afresh
+    CRASHED = "crashed"  # it broke the call (exited, garbled the protocol): afresh, backing off
     PROBE = "probe"  # it did not answer in time: check it is not stuck in the call
 
 
@@ -433,6 +435,8 @@ class Pipeline:
         self.audit.record(
             decision, outcome_of(error, tool_error=tool_error), duration_ms, arguments
         )
+        if isinstance(error, ServerCrashed):
+            return After.CRASHED
         if isinstance(error, ServerError):
             return After.RESTART
         if isinstance(error, CallTimeout):

@@ -10,13 +10,12 @@ validate the arguments → call with the timeout → print → audit. The steps 
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bundlectl.calls.arguments import build_arguments, load_json_args, preload, split_pairs
 from bundlectl.calls.batch import BatchItem, batch_line, read_batch, run_items, write_line
-from bundlectl.calls.call import CallRequest, call_once, client_capabilities
+from bundlectl.calls.call import CallRequest, call_once, client_capabilities, completed_now
 from bundlectl.calls.pipeline import (
     AuditLog,
     Pipeline,
@@ -188,16 +187,10 @@ def _call(
             direct=True,
         )
 
-    started = time.perf_counter()
     try:
-        outcome = runner.run(go)
-    except BundlectlError as exc:
-        duration = (time.perf_counter() - started) * 1000
-        pipeline.finish(request.decision, error=exc, duration_ms=duration)
-        raise exc from None
+        outcome = completed_now(pipeline, request, go)
     finally:
         target.close(wait=0 if child is not None and child.detach else 1.0)
-    pipeline.finish_call(outcome)
     if outcome.error is not None:
         raise outcome.error
     result = outcome.result
@@ -252,14 +245,12 @@ def run_batch(
     codes: list[int] = []
 
     def emit(item: BatchItem, outcome: CallOutcome | None) -> None:
-        if outcome is not None and item.request is not None:
-            pipeline.finish_call(outcome)
         data, code = batch_line(item, outcome)
         codes.append(code)
         write_line(data)
 
     async def go() -> Any:
-        return await run_items(items, targets, emit, connect_timeout=connect_timeout)
+        return await run_items(pipeline, items, targets, emit, connect_timeout=connect_timeout)
 
     try:
         runner.run(go)

@@ -45,10 +45,16 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 from bundlectl import __version__
-from bundlectl.calls.call import CallOutcome, CallRequest, perform
+from bundlectl.calls.call import CallOutcome, CallRequest, completed, perform
 from bundlectl.calls.pipeline import After, Pipeline
 from bundlectl.catalog import ToolRef, search
-from bundlectl.errors import BundlectlError, Interrupted, PolicyDenied, ServerError
+from bundlectl.errors import (
+    BundlectlError,
+    Interrupted,
+    PolicyDenied,
+    ServerCrashed,
+    ServerError,
+)
 from bundlectl.gateway.express import Express
 from bundlectl.gateway.parking import Parking, unseal
 from bundlectl.lockfile import digest_json
@@ -402,7 +408,9 @@ class Downstream:
                 value, error = await reply.receive()
             except anyio.EndOfStream:  # the actor died under the call
                 await self.crashed()
-                raise ServerError(f"server {self.target.name!r} stopped during the call") from None
+                raise ServerCrashed(
+                    f"server {self.target.name!r} stopped during the call"
+                ) from None
             except anyio.get_cancelled_exc_class():
                 scope.cancel()  # the client cancelled: so does the downstream call
                 # and its slot is free once the server has stopped working on it.
@@ -415,8 +423,10 @@ class Downstream:
                 raise
             finally:
                 reply.close()
-            if isinstance(error, ServerError):  # the connection is gone: start afresh next time
+            if isinstance(error, ServerCrashed):  # the connection is gone: afresh next time
                 await self.crashed()
+            elif isinstance(error, ServerError):
+                await self.stop()
             if error is not None:
                 raise error
             return value
@@ -460,8 +470,10 @@ class Downstream:
         answer in time is checked for being stuck in it (`probe`)."""
         if after is After.KEEP:
             self.failures = 0
-        elif after is After.RESTART:
+        elif after is After.CRASHED:
             await self.crashed()
+        elif after is After.RESTART:
+            await self.stop()
         else:
             group.start_soon(self.probe, group)
 
@@ -568,7 +580,7 @@ class Downstream:
             except BundlectlError as exc:
                 await reply.send((None, exc))
             except Exception as exc:  # never let one job take the gateway down
-                error = classify(exc, self.target) or ServerError(
+                error = classify(exc, self.target) or ServerCrashed(
                     f"server {self.target.name!r}: {type(exc).__name__}: {exc}"
                 )
                 await reply.send((None, error))
@@ -1302,36 +1314,42 @@ class Gateway:
     ) -> types.CallToolResult:
         """An admitted call, performed and finished (audit, restart)."""
         tokens = self.hub.tokenizer(self.ctx, self.agent)  # None: nothing is tokenized
-        sent = arguments  # what the agent sent (tokens, not values): what the audit digests
         # Every message back to the agent has the real values it may have been given turned
         # back into tokens (a server's or a validator's error may quote them).
         shown = tokens.conceal if tokens is not None else _same
         downstream = self.hub.downstream(server, self.agent)
         restore = tokens is not None and self.hub.privacy().gets_real_values(server, tool)
-        try:
-            tools = await downstream.live_tools(self.hub.group)
-            request = CallRequest(
-                self.agent,
-                server,
-                tool,
-                decision,
-                [],
-                arguments,
-                float(downstream.target.spec.timeout),
-                check=self.pipeline.pin_check(server),
-                progress=self._progress(),
-                restore=tokens.restore if restore and tokens is not None else None,
-                meta=self._log_meta(),
-            )
+        request = CallRequest(
+            self.agent,
+            server,
+            tool,
+            decision,
+            [],
+            arguments,
+            float(downstream.target.spec.timeout),
+            check=self.pipeline.pin_check(server),
+            progress=self._progress(),
+            restore=tokens.restore if restore and tokens is not None else None,
+            meta=self._log_meta(),
+        )
+        raised: list[BaseException] = []  # a failure `Downstream.run` has already counted
 
-            async def call(client: Any) -> CallOutcome:
-                return await perform(SdkSession(client), request, downstream.target, tools)
+        async def on_the_server() -> CallOutcome:
+            try:
+                tools = await downstream.live_tools(self.hub.group)
 
-            outcome = await downstream.run(self.hub.group, call, self.ctx, tokens)
-        except BundlectlError as exc:
-            self.pipeline.finish(decision, error=exc, arguments=sent)
-            return _error(shown(exc.explained))
-        await downstream.after(self.pipeline.finish_call(outcome), self.hub.group)
+                async def call(client: Any) -> CallOutcome:
+                    return await perform(SdkSession(client), request, downstream.target, tools)
+
+                done: CallOutcome = await downstream.run(self.hub.group, call, self.ctx, tokens)
+                return done
+            except BundlectlError as exc:
+                raised.append(exc)
+                raise
+
+        outcome, after = await completed(self.pipeline, request, on_the_server)
+        if not raised:
+            await downstream.after(after, self.hub.group)
         if outcome.error is not None:
             return _error(shown(outcome.error.explained))
         assert outcome.result is not None

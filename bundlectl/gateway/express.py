@@ -251,7 +251,7 @@ class _Call:
             arguments=self.arguments,
         )
         if crashed:
-            after = After.RESTART
+            after = After.CRASHED
         if after is After.KEEP:  # what `Downstream.after` does for it, without a task
             downstream.failures = 0
         else:

@@ -22,7 +22,13 @@ import anyio
 import pydantic
 
 from bundlectl import __version__, servers
-from bundlectl.errors import BundlectlError, CallTimeout, ServerError, ToolCallError
+from bundlectl.errors import (
+    BundlectlError,
+    CallTimeout,
+    ServerCrashed,
+    ServerError,
+    ToolCallError,
+)
 from bundlectl.expand import child_environment, expand
 from bundlectl.launchers import resolve_argv
 from bundlectl.mcpio.stderr import StderrTee
@@ -286,7 +292,7 @@ def classify(exc: BaseException, target: Target) -> BundlectlError | None:
             | anyio.ClosedResourceError
             | anyio.EndOfStream,
         ):
-            return ServerError(
+            return ServerCrashed(
                 f"lost the connection to server {name!r}: "
                 f"{type(leaf).__name__}: {leaf}" + tail_of(target)
             )
@@ -305,7 +311,7 @@ def connection_closed(target: Target) -> ServerError:
     if child is not None:  # its stdout ended: it is exiting; let it finish, so that what it
         with contextlib.suppress(subprocess.TimeoutExpired):  # said last is in the message
             child.process.wait(timeout=0.2)
-    return ServerError(
+    return ServerCrashed(
         f"server {target.name!r} closed the connection (it exited or crashed)" + tail_of(target)
     )
 
@@ -341,7 +347,7 @@ def unauthorized(target: Target, status: int) -> ServerError:
 
 
 def broke_protocol(target: Target, what: str) -> ServerError:
-    return ServerError(f"server {target.name!r} broke the protocol: {what}" + tail_of(target))
+    return ServerCrashed(f"server {target.name!r} broke the protocol: {what}" + tail_of(target))
 
 
 def missing_tool(name: str, tool: str, available: list[str]) -> ToolCallError:
