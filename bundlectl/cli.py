@@ -17,7 +17,6 @@ from typing import Annotated
 import typer
 
 from bundlectl import __version__, paths
-from bundlectl.errors import UsageError
 from bundlectl.options import (
     CLIENT_NAMES,
     CodegenLang,
@@ -31,6 +30,7 @@ from bundlectl.options import (
     Names,
     ServeMode,
     ServeTransport,
+    check_client_name,
 )
 from bundlectl.output import err
 
@@ -626,6 +626,7 @@ def serve(
             "servers' own; refused when two servers share one). Default: gateway.names.",
         ),
     ] = None,
+    unlisted: UnlistedOpt = False,
     config: ConfigOpt = None,
 ) -> int:
     """Serve the resolved servers' tools over MCP, each agent's policy enforced per call.
@@ -642,6 +643,7 @@ def serve(
         port=port,
         stateless=stateless,
         names=names.value if names else None,
+        unlisted=unlisted,
     )
 
 
@@ -684,8 +686,7 @@ def export_(
     """Write an agent's servers and tool policy into a client's config file (merged in place)."""
     from bundlectl.commands import export as cmd
 
-    if client not in CLIENT_NAMES:
-        raise UsageError(f"unknown client {client!r}", hint=f"clients: {', '.join(CLIENT_NAMES)}")
+    check_client_name(client)
     return cmd.run(
         config,
         client,
@@ -730,10 +731,7 @@ def import_(
     """
     from bundlectl.commands import importer as cmd
 
-    if fmt not in (*CLIENT_NAMES, "agix"):
-        raise UsageError(
-            f"unknown format {fmt!r}", hint=f"formats: {', '.join(CLIENT_NAMES)}, agix"
-        )
+    check_client_name(fmt, what="format", also=("agix",))
     return cmd.run(config, fmt, source, agent=agent, dry_run=dry_run, replace=replace or [])
 
 

@@ -143,6 +143,14 @@ class Decision:
     failed: tuple[str, ...] = ()
     # The id of the admitted call this decision let through (its audit records share it).
     call: str | None = field(default=None, compare=False)
+    listed: bool = field(default=True, compare=False)  # the agent is listed under agents:
+
+    @property
+    def explain(self) -> str:
+        """The `policy explain` command line for this decision, as it runs (an agent that is
+        not listed needs --unlisted)."""
+        extra = "" if self.listed else " --unlisted"
+        return f"bundlectl policy explain --agent {self.agent} {self.qualified}{extra}"
 
     def stricter(self, other: Decision) -> bool:
         """Whether this decision refuses more than `other` (deny > ask > allow)."""
@@ -421,7 +429,9 @@ class CompiledAgent:
             reason += "; a rule's condition did not hold: " + "; ".join(failed)
             failed_shown = tuple(failed)
         if not conditional:
-            return Decision(self.name, server, tool, final, rule, reason, effect)
+            return Decision(
+                self.name, server, tool, final, rule, reason, effect, listed=self.listed
+            )
 
         def redecide(args: Mapping[str, Any], schema: Mapping[str, Any] | None) -> Decision:
             return self.decide(
@@ -440,6 +450,7 @@ class CompiledAgent:
             checked=arguments is not None,
             redecide=redecide,
             failed=failed_shown,
+            listed=self.listed,
         )
 
     def _why(

@@ -211,6 +211,22 @@ class Registry:
         """Every bundle name, sorted."""
         return sorted(self._owners)
 
+    def require_names(self, names: Sequence[str]) -> None:
+        """A bundle name given on the command line that no registry has is a usage error about
+        that argument, with a did-you-mean (`install`, `show`, `lock --upgrade` alike)."""
+        from bundlectl.suggest import Suggester  # noqa: PLC0415 - only for a wrong name
+
+        unknown = [name for name in names if name not in self._owners]
+        if not unknown:
+            return
+        close = Suggester(self.names()).closest(unknown[0])
+        raise UsageError(
+            f"no bundle named {', '.join(map(repr, unknown))} in any registry",
+            hint=f"did you mean {close[0]!r}?"
+            if close and len(unknown) == 1
+            else "`bundlectl list` shows the available bundles",
+        )
+
     def source_of(self, name: str) -> Source | None:
         return self._owners.get(name)
 

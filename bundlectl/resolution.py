@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from bundlectl import paths
+from bundlectl import paths, servers
 from bundlectl.catalog import Catalog, ToolRef
 from bundlectl.errors import InputFileError, ResolutionError, UsageError
 from bundlectl.fsio import write_project_file
@@ -24,6 +25,9 @@ from bundlectl.project import Project
 from bundlectl.requirements import requirement_name
 from bundlectl.resolver import Constraint, constraint, resolve
 from bundlectl.suggest import Suggester
+
+if TYPE_CHECKING:
+    from bundlectl.conditions import PathReader
 
 
 @dataclass
@@ -52,6 +56,15 @@ class Resolution:
         user = self.project.user
         layer = (user.config, user.doc) if user is not None else None
         return Policy(policy_set(self.project.config, self.project.doc, self.merged, pinned, layer))
+
+    def path_reader(self, server: str) -> PathReader | None:
+        """How `server` reads a path argument, for `{path: }` conditions (SPEC 10): a built-in
+        server's own reading (links resolved below its root); None: lexically, as any
+        third-party server's path is judged."""
+        merged = self.merged.servers.get(server)
+        if merged is None or servers.builtin_of(merged.spec) is None:
+            return None
+        return servers.path_reader(servers.root_of(merged.spec, self.project.root))
 
     def write_lock(self) -> None:
         """Write the lock this resolution implies (call under `fsio.project_lock`)."""

@@ -61,7 +61,7 @@ def test_read_lists_reads_and_saves_under_the_policy(
     missing = run("read", "conf", "test://nope", "-a", "suite")
     assert missing.code == 4
     assert "server 'conf' has no resource 'test://nope'" in missing.err
-    assert "bundlectl read conf lists them" in missing.err
+    assert "`bundlectl read conf` lists them" in missing.err
     denied = run("read", "conf", "test://static-text", "-a", "reader")
     assert denied.code == 3
     assert "agent 'reader' may not read the resources of server 'conf'" in denied.err

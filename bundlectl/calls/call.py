@@ -193,7 +193,7 @@ def _meets_conditions(admitted: Decision, arguments: dict[str, Any], schema: Any
         raise PolicyDenied(
             f"agent {final.agent!r} may not call {final.qualified} with these arguments: "
             f"{final.reason}",
-            hint=f"bundlectl policy explain --agent {final.agent} {final.qualified}",
+            hint=final.explain,
         )
 
 

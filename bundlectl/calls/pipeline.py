@@ -47,7 +47,6 @@ from bundlectl.output import ask, err
 from bundlectl.policy import Decision
 from bundlectl.resolution import Resolution
 from bundlectl.secretscan import secret_kind, secret_variables
-from bundlectl.servers import builtin_of, path_reader
 from bundlectl.suggest import tool_suggestions
 
 if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowed the call
@@ -253,12 +252,7 @@ class Pipeline:
         own reading (links resolved below its root); None: lexically, for a third-party server
         (SPEC 10; the README's security section says what that covers)."""
         if server not in self._readers:
-            merged = self.resolution.merged.servers.get(server)
-            reader = None
-            if merged is not None and builtin_of(merged.spec) is not None:
-                root = Target(server, merged.spec, self.resolution.project.root).builtin_root()
-                reader = path_reader(root)
-            self._readers[server] = reader
+            self._readers[server] = self.resolution.path_reader(server)
         return self._readers[server]
 
     def judge(
@@ -297,7 +291,7 @@ class Pipeline:
                 f"agent {agent!r} may not call {qualified}: {decision.reason}",
                 hint=f"did you mean {' or '.join(close)}? ({qualified} is not a declared tool)"
                 if close
-                else f"bundlectl policy explain --agent {agent} {qualified}",
+                else decision.explain,
             )
         if decision.effect == "ask" and answer is None:
             self.audit.record(decision, "denied", 0.0, None)

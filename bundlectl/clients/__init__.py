@@ -20,8 +20,7 @@ from bundlectl.clients import (
     vscode,
 )
 from bundlectl.clients.base import Client, Export, Imported, Misfit, ServerPlan
-from bundlectl.errors import UsageError
-from bundlectl.options import CLIENT_NAMES
+from bundlectl.options import CLIENT_NAMES, check_client_name
 
 __all__ = ["NAMES", "Client", "Export", "Imported", "Misfit", "ServerPlan", "get"]
 NAMES = CLIENT_NAMES  # the names, without loading a client module (the CLI's choices)
@@ -45,6 +44,6 @@ CLIENTS = {
 
 
 def get(name: str) -> Client:
-    if name not in CLIENTS:
-        raise UsageError(f"unknown client {name!r}", hint=f"clients: {', '.join(CLIENTS)}")
+    """The client called `name`; a usage error with a did-you-mean for an unknown one."""
+    check_client_name(name)
     return CLIENTS[name]

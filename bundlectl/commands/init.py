@@ -44,6 +44,21 @@ def run(config: Path | None, *, force: bool) -> int:
     target = config or Path.cwd() / paths.CONFIG_NAME
     if target.exists() and not force:
         raise UsageError(f"{target} already exists", hint="pass --force to overwrite it")
+    above = next(
+        (
+            f / paths.CONFIG_NAME
+            for f in target.parent.resolve().parents
+            if (f / paths.CONFIG_NAME).is_file()
+        ),
+        None,
+    )
+    if above is not None and not force:  # every command here would use it instead of that one
+        raise UsageError(
+            f"{target.parent} is inside the project of {above}; a bundlectl.yaml here would start "
+            "a nested project that every command below it uses instead",
+            hint=f"use that project (commands find it from here), or pass --force to start a "
+            f"nested one in {target.parent}",
+        )
 
     with project_lock(target):
         write_project_file(target, TEMPLATE)

@@ -14,7 +14,6 @@ from bundlectl.output import JSON_FORMAT_VERSION, emit_json, note, out
 from bundlectl.project import Project, load_project, project_from_text
 from bundlectl.requirements import requirement_name
 from bundlectl.resolution import Resolution, resolve_project
-from bundlectl.suggest import Suggester
 
 
 def _changes(old: LockFile | None, new: LockFile) -> list[dict[str, str | None]]:
@@ -60,9 +59,16 @@ def _report(
         return
     for line in resolution.merged.notes:
         note(line)
+    brought = {b.manifest.name: sorted(b.manifest.agents) for b in resolution.merged.bundles}
     for change in changes:
         if change["from"] is None:
             out(f"+ {change['name']} {change['to']}")
+            agents = brought.get(str(change["name"])) or []
+            if agents:  # they are in the project's policy now, whatever bundlectl.yaml says
+                note(
+                    f"bundle {change['name']} brings agent(s) {', '.join(agents)}: "
+                    f"`bundlectl resolve --agent {agents[0]}` shows what they may call"
+                )
         elif change["to"] is None:
             out(f"- {change['name']} {change['from']}")
         elif "to_source" in change:
@@ -110,26 +116,18 @@ def install(config: Path | None, requirements: list[str], *, dry_run: bool, fmt:
                 str(exc), hint="write NAME or NAME<spec>, e.g. 'github>=1,<2'"
             ) from None
     project = load_project(config)
-    _known(project, [requirement_name(text) for text in requirements])
+    project.registry.require_names([requirement_name(text) for text in requirements])
     with project_lock(project.config_path):
         text = project.config_path.read_text(encoding="utf-8")
-        return _apply(project, edit_bundles(text, add=requirements), dry_run=dry_run, fmt=fmt)
-
-
-def _known(project: Project, names: list[str]) -> None:
-    """A name given on the command line that no registry has is a usage error about that
-    argument (not a problem at the place in bundlectl.yaml where it would have gone)."""
-    known = project.registry.names()
-    unknown = [name for name in names if name not in known]
-    if not unknown:
-        return
-    close = Suggester(known).closest(unknown[0])
-    raise UsageError(
-        f"no bundle named {', '.join(map(repr, unknown))} in any registry",
-        hint=f"did you mean {close[0]!r}?"
-        if close and len(unknown) == 1
-        else "`bundlectl list` shows the available bundles",
-    )
+        edited = edit_bundles(text, add=requirements)
+        if edited == text and fmt is Format.text:  # every requirement is listed as given
+            installed = resolve_project(project).lock.bundles
+            for name in map(requirement_name, requirements):
+                locked = installed.get(name)
+                version = f" {locked.version}" if locked is not None else ""
+                out(f"{name}{version} is already installed")
+            return 0
+        return _apply(project, edited, dry_run=dry_run, fmt=fmt)
 
 
 def remove(config: Path | None, names: list[str], *, dry_run: bool, fmt: Format) -> int:
@@ -167,7 +165,7 @@ def lock(config: Path | None, names: list[str], *, check: bool, upgrade: bool, f
     if check and upgrade:
         raise UsageError("--check and --upgrade cannot be combined")
     project = load_project(config)
-    _known(project, names)
+    project.registry.require_names(names)
     if not check:
         with project_lock(project.config_path):
             return _apply(

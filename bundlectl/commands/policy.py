@@ -9,6 +9,7 @@ from typing import Any
 
 from bundlectl.catalog import Row, agent_row
 from bundlectl.describe import uncatalogued_note
+from bundlectl.errors import UsageError
 from bundlectl.options import Format, MatrixFormat
 from bundlectl.output import (
     JSON_FORMAT_VERSION,
@@ -101,9 +102,22 @@ def check(
             interactive=interactive,
             arguments=arguments,
             schema=resolution.catalog.input_schema(s, t) if arguments is not None else None,
+            paths=resolution.path_reader(s) if arguments is not None else None,
         )
         for s, t in names
     ]
+    undecided = [d for d in decisions if d.conditional and arguments is None]
+    if undecided:  # "allowed" would mislead a CI script: some calls of it are refused
+        first = undecided[0]
+        names_of = explain(compiled, first.server, first.tool, interactive=True).depends_on
+        raise UsageError(
+            f"{', '.join(d.qualified for d in undecided)}: agent {agent!r} is allowed it only "
+            f"for some arguments ({', '.join(names_of)}), so no call can be decided without them",
+            hint=f"give the call's arguments: bundlectl policy check --agent {agent} "
+            f"{first.qualified} --args '{{\"{names_of[0]}\": ...}}'"
+            if names_of
+            else "give the call's arguments with --args JSON",
+        )
     if fmt is Format.json:
         emit_json(
             [

@@ -167,7 +167,7 @@ def _ask(
                             raise ToolCallError(
                                 f"server {server!r} has no {_kind(method)} {what!r}: "
                                 f"{exc.error.message}",
-                                hint=f"bundlectl {_command(method)} {server} lists them",
+                                hint=f"`bundlectl {_command(method)} {server}` lists them",
                             ) from None
                         raise ServerError(
                             f"server {server!r} returned an error for {method} {what!r}: "

@@ -26,8 +26,14 @@ def run(
     port: int = 8765,
     stateless: bool = False,
     names: str | None = None,
+    unlisted: bool = False,
 ) -> int:
+    """`unlisted`: serve an agent named with --agent that is not listed under `agents:` (it
+    gets `policy.default`); without it such a name — usually a typo in a client's config, which
+    the client hides behind an empty tool list — is refused before anything is served."""
     resolution = resolve_project(load_project(config))
+    if agent is not None:
+        resolution.policy.require_listed([agent], unlisted=unlisted)
     if mode is ServeMode.direct:  # search mode names tools server.tool
         _refuse_clashes(resolution, names)
     pipeline = Pipeline(resolution, AuditLog(resolution, via="serve"), confirm=None)

@@ -23,6 +23,7 @@ def run(config: Path | None, requirement: str, *, fmt: Format) -> int:
     project = optional_project(config)
     registry = project.registry if project else Registry.default()
     wanted = constraint(requirement, "the command line")
+    registry.require_names([wanted.name])  # a typo: a usage error, as install says it
     # The resolver gives the same "no bundle named … did you mean" and conflict messages as install.
     chosen = resolve([wanted], registry)[wanted.name]
     loaded = registry.get(wanted.name, chosen)

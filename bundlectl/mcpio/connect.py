@@ -79,11 +79,7 @@ class Target:
         return [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--unprotect"]
 
     def builtin_root(self) -> Path:
-        args = self.spec.args
-        base = self.root / (self.spec.cwd or ".")
-        if "--root" in args and args.index("--root") + 1 < len(args):
-            return base / expand(args[args.index("--root") + 1], {}, where=self.name)
-        return base
+        return servers.root_of(self.spec, self.root)
 
 
 def start_child(target: Target) -> Child:

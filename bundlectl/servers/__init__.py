@@ -41,6 +41,18 @@ def builtin_of(spec: Any) -> str | None:
     return None
 
 
+def root_of(spec: Any, project_root: Path) -> Path:
+    """The folder a built-in server's entry confines it to: `--root` in its args, below its
+    `cwd` below the project root."""
+    from bundlectl.expand import expand  # noqa: PLC0415 - the entry's `${VAR}`, when asked
+
+    args = spec.args
+    base = project_root / (spec.cwd or ".")
+    if "--root" in args and args.index("--root") + 1 < len(args):
+        return base / expand(args[args.index("--root") + 1], {}, where=spec.command or "server")
+    return base
+
+
 def build(name: str, root: Path, unprotected: Sequence[str] = ()) -> MCPServer:
     """Construct the built-in server `name`, confined to / working in `root`."""
     return toolbox(name, root, unprotected).server()

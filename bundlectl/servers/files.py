@@ -80,11 +80,20 @@ class Guard:
         return None
 
 
+def missing(base: Root, path: str) -> str:
+    """A path that is not there, said with the folder it was looked for in: paths are relative
+    to the server's root (the project's), whatever folder the command ran in."""
+    return f"{path!r} does not exist under the root folder {base.path}"
+
+
 def _resolve(base: Root, path: str, *, create_parents: bool = False) -> Resolved:
     try:
         return base.walk(_checked(path), create_parents=create_parents)
     except Outside as exc:
-        raise ToolFailure(str(exc)) from None
+        text = str(exc)
+        raise ToolFailure(
+            missing(base, path) if text.endswith("does not exist") else text
+        ) from None
 
 
 def inside(base: Root, path: str) -> str:
@@ -111,7 +120,7 @@ def read_below(base: Root, path: str, limit: int = MAX_READ_BYTES) -> tuple[byte
         try:
             fd = open_file(found, os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:
-            raise ToolFailure(f"{path!r} does not exist") from None
+            raise ToolFailure(missing(base, path)) from None
         except IsADirectoryError:
             raise ToolFailure(f"{path!r} is not a file") from None
         except Outside as exc:
@@ -189,7 +198,7 @@ def toolbox(root: Path, unprotected: Iterable[str] = ()) -> Toolbox:
                     else os.dup(found.dir_fd)
                 )
             except FileNotFoundError:
-                raise ToolFailure(f"{path!r} does not exist") from None
+                raise ToolFailure(missing(base, path)) from None
             except NotADirectoryError:
                 raise ToolFailure(f"{path!r} is not a folder") from None
             try:

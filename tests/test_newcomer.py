@@ -1,0 +1,96 @@
+"""What a new user trips on (issue 37): each edge as a user meets it, through the real CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Run, write
+
+CONFIG = """
+version: 1
+bundles: [basic]
+agents:
+  reader: {allow: [files.read_file]}
+  docs:
+    allow:
+      - {tool: files.write_file, args: {path: {path: "docs/**"}}}
+policy: {default: deny}
+"""
+
+
+def test_serve_refuses_an_agent_that_is_not_listed_unless_asked(project: Path, run: Run) -> None:
+    """`serve --agent docbot` (a typo) served no tools, said only on stderr that clients hide."""
+    write(project / "bundlectl.yaml", CONFIG)
+    typo = run("serve", "--agent", "redaer")
+    assert typo.code == 2
+    assert "agent 'redaer' is not listed under agents; did you mean 'reader'?" in typo.err
+    assert "--unlisted" in typo.err
+
+
+def test_a_wrong_name_gets_one_behaviour_and_a_did_you_mean(project: Path, run: Run) -> None:
+    write(project / "bundlectl.yaml", CONFIG)
+    for args, said in (
+        (["show", "bsic"], "no bundle named 'bsic' in any registry"),
+        (["install", "githb"], "no bundle named 'githb' in any registry"),
+        (["export", "claud"], "unknown client 'claud'; did you mean 'claude-code'?"),
+        (["import", "claud-code", "x.json"], "unknown format 'claud-code'; did you mean"),
+    ):
+        result = run(*args)
+        assert (result.code, said in result.err) == (2, True), (args, result.err)
+
+
+def test_install_says_what_is_installed_already_and_which_agents_a_bundle_brings(
+    project: Path, run: Run
+) -> None:
+    write(project / "bundlectl.yaml", CONFIG)
+    before = (project / "bundlectl.yaml").read_text()
+    again = run("install", "basic")
+    assert again.code == 0 and again.lines == ["basic 1.1.0 is already installed"]
+    assert (project / "bundlectl.yaml").read_text() == before
+    added = run("install", "github")
+    assert added.code == 0, added.err
+    assert "bundle github brings agent(s) github-reader" in added.err
+
+
+def test_init_inside_a_project_refuses_a_nested_one_without_force(
+    project: Path, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(project / "bundlectl.yaml", CONFIG)
+    sub = project / "src" / "pkg"
+    sub.mkdir(parents=True)
+    monkeypatch.chdir(sub)
+    refused = run("init")
+    assert refused.code == 2
+    assert f"inside the project of {project / 'bundlectl.yaml'}" in refused.err
+    assert not (sub / "bundlectl.yaml").exists()
+    assert run("init", "--force").code == 0 and (sub / "bundlectl.yaml").exists()
+
+
+def test_a_missing_file_is_said_with_the_root_it_was_looked_for_in(
+    project: Path, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Paths are the project root's even when the command runs in a subfolder."""
+    write(project / "bundlectl.yaml", CONFIG)
+    (project / "sub").mkdir()
+    (project / "sub" / "guide.md").write_text("g")
+    monkeypatch.chdir(project / "sub")
+    missing = run("exec", "-a", "reader", "files.read_file", "path=guide.md")
+    assert missing.code == 1
+    assert f"'guide.md' does not exist under the root folder {project.resolve()}" in missing.err
+
+
+def test_policy_check_of_a_tool_allowed_for_some_arguments_needs_them(
+    project: Path, run: Run
+) -> None:
+    """It exited 0 ("allow") without --args: a CI script took every call for allowed."""
+    write(project / "bundlectl.yaml", CONFIG)
+    (project / "docs").mkdir()
+    bare = run("policy", "check", "--agent", "docs", "files.write_file")
+    assert bare.code == 2 and "only for some arguments (path)" in bare.err
+    inside = '{"path": "docs/a.md", "content": "x"}'
+    assert run("policy", "check", "-a", "docs", "files.write_file", "--args", inside).code == 0
+    (project / "docs" / "src").symlink_to("../src", target_is_directory=True)
+    linked = '{"path": "docs/src/a.py", "content": "x"}'  # decided as the server resolves it
+    assert run("policy", "check", "-a", "docs", "files.write_file", "--args", linked).code == 3
