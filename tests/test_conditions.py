@@ -272,8 +272,8 @@ def test_policy_check_and_explain_decide_a_call_with_args(
     """Without --args they say which arguments the decision depends on; with them, each
     rule's condition is checked (from a file too) and the exit code is the call's."""
     plain = run("policy", "check", "-a", "docs", "files.write_file")
-    assert plain.code == 0
-    assert "depends on the arguments: path; give --args" in plain.out
+    assert plain.code == 2  # "allow" would mislead: it depends on the arguments
+    assert "only for some arguments (path)" in plain.err
 
     inside = run(
         "policy", "check", "-a", "docs", "files.write_file", "--args", '{"path": "docs/a.md"}'

@@ -268,11 +268,13 @@ def test_a_line_that_is_no_json_rpc_message_gets_an_error_and_the_session_goes_o
     assert "Traceback" not in log
 
 
-def serve_reading_nothing(project: Path, agent: str) -> subprocess.CompletedProcess[str]:
+def serve_reading_nothing(
+    project: Path, agent: str, *more: str
+) -> subprocess.CompletedProcess[str]:
     """`bundlectl serve --agent AGENT < /dev/null` (a service manager's default stdin)."""
     with open(os.devnull, "rb") as null:
         return subprocess.run(
-            [PY, "-m", "bundlectl", "serve", "--agent", agent],
+            [PY, "-m", "bundlectl", "serve", "--agent", agent, *more],
             cwd=project,
             stdin=null,
             capture_output=True,
@@ -288,8 +290,12 @@ def test_serve_with_nothing_on_stdin_ends_at_once(gateway_project: Path) -> None
 
 
 def test_serve_says_when_its_agent_is_not_listed(gateway_project: Path) -> None:
-    """A typo in a client's config would show only as an empty tool list: serve says why."""
+    """A typo in a client's config would show only as an empty tool list: serve refuses it,
+    and serves it what policy.default gives only when told to (--unlisted), saying so."""
     done = serve_reading_nothing(gateway_project, "raeder")
+    assert done.returncode == 2
+    assert "agent 'raeder' is not listed under agents; did you mean 'reader'?" in done.stderr
+    done = serve_reading_nothing(gateway_project, "raeder", "--unlisted")
     assert done.returncode == 0
     assert done.stderr.splitlines() == [
         "note: agent 'raeder' is not listed under agents: policy.default (deny) applies; "

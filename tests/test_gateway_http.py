@@ -253,7 +253,10 @@ def test_healthz_digest_is_the_locks_policy_digest(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--agent", "nobody", "--host", "0.0.0.0"], "refusing to serve 0.0.0.0 without tokens"),
+        (
+            ["--agent", "nobody", "--unlisted", "--host", "0.0.0.0"],
+            "refusing to serve 0.0.0.0 without tokens",
+        ),
         ([], "no agent declares one"),
     ],
 )

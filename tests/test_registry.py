@@ -88,12 +88,12 @@ def test_registry_add_rejects_invalid_and_missing(tmp_path: Path, run: Run) -> N
 
 
 def test_show_unknown_and_invalid(project: Path, run: Run) -> None:
-    result = run("show", "githb")
+    result = run("show", "githb")  # a wrong argument: a usage error, as install says it
     assert (result.code, result.err_lines) == (
-        1,
+        2,
         [
-            "error: no bundle named 'githb' in any registry (required by the command line)",
-            "hint: did you mean github?",
+            "error: no bundle named 'githb' in any registry",
+            "hint: did you mean 'github'?",
         ],
     )
     assert run("show", "github>>1").code == 2

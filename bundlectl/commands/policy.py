@@ -70,14 +70,6 @@ def _arguments(source: str | None) -> dict[str, Any] | None:
     return load_json_args(source)
 
 
-def _depends(d: Decision, arguments: dict[str, Any] | None, compiled: Any) -> str:
-    """For a decision that depends on the call's arguments and none were given: on which."""
-    if arguments is not None or not d.conditional:
-        return ""
-    names = explain(compiled, d.server, d.tool, interactive=True).depends_on
-    return f" (depends on the arguments: {', '.join(names)}; give --args)"
-
-
 def check(
     config: Path | None,
     agent: str,
@@ -123,7 +115,7 @@ def check(
             [
                 {
                     **_decision_json(d),
-                    "depends_on_arguments": d.conditional and arguments is None,
+                    "depends_on_arguments": False,  # such a tool needs --args (kept: format 1)
                 }
                 for d in decisions
             ]
@@ -135,7 +127,7 @@ def check(
                 [
                     _effect_label(d),
                     d.qualified,
-                    (d.rule.label if d.rule else d.reason) + _depends(d, arguments, compiled),
+                    d.rule.label if d.rule else d.reason,
                     f"({d.rule.origin})" if d.rule else "",
                 ]
                 for d in decisions
