@@ -56,7 +56,12 @@ def test_serve_decides_on_the_arguments(docs_project: Path) -> None:
 
     inside, outside = serve_in_process(docs_project, "docs", script)
     assert not inside.is_error and (docs_project / "docs" / "b.md").read_text() == "ok"
-    assert outside.is_error and "unknown tool" in texts(outside)[0]  # a deny, said as ever
+    # the tool is listed: the model is told its arguments were refused and what its rule
+    # allows (it said "unknown tool"), never the rule's file or the value it sent
+    assert outside.is_error and texts(outside) == [
+        'files__write_file: these arguments are refused by the policy, which allows this tool '
+        'only with: path {"path": "docs/**"}; the call was not made'
+    ]
 
     async def search(client: Any) -> Any:
         found = await client.call_tool("search_tools", {"query": "write", "detail": "summary"})

@@ -94,3 +94,16 @@ def test_policy_check_of_a_tool_allowed_for_some_arguments_needs_them(
     (project / "docs" / "src").symlink_to("../src", target_is_directory=True)
     linked = '{"path": "docs/src/a.py", "content": "x"}'  # decided as the server resolves it
     assert run("policy", "check", "-a", "docs", "files.write_file", "--args", linked).code == 3
+
+
+def test_a_typo_is_answered_with_the_tools_the_agent_may_call_first(
+    project: Path, run: Run
+) -> None:
+    """exec's did-you-mean offered files.write_file to an agent that may only read."""
+    write(project / "bundlectl.yaml", CONFIG)
+    typo = run("exec", "-a", "reader", "files.writ_file", "path=x")
+    assert typo.code == 3
+    assert (
+        "hint: did you mean files.read_file or files.write_file (which agent 'reader' may not "
+        "call)? (files.writ_file is not a declared tool)"
+    ) in typo.err

@@ -72,9 +72,11 @@ def test_exec_refuses_a_tool_changed_since_it_was_locked(
     monkeypatch.setenv("KITCHEN_RUG_PULL", "1")
     pulled = run("exec", "--agent", "bot", "kitchen.echo", "text=hi")
     assert pulled.code == 3 and pulled.out == ""
+    # a project server: its catalog is bundlectl.yaml's, so the hint is the one that records it
     assert (
-        "kitchen.echo changed since it was locked — review with `bundlectl tools --live` "
-        "and `bundlectl lock --upgrade`" in pulled.err
+        "kitchen.echo changed since it was locked — review with `bundlectl tools --live "
+        "--server kitchen` and record it with `bundlectl tools --live --record --server "
+        "kitchen`" in pulled.err
     )
     unrecorded = run("exec", "--agent", "bot", "kitchen.add", "a=1", "b=2")
     assert unrecorded.code == 3 and "the lock does not record this tool" in unrecorded.err

@@ -289,9 +289,7 @@ class Pipeline:
             close = tool_suggestions(self.resolution.catalog.index, decision.server, decision.tool)
             raise PolicyDenied(
                 f"agent {agent!r} may not call {qualified}: {decision.reason}",
-                hint=f"did you mean {' or '.join(close)}? ({qualified} is not a declared tool)"
-                if close
-                else decision.explain,
+                hint=self._did_you_mean(agent, qualified, close) if close else decision.explain,
             )
         if decision.effect == "ask" and answer is None:
             self.audit.record(decision, "denied", 0.0, None)
@@ -304,6 +302,16 @@ class Pipeline:
             self.audit.record(decision, "denied-by-user", 0.0, None)
             raise PolicyDenied(f"{qualified} was not confirmed; nothing was started")
         return self.start(decision)
+
+    def _did_you_mean(self, agent: str, qualified: str, close: list[str]) -> str:
+        """The declared tools close to a mistyped one, those the agent may call first; the
+        others marked, so the hint never sends it to another refusal."""
+        compiled = self.resolution.policy.agent(agent)
+        usable = [n for n in close if compiled.decide(*n.split(".", 1)).effect != "deny"]
+        named = usable + [
+            f"{n} (which agent {agent!r} may not call)" for n in close if n not in usable
+        ]
+        return f"did you mean {' or '.join(named)}? ({qualified} is not a declared tool)"
 
     def start(self, decision: Decision) -> Decision:
         """The call is let through: recorded now as `pending` under a new call id, before the
@@ -472,9 +480,16 @@ class Pipeline:
         if digest_json(declared.model_dump(mode="json")) != locked.tools[live.name] or (
             compare(server, [declared], [live]).changed
         ):
+            # What ends it depends on where the catalog lives: the project's own servers record
+            # theirs in bundlectl.yaml, a bundle's comes with a new version of the bundle.
+            then = (
+                f"`bundlectl tools --live --record --server {server}`"
+                if merged is not None and merged.bundle is None
+                else "`bundlectl lock --upgrade`"
+            )
             return (
                 f"{qualified} changed since it was locked — review with "
-                f"`bundlectl tools --live` and `bundlectl lock --upgrade`"
+                f"`bundlectl tools --live --server {server}` and record it with {then}"
             )
         return None
 

@@ -1269,6 +1269,8 @@ class Gateway:
         try:
             decision = self.pipeline.admit(decision, answer)
         except PolicyDenied:
+            if decision.effect == "deny" and self._listed(decision):
+                return _error(_refused_arguments(name, decision, self._policy_of(decision)))
             if decision.effect == "deny":  # audited with the reason; said as for no such tool
                 return _error(unknown)
             if answer is None:
@@ -1282,6 +1284,23 @@ class Gateway:
         if self.binding is not None:  # its server may ask the client: it can answer by a retry
             return await self.hub.parking.start(self.ctx, self.binding, perform)  # type: ignore[return-value]
         return await perform()
+
+    def _listed(self, decision: Decision) -> bool:
+        """Whether the agent is offered the tool (`tools/list`): some call of it may pass, so a
+        refusal on its arguments may say so (SPEC 7)."""
+        compiled = self.pipeline.resolution.policy.agent(self.agent)
+        return decision.conditional and (
+            compiled.decide(decision.server, decision.tool, interactive=True).effect != "deny"
+        )
+
+    def _policy_of(self, decision: Decision) -> list[str]:
+        """The conditions under which the agent's own grants let it call the tool."""
+        compiled = self.pipeline.resolution.policy.agent(self.agent)
+        return [
+            rule.condition.describe()
+            for rule in compiled.conditional_matching(decision.server, decision.tool)
+            if rule.effect != "deny" and rule.condition is not None
+        ]
 
     def _received(self, server: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """The arguments as `server.tool` will receive them: the real values behind the agent's
@@ -1355,6 +1374,20 @@ class Gateway:
         assert outcome.result is not None
         result: types.CallToolResult = outcome.result.as_model()
         return tokens.result(result) if tokens is not None else result
+
+
+def _refused_arguments(name: str, decision: Decision, grants: list[str]) -> str:
+    """What the model reads when a tool it is offered is refused on these arguments: that the
+    arguments were refused, and what its own rules allow — never another agent's rules, the
+    rule's file or the values it sent (SPEC 7)."""
+    rule = decision.rule
+    if rule is not None and rule.effect == "deny":
+        return f"{name}: these arguments are refused by the policy; the call was not made"
+    allowed = "; or ".join(grants) or "other arguments"
+    return (
+        f"{name}: these arguments are refused by the policy, which allows this tool only "
+        f"with: {allowed}; the call was not made"
+    )
 
 
 def _name(tool: types.Tool) -> str:
