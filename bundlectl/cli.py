@@ -680,6 +680,15 @@ def export_(
             "exactly rather than trusting a declared catalog.",
         ),
     ] = False,
+    absolute: Annotated[
+        bool,
+        typer.Option(
+            "--absolute",
+            help="A gateway entry names this bundlectl and the config by absolute path (for a "
+            "client that will not find `bundlectl` on its PATH); the file is then this "
+            "machine's, not portable.",
+        ),
+    ] = False,
     unlisted: UnlistedOpt = False,
     config: ConfigOpt = None,
 ) -> int:
@@ -697,6 +706,7 @@ def export_(
         dry_run=dry_run,
         live=live,
         unlisted=unlisted,
+        absolute=absolute,
     )
 
 

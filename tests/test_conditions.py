@@ -59,7 +59,7 @@ def test_serve_decides_on_the_arguments(docs_project: Path) -> None:
     # the tool is listed: the model is told its arguments were refused and what its rule
     # allows (it said "unknown tool"), never the rule's file or the value it sent
     assert outside.is_error and texts(outside) == [
-        'files__write_file: these arguments are refused by the policy, which allows this tool '
+        "files__write_file: these arguments are refused by the policy, which allows this tool "
         'only with: path {"path": "docs/**"}; the call was not made'
     ]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,39 @@ def test_a_typo_is_answered_with_the_tools_the_agent_may_call_first(
         "hint: did you mean files.read_file or files.write_file (which agent 'reader' may not "
         "call)? (files.writ_file is not a declared tool)"
     ) in typo.err
+
+
+def test_import_of_a_file_bundlectl_exported_imports_nothing_and_says_why(
+    project: Path, run: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It imported `cc: {allow: [bundlectl.*]}` (a rule for a server that does not exist, which
+    lint then rejects) from Claude Code's file, and said "holds no MCP servers" for Gemini's."""
+    write(project / "bundlectl.yaml", CONFIG)
+    (project / "docs").mkdir()
+    for client, written in (("claude-code", ".mcp.json"), ("gemini", ".gemini/settings.json")):
+        assert run("export", client, "--agent", "docs", "--via", "gateway").code == 0
+        other = tmp_path / f"other-{client}"
+        other.mkdir()
+        monkeypatch.chdir(other)
+        imported = run("import", client, str(project / written))
+        assert imported.code == 0, imported.err
+        assert "is bundlectl's own gateway entry (`bundlectl serve --agent docs`)" in imported.err
+        assert imported.err_lines[-1].startswith("nothing to import from")
+        assert not (other / "bundlectl.yaml").exists()
+        monkeypatch.chdir(project)
+
+
+def test_export_warns_when_the_client_cannot_find_bundlectl(
+    project: Path, run: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A portable gateway entry runs `bundlectl` from PATH; with none there the client failed
+    to start the gateway and nothing said so."""
+    write(project / "bundlectl.yaml", CONFIG)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    portable = run("export", "claude-code", "--agent", "docs", "--via", "gateway")
+    assert portable.code == 0
+    assert "warning: no `bundlectl` is on PATH" in portable.err and "--absolute" in portable.err
+    pinned = run("export", "claude-code", "--agent", "docs", "--via", "gateway", "--absolute")
+    assert pinned.code == 0 and "warning" not in pinned.err
+    entry = json.loads((project / ".mcp.json").read_text())["mcpServers"]["bundlectl"]
+    assert Path(entry["command"]).is_absolute() or entry["args"][:2] == ["-m", "bundlectl"]

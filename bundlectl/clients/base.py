@@ -107,6 +107,9 @@ class Imported:
     # What the client does with a server's tools that no list names ("ask": it asks the user).
     unlisted: dict[str, str] = field(default_factory=dict)
     default_allow: bool = False  # agix: unlisted agents get every tool
+    # bundlectl's own gateway entries found (entry name → the agent it serves): nothing of
+    # them is imported, since the project's policy already says what they serve
+    gateways: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,24 @@ def gateway_spec(export: Export, *, absolute: bool) -> dict[str, Any]:
     if outside or export.config_path != export.project_root / "bundlectl.yaml":
         args += ["-c", str(export.config_path)]
     return {"command": argv[0], "args": args}
+
+
+def gateway_agent(raw: Any) -> str | None:
+    """The agent a server entry serves when it is bundlectl's own gateway (`bundlectl serve
+    [--agent A]`, however bundlectl is started), else None."""
+    if not isinstance(raw, dict):
+        return None
+    command = str(raw.get("command") or "")
+    args = [str(a) for a in raw.get("args") or []]
+    words = [*command.split(), *args]  # a command given as one string too
+    starts = [i for i, w in enumerate(words) if Path(w).name in ("bundlectl", "bundlectl.exe")]
+    rest = words[starts[0] + 1 :] if starts else []  # `python -m bundlectl serve` too
+    if "serve" not in rest:
+        return None
+    for flag in ("--agent", "-a"):
+        if flag in rest and rest.index(flag) + 1 < len(rest):
+            return rest[rest.index(flag) + 1]
+    return "default"
 
 
 def launcher() -> list[str]:

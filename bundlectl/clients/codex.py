@@ -28,6 +28,7 @@ from bundlectl.clients.base import (
     Imported,
     Misfit,
     ServerPlan,
+    gateway_agent,
     gateway_spec,
     references,
 )
@@ -215,7 +216,10 @@ def read(text: str, file: str) -> Imported:
     doc = _load(text, file).unwrap()
     imported = Imported()
     for name, raw in (doc.get("mcp_servers") or {}).items():
-        if name == GATEWAY_ENTRY or not isinstance(raw, dict):
+        served = gateway_agent(raw)
+        if served is not None:
+            imported.gateways[name] = served
+        if name == GATEWAY_ENTRY or not isinstance(raw, dict) or served is not None:
             continue
         if raw.get("url"):
             spec = _read_remote(raw, imported, name)

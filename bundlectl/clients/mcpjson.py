@@ -18,6 +18,7 @@ from bundlectl.clients.base import (
     Imported,
     Misfit,
     ServerPlan,
+    gateway_agent,
     gateway_spec,
     references,
     rewrite_refs,
@@ -216,7 +217,10 @@ def read_servers(data: dict[str, Any], key: str, file: str) -> Imported:
     if not isinstance(servers, dict):
         return imported
     for name, raw in servers.items():
-        if not isinstance(raw, dict) or name == GATEWAY_ENTRY:
+        served = gateway_agent(raw)
+        if served is not None:
+            imported.gateways[name] = served
+        if not isinstance(raw, dict) or name == GATEWAY_ENTRY or served is not None:
             continue
         spec: dict[str, Any] = {}
         url = raw.get("url") or raw.get("httpUrl") or raw.get("serverUrl")

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import difflib
+import shutil
 from pathlib import Path
 
 from bundlectl.clients import Export, Misfit, get
+from bundlectl.clients.base import launcher
 from bundlectl.clients.planning import plan, unchecked
 from bundlectl.errors import ReportedFailure, UsageError
 from bundlectl.fsio import atomic_write
@@ -30,6 +32,7 @@ def run(
     dry_run: bool,
     live: bool = False,
     unlisted: bool = False,
+    absolute: bool = False,
 ) -> int:
     client = get(client_name)
     project = load_project(config)
@@ -45,7 +48,7 @@ def run(
         catalogs = live_catalogs(unchecked(resolution, who), project.root)
     export = plan(resolution, who, catalogs)
     target = (output or client.default_path(project.root)).absolute()
-    export.absolute = not target.is_relative_to(project.root)
+    export.absolute = absolute or not target.is_relative_to(project.root)
     managed = set(resolution.merged.servers)
     originals: dict[Path, str] = {}
 
@@ -109,7 +112,30 @@ def run(
     err(f"wrote {written} ({how})")
     for note in client.notes(target, project.root):
         err(f"note: {note}")
+    if chosen is ExportVia.gateway and not export.absolute:
+        _check_on_path()
     return 0
+
+
+def _check_on_path() -> None:
+    """A portable gateway entry runs `bundlectl` from the PATH the client sees: warn when
+    none is there, or when it is another installation, with the ways out (#37)."""
+    found = shutil.which("bundlectl")
+    ours = launcher()
+    way = (
+        "install it where clients find it (`pipx install bundlectl` or `uv tool install "
+        "bundlectl`), or export with --absolute to name this one"
+    )
+    if found is None:
+        err(
+            "warning: no `bundlectl` is on PATH, so the client cannot start the gateway this "
+            f"entry runs; {way}"
+        )
+    elif len(ours) == 1 and Path(found).resolve() != Path(ours[0]).resolve():
+        err(
+            f"warning: `bundlectl` on PATH is {found}, not the one that wrote this entry "
+            f"({ours[0]}): the client will run that installation; {way}"
+        )
 
 
 def _inside(path: Path, root: Path) -> None:

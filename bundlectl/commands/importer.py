@@ -39,6 +39,13 @@ def run(
             f"{display_path(source)}: no such file", hint="give the client's config file"
         )
     imported, notes = _read(fmt, source, _config_path(config).parent.resolve())
+    if imported.gateways:
+        notes += _without_gateways(imported, display_path(source))
+        if not (imported.servers or imported.allow or imported.ask or imported.deny):
+            for line in notes:
+                err(f"note: {line}")
+            err(f"nothing to import from {display_path(source)}")
+            return 0
     if not (imported.servers or imported.allow or imported.ask or imported.deny) and not (
         imported.agents or imported.bundles
     ):  # a file of another client (or an empty one) would import an agent with no tools
@@ -115,6 +122,21 @@ def _read(fmt: str, source: Path, project: Path) -> tuple[Imported, list[str]]:
         data = jsonc.parse(text, display_path(source)).value
         notes += claude_code.local_scope(data, project, imported)
     return imported, notes
+
+
+def _without_gateways(imported: Imported, source: str) -> list[str]:
+    """bundlectl's own gateway entries (an export of this or another project) import nothing:
+    the policy they enforce is a bundlectl.yaml's already, and a rule for their tools
+    (`bundlectl.*`) would name a server no project has."""
+    gone = set(imported.gateways)
+    for rules in (imported.allow, imported.ask, imported.deny):
+        rules[:] = [r for r in rules if r.split(".", 1)[0] not in gone]
+    return [
+        f"{source}: {name!r} is bundlectl's own gateway entry (`bundlectl serve --agent "
+        f"{agent}`); nothing is imported from it — the policy of agent {agent!r} is in the "
+        "bundlectl.yaml it was exported from"
+        for name, agent in sorted(imported.gateways.items())
+    ]
 
 
 def _existing_servers(target: Path) -> dict[str, Any]:
