@@ -875,10 +875,11 @@ def test_tools_live_shows_drift_and_record_ends_it(project: Path, run: Run, star
     assert run("lock").code == 0
     recorded = run("tools", "--live", "--record", "--server", "kitchen")
     assert recorded.code == 0, recorded.err
-    assert (
-        recorded.err_lines[0].startswith("recorded ")
-        and "tool(s) of kitchen (+" in (recorded.err_lines[0])
-    )
+    said = recorded.err_lines[0]  # what changed, as lock says it (it said "+0 -0" for a change)
+    assert said.startswith("recorded ") and "tool(s) of kitchen (added add, bump, " in said
+    assert "; removed retired; changed echo (input schema)" in said
+    again = run("tools", "--live", "--record", "--server", "kitchen")
+    assert again.err_lines[0].endswith("tool(s) of kitchen (no change)")
     text = (project / "bundlectl.yaml").read_text()
     assert "kitchen:  # the test suite's own server" in text and "retired" not in text
     assert run("tools", "--live", "--server", "kitchen").lines == [

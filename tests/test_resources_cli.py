@@ -89,5 +89,10 @@ def test_prompt_lists_and_fills_in_under_the_policy(conf: Path, run: Run) -> Non
     assert missing.code == 4 and "server 'conf' has no prompt 'nope'" in missing.err
     bad = run("prompt", "conf", "x", "oops", "-a", "suite")
     assert bad.code == 2 and "'oops' is not KEY=VALUE" in bad.err
+    short = run("prompt", "conf", "test_prompt_with_arguments", "arg1=a", "-a", "suite")
+    assert short.code == 2  # it said the prompt did not exist
+    assert "prompt 'test_prompt_with_arguments' of server 'conf' needs argument(s) arg2" in (
+        short.err
+    )
     denied = run("prompt", "conf", "test_simple_prompt", "-a", "reader")
     assert denied.code == 3 and "may not get the prompts of server 'conf'" in denied.err

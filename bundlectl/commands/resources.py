@@ -96,6 +96,19 @@ def run_prompt(
         values[field] = value
 
     async def get(client: Any) -> dict[str, Any]:
+        listed = {p.name: p for p in (await client.list_prompts()).prompts}
+        declared = listed.get(name)
+        if declared is not None:  # its declared arguments say what is missing (MCP's error
+            # for a missing one reads as "no such prompt" from many servers)
+            wanted = [a.name for a in declared.arguments or [] if a.required]
+            missing = [a for a in wanted if a not in values]
+            if missing:
+                raise UsageError(
+                    f"prompt {name!r} of server {server!r} needs argument(s) "
+                    f"{', '.join(missing)}",
+                    hint=f"bundlectl prompt {server} {name} "
+                    + " ".join(f"{a}=..." for a in wanted),
+                )
         return _json(await client.get_prompt(name, values or None))
 
     who, data = _ask(
@@ -196,6 +209,7 @@ _OUTCOMES: tuple[tuple[type[BundlectlError], str], ...] = (
     (CallTimeout, "timeout"),
     (PolicyDenied, "denied"),
     (ToolCallError, "not-found"),
+    (UsageError, "usage-error"),
 )
 
 

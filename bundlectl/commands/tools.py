@@ -13,7 +13,7 @@ from bundlectl.errors import UsageError
 from bundlectl.fsio import project_lock, write_project_file
 from bundlectl.mcpio import runner
 from bundlectl.mcpio.connect import Target
-from bundlectl.mcpio.live import catalog_entry, catalogs, survey
+from bundlectl.mcpio.live import catalog_entry, catalogs, compare, survey
 from bundlectl.models import ToolSpec
 from bundlectl.options import Detail, Format, Names
 from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, note, out
@@ -200,12 +200,21 @@ def run_record(resolution: Resolution, *, server: str | None) -> int:
         write_project_file(target, after)
         fresh.write_lock()
     for name, tools in found.items():
-        was = {t.name for t in own[name].tools}
-        now = {t.name for t in tools}
-        change = f"+{len(now - was)} -{len(was - now)}" if own[name].tools else "new"
-        err(f"recorded {len(tools)} tool(s) of {name} ({change})")
+        err(f"recorded {len(tools)} tool(s) of {name} ({_changes(name, own[name].tools, tools)})")
     err(f"wrote {display_path(target)} and {display_path(project.lock_path)}")
     return 0
+
+
+def _changes(server: str, declared: list[Any], live: list[Any]) -> str:
+    """What recording the live catalog changed, as `lock` says it: tools added, removed, and
+    changed (with what changed of each)."""
+    if not declared:
+        return "new"
+    drift = compare(server, declared, live)
+    said = [f"added {', '.join(drift.added)}"] if drift.added else []
+    said += [f"removed {', '.join(drift.removed)}"] if drift.removed else []
+    said += [f"changed {name} ({', '.join(what)})" for name, what in drift.changed]
+    return "; ".join(said) or "no change"
 
 
 def run_live(resolution: Resolution, *, server: str | None, fmt: Format) -> int:
