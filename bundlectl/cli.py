@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from bundlectl import __version__, paths
+from bundlectl import __version__, completion, paths
 from bundlectl.options import (
     CLIENT_NAMES,
     CodegenLang,
@@ -163,7 +163,12 @@ def list_(
 @app.command()
 def show(
     requirement: Annotated[
-        str, typer.Argument(metavar="NAME[SPEC]", help="A bundle, optionally with a version spec.")
+        str,
+        typer.Argument(
+            metavar="NAME[SPEC]",
+            help="A bundle, optionally with a version spec.",
+            autocompletion=completion.bundles,
+        ),
     ],
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
@@ -177,7 +182,12 @@ def show(
 @app.command()
 def install(
     requirements: Annotated[
-        list[str], typer.Argument(metavar="REQ...", help="Bundles, e.g. basic 'github>=1,<2'.")
+        list[str],
+        typer.Argument(
+            metavar="REQ...",
+            help="Bundles, e.g. basic 'github>=1,<2'.",
+            autocompletion=completion.bundles,
+        ),
     ],
     dry_run: DryRunOpt = False,
     config: ConfigOpt = None,
@@ -226,7 +236,12 @@ def lock(
 def resolve(
     agent: Annotated[
         list[str] | None,
-        typer.Option("--agent", "-a", help="Only these agents' rules (repeatable)."),
+        typer.Option(
+            "--agent",
+            "-a",
+            help="Only these agents' rules (repeatable).",
+            autocompletion=completion.agents,
+        ),
     ] = None,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
@@ -272,7 +287,15 @@ def registry_list(
     return cmd.list_sources(config, fmt=fmt)
 
 
-AgentOpt = Annotated[str, typer.Option("--agent", "-a", help="The agent whose policy applies.")]
+AgentOpt = Annotated[
+    str,
+    typer.Option(
+        "--agent",
+        "-a",
+        help="The agent whose policy applies.",
+        autocompletion=completion.agents,
+    ),
+]
 # The agent that makes calls (exec, serve): also from $BUNDLECTL_AGENT.
 CallerOpt = Annotated[
     str | None,
@@ -281,6 +304,7 @@ CallerOpt = Annotated[
         "-a",
         envvar="BUNDLECTL_AGENT",
         help="The agent making the calls (default: 'default', governed by policy.default).",
+        autocompletion=completion.agents,
     ),
 ]
 UnlistedOpt = Annotated[
@@ -308,7 +332,9 @@ PolicyArgsOpt = Annotated[
 
 @policy_app.command("check")
 def policy_check(
-    tools: Annotated[list[str], typer.Argument(metavar="SERVER.TOOL...")],
+    tools: Annotated[
+        list[str], typer.Argument(metavar="SERVER.TOOL...", autocompletion=completion.tools)
+    ],
     agent: AgentOpt,
     interactive: InteractiveOpt = False,
     unlisted: UnlistedOpt = False,
@@ -329,7 +355,7 @@ def policy_check(
 
 @policy_app.command("explain")
 def policy_explain(
-    tool: Annotated[str, typer.Argument(metavar="SERVER.TOOL")],
+    tool: Annotated[str, typer.Argument(metavar="SERVER.TOOL", autocompletion=completion.tools)],
     agent: AgentOpt,
     interactive: InteractiveOpt = False,
     unlisted: UnlistedOpt = False,
@@ -352,7 +378,12 @@ def policy_explain(
 def policy_matrix(
     agent: Annotated[
         list[str] | None,
-        typer.Option("--agent", "-a", help="Only these agents (repeatable)."),
+        typer.Option(
+            "--agent",
+            "-a",
+            help="Only these agents (repeatable).",
+            autocompletion=completion.agents,
+        ),
     ] = None,
     unlisted: UnlistedOpt = False,
     config: ConfigOpt = None,
@@ -370,7 +401,12 @@ def policy_matrix(
 def tools(
     agent: Annotated[
         str | None,
-        typer.Option("--agent", "-a", help="Only what this agent may call (allow or ask)."),
+        typer.Option(
+            "--agent",
+            "-a",
+            help="Only what this agent may call (allow or ask).",
+            autocompletion=completion.agents,
+        ),
     ] = None,
     server: Annotated[
         str | None,
@@ -436,7 +472,11 @@ def tools(
 def exec_(
     tool: Annotated[
         str | None,
-        typer.Argument(metavar="SERVER.TOOL", help="The tool to call, e.g. files.read_file."),
+        typer.Argument(
+            metavar="SERVER.TOOL",
+            help="The tool to call, e.g. files.read_file.",
+            autocompletion=completion.tools,
+        ),
     ] = None,
     arguments: Annotated[
         list[str] | None,
@@ -525,7 +565,12 @@ SavedOpt = Annotated[
 
 @app.command()
 def read(
-    server: Annotated[str, typer.Argument(metavar="SERVER", help="The server to read from.")],
+    server: Annotated[
+        str,
+        typer.Argument(
+            metavar="SERVER", help="The server to read from.", autocompletion=completion.servers
+        ),
+    ],
     uri: Annotated[
         str | None,
         typer.Argument(metavar="[URI]", help="The resource's URI (none: list what it offers)."),
@@ -556,7 +601,12 @@ def read(
 
 @app.command()
 def prompt(
-    server: Annotated[str, typer.Argument(metavar="SERVER", help="The server of the prompt.")],
+    server: Annotated[
+        str,
+        typer.Argument(
+            metavar="SERVER", help="The server of the prompt.", autocompletion=completion.servers
+        ),
+    ],
     name: Annotated[
         str | None,
         typer.Argument(metavar="[NAME]", help="The prompt's name (none: list its prompts)."),
@@ -650,7 +700,12 @@ def serve(
 @app.command(name="export")
 def export_(
     client: Annotated[
-        str, typer.Argument(metavar="CLIENT", help=f"One of: {', '.join(CLIENT_NAMES)}.")
+        str,
+        typer.Argument(
+            metavar="CLIENT",
+            help=f"One of: {', '.join(CLIENT_NAMES)}.",
+            autocompletion=completion.clients,
+        ),
     ],
     agent: CallerOpt = None,
     via: Annotated[
@@ -714,7 +769,11 @@ def export_(
 def import_(
     fmt: Annotated[
         str,
-        typer.Argument(metavar="FORMAT", help=f"One of: {', '.join(CLIENT_NAMES)}, agix."),
+        typer.Argument(
+            metavar="FORMAT",
+            help=f"One of: {', '.join(CLIENT_NAMES)}, agix.",
+            autocompletion=completion.formats,
+        ),
     ],
     source: Annotated[Path, typer.Argument(metavar="FILE", help="The client's config file.")],
     agent: Annotated[
@@ -834,10 +893,16 @@ def lint(
         FailLevel, typer.Option("--fail-level", help="Exit 1 at this severity or above.")
     ] = FailLevel.error,
     select: Annotated[
-        list[str] | None, typer.Option("--select", help="Only these rule ids or prefixes.")
+        list[str] | None,
+        typer.Option(
+            "--select", help="Only these rule ids or prefixes.", autocompletion=completion.rule_ids
+        ),
     ] = None,
     ignore: Annotated[
-        list[str] | None, typer.Option("--ignore", help="Skip these rule ids or prefixes.")
+        list[str] | None,
+        typer.Option(
+            "--ignore", help="Skip these rule ids or prefixes.", autocompletion=completion.rule_ids
+        ),
     ] = None,
     exit_zero: Annotated[
         bool, typer.Option("--exit-zero", help="Always exit 0 when lint could run.")

@@ -104,8 +104,7 @@ def run_prompt(
             missing = [a for a in wanted if a not in values]
             if missing:
                 raise UsageError(
-                    f"prompt {name!r} of server {server!r} needs argument(s) "
-                    f"{', '.join(missing)}",
+                    f"prompt {name!r} of server {server!r} needs argument(s) {', '.join(missing)}",
                     hint=f"bundlectl prompt {server} {name} "
                     + " ".join(f"{a}=..." for a in wanted),
                 )
