@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -180,31 +183,31 @@ def test_a_broken_lock_says_how_to_recover(project: Path, run: Run) -> None:
     assert lint.lines[0].startswith("bundlectl.lock:2:1: BCL001 error YAML syntax error")
 
 
-def test_the_server_side_packages_import_only_the_layers_below_them() -> None:
-    """`gateway` → `calls` → `mcpio` (docs/decisions.md, Layout): a module of a lower layer that
-    imports a higher one (even lazily, inside a function) fails here, naming the line."""
-    import ast
+def test_the_layers_hold_and_a_lower_layer_importing_a_higher_one_fails(tmp_path: Path) -> None:
+    """import-linter's contracts (pyproject.toml): kept by the package as it is, and broken
+    (exit 1, naming the import) by a copy in which MCP I/O imports the gateway lazily."""
+    root = Path(__file__).resolve().parents[1]
+    lint = [_lint_imports()]
+    kept = subprocess.run(lint, cwd=root, capture_output=True, text=True, check=False)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert "Contracts: 2 kept, 0 broken." in kept.stdout
+    copy = tmp_path / "copy"
+    shutil.copytree(root / "bundlectl", copy / "bundlectl", ignore=shutil.ignore_patterns("*.pyc"))
+    shutil.copy(root / "pyproject.toml", copy / "pyproject.toml")
+    session = copy / "bundlectl" / "mcpio" / "session.py"
+    session.write_text(
+        session.read_text() + "\n\ndef _up() -> None:\n    import bundlectl.gateway.core\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    broken = subprocess.run(lint, cwd=copy, env=env, capture_output=True, text=True, check=False)
+    assert broken.returncode == 1, broken.stdout
+    assert "bundlectl.mcpio.session -> bundlectl.gateway.core" in broken.stdout
 
-    root = Path(__file__).resolve().parents[1] / "bundlectl"
-    above = {
-        "mcpio": ("bundlectl.calls", "bundlectl.gateway", "bundlectl.commands", "bundlectl.cli"),
-        "calls": ("bundlectl.gateway", "bundlectl.commands", "bundlectl.cli"),
-        "gateway": ("bundlectl.commands", "bundlectl.cli"),
-    }
-    wrong = []
-    for package, forbidden in above.items():
-        modules = sorted((root / package).glob("*.py"))
-        assert len(modules) > 2, package
-        for module in modules:
-            for node in ast.walk(ast.parse(module.read_text(), str(module))):
-                names = []
-                if isinstance(node, ast.ImportFrom) and node.module:
-                    names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
-                elif isinstance(node, ast.Import):
-                    names = [a.name for a in node.names]
-                if any(n == f or n.startswith(f + ".") for n in names for f in forbidden):
-                    wrong.append(f"{package}/{module.name}:{node.lineno}: {names[0]}")
-    assert not wrong, wrong
+
+def _lint_imports() -> str:
+    """import-linter's command, beside this Python (the venv's) or on PATH."""
+    beside = Path(sys.executable).parent / "lint-imports"
+    return str(beside) if beside.exists() else shutil.which("lint-imports") or "lint-imports"
 
 
 def test_every_commands_help_ends_with_examples_and_its_exit_codes(run: Run) -> None:
