@@ -144,3 +144,15 @@ def test_export_warns_when_the_client_cannot_find_bundlectl(
     assert pinned.code == 0 and "warning" not in pinned.err
     entry = json.loads((project / ".mcp.json").read_text())["mcpServers"]["bundlectl"]
     assert Path(entry["command"]).is_absolute() or entry["args"][:2] == ["-m", "bundlectl"]
+
+
+def test_install_of_a_version_that_does_not_exist_blames_the_argument(
+    project: Path, run: Run
+) -> None:
+    """`install 'github>=5'` said the constraint was required by bundlectl.yaml (exit 1)."""
+    write(project / "bundlectl.yaml", CONFIG)
+    before = (project / "bundlectl.yaml").read_text()
+    refused = run("install", "github>=5")
+    assert refused.code == 2
+    assert "no version of 'github' satisfies 'github>=5' (from the command line)" in refused.err
+    assert (project / "bundlectl.yaml").read_text() == before

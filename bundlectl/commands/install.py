@@ -12,7 +12,7 @@ from bundlectl.models import LockFile, check_requirement
 from bundlectl.options import Format
 from bundlectl.output import JSON_FORMAT_VERSION, emit_json, note, out
 from bundlectl.project import Project, load_project, project_from_text
-from bundlectl.requirements import requirement_name
+from bundlectl.requirements import parse_requirement, requirement_name
 from bundlectl.resolution import Resolution, resolve_project
 
 
@@ -117,6 +117,7 @@ def install(config: Path | None, requirements: list[str], *, dry_run: bool, fmt:
             ) from None
     project = load_project(config)
     project.registry.require_names([requirement_name(text) for text in requirements])
+    _satisfiable(project, requirements)
     with project_lock(project.config_path):
         text = project.config_path.read_text(encoding="utf-8")
         edited = edit_bundles(text, add=requirements)
@@ -128,6 +129,22 @@ def install(config: Path | None, requirements: list[str], *, dry_run: bool, fmt:
                 out(f"{name}{version} is already installed")
             return 0
         return _apply(project, edited, dry_run=dry_run, fmt=fmt)
+
+
+def _satisfiable(project: Project, requirements: list[str]) -> None:
+    """A requirement from the command line that no version of its bundle meets is a usage
+    error about that argument (resolution would blame bundlectl.yaml, where it would go)."""
+    for text in requirements:
+        wanted = parse_requirement(text)
+        versions = project.registry.versions(wanted.name)
+        if wanted.specifier and not any(
+            wanted.specifier.contains(v, prereleases=True) for v in versions
+        ):
+            raise UsageError(
+                f"no version of {wanted.name!r} satisfies {text!r} (from the command line); "
+                f"available: {', '.join(map(str, versions))}",
+                hint=f"`bundlectl show {wanted.name}` lists its versions",
+            )
 
 
 def remove(config: Path | None, names: list[str], *, dry_run: bool, fmt: Format) -> int:
