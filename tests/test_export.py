@@ -130,7 +130,7 @@ def test_a_rule_the_client_cannot_express_fails_direct_and_auto_takes_the_gatewa
 ) -> None:
     direct = run("export", "cursor", "--agent", "reader", "--via", "direct")
     assert direct.code == 1
-    assert "Cursor cannot express agent 'reader''s policy exactly" in direct.err
+    assert "Cursor cannot express the policy of agent 'reader' exactly" in direct.err
     assert "files.write_file: agents.reader.ask: files.write_file (bundlectl.yaml:" in direct.err
     assert "hint: bundlectl export cursor --agent reader --via gateway" in direct.err
     assert not (exported / ".cursor").exists()

@@ -217,7 +217,7 @@ def test_a_killed_gateway_leaves_no_server_behind(gateway_project: Path, tmp_pat
     assert gone(pid, within=5.0)
 
 
-def read_lines(stream: Any, count: int, timeout: float = 10) -> list[bytes]:
+def read_lines(stream: Any, count: int, timeout: float = 30) -> list[bytes]:
     """`count` lines of a pipe, failing (not hanging) when they do not come in time."""
     data, deadline = b"", time.monotonic() + timeout
     while data.count(b"\n") < count:

@@ -59,13 +59,13 @@ def whole_servers_only(
             misfits.append(Misfit(f"servers.{plan.name}.cwd", f"{title} has no working folder"))
         if not mcpjson.whole_allowed(plan):
             rules = mcpjson.partial_rules(plan) or [f"{plan.name}.*: an ask rule"]
-            more = f" and {len(rules) - 1} more" if len(rules) > 1 else ""
-            misfits.append(
+            misfits.extend(  # one reason a rule, each named (it said "and 2 more")
                 Misfit(
-                    f"{plan.name}: {rules[0]}{more}",
+                    f"{plan.name}: {rule}",
                     f"{title} is given whole servers only (bundlectl writes no per-tool rules "
                     "into its file)",
                 )
+                for rule in rules
             )
 
     return check

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from bundlectl.clients import Export, Misfit, get
@@ -68,7 +69,7 @@ def run(
         if misfits and via is ExportVia.direct:
             lines = "\n".join(f"  {m.what}: {m.why}" for m in misfits)
             raise ReportedFailure(
-                f"{client.title} cannot express agent {who!r}'s policy exactly; "
+                f"{client.title} cannot express the policy of agent {who!r} exactly; "
                 f"{len(misfits)} rule(s) do not fit:\n{lines}",
                 hint=f"bundlectl export {client.name} --agent {who} --via gateway "
                 "(the gateway enforces every rule)",
@@ -82,22 +83,15 @@ def run(
         if changed:
             names = ", ".join(display_path(p) for p in changed)
             raise ReportedFailure(
-                f"{names} differ from what `bundlectl export {client.name}` writes ({how})",
+                f"{names} {'differs' if len(changed) == 1 else 'differ'} from what "
+                f"`bundlectl export {client.name}` writes ({how})",
                 hint=f"run bundlectl export {client.name} --agent {who} and commit the result",
             )
-        err(f"{display_path(target)} is up to date ({how})")
+        _say(f"{display_path(target)} is up to date ({how})", _reasons(misfits, chosen))
         return 0
     if dry_run:
-        for path, text in changed.items():
-            shown = display_path(path)
-            diff = difflib.unified_diff(
-                current(path).splitlines(keepends=True),
-                text.splitlines(keepends=True),
-                fromfile=f"a/{shown}",
-                tofile=f"b/{shown}",
-            )
-            write("".join(diff))
-        err(f"dry run: {len(changed)} file(s) would change ({how})")
+        _diff(changed, current)
+        _say(f"dry run: {len(changed)} file(s) would change ({how})", _reasons(misfits, chosen))
         return 0
 
     for path in changed:
@@ -109,7 +103,7 @@ def run(
         "nothing: already up to date" if export.servers else "nothing: the agent may use no server"
     )
     written = ", ".join(display_path(p) for p in changed) or nothing
-    err(f"wrote {written} ({how})")
+    _say(f"wrote {written} ({how})", _reasons(misfits, chosen))
     for note in client.notes(target, project.root):
         err(f"note: {note}")
     if chosen is ExportVia.gateway and not export.absolute:
@@ -156,11 +150,36 @@ def _inside(path: Path, root: Path) -> None:
 
 
 def _how(chosen: ExportVia, export: Export, misfits: list[Misfit], asked: ExportVia) -> str:
+    """How the agent was exported, and, when auto chose the gateway, why direct would not
+    be exact: one reason a line, each naming the rule."""
     if chosen is ExportVia.direct:
-        return f"direct: {len(export.servers)} server(s), agent {export.agent!r}'s tool filter"
-    why = ""
-    if asked is ExportVia.auto and misfits:
-        why = f"; direct would not be exact: {misfits[0].what} ({misfits[0].why})"
-        if len(misfits) > 1:
-            why += f" and {len(misfits) - 1} more"
-    return f"gateway: bundlectl serve --agent {export.agent}{why}"
+        return f"direct: {len(export.servers)} server(s), the tool filter of agent {export.agent!r}"
+    head = f"gateway: bundlectl serve --agent {export.agent}"
+    if asked is not ExportVia.auto or not misfits:
+        return head
+    return f"{head}; direct would not be exact, see below"
+
+
+def _say(line: str, more: list[str]) -> None:
+    for text in (line, *more):
+        err(text)
+
+
+def _diff(changed: dict[Path, str], current: Callable[[Path], str]) -> None:
+    """`--dry-run`: each file's change as a unified diff."""
+    for path, text in changed.items():
+        shown = display_path(path)
+        diff = difflib.unified_diff(
+            current(path).splitlines(keepends=True),
+            text.splitlines(keepends=True),
+            fromfile=f"a/{shown}",
+            tofile=f"b/{shown}",
+        )
+        write("".join(diff))
+
+
+def _reasons(misfits: list[Misfit], chosen: ExportVia) -> list[str]:
+    """Why direct would not be exact: one line a rule, naming it."""
+    if chosen is not ExportVia.gateway:
+        return []
+    return [f"  {m.what}: {m.why}" for m in misfits]
