@@ -460,22 +460,22 @@ def test_bare_names_two_servers_share_are_refused_by_serve_and_lint(
     assert serve_in_process(project, "cook", script) == ["files__read_file", "kitchen__echo"]
 
 
+PANTRY = f"""
+version: 1
+servers:
+  pantry: {{command: {PY}, args: ["{SERVERS / "pantry.py"}"]}}
+agents:
+  cook: {{allow: ["pantry.*"]}}
+  guest: {{allow: [other.thing]}}
+policy: {{default: deny}}
+privacy: {{tokenize: [email]}}
+"""
+
+
 def test_completions_pass_through_for_prompts_and_templates_of_servers_in_use(
     project: Path,
 ) -> None:
-    write(
-        project / "bundlectl.yaml",
-        f"""
-        version: 1
-        servers:
-          pantry: {{command: {PY}, args: ["{SERVERS / "pantry.py"}"]}}
-        agents:
-          cook: {{allow: ["pantry.*"]}}
-          guest: {{allow: [other.thing]}}
-        policy: {{default: deny}}
-        privacy: {{tokenize: [email]}}
-        """,
-    )
+    write(project / "bundlectl.yaml", PANTRY)
     from mcp.shared.exceptions import MCPError
     from mcp_types import PromptReference, ResourceTemplateReference
 
@@ -510,18 +510,7 @@ def test_completions_pass_through_for_prompts_and_templates_of_servers_in_use(
 def test_listings_of_resources_and_prompts_are_tokenized_as_reads_are(project: Path) -> None:
     """With `privacy:`, resources/list and prompts/list showed names and descriptions in clear
     while resources/read of the same URI was tokenized."""
-    write(
-        project / "bundlectl.yaml",
-        f"""
-        version: 1
-        servers:
-          pantry: {{command: {PY}, args: ["{SERVERS / "pantry.py"}"]}}
-        agents:
-          cook: {{allow: ["pantry.*"]}}
-        policy: {{default: deny}}
-        privacy: {{tokenize: [email]}}
-        """,
-    )
+    write(project / "bundlectl.yaml", PANTRY)
 
     async def cook(client: Any) -> Any:
         resources = (await client.list_resources()).resources
