@@ -746,6 +746,7 @@ def export_(
     ] = False,
     unlisted: UnlistedOpt = False,
     config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
 ) -> int:
     """Write an agent's servers and tool policy into a client's config file (merged in place)."""
     from bundlectl.commands import export as cmd
@@ -762,6 +763,7 @@ def export_(
         live=live,
         unlisted=unlisted,
         absolute=absolute,
+        fmt=fmt,
     )
 
 

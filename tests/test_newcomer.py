@@ -156,3 +156,16 @@ def test_install_of_a_version_that_does_not_exist_blames_the_argument(
     assert refused.code == 2
     assert "no version of 'github' satisfies 'github>=5' (from the command line)" in refused.err
     assert (project / "bundlectl.yaml").read_text() == before
+
+
+def test_export_reports_in_json_too(project: Path, run: Run) -> None:
+    """`--format json` on every command that prints a result: export had none."""
+    write(project / "bundlectl.yaml", CONFIG)
+    wrote = run("export", "claude-code", "--agent", "docs", "--format", "json")
+    assert wrote.code == 0, wrote.err
+    data = json.loads(wrote.out)
+    assert (data["client"], data["agent"], data["via"]) == ("claude-code", "docs", "gateway")
+    assert data["files"] == [".mcp.json", ".claude/settings.json"]
+    assert data["not_exact"][0]["why"] == "no client file can express a rule's argument conditions"
+    checked = run("export", "claude-code", "--agent", "docs", "--check", "--format", "json")
+    assert json.loads(checked.out)["up_to_date"] is True

@@ -6,15 +6,16 @@ from __future__ import annotations
 import difflib
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from bundlectl.clients import Export, Misfit, get
+from bundlectl.clients import Client, Export, Misfit, get
 from bundlectl.clients.base import launcher
 from bundlectl.clients.planning import plan, unchecked
 from bundlectl.errors import ReportedFailure, UsageError
 from bundlectl.fsio import atomic_write
-from bundlectl.options import ExportVia
-from bundlectl.output import err, write
+from bundlectl.options import ExportVia, Format
+from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, write
 from bundlectl.paths import display_path
 from bundlectl.policy import default_agent
 from bundlectl.project import load_project
@@ -34,6 +35,7 @@ def run(
     live: bool = False,
     unlisted: bool = False,
     absolute: bool = False,
+    fmt: Format = Format.text,
 ) -> int:
     client = get(client_name)
     project = load_project(config)
@@ -78,41 +80,92 @@ def run(
     if chosen is ExportVia.gateway:
         texts, _ = client.write(target, current, export, managed, True)
     changed = {path: text for path, text in texts.items() if text != current(path)}
-    how = _how(chosen, export, misfits, via)
+    done = _Done(client, export, chosen, _how(chosen, export), misfits, target)
     if check:
-        if changed:
-            names = ", ".join(display_path(p) for p in changed)
-            raise ReportedFailure(
-                f"{names} {'differs' if len(changed) == 1 else 'differ'} from what "
-                f"`bundlectl export {client.name}` writes ({how})",
-                hint=f"run bundlectl export {client.name} --agent {who} and commit the result",
-            )
-        _say(f"{display_path(target)} is up to date ({how})", _reasons(misfits, chosen))
-        return 0
+        return _checked(done, changed, fmt)
     if dry_run:
-        _diff(changed, current)
-        _say(f"dry run: {len(changed)} file(s) would change ({how})", _reasons(misfits, chosen))
-        return 0
-
+        return _dry_run(done, changed, current, fmt)
     for path in changed:
         _inside(path, export.project_root)
     for path, text in changed.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, text)
-    nothing = (
-        "nothing: already up to date" if export.servers else "nothing: the agent may use no server"
-    )
-    written = ", ".join(display_path(p) for p in changed) or nothing
-    _say(f"wrote {written} ({how})", _reasons(misfits, chosen))
-    for note in client.notes(target, project.root):
-        err(f"note: {note}")
-    if chosen is ExportVia.gateway and not export.absolute:
-        _check_on_path()
+    return _wrote(done, list(changed), project.root, fmt)
+
+
+@dataclass
+class _Done:
+    """What an export chose, for its report."""
+
+    client: Client
+    export: Export
+    chosen: ExportVia
+    how: str
+    misfits: list[Misfit]
+    target: Path
+
+    def json(self, files: list[Path], **state: bool) -> dict[str, object]:
+        """`export --format json`: what was (or would be) written, how, and why."""
+        exact = self.chosen is not ExportVia.gateway
+        return {
+            "format_version": JSON_FORMAT_VERSION,
+            "client": self.client.name,
+            "agent": self.export.agent,
+            "via": self.chosen.value,
+            "summary": self.how,
+            "files": [display_path(p) for p in files],
+            "not_exact": [] if exact else [{"rule": m.what, "why": m.why} for m in self.misfits],
+            **state,
+        }
+
+
+def _checked(done: _Done, changed: dict[Path, str], fmt: Format) -> int:
+    """`--check`: exit 1 when the file differs from what export writes."""
+    if changed:
+        names = ", ".join(display_path(p) for p in changed)
+        raise ReportedFailure(
+            f"{names} {'differs' if len(changed) == 1 else 'differ'} from what "
+            f"`bundlectl export {done.client.name}` writes ({done.how})",
+            hint=f"run bundlectl export {done.client.name} --agent {done.export.agent} and "
+            "commit the result",
+        )
+    if fmt is Format.json:
+        emit_json(done.json([], up_to_date=True))
+        return 0
+    _say(f"{display_path(done.target)} is up to date ({done.how})", _reasons(done))
     return 0
 
 
-def _check_on_path() -> None:
-    """A portable gateway entry runs `bundlectl` from the PATH the client sees: warn when
+def _dry_run(
+    done: _Done, changed: dict[Path, str], current: Callable[[Path], str], fmt: Format
+) -> int:
+    if fmt is Format.json:
+        emit_json(done.json(list(changed), dry_run=True))
+        return 0
+    _diff(changed, current)
+    _say(f"dry run: {len(changed)} file(s) would change ({done.how})", _reasons(done))
+    return 0
+
+
+def _wrote(done: _Done, changed: list[Path], root: Path, fmt: Format) -> int:
+    notes = list(done.client.notes(done.target, root))
+    gateway = done.chosen is ExportVia.gateway and not done.export.absolute
+    warning = _on_path() if gateway else None
+    if fmt is Format.json:
+        emit_json({**done.json(changed), "notes": notes, "warnings": [warning] if warning else []})
+        return 0
+    nothing = "already up to date" if done.export.servers else "the agent may use no server"
+    written = ", ".join(display_path(p) for p in changed) or f"nothing: {nothing}"
+    _say(f"wrote {written} ({done.how})", _reasons(done))
+    for note in notes:
+        err(f"note: {note}")
+    if warning is not None:
+        err(f"warning: {warning}")
+    return 0
+
+
+def _on_path() -> str | None:
+    """A portable gateway entry runs `bundlectl` from the PATH the client sees: a warning when
     none is there, or when it is another installation, with the ways out (#37)."""
     found = shutil.which("bundlectl")
     ours = launcher()
@@ -121,15 +174,16 @@ def _check_on_path() -> None:
         "bundlectl`), or export with --absolute to name this one"
     )
     if found is None:
-        err(
-            "warning: no `bundlectl` is on PATH, so the client cannot start the gateway this "
-            f"entry runs; {way}"
+        return (
+            "no `bundlectl` is on PATH, so the client cannot start the gateway this entry "
+            f"runs; {way}"
         )
-    elif len(ours) == 1 and Path(found).resolve() != Path(ours[0]).resolve():
-        err(
-            f"warning: `bundlectl` on PATH is {found}, not the one that wrote this entry "
+    if len(ours) == 1 and Path(found).resolve() != Path(ours[0]).resolve():
+        return (
+            f"`bundlectl` on PATH is {found}, not the one that wrote this entry "
             f"({ours[0]}): the client will run that installation; {way}"
         )
+    return None
 
 
 def _inside(path: Path, root: Path) -> None:
@@ -149,15 +203,11 @@ def _inside(path: Path, root: Path) -> None:
         )
 
 
-def _how(chosen: ExportVia, export: Export, misfits: list[Misfit], asked: ExportVia) -> str:
-    """How the agent was exported, and, when auto chose the gateway, why direct would not
-    be exact: one reason a line, each naming the rule."""
+def _how(chosen: ExportVia, export: Export) -> str:
+    """How the agent was exported (why direct would not be exact: `_reasons`)."""
     if chosen is ExportVia.direct:
         return f"direct: {len(export.servers)} server(s), the tool filter of agent {export.agent!r}"
-    head = f"gateway: bundlectl serve --agent {export.agent}"
-    if asked is not ExportVia.auto or not misfits:
-        return head
-    return f"{head}; direct would not be exact, see below"
+    return f"gateway: bundlectl serve --agent {export.agent}"
 
 
 def _say(line: str, more: list[str]) -> None:
@@ -178,8 +228,8 @@ def _diff(changed: dict[Path, str], current: Callable[[Path], str]) -> None:
         write("".join(diff))
 
 
-def _reasons(misfits: list[Misfit], chosen: ExportVia) -> list[str]:
+def _reasons(done: _Done) -> list[str]:
     """Why direct would not be exact: one line a rule, naming it."""
-    if chosen is not ExportVia.gateway:
+    if done.chosen is not ExportVia.gateway or not done.misfits:
         return []
-    return [f"  {m.what}: {m.why}" for m in misfits]
+    return ["direct would not be exact:", *(f"  {m.what}: {m.why}" for m in done.misfits)]
