@@ -273,7 +273,10 @@ def test_the_gateway_over_stdio_answers_nan_with_a_parse_error(project: Path) ->
     )
     answers = [json.loads(line) for line in done.stdout.splitlines()]
     refused = next(a for a in answers if "error" in a)
-    assert refused["error"]["code"] == -32700 and "NaN is not JSON" in refused["error"]["message"]
+    assert (
+        refused["error"]["code"] == -32700
+        and "NaN is not a JSON number" in refused["error"]["message"]
+    )
     assert any(a.get("id") == 3 for a in answers)  # it went on after the refusal
     assert not any(a.get("id") == 2 for a in answers)
 

@@ -46,7 +46,8 @@ class NotJsonNumber(ValueError):
         super().__init__(f"{text} is not a JSON number (NaN and the infinities are not JSON)")
 
 
-def _constant(text: str) -> Any:
+def refuse_constant(text: str) -> Any:
+    """`json.loads`' parse_constant: NaN, Infinity and -Infinity refused (NotJsonNumber)."""
     raise NotJsonNumber(text)
 
 
@@ -61,7 +62,7 @@ def loads_strict(text: str) -> Any:
     """`json.loads`, but a duplicate key is an error (DuplicateKeyError), never last-one-wins,
     and NaN, Infinity or a number too large for a float are refused (NotJsonNumber)."""
     return json.loads(
-        text, object_pairs_hook=_unique, parse_constant=_constant, parse_float=_finite
+        text, object_pairs_hook=_unique, parse_constant=refuse_constant, parse_float=_finite
     )
 
 

@@ -365,7 +365,7 @@ class Pipeline:
         if not arguments:
             return head + " with no arguments."
         if schema is None:
-            schema = self.declared_schema(decision.server, decision.tool)
+            schema = self.resolution.catalog.input_schema(decision.server, decision.tool)
         declared = (schema or {}).get("properties")
         lines: list[str] = []
         if isinstance(declared, Mapping):
@@ -384,12 +384,6 @@ class Pipeline:
                 head += f" ({len(keys)} arguments, the first {SHOWN_UNKNOWN} shown)"
             lines += [self._line(key, arguments[key]) for key in keys[:SHOWN_UNKNOWN]]
         return head + " with:\n" + "\n".join(lines)
-
-    def declared_schema(self, server: str, tool: str) -> Mapping[str, Any] | None:
-        """The input schema of `server.tool` in the declared catalog, if it has one."""
-        merged = self.resolution.merged.servers.get(server)
-        found = next((t for t in (merged.spec.tools if merged else []) if t.name == tool), None)
-        return found.input_schema if found is not None else None
 
     def _line(self, key: Any, value: Any) -> str:
         return f"  {_printable(str(key))}: {self._shown(str(key), value)}"

@@ -45,6 +45,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 from bundlectl import __version__
+from bundlectl.calls.arguments import refuse_constant
 from bundlectl.calls.call import CallOutcome, CallRequest, completed, perform
 from bundlectl.calls.pipeline import After, Pipeline
 from bundlectl.catalog import ToolRef, search
@@ -1701,11 +1702,6 @@ async def serve_stdio(
         group.cancel_scope.cancel()  # the client is gone: stop every downstream server
 
 
-def _not_json(text: str) -> Any:
-    """NaN and the infinities: Python's parser takes them, JSON has neither."""
-    raise ValueError(f"{text} is not JSON")
-
-
 def _sdk_line(message: Any) -> bytes:
     data: str = message.message.model_dump_json(by_alias=True, exclude_unset=True)
     return data.encode() + b"\n"
@@ -1861,7 +1857,7 @@ async def _stdio() -> AsyncIterator[tuple[Any, PipeWriter, Callable[[Express | N
         try:
             if isinstance(raw, Oversized):
                 raise ValueError(f"the message is {raw.size:,} bytes, over the limit")
-            parsed = json.loads(raw, parse_constant=_not_json)
+            parsed = json.loads(raw, parse_constant=refuse_constant)
             express = lane[0]
             if express is not None and express.take(parsed):
                 return None
