@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Run, write
-from tests.test_exec import SERVERS, pids
+from tests.test_exec import SERVERS, gone, pids
 from tests.test_gateway_inprocess import serve_in_process
 
 PY = sys.executable
@@ -222,7 +222,9 @@ def test_a_server_that_died_while_idle_is_started_again_for_the_next_call(
 
     async def script(client: Any) -> list[Any]:
         bye = await client.call_tool("kitchen__vanish", {})
-        await anyio.sleep(1.0)  # it exits meanwhile
+        [first] = pids(tmp_path / "kitchen-starts.txt")
+        # waited on, not slept through: the next call is made once the process is gone
+        assert await anyio.to_thread.run_sync(gone, first, 30.0)
         return [texts(bye), texts(await client.call_tool("kitchen__echo", {"text": "again"}))]
 
     bye, again = serve_in_process(kitchen, "bot", script, protocol="legacy")
