@@ -77,6 +77,14 @@ class PolicyDenied(BundlectlError):
     exit_code = 3
 
 
+class Unconfirmable(PolicyDenied):
+    """An `ask` rule holds the call and no one could be asked to confirm it."""
+
+
+class Declined(PolicyDenied):
+    """The person asked to confirm an `ask` rule's call said no."""
+
+
 class ToolCallError(BundlectlError):
     """The tool does not exist, or the arguments do not satisfy its input schema."""
 

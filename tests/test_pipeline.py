@@ -80,7 +80,7 @@ def test_ask_goes_to_the_confirmer(resolution: Any, answer: bool, outcome: str |
     sink = Recorded()
     asked: list[str] = []
 
-    def confirm(decision: Decision, question: str) -> bool:
+    async def confirm(pipeline: Pipeline, decision: Decision, arguments: Any) -> bool:
         asked.append(decision.qualified)
         return answer
 
@@ -254,8 +254,8 @@ def test_the_question_shows_the_arguments_with_secrets_hidden(
     control characters escaped."""
     shown: list[str] = []
 
-    def confirm(decision: Decision, question: str) -> bool:
-        shown.append(question)
+    async def confirm(pipeline: Pipeline, decision: Decision, arguments: Any) -> bool:
+        shown.append(pipeline.question(decision, arguments))
         return True
 
     pipeline = Pipeline(resolution, Recorded(), confirm)

@@ -22,11 +22,11 @@ import json
 import os
 import secrets
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from bundlectl import paths
 from bundlectl.calls import audit, userconfig
@@ -34,10 +34,12 @@ from bundlectl.conditions import non_finite
 from bundlectl.errors import (
     BundlectlError,
     CallTimeout,
+    Declined,
     PolicyDenied,
     ServerCrashed,
     ServerError,
     ToolCallError,
+    Unconfirmable,
     UsageError,
 )
 from bundlectl.lockfile import digest_json
@@ -82,9 +84,30 @@ class After(Enum):
     PROBE = "probe"  # it did not answer in time: check it is not stuck in the call
 
 
-# Asks a human whether an `ask` rule's call may go ahead, given the question (`Pipeline.question`:
-# who, what, which rule, with which arguments); True: it may.
-Confirmer = Callable[[Decision, str], bool]
+@dataclass(frozen=True)
+class Deferred:
+    """An `ask` rule's answer that comes later, outside this request: what the front door
+    answers meanwhile (the gateway: an MCP input-required result its client answers by
+    retrying the call)."""
+
+    answer: Any
+
+
+# An `ask` rule's answer: True go ahead, False the person said no, None no one could be asked.
+Answer = bool | None | Deferred
+
+
+class Confirmation(Protocol):
+    """Who confirms a call an `ask` rule holds: one strategy of `Pipeline.admission` per front
+    door — a terminal prompt (`OnTerminal`), `--yes` (`always_yes`), an MCP elicitation (the
+    gateway), or no one (None: the call is refused)."""
+
+    async def __call__(
+        self, pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]
+    ) -> Answer: ...
+
+
+T = TypeVar("T")
 
 # Call ids: this process's random prefix and a counter (unique across processes and runs).
 _RUN = secrets.token_hex(4)
@@ -214,17 +237,18 @@ class AuditLog:
             err(f"warning: could not write the audit log: {exc}")
 
 
-def terminal_confirmer() -> Confirmer | None:
+def terminal_confirmer() -> Confirmation | None:
     """A y/N prompt on the terminal, or None when no one is there to answer (CI, pipes)."""
     ci = os.environ.get("CI", "").lower() not in ("", "0", "false")
     if ci or not (sys.stdin.isatty() and sys.stderr.isatty()):
         return None
+    return on_terminal
 
-    def confirm(decision: Decision, question: str) -> bool:
-        answer = ask(f"{question}\nAllow? [y/N] ")
-        return answer.strip().lower() in ("y", "yes")
 
-    return confirm
+async def on_terminal(pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]) -> bool:
+    """The question, and a y/N answer read on the terminal (blocking: `exec`, code mode)."""
+    answer = ask(f"{pipeline.question(decision, arguments)}\nAllow? [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
 
 
 def _printable(text: str) -> str:
@@ -232,9 +256,21 @@ def _printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def always_yes(decision: Decision, question: str) -> bool:
+async def always_yes(pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]) -> bool:
     """`--yes`: every `ask` rule is confirmed in advance."""
     return True
+
+
+def settled(step: Coroutine[Any, Any, T]) -> T:
+    """A coroutine that never waits on anything (the admission of `exec`, batch and code mode,
+    whose confirmations block), run to its end without an event loop: the policy decides before
+    anyio or the SDK is imported."""
+    try:
+        step.send(None)
+    except StopIteration as done:
+        return cast(T, done.value)
+    step.close()
+    raise RuntimeError("this confirmation waits: await it in an event loop")
 
 
 @dataclass
@@ -243,7 +279,7 @@ class Pipeline:
 
     resolution: Resolution
     audit: AuditSink
-    confirm: Confirmer | None  # None: an `ask` rule cannot be confirmed, so it denies
+    confirm: Confirmation | None  # None: an `ask` rule cannot be confirmed, so it denies
     # How each server reads a path argument (`paths`), made once per loaded config.
     _readers: dict[str, PathReader | None] = field(default_factory=dict, repr=False)
 
@@ -279,10 +315,26 @@ class Pipeline:
             )
         return decision
 
+    async def admission(
+        self,
+        decision: Decision,
+        arguments: Mapping[str, Any],
+        confirm: Confirmation | None,
+    ) -> Decision | Deferred:
+        """The one place a judged call is confirmed and admitted, for every front door: an
+        `ask` rule's call is put to `confirm` (the front door's strategy); then `admit`."""
+        answer: Answer = None
+        if decision.effect == "ask" and confirm is not None:
+            answer = await confirm(self, decision, arguments)
+        if isinstance(answer, Deferred):
+            return answer
+        return self.admit(decision, answer)
+
     def admit(self, decision: Decision, answer: bool | None = None) -> Decision:
-        """Let the call through, or refuse it (PolicyDenied, exit 3) with the refusal audited
-        under its real reason, whatever the front door then tells the caller. `answer`: the
-        person's answer to an `ask` rule (None: no one could be asked)."""
+        """Let the call through, or refuse it (PolicyDenied, exit 3: `Unconfirmable` when no one
+        could be asked, `Declined` when the person said no) with the refusal audited under its
+        real reason, whatever the front door then tells the caller. `answer`: the person's
+        answer to an `ask` rule (None: no one could be asked)."""
         agent, qualified = decision.agent, decision.qualified
         if decision.effect == "deny":
             self.audit.record(decision, "denied", 0.0, None)
@@ -293,14 +345,14 @@ class Pipeline:
             )
         if decision.effect == "ask" and answer is None:
             self.audit.record(decision, "denied", 0.0, None)
-            raise PolicyDenied(
+            raise Unconfirmable(
                 f"{qualified} needs a person's confirmation ({decision.reason}), and no one "
                 "can be asked here",
                 hint="run it with `bundlectl exec` on a terminal, or with --yes",
             )
         if decision.effect == "ask" and not answer:
             self.audit.record(decision, "denied-by-user", 0.0, None)
-            raise PolicyDenied(f"{qualified} was not confirmed; nothing was started")
+            raise Declined(f"{qualified} was not confirmed; nothing was started")
         return self.start(decision)
 
     def _did_you_mean(self, agent: str, qualified: str, close: list[str]) -> str:
@@ -342,10 +394,9 @@ class Pipeline:
             interactive=self.confirm is not None,
             arguments=(arguments or {}) if typed else None,
         )
-        asked = None
-        if decision.effect == "ask" and self.confirm:
-            asked = self.confirm(decision, self.question(decision, arguments or {}))
-        return self.admit(decision, asked)
+        admitted = settled(self.admission(decision, arguments or {}, self.confirm))
+        assert isinstance(admitted, Decision)  # a blocking confirmation answers now
+        return admitted
 
     def question(
         self,

@@ -27,7 +27,7 @@ import secrets
 import sys
 import warnings
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,14 +47,16 @@ from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 from bundlectl import __version__
 from bundlectl.calls.arguments import refuse_constant
 from bundlectl.calls.call import CallOutcome, CallRequest, completed, perform
-from bundlectl.calls.pipeline import After, Pipeline
+from bundlectl.calls.pipeline import After, Confirmation, Deferred, Pipeline
 from bundlectl.catalog import ToolRef, search
 from bundlectl.errors import (
     BundlectlError,
+    Declined,
     Interrupted,
     PolicyDenied,
     ServerCrashed,
     ServerError,
+    Unconfirmable,
 )
 from bundlectl.gateway.express import Express
 from bundlectl.gateway.parking import Parking, unseal
@@ -93,7 +95,6 @@ class CallCancelled(Interrupted):
 Job = Callable[[Any], Awaitable[Any]]
 # Asks the person at the client whether an `ask` rule's call may go ahead: the answer, or (on
 # the 2026-07-28 protocol) the result that asks the client to ask, and to retry with the answer.
-AskUser = Callable[[Decision], Awaitable["bool | types.InputRequiredResult"]]
 
 
 class Relay:
@@ -1235,7 +1236,7 @@ class Gateway:
         return report
 
     async def call_tool(
-        self, name: str, arguments: dict[str, Any], confirm: AskUser | None = None
+        self, name: str, arguments: dict[str, Any], confirm: Confirmation | None = None
     ) -> types.CallToolResult:
         """One call through the pipeline, by `server__tool` (direct mode) or `server.tool`
         (search mode's `call_tool`); every failure is a result the model can act on.
@@ -1261,26 +1262,23 @@ class Gateway:
             )
         except BundlectlError as exc:  # arguments refused at the door (NaN)
             return _error(exc.explained)
-        answer: bool | None = None
-        if decision.effect == "ask" and confirm is not None:
-            asked = await confirm(decision)
-            if isinstance(asked, types.InputRequiredResult):
-                return asked  # type: ignore[return-value]  # the client asks, then retries
-            answer = asked
         try:
-            decision = self.pipeline.admit(decision, answer)
-        except PolicyDenied:
-            if decision.effect == "deny" and self._listed(decision):
-                return _error(_refused_arguments(name, decision, self._policy_of(decision)))
-            if decision.effect == "deny":  # audited with the reason; said as for no such tool
-                return _error(unknown)
-            if answer is None:
-                return _error(
-                    f"{name} needs a person's confirmation ({decision.reason}), and this client "
-                    "cannot ask for it (no elicitation support); ask the user to run it with "
-                    "`bundlectl exec`"
-                )
+            admitted = await self.pipeline.admission(decision, arguments, confirm)
+        except Unconfirmable:
+            return _error(
+                f"{name} needs a person's confirmation ({decision.reason}), and this client "
+                "cannot ask for it (no elicitation support); ask the user to run it with "
+                "`bundlectl exec`"
+            )
+        except Declined:
             return _error(f"the user did not confirm {name}; it was not called")
+        except PolicyDenied:
+            if self._listed(decision):
+                return _error(_refused_arguments(name, decision, self._policy_of(decision)))
+            return _error(unknown)  # audited with the reason; said as for no such tool
+        if isinstance(admitted, Deferred):
+            return admitted.answer  # type: ignore[no-any-return]  # the client asks, then retries
+        decision = admitted
         perform = functools.partial(self._perform, decision, server, tool, arguments)
         if self.binding is not None:  # its server may ask the client: it can answer by a retry
             return await self.hub.parking.start(self.ctx, self.binding, perform)  # type: ignore[return-value]
@@ -1758,7 +1756,9 @@ _NO_FIELDS: dict[str, Any] = {"type": "object", "properties": {}}
 MODERN = "2026-07-28"  # the protocol with input-required results instead of server requests
 
 
-def _elicitation(ctx: Any, gateway: Gateway, params: types.CallToolRequestParams) -> AskUser | None:
+def _elicitation(
+    ctx: Any, gateway: Gateway, params: types.CallToolRequestParams
+) -> Confirmation | None:
     """A confirmer that asks the client's user with an MCP elicitation, when the client declared
     it can elicit: a request sent back to the client (2025-11-25 sessions), or, on the 2026-07-28
     protocol, an InputRequiredResult that the client answers by retrying the call with the
@@ -1778,18 +1778,22 @@ def _elicitation(ctx: Any, gateway: Gateway, params: types.CallToolRequestParams
         if gateway.hub.accepted(params.request_state, gateway.agent, params.name, digest()):
             accepted = isinstance(reply, types.ElicitResult) and reply.action == "accept"
 
-            async def answered(decision: Decision) -> bool:
+            async def answered(
+                pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]
+            ) -> bool:
                 return accepted
 
             return answered
     if not ctx.session.can_send_request and ctx.protocol_version < MODERN:
         return None  # a stateless HTTP session on the old protocol: no way back to the client
 
-    async def confirm(decision: Decision) -> bool | types.InputRequiredResult:
+    async def confirm(
+        pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]
+    ) -> bool | Deferred:
         downstream = gateway.hub.servers.get(gateway.hub.slot(decision.server, gateway.agent))
         live = (downstream.tools if downstream is not None else None) or {}
         schema = getattr(live.get(decision.tool), "input_schema", None)
-        question = gateway.pipeline.question(decision, params.arguments or {}, schema)
+        question = pipeline.question(decision, arguments, schema)
         question += "\nAllow it?"
         if ctx.session.can_send_request:
             answer = await ctx.session.elicit_form(
@@ -1801,13 +1805,15 @@ def _elicitation(ctx: Any, gateway: Gateway, params: types.CallToolRequestParams
         )
         bound = {"agent": gateway.agent, "tool": params.name, "arguments": digest()}
         state = json.dumps({**bound, "nonce": secrets.token_hex(12)})
-        return types.InputRequiredResult(input_requests={"confirm": request}, request_state=state)
+        return Deferred(
+            types.InputRequiredResult(input_requests={"confirm": request}, request_state=state)
+        )
 
     return confirm
 
 
 async def _search_mode_call(
-    gateway: Gateway, name: str, arguments: dict[str, Any], confirm: AskUser | None
+    gateway: Gateway, name: str, arguments: dict[str, Any], confirm: Confirmation | None
 ) -> types.CallToolResult:
     """Search mode's two tools; any other name is unknown, as in direct mode."""
     if name == "search_tools":
