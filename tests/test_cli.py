@@ -196,12 +196,12 @@ def test_the_layers_hold_and_a_lower_layer_importing_a_higher_one_fails(tmp_path
     shutil.copy(root / "pyproject.toml", copy / "pyproject.toml")
     session = copy / "bundlectl" / "mcpio" / "session.py"
     session.write_text(
-        session.read_text() + "\n\ndef _up() -> None:\n    import bundlectl.gateway.core\n"
+        session.read_text() + "\n\ndef _up() -> None:\n    import bundlectl.gateway.hub\n"
     )
     env = {**os.environ, "PYTHONPATH": str(copy)}
     broken = subprocess.run(lint, cwd=copy, env=env, capture_output=True, text=True, check=False)
     assert broken.returncode == 1, broken.stdout
-    assert "bundlectl.mcpio.session -> bundlectl.gateway.core" in broken.stdout
+    assert "bundlectl.mcpio.session -> bundlectl.gateway.hub" in broken.stdout
 
 
 def _lint_imports() -> str:

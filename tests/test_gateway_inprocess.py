@@ -18,7 +18,8 @@ import anyio
 import pytest
 
 from bundlectl.calls.pipeline import AuditLog, Pipeline
-from bundlectl.gateway.core import Hub, mcp_server
+from bundlectl.gateway.handlers import mcp_server
+from bundlectl.gateway.hub import Hub
 from bundlectl.project import load_project
 from bundlectl.resolution import resolve_project
 from tests.conftest import write

@@ -214,7 +214,8 @@ def _in_process_with(
     from mcp import Client
 
     from bundlectl.calls.pipeline import AuditLog, Pipeline
-    from bundlectl.gateway.core import Hub, mcp_server
+    from bundlectl.gateway.handlers import mcp_server
+    from bundlectl.gateway.hub import Hub
     from bundlectl.project import load_project
     from bundlectl.resolution import resolve_project
 

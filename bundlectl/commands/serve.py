@@ -6,8 +6,8 @@ from pathlib import Path
 
 from bundlectl.calls.pipeline import AuditLog, Pipeline
 from bundlectl.errors import UsageError
-from bundlectl.gateway.core import serve_stdio
 from bundlectl.gateway.http import access_for, bind, serve_http
+from bundlectl.gateway.stdio_door import serve_stdio
 from bundlectl.mcpio import runner
 from bundlectl.options import ServeMode, ServeTransport
 from bundlectl.output import note

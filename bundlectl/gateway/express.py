@@ -33,7 +33,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types as types
@@ -58,6 +58,10 @@ from bundlectl.mcpio.plain import check_result
 from bundlectl.mcpio.requests import Requests
 from bundlectl.mcpio.stdio import PipeWriter, json_line
 from bundlectl.policy import Decision
+
+if TYPE_CHECKING:
+    from bundlectl.gateway.downstream import Downstream
+    from bundlectl.gateway.hub import Hub
 
 VERSION_KEY = types.PROTOCOL_VERSION_META_KEY
 CAPABILITIES_KEY = types.CLIENT_CAPABILITIES_META_KEY
@@ -120,8 +124,8 @@ class _Call:
     arguments: dict[str, Any]
     version: str  # the protocol of the client's request
     meta: dict[str, Any]  # the request's _meta
-    downstream: Any  # gateway.Downstream
-    tool: Any  # the live tool
+    downstream: Downstream
+    tool: types.Tool  # the live tool
     decision: Decision
     key: str = ""  # our request's id at the server
     started: float = field(default_factory=time.perf_counter)
@@ -252,9 +256,7 @@ class _Call:
         )
         if crashed:
             after = After.CRASHED
-        if after is After.KEEP:  # what `Downstream.after` does for it, without a task
-            downstream.failures = 0
-        else:
+        if not downstream.kept(after):  # `Downstream.after`, in a task only when there is more
             lane.group.start_soon(downstream.after, after, lane.group)
 
 
@@ -262,7 +264,7 @@ class _Call:
 class Express:
     """The lane of one stdio client (one agent, direct mode)."""
 
-    hub: Any  # gateway.Hub
+    hub: Hub
     agent: str
     group: TaskGroup
     writer: PipeWriter  # our stdout
@@ -272,7 +274,7 @@ class Express:
     asks: set[tuple[str, str]] = field(default_factory=set)  # tools whose server asked first
     calls: dict[Any, _Call] = field(default_factory=dict)  # by the client's request id
     asked: Requests = field(default_factory=Requests)  # our questions to the client
-    _routes: dict[str, tuple[Any, Any, Any, Decision]] = field(default_factory=dict)
+    _routes: dict[str, tuple[Any, Downstream, Any, Decision]] = field(default_factory=dict)
 
     def seen(self, ctx: Any) -> None:
         """A request the SDK served: the client's connection (its handshake's protocol and
@@ -358,7 +360,7 @@ class Express:
             return None
         return _Call(self, message, arguments, version, meta, downstream, live, decision)
 
-    def _route(self, name: str) -> tuple[Any, Any, Decision] | None:
+    def _route(self, name: str) -> tuple[Downstream, Any, Decision] | None:
         """The server, live tool and decision for a tool name, when its calls may take the
         lane while the loaded policy and the server's listed tools stay what they are (then
         the answer is remembered: the pin check hashes the definition)."""
@@ -366,21 +368,23 @@ class Express:
         resolution = hub.pipeline.resolution
         known = self._routes.get(name)
         if known is not None and known[0] is resolution:
-            downstream, live, decision = known[1:]
+            held, known_tool, decided = known[1:]
             if (
-                hub.servers.get(hub.slot(decision.server, self.agent)) is downstream
-                and downstream.warm
-                and downstream.tools.get(decision.tool) is live
+                hub.servers.get(hub.slot(decided.server, self.agent)) is held
+                and held.warm
+                and (held.tools or {}).get(decided.tool) is known_tool
             ):
-                return downstream, live, decision
+                return held, known_tool, decided
         if hub.privacy() is not None:
             return None
         found = hub.tool_named(name)
-        downstream = hub.servers.get(hub.slot(found[0], self.agent)) if found is not None else None
-        if found is None or downstream is None or not downstream.warm:
+        if found is None:
+            return None
+        downstream = hub.servers.get(hub.slot(found[0], self.agent))
+        if downstream is None or not downstream.warm:
             return None
         server, tool = found
-        live = downstream.tools.get(tool)
+        live = (downstream.tools or {}).get(tool)
         if live is None:
             return None
         if getattr(getattr(live, "execution", None), "task_support", None) == "required":

@@ -28,7 +28,9 @@ import anyio
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.errors import UsageError
 from bundlectl.expand import expand
-from bundlectl.gateway.core import Hub, _log_line, mcp_server
+from bundlectl.gateway.downstream import _log_line
+from bundlectl.gateway.handlers import mcp_server
+from bundlectl.gateway.hub import Hub
 from bundlectl.mcpio import runner
 from bundlectl.resolution import Resolution
 

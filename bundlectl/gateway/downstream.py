@@ -1,0 +1,346 @@
+"""One downstream server of the gateway: an actor task that starts it, holds its session and
+runs its calls; crashes counted and backed off in one place (`Downstream.after`)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import anyio.lowlevel
+from anyio.abc import TaskGroup, TaskStatus
+
+from bundlectl.calls.pipeline import After
+from bundlectl.errors import (
+    BundlectlError,
+    ServerCrashed,
+    ServerError,
+)
+from bundlectl.gateway.relay import CallCancelled, Job, Relay
+from bundlectl.mcpio.connect import Target, classify, connect
+from bundlectl.mcpio.session import list_all_tools
+from bundlectl.output import err
+
+CONNECT_TIMEOUT = 30.0
+
+
+PROBE_TIMEOUT = 2.0  # a server that does not answer a ping this long after a timeout is stuck
+
+
+T = TypeVar("T")
+
+
+WATCH_LIMIT = 10_000  # files looked at per `watch:` of a server, each call: a bound on the cost
+
+
+def watch_stamp(target: Target) -> tuple[Any, ...]:
+    """(path, mtime, size) of every file under the server's `watch:` paths (relative to the
+    project root), missing ones included as such: any edit, new or removed file changes it."""
+    stamps: list[Any] = []
+    for entry in target.spec.watch:
+        top = target.root / Path(entry).expanduser()
+        if not top.is_dir():
+            stamps.append((top, file_stamp(top)))
+            continue
+        for folder, dirs, files in os.walk(top):
+            dirs.sort()
+            for name in sorted(files):
+                path = Path(folder) / name
+                stamps.append((path, file_stamp(path)))
+                if len(stamps) >= WATCH_LIMIT:
+                    return tuple(stamps)
+    return tuple(stamps)
+
+
+def file_stamp(path: Path | str) -> tuple[int, int, int] | None:
+    """What changes when a file is edited or replaced (None: it is not there)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_mtime_ns, info.st_size, info.st_ino)
+
+
+@dataclass
+class Downstream:
+    """One server behind the gateway: started on first use, warm after, one call at a time
+    (`concurrency: N`: N at a time); after a crash it is started again on a later call, backing
+    off while it keeps failing."""
+
+    target: Target
+    relay: Relay | None = None
+    _inbox: Any = None  # the actor's job queue while it runs
+    _lock: anyio.Lock = field(default_factory=anyio.Lock)
+    tools: dict[str, Any] | None = None  # the live tools of the current session, by name
+    failures: int = 0  # crashes in a row
+    retry_at: float = 0.0  # no new start before this time (anyio clock)
+    start_error: BundlectlError | None = None  # why its last start failed (None: it started)
+    _slots: anyio.Semaphore = field(init=False)
+    _watched: tuple[Any, ...] | None = None  # its `watch:` files when the session started
+
+    def __post_init__(self) -> None:
+        self._slots = anyio.Semaphore(max(1, self.target.spec.concurrency))
+
+    @property
+    def warm(self) -> bool:
+        """Its session is up, its tools are listed, and no file it watches has changed."""
+        return self._inbox is not None and self.tools is not None and not self.stale()
+
+    def stale(self) -> bool:
+        """A file or folder of its `watch:` changed since its session started."""
+        return self._watched is not None and watch_stamp(self.target) != self._watched
+
+    def _alone(self) -> bool:
+        """No call but the caller's runs on it (a restart must not cut another call off)."""
+        return self._slots.value == max(1, self.target.spec.concurrency) - 1
+
+    def acquire(self) -> bool:
+        """Take one of the calls it may take at a time (`concurrency`) if one is free now (the
+        express lane does not wait); `release` gives it back."""
+        try:
+            self._slots.acquire_nowait()
+        except anyio.WouldBlock:
+            return False
+        return True
+
+    def release(self) -> None:
+        self._slots.release()
+
+    @property
+    def connect_timeout(self) -> float:
+        """Starting counts against the server's own timeout too (a server that never answers
+        the handshake fails the call in `timeout` seconds, not 30)."""
+        return float(min(CONNECT_TIMEOUT, self.target.spec.timeout))
+
+    async def run(self, group: TaskGroup, job: Job, ctx: Any = None, tokens: Any = None) -> Any:
+        """Run `job(client)` on this server's session, starting the server when needed;
+        `ctx`: the client request it serves (see `Relay`). Cancelling the caller cancels the
+        job, so the server gets `notifications/cancelled`."""
+        async with self._slots:
+            async with self._lock:
+                if self._inbox is not None and self.exited():
+                    # It died while idle: start it afresh for this call rather than fail it.
+                    _log_line(f"server {self.target.name!r} exited while idle; starting it again")
+                    await self.stop()
+                elif self._inbox is not None and self.stale() and self._alone():
+                    _log_line(f"server {self.target.name!r}: a watched file changed; restarting it")
+                    await self.stop()
+                if self._inbox is None:
+                    wait = self.retry_at - anyio.current_time()
+                    if wait > 0:
+                        raise self._waiting(wait)
+                    # Stamped before it starts: an edit while it starts restarts it next time.
+                    self._watched = watch_stamp(self.target) if self.target.spec.watch else None
+                    try:
+                        self._inbox = await group.start(self._actor)
+                    except BundlectlError as exc:
+                        self._not_started(exc)
+                        await self.crashed()
+                        raise
+                    self.start_error = None
+                inbox = self._inbox
+            reply_send, reply = anyio.create_memory_object_stream[tuple[Any, Any]](1)
+            scope = anyio.CancelScope()
+            try:
+                await inbox.send((job, reply_send, scope, (ctx, tokens)))
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                reply_send.close()  # the actor is gone: as if it died under the call
+            try:
+                value, error = await reply.receive()
+            except anyio.EndOfStream:  # the actor died under the call
+                await self.crashed()
+                raise ServerCrashed(
+                    f"server {self.target.name!r} stopped during the call"
+                ) from None
+            except anyio.get_cancelled_exc_class():
+                scope.cancel()  # the client cancelled: so does the downstream call
+                # and its slot is free once the server has stopped working on it.
+                with (
+                    anyio.CancelScope(shield=True),
+                    anyio.move_on_after(5),
+                    contextlib.suppress(anyio.EndOfStream),
+                ):
+                    await reply.receive()
+                raise
+            finally:
+                reply.close()
+            if isinstance(error, ServerCrashed):  # the connection is gone: afresh next time
+                await self.crashed()
+            elif isinstance(error, ServerError):
+                await self.stop()
+            if error is not None:
+                raise error
+            return value
+
+    def _waiting(self, wait: float) -> ServerError:
+        """The error of a call while the server waits to be started again: the real reason
+        when it could not start (it never ran, so it has no log to read)."""
+        name = self.target.name
+        if self.start_error is not None:
+            return ServerError(
+                f"server {name!r} could not start {self.failures} time(s) in a row; it is "
+                f"tried again in {wait:.1f} s. The last attempt: {self.start_error.message}",
+                hint=self.start_error.hint or "fix the server's entry in bundlectl.yaml",
+            )
+        return ServerError(
+            f"server {name!r} crashed {self.failures} time(s) in a row; it is started again "
+            f"in {wait:.1f} s",
+            hint="try again shortly; its log says why it stopped",
+        )
+
+    def _not_started(self, exc: BundlectlError) -> None:
+        """Say on stderr (the gateway's log) why the server could not start, once per reason:
+        its tools are missing from every list until it starts."""
+        if self.start_error is None or self.start_error.message != exc.message:
+            _log_line(
+                f"server {self.target.name!r} could not start, so its tools are not offered: "
+                f"{exc.explained}"
+            )
+        self.start_error = exc
+
+    def exited(self) -> bool:
+        """Whether its stdio process has ended (an HTTP server cannot be asked)."""
+        child = self.target.child
+        process = getattr(child, "process", None)
+        return process is not None and process.poll() is not None
+
+    def kept(self, after: After) -> bool:
+        """Whether the server is kept as it is after the call (it answered): then it is sound
+        again, its crashes in a row forgotten."""
+        if after is not After.KEEP:
+            return False
+        self.failures = 0
+        return True
+
+    async def after(self, after: After, group: TaskGroup) -> None:
+        """What `Pipeline.finish` said of a call — the one place a server's crashes are counted,
+        whichever path the call took: one that answered is sound again; one that broke the call
+        is started afresh, after a backoff that grows with each crash in a row; one that did not
+        answer in time is checked for being stuck in it (`probe`)."""
+        if self.kept(after):
+            return
+        if after is After.CRASHED:
+            await self.crashed()
+        elif after is After.RESTART:
+            await self.stop()
+        else:
+            group.start_soon(self.probe, group)
+
+    async def probe(self, group: TaskGroup) -> None:
+        """After a call timed out: the server was told to cancel it. One that does not answer a
+        ping within `PROBE_TIMEOUT` is still stuck in that call and would hold every later call
+        of every agent: it is stopped (the next call starts it afresh). A server busy with
+        another call is left alone (that call has its own timeout)."""
+        if self._inbox is None or not self.acquire():
+            return
+        self.release()
+
+        async def ping(client: Any) -> None:
+            await client.send_ping()
+
+        try:
+            with anyio.fail_after(PROBE_TIMEOUT):
+                await self.run(group, ping)
+        except (TimeoutError, BundlectlError):
+            _log_line(
+                f"server {self.target.name!r} did not answer after a call timed out; it is "
+                "stopped and started again on the next call"
+            )
+            await self.stop()
+
+    async def live_tools(self, group: TaskGroup) -> dict[str, Any]:
+        """The session's tools, listed once per session (a restart lists them again)."""
+        if self.tools is None or self._inbox is None:
+            listed = await self.run(group, list_all_tools)
+            fresh = {tool.name: tool for tool in listed}
+            if self.relay is not None and fresh != self.tools:
+                self.relay.hub.changed()
+            self.tools = fresh
+        return self.tools
+
+    def forget_tools(self) -> None:
+        """Its tools changed: list them again before the next call uses them."""
+        self.tools = None
+
+    async def crashed(self) -> None:
+        self.failures += 1
+        backoff = 0.0 if self.failures == 1 else min(30.0, 0.5 * 2 ** (self.failures - 2))
+        self.retry_at = anyio.current_time() + backoff
+        await self.stop()
+
+    async def stop(self) -> None:
+        self.tools = None
+        inbox, self._inbox = self._inbox, None
+        if inbox is not None:
+            await inbox.aclose()
+
+    async def _actor(self, *, task_status: TaskStatus[Any]) -> None:
+        send, receive = anyio.create_memory_object_stream[tuple[Any, ...]](1)
+        options = self.relay.options() if self.relay is not None else None
+        started, tee = False, None
+        try:
+            async with (
+                connect(
+                    self.target,
+                    connect_timeout=self.connect_timeout,
+                    options=options,
+                    option=f"servers.{self.target.name}.timeout",
+                ) as client,
+                anyio.create_task_group() as jobs,
+            ):
+                tee = self.target.stderr  # this session's copy of the server's stderr
+                if self.target.tap is not None:  # calls past the SDK, in this session's protocol
+                    self.target.tap.version = client.protocol_version
+                task_status.started(send)
+                started = True
+                listening = anyio.CancelScope()
+                if self.relay is not None:
+                    self.relay.modern, self.relay.settled = None, anyio.Event()  # a new session
+                    jobs.start_soon(self.relay.listen, client, listening)
+                    jobs.start_soon(self.relay.resubscribe, client)
+                async with receive:
+                    async for job, reply, scope, caller in receive:
+                        jobs.start_soon(self._one, job, client, reply, scope, caller)
+                listening.cancel()  # the inbox closed: the calls in flight finish, then we stop
+        except BundlectlError as exc:
+            if not started:
+                receive.close()
+                raise  # the caller that started it says why
+            # The calls in flight were answered; the gateway goes on.
+            _log_line(f"server {self.target.name!r} stopped: {exc.explained}")
+        finally:
+            if self._inbox is send:  # ended on its own (the server went away): start afresh
+                self._inbox = None
+                self.tools = None
+            send.close()
+            self.target.close(wait=0, tee=tee)
+
+    async def _one(
+        self, job: Job, client: Any, reply: Any, scope: anyio.CancelScope, caller: Any
+    ) -> None:
+        ctx, tokens = caller
+        key = self.relay.enter(ctx, tokens) if self.relay is not None and ctx is not None else None
+        async with reply:
+            try:
+                with scope:
+                    await reply.send((await job(client), None))
+                    return
+                await reply.send((None, CallCancelled("the call was cancelled by the client")))
+            except BundlectlError as exc:
+                await reply.send((None, exc))
+            except Exception as exc:  # never let one job take the gateway down
+                error = classify(exc, self.target) or ServerCrashed(
+                    f"server {self.target.name!r}: {type(exc).__name__}: {exc}"
+                )
+                await reply.send((None, error))
+            finally:
+                if key is not None:
+                    self.relay.leave(key)  # type: ignore[union-attr]
+
+
+def _log_line(line: str) -> None:
+    """The gateway's own log: stderr, which MCP clients keep as the server's log."""
+    err(f"bundlectl serve: {line}")

@@ -1,0 +1,308 @@
+"""`bundlectl serve`: one MCP server in front of every resolved server, enforcing each agent's
+policy at run time (SPEC 7). The transports are `serve_stdio` (one agent) here and
+`gateway_http` (many agents, bearer tokens).
+
+Direct mode: `tools/list` holds the tools the agent may call (allow or ask), named
+`server__tool`, with their definitions passed through; a denied tool is invisible and calling it
+answers exactly as calling a tool that does not exist (the audit log records the real reason).
+Every call goes through the pipeline `exec` uses — decide, validate, call with the server's
+timeout, audit (`via: serve`) — and every failure comes back as a tool result with `isError` and
+a message the model can act on; the gateway never dies of a downstream failure.
+
+The `Hub` holds what all sessions share: the policy (reloaded when the config or the lock
+changes; a file that does not load keeps the last good one) and the downstream servers. Each
+downstream server is an actor: a task that starts the server on first use, holds its client
+session (entered and left in that one task, as the SDK requires) and runs one call at a time; a
+server whose connection broke is started again on the next call. A `Gateway` is one agent's view.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import secrets
+import warnings
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import mcp_types as types
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
+from mcp.shared.exceptions import MCPDeprecationWarning
+
+from bundlectl import __version__
+from bundlectl.calls.pipeline import Confirmation, Deferred, Pipeline
+from bundlectl.gateway.context import (
+    MODERN,
+    _answers_by_retry,
+    _as_protocol_error,
+    _connection,
+    _error,
+    _session_key,
+)
+from bundlectl.gateway.hub import Hub
+from bundlectl.gateway.parking import unseal
+from bundlectl.gateway.search import _search_mode_call, search_mode_tools
+from bundlectl.gateway.view import Gateway
+from bundlectl.lockfile import digest_json
+from bundlectl.policy import Decision
+
+
+def mcp_server(
+    hub: Hub,
+    mode: str,
+    agent_of: Callable[[Any], str],
+    *,
+    codec: Any = None,
+    seen: Callable[[Any], None] | None = None,
+) -> Any:
+    """The gateway as an MCP server: `agent_of(ctx)` says whose view a request gets;
+    `seen(ctx)` hears of every request it serves (the express lane learns the client's
+    connection).
+
+    `codec` seals the 2026-07-28 protocol's `requestState` (the pending confirmation of an
+    `ask` rule) with keys every replica of a stateless deployment shares
+    (`gateway_http.StateKeys`); None: a key of this process only.
+    """
+
+    if hub.bus is None:
+        hub.bus = InMemorySubscriptionBus()
+
+    async def view(ctx: Any) -> Gateway:
+        if seen is not None:
+            seen(ctx)
+        await hub.refresh()
+        return hub.view(agent_of(ctx), mode, ctx)
+
+    async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        if mode == "search":
+            return types.ListToolsResult(tools=search_mode_tools())
+        return types.ListToolsResult(tools=await (await view(ctx)).list_tools())
+
+    async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
+        gateway = await view(ctx)
+        arguments = dict(params.arguments or {})
+        if _answers_by_retry(ctx):
+            resumed = await _held(gateway, params, arguments)
+            if resumed is not None:
+                return resumed
+        confirm = _elicitation(ctx, gateway, params)
+        if mode != "search":
+            return await gateway.call_tool(params.name, arguments, confirm)
+        return await _search_mode_call(gateway, params.name, arguments, confirm)
+
+    async def on_list_prompts(ctx: Any, params: Any) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=await (await view(ctx)).list_prompts())
+
+    async def on_get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> Any:
+        with _as_protocol_error():
+            return await (await view(ctx)).get_prompt(params.name, params.arguments)
+
+    async def on_completion(ctx: Any, params: types.CompleteRequestParams) -> Any:
+        """`completion/complete` for the prompts and templates of the servers in use."""
+        context = params.context.arguments if params.context is not None else None
+        argument = {"name": params.argument.name, "value": params.argument.value}
+        with _as_protocol_error():
+            return await (await view(ctx)).complete(params.ref, argument, context)
+
+    async def on_list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=await (await view(ctx)).list_resources())
+
+    async def on_list_resource_templates(ctx: Any, params: Any) -> Any:
+        templates = await (await view(ctx)).list_resource_templates()
+        return types.ListResourceTemplatesResult(resource_templates=templates)
+
+    async def on_read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> Any:
+        with _as_protocol_error():
+            return await (await view(ctx)).read_resource(str(params.uri))
+
+    async def on_subscribe_resource(ctx: Any, params: types.SubscribeRequestParams) -> Any:
+        session = ctx.session
+        with _as_protocol_error():
+            await (await view(ctx)).subscribe(
+                str(params.uri), _session_key(session), session.send_resource_updated, ctx
+            )
+        return types.EmptyResult()
+
+    async def on_set_logging_level(ctx: Any, params: types.SetLevelRequestParams) -> Any:
+        """The client's log level, applied by the gateway to what it forwards (downstream
+        servers are shared by every client, so their own level is left as it is)."""
+        if not hub.stateless:
+            hub.log_levels[_connection(ctx)] = params.level
+        return types.EmptyResult()
+
+    async def on_unsubscribe_resource(ctx: Any, params: types.UnsubscribeRequestParams) -> Any:
+        await hub.unwatch(str(params.uri), _session_key(ctx.session))
+        return types.EmptyResult()
+
+    # logging/setLevel is deprecated from 2026-07-28 (SEP-2577); 2025-11-25 clients use it.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        server: Any = Server(
+            "bundlectl",
+            version=__version__,
+            instructions="The tools this agent may call, under bundlectl's policy.",
+            on_list_tools=on_list_tools,
+            on_call_tool=on_call_tool,
+            on_list_prompts=on_list_prompts,
+            on_get_prompt=on_get_prompt,
+            on_completion=on_completion,
+            on_list_resources=on_list_resources,
+            on_list_resource_templates=on_list_resource_templates,
+            on_read_resource=on_read_resource,
+            # A stateless request has no stream an update could come back on: subscriptions
+            # are neither declared nor taken (a 2026-07-28 client's listen stream still works).
+            on_subscribe_resource=None if hub.stateless else on_subscribe_resource,
+            on_unsubscribe_resource=None if hub.stateless else on_unsubscribe_resource,
+            on_set_logging_level=on_set_logging_level,
+            on_subscriptions_listen=_Listen(ListenHandler(hub.bus), hub, view),
+        )
+    security = (
+        RequestStateSecurity(codec=codec) if codec is not None else RequestStateSecurity.ephemeral()
+    )
+    server.middleware.append(RequestStateBoundary(security, default_audience="bundlectl"))
+    server.middleware.append(_ListingCache(hub, agent_of))
+    # Declare the list changes the gateway sends (2025-11-25; on 2026-07-28 the SDK derives
+    # them from `subscriptions/listen`).
+    sent = not hub.stateless  # nothing reaches a stateless 2025-11-25 client unasked
+    changes = NotificationOptions(prompts_changed=sent, resources_changed=sent, tools_changed=sent)
+    server.create_initialization_options = functools.partial(
+        Server.create_initialization_options, server, changes
+    )
+    return server
+
+
+class _Listen:
+    """`subscriptions/listen` (2026-07-28 clients): the SDK's handler, given only the resources
+    the agent may read, each watched on its server for as long as the stream is open."""
+
+    def __init__(self, inner: Any, hub: Hub, view: Callable[[Any], Awaitable[Gateway]]) -> None:
+        self.inner, self.hub, self.view = inner, hub, view
+
+    async def __call__(self, ctx: Any, params: Any) -> Any:
+        wanted = list(params.notifications.resource_subscriptions or [])
+        key = ("listen", id(ctx), ctx.request_id)
+        honored: list[str] = []
+        if wanted:
+            gateway = await self.view(ctx)
+            for uri in wanted:
+                with contextlib.suppress(Exception):
+                    await gateway.subscribe(uri, key, None)
+                    honored.append(uri)
+            notifications = params.notifications.model_copy(
+                update={"resource_subscriptions": honored or None}
+            )
+            params = params.model_copy(update={"notifications": notifications})
+        try:
+            return await self.inner(ctx, params)
+        finally:
+            with anyio.CancelScope(shield=True):
+                for uri in honored:
+                    await self.hub.unwatch(uri, key)
+
+
+class _ListingCache:
+    """Server middleware: an agent's `tools/list` answer, as the SDK put it on the wire, is kept
+    until what the agent can list may have changed (a reload, a server's new tools), so a
+    client that lists often (every turn, for some) pays for building, validating and
+    serializing thousands of tool definitions once."""
+
+    def __init__(self, hub: Hub, agent_of: Callable[[Any], str]) -> None:
+        self.hub, self.agent_of = hub, agent_of
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        if ctx.method != "tools/list" or (ctx.params or {}).get("cursor"):
+            return await call_next(ctx)
+        await self.hub.refresh()
+        key = (self.agent_of(ctx), ctx.protocol_version, self.hub.generation)
+        cached = self.hub.listings.get(key)
+        if cached is None:
+            generation = self.hub.generation
+            cached = await call_next(ctx)
+            if self.hub.generation == generation:  # nothing changed while it was built
+                self.hub.listings[key] = cached
+        return cached
+
+
+async def _held(
+    gateway: Gateway, params: types.CallToolRequestParams, arguments: dict[str, Any]
+) -> Any:
+    """A 2026-07-28 client's call, whose server's questions are answered by retries: the
+    call is bound to its agent, tool and arguments (`Gateway.binding`); a retry with answers
+    resumes the held call (its next question or its result). None: a new call."""
+    binding = {"agent": gateway.agent, "tool": params.name, "arguments": digest_json(arguments)}
+    gateway.binding = binding
+    held = unseal(params.request_state)
+    if held is None:
+        return None
+    responses = dict(params.input_responses or {})
+    answer = await gateway.hub.parking.resume(held, binding, responses)
+    if answer is not None:
+        return answer
+    return _error(
+        f"{params.name}: the call these answers belong to is no longer waiting (it ended, or "
+        "another gateway process holds it); call the tool again"
+    )
+
+
+_NO_FIELDS: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+def _elicitation(
+    ctx: Any, gateway: Gateway, params: types.CallToolRequestParams
+) -> Confirmation | None:
+    """A confirmer that asks the client's user with an MCP elicitation, when the client declared
+    it can elicit: a request sent back to the client (2025-11-25 sessions), or, on the 2026-07-28
+    protocol, an InputRequiredResult that the client answers by retrying the call with the
+    answer and the `requestState` we gave it (sealed and checked by the SDK: it cannot be forged
+    or moved to another tool or agent)."""
+    capabilities = ctx.session.client_capabilities
+    if capabilities is None or capabilities.elicitation is None:
+        return None
+
+    # What the sealed state binds: the agent, the tool, the exact arguments, and a nonce that
+    # makes one acceptance good for one call (a replayed acceptance is refused).
+    def digest() -> str:  # only when a confirmation is made or answered, not on every call
+        return digest_json(dict(params.arguments or {}))
+
+    if params.request_state is not None and params.input_responses is not None:
+        reply = params.input_responses.get("confirm")
+        if gateway.hub.accepted(params.request_state, gateway.agent, params.name, digest()):
+            accepted = isinstance(reply, types.ElicitResult) and reply.action == "accept"
+
+            async def answered(
+                pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]
+            ) -> bool:
+                return accepted
+
+            return answered
+    if not ctx.session.can_send_request and ctx.protocol_version < MODERN:
+        return None  # a stateless HTTP session on the old protocol: no way back to the client
+
+    async def confirm(
+        pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]
+    ) -> bool | Deferred:
+        downstream = gateway.hub.servers.get(gateway.hub.slot(decision.server, gateway.agent))
+        live = (downstream.tools if downstream is not None else None) or {}
+        schema = getattr(live.get(decision.tool), "input_schema", None)
+        question = pipeline.question(decision, arguments, schema)
+        question += "\nAllow it?"
+        if ctx.session.can_send_request:
+            answer = await ctx.session.elicit_form(
+                question, _NO_FIELDS, related_request_id=ctx.request_id
+            )
+            return bool(answer.action == "accept")
+        request = types.ElicitRequest(
+            params=types.ElicitRequestFormParams(message=question, requested_schema=_NO_FIELDS)
+        )
+        bound = {"agent": gateway.agent, "tool": params.name, "arguments": digest()}
+        state = json.dumps({**bound, "nonce": secrets.token_hex(12)})
+        return Deferred(
+            types.InputRequiredResult(input_requests={"confirm": request}, request_state=state)
+        )
+
+    return confirm

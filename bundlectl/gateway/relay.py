@@ -1,0 +1,226 @@
+"""What a downstream server sends towards the client during a call (progress, logs,
+elicitation and sampling requests, list changes), routed to the client of that call."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import warnings
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.lowlevel
+import mcp_types as types
+from mcp.client.subscriptions import ListenNotSupportedError
+from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ResourceUpdated
+
+from bundlectl.errors import (
+    Interrupted,
+)
+from bundlectl.gateway.context import _owner
+
+if TYPE_CHECKING:
+    from bundlectl.gateway.hub import Hub
+
+
+class CallCancelled(Interrupted):
+    """The client cancelled the call (`notifications/cancelled`); the server was told so too."""
+
+
+Job = Callable[[Any], Awaitable[Any]]
+
+
+class Relay:
+    """What a downstream server sends towards the client — progress, log messages, elicitation
+    and sampling requests, list changes — goes to the client of the call it belongs to, and to
+    no one else.
+
+    The calls in flight on the server are registered per request (`enter`/`leave`), never kept
+    in one field of the server: MCP does not say which request a server's log message or
+    elicitation belongs to, so it goes to the one client whose calls are in flight. When calls
+    of several clients are in flight at once (`concurrency` > 1) it cannot be told whose it is:
+    a log message is dropped and a request refused, rather than risk another agent's client
+    seeing it. Outside any call (a late message) nothing is forwarded, except by a stdio
+    gateway, which has one client. Progress is routed by each call's own token
+    (`Gateway._progress`)."""
+
+    def __init__(self, server: str, hub: Hub, owner: str = "") -> None:
+        self.server, self.hub = server, hub
+        self.owner = owner  # the agent whose process of the server this is ("": shared)
+        self.inflight: dict[int, Any] = {}  # the MCP request context of each call in flight
+        self.tokens: dict[int, Any] = {}  # the privacy token map of each call in flight
+        self.last: Any = None  # the latest call's context (for a gateway with one client)
+        self.last_tokens: Any = None
+        self._keys = itertools.count(1)
+        # Resources clients subscribed to; on a 2026-07-28 server they ride on the listen stream.
+        self.watched: set[str] = set()
+        self.modern: bool | None = None  # the session's protocol, once the listen was tried
+        self.settled = anyio.Event()  # set once `modern` is known for the current session
+        self._listening: anyio.CancelScope | None = None
+
+    def enter(self, ctx: Any, tokens: Any = None) -> int:
+        """A call of the client request `ctx` is in flight on the server (`tokens`: that
+        client's privacy token map, for what the server says meanwhile); `leave` ends it."""
+        key = next(self._keys)
+        self.inflight[key] = ctx
+        self.tokens[key] = tokens
+        if self.hub.one_client:
+            self.last, self.last_tokens = ctx, tokens
+        return key
+
+    def leave(self, key: int) -> None:
+        self.inflight.pop(key, None)
+        self.tokens.pop(key, None)
+
+    def tokens_of(self, ctx: Any) -> Any:
+        """The token map of the call in flight for `ctx` (None: nothing is tokenized)."""
+        for key, known in self.inflight.items():
+            if known is ctx:
+                return self.tokens.get(key)
+        return self.last_tokens if ctx is self.last else None
+
+    def current(self) -> tuple[Any, str | None]:
+        """The client request a server's message belongs to, or None and why not."""
+        contexts = list(self.inflight.values())
+        if self.hub.one_client and (contexts or self.last is not None):
+            # stdio: one client, whose calls may be on the express lane and the SDK path at
+            # once; whatever the server says, during a call or between calls, is that client's.
+            return (contexts[-1] if contexts else self.last), None
+        if not contexts:
+            return None, f"no client's call is in flight on server {self.server!r}"
+        if len({_owner(ctx) for ctx in contexts}) > 1:
+            return None, (
+                f"calls of several clients are in flight on server {self.server!r} at once "
+                "(its concurrency is above 1), and MCP does not say whose call this is; set "
+                f"servers.{self.server}.concurrency: 1 to let it ask"
+            )
+        return contexts[-1], None
+
+    def options(self) -> dict[str, Any]:
+        """The downstream client's callbacks (each also declares the capability)."""
+        return {
+            "elicitation_callback": self.elicit,
+            "sampling_callback": self.sample,
+            "logging_callback": self.log,
+            "message_handler": self.message,
+        }
+
+    def _refuse(self, what: str, why: str | None) -> types.ErrorData:
+        return types.ErrorData(
+            code=types.INVALID_REQUEST, message=f"{what} is not available: {why}"
+        )
+
+    async def _ask(self, capability: str, request: Any, answer: type) -> Any:
+        """A server's request to the client of the call it belongs to: sent on the client's
+        session (2025-11-25), or parked for a 2026-07-28 client to answer by retrying
+        (`parking.py`)."""
+        ctx, why = self.current()
+        if ctx is None:
+            return self._refuse(capability, why)
+        declared = ctx.session.client_capabilities
+        if declared is None or getattr(declared, capability) is None:
+            why = f"the client behind the bundlectl gateway did not declare {capability}"
+            return self._refuse(capability, why)
+        if ctx.session.can_send_request:
+            return await ctx.session.send_request(request, answer)
+        parking = self.hub.parking
+        if not parking.holds(ctx):
+            return self._refuse(
+                capability,
+                "the client's request came over stateless HTTP on the 2025-11-25 protocol, "
+                "which has no way to send a request back to the client during a call; serve "
+                "without --stateless, or use a client on the 2026-07-28 protocol",
+            )
+        timeout = float(self.hub.downstream(self.server, self.owner).target.spec.timeout)
+        reply = await parking.ask(ctx, request, timeout)
+        if reply is None:
+            if capability == "elicitation":  # nobody answered: as if the user dismissed it
+                return types.ElicitResult(action="cancel")
+            return self._refuse(capability, f"the client did not answer within {timeout:g} s")
+        return reply
+
+    async def elicit(self, context: Any, params: Any) -> Any:
+        request = types.ElicitRequest(params=params)
+        return await self._ask("elicitation", request, types.ElicitResult)
+
+    async def sample(self, context: Any, params: Any) -> Any:
+        request = types.CreateMessageRequest(params=params)
+        return await self._ask("sampling", request, types.CreateMessageResult)
+
+    async def log(self, params: Any) -> None:
+        ctx, _ = self.current()
+        if ctx is None or not self.hub.wants_log(ctx, params.level):
+            return
+        tokens = self.tokens_of(ctx)
+        if tokens is not None:  # what a server logs passes the tokenizer like its results
+            params = params.model_copy(update={"data": tokens.value(params.data)})
+        logger = f"{self.server}.{params.logger}" if params.logger else self.server
+        with warnings.catch_warnings(), contextlib.suppress(Exception):
+            warnings.simplefilter("ignore")
+            await ctx.session.send_log_message(
+                params.level, params.data, logger=logger, related_request_id=ctx.request_id
+            )
+
+    async def message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            await self.hub.tools_changed(self.server)
+        elif isinstance(message, types.PromptListChangedNotification):
+            await self.hub.tell_listeners("send_prompt_list_changed")
+        elif isinstance(message, types.ResourceListChangedNotification):
+            await self.hub.tell_listeners("send_resource_list_changed")
+        elif isinstance(message, types.ResourceUpdatedNotification) and not self.modern:
+            await self.hub.resource_updated(self.server, self.owner, str(message.params.uri))
+
+    async def listen(self, client: Any, scope: anyio.CancelScope) -> None:
+        """On the 2026-07-28 protocol a server's changes come only to a client that listens for
+        them (`subscriptions/listen`): its tool list, and the resources clients subscribed to
+        (the stream is opened again when that set changes). Older servers send list changes
+        unasked and take `resources/subscribe` requests (`Hub.watch`)."""
+
+        quiet = (MCPError, RuntimeError, TimeoutError)
+        with scope:
+            try:
+                while True:
+                    self._listening = anyio.CancelScope()
+                    with self._listening, contextlib.suppress(*quiet):
+                        async with client.listen(
+                            tools_list_changed=True, resource_subscriptions=sorted(self.watched)
+                        ) as events:
+                            self.modern = True
+                            self.settled.set()
+                            async for event in events:
+                                if isinstance(event, ResourceUpdated):
+                                    await self.hub.resource_updated(
+                                        self.server, self.owner, event.uri
+                                    )
+                                else:
+                                    await self.hub.tools_changed(self.server)
+                            return  # the server ended the stream
+                    if not self._listening.cancel_called:
+                        return
+            except ListenNotSupportedError:
+                self.modern = False
+            finally:
+                self.settled.set()
+
+    async def resubscribe(self, client: Any) -> None:
+        """A new session (a start after a crash, a restart after a reload): subscribe again to
+        the resources clients watch here. A 2025-11-25 server forgot them with its session; a
+        2026-07-28 one is told on the listen stream, which opens with `watched`."""
+
+        with anyio.move_on_after(5):
+            await self.settled.wait()
+        if self.modern:
+            return
+        for server, owner, uri in list(self.hub.watchers):
+            if (server, owner) == (self.server, self.owner):
+                with warnings.catch_warnings(), contextlib.suppress(MCPError):
+                    warnings.simplefilter("ignore")
+                    await client.subscribe_resource(uri)
+
+    def rewatch(self) -> None:
+        """The subscribed resources changed: open the listen stream again with them."""
+        if self._listening is not None:
+            self._listening.cancel()

@@ -1,0 +1,107 @@
+"""Search mode: two tools (`search_tools`, `call_tool`) in front of every server, instead of every
+tool listed."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import mcp_types as types
+
+from bundlectl.calls.pipeline import Confirmation
+from bundlectl.gateway.context import _error
+
+if TYPE_CHECKING:
+    from bundlectl.gateway.view import Gateway
+
+
+def _name(tool: types.Tool) -> str:
+    return tool.name
+
+
+DETAILS = ("name", "summary", "full")
+
+
+def _describe(server: str, tool: types.Tool, detail: str) -> Any:
+    """One search result: the qualified name, with the first line of the description
+    (`summary`) or the whole definition (`full`)."""
+    name = f"{server}.{tool.name}"
+    if detail == "name":
+        return name
+    item: dict[str, Any] = {"name": name}
+    description = (tool.description or "").strip()
+    if detail == "summary":
+        item["description"] = description.splitlines()[0] if description else ""
+        return item
+    item["description"] = description
+    item["input_schema"] = tool.input_schema
+    if tool.output_schema:
+        item["output_schema"] = tool.output_schema
+    if tool.annotations:
+        item["annotations"] = tool.annotations.model_dump(by_alias=True, exclude_none=True)
+    return item
+
+
+def search_mode_tools() -> list[types.Tool]:
+    """Search mode's whole `tools/list`: find tools, then call them by name."""
+    search_schema = {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "Words to match; empty lists all."},
+            "server": {"type": "string", "description": "Only this server's tools."},
+            "detail": {"type": "string", "enum": list(DETAILS), "default": "summary"},
+            "limit": {"type": "integer", "minimum": 1, "default": 20},
+        },
+    }
+    call_schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "server.tool, as search_tools names it."},
+            "arguments": {"type": "object", "description": "The tool's arguments."},
+        },
+        "required": ["name"],
+    }
+    return [
+        types.Tool(
+            name="search_tools",
+            description="Find the tools you may call: name only, a summary, or full schemas.",
+            input_schema=search_schema,
+            annotations=types.ToolAnnotations(read_only_hint=True),
+        ),
+        types.Tool(
+            name="call_tool",
+            description="Call a tool found with search_tools, by its server.tool name.",
+            input_schema=call_schema,
+        ),
+    ]
+
+
+def _declared(spec: Any) -> types.Tool:
+    annotations = spec.annotations or None
+    return types.Tool(
+        name=spec.name,
+        title=spec.title,
+        description=spec.description or None,
+        input_schema=spec.input_schema,
+        output_schema=spec.output_schema,
+        annotations=types.ToolAnnotations(**annotations) if annotations else None,
+    )
+
+
+async def _search_mode_call(
+    gateway: Gateway, name: str, arguments: dict[str, Any], confirm: Confirmation | None
+) -> types.CallToolResult:
+    """Search mode's two tools; any other name is unknown, as in direct mode."""
+    if name == "search_tools":
+        query, server = arguments.get("query", ""), arguments.get("server")
+        detail, limit = arguments.get("detail", "summary"), arguments.get("limit", 20)
+        if not isinstance(query, str) or not (server is None or isinstance(server, str)):
+            return _error("query and server are strings")
+        if not isinstance(limit, int) or not isinstance(detail, str):
+            return _error("limit is an integer and detail one of name, summary, full")
+        return await gateway.search(query, server, detail, limit)
+    if name == "call_tool":
+        target, inner = arguments.get("name"), arguments.get("arguments") or {}
+        if not isinstance(target, str) or "." not in target or not isinstance(inner, dict):
+            return _error("call_tool takes name (server.tool, from search_tools) and arguments")
+        return await gateway.call_tool(target, inner, confirm)
+    return _error(f"unknown tool {name!r}; use search_tools, then call_tool")

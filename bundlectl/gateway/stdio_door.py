@@ -1,0 +1,137 @@
+"""`serve` on stdio: one agent, one client, its requests read from our stdin (the express
+lane takes the warm calls, the SDK the rest)."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import mcp_types as types
+
+from bundlectl.calls.arguments import refuse_constant
+from bundlectl.calls.pipeline import Pipeline
+from bundlectl.gateway.downstream import _log_line
+from bundlectl.gateway.express import Express
+from bundlectl.gateway.handlers import mcp_server
+from bundlectl.gateway.hub import Hub
+from bundlectl.mcpio.stdio import (
+    Oversized,
+    PipeWriter,
+    json_line,
+    read_pipe,
+    session_message,
+)
+
+
+async def serve_stdio(
+    pipeline: Pipeline, agent: str, mode: str = "direct", names: str | None = None
+) -> None:
+    """Serve the agent over stdin/stdout until the client closes them (or a stop signal)."""
+    async with anyio.create_task_group() as group:
+        hub = Hub(pipeline, group, log=_log_line, agents={agent}, one_client=True, naming=names)
+        async with _stdio() as (read, writer, express_to):
+            # Warm calls of direct mode skip the SDK on both sides (`express.py`).
+            lane = Express(hub, agent, group, writer) if mode == "direct" else None
+            express_to(lane)
+            server = mcp_server(hub, mode, lambda ctx: agent, seen=lane.seen if lane else None)
+            await server.run(read, writer.queue, server.create_initialization_options())
+        group.cancel_scope.cancel()  # the client is gone: stop every downstream server
+
+
+def _sdk_line(message: Any) -> bytes:
+    data: str = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+    return data.encode() + b"\n"
+
+
+def _invalid_message(exc: Exception) -> str:
+    """What makes a JSON value no JSON-RPC message, in a few words (pydantic's first error)."""
+    errors = getattr(exc, "errors", None)
+    first = errors()[0] if callable(errors) and errors() else None
+    if first is None:
+        return str(exc).splitlines()[0]
+    where = ".".join(str(p) for p in first.get("loc", ()) if not isinstance(p, int) or p)
+    return f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+
+
+async def _quietly_send(stream: Any, message: Any) -> None:
+    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+        await stream.send(message)
+
+
+@asynccontextmanager
+async def _stdio() -> AsyncIterator[tuple[Any, PipeWriter, Callable[[Express | None], None]]]:
+    """Our stdin and stdout as the SDK's message streams, and a way to hand the express lane
+    the messages it takes: each line is offered to it as soon as it is read, and the lane
+    posts its lines to the same writer (`PipeWriter.post`).
+
+    The SDK's own stdio server reads stdin in a worker thread that cannot be cancelled, so a
+    SIGTERM would wait for the client's next line; here the event loop reads it (a daemon thread
+    when stdin is a file, simply abandoned), and the shutdown goes ahead at once.
+    """
+
+    read_send, read = anyio.create_memory_object_stream[Any](16)
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    writer = PipeWriter(stdout, _sdk_line)
+    lane: list[Express | None] = [None]
+
+    count = itertools.count(1)
+
+    def parse(raw: bytes | bytearray) -> Any:
+        """The SDK's message, or None: the express lane took it, or it is no JSON-RPC message
+        (then the client gets the error JSON-RPC prescribes, and our log says why; the SDK
+        would drop it without a word)."""
+        number, parsed = next(count), None
+        try:
+            if isinstance(raw, Oversized):
+                raise ValueError(f"the message is {raw.size:,} bytes, over the limit")
+            parsed = json.loads(raw, parse_constant=refuse_constant)
+            express = lane[0]
+            if express is not None and express.take(parsed):
+                return None
+            return session_message(parsed)
+        except (ValueError, RecursionError) as exc:
+            json_error = parsed is None
+            if isinstance(exc, RecursionError):
+                exc = ValueError("it nests too deeply")
+            why = str(exc).splitlines()[0] if json_error else _invalid_message(exc)
+            code = types.PARSE_ERROR if json_error else types.INVALID_REQUEST
+            what = "Parse error" if json_error else "Invalid Request"
+            key = parsed.get("id") if isinstance(parsed, dict) else None
+            key = key if isinstance(key, str | int) and not isinstance(key, bool) else None
+            error = {"code": code, "message": f"{what}: {why}"}
+            writer.post(json_line({"jsonrpc": "2.0", "id": key, "error": error}))
+            _log_line(
+                f"message {number} from the client is not JSON-RPC 2.0 ({why}); it was answered "
+                "with an error and ignored — the client must send one JSON-RPC message per line"
+            )
+            return None
+
+    async def reader() -> None:
+        async with read_send:
+            async for message in await read_pipe(stdin, parse):
+                await read_send.send(message)
+
+    def express_to(express: Express | None) -> None:
+        lane[0] = express
+        if express is not None:
+
+            def to_sdk(message: dict[str, Any]) -> None:
+                group.start_soon(_quietly_send, read_send, session_message(message))
+
+            express.to_sdk = to_sdk
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(writer.run)
+        group.start_soon(reader)
+        try:
+            yield read, writer, express_to
+        finally:
+            writer.queue.close()
+            group.cancel_scope.cancel()

@@ -1,0 +1,477 @@
+"""One agent's view of the gateway (`Gateway`): the tools it is offered, and its calls, reads and
+prompts, each through the pipeline every front door shares."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.lowlevel
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+
+from bundlectl.calls.call import CallOutcome, CallRequest, completed, perform
+from bundlectl.calls.pipeline import Confirmation, Deferred, Pipeline
+from bundlectl.catalog import ToolRef, search
+from bundlectl.errors import (
+    BundlectlError,
+    Declined,
+    PolicyDenied,
+    Unconfirmable,
+)
+from bundlectl.gateway.context import _connection, _error, _not_found
+from bundlectl.gateway.downstream import T
+from bundlectl.gateway.search import DETAILS, _declared, _describe, _name
+from bundlectl.mcpio.session import SdkSession
+from bundlectl.models import ToolSpec
+from bundlectl.policy import Decision
+
+if TYPE_CHECKING:
+    from bundlectl.gateway.hub import Hub
+
+
+@dataclass
+class Gateway:
+    """One agent's view of every resolved server, and the calls it makes through them."""
+
+    hub: Hub
+    agent: str
+    mode: str = "direct"  # direct | search
+    ctx: Any = None  # the client request this view answers (progress, elicitation, logs)
+    # What binds a held call (`parking.py`) when this request's client can answer a server's
+    # question only by retrying (2026-07-28); None: it is asked directly, or cannot be.
+    binding: dict[str, str] | None = None
+
+    @property
+    def listing(self) -> str:
+        """Where the agent finds the names it may call."""
+        return "search_tools" if self.mode == "search" else "tools/list"
+
+    @property
+    def pipeline(self) -> Pipeline:
+        return self.hub.pipeline
+
+    async def _offered(self, name: str, spec: Any) -> list[types.Tool]:
+        """A server's tools: its declared definitions, or the live ones when it declares none or
+        `pin_tools` holds (then a live tool that differs from the lock is withheld)."""
+        pinned = self.pipeline.resolution.policy.set.pin_tools
+        if spec.tools and not pinned:
+            return [_declared(tool) for tool in spec.tools]
+        try:
+            live = (await self.hub.downstream(name, self.agent).live_tools(self.hub.group)).values()
+        except BundlectlError:
+            return []  # a server that cannot start offers nothing (its log line says why)
+        self.hub.learn(name, live)
+        return [tool for tool in live if self.pipeline.unpinned(name, tool) is None]
+
+    async def _catalog(self) -> list[tuple[str, types.Tool]]:
+        """(server, tool) for every tool the agent may call (allow or ask)."""
+        compiled = self.pipeline.resolution.policy.agent(self.agent)
+        usable: list[tuple[str, types.Tool]] = []
+        for name, merged in self.pipeline.resolution.merged.servers.items():
+            if merged.spec.disabled or not compiled.may_reach(name):
+                continue  # never started, connected to or sent a credential for this agent
+            offered = await self._offered(name, merged.spec)
+            usable.extend((name, tool) for tool in compiled.usable(name, offered, _name))
+        return usable
+
+    async def list_tools(self) -> list[types.Tool]:
+        """Direct mode: the usable tools, named `server__tool`, definitions passed through."""
+        catalog = await self._catalog()
+        tools = [
+            tool.model_copy(update={"name": self.hub.name_of(server, tool.name)})
+            for server, tool in catalog
+            if self.hub.name_of(server, tool.name) not in self.hub.ambiguous
+        ]
+        return sorted(tools, key=lambda t: t.name)
+
+    async def search(
+        self, query: str, server: str | None, detail: str, limit: int
+    ) -> types.CallToolResult:
+        """Search mode's `search_tools`: the usable tools ranked as `bundlectl tools --search`
+        ranks them, at the detail asked for."""
+
+        if detail not in DETAILS:
+            return _error(f"detail must be one of {', '.join(DETAILS)}, not {detail!r}")
+        found = {
+            (name, tool.name): tool
+            for name, tool in await self._catalog()
+            if server is None or name == server
+        }
+        refs = [
+            ToolRef(
+                name, tool, ToolSpec(name=tool, description=found[(name, tool)].description or "")
+            )
+            for name, tool in sorted(found)
+        ]
+        ranked = [ref for _, ref in search(refs, query)] if query.strip() else refs
+        compiled = self.pipeline.resolution.policy.agent(self.agent)
+        items = []
+        for ref in ranked:
+            item = _describe(ref.server, found[(ref.server, ref.tool)], detail)
+            rules = compiled.conditional_matching(ref.server, ref.tool)
+            if rules and isinstance(item, dict):  # which calls the policy lets through
+                item["conditions"] = [
+                    f"{r.effect} if {r.condition.describe()}" for r in rules if r.condition
+                ]
+            items.append(item)
+        shown = items[: max(1, limit)]
+        payload = {"tools": shown, "more": len(items) - len(shown)}
+        text = types.TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))
+        return types.CallToolResult(content=[text])
+
+    def _find(self, name: str) -> tuple[str, str] | None:
+        """The (server, tool) a name the agent used stands for: `server__tool`, or `server.tool`
+        (search mode); None: no configured server has that tool."""
+        if "." in name:  # the pair itself, never through a gateway name that may stand for another
+            server, _, tool = name.partition(".")
+            self.hub.names()
+            return (server, tool) if (server, tool) in self.hub.pairs else None
+        return self.hub.tool_named(name)
+
+    async def _servers_in_use(self) -> list[str]:
+        """The servers whose resources and prompts are the agent's too (`CompiledAgent.opens`:
+        a tool allowed outright, not only after confirmation or for some arguments)."""
+        compiled = self.pipeline.resolution.policy.agent(self.agent)
+        tools: dict[str, list[str]] = {}
+        for server, tool in await self._catalog():
+            tools.setdefault(server, []).append(tool.name)
+        return sorted(server for server, names in tools.items() if compiled.opens(server, names))
+
+    async def _gather(self, method: str, field: str) -> list[tuple[str, Any]]:
+        """(server, item) for every item of a paginated list (`resources/list`, ...) of every
+        server in use, asked concurrently; a server without the feature adds nothing."""
+
+        found: dict[str, list[Any]] = {}
+
+        async def job(client: Any) -> list[Any]:
+            items: list[Any] = []
+            cursor = None
+            try:
+                while True:
+                    page = await getattr(client, method)(cursor=cursor)
+                    items.extend(getattr(page, field))
+                    cursor = page.next_cursor
+                    if not cursor:
+                        return items
+            except MCPError:  # method not found: the server has no such feature
+                return items
+
+        async def one(server: str) -> None:
+            with contextlib.suppress(BundlectlError):
+                downstream = self.hub.downstream(server, self.agent)
+                found[server] = await downstream.run(self.hub.group, job)
+
+        servers = await self._servers_in_use()
+        async with anyio.create_task_group() as group:
+            for server in servers:
+                group.start_soon(one, server)
+        return [(server, item) for server in servers for item in found.get(server, [])]
+
+    async def list_prompts(self) -> list[types.Prompt]:
+        """The prompts of the servers in use, named `server__prompt` (descriptions through the
+        tokenizer, as what `prompts/get` returns)."""
+        prompts = [
+            prompt.model_copy(update={"name": self.hub.name_of(server, prompt.name)})
+            for server, prompt in await self._gather("list_prompts", "prompts")
+        ]
+        return self._tokenized(prompts, "title", "description")
+
+    def _tokenized(self, items: list[T], *fields: str) -> list[T]:
+        """Listed items with the text of `fields` tokenized (privacy), as reads of them are."""
+        tokens = self.hub.tokenizer(self.ctx, self.agent)
+        if tokens is None:
+            return items
+        return [tokens.listed(item, *fields) for item in items]
+
+    async def get_prompt(self, name: str, arguments: dict[str, str] | None) -> Any:
+        listed = await self._gather("list_prompts", "prompts")
+        found = [(s, p.name) for s, p in listed if self.hub.name_of(s, p.name) == name]
+        if found:
+            server, prompt = found[0]
+
+            async def job(client: Any) -> Any:
+                return await client.get_prompt(prompt, arguments)
+
+            key = {"name": prompt, "arguments": arguments or {}}
+            try:
+                downstream = self.hub.downstream(server, self.agent)
+                got = await downstream.run(self.hub.group, job, self.ctx)
+            except BaseException:
+                self.pipeline.audit.access(self.agent, server, "prompts/get", key, "server-error")
+                raise
+            self.pipeline.audit.access(self.agent, server, "prompts/get", key, "ok")
+            tokens = self.hub.tokenizer(self.ctx, self.agent)
+            return tokens.prompt(got) if tokens is not None else got
+        self.pipeline.audit.access(self.agent, "-", "prompts/get", {"name": name}, "not-found")
+        raise _not_found(f"unknown prompt {name!r}; prompts/list shows the prompts you can use")
+
+    async def complete(
+        self, ref: Any, argument: dict[str, str], context: dict[str, str] | None
+    ) -> types.CompleteResult:
+        """Completions for an argument of a prompt (by the name the client sees) or a resource
+        template (by its URI template), from the server in use that has it; the answer passes
+        the tokenizer like every other text a server sends."""
+        if ref.type == "ref/prompt":
+            listed = await self._gather("list_prompts", "prompts")
+            found = [
+                (s, types.PromptReference(name=p.name))
+                for s, p in listed
+                if self.hub.name_of(s, p.name) == ref.name
+            ]
+        else:
+            listed = await self._gather("list_resource_templates", "resource_templates")
+            found = [(s, ref) for s, t in listed if t.uri_template == ref.uri]
+        if not found:
+            what = f"prompt {ref.name!r}" if ref.type == "ref/prompt" else f"template {ref.uri!r}"
+            raise _not_found(f"unknown {what}; nothing to complete")
+        server, real = found[0]
+
+        async def job(client: Any) -> types.CompleteResult:
+            result: types.CompleteResult = await client.complete(real, argument, context)
+            return result
+
+        result: types.CompleteResult = await self.hub.downstream(server, self.agent).run(
+            self.hub.group, job, self.ctx
+        )
+        tokens = self.hub.tokenizer(self.ctx, self.agent)
+        if tokens is None:
+            return result
+        values = [tokens.text(value) for value in result.completion.values]
+        completion = result.completion.model_copy(update={"values": values})
+        return result.model_copy(update={"completion": completion})
+
+    async def list_resources(self) -> list[types.Resource]:
+        found = [item for _, item in await self._gather("list_resources", "resources")]
+        return self._tokenized(found, "uri", "name", "title", "description")
+
+    async def list_resource_templates(self) -> list[types.ResourceTemplate]:
+        found = await self._gather("list_resource_templates", "resource_templates")
+        return self._tokenized([item for _, item in found], "name", "title", "description")
+
+    async def read_resource(self, uri: str) -> Any:
+        """The resource from the server in use that lists it, or else from the first that can
+        read it (a URI made from a template). A listed URI that was tokenized is read by its
+        real value, from the server that listed it only (no token is put back elsewhere)."""
+
+        listed = await self._gather("list_resources", "resources")
+        tokens = self.hub.tokenizer(self.ctx, self.agent)
+        real = tokens.restore(uri) if tokens is not None else uri
+        owners = [server for server, item in listed if str(item.uri) == real]
+        uri = real if owners else uri
+        candidates = owners or await self._servers_in_use()
+
+        async def job(client: Any) -> Any:
+            try:
+                return await client.read_resource(uri)
+            except MCPError:
+                return None
+
+        for server in candidates:
+            try:
+                downstream = self.hub.downstream(server, self.agent)
+                result = await downstream.run(self.hub.group, job, self.ctx)
+            except BundlectlError:
+                continue
+            if result is not None:
+                self.pipeline.audit.access(self.agent, server, "resources/read", {"uri": uri}, "ok")
+                tokens = self.hub.tokenizer(self.ctx, self.agent)
+                return tokens.read(result) if tokens is not None else result
+        self.pipeline.audit.access(self.agent, "-", "resources/read", {"uri": uri}, "not-found")
+        raise _not_found(f"unknown resource {uri!r}; resources/list shows what you can read")
+
+    async def subscribe(self, uri: str, key: Any, notify: Any, ctx: Any = None) -> None:
+        """Watch a resource of a server in use: the one that lists it, or else the first that
+        can watch it (a URI made from a template); until the client of request `ctx`
+        unsubscribes or its connection ends."""
+        listed = await self._gather("list_resources", "resources")
+        owners = [server for server, item in listed if str(item.uri) == uri]
+        for server in owners or await self._servers_in_use():
+            if await self.hub.watch(server, self.agent, uri, key, notify):
+                if ctx is not None:
+                    self.hub.release_at_end(_connection(ctx), key)
+                return
+        raise _not_found(f"unknown resource {uri!r}; resources/list shows what you can read")
+
+    def _log_meta(self) -> dict[str, Any] | None:
+        """The call's `_meta` for the server: the log level the client wants (a 2026-07-28
+        server sends log messages only to requests that ask; older ones ignore the key)."""
+        floor = self.hub.log_floor(self.ctx) if self.ctx is not None else None
+        return None if floor is None else {types.LOG_LEVEL_META_KEY: floor}
+
+    def _progress(self) -> Any:
+        """The downstream server's progress, passed on to the client when it asked for it."""
+        ctx = self.ctx
+        if ctx is None or ctx.meta is None or ctx.meta.get("progress_token") is None:
+            return None
+
+        tokens = self.hub.tokenizer(ctx, self.agent)
+
+        async def report(progress: float, total: float | None, message: str | None) -> None:
+            if tokens is not None and message is not None:
+                message = tokens.text(message)
+            with contextlib.suppress(Exception):
+                await ctx.session.report_progress(progress, total, message)
+
+        return report
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], confirm: Confirmation | None = None
+    ) -> types.CallToolResult:
+        """One call through the pipeline, by `server__tool` (direct mode) or `server.tool`
+        (search mode's `call_tool`); every failure is a result the model can act on.
+
+        `confirm` asks the person at the client about an `ask` rule (an MCP elicitation); without
+        it such a call is refused.
+        """
+        unknown = f"unknown tool {name!r}; {self.listing} shows the tools you can call"
+        found = self._find(name)
+        if found is None:
+            await self._catalog()  # servers without declared tools: learn their live names
+            found = self._find(name)
+        if found is None:
+            return _error(self._not_started(name) or unknown)
+        server, tool = found
+        try:
+            decision = self.pipeline.judge(
+                self.agent,
+                server,
+                tool,
+                interactive=True,
+                arguments=self._received(server, tool, arguments),
+            )
+        except BundlectlError as exc:  # arguments refused at the door (NaN)
+            return _error(exc.explained)
+        try:
+            admitted = await self.pipeline.admission(decision, arguments, confirm)
+        except Unconfirmable:
+            return _error(
+                f"{name} needs a person's confirmation ({decision.reason}), and this client "
+                "cannot ask for it (no elicitation support); ask the user to run it with "
+                "`bundlectl exec`"
+            )
+        except Declined:
+            return _error(f"the user did not confirm {name}; it was not called")
+        except PolicyDenied:
+            if self._listed(decision):
+                return _error(_refused_arguments(name, decision, self._policy_of(decision)))
+            return _error(unknown)  # audited with the reason; said as for no such tool
+        if isinstance(admitted, Deferred):
+            return admitted.answer  # type: ignore[no-any-return]  # the client asks, then retries
+        decision = admitted
+        perform = functools.partial(self._perform, decision, server, tool, arguments)
+        if self.binding is not None:  # its server may ask the client: it can answer by a retry
+            return await self.hub.parking.start(self.ctx, self.binding, perform)  # type: ignore[return-value]
+        return await perform()
+
+    def _listed(self, decision: Decision) -> bool:
+        """Whether the agent is offered the tool (`tools/list`): some call of it may pass, so a
+        refusal on its arguments may say so (SPEC 7)."""
+        compiled = self.pipeline.resolution.policy.agent(self.agent)
+        return decision.conditional and (
+            compiled.decide(decision.server, decision.tool, interactive=True).effect != "deny"
+        )
+
+    def _policy_of(self, decision: Decision) -> list[str]:
+        """The conditions under which the agent's own grants let it call the tool."""
+        compiled = self.pipeline.resolution.policy.agent(self.agent)
+        return [
+            rule.condition.describe()
+            for rule in compiled.conditional_matching(decision.server, decision.tool)
+            if rule.effect != "deny" and rule.condition is not None
+        ]
+
+    def _received(self, server: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The arguments as `server.tool` will receive them: the real values behind the agent's
+        privacy tokens for a `detokenize` tool (the conditions judge those, SPEC 10)."""
+        tokens = self.hub.tokenizer(self.ctx, self.agent)
+        if tokens is None or not self.hub.privacy().gets_real_values(server, tool):
+            return arguments
+        restored: dict[str, Any] = tokens.restore(arguments)
+        return restored
+
+    def _not_started(self, name: str) -> str | None:
+        """Why a name is not among the tools, when it names a server the agent may reach that
+        could not start (`server__tool`, or `server.tool` in search mode)."""
+        compiled = self.pipeline.resolution.policy.agent(self.agent)
+        for (server, owner), downstream in self.hub.servers.items():
+            error = downstream.start_error
+            if owner not in ("", self.agent):
+                continue
+            if error is None or not name.startswith((f"{server}__", f"{server}.")):
+                continue
+            if compiled.may_reach(server):
+                return (
+                    f"server {server!r} could not start, so {name!r} is not available: "
+                    f"{error.explained}"
+                )
+        return None
+
+    async def _perform(
+        self, decision: Decision, server: str, tool: str, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
+        """An admitted call, performed and finished (audit, restart)."""
+        tokens = self.hub.tokenizer(self.ctx, self.agent)  # None: nothing is tokenized
+        # Every message back to the agent has the real values it may have been given turned
+        # back into tokens (a server's or a validator's error may quote them).
+        shown = tokens.conceal if tokens is not None else _same
+        downstream = self.hub.downstream(server, self.agent)
+        restore = tokens is not None and self.hub.privacy().gets_real_values(server, tool)
+        request = CallRequest(
+            self.agent,
+            server,
+            tool,
+            decision,
+            [],
+            arguments,
+            float(downstream.target.spec.timeout),
+            check=self.pipeline.pin_check(server),
+            progress=self._progress(),
+            restore=tokens.restore if restore and tokens is not None else None,
+            meta=self._log_meta(),
+        )
+        raised: list[BaseException] = []  # a failure `Downstream.run` has already counted
+
+        async def on_the_server() -> CallOutcome:
+            try:
+                tools = await downstream.live_tools(self.hub.group)
+
+                async def call(client: Any) -> CallOutcome:
+                    return await perform(SdkSession(client), request, downstream.target, tools)
+
+                done: CallOutcome = await downstream.run(self.hub.group, call, self.ctx, tokens)
+                return done
+            except BundlectlError as exc:
+                raised.append(exc)
+                raise
+
+        outcome, after = await completed(self.pipeline, request, on_the_server)
+        if not raised:
+            await downstream.after(after, self.hub.group)
+        if outcome.error is not None:
+            return _error(shown(outcome.error.explained))
+        assert outcome.result is not None
+        result: types.CallToolResult = outcome.result.as_model()
+        return tokens.result(result) if tokens is not None else result
+
+
+def _refused_arguments(name: str, decision: Decision, grants: list[str]) -> str:
+    """What the model reads when a tool it is offered is refused on these arguments: that the
+    arguments were refused, and what its own rules allow — never another agent's rules, the
+    rule's file or the values it sent (SPEC 7)."""
+    rule = decision.rule
+    if rule is not None and rule.effect == "deny":
+        return f"{name}: these arguments are refused by the policy; the call was not made"
+    allowed = "; or ".join(grants) or "other arguments"
+    return (
+        f"{name}: these arguments are refused by the policy, which allows this tool only "
+        f"with: {allowed}; the call was not made"
+    )
+
+
+def _same(text: str) -> str:
+    return text
