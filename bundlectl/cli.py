@@ -50,6 +50,11 @@ policy_app = typer.Typer(
     help="Check, explain and review what each agent may call.", no_args_is_help=True
 )
 app.add_typer(policy_app, name="policy")
+approvals_app = typer.Typer(
+    help="Approve or deny calls held for a person's approval (policy.approvals).",
+    no_args_is_help=True,
+)
+app.add_typer(approvals_app, name="approvals")
 
 
 @dataclass
@@ -287,6 +292,64 @@ def registry_list(
     return cmd.list_sources(config, fmt=fmt)
 
 
+ApprovalIdArg = Annotated[
+    str, typer.Argument(metavar="ID", help="The approval request's id (approvals list).")
+]
+
+
+@approvals_app.command("list")
+def approvals_list(
+    everything: Annotated[
+        bool, typer.Option("--all", help="Every request kept (7 days), not only pending ones.")
+    ] = False,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """List the calls waiting for a person's approval."""
+    from bundlectl.commands import approvals as cmd
+
+    return cmd.list_requests(everything=everything, fmt=fmt)
+
+
+@approvals_app.command("show")
+def approvals_show(approval_id: ApprovalIdArg, fmt: FormatOpt = Format.text) -> int:
+    """Show one held call: who, which tool, which rule asked, and its arguments."""
+    from bundlectl.commands import approvals as cmd
+
+    return cmd.show(approval_id, fmt=fmt)
+
+
+@approvals_app.command("approve")
+def approvals_approve(
+    approval_id: ApprovalIdArg,
+    once: Annotated[
+        bool, typer.Option("--once", help="Let this call through once (the default).")
+    ] = False,
+    duration: Annotated[
+        str | None,
+        typer.Option(
+            "--for",
+            metavar="DURATION",
+            help="Let the same call (agent, tool, arguments) through for a while: 30m, 8h, 1d.",
+        ),
+    ] = None,
+) -> int:
+    """Approve a held call: exactly that agent, tool and arguments."""
+    from bundlectl.commands import approvals as cmd
+
+    return cmd.decide(approval_id, approve=True, duration=duration, once=once)
+
+
+@approvals_app.command("deny")
+def approvals_deny(
+    approval_id: ApprovalIdArg,
+    reason: Annotated[str | None, typer.Option("--reason", help="Why: the caller is told.")] = None,
+) -> int:
+    """Deny a held call; the caller is told who denied it, and why."""
+    from bundlectl.commands import approvals as cmd
+
+    return cmd.decide(approval_id, approve=False, reason=reason)
+
+
 AgentOpt = Annotated[
     str,
     typer.Option(
@@ -506,6 +569,13 @@ def exec_(
         ),
     ] = 30.0,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Confirm `ask` rules.")] = False,
+    no_wait: Annotated[
+        bool,
+        typer.Option(
+            "--no-wait",
+            help="A call held for an approver (policy.approvals): exit 75 with its id at once.",
+        ),
+    ] = False,
     output_dir: Annotated[
         Path | None,
         typer.Option(
@@ -549,6 +619,7 @@ def exec_(
         batch=batch,
         fast_exit=_invocation(ctx).fast_exit,
         follow_links=follow_links,
+        wait=not no_wait,
     )
 
 
@@ -990,7 +1061,10 @@ def _with_epilogs() -> None:
 
     from bundlectl import helptext
 
-    for group, prefix in ((app, ""), (registry_app, "registry "), (policy_app, "policy ")):
+    groups = [(app, "")] + [(g.typer_instance, f"{g.name} ") for g in app.registered_groups]
+    for group, prefix in groups:
+        if group is None:
+            continue
         for info in group.registered_commands:
             name = info.name or get_command_name(info.callback.__name__ if info.callback else "")
             info.epilog = helptext.epilog(prefix + name)

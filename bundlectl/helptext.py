@@ -6,11 +6,15 @@ _READS = "0 done; 2 bad usage or an input file with problems (each with its posi
 _CALLS = (
     "0 done; 1 the tool reported an error; 2 bad usage or input; 3 denied by the policy "
     "(nothing started); 4 no such tool, or invalid arguments; 5 the server failed; "
-    "6 timed out; 130 interrupted"
+    "6 timed out; 75 held for an approver (--no-wait, batch); 130 interrupted"
 )
 _ASKS = (
     "0 done; 2 bad usage or input; 3 the agent may not use the server; 4 no such resource or "
     "prompt; 5 the server failed; 6 timed out; 130 interrupted"
+)
+_STORE = (
+    "0 done; 2 bad usage, or no such pending request; 5 the state store cannot be used "
+    "(its path is named)"
 )
 _EDITS = "0 done; 1 a resolution conflict (both sides named); 2 bad usage or input"
 _CHECKS = "0 as expected; 1 it differs (the difference is printed); 2 bad usage or input"
@@ -31,6 +35,22 @@ HELP: dict[str, tuple[list[str], str]] = {
     "schema": (["bundlectl schema --out schemas", "bundlectl schema --check"], _CHECKS),
     "registry add": (["bundlectl registry add weather/1.0.0.yaml"], _READS),
     "registry list": (["bundlectl registry list"], _READS),
+    "approvals list": (
+        ["bundlectl approvals list", "bundlectl approvals list --all --format json"],
+        _STORE,
+    ),
+    "approvals show": (["bundlectl approvals show k3m9x2a7bq4e"], _STORE),
+    "approvals approve": (
+        [
+            "bundlectl approvals approve k3m9x2a7bq4e",
+            "bundlectl approvals approve k3m9x2a7bq4e --for 8h",
+        ],
+        _STORE,
+    ),
+    "approvals deny": (
+        ["bundlectl approvals deny k3m9x2a7bq4e --reason 'not on production'"],
+        _STORE,
+    ),
     "policy check": (
         [
             "bundlectl policy check --agent reader files.read_file",

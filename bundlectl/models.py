@@ -344,6 +344,30 @@ class BundleManifest(StrictModel):
     )
 
 
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+Duration = Annotated[
+    str,
+    Field(
+        pattern=r"^[1-9][0-9]{0,6}[smhd]$",
+        description="A duration: a whole number and a unit, s, m, h or d (`15m`, `1h`).",
+    ),
+]
+
+
+def seconds(duration: str) -> float:
+    """A `Duration` in seconds."""
+    return float(int(duration[:-1]) * DURATION_UNITS[duration[-1]])
+
+
+class ApprovalSettings(StrictModel):
+    """Out-of-band approvals (SPEC 11): a call an `ask` rule holds that no one can confirm where
+    it was made waits for an approver (`bundlectl approvals approve ID`)."""
+
+    ttl: Duration = Field(
+        default="15m", description="How long a held call waits for an approver before it expires."
+    )
+
+
 class PolicySettings(StrictModel):
     """Project-wide policy."""
 
@@ -357,6 +381,12 @@ class PolicySettings(StrictModel):
     )
     pin_tools: bool = Field(
         default=False, description="Deny tools that the lock file does not record."
+    )
+    approvals: ApprovalSettings | None = Field(
+        default=None,
+        description="Hold calls an `ask` rule needs confirmed when no one can confirm them where "
+        "they are made (CI, batch, code mode, a client that cannot elicit), for an approver; "
+        "absent: such calls are refused.",
     )
 
 

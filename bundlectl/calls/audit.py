@@ -97,6 +97,9 @@ class AuditRecord:
     # One allowed call has two records with this id: `pending` when it is let through, then its
     # outcome; a `pending` alone is a call whose process died while the server may have acted.
     call: str | None = None
+    # SPEC 11: the approval request a step of an out-of-band approval concerns, and who decided
+    approval: str | None = None
+    approver: str | None = None
 
     def as_json(self) -> str:
         data = {"timestamp": _timestamp(int(time.time())), **vars(self)}
@@ -107,7 +110,15 @@ class AuditRecord:
         return _encode(data)
 
 
-_OPTIONAL = ("remote", "repeated", "rule_condition", "conditions_failed", "call")
+_OPTIONAL = (
+    "remote",
+    "repeated",
+    "rule_condition",
+    "conditions_failed",
+    "call",
+    "approval",
+    "approver",
+)
 _JSON = json.JSONEncoder(ensure_ascii=False).encode
 # Characters that end a line for some readers (`str.splitlines`, JavaScript before ES2019, many
 # log shippers): escaped, so one record is always one line whoever reads it.

@@ -45,6 +45,7 @@ from bundlectl.errors import (
 from bundlectl.lockfile import digest_json
 from bundlectl.mcpio.connect import Target
 from bundlectl.mcpio.live import compare
+from bundlectl.models import ApprovalSettings
 from bundlectl.output import ask, err
 from bundlectl.policy import Decision
 from bundlectl.resolution import Resolution
@@ -139,6 +140,10 @@ class AuditSink(Protocol):
         """A request to the gateway without a valid token (no agent, no tool); `repeated`:
         that many more from `remote`, counted instead of recorded one by one."""
 
+    def approval(self, decision: Decision, step: str, approval: str, approver: str | None) -> None:
+        """A step of an out-of-band approval (SPEC 11): `approval-requested`, `-used`,
+        `-withdrawn` (an approver's decision is recorded by `bundlectl approvals`)."""
+
 
 @dataclass
 class AuditLog:
@@ -211,6 +216,20 @@ class AuditLog:
             decision=decision,
             outcome=outcome,
             arguments_sha256=self._digest(key),
+        )
+
+    def approval(self, decision: Decision, step: str, approval: str, approver: str | None) -> None:
+        rule = decision.rule
+        self._append(
+            decision.agent,
+            decision.server,
+            decision.tool,
+            decision=decision.effect,
+            rule=rule.pattern if rule else None,
+            rule_source=str(rule.origin) if rule else None,
+            outcome=step,
+            approval=approval,
+            approver=approver,
         )
 
     def unauthorized(self, remote: str, *, repeated: int | None = None) -> None:
@@ -322,13 +341,30 @@ class Pipeline:
         confirm: Confirmation | None,
     ) -> Decision | Deferred:
         """The one place a judged call is confirmed and admitted, for every front door: an
-        `ask` rule's call is put to `confirm` (the front door's strategy); then `admit`."""
+        `ask` rule's call is put to `confirm` (the front door's strategy; when it has none,
+        an approver's, if `policy.approvals` is on); then `admit`."""
         answer: Answer = None
+        if decision.effect == "ask" and confirm is None:
+            confirm = self.out_of_band()  # held for an approver, when approvals are on
         if decision.effect == "ask" and confirm is not None:
             answer = await confirm(self, decision, arguments)
         if isinstance(answer, Deferred):
             return answer
         return self.admit(decision, answer)
+
+    @property
+    def approvals(self) -> ApprovalSettings | None:
+        """`policy.approvals` of the project: None when calls are never held for an approver."""
+        return self.resolution.project.config.policy.approvals
+
+    def out_of_band(self, *, wait: bool = False) -> Confirmation | None:
+        """Out-of-band approval (`calls.approval`) when `policy.approvals` is on, else None;
+        `wait`: until an approver answers (`exec`), else the caller gets the request's id."""
+        if self.approvals is None:
+            return None
+        from bundlectl.calls.approval import OutOfBand  # noqa: PLC0415 - only for a held call
+
+        return OutOfBand(wait=wait)
 
     def admit(self, decision: Decision, answer: bool | None = None) -> Decision:
         """Let the call through, or refuse it (PolicyDenied, exit 3: `Unconfirmable` when no one
@@ -391,7 +427,7 @@ class Pipeline:
             agent,
             server,
             tool,
-            interactive=self.confirm is not None,
+            interactive=self.confirm is not None or self.approvals is not None,
             arguments=(arguments or {}) if typed else None,
         )
         admitted = settled(self.admission(decision, arguments or {}, self.confirm))
@@ -435,6 +471,25 @@ class Pipeline:
                 head += f" ({len(keys)} arguments, the first {SHOWN_UNKNOWN} shown)"
             lines += [self._line(key, arguments[key]) for key in keys[:SHOWN_UNKNOWN]]
         return head + " with:\n" + "\n".join(lines)
+
+    def redacted(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """The arguments as an approver sees them in full (`bundlectl approvals show`): every
+        value, with the values of secret variables as their `${NAME}` and secret-shaped values
+        hidden, as in `question` (privacy tokens arrive as tokens and stay so)."""
+
+        def shown(key: str, value: Any) -> Any:
+            if isinstance(value, Mapping):
+                return {str(k): shown(str(k), v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [shown(key, item) for item in value]
+            if not isinstance(value, str):
+                return value
+            for name, secret in self._secret_values.items():
+                value = value.replace(secret, "${" + name + "}")
+            kind = secret_kind(key, value)
+            return f"<{kind}, not shown>" if kind is not None else value
+
+        return {str(key): shown(str(key), value) for key, value in arguments.items()}
 
     def _line(self, key: Any, value: Any) -> str:
         return f"  {_printable(str(key))}: {self._shown(str(key), value)}"

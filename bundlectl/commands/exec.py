@@ -40,10 +40,17 @@ if TYPE_CHECKING:
     from bundlectl.mcpio.stdio import Child
 
 
-def _pipeline(config: Path | None, *, yes: bool, prompt: bool) -> Pipeline:
+def _pipeline(config: Path | None, *, yes: bool, prompt: bool, wait: bool = False) -> Pipeline:
+    """`prompt`: an `ask` rule is confirmed on the terminal when there is one, else (`wait`) by
+    an approver out of band, whom exec waits for; without either the approver's request is
+    made and its id reported (batch, --no-wait)."""
     resolution = resolve_project(load_project(config))
-    confirm = always_yes if yes else (terminal_confirmer() if prompt else None)
-    return Pipeline(resolution, AuditLog(resolution), confirm)
+    pipeline = Pipeline(resolution, AuditLog(resolution), None)
+    if yes:
+        pipeline.confirm = always_yes
+    elif prompt:
+        pipeline.confirm = terminal_confirmer() or pipeline.out_of_band(wait=wait)
+    return pipeline
 
 
 def run(
@@ -62,6 +69,7 @@ def run(
     batch: Path | None,
     fast_exit: bool = False,
     follow_links: bool = False,
+    wait: bool = True,
 ) -> int:
     """`fast_exit`: the process leaves with os._exit once the command returns, so a finished
     stdio server's shutdown may be left to the detached watchdog."""
@@ -94,7 +102,7 @@ def run(
     server, name = parse_tool_name(tool)
     split = split_pairs(pairs)
     base = load_json_args(args_json) if args_json else {}
-    pipeline = _pipeline(config, yes=yes, prompt=True)
+    pipeline = _pipeline(config, yes=yes, prompt=True, wait=wait)
     who = default_agent(agent)
     unlisted = pipeline.resolution.policy.unlisted(who) if agent is not None else None
     if unlisted is not None:  # SPEC 3: it gets policy.default; often a typo, so say so

@@ -14,6 +14,7 @@ import anyio.lowlevel
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
+from bundlectl.calls.approval import ApprovalHeld
 from bundlectl.calls.call import CallOutcome, CallRequest, completed, perform
 from bundlectl.calls.pipeline import Confirmation, Deferred, Pipeline
 from bundlectl.catalog import ToolRef, search
@@ -348,6 +349,8 @@ class Gateway:
             return _error(exc.explained)
         try:
             admitted = await self.pipeline.admission(decision, arguments, confirm)
+        except ApprovalHeld as exc:  # the same call, made again once approved, goes through
+            return _error(exc.explained)
         except Unconfirmable:
             return _error(
                 f"{name} needs a person's confirmation ({decision.reason}), and this client "

@@ -1,0 +1,133 @@
+"""Out-of-band approval (SPEC 11): the confirmation strategy for an `ask` rule's call that no one
+can confirm where it is made. The call is held as a request bound to its agent, tool and the
+sha256 of its arguments; a person approves or denies it with `bundlectl approvals` (never the
+agent: it has no way to). `exec` waits for the answer (polling the store every `POLL` seconds;
+Ctrl-C withdraws the request); batch, code mode and `serve` answer at once with the request's id
+(`ApprovalHeld`, exit 75), and the same call made again once it is approved goes through."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from bundlectl.errors import Declined, PolicyDenied, Unconfirmable
+from bundlectl.lockfile import digest_json
+from bundlectl.models import seconds
+from bundlectl.output import err, status
+from bundlectl.state import Approval, Binding, Store, open_store
+
+if TYPE_CHECKING:
+    from bundlectl.calls.pipeline import Pipeline
+    from bundlectl.policy import Decision
+
+_ENDED = {"expired": "expired with no answer", "withdrawn": "was withdrawn", "used": "was used"}
+POLL = 0.1  # seconds between looks at the store while `exec` waits for an approver
+
+
+class ApprovalHeld(PolicyDenied):
+    """The call is held for an approver (nothing was started); the same call made again once it
+    is approved goes through."""
+
+    exit_code = 75  # EX_TEMPFAIL: try again later
+
+    def __init__(self, message: str, approval: Approval, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.approval = approval
+
+
+@dataclass
+class OutOfBand:
+    """A `Confirmation` that holds the call for an approver; `wait`: until one answers (`exec`),
+    else the caller is told the request's id at once."""
+
+    wait: bool
+    store: Store | None = None
+
+    async def __call__(
+        self, pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]
+    ) -> bool:
+        settings = pipeline.approvals
+        ttl = seconds(settings.ttl if settings is not None else "15m")
+        store = self.store = self.store or open_store()
+        binding = Binding(
+            str(pipeline.resolution.project.root),
+            decision.agent,
+            decision.server,
+            decision.tool,
+            digest_json(dict(arguments)),
+        )
+        granted = store.take(binding)
+        if granted is not None:
+            pipeline.audit.approval(decision, "approval-used", granted.id, granted.decided_by)
+            return True
+        rule = decision.rule
+        where = f"{rule.label} ({rule.origin})" if rule is not None else "an ask rule"
+        shown = json.dumps(pipeline.redacted(arguments), ensure_ascii=False, indent=2)
+        approval, new = store.request(binding, rule=where, shown=shown, ttl=ttl)
+        if new:
+            pipeline.audit.approval(decision, "approval-requested", approval.id, None)
+        how = f"bundlectl approvals show {approval.id}; bundlectl approvals approve {approval.id}"
+        if not self.wait:
+            raise ApprovalHeld(
+                f"{decision.qualified} needs a person's approval ({decision.reason}); it is held "
+                f"as approval request {approval.id}, which expires in {_left(approval)}; once "
+                "it is approved, make the same call again",
+                approval,
+                hint=f"an approver runs: {how}",
+            )
+        return self._waited(pipeline, decision, approval, how)
+
+    def _waited(self, pipeline: Pipeline, decision: Decision, approval: Approval, how: str) -> bool:
+        """Wait for the approver's answer: True once approved (and taken); a denial, an expiry
+        or Ctrl-C refuse the call (audited)."""
+        assert self.store is not None
+        err(
+            f"{decision.qualified} needs a person's approval ({decision.reason}); waiting for "
+            f"approval request {approval.id} (expires in {_left(approval)}; Ctrl-C withdraws "
+            f"it)\n  an approver runs: {how}"
+        )
+        try:
+            while True:
+                current = self.store.get(approval.id) or approval
+                state = current.state()
+                if state == "approved":
+                    taken = self.store.take(approval.binding)
+                    if taken is not None:
+                        pipeline.audit.approval(
+                            decision, "approval-used", taken.id, taken.decided_by
+                        )
+                        err(f"approved by {taken.decided_by}")
+                        return True
+                    state = "used"  # another process with the same call took it first
+                if state == "denied":
+                    pipeline.audit.record(decision, "denied-by-approver", 0.0, None)
+                    why = f": {current.reason}" if current.reason else ""
+                    raise Declined(
+                        f"{decision.qualified} was denied by {current.decided_by}{why}; "
+                        "nothing was started"
+                    )
+                if state != "pending":
+                    pipeline.audit.record(decision, "denied", 0.0, None)
+                    raise Unconfirmable(
+                        f"approval request {approval.id} for {decision.qualified} "
+                        f"{_ENDED.get(state, 'ended')}; nothing was started",
+                        hint="make the call again to ask anew",
+                    )
+                if sys.stderr.isatty():
+                    status(f"\rwaiting for approval {approval.id} ({_left(current)} left)   ")
+                time.sleep(POLL)
+        except KeyboardInterrupt:
+            self.store.withdraw(approval.id)
+            pipeline.audit.approval(decision, "approval-withdrawn", approval.id, None)
+            raise
+
+
+def _left(approval: Approval) -> str:
+    remaining = max(0, int(approval.expires - time.time()))
+    if remaining >= 120:
+        return f"{remaining // 60} min"
+    return f"{remaining} s"

@@ -1,0 +1,133 @@
+"""State that outlives one process (SPEC 11): calls held for an approver, and the grants
+approvers gave. One small interface (`Store`); the embedded default is SQLite in the user state
+folder (`sqlite.SqliteStore`), safe for several processes on one machine (`exec` beside `serve`).
+
+A held call is bound to (project, agent, server, tool, sha256 of its arguments): an approval lets
+exactly that call through — a retry with other arguments is a new request. The store keeps
+digests and the arguments as an approver is shown them (`Pipeline.redacted`: the values of
+secret variables as their `${NAME}`, secret-shaped values hidden), never a secret's value.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from bundlectl import paths
+from bundlectl.errors import BundlectlError, UsageError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+# What an approval request can be: `pending` until an approver answers or it expires; `approved`
+# (once: until used; for a duration: until then), `used`, `denied`, `withdrawn` (the caller
+# gave up: Ctrl-C), `expired` (no answer within its time).
+STATUSES = ("pending", "approved", "denied", "used", "withdrawn", "expired")
+
+
+class StateError(BundlectlError):
+    """The state store cannot be read or written: approvals fail closed."""
+
+    exit_code = 5
+
+
+class UnknownApproval(UsageError):
+    """An approval id that does not exist, or cannot be decided any more."""
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What an approval is bound to: one agent's call of one tool with exactly these arguments,
+    in one project."""
+
+    project: str
+    agent: str
+    server: str
+    tool: str
+    digest: str  # sha256 of the arguments' canonical JSON
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.server}.{self.tool}"
+
+
+@dataclass(frozen=True)
+class Approval:
+    """One request for approval, and what became of it."""
+
+    id: str
+    binding: Binding
+    rule: str  # the rule that asked, and where it is written
+    shown: str  # the arguments as the approver sees them (JSON; secrets kept as references)
+    created: float
+    expires: float  # a pending request expires then
+    status: str
+    decided_by: str | None = None
+    reason: str | None = None
+    until: float | None = None  # an approval for a duration: good until then (else once)
+
+    def state(self, now: float | None = None) -> str:
+        """Its status now: a pending request past its expiry is `expired`, an approval for a
+        duration past its end too."""
+        now = time.time() if now is None else now
+        if self.status == "pending" and now >= self.expires:
+            return "expired"
+        if self.status == "approved" and self.until is not None and now >= self.until:
+            return "expired"
+        return self.status
+
+
+class Store(Protocol):
+    """Where held calls and approvals live."""
+
+    def request(
+        self, binding: Binding, *, rule: str, shown: str, ttl: float
+    ) -> tuple[Approval, bool]:
+        """The pending request for `binding`: the one already waiting, or a new one (True)."""
+        ...
+
+    def take(self, binding: Binding) -> Approval | None:
+        """An approval of `binding` that is still good, used now (an approval for once is used
+        up; one for a duration stays); None: there is none."""
+        ...
+
+    def get(self, approval_id: str) -> Approval | None: ...
+
+    def listed(self, *, everything: bool = False) -> list[Approval]:
+        """The pending requests (`everything`: every request kept), oldest first."""
+        ...
+
+    def decide(
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        by: str,
+        reason: str | None = None,
+        until: float | None = None,
+    ) -> Approval:
+        """Approve or deny a pending request (UnknownApproval: no such pending request)."""
+        ...
+
+    def withdraw(self, approval_id: str) -> None:
+        """The caller stopped waiting: a pending request is withdrawn."""
+        ...
+
+
+def new_id() -> str:
+    """An approval id: short enough to type, random enough not to guess (60 bits)."""
+    alphabet = "23456789abcdefghjkmnpqrstuvwxyz"
+    return "".join(secrets.choice(alphabet) for _ in range(12))
+
+
+def default_path() -> Path:
+    return paths.state_dir() / "state.sqlite3"
+
+
+def open_store() -> Store:
+    """The state store this installation uses (SQLite in the user state folder)."""
+    from bundlectl.state.sqlite import SqliteStore  # noqa: PLC0415 - only when a call is held
+
+    return SqliteStore(default_path())

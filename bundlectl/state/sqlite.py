@@ -1,0 +1,224 @@
+"""The embedded state store: one SQLite file in the user state folder, in WAL mode, so `exec`,
+`serve` and `bundlectl approvals` on one machine read and write it at once. Every change is one
+`BEGIN IMMEDIATE` transaction: two processes taking the same one-time approval cannot both get
+it."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bundlectl.paths import display_path
+from bundlectl.state import Approval, Binding, StateError, UnknownApproval, new_id
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS approvals (
+    id TEXT PRIMARY KEY,
+    project TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    server TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    rule TEXT NOT NULL,
+    shown TEXT NOT NULL,
+    created REAL NOT NULL,
+    expires REAL NOT NULL,
+    status TEXT NOT NULL,
+    decided_by TEXT,
+    reason TEXT,
+    until REAL
+);
+CREATE INDEX IF NOT EXISTS approvals_binding
+    ON approvals (project, agent, server, tool, digest, status);
+"""
+KEPT = 7 * 86400.0  # seconds a request that is over is kept (for `approvals list --all`)
+_COLUMNS = "id, project, agent, server, tool, digest, rule, shown, created, expires, status, "
+_COLUMNS += "decided_by, reason, until"
+
+
+class SqliteStore:
+    """`state.Store` in one SQLite file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db: sqlite3.Connection | None = None
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._db is None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA busy_timeout=10000")
+                db.executescript(SCHEMA)
+            except (sqlite3.Error, OSError) as exc:
+                raise self._broken(exc) from None
+            self._db = db
+        return self._db
+
+    def _broken(self, exc: Exception) -> StateError:
+        where = display_path(self.path)
+        if isinstance(exc, sqlite3.DatabaseError) and "not a database" in str(exc):
+            return StateError(
+                f"the state store {where} is not an SQLite database (damaged?); calls that "
+                "need an approval are refused until it is",
+                hint=f"move it aside (its pending approvals are then lost): mv {where} "
+                f"{where}.broken",
+            )
+        return StateError(
+            f"cannot use the state store {where}: {exc}; calls that need an approval are "
+            "refused until it can be",
+            hint="check the folder's permissions and free space",
+        )
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        db = self._connect()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise self._broken(exc) from None
+
+    def _rows(self, sql: str, *args: Any) -> list[Approval]:
+        try:
+            rows = self._connect().execute(f"SELECT {_COLUMNS} FROM approvals {sql}", args)
+            return [_approval(row) for row in rows.fetchall()]
+        except sqlite3.Error as exc:
+            raise self._broken(exc) from None
+
+    def request(
+        self, binding: Binding, *, rule: str, shown: str, ttl: float
+    ) -> tuple[Approval, bool]:
+        now = time.time()
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE approvals SET status = 'expired' WHERE status = 'pending' AND expires <= ?",
+                (now,),
+            )
+            db.execute(
+                "DELETE FROM approvals WHERE status != 'pending' AND created < ?", (now - KEPT,)
+            )
+            row = db.execute(
+                f"SELECT {_COLUMNS} FROM approvals WHERE project = ? AND agent = ? AND server = ? "
+                "AND tool = ? AND digest = ? AND status = 'pending' ORDER BY created LIMIT 1",
+                _key(binding),
+            ).fetchone()
+            if row is not None:
+                return _approval(row), False
+            approval = Approval(new_id(), binding, rule, shown, now, now + ttl, "pending")
+            db.execute(
+                f"INSERT INTO approvals ({_COLUMNS}) VALUES ({', '.join('?' * 14)})",
+                (
+                    approval.id,
+                    *_key(binding),
+                    rule,
+                    shown,
+                    now,
+                    now + ttl,
+                    "pending",
+                    None,
+                    None,
+                    None,
+                ),
+            )
+        return approval, True
+
+    def take(self, binding: Binding) -> Approval | None:
+        now = time.time()
+        with self._transaction() as db:
+            row = db.execute(
+                f"SELECT {_COLUMNS} FROM approvals WHERE project = ? AND agent = ? AND server = ? "
+                "AND tool = ? AND digest = ? AND status = 'approved' "
+                "AND (until IS NULL OR until > ?) ORDER BY created LIMIT 1",
+                (*_key(binding), now),
+            ).fetchone()
+            if row is None:
+                return None
+            approval = _approval(row)
+            if approval.until is None:  # once: used up now
+                db.execute("UPDATE approvals SET status = 'used' WHERE id = ?", (approval.id,))
+        return approval
+
+    def get(self, approval_id: str) -> Approval | None:
+        found = self._rows("WHERE id = ?", approval_id)
+        return found[0] if found else None
+
+    def listed(self, *, everything: bool = False) -> list[Approval]:
+        if everything:
+            return self._rows("ORDER BY created")
+        return self._rows("WHERE status = 'pending' AND expires > ? ORDER BY created", time.time())
+
+    def decide(
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        by: str,
+        reason: str | None = None,
+        until: float | None = None,
+    ) -> Approval:
+        now = time.time()
+        with self._transaction() as db:
+            row = db.execute(
+                f"SELECT {_COLUMNS} FROM approvals WHERE id = ?", (approval_id,)
+            ).fetchone()
+            if row is None:
+                raise UnknownApproval(
+                    f"no approval request {approval_id!r}",
+                    hint="`bundlectl approvals list` shows the pending ones",
+                )
+            approval = _approval(row)
+            state = approval.state(now)
+            if state != "pending":
+                raise UnknownApproval(
+                    f"approval request {approval_id} is {state}, not pending; nothing changed",
+                    hint="the caller makes the call again to ask anew"
+                    if state in ("expired", "withdrawn")
+                    else None,
+                )
+            status = "approved" if approve else "denied"
+            db.execute(
+                "UPDATE approvals SET status = ?, decided_by = ?, reason = ?, until = ? "
+                "WHERE id = ?",
+                (status, by, reason, until, approval_id),
+            )
+        return Approval(
+            approval.id,
+            approval.binding,
+            approval.rule,
+            approval.shown,
+            approval.created,
+            approval.expires,
+            status,
+            by,
+            reason,
+            until,
+        )
+
+    def withdraw(self, approval_id: str) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE approvals SET status = 'withdrawn' WHERE id = ? AND status = 'pending'",
+                (approval_id,),
+            )
+
+
+def _key(binding: Binding) -> tuple[str, str, str, str, str]:
+    return (binding.project, binding.agent, binding.server, binding.tool, binding.digest)
+
+
+def _approval(row: tuple[Any, ...]) -> Approval:
+    (id_, project, agent, server, tool, digest, rule, shown, created, expires, status,
+     decided_by, reason, until) = row  # fmt: skip
+    binding = Binding(project, agent, server, tool, digest)
+    return Approval(id_, binding, rule, shown, created, expires, status, decided_by, reason, until)
