@@ -128,6 +128,11 @@ class Catalog:
                 bits |= 1 << i
         return bits
 
+    def spec(self, server: str, tool: str) -> ToolSpec | None:
+        """The declared definition of `server.tool`, or None."""
+        index = self.index.get((server, tool))
+        return self.tools[index].spec if index is not None else None
+
     def input_schema(self, server: str, tool: str) -> dict[str, Any] | None:
         """The declared input schema of `server.tool` (its `default`s fill in omitted
         arguments when a decision checks conditions), or None."""

@@ -55,6 +55,8 @@ approvals_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(approvals_app, name="approvals")
+limits_app = typer.Typer(help="See how much of each quota (limits:) is used.", no_args_is_help=True)
+app.add_typer(limits_app, name="limits")
 
 
 @dataclass
@@ -348,6 +350,26 @@ def approvals_deny(
     from bundlectl.commands import approvals as cmd
 
     return cmd.decide(approval_id, approve=False, reason=reason)
+
+
+@limits_app.command("status")
+def limits_status(
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent",
+            "-a",
+            help="Only this agent (listed or not).",
+            autocompletion=completion.agents,
+        ),
+    ] = None,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Show each quota's use in its current window, per agent, and when it resets."""
+    from bundlectl.commands import limits as cmd
+
+    return cmd.status(config, agent=agent, fmt=fmt)
 
 
 AgentOpt = Annotated[

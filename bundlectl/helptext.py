@@ -39,6 +39,10 @@ HELP: dict[str, tuple[list[str], str]] = {
         ["bundlectl approvals list", "bundlectl approvals list --all --format json"],
         _STORE,
     ),
+    "limits status": (
+        ["bundlectl limits status", "bundlectl limits status --agent ci-bot --format json"],
+        _STORE,
+    ),
     "approvals show": (["bundlectl approvals show k3m9x2a7bq4e"], _STORE),
     "approvals approve": (
         [

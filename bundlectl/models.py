@@ -368,6 +368,48 @@ class ApprovalSettings(StrictModel):
     )
 
 
+AgentPattern = Annotated[
+    str,
+    Field(
+        pattern=r"^[A-Za-z0-9_.*?-]+$",
+        description="An agent's name, or a pattern of names with `*` and `?`.",
+    ),
+]
+ToolClass = Literal["read-only", "destructive", "open-world"]
+
+
+class LimitRule(StrictModel):
+    """A quota (SPEC 11): how many calls the matching agents may make of the matching tools per
+    window. Each agent is counted on its own; a call over any limit is refused before anything
+    starts."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True, populate_by_name=True)
+
+    agents: list[AgentPattern] = Field(
+        default_factory=lambda: ["*"], description="The agents it applies to (default: all)."
+    )
+    tools: list[Rule] = Field(
+        default_factory=_empty_list, description="The `server.tool` patterns it counts."
+    )
+    tool_class: ToolClass | None = Field(
+        default=None,
+        alias="class",
+        description="Count the tools of a class by their MCP annotations: read-only "
+        "(readOnlyHint), destructive (not read-only, destructiveHint not false), open-world "
+        "(openWorldHint not false); a tool without annotations counts as the unsafe side.",
+    )
+    calls: int = Field(ge=1, le=10_000_000, description="Calls allowed per window.")
+    per: Duration = Field(
+        description="The window: fixed, aligned to whole multiples of it since 1970 (UTC)."
+    )
+
+    @model_validator(mode="after")
+    def _counts_something(self) -> "LimitRule":
+        if not self.tools and self.tool_class is None:
+            raise ValueError("a limit needs tools: [patterns] or class: (else it counts nothing)")
+        return self
+
+
 class PolicySettings(StrictModel):
     """Project-wide policy."""
 
@@ -524,6 +566,10 @@ class ProjectConfig(StrictModel):
     lint: LintSettings = Field(default_factory=LintSettings, description="Lint settings.")
     privacy: PrivacySettings = Field(
         default_factory=PrivacySettings, description="Tokenization of personal data (SPEC 9)."
+    )
+    limits: list[LimitRule] = Field(
+        default_factory=_empty_list,
+        description="Quotas: calls per agent and window, by tool pattern or annotation class.",
     )
     gateway: GatewaySettings = Field(
         default_factory=GatewaySettings, description="How `bundlectl serve` names what it offers."

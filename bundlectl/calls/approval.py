@@ -18,7 +18,7 @@ from bundlectl.errors import Declined, PolicyDenied, Unconfirmable
 from bundlectl.lockfile import digest_json
 from bundlectl.models import seconds
 from bundlectl.output import err, status
-from bundlectl.state import Approval, Binding, Store, open_store
+from bundlectl.state import Approval, Binding, Store
 
 if TYPE_CHECKING:
     from bundlectl.calls.pipeline import Pipeline
@@ -52,7 +52,7 @@ class OutOfBand:
     ) -> bool:
         settings = pipeline.approvals
         ttl = seconds(settings.ttl if settings is not None else "15m")
-        store = self.store = self.store or open_store()
+        store = self.store = self.store or pipeline.store()
         binding = Binding(
             str(pipeline.resolution.project.root),
             decision.agent,

@@ -50,10 +50,12 @@ from bundlectl.output import ask, err
 from bundlectl.policy import Decision
 from bundlectl.resolution import Resolution
 from bundlectl.secretscan import secret_kind, secret_variables
+from bundlectl.state import StateError, Store, open_store
 from bundlectl.suggest import tool_suggestions
 
 if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowed the call
     from bundlectl.calls.call import CallOutcome
+    from bundlectl.calls.limits import Limits
     from bundlectl.conditions import PathReader
     from bundlectl.mcpio.connect import Target
 
@@ -301,6 +303,8 @@ class Pipeline:
     confirm: Confirmation | None  # None: an `ask` rule cannot be confirmed, so it denies
     # How each server reads a path argument (`paths`), made once per loaded config.
     _readers: dict[str, PathReader | None] = field(default_factory=dict, repr=False)
+    _limits: Limits | None = field(default=None, repr=False)  # compiled once per loaded config
+    _store: Store | None = field(default=None, repr=False)  # opened when first needed
 
     def paths(self, server: str) -> PathReader | None:
         """How `server` reads a path argument, for `{path: }` conditions: a built-in server's
@@ -389,7 +393,45 @@ class Pipeline:
         if decision.effect == "ask" and not answer:
             self.audit.record(decision, "denied-by-user", 0.0, None)
             raise Declined(f"{qualified} was not confirmed; nothing was started")
+        self.charge(decision)
         return self.start(decision)
+
+    @property
+    def limits(self) -> Limits:
+        """The project's quotas (`limits:`), compiled once per loaded config."""
+        if self._limits is None:
+            from bundlectl.calls.limits import Limits  # noqa: PLC0415 - cheap, but not for every command
+
+            project = self.resolution.project
+            self._limits = Limits(list(project.config.limits), str(project.root))
+        return self._limits
+
+    def limited(self, agent: str, server: str, tool: str) -> bool:
+        """Whether a quota counts the agent's calls of `server.tool`."""
+        spec = self.resolution.catalog.spec(server, tool)
+        return bool(self.limits) and bool(self.limits.covering(agent, server, tool, spec))
+
+    def store(self) -> Store:
+        """The state store (approvals, quotas), opened on first use and kept."""
+        if self._store is None:
+            self._store = open_store()
+        return self._store
+
+    def charge(self, decision: Decision) -> None:
+        """Count the let-through call against the quotas that cover it, or refuse it: over a
+        limit (`LimitReached`), or no state store to count in (`StateError`: fail closed);
+        either refusal audited."""
+        if not self.limits:
+            return
+        spec = self.resolution.catalog.spec(decision.server, decision.tool)
+        try:
+            self.limits.charge(self.store(), decision.agent, decision.server, decision.tool, spec)
+        except PolicyDenied:
+            self.audit.record(decision, "over-limit", 0.0, None)
+            raise
+        except StateError:
+            self.audit.record(decision, "state-error", 0.0, None)
+            raise
 
     def _did_you_mean(self, agent: str, qualified: str, close: list[str]) -> str:
         """The declared tools close to a mistyped one, those the agent may call first; the
@@ -559,6 +601,7 @@ class Pipeline:
         """Decide from a newly loaded config and lock from now on (the gateway's reload)."""
         self.resolution = resolution
         self._readers = {}
+        self._limits = None
         if isinstance(self.audit, AuditLog):
             self.audit.resolution = resolution
 

@@ -389,6 +389,8 @@ class Express:
             return None
         if getattr(getattr(live, "execution", None), "task_support", None) == "required":
             return None
+        if hub.pipeline.limited(self.agent, server, tool):
+            return None  # each call is counted: the SDK path's admission does it
         check = hub.pipeline.pin_check(server)
         if check is not None and check(live) is not None:
             return None

@@ -16,6 +16,7 @@ from mcp.shared.exceptions import MCPError
 
 from bundlectl.calls.approval import ApprovalHeld
 from bundlectl.calls.call import CallOutcome, CallRequest, completed, perform
+from bundlectl.calls.limits import LimitReached
 from bundlectl.calls.pipeline import Confirmation, Deferred, Pipeline
 from bundlectl.catalog import ToolRef, search
 from bundlectl.errors import (
@@ -30,6 +31,7 @@ from bundlectl.gateway.search import DETAILS, _declared, _describe, _name
 from bundlectl.mcpio.session import SdkSession
 from bundlectl.models import ToolSpec
 from bundlectl.policy import Decision
+from bundlectl.state import StateError
 
 if TYPE_CHECKING:
     from bundlectl.gateway.hub import Hub
@@ -349,7 +351,7 @@ class Gateway:
             return _error(exc.explained)
         try:
             admitted = await self.pipeline.admission(decision, arguments, confirm)
-        except ApprovalHeld as exc:  # the same call, made again once approved, goes through
+        except (ApprovalHeld, LimitReached, StateError) as exc:  # the agent may try later
             return _error(exc.explained)
         except Unconfirmable:
             return _error(

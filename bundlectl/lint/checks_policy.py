@@ -345,6 +345,42 @@ def detokenize_targets(ctx: Context) -> Iterator[Finding]:
         )
 
 
+def limit_targets(ctx: Context) -> Iterator[Finding]:
+    """BCL215: a `limits:` entry whose agent patterns match no listed agent (an unlisted agent
+    is counted too, so `*`-like patterns always pass), or whose tool patterns match no
+    declared tool (servers without a declared catalog could have it: not held against it)."""
+    parts = _parts(ctx)
+    if parts is None:
+        return
+    resolution, doc, model = parts
+    agents = set(resolution.merged.agents)
+    servers = resolution.merged.servers
+    for index, limit in enumerate(model.limits):
+        wildcard = any("*" in p or "?" in p for p in limit.agents)
+        if not wildcard and not agents & set(limit.agents):
+            yield at(
+                "BCL215",
+                doc,
+                ("limits", index, "agents"),
+                f"no listed agent is named ({', '.join(limit.agents)})",
+                anchor=f"agents:{index}",
+            )
+        for number, pattern in enumerate(limit.tools):
+            server_part, tool_part = split_rule(pattern)
+            matched = [s for s in servers.values() if part_matches(server_part, s.name)]
+            if any(not s.spec.tools for s in matched):
+                continue
+            if any(part_matches(tool_part, t.name) for s in matched for t in s.spec.tools):
+                continue
+            yield at(
+                "BCL215",
+                doc,
+                ("limits", index, "tools", number),
+                f"{pattern!r} matches no declared tool",
+                anchor=pattern,
+            )
+
+
 def condition_arguments(ctx: Context) -> Iterator[Finding]:
     """BCL211: a condition names an argument no tool the rule matches declares (a typo that
     makes an allow never hold and a deny never deny); BCL212: a deny or ask condition names an

@@ -49,6 +49,7 @@ CHECKS: list[Check] = [
     checks_policy.future_tools,
     checks_policy.policy_tests,
     checks_policy.detokenize_targets,
+    checks_policy.limit_targets,
     checks_policy.condition_arguments,
     checks_policy.condition_expressions,
     checks_secrets.plaintext_secrets,

@@ -286,6 +286,15 @@ RULES = _rules(
         "name, and guard optional ones with `has(args.name)`.",
     ),
     RuleInfo(
+        "BCL215",
+        "limit-matches-nothing",
+        "warning",
+        "A `limits:` entry names agents none of which is listed, or tools none of which is "
+        "declared: it counts no call (a typo that leaves the quota unenforced).",
+        "Name listed agents (or `*`) and server.tool patterns of declared tools (see "
+        "bundlectl tools).",
+    ),
+    RuleInfo(
         "BCL301",
         "plaintext-secret",
         "error",

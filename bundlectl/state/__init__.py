@@ -1,6 +1,7 @@
-"""State that outlives one process (SPEC 11): calls held for an approver, and the grants
-approvers gave. One small interface (`Store`); the embedded default is SQLite in the user state
-folder (`sqlite.SqliteStore`), safe for several processes on one machine (`exec` beside `serve`).
+"""State that outlives one process (SPEC 11): calls held for an approver, the grants approvers
+gave, and the quotas' counters. One small interface (`Store`); the embedded default is SQLite
+in the user state folder (`sqlite.SqliteStore`), safe for several processes on one machine
+(`exec` beside `serve`).
 
 A held call is bound to (project, agent, server, tool, sha256 of its arguments): an approval lets
 exactly that call through — a retry with other arguments is a new request. The store keeps
@@ -79,6 +80,16 @@ class Approval:
         return self.status
 
 
+@dataclass(frozen=True)
+class Counter:
+    """One quota's count for one agent in one window: `key` names the three; at most `limit`
+    calls until `ends` (a time.time() stamp), when the window and its count are over."""
+
+    key: str
+    limit: int
+    ends: float
+
+
 class Store(Protocol):
     """Where held calls and approvals live."""
 
@@ -113,6 +124,15 @@ class Store(Protocol):
 
     def withdraw(self, approval_id: str) -> None:
         """The caller stopped waiting: a pending request is withdrawn."""
+        ...
+
+    def charge(self, counters: list[Counter]) -> Counter | None:
+        """Count one call against every counter, all or none: the first counter that is full
+        (nothing counted then), or None (each counted once)."""
+        ...
+
+    def usage(self, keys: list[str], now: float) -> dict[str, int]:
+        """The calls counted so far in the current window of each key (absent: none)."""
         ...
 
 

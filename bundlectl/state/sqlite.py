@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bundlectl.paths import display_path
-from bundlectl.state import Approval, Binding, StateError, UnknownApproval, new_id
+from bundlectl.state import Approval, Binding, Counter, StateError, UnknownApproval, new_id
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS approvals (
@@ -34,6 +34,11 @@ CREATE TABLE IF NOT EXISTS approvals (
 );
 CREATE INDEX IF NOT EXISTS approvals_binding
     ON approvals (project, agent, server, tool, digest, status);
+CREATE TABLE IF NOT EXISTS counters (
+    key TEXT PRIMARY KEY,
+    count INTEGER NOT NULL,
+    ends REAL NOT NULL
+);
 """
 KEPT = 7 * 86400.0  # seconds a request that is over is kept (for `approvals list --all`)
 _COLUMNS = "id, project, agent, server, tool, digest, rule, shown, created, expires, status, "
@@ -46,6 +51,7 @@ class SqliteStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db: sqlite3.Connection | None = None
+        self._swept = 0.0
 
     def _connect(self) -> sqlite3.Connection:
         if self._db is None:
@@ -54,6 +60,7 @@ class SqliteStore:
                 db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute("PRAGMA busy_timeout=10000")
+                db.execute("PRAGMA synchronous=NORMAL")  # WAL: durable but for a power cut
                 db.executescript(SCHEMA)
             except (sqlite3.Error, OSError) as exc:
                 raise self._broken(exc) from None
@@ -211,6 +218,41 @@ class SqliteStore:
                 "UPDATE approvals SET status = 'withdrawn' WHERE id = ? AND status = 'pending'",
                 (approval_id,),
             )
+
+    def charge(self, counters: list[Counter]) -> Counter | None:
+        if not counters:
+            return None
+        now = time.time()
+        with self._transaction() as db:
+            for counter in counters:
+                row = db.execute(
+                    "SELECT count FROM counters WHERE key = ? AND ends > ?", (counter.key, now)
+                ).fetchone()
+                if row is not None and row[0] >= counter.limit:
+                    return counter
+            for counter in counters:
+                db.execute(
+                    "INSERT INTO counters (key, count, ends) VALUES (?, 1, ?) ON CONFLICT(key) "
+                    "DO UPDATE SET count = count + 1",
+                    (counter.key, counter.ends),
+                )
+            if self._swept < now - 60:  # windows that are over, now and then
+                db.execute("DELETE FROM counters WHERE ends <= ?", (now,))
+                self._swept = now
+        return None
+
+    def usage(self, keys: list[str], now: float) -> dict[str, int]:
+        if not keys:
+            return {}
+        try:
+            rows = self._connect().execute(
+                f"SELECT key, count FROM counters WHERE ends > ? AND key IN "
+                f"({', '.join('?' * len(keys))})",
+                (now, *keys),
+            )
+            return dict(rows.fetchall())
+        except sqlite3.Error as exc:
+            raise self._broken(exc) from None
 
 
 def _key(binding: Binding) -> tuple[str, str, str, str, str]:

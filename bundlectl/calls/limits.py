@@ -1,0 +1,122 @@
+"""Quotas (SPEC 11, `limits:`): how many calls an agent may make of some tools per window.
+
+Windows are fixed: a limit `per: 1h` counts from each whole hour since 1970 (UTC) to the next,
+so every process and replica that shares the state store counts the same window, and "resets
+at" is one moment for everyone. Each agent has its own count per limit. Only calls the policy
+let through are counted, once each, when they are let through (before anything starts); a call
+over any limit that covers it is refused then, and no limit counts it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING, Any
+
+from bundlectl.errors import PolicyDenied
+from bundlectl.lockfile import digest_json
+from bundlectl.models import LimitRule, ToolSpec, seconds
+from bundlectl.patterns import matches
+from bundlectl.state import Counter
+
+if TYPE_CHECKING:
+    from bundlectl.state import Store
+
+
+class LimitReached(PolicyDenied):
+    """A quota is used up for this window: nothing was started."""
+
+
+def in_class(spec: ToolSpec | None, kind: str) -> bool:
+    """Whether a tool is of an annotation class; a tool without the annotation (or without a
+    declared definition) counts as the unsafe side: not read-only, destructive, open-world."""
+    notes: dict[str, Any] = spec.annotations if spec is not None else {}
+    read_only = notes.get("readOnlyHint") is True
+    if kind == "read-only":
+        return read_only
+    if kind == "destructive":
+        return not read_only and notes.get("destructiveHint") is not False
+    return notes.get("openWorldHint") is not False  # open-world
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One `limits:` entry, where it is written, and the identity its counters carry (editing
+    the entry starts its count afresh)."""
+
+    index: int
+    rule: LimitRule
+    identity: str
+
+    def covers(self, agent: str, server: str, tool: str, spec: ToolSpec | None) -> bool:
+        rule = self.rule
+        if not any(fnmatchcase(agent, pattern) for pattern in rule.agents):
+            return False
+        if rule.tools and not any(matches(pattern, server, tool) for pattern in rule.tools):
+            return False
+        return rule.tool_class is None or in_class(spec, rule.tool_class)
+
+    def window(self, now: float) -> tuple[float, float]:
+        span = seconds(self.rule.per)
+        start = now - now % span
+        return start, start + span
+
+    def counter(self, project: str, agent: str, now: float) -> Counter:
+        start, ends = self.window(now)
+        key = f"{project}\x1f{self.identity}\x1f{agent}\x1f{start:.0f}"
+        return Counter(key, self.rule.calls, ends)
+
+    def describe(self) -> str:
+        rule = self.rule
+        what = ", ".join(rule.tools) if rule.tools else f"{rule.tool_class} tools"
+        if rule.tools and rule.tool_class:
+            what += f" ({rule.tool_class})"
+        return f"limits[{self.index}]: {rule.calls} call(s) of {what} per {rule.per}"
+
+
+class Limits:
+    """The project's `limits:`, and the counting of one call against them."""
+
+    def __init__(self, rules: list[LimitRule], project: str) -> None:
+        self.project = project
+        self.limits = [
+            Limit(i, rule, digest_json(rule.model_dump(mode="json", by_alias=True)))
+            for i, rule in enumerate(rules)
+        ]
+
+    def __bool__(self) -> bool:
+        return bool(self.limits)
+
+    def covering(self, agent: str, server: str, tool: str, spec: ToolSpec | None) -> list[Limit]:
+        return [limit for limit in self.limits if limit.covers(agent, server, tool, spec)]
+
+    def charge(
+        self, store: Store, agent: str, server: str, tool: str, spec: ToolSpec | None
+    ) -> None:
+        """Count the call against every limit that covers it, or refuse it (LimitReached)."""
+        covering = self.covering(agent, server, tool, spec)
+        if not covering:
+            return
+        now = time.time()
+        counters = [limit.counter(self.project, agent, now) for limit in covering]
+        full = store.charge(counters)
+        if full is None:
+            return
+        limit = covering[counters.index(full)]
+        resets = time.strftime("%H:%M:%S UTC", time.gmtime(full.ends))
+        raise LimitReached(
+            f"agent {agent!r} may not call {server}.{tool} now: {limit.describe()}, all used "
+            f"in this window, which resets at {resets} (in {_span(full.ends - now)}); nothing "
+            "was started",
+            hint="`bundlectl limits status` shows every limit's use",
+        )
+
+
+def _span(left: float) -> str:
+    left = max(1, int(left))
+    if left >= 3600:
+        return f"{left // 3600}h{left % 3600 // 60:02}m"
+    if left >= 60:
+        return f"{left // 60}m{left % 60:02}s"
+    return f"{left}s"
