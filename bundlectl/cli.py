@@ -304,20 +304,23 @@ def approvals_list(
     everything: Annotated[
         bool, typer.Option("--all", help="Every request kept (7 days), not only pending ones.")
     ] = False,
+    config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
     """List the calls waiting for a person's approval."""
     from bundlectl.commands import approvals as cmd
 
-    return cmd.list_requests(everything=everything, fmt=fmt)
+    return cmd.list_requests(config, everything=everything, fmt=fmt)
 
 
 @approvals_app.command("show")
-def approvals_show(approval_id: ApprovalIdArg, fmt: FormatOpt = Format.text) -> int:
+def approvals_show(
+    approval_id: ApprovalIdArg, config: ConfigOpt = None, fmt: FormatOpt = Format.text
+) -> int:
     """Show one held call: who, which tool, which rule asked, and its arguments."""
     from bundlectl.commands import approvals as cmd
 
-    return cmd.show(approval_id, fmt=fmt)
+    return cmd.show(config, approval_id, fmt=fmt)
 
 
 @approvals_app.command("approve")
@@ -334,22 +337,24 @@ def approvals_approve(
             help="Let the same call (agent, tool, arguments) through for a while: 30m, 8h, 1d.",
         ),
     ] = None,
+    config: ConfigOpt = None,
 ) -> int:
     """Approve a held call: exactly that agent, tool and arguments."""
     from bundlectl.commands import approvals as cmd
 
-    return cmd.decide(approval_id, approve=True, duration=duration, once=once)
+    return cmd.decide(config, approval_id, approve=True, duration=duration, once=once)
 
 
 @approvals_app.command("deny")
 def approvals_deny(
     approval_id: ApprovalIdArg,
     reason: Annotated[str | None, typer.Option("--reason", help="Why: the caller is told.")] = None,
+    config: ConfigOpt = None,
 ) -> int:
     """Deny a held call; the caller is told who denied it, and why."""
     from bundlectl.commands import approvals as cmd
 
-    return cmd.decide(approval_id, approve=False, reason=reason)
+    return cmd.decide(config, approval_id, approve=False, reason=reason)
 
 
 @limits_app.command("status")

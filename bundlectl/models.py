@@ -410,6 +410,17 @@ class LimitRule(StrictModel):
         return self
 
 
+class StateSettings(StrictModel):
+    """Where held calls, approvals and quota counters live (SPEC 11)."""
+
+    url: str = Field(
+        pattern=r"^(redis|rediss|unix)://",
+        description="A Redis URL shared by every replica (`redis://host:6379/0`; a password "
+        "as a ${VAR} reference: `redis://:${REDIS_PASSWORD}@host:6379`). Absent: SQLite in "
+        "the user state folder, for one machine.",
+    )
+
+
 class PolicySettings(StrictModel):
     """Project-wide policy."""
 
@@ -566,6 +577,10 @@ class ProjectConfig(StrictModel):
     lint: LintSettings = Field(default_factory=LintSettings, description="Lint settings.")
     privacy: PrivacySettings = Field(
         default_factory=PrivacySettings, description="Tokenization of personal data (SPEC 9)."
+    )
+    state: StateSettings | None = Field(
+        default=None,
+        description="The state store for approvals and quotas (absent: SQLite on this machine).",
     )
     limits: list[LimitRule] = Field(
         default_factory=_empty_list,

@@ -414,7 +414,8 @@ class Pipeline:
     def store(self) -> Store:
         """The state store (approvals, quotas), opened on first use and kept."""
         if self._store is None:
-            self._store = open_store()
+            state = self.resolution.project.config.state
+            self._store = open_store(state.url if state is not None else None)
         return self._store
 
     def charge(self, decision: Decision) -> None:

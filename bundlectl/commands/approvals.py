@@ -7,6 +7,7 @@ import getpass
 import json
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 from bundlectl.calls import audit, userconfig
@@ -15,9 +16,18 @@ from bundlectl.models import DURATION_UNITS, seconds
 from bundlectl.options import Format
 from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, out, table
 from bundlectl.paths import display_path
-from bundlectl.state import Approval, open_store
+from bundlectl.project import optional_project
+from bundlectl.state import Approval, Store, open_store
 
 DURATION_HELP = "a whole number and a unit, s, m, h or d: 30m, 8h, 1d"
+
+
+def _store(config: Path | None) -> Store:
+    """The project's state store (`state.url`), or this machine's SQLite one outside a project
+    or when the project names none."""
+    project = optional_project(config)
+    state = project.config.state if project is not None else None
+    return open_store(state.url if state is not None else None)
 
 
 def _approver() -> str:
@@ -65,9 +75,9 @@ def _stamp(when: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
 
 
-def list_requests(*, everything: bool, fmt: Format) -> int:
+def list_requests(config: Path | None, *, everything: bool, fmt: Format) -> int:
     now = time.time()
-    found = open_store().listed(everything=everything)
+    found = _store(config).listed(everything=everything)
     if fmt is Format.json:
         requests = [_as_json(a, now) for a in found]
         emit_json({"format_version": JSON_FORMAT_VERSION, "approvals": requests})
@@ -91,14 +101,12 @@ def list_requests(*, everything: bool, fmt: Format) -> int:
     return 0
 
 
-def _path(text: str) -> Any:
-    from pathlib import Path  # noqa: PLC0415 - only to show the project folder
-
+def _path(text: str) -> Path:
     return Path(text)
 
 
-def _found(approval_id: str) -> Approval:
-    approval = open_store().get(approval_id)
+def _found(config: Path | None, approval_id: str) -> Approval:
+    approval = _store(config).get(approval_id)
     if approval is None:
         raise UsageError(
             f"no approval request {approval_id!r}",
@@ -107,9 +115,9 @@ def _found(approval_id: str) -> Approval:
     return approval
 
 
-def show(approval_id: str, *, fmt: Format) -> int:
+def show(config: Path | None, approval_id: str, *, fmt: Format) -> int:
     now = time.time()
-    approval = _found(approval_id)
+    approval = _found(config, approval_id)
     if fmt is Format.json:
         emit_json({"format_version": JSON_FORMAT_VERSION, **_as_json(approval, now)})
         return 0
@@ -134,6 +142,7 @@ def show(approval_id: str, *, fmt: Format) -> int:
 
 
 def decide(
+    config: Path | None,
     approval_id: str,
     *,
     approve: bool,
@@ -149,7 +158,9 @@ def decide(
             raise UsageError(f"--for {duration!r} is not a duration", hint=DURATION_HELP)
         until = time.time() + seconds(duration)
     by = _approver()
-    approval = open_store().decide(approval_id, approve=approve, by=by, reason=reason, until=until)
+    approval = _store(config).decide(
+        approval_id, approve=approve, by=by, reason=reason, until=until
+    )
     _audit(approval, "approved" if approve else "denied-by-approver", by)
     b = approval.binding
     if approve:

@@ -26,7 +26,9 @@ def status(config: Path | None, *, agent: str | None, fmt: Format) -> int:
         for who in agents
         if any(_fits(who, pattern) for pattern in limit.rule.agents)
     ]
-    used = open_store().usage([counter.key for _, _, counter in wanted], now) if wanted else {}
+    state = project.config.state
+    store = open_store(state.url if state is not None else None) if wanted else None
+    used = store.usage([counter.key for _, _, counter in wanted], now) if store else {}
     for limit, who, counter in wanted:
         rows.append(
             {

@@ -146,8 +146,16 @@ def default_path() -> Path:
     return paths.state_dir() / "state.sqlite3"
 
 
-def open_store() -> Store:
-    """The state store this installation uses (SQLite in the user state folder)."""
+def open_store(url: str | None = None) -> Store:
+    """The state store: Redis at `url` (`state.url`, its `${VAR}` references expanded), else
+    SQLite in the user state folder."""
+    if url is not None:
+        import os  # noqa: PLC0415
+
+        from bundlectl.expand import expand  # noqa: PLC0415
+        from bundlectl.state.redis import RedisStore  # noqa: PLC0415 - only when configured
+
+        return RedisStore(expand(url, os.environ, where="state.url"))
     from bundlectl.state.sqlite import SqliteStore  # noqa: PLC0415 - only when a call is held
 
     return SqliteStore(default_path())
