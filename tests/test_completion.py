@@ -56,6 +56,7 @@ def test_names_from_the_project_complete(project: Path, run: Run) -> None:
         "BCL212",
         "BCL213",
         "BCL214",
+        "BCL215",
     ]
     (project / "bundlectl.lock").unlink()  # no lock: the resolved project answers
     assert complete(project, "bundlectl policy explain --agent wr") == ["writer"]

@@ -43,3 +43,34 @@ def test_the_bundle_workflow_of_the_docs_works_as_written(
     assert "weather" in (project / "bundlectl.lock").read_text()
     shown = run("show", "weather")
     assert shown.code == 0 and "get_forecast" in shown.out
+
+
+def test_the_deployment_manifests_of_the_docs_have_the_shape_kubernetes_and_compose_read() -> None:
+    """docs/deploy.md's manifests, parsed as the tools would (no kubectl here): every Kubernetes
+    object has its kind's required fields and its selector matches its pods; the compose file's
+    gateway runs `serve --stateless` beside the Redis the project's `state.url` names."""
+    from ruamel.yaml import YAML
+
+    text = (Path(__file__).parent.parent / "docs" / "deploy.md").read_text()
+    blocks = [b.split("\n", 1)[1] for b in text.split("```yaml")[1:]]
+    blocks = [b.split("```", 1)[0] for b in blocks]
+    yaml = YAML(typ="safe", pure=True)
+    objects = [o for b in blocks for o in yaml.load_all(b) if o and "kind" in o]
+    kinds = [o["kind"] for o in objects]
+    assert kinds.count("Deployment") == 2 and kinds.count("Service") == 2
+    for obj in objects:
+        assert obj["apiVersion"] in ("apps/v1", "v1") and obj["metadata"]["name"]
+        spec = obj["spec"]
+        if obj["kind"] == "Deployment":
+            labels = spec["template"]["metadata"]["labels"]
+            assert spec["selector"]["matchLabels"].items() <= labels.items()
+            for container in spec["template"]["spec"]["containers"]:
+                assert container["name"] and container["image"]
+        else:
+            assert spec["selector"] and all("port" in p for p in spec["ports"])
+    [compose] = [yaml.load(b) for b in blocks if b.lstrip().startswith("# compose")]
+    gateway = compose["services"]["gateway"]
+    assert {"serve", "--stateless"} <= set(gateway["command"])
+    assert "redis" in gateway["depends_on"] and "REDIS_PASSWORD" in gateway["environment"]
+    [state] = [yaml.load(b)["state"] for b in blocks if "state:" in b]
+    assert state["url"].startswith("redis://") and "${REDIS_PASSWORD}" in state["url"]

@@ -35,7 +35,7 @@ def gateway_project(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
           kitchen:
             command: {PY}
             args: ["{SERVERS / "kitchen.py"}"]
-            env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}"}}
+            env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}", KITCHEN_LOG: "${{KITCHEN_LOG:-}}"}}
           crash:
             command: {PY}
             args: ["{SERVERS / "misbehave.py"}", crash]
@@ -192,13 +192,22 @@ def test_sigterm_stops_the_gateway_and_its_servers(gateway_project: Path, tmp_pa
     assert gone(pid, within=5.0) and time.monotonic() - began < 5
 
 
+def in_flight(log: Path, tool: str, within: float = 30) -> None:
+    """Wait until the kitchen server says (in $KITCHEN_LOG) that `tool`'s call has started."""
+    deadline = time.monotonic() + within
+    while not (log.exists() and f"{tool} started" in log.read_text()):
+        assert time.monotonic() < deadline, f"{tool} never started"
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize("tool", ["sleep", "freeze"])  # freeze: a server deaf to everything
 def test_sigterm_during_a_call_stops_everything_within_five_seconds(
-    gateway_project: Path, tmp_path: Path, tool: str
+    gateway_project: Path, tmp_path: Path, tool: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("KITCHEN_LOG", str(tmp_path / "kitchen.log"))
     call = (tool, {"seconds": 60})
     proc, pid = _warm_gateway(gateway_project, tmp_path / "starts.txt", call)
-    time.sleep(0.5)  # the call is in flight
+    in_flight(tmp_path / "kitchen.log", tool)
     began = time.monotonic()
     proc.terminate()
     _, err = proc.communicate(timeout=15)
@@ -206,12 +215,15 @@ def test_sigterm_during_a_call_stops_everything_within_five_seconds(
     assert gone(pid, within=5.0)
 
 
-def test_a_killed_gateway_leaves_no_server_behind(gateway_project: Path, tmp_path: Path) -> None:
+def test_a_killed_gateway_leaves_no_server_behind(
+    gateway_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # kill -9 gives the gateway no chance to stop its servers, and a server stuck in a call
     # does not notice its stdin closing: the kernel tells it (PR_SET_PDEATHSIG).
+    monkeypatch.setenv("KITCHEN_LOG", str(tmp_path / "kitchen.log"))
     call = ("freeze", {"seconds": 60})
     proc, pid = _warm_gateway(gateway_project, tmp_path / "starts.txt", call)
-    time.sleep(0.5)
+    in_flight(tmp_path / "kitchen.log", "freeze")
     proc.kill()
     proc.communicate(timeout=10)
     assert gone(pid, within=5.0)

@@ -414,6 +414,7 @@ def test_what_a_shared_server_sends_during_a_call_reaches_only_that_calls_client
     import mcp_types as types
 
     seen: dict[str, dict[str, list[str]]] = {}
+    finished: dict[str, anyio.Event] = {}
 
     async def one(url: str, agent: str, token: str) -> None:
         got: dict[str, list[str]] = {"logs": [], "asked": [], "result": []}
@@ -431,9 +432,14 @@ def test_what_a_shared_server_sends_during_a_call_reaches_only_that_calls_client
         ) as c:
             result = await c.call_tool("kitchen__whisper", {"tag": agent, "pause": 0.5})
             got["result"] = texts(result)
-            await anyio.sleep(0.3)  # late messages would arrive by now
+            # Both calls answered, then a round trip on this session: whatever the gateway
+            # sent this client for either call came before the ping's answer.
+            finished[agent].set()
+            await finished["carol" if agent == "alice" else "alice"].wait()
+            await c.list_tools()
 
     async def both(url: str) -> None:
+        finished.update(alice=anyio.Event(), carol=anyio.Event())
         async with anyio.create_task_group() as group:
             group.start_soon(one, url, "alice", ALICE_TOKEN)
             group.start_soon(one, url, "carol", CAROL_TOKEN)

@@ -298,9 +298,17 @@ def test_resource_subscriptions_pass_through(project: Path, downstream: str, pro
                     await anyio.sleep(0.02)
             with deprecated():
                 await client.unsubscribe_resource(uri)
-            await client.call_tool("kitchen__bump", {})
-            await anyio.sleep(0.3)  # nothing more comes
-            return list(heard)
+            await client.call_tool("kitchen__bump", {})  # not heard
+            with deprecated():
+                await client.subscribe_resource(uri)
+            await client.call_tool("kitchen__bump", {})  # the marker: heard, after any leak
+            with anyio.fail_after(10):
+                while len(heard) < 2:
+                    await anyio.sleep(0.02)
+            with deprecated():
+                await client.send_ping()  # what the gateway passed on before is in by now
+            assert heard == [uri, uri], heard  # the first bump and the marker, not the second
+            return heard[:1]
         async with client.listen(resource_subscriptions=[uri]) as events:
             assert events.honored.resource_subscriptions == [uri]
             await client.call_tool("kitchen__bump", {})

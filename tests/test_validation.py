@@ -42,8 +42,8 @@ def test_all_problems_of_a_config_in_one_run(project: Path, run: Run) -> None:
         "error: bundlectl.yaml:10:1: polcy: unknown key 'polcy'; did you mean 'policy'?",
     ]
     assert (
-        "  hint: allowed keys here: agents, bundles, gateway, lint, policy, privacy, registries, "
-        "servers, tests, version" in result.err_lines
+        "  hint: allowed keys here: agents, bundles, gateway, limits, lint, policy, privacy, "
+        "registries, servers, state, tests, version" in result.err_lines
     )
     assert "Traceback" not in result.err
 

@@ -299,6 +299,7 @@ async def consent(
 @server.tool()
 async def freeze(seconds: float) -> str:
     """Block the whole server (its event loop too) for `seconds`: no cancellation, no ping."""
+    log("freeze started")
     time.sleep(seconds)
     return "thawed"
 
