@@ -1166,6 +1166,9 @@ def entry() -> None:
     stderr are flushed we leave at once.
     """
     code = main(fast_exit=True)
+    notify = sys.modules.get("bundlectl.calls.notify")
+    if notify is not None:  # announcements of approval requests still being sent
+        notify.finish()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()

@@ -359,12 +359,31 @@ def seconds(duration: str) -> float:
     return float(int(duration[:-1]) * DURATION_UNITS[duration[-1]])
 
 
+class ApprovalNotify(StrictModel):
+    """Where new approval requests are announced (SPEC 11)."""
+
+    url: str = Field(
+        pattern=r"^(https?://|\$\{)",
+        description="The URL each new request is POSTed to, usually a ${VAR} reference.",
+    )
+    secret: str | None = Field(
+        default=None,
+        pattern=r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$",
+        description="A ${VAR} reference to the key of the HMAC-SHA256 signature sent in "
+        "`X-Bundlectl-Signature: sha256=<hex>` over `<timestamp>.<body>`.",
+    )
+
+
 class ApprovalSettings(StrictModel):
     """Out-of-band approvals (SPEC 11): a call an `ask` rule holds that no one can confirm where
     it was made waits for an approver (`bundlectl approvals approve ID`)."""
 
     ttl: Duration = Field(
         default="15m", description="How long a held call waits for an approver before it expires."
+    )
+    notify: ApprovalNotify | None = Field(
+        default=None,
+        description="POST each new request as JSON to a URL (a chat bot, a CI job), signed.",
     )
 
 

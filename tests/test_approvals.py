@@ -260,3 +260,103 @@ def test_a_damaged_store_is_reported_with_its_path_and_the_call_refused(
     assert not (held_project / "x").exists()
     listed = run("approvals", "list")
     assert listed.code == 5 and "not an SQLite database" in listed.err
+
+
+class _Receiver:
+    """A webhook receiver on loopback: answers 503 to the first `failures` POSTs, then 200."""
+
+    def __init__(self, failures: int) -> None:
+        import http.server
+
+        self.posts: list[tuple[dict[str, str], bytes, int]] = []
+        self.done = threading.Event()
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                data = self.rfile.read(int(self.headers["Content-Length"]))
+                status = 503 if len(receiver.posts) < failures else 200
+                receiver.posts.append((dict(self.headers), data, status))
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                if status == 200:
+                    receiver.done.set()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook?token=tok-in-url"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_new_request_is_announced_signed_and_retried_without_holding_the_call(
+    held_project: Path, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bundlectl.calls.notify import signature
+
+    receiver = _Receiver(failures=1)
+    try:
+        config = held_project / "bundlectl.yaml"
+        config.write_text(
+            config.read_text().replace(
+                "approvals: {ttl: 10m}",
+                'approvals: {ttl: 10m, notify: {url: "${HOOK}", secret: "${HOOK_KEY}"}}',
+            )
+        )
+        monkeypatch.setenv("HOOK", receiver.url)
+        monkeypatch.setenv("HOOK_KEY", "hook-signing-key")
+        began = time.monotonic()
+        held = run("exec", "-a", "writer", "--no-wait", "files.write_file", "path=n.txt",
+                   "content=vault-secret-value-123")  # fmt: skip
+        assert held.code == 75 and time.monotonic() - began < 5  # the POSTs do not hold it
+        assert receiver.done.wait(30), receiver.posts
+    finally:
+        receiver.close()
+    [request] = pending(run)
+    (_, _, first), (headers, data, status) = receiver.posts
+    assert (first, status) == (503, 200)  # retried after the receiver failed
+    sent = json.loads(data)
+    assert sent["id"] == request["id"] and sent["tool"] == "files.write_file"
+    assert sent["arguments"] == {"path": "n.txt", "content": "${VAULT_TOKEN}"}
+    assert sent["approve"] == f"bundlectl approvals approve {request['id']}"
+    stamp = headers["X-Bundlectl-Timestamp"]
+    assert headers["X-Bundlectl-Signature"] == signature(b"hook-signing-key", stamp, data)
+    assert b"vault-secret-value-123" not in data and b"hook-signing-key" not in data
+    # The same call again is the same request: announced once.
+    assert run("exec", "-a", "writer", "--no-wait", "files.write_file", "path=n.txt",
+               "content=vault-secret-value-123").code == 75  # fmt: skip
+    assert len(receiver.posts) == 2
+
+
+def test_an_unreachable_receiver_is_a_warning_that_names_no_secret(held_project: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = held_project / "bundlectl.yaml"
+    config.write_text(
+        config.read_text().replace(
+            "approvals: {ttl: 10m}",
+            f'approvals: {{ttl: 10m, notify: {{url: "http://u:pw@127.0.0.1:{port}/h?k=s3"}}}}',
+        )
+    )
+    argv = [PY, "-m", "bundlectl", "exec", "-a", "writer", "--no-wait", "files.write_file"]
+    done = subprocess.run(
+        [*argv, "path=u.txt", "content=x"],
+        check=False,
+        cwd=held_project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "CI": "1"},
+    )
+    assert done.returncode == 75, done.stderr
+    assert f"could not be announced to http://127.0.0.1:{port}/h" in done.stderr
+    assert "pw@" not in done.stderr and "s3" not in done.stderr.split("announced")[1]

@@ -70,6 +70,10 @@ class OutOfBand:
         approval, new = store.request(binding, rule=where, shown=shown, ttl=ttl)
         if new:
             pipeline.audit.approval(decision, "approval-requested", approval.id, None)
+            if settings is not None and settings.notify is not None:
+                from bundlectl.calls.notify import announce  # noqa: PLC0415 - only with notify
+
+                announce(settings.notify, approval)
         how = f"bundlectl approvals show {approval.id}; bundlectl approvals approve {approval.id}"
         if not self.wait:
             raise ApprovalHeld(
