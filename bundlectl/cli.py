@@ -55,6 +55,11 @@ approvals_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(approvals_app, name="approvals")
+auth_app = typer.Typer(
+    help="Sign in to remote servers that use OAuth, see and remove sign-ins.",
+    no_args_is_help=True,
+)
+app.add_typer(auth_app, name="auth")
 limits_app = typer.Typer(help="See how much of each quota (limits:) is used.", no_args_is_help=True)
 app.add_typer(limits_app, name="limits")
 
@@ -355,6 +360,48 @@ def approvals_deny(
     from bundlectl.commands import approvals as cmd
 
     return cmd.decide(config, approval_id, approve=False, reason=reason)
+
+
+RemoteArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="SERVER", help="A remote server of the project.", autocompletion=completion.servers
+    ),
+]
+
+
+@auth_app.command("login")
+def auth_login(
+    server: RemoteArg,
+    no_browser: Annotated[
+        bool, typer.Option("--no-browser", help="Print the sign-in URL; do not open a browser.")
+    ] = False,
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", min=5, max=3600, help="Seconds to wait for the browser."),
+    ] = 300.0,
+    config: ConfigOpt = None,
+) -> int:
+    """Sign in to a remote server with OAuth (a browser and a loopback redirect)."""
+    from bundlectl.commands import auth as cmd
+
+    return cmd.login(config, server, browser=not no_browser, wait=timeout)
+
+
+@auth_app.command("status")
+def auth_status(config: ConfigOpt = None, fmt: FormatOpt = Format.text) -> int:
+    """Show each remote server's sign-in: scopes and expiry, never a token."""
+    from bundlectl.commands import auth as cmd
+
+    return cmd.status(config, fmt=fmt)
+
+
+@auth_app.command("logout")
+def auth_logout(server: RemoteArg, config: ConfigOpt = None) -> int:
+    """Remove a server's kept sign-in (tokens and client registration)."""
+    from bundlectl.commands import auth as cmd
+
+    return cmd.logout(config, server)
 
 
 @limits_app.command("status")

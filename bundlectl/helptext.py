@@ -12,6 +12,10 @@ _ASKS = (
     "0 done; 2 bad usage or input; 3 the agent may not use the server; 4 no such resource or "
     "prompt; 5 the server failed; 6 timed out; 130 interrupted"
 )
+_SIGNS = (
+    "0 signed in; 2 bad usage or input (not a remote server); 5 the server or its "
+    "authorization server failed, or no answer from the browser in time"
+)
 _STORE = (
     "0 done; 2 bad usage, or no such pending request; 5 the state store cannot be used "
     "(its path is named)"
@@ -39,6 +43,12 @@ HELP: dict[str, tuple[list[str], str]] = {
         ["bundlectl approvals list", "bundlectl approvals list --all --format json"],
         _STORE,
     ),
+    "auth login": (
+        ["bundlectl auth login linear", "bundlectl auth login linear --no-browser"],
+        _SIGNS,
+    ),
+    "auth status": (["bundlectl auth status", "bundlectl auth status --format json"], _READS),
+    "auth logout": (["bundlectl auth logout linear"], _READS),
     "limits status": (
         ["bundlectl limits status", "bundlectl limits status --agent ci-bot --format json"],
         _STORE,

@@ -1169,7 +1169,8 @@ def test_a_server_that_answers_401_is_said_to_need_authorization(run: Run, proje
     assert (
         "server 'docs' requires authorization (HTTP 401); bundlectl sent no headers" in result.err
     )
-    assert "hint: give it a credential: servers.docs.headers: {Authorization:" in result.err
+    assert "hint: sign in: `bundlectl auth login docs` (OAuth); or give a static" in result.err
+    assert 'servers.docs.headers: {Authorization: "Bearer ${TOKEN}"}' in result.err
     assert "code -32603" not in result.err
 
 

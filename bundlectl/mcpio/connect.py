@@ -50,6 +50,7 @@ class Target:
     child: Child | None = None  # a started stdio server
     tap: Tap | None = None  # requests past the SDK session on a stdio server's pipes (serve)
     refused: int | None = None  # an HTTP server's 401 or 403: it wants credentials we lack
+    auth: Any = None  # the OAuth to use instead of a kept sign-in (`auth login`'s flow)
     with_parent: bool = False  # a stdio child ends when we do, even by SIGKILL (serve)
 
     def new_stderr(self) -> StderrTee:
@@ -134,15 +135,32 @@ def _client_target(target: Target, child: Child | None) -> Any:
     headers = {
         k: expand(v, _environ(), where=f"{where} (headers.{k})") for k, v in spec.headers.items()
     }
+    auth = _oauth(target, url, headers)
     if spec.transport == "sse":
         from mcp.client.sse import sse_client
 
-        return sse_client(url, headers=headers, timeout=30, sse_read_timeout=spec.timeout + 30)
-    return _streamable_http(url, headers, target)
+        return sse_client(
+            url, headers=headers, timeout=30, sse_read_timeout=spec.timeout + 30, auth=auth
+        )
+    return _streamable_http(url, headers, target, auth)
+
+
+def _oauth(target: Target, url: str, headers: dict[str, str]) -> Any:
+    """OAuth for a remote server: the sign-in flow of `auth login`, or the kept sign-in (its
+    tokens sent and refreshed); none when the config sends its own Authorization header."""
+    if any(name.lower() == "authorization" for name in headers):
+        return None
+    if target.auth is not None:
+        return target.auth
+    from bundlectl.mcpio.oauth import kept_auth  # noqa: PLC0415 - remote servers only
+
+    return kept_auth(target, url)
 
 
 @asynccontextmanager
-async def _streamable_http(url: str, headers: dict[str, str], target: Target) -> AsyncIterator[Any]:
+async def _streamable_http(
+    url: str, headers: dict[str, str], target: Target, auth: Any = None
+) -> AsyncIterator[Any]:
     """The streamable HTTP transport with our headers; we own (and close) its HTTP client.
     A 401 or 403 is noted on the target: the SDK reports it only as "an error response"."""
     import httpx2
@@ -157,6 +175,7 @@ async def _streamable_http(url: str, headers: dict[str, str], target: Target) ->
         headers=headers,
         timeout=httpx2.Timeout(30, read=300),
         event_hooks={"response": [note]},
+        auth=auth,
     )
     async with http, streamable_http_client(url, http_client=http) as streams:
         yield streams
@@ -336,9 +355,9 @@ def unauthorized(target: Target, status: int) -> ServerError:
     sent = ", ".join(sorted(target.spec.headers)) or "no headers"
     return ServerError(
         f"server {name!r} {what} (HTTP {status}); bundlectl sent {sent}",
-        hint=f'give it a credential: servers.{name}.headers: {{Authorization: "Bearer '
-        '${TOKEN}"}} with TOKEN set in the environment (OAuth sign-in, `bundlectl auth login`, '
-        "is planned)",
+        hint=f"sign in: `bundlectl auth login {name}` (OAuth); or give a static credential: "
+        f'servers.{name}.headers: {{Authorization: "Bearer ${{TOKEN}}"}} with TOKEN set in the '
+        "environment",
     )
 
 

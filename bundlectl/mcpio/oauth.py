@@ -1,0 +1,235 @@
+"""OAuth 2.1 for remote MCP servers (SPEC 12), on the MCP SDK's client, which the protocol's
+conformance suite was written against: discovery from the 401 (`WWW-Authenticate`, RFC 9728
+protected resource metadata, RFC 8414 / OpenID metadata), dynamic client registration (RFC
+7591), authorization code with PKCE (S256) and the `resource` parameter, scope step-up on
+`insufficient_scope`, refresh tokens. What is ours: where sign-ins are kept (`credentials`),
+the loopback redirect of `bundlectl auth login`, and that a command which cannot ask anyone
+(`exec`, `serve`, `tools --live`) fails with "run `bundlectl auth login SERVER`" (exit 5) where
+the flow would need a person, and never waits for one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import os
+import shlex
+import subprocess
+import threading
+import time
+import urllib.parse
+import webbrowser
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from mcp.client.auth import OAuthClientProvider, TokenStorage
+from mcp.shared.auth import (
+    AuthorizationCodeResult,
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthToken,
+)
+
+from bundlectl import credentials
+from bundlectl.errors import ServerError
+from bundlectl.output import err
+
+if TYPE_CHECKING:
+    from bundlectl.mcpio.connect import Target
+
+LOGIN_WAIT = 300.0  # seconds `auth login` waits for the browser to come back
+
+
+class LoginNeeded(ServerError):
+    """The server needs a person to sign in, and no one can be asked here."""
+
+
+def login_needed(target: Target) -> LoginNeeded:
+    return LoginNeeded(
+        f"server {target.name!r} needs you to sign in (OAuth), and this command cannot ask you",
+        hint=f"run `bundlectl auth login {target.name}`, then try again",
+    )
+
+
+class KeptSignIn(TokenStorage):
+    """The SDK's token storage over `credentials`: the access token's expiry is kept as a
+    moment, so a token read back later is refreshed once it has expired."""
+
+    def __init__(self, server: str, url: str) -> None:
+        self.server, self.url = server, url
+
+    async def get_tokens(self) -> OAuthToken | None:
+        kept = credentials.load(self.server, self.url)
+        if not kept.tokens:
+            return None
+        left = credentials.expires_in(kept)
+        fields = {**kept.tokens, "expires_in": None if left is None else max(0, int(left))}
+        return OAuthToken.model_validate(fields)
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        kept = credentials.load(self.server, self.url)
+        kept.tokens = tokens.model_dump(mode="json", exclude_none=True, exclude={"expires_in"})
+        kept.expires_at = time.time() + tokens.expires_in if tokens.expires_in else None
+        kept.signed_in_at = kept.signed_in_at or time.time()
+        credentials.save(kept)
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        kept = credentials.load(self.server, self.url)
+        return OAuthClientInformationFull.model_validate(kept.client) if kept.client else None
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        kept = credentials.load(self.server, self.url)
+        kept.client = client_info.model_dump(mode="json", exclude_none=True)
+        credentials.save(kept)
+
+
+class _Provider(OAuthClientProvider):
+    """The SDK's provider, told when a kept access token expires (it learns that only from a
+    token response it received itself), so an expired one is refreshed before it is sent."""
+
+    async def _initialize(self) -> None:
+        await super()._initialize()
+        tokens = self.context.current_tokens
+        if tokens is not None and tokens.expires_in is not None:
+            self.context.update_token_expiry(tokens)
+
+
+def _metadata(redirect: str) -> OAuthClientMetadata:
+    return OAuthClientMetadata.model_validate(
+        {
+            "client_name": "bundlectl",
+            "redirect_uris": [redirect],
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+            "token_endpoint_auth_method": "none",
+        }
+    )
+
+
+def kept_auth(target: Target, url: str) -> Any:
+    """The OAuth of a server someone signed in to (`auth login`): its kept tokens sent and
+    refreshed; a flow that needs a person again fails with `login_needed`. None: no sign-in
+    kept for it (a 401 then says how to sign in)."""
+    kept = credentials.load(target.name, url)
+    if not kept.tokens:
+        return None
+
+    async def cannot_ask(authorization_url: str) -> None:
+        raise login_needed(target)
+
+    async def no_callback() -> AuthorizationCodeResult:
+        raise login_needed(target)
+
+    redirect = ((kept.client or {}).get("redirect_uris") or ["http://127.0.0.1/callback"])[0]
+    return _Provider(
+        url,
+        _metadata(redirect),
+        KeptSignIn(target.name, url),
+        redirect_handler=cannot_ask,
+        callback_handler=no_callback,
+    )
+
+
+def _open(url: str) -> None:
+    """Open `url` in the user's browser: `$BROWSER` when set (read now, each time: a command
+    with `%s` for the URL, or the URL appended), else the system's (`webbrowser`)."""
+    command = os.environ.get("BROWSER", "").split(os.pathsep)[0].strip()
+    if not command:
+        webbrowser.open(url)
+        return
+    argv = shlex.split(command)
+    argv = [part.replace("%s", url) for part in argv] if "%s" in command else [*argv, url]
+    try:
+        opened = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        err(f"warning: could not start $BROWSER ({exc.strerror}); open the URL yourself")
+        return
+    # Reaped when it ends, never waited for: a browser may stay open.
+    threading.Thread(target=opened.wait, name="browser", daemon=True).start()
+
+
+class _Callback(http.server.BaseHTTPRequestHandler):
+    """The loopback redirect: takes the code and state of the one sign-in it waits for."""
+
+    server: _CallbackServer
+
+    def do_GET(self) -> None:
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        if not self.path.startswith("/callback"):
+            self.send_error(404)
+            return
+        self.server.result = {key: values[0] for key, values in query.items()}
+        ok = "code" in query
+        body = (
+            b"<!doctype html><title>bundlectl</title><p>Signed in. You can close this tab."
+            if ok
+            else b"<!doctype html><title>bundlectl</title><p>Sign-in failed; see the terminal."
+        )
+        self.send_response(200 if ok else 400)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.server.arrived.set()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class _CallbackServer(http.server.HTTPServer):
+    result: dict[str, str]
+    arrived: threading.Event
+
+
+@contextlib.contextmanager
+def login_auth(
+    target: Target, url: str, *, browser: bool, wait: float = LOGIN_WAIT
+) -> Iterator[Any]:
+    """The OAuth of `bundlectl auth login`: a loopback redirect on 127.0.0.1, the authorization
+    URL printed (and opened in the browser when `browser`), a fresh registration and sign-in."""
+    server = _CallbackServer(("127.0.0.1", 0), _Callback)
+    server.result, server.arrived = {}, threading.Event()
+    redirect = f"http://127.0.0.1:{server.server_address[1]}/callback"
+    thread = threading.Thread(target=server.serve_forever, name="oauth-callback", daemon=True)
+    thread.start()
+    kept = credentials.load(target.name, url)
+    kept.tokens, kept.expires_at, kept.client, kept.signed_in_at = None, None, None, None
+    credentials.save(kept)  # a new sign-in: the redirect URI is this one's, so register anew
+
+    async def show(authorization_url: str) -> None:
+        err(f"sign in to {target.name!r} in your browser:\n  {authorization_url}")
+        if browser:
+            await anyio.to_thread.run_sync(_open, authorization_url)
+
+    async def back() -> AuthorizationCodeResult:
+        arrived = await anyio.to_thread.run_sync(server.arrived.wait, wait)
+        if not arrived:
+            raise ServerError(
+                f"no answer from the browser within {wait:.0f} s; nothing was signed in",
+                hint=f"run `bundlectl auth login {target.name}` again (--no-browser prints the "
+                "URL to open yourself)",
+            )
+        result = server.result
+        if "code" not in result:
+            why = result.get("error_description") or result.get("error") or "no code"
+            raise ServerError(f"the authorization server refused the sign-in: {why}")
+        return AuthorizationCodeResult(code=result["code"], state=result.get("state"))
+
+    try:
+        yield _Provider(
+            url,
+            _metadata(redirect),
+            KeptSignIn(target.name, url),
+            redirect_handler=show,
+            callback_handler=back,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()

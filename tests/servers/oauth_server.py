@@ -1,0 +1,165 @@
+"""A remote MCP server that requires OAuth 2.1 as the MCP authorization spec describes it, with
+its own authorization server, for the tests of `bundlectl auth` (built on the SDK's server-side
+auth: protected resource metadata, RFC 8414 metadata, dynamic registration, PKCE, refresh).
+
+    python oauth_server.py --port N [--token-seconds S]
+
+Authorization is granted at once (no login page): `/authorize` redirects straight back to the
+client's redirect URI with a code, as a signed-in user who clicks "allow" would. Access tokens
+live `--token-seconds` (default 3600), so a test can see one refreshed. Every token endpoint
+grant is appended to $OAUTH_LOG (when set): `code` or `refresh`.
+"""
+
+from __future__ import annotations
+
+import _unmeasured  # noqa: F401  # first: see its docstring
+import argparse
+import os
+import secrets
+import time
+from typing import Any
+
+from mcp.server.auth.provider import (
+    AccessToken,
+    AuthorizationCode,
+    AuthorizationParams,
+    RefreshToken,
+    construct_redirect_uri,
+)
+from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+
+SCOPES = ["tools:read", "tools:call"]
+
+
+def log(event: str) -> None:
+    path = os.environ.get("OAUTH_LOG")
+    if path:
+        with open(path, "a") as handle:
+            handle.write(event + "\n")
+
+
+class Provider:
+    """An in-memory authorization server: every client is welcome, every request granted."""
+
+    def __init__(self, token_seconds: int) -> None:
+        self.token_seconds = token_seconds
+        self.clients: dict[str, OAuthClientInformationFull] = {}
+        self.codes: dict[str, AuthorizationCode] = {}
+        self.refresh: dict[str, RefreshToken] = {}
+        self.access: dict[str, AccessToken] = {}
+
+    async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
+        return self.clients.get(client_id)
+
+    async def register_client(self, client_info: OAuthClientInformationFull) -> None:
+        assert client_info.client_id is not None
+        self.clients[client_info.client_id] = client_info
+
+    async def authorize(
+        self, client: OAuthClientInformationFull, params: AuthorizationParams
+    ) -> str:
+        code = secrets.token_urlsafe(16)
+        self.codes[code] = AuthorizationCode(
+            code=code,
+            scopes=params.scopes or SCOPES,
+            expires_at=time.time() + 300,
+            client_id=client.client_id or "",
+            code_challenge=params.code_challenge,
+            redirect_uri=params.redirect_uri,
+            redirect_uri_provided_explicitly=params.redirect_uri_provided_explicitly,
+            resource=params.resource,
+            subject="alice@example.test",
+        )
+        return construct_redirect_uri(str(params.redirect_uri), code=code, state=params.state)
+
+    async def load_authorization_code(
+        self, client: OAuthClientInformationFull, authorization_code: str
+    ) -> AuthorizationCode | None:
+        return self.codes.get(authorization_code)
+
+    def _issue(self, client_id: str, scopes: list[str], resource: str | None) -> OAuthToken:
+        access, refresh = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+        expires = int(time.time()) + self.token_seconds
+        self.access[access] = AccessToken(
+            token=access,
+            client_id=client_id,
+            scopes=scopes,
+            expires_at=expires,
+            resource=resource,
+            subject="alice@example.test",
+        )
+        self.refresh[refresh] = RefreshToken(
+            token=refresh, client_id=client_id, scopes=scopes, resource=resource
+        )
+        return OAuthToken(
+            access_token=access,
+            expires_in=self.token_seconds,
+            scope=" ".join(scopes),
+            refresh_token=refresh,
+        )
+
+    async def exchange_authorization_code(
+        self, client: OAuthClientInformationFull, authorization_code: AuthorizationCode
+    ) -> OAuthToken:
+        self.codes.pop(authorization_code.code, None)
+        log("code")
+        return self._issue(
+            client.client_id or "", authorization_code.scopes, authorization_code.resource
+        )
+
+    async def load_refresh_token(
+        self, client: OAuthClientInformationFull, refresh_token: str
+    ) -> RefreshToken | None:
+        return self.refresh.get(refresh_token)
+
+    async def exchange_refresh_token(
+        self, client: OAuthClientInformationFull, refresh_token: RefreshToken, scopes: list[str]
+    ) -> OAuthToken:
+        self.refresh.pop(refresh_token.token, None)
+        log("refresh")
+        return self._issue(
+            client.client_id or "", scopes or refresh_token.scopes, refresh_token.resource
+        )
+
+    async def load_access_token(self, token: str) -> AccessToken | None:
+        found = self.access.get(token)
+        if found is None or (found.expires_at is not None and found.expires_at < time.time()):
+            return None
+        return found
+
+    async def revoke_token(self, token: Any) -> None:
+        self.access.pop(getattr(token, "token", ""), None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--token-seconds", type=int, default=3600)
+    args = parser.parse_args()
+    base = f"http://127.0.0.1:{args.port}"
+    server = MCPServer(
+        "oauth-kitchen",
+        auth_server_provider=Provider(args.token_seconds),
+        auth=AuthSettings(
+            issuer_url=base,
+            resource_server_url=f"{base}/mcp",
+            client_registration_options=ClientRegistrationOptions(
+                enabled=True, valid_scopes=SCOPES, default_scopes=SCOPES
+            ),
+            required_scopes=["tools:read"],
+            validate_token_resource=False,
+        ),
+    )
+
+    @server.tool()
+    def whoami(ctx: Context) -> str:
+        """Who the bearer token says the caller is."""
+        return "alice@example.test"
+
+    server.run("streamable-http", host="127.0.0.1", port=args.port)
+
+
+if __name__ == "__main__":
+    main()
