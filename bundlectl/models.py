@@ -203,6 +203,30 @@ class ToolSpec(StrictModel):
 Transport = Literal["stdio", "sse", "streamable-http"]
 
 
+class ServerAuth(StrictModel):
+    """How bundlectl signs in to a remote server with OAuth (SPEC 12): absent, everything is
+    discovered from the server's 401 and the client registers itself (dynamic registration)."""
+
+    type: Literal["oauth"] = Field(default="oauth", description="oauth (the only kind yet).")
+    client_id: str | None = Field(
+        default=None, min_length=1, description="A client id registered with the server's owner."
+    )
+    client_secret: Expandable | None = Field(
+        default=None, description="Its secret, as a ${VAR} reference (never written literally)."
+    )
+    token_endpoint_auth_method: (
+        Literal["client_secret_basic", "client_secret_post", "none"] | None
+    ) = Field(
+        default=None,
+        description="How the secret is sent to the token endpoint (default: basic with a "
+        "secret, none without).",
+    )
+    scopes: list[str] = Field(
+        default_factory=_empty_list,
+        description="The scopes to ask for (default: what the server names).",
+    )
+
+
 class ServerSpec(StrictModel):
     """How to start or reach one MCP server, and the tools it declares."""
 
@@ -226,6 +250,11 @@ class ServerSpec(StrictModel):
     headers: dict[str, Expandable] = Field(
         default_factory=_empty_dict,
         description="sse/streamable-http: HTTP headers; `${VAR}` expanded.",
+    )
+    auth: ServerAuth | None = Field(
+        default=None,
+        description="sse/streamable-http: OAuth settings (`bundlectl auth login`); absent: "
+        "discovered from the server's 401.",
     )
     timeout: int = Field(default=60, ge=1, le=3600, description="Call timeout in seconds.")
     concurrency: int = Field(

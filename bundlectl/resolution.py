@@ -220,7 +220,13 @@ def build_lock(config: ProjectConfig, merged: Merged, policy: PolicySet) -> Lock
         servers[name] = LockedServer(
             bundle=server.bundle.split("@")[0] if server.bundle else None,
             transport=server.spec.transport,
-            digest=digest_json({k: v for k, v in spec.items() if k not in UNLOCKED}),
+            digest=digest_json(
+                {
+                    k: v
+                    for k, v in spec.items()
+                    if k not in UNLOCKED and not (k == "auth" and v is None)  # locks before auth
+                }
+            ),
             tools=tools,
         )
     policy_digest, agents = policy_digests(policy)

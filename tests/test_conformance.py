@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, write
+from tests.conftest import REPO, load_yaml, write
 from tests.test_gateway_http import gateway
 
 PY = sys.executable
@@ -114,8 +114,32 @@ def test_server_scenarios_against_serve(
             assert re.search(r"=== SUMMARY ===|Passed: [1-9]", said), said  # they ran
 
 
+# The auth scenarios sign in with `bundlectl auth login` (a scripted browser following the
+# redirect) and list tools with the kept token; all sixteen of 2025-11-25 and 2025-03-26 are
+# run by hand (README, "Development"); these cover discovery, scopes, each token endpoint
+# authentication, pre-registration, the legacy fallback, and the three known failures.
+AUTH_SCENARIOS = [
+    "auth/metadata-default",
+    "auth/scope-from-www-authenticate",
+    "auth/token-endpoint-auth-basic",
+    "auth/token-endpoint-auth-post",
+    "auth/pre-registration",
+    "auth/2025-03-26-oauth-endpoint-fallback",
+    "auth/basic-cimd",
+    "auth/scope-step-up",
+    "auth/2025-03-26-oauth-metadata-backcompat",
+]
+
+
 @pytest.mark.parametrize(
-    "scenario", ["initialize", "tools_call", "elicitation-sep1034-client-defaults", "sse-retry"]
+    "scenario",
+    [
+        "initialize",
+        "tools_call",
+        "elicitation-sep1034-client-defaults",
+        "sse-retry",
+        *AUTH_SCENARIOS,
+    ],
 )
 def test_client_scenarios_against_exec(isolated_home: Path, tmp_path: Path, scenario: str) -> None:
     command = f"{PY} {HERE / 'client.py'}"
@@ -131,7 +155,8 @@ def test_client_scenarios_against_exec(isolated_home: Path, tmp_path: Path, scen
     )
     said = ran.stdout + ran.stderr
     assert ran.returncode == 0, said[-8000:]
-    assert "OVERALL: PASSED" in said
+    listed = scenario in (load_yaml(HERE / "baseline.yml")["client"] or [])
+    assert ("OVERALL: PASSED" in said) is not listed, said[-4000:]
 
 
 @pytest.mark.parametrize("level", ["info", "warning", None])

@@ -270,7 +270,7 @@ def classify(exc: BaseException, target: Target) -> BundlectlError | None:
         if isinstance(leaf, KeyboardInterrupt | anyio.get_cancelled_exc_class()):
             return None
     name = target.name
-    noted = _noted(target)
+    noted = _oauth_failed(found, target) or _noted(target)
     if noted is not None:
         return noted
     # The most telling failure first: the SDK's own errors, then the OS's, then the rest.
@@ -336,6 +336,22 @@ def returned_error(target: Target, message: str, code: Any) -> ServerError:
     return ServerError(
         f"server {target.name!r} returned an error: {message} (code {code})" + tail_of(target)
     )
+
+
+def _oauth_failed(found: list[BaseException], target: Target) -> ServerError | None:
+    """The SDK's OAuth flow stopped (metadata, registration, token): say why, before the 401
+    that it leaves behind."""
+    from mcp.client.auth import OAuthFlowError
+
+    for leaf in found:
+        if isinstance(leaf, OAuthFlowError):
+            name = target.name
+            return ServerError(
+                f"the OAuth sign-in to server {name!r} failed: {leaf or type(leaf).__name__}",
+                hint=f"check servers.{name}.url and .auth; `bundlectl auth login {name}` "
+                "starts the sign-in afresh",
+            )
+    return None
 
 
 def _noted(target: Target) -> ServerError | None:

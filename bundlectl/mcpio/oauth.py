@@ -33,6 +33,7 @@ from mcp.shared.auth import (
 
 from bundlectl import credentials
 from bundlectl.errors import ServerError
+from bundlectl.expand import expand
 from bundlectl.output import err
 
 if TYPE_CHECKING:
@@ -95,16 +96,44 @@ class _Provider(OAuthClientProvider):
             self.context.update_token_expiry(tokens)
 
 
-def _metadata(redirect: str) -> OAuthClientMetadata:
-    return OAuthClientMetadata.model_validate(
-        {
-            "client_name": "bundlectl",
-            "redirect_uris": [redirect],
-            "grant_types": ["authorization_code", "refresh_token"],
-            "response_types": ["code"],
-            "token_endpoint_auth_method": "none",
-        }
-    )
+def _metadata(target: Target, redirect: str) -> OAuthClientMetadata:
+    """What we register as (dynamic registration), or say we are (a pre-registered client)."""
+    auth = target.spec.auth
+    fields: dict[str, Any] = {
+        "client_name": "bundlectl",
+        "redirect_uris": [redirect],
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+        "token_endpoint_auth_method": "none",
+    }
+    if auth is not None and auth.scopes:
+        fields["scope"] = " ".join(auth.scopes)
+    return OAuthClientMetadata.model_validate(fields)
+
+
+def _pre_registered(target: Target, redirect: str) -> dict[str, Any] | None:
+    """The client the server's owner registered for us (`servers.NAME.auth.client_id`), as the
+    SDK keeps a client registration; None: we register ourselves."""
+    auth = target.spec.auth
+    if auth is None or auth.client_id is None:
+        return None
+    secret = None
+    if auth.client_secret is not None:
+        where = f"servers.{target.name}.auth.client_secret"
+        secret = expand(auth.client_secret, os.environ, where=where)
+    method = auth.token_endpoint_auth_method or ("client_secret_basic" if secret else "none")
+    client = {
+        "client_id": auth.client_id,
+        "redirect_uris": [redirect],
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+        "token_endpoint_auth_method": method,
+    }
+    if secret is not None:
+        client["client_secret"] = secret
+    if auth.scopes:
+        client["scope"] = " ".join(auth.scopes)
+    return client
 
 
 def kept_auth(target: Target, url: str) -> Any:
@@ -124,7 +153,7 @@ def kept_auth(target: Target, url: str) -> Any:
     redirect = ((kept.client or {}).get("redirect_uris") or ["http://127.0.0.1/callback"])[0]
     return _Provider(
         url,
-        _metadata(redirect),
+        _metadata(target, redirect),
         KeptSignIn(target.name, url),
         redirect_handler=cannot_ask,
         callback_handler=no_callback,
@@ -200,8 +229,10 @@ def login_auth(
     thread = threading.Thread(target=server.serve_forever, name="oauth-callback", daemon=True)
     thread.start()
     kept = credentials.load(target.name, url)
-    kept.tokens, kept.expires_at, kept.client, kept.signed_in_at = None, None, None, None
-    credentials.save(kept)  # a new sign-in: the redirect URI is this one's, so register anew
+    kept.tokens, kept.expires_at, kept.signed_in_at = None, None, None
+    # A new sign-in: the redirect URI is this one's, so register anew (or as pre-registered).
+    kept.client = _pre_registered(target, redirect)
+    credentials.save(kept)
 
     async def show(authorization_url: str) -> None:
         err(f"sign in to {target.name!r} in your browser:\n  {authorization_url}")
@@ -225,7 +256,7 @@ def login_auth(
     try:
         yield _Provider(
             url,
-            _metadata(redirect),
+            _metadata(target, redirect),
             KeptSignIn(target.name, url),
             redirect_handler=show,
             callback_handler=back,

@@ -11,6 +11,7 @@ on every field, then `y`.
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import select
@@ -61,17 +62,42 @@ def on_a_terminal(command: list[str], cwd: Path, limit: float = 60) -> int:
     return proc.wait()
 
 
+def signed_in(project: Path) -> int:
+    """An auth scenario: sign in as a person would (`auth login`, the browser being
+    `tests/servers/browser.py`, which follows the authorization server's redirect back), then
+    list the server's tools with the kept token."""
+    browser = Path(__file__).parent.parent / "servers" / "browser.py"
+    env = {**os.environ, "BROWSER": f"{sys.executable} {browser} %s", "BUNDLECTL_KEYRING": "off"}
+    login = [sys.executable, "-m", "bundlectl", "auth", "login", "conf", "--timeout", "60"]
+    code = subprocess.run(login, cwd=project, env=env, check=False).returncode
+    if code:
+        return code
+    listed = [sys.executable, "-m", "bundlectl", "tools", "--live", "--server", "conf"]
+    code = subprocess.run(listed, cwd=project, env=env, check=False).returncode
+    return 0 if code == 1 else code  # 1: the live tools differ from the (empty) declared catalog
+
+
 def main() -> int:
     url, scenario = sys.argv[-1], os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
-    if scenario not in CALLS:
+    if scenario not in CALLS and not scenario.startswith("auth/"):
         sys.stderr.write(f"scenario {scenario!r} is not run against bundlectl\n")
         return 2
     with tempfile.TemporaryDirectory() as folder:
         project = Path(folder)
+        # A scenario's pre-registered client (its context): the config names it, the secret
+        # comes from the environment as a user's would.
+        context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+        auth = ""
+        if context.get("client_id"):
+            os.environ["CONF_CLIENT_SECRET"] = context.get("client_secret", "")
+            auth = f', auth: {{client_id: "{context["client_id"]}", '
+            auth += 'client_secret: "${CONF_CLIENT_SECRET}"}'
         (project / "bundlectl.yaml").write_text(
-            f'version: 1\nservers:\n  conf: {{url: "{url}", transport: streamable-http}}\n'
+            f'version: 1\nservers:\n  conf: {{url: "{url}", transport: streamable-http{auth}}}\n'
             "policy: {default: allow}\n"
         )
+        if scenario.startswith("auth/"):
+            return signed_in(project)
         command = [sys.executable, "-m", "bundlectl", *CALLS[scenario]]
         if scenario.startswith("elicitation"):
             return on_a_terminal(command, project)
