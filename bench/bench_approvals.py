@@ -5,8 +5,9 @@ store to the waiting `exec` saying it was approved (issue 39's goal: <= 200 ms o
 
 Each run starts `bundlectl exec -a writer files.write_file ...` in a throwaway project with
 `policy.approvals` on (so it holds the call and waits, polling the SQLite store every 0.1 s),
-waits for the pending request and a random moment, approves it through the store (as `bundlectl approvals approve`
-does, without that command's start-up), and times until exec's stderr says "approved by".
+waits for the pending request and a random moment, approves it through the store (as
+`bundlectl approvals approve` does, without that command's start-up), and times until exec's
+stderr says "approved by".
 """
 
 from __future__ import annotations

@@ -333,6 +333,12 @@ class AgentRules(StrictModel):
         default_factory=_empty_list,
         description="Tools the agent may never call (cannot be lifted).",
     )
+    match: dict[str, str | list[str]] | None = Field(
+        default=None,
+        description="`serve` over HTTP with `gateway.auth.issuers`: the claims of a verified "
+        "access token (JWT) that identify this agent, each a glob or a list of globs (a list "
+        "claim such as groups matches when any of its values does); all must match.",
+    )
     token: Expandable | None = Field(
         default=None,
         description="`serve` over HTTP: the bearer token that identifies this agent; "
@@ -585,6 +591,55 @@ class PrivacySettings(StrictModel):
     )
 
 
+IssuerUrl = Annotated[
+    str,
+    Field(
+        pattern=r"^(https://[^\s/?#]+|http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]+)?)[^\s?#]*$",
+        description="An https URL (http on a loopback address only).",
+    ),
+]
+
+
+SigningAlgorithm = Literal["RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"]
+
+
+def _signing_default() -> list[SigningAlgorithm]:
+    return ["RS256", "ES256"]
+
+
+class TokenIssuer(StrictModel):
+    """An OIDC provider or OAuth authorization server whose access tokens (JWTs) the gateway
+    accepts (SPEC 12)."""
+
+    issuer: IssuerUrl = Field(description="Its `iss`, exactly as the tokens carry it.")
+    audience: list[str] = Field(
+        min_length=1, description="The `aud` values a token must carry one of (the gateway)."
+    )
+    jwks_url: IssuerUrl | None = Field(
+        default=None,
+        description="Where its signing keys are (default: `jwks_uri` of its "
+        "/.well-known/openid-configuration or oauth-authorization-server metadata).",
+    )
+    algorithms: list[SigningAlgorithm] = Field(
+        default_factory=_signing_default,
+        description="The signature algorithms accepted (never `none` or a shared secret).",
+    )
+
+
+class GatewayAuth(StrictModel):
+    """Who may use the gateway besides the agents' static tokens."""
+
+    issuers: list[TokenIssuer] = Field(
+        default_factory=_empty_list,
+        description="Token issuers; an agent is picked by its `match:` of the token's claims.",
+    )
+    resource: str | None = Field(
+        default=None,
+        description="The gateway's public URL of /mcp, for its RFC 9728 metadata (default: "
+        "from the request's Host).",
+    )
+
+
 class GatewaySettings(StrictModel):
     """How `bundlectl serve` presents the servers to its clients."""
 
@@ -593,6 +648,11 @@ class GatewaySettings(StrictModel):
         description="Direct mode's tool and prompt names: `prefixed` (`server__tool`, never "
         "ambiguous) or `bare` (the servers' own names; refused when two servers share one). "
         "`serve --names` overrides it.",
+    )
+    auth: GatewayAuth | None = Field(
+        default=None,
+        description="`serve` over HTTP: access tokens from identity providers (OIDC), "
+        "verified and mapped to agents by their claims.",
     )
 
 

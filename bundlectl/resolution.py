@@ -187,6 +187,9 @@ def inputs_digest(config: ProjectConfig) -> str:
         # Scheduling and limits, not resolution.
         exclude={"servers": {"__all__": {"concurrency", "max_message_mb", "watch"}}},
     )
+    for server in data["servers"].values():  # locks written before `auth:` existed stay fresh
+        if server.get("auth", 0) is None:
+            del server["auth"]
     return digest_json(data)
 
 

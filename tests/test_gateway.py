@@ -35,7 +35,7 @@ def gateway_project(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
           kitchen:
             command: {PY}
             args: ["{SERVERS / "kitchen.py"}"]
-            env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}", KITCHEN_LOG: "${{KITCHEN_LOG:-}}"}}
+            env: {{KITCHEN_STARTS: "${{KITCHEN_STARTS}}"}}
           crash:
             command: {PY}
             args: ["{SERVERS / "misbehave.py"}", crash]
@@ -192,6 +192,16 @@ def test_sigterm_stops_the_gateway_and_its_servers(gateway_project: Path, tmp_pa
     assert gone(pid, within=5.0) and time.monotonic() - began < 5
 
 
+def logged(project: Path, log: Path) -> Path:
+    """The kitchen server of `gateway_project` writes what reaches it to `log`."""
+    config = project / "bundlectl.yaml"
+    quoted = json.dumps(str(log))
+    config.write_text(
+        config.read_text().replace("KITCHEN_STARTS: ", f"KITCHEN_LOG: {quoted}, KITCHEN_STARTS: ")
+    )
+    return log
+
+
 def in_flight(log: Path, tool: str, within: float = 30) -> None:
     """Wait until the kitchen server says (in $KITCHEN_LOG) that `tool`'s call has started."""
     deadline = time.monotonic() + within
@@ -202,12 +212,12 @@ def in_flight(log: Path, tool: str, within: float = 30) -> None:
 
 @pytest.mark.parametrize("tool", ["sleep", "freeze"])  # freeze: a server deaf to everything
 def test_sigterm_during_a_call_stops_everything_within_five_seconds(
-    gateway_project: Path, tmp_path: Path, tool: str, monkeypatch: pytest.MonkeyPatch
+    gateway_project: Path, tmp_path: Path, tool: str
 ) -> None:
-    monkeypatch.setenv("KITCHEN_LOG", str(tmp_path / "kitchen.log"))
+    log = logged(gateway_project, tmp_path / "kitchen.log")
     call = (tool, {"seconds": 60})
     proc, pid = _warm_gateway(gateway_project, tmp_path / "starts.txt", call)
-    in_flight(tmp_path / "kitchen.log", tool)
+    in_flight(log, tool)
     began = time.monotonic()
     proc.terminate()
     _, err = proc.communicate(timeout=15)
@@ -215,15 +225,13 @@ def test_sigterm_during_a_call_stops_everything_within_five_seconds(
     assert gone(pid, within=5.0)
 
 
-def test_a_killed_gateway_leaves_no_server_behind(
-    gateway_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_killed_gateway_leaves_no_server_behind(gateway_project: Path, tmp_path: Path) -> None:
     # kill -9 gives the gateway no chance to stop its servers, and a server stuck in a call
     # does not notice its stdin closing: the kernel tells it (PR_SET_PDEATHSIG).
-    monkeypatch.setenv("KITCHEN_LOG", str(tmp_path / "kitchen.log"))
+    log = logged(gateway_project, tmp_path / "kitchen.log")
     call = ("freeze", {"seconds": 60})
     proc, pid = _warm_gateway(gateway_project, tmp_path / "starts.txt", call)
-    in_flight(tmp_path / "kitchen.log", "freeze")
+    in_flight(log, "freeze")
     proc.kill()
     proc.communicate(timeout=10)
     assert gone(pid, within=5.0)

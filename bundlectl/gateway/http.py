@@ -31,6 +31,7 @@ from bundlectl.expand import expand
 from bundlectl.gateway.downstream import _log_line
 from bundlectl.gateway.handlers import mcp_server
 from bundlectl.gateway.hub import Hub
+from bundlectl.gateway.identity import Verdict, Verifier, looks_like_jwt
 from bundlectl.mcpio import runner
 from bundlectl.resolution import Resolution
 
@@ -52,6 +53,7 @@ class Access:
 
     tokens: dict[str, str]  # agent → token
     open_agent: str | None = None  # served without a token (loopback only)
+    matched: frozenset[str] = frozenset()  # identified by the claims of a verified JWT
 
     def agent_for(self, authorization: str | None) -> str | None:
         """The agent a request's Authorization header identifies (constant-time compares)."""
@@ -69,7 +71,9 @@ class Access:
     @property
     def agents(self) -> set[str]:
         """Every agent this access lets in."""
-        return set(self.tokens) | ({self.open_agent} if self.open_agent else set())
+        return (
+            set(self.tokens) | set(self.matched) | ({self.open_agent} if self.open_agent else set())
+        )
 
     def state_key(self) -> bytes | None:
         """The key that seals `requestState`: derived from the tokens, so replicas that share
@@ -166,16 +170,29 @@ def access_for(resolution: Resolution, agent: str | None, host: str) -> Access:
             "two agents have the same token; a token must say which agent calls",
             hint="give each agent its own token",
         )
-    if agent is not None and agent not in tokens:
+    auth = config.gateway.auth
+    matched = frozenset(
+        name
+        for name, rules in config.agents.items()
+        if auth is not None and auth.issuers and rules.match and agent in (None, name)
+    )
+    if auth is not None and auth.issuers and not matched and agent is None:
+        raise UsageError(
+            "gateway.auth.issuers names token issuers, and no agent has a match: for their "
+            "tokens' claims",
+            hint="add agents.NAME.match: {sub: ...} (or client_id, groups, ...) to the agents "
+            "their tokens stand for",
+        )
+    if agent is not None and agent not in tokens and agent not in matched:
         access = Access({}, open_agent=agent)
-    elif not tokens:
+    elif not tokens and not matched:
         raise UsageError(
             "serving many agents over HTTP needs tokens, and no agent declares one",
             hint='add agents.NAME.token: "${NAME_TOKEN}" to bundlectl.yaml, '
             "or serve one agent with --agent",
         )
     else:
-        access = Access(tokens)
+        access = Access(tokens, matched=matched)
     if access.open_agent is not None and not is_loopback(host):
         raise UsageError(
             f"refusing to serve {host} without tokens: anyone who can reach it could call "
@@ -200,13 +217,43 @@ class Gate:
         self.keys = StateKeys(access)
         self.refusals = Refusals(hub)
         self._agent, self._host = agent, host
+        self.verifier = Verifier(hub.resolution.project.config)
         hub.agents = access.agents
         hub.vet = self._vet
 
     def _vet(self, fresh: Resolution) -> None:
         access = access_for(fresh, self._agent, self._host)  # raises: the old one stays
         self.access, self.hub.agents = access, access.agents
+        self.verifier = self.verifier.renewed(fresh.project.config)
         self.keys.rotate(access)
+
+    async def identify(self, authorization: str | None) -> Verdict:
+        """The agent of a request: a static token's, or a verified JWT's by its claims."""
+        agent = self.access.agent_for(authorization)
+        if agent is not None:
+            return Verdict(agent, 200)
+        if not authorization or authorization[:7].lower() != "bearer ":
+            return Verdict(reason="send Authorization: Bearer <token>")
+        token = authorization[7:].strip()
+        if not self.verifier or not looks_like_jwt(token):
+            return Verdict(reason="unknown token")
+        verdict = await self.verifier.verdict(token)
+        if verdict.agent is not None and verdict.agent not in self.access.matched:
+            reason = f"agent {verdict.agent!r} is not served here"
+            return Verdict(status=403, reason=reason, subject=verdict.subject)
+        return verdict
+
+    def metadata_url(self, scope: Any) -> str:
+        """Where this gateway's RFC 9728 metadata is, as the client reached it."""
+        return self.resource(scope).replace("/mcp", "/.well-known/oauth-protected-resource/mcp")
+
+    def resource(self, scope: Any) -> str:
+        auth = self.hub.resolution.project.config.gateway.auth
+        if auth is not None and auth.resource:
+            return str(auth.resource)
+        headers = dict(scope.get("headers") or [])
+        host = headers.get(b"host", b"").decode("latin-1") or self._host
+        return f"{scope.get('scheme', 'http')}://{host}/mcp"
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -215,18 +262,23 @@ class Gate:
         await self.hub.refresh()
         headers = dict(scope.get("headers") or [])
         raw = headers.get(b"authorization")
-        agent = self.access.agent_for(raw.decode("latin-1") if raw else None)
+        verdict = await self.identify(raw.decode("latin-1") if raw else None)
+        agent = verdict.agent
         if agent is None:
             client = scope.get("client") or ("?", 0)
             self.refusals.refused(str(client[0]), int(client[1]))
-            body = json.dumps({"error": "unauthorized: send Authorization: Bearer <token>"})
+            word = "unauthorized" if verdict.status == 401 else "forbidden"
+            body = json.dumps({"error": f"{word}: {verdict.reason}"})
+            challenge = 'Bearer realm="bundlectl"'
+            if self.verifier:  # RFC 9728: where to learn who issues tokens for this gateway
+                challenge += f', resource_metadata="{self.metadata_url(scope)}"'
             await send(
                 {
                     "type": "http.response.start",
-                    "status": 401,
+                    "status": verdict.status,
                     "headers": [
                         (b"content-type", b"application/json"),
-                        (b"www-authenticate", b'Bearer realm="bundlectl"'),
+                        (b"www-authenticate", challenge.encode()),
                     ],
                 }
             )
@@ -351,8 +403,27 @@ async def serve_http(
             digest = hub.resolution.lock.policy_digest
             return JSONResponse({"status": "ok", "policy_digest": digest})
 
+        async def protected_resource(request: Request) -> JSONResponse:
+            """RFC 9728: this gateway is a protected resource of the configured issuers."""
+            auth = hub.resolution.project.config.gateway.auth
+            if auth is None or not auth.issuers:
+                return JSONResponse({"error": "no token issuers are configured"}, 404)
+            metadata = {
+                "resource": gate.resource(request.scope),
+                "authorization_servers": [issuer.issuer for issuer in auth.issuers],
+                "bearer_methods_supported": ["header"],
+                "resource_name": "bundlectl gateway",
+            }
+            return JSONResponse(metadata)
+
+        well_known = "/.well-known/oauth-protected-resource"
         app = Starlette(
-            routes=[Route("/mcp", endpoint=gate), Route("/healthz", healthz)],
+            routes=[
+                Route("/mcp", endpoint=gate),
+                Route("/healthz", healthz),
+                Route(well_known, protected_resource),
+                Route(well_known + "/mcp", protected_resource),
+            ],
             lifespan=lambda app: manager.run(),
         )
         config = uvicorn.Config(

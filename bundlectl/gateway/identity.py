@@ -1,0 +1,174 @@
+"""Identities in front of the gateway (SPEC 12): access tokens (JWTs) from the team's identity
+provider, verified here, and mapped to an agent by their claims (`agents.NAME.match`).
+
+A token is accepted only when it is signed by a key of one of `gateway.auth.issuers` (fetched
+from the issuer's JWKS, found through its OpenID / RFC 8414 metadata), with one of the
+algorithms allowed for it (never `none` or a shared secret), its `iss` exactly the issuer, an
+`aud` the gateway is configured for, and `exp` / `nbf` holding (a minute's leeway for clocks).
+Keys are cached for `JWKS_TTL` and fetched again, at most every `REFETCH_EVERY`, when a token
+names a key we do not have (the issuer rotated its keys). Exactly one agent's `match` must fit
+the claims: none, or more than one, is a refusal that says so (403), never a guess.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import jwt
+
+from bundlectl.models import ProjectConfig, TokenIssuer
+
+JWKS_TTL = 600.0  # seconds a fetched key set is used before it is fetched again
+REFETCH_EVERY = 30.0  # at most one fetch per issuer this often for an unknown key id
+FETCH_TIMEOUT = 5.0
+METADATA = ("/.well-known/openid-configuration", "/.well-known/oauth-authorization-server")
+LEEWAY = 60  # seconds of clock difference tolerated for exp and nbf
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a bearer token says: the agent it identifies, or why it does not (`status` 401 for
+    a token that is not valid, 403 for a valid one that identifies no agent)."""
+
+    agent: str | None = None
+    status: int = 401
+    reason: str = ""
+    subject: str | None = None
+
+
+def looks_like_jwt(token: str) -> bool:
+    return token.count(".") == 2 and len(token) > 20
+
+
+@dataclass
+class _Keys:
+    fetched: float = 0.0
+    tried: float = 0.0
+    keys: dict[str, Any] = field(default_factory=dict)  # kid → key ("" for a key without kid)
+
+
+class Verifier:
+    """The issuers of one loaded config, and the agents their tokens may stand for."""
+
+    def __init__(self, config: ProjectConfig) -> None:
+        auth = config.gateway.auth
+        self.issuers: dict[str, TokenIssuer] = {i.issuer: i for i in (auth.issuers if auth else [])}
+        self.matches = {name: rules.match for name, rules in config.agents.items() if rules.match}
+        self._keys: dict[str, _Keys] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.issuers)
+
+    def renewed(self, config: ProjectConfig) -> Verifier:
+        """The verifier of a reloaded config, keeping the keys fetched for the same issuers."""
+        fresh = Verifier(config)
+        fresh._keys = {k: v for k, v in self._keys.items() if k in fresh.issuers}
+        return fresh
+
+    async def verdict(self, token: str) -> Verdict:
+        try:
+            header = jwt.get_unverified_header(token)
+            claims = jwt.decode(token, options={"verify_signature": False})
+        except jwt.PyJWTError as exc:
+            return Verdict(reason=f"not a JWT: {exc}")
+        issuer = self.issuers.get(str(claims.get("iss", "")))
+        if issuer is None:
+            return Verdict(reason="its issuer is not one this gateway accepts")
+        algorithm = header.get("alg")
+        if algorithm not in issuer.algorithms:
+            return Verdict(reason=f"algorithm {algorithm!r} is not accepted for this issuer")
+        key = await self._key(issuer, str(header.get("kid") or ""))
+        if key is None:
+            return Verdict(reason="signed with a key the issuer does not publish")
+        try:
+            verified = jwt.decode(
+                token,
+                key,
+                algorithms=list(issuer.algorithms),
+                audience=list(issuer.audience),
+                issuer=issuer.issuer,
+                leeway=LEEWAY,
+                options={"require": ["exp", "iss", "aud"]},
+            )
+        except jwt.PyJWTError as exc:
+            return Verdict(reason=f"not valid: {exc}")
+        return self._agent(verified)
+
+    def _agent(self, claims: dict[str, Any]) -> Verdict:
+        subject = str(claims.get("sub") or claims.get("client_id") or "?")
+        found = [name for name, wanted in self.matches.items() if _fits(claims, wanted)]
+        if len(found) == 1:
+            return Verdict(found[0], 200, subject=subject)
+        if not found:
+            return Verdict(status=403, reason="no agent's match: fits its claims", subject=subject)
+        return Verdict(
+            status=403,
+            reason=f"its claims fit several agents ({', '.join(sorted(found))}); make their "
+            "match: exclusive",
+            subject=subject,
+        )
+
+    async def _key(self, issuer: TokenIssuer, kid: str) -> Any:
+        held = self._keys.setdefault(issuer.issuer, _Keys())
+        now = time.monotonic()
+        stale = now - held.fetched > JWKS_TTL
+        unknown = kid not in held.keys and not (kid == "" and len(held.keys) == 1)
+        if (stale or unknown) and now - held.tried > (0 if stale else REFETCH_EVERY):
+            held.tried = now
+            try:
+                held.keys = await anyio.to_thread.run_sync(_fetch_keys, issuer)
+                held.fetched = now
+            except (OSError, ValueError, jwt.PyJWTError):
+                pass  # keep what we had: the token is judged with it (or refused)
+        if kid in held.keys:
+            return held.keys[kid]
+        if kid == "" and len(held.keys) == 1:
+            return next(iter(held.keys.values()))
+        return None
+
+
+def _get_json(url: str) -> Any:
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT) as response:
+        return json.loads(response.read(1 << 20))
+
+
+def _fetch_keys(issuer: TokenIssuer) -> dict[str, Any]:
+    """The issuer's signing keys by kid, from its JWKS (found through its metadata)."""
+    url = issuer.jwks_url
+    if url is None:
+        base = issuer.issuer.rstrip("/")
+        for where in (
+            "/.well-known/openid-configuration",
+            "/.well-known/oauth-authorization-server",
+        ):
+            try:
+                url = _get_json(base + where).get("jwks_uri")
+            except (OSError, ValueError):
+                continue
+            if url:
+                break
+        if not url:
+            raise ValueError(f"no jwks_uri in the metadata of {issuer.issuer}")
+    keys = jwt.PyJWKSet.from_dict(_get_json(url))
+    return {str(key.key_id or ""): key.key for key in keys.keys}
+
+
+def _fits(claims: dict[str, Any], wanted: dict[str, str | list[str]]) -> bool:
+    """Whether every wanted claim is there and matches one of its globs (a list claim: any of
+    its values)."""
+    for name, patterns in wanted.items():
+        value = claims.get(name)
+        if value is None:
+            return False
+        values = value if isinstance(value, list) else [value]
+        globs = patterns if isinstance(patterns, list) else [patterns]
+        if not any(fnmatch.fnmatchcase(str(v), g) for v in values for g in globs):
+            return False
+    return True
