@@ -60,6 +60,11 @@ auth_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(auth_app, name="auth")
+audit_app = typer.Typer(
+    help="Read the audit log: filter it, sum it up, check its hash chain.",
+    invoke_without_command=True,
+)
+app.add_typer(audit_app, name="audit")
 limits_app = typer.Typer(help="See how much of each quota (limits:) is used.", no_args_is_help=True)
 app.add_typer(limits_app, name="limits")
 
@@ -402,6 +407,68 @@ def auth_logout(server: RemoteArg, config: ConfigOpt = None) -> int:
     from bundlectl.commands import auth as cmd
 
     return cmd.logout(config, server)
+
+
+AuditFileOpt = Annotated[
+    Path | None,
+    typer.Option("--file", dir_okay=False, help="The log to read (default: the audit log)."),
+]
+SinceOpt = Annotated[
+    str | None, typer.Option("--since", metavar="DURATION", help="Only the last 30m, 1h, 7d...")
+]
+
+
+@audit_app.callback()
+def audit_records(
+    ctx: typer.Context,
+    agent: Annotated[str | None, typer.Option("--agent", "-a", help="Only this agent.")] = None,
+    tool: Annotated[
+        str | None, typer.Option("--tool", help="Only tools matching this server.tool pattern.")
+    ] = None,
+    outcome: Annotated[
+        str | None,
+        typer.Option("--outcome", help="Only these outcomes: ok, denied, tool-error, ... (a,b)."),
+    ] = None,
+    since: SinceOpt = None,
+    file: AuditFileOpt = None,
+    fmt: Annotated[
+        MatrixFormat, typer.Option("--format", help="Output format.")
+    ] = MatrixFormat.text,
+) -> int | None:
+    """The audit log's records, filtered (`audit summary`, `audit verify`: see below)."""
+    if ctx.invoked_subcommand is not None:
+        return None
+    from bundlectl.commands import audit as cmd
+
+    code = cmd.query(file, agent=agent, tool=tool, outcome=outcome, since=since, fmt=fmt)
+    raise typer.Exit(code)
+
+
+@audit_app.command("summary")
+def audit_summary(
+    agent: Annotated[str | None, typer.Option("--agent", "-a", help="Only this agent.")] = None,
+    since: SinceOpt = None,
+    file: AuditFileOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Calls per agent and tool: how many, how they ended, their median time."""
+    from bundlectl.commands import audit as cmd
+
+    return cmd.summary(file, agent=agent, since=since, fmt=fmt)
+
+
+@audit_app.command("verify")
+def audit_verify(
+    file: Annotated[
+        Path | None,
+        typer.Argument(metavar="[FILE]", dir_okay=False, help="The log (default: the audit log)."),
+    ] = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Check the log's hash chain; the first broken or missing record is named by line (exit 1)."""
+    from bundlectl.commands import audit as cmd
+
+    return cmd.verify(file, fmt=fmt)
 
 
 @limits_app.command("status")

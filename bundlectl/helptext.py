@@ -49,6 +49,12 @@ HELP: dict[str, tuple[list[str], str]] = {
     ),
     "auth status": (["bundlectl auth status", "bundlectl auth status --format json"], _READS),
     "auth logout": (["bundlectl auth logout linear"], _READS),
+    "audit summary": (["bundlectl audit summary --since 1d"], _READS),
+    "audit verify": (
+        ["bundlectl audit verify", "bundlectl audit verify shipped/audit.jsonl"],
+        "0 every record links to the one before it; 1 the chain is broken (the line named); "
+        "2 no such log",
+    ),
     "limits status": (
         ["bundlectl limits status", "bundlectl limits status --agent ci-bot --format json"],
         _STORE,

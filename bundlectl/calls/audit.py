@@ -101,12 +101,16 @@ class AuditRecord:
     approval: str | None = None
     approver: str | None = None
 
-    def as_json(self) -> str:
+    def as_json(self, prev: str | None = None) -> str:
+        """The record as its line; `prev`: the digest of the line before it in the file (the
+        hash chain, `link`), absent in the first line of a file."""
         data = {"timestamp": _timestamp(int(time.time())), **vars(self)}
         data["duration_ms"] = round(self.duration_ms, 1)
         for optional in _OPTIONAL:
             if data[optional] is None:
                 del data[optional]
+        if prev is not None:
+            data["prev"] = prev
         return _encode(data)
 
 
@@ -142,16 +146,45 @@ def log_path(configured: str | None = None) -> Path:
     return paths.audit_log_file(configured)
 
 
+def link(line: bytes) -> str:
+    """What the next record's `prev` holds: the sha256 of this record's line as written (its
+    bytes, without the line break)."""
+    return "sha256:" + hashlib.sha256(line.rstrip(b"\n")).hexdigest()
+
+
+TAIL = 1 << 16  # bytes read back from the end of the log to find its last line
+
+
+def _last_line(fd: int, size: int) -> bytes | None:
+    """The last complete line of the file open on `fd` (`size` bytes long), or None."""
+    if size == 0:
+        return None
+    start = max(0, size - TAIL)
+    data = os.pread(fd, size - start, start)
+    lines = data.rstrip(b"\n").rsplit(b"\n", 1)
+    if len(lines) == 1 and start > 0:  # one line longer than TAIL: read it whole
+        data = os.pread(fd, size, 0)
+        lines = data.rstrip(b"\n").rsplit(b"\n", 1)
+    return lines[-1]
+
+
 class AuditFile:
     """The audit log opened once for appending (a gateway writes a record per call): each
     record is one `write` on an O_APPEND descriptor, under an exclusive `flock` where the
     platform has one (elsewhere a lock file), so records of concurrent writers never mix.
-    A log that was moved away (rotated) or deleted is opened again."""
+    A log that was moved away (rotated) or deleted is opened again.
+
+    Tamper-evident (`bundlectl audit verify`): each record carries in `prev` the sha256 of the
+    line before it, read under the same lock — from what this writer wrote last when the file
+    has not grown since, else from the file's last line (another process appended) — so a
+    record changed, removed or inserted breaks the chain at the next one."""
 
     def __init__(self, target: Path) -> None:
         self.target = target
         self._fd: int | None = None
         self._file_id = (0, 0)  # (device, inode) of the file `_fd` is open on
+        self._end = -1  # the file's size after our last write
+        self._last: str | None = None  # the link of the line we wrote last
 
     def _open(self) -> int:
         if self._fd is not None:
@@ -163,25 +196,35 @@ class AuditFile:
                 pass
             self.close()
         self.target.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._fd = os.open(self.target, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        self._end, self._last = -1, None
         opened = os.fstat(self._fd)
         self._file_id = (opened.st_dev, opened.st_ino)
         return self._fd
 
     def write(self, record: AuditRecord) -> None:
-        line = (record.as_json() + "\n").encode("utf-8")
         fd = self._open()
         if fcntl is None:  # Windows: a lock file
             from filelock import FileLock
 
             with FileLock(str(self.target) + ".lock", timeout=30):
-                os.write(fd, line)
+                self._chained(fd, record)
             return
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
-            os.write(fd, line)
+            self._chained(fd, record)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _chained(self, fd: int, record: AuditRecord) -> None:
+        """Write `record` linked to the file's last line (under the lock)."""
+        size = os.fstat(fd).st_size
+        if size != self._end:  # someone else wrote since (or we just opened it)
+            last = _last_line(fd, size)
+            self._last = link(last) if last is not None else None
+        line = (record.as_json(self._last) + "\n").encode("utf-8")
+        os.write(fd, line)
+        self._end, self._last = size + len(line), link(line)
 
     def close(self) -> None:
         if self._fd is not None:

@@ -1,0 +1,160 @@
+"""The audit log people can trust and query (issue 41): each record links to the one before it
+(a hash chain that concurrent writers keep whole), `bundlectl audit verify` names the first
+broken record by line, and `bundlectl audit` / `audit summary` filter and sum it up."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from bundlectl.calls.audit import AuditFile, AuditRecord, link
+from tests.conftest import Run, write
+
+
+def record(agent: str = "bot", tool: str = "read_file", outcome: str = "ok") -> AuditRecord:
+    return AuditRecord(
+        agent=agent,
+        server="files",
+        tool=tool,
+        decision="allow",
+        lock_digest=None,
+        policy_digest=None,
+        outcome=outcome,
+        duration_ms=12.5,
+    )
+
+
+def test_writers_that_share_the_log_keep_one_unbroken_chain(tmp_path: Path, run: Run) -> None:
+    log = tmp_path / "audit.jsonl"
+    start = threading.Barrier(4)
+
+    def writer(name: str) -> None:
+        mine = AuditFile(log)  # its own descriptor and lock, as another process has
+        start.wait()
+        for _ in range(50):
+            mine.write(record(agent=name))
+        mine.close()
+
+    threads = [threading.Thread(target=writer, args=(f"w{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    lines = log.read_bytes().rstrip(b"\n").split(b"\n")
+    assert len(lines) == 200
+    assert "prev" not in json.loads(lines[0])
+    assert all(json.loads(lines[i])["prev"] == link(lines[i - 1]) for i in range(1, 200))
+    checked = run("audit", "verify", str(log))
+    assert checked.code == 0 and "200 record(s), each linked to the one before it" in checked.out
+
+
+def _log(tmp_path: Path, count: int = 6) -> tuple[Path, list[str]]:
+    log = tmp_path / "audit.jsonl"
+    writer = AuditFile(log)
+    for number in range(count):
+        writer.write(record(outcome="ok" if number % 2 else "pending"))
+    writer.close()
+    return log, log.read_text().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("change", "line", "said"),
+    [
+        ("edit", 4, "does not link to line 3"),
+        ("remove", 3, "does not link to line 2"),
+        ("insert", 4, "does not link to line 3"),
+        ("head", 1, "links to a record before it, and there is none"),
+        ("strip", 2, "no record carries a chain"),
+        ("cut", 6, "is not a JSON record"),
+        ("unlink", 5, "has no `prev`: the chain ends here"),
+    ],
+)
+def test_verify_names_the_first_broken_record(
+    tmp_path: Path, run: Run, change: str, line: int, said: str
+) -> None:
+    log, lines = _log(tmp_path)
+    if change == "edit":
+        lines[2] = lines[2].replace('"ok"', '"denied"').replace('"pending"', '"denied"')
+    elif change == "remove":
+        del lines[2]
+    elif change == "insert":
+        lines.insert(3, lines[1])
+    elif change == "head":
+        del lines[0]
+    elif change == "strip":
+        lines = [json.dumps({k: v for k, v in json.loads(x).items() if k != "prev"}) for x in lines]
+    elif change == "cut":
+        lines[-1] = lines[-1][: len(lines[-1]) // 2]
+    elif change == "unlink":
+        data = json.loads(lines[4])
+        del data["prev"]
+        lines[4] = json.dumps(data)
+    write(log, "\n".join(lines) + "\n")
+    broken = run("audit", "verify", str(log))
+    assert broken.code == 1
+    assert f"audit.jsonl:{line}: the record {said}" in broken.err
+    machine = json.loads(run("audit", "verify", str(log), "--format", "json").out)
+    assert machine["broken_at"] == line
+
+
+def test_a_log_from_before_the_chain_verifies_from_where_it_starts(
+    tmp_path: Path, run: Run
+) -> None:
+    log = tmp_path / "audit.jsonl"
+    old = [json.dumps({"agent": "bot", "outcome": "ok", "n": n}) for n in range(3)]
+    log.write_text("\n".join(old) + "\n")
+    writer = AuditFile(log)
+    writer.write(record())
+    writer.write(record())
+    writer.close()
+    checked = run("audit", "verify", str(log))
+    assert checked.code == 0, checked.err
+    assert "the first 3 were written before records were chained" in checked.err
+    moved = tmp_path / "audit.jsonl.1"
+    log.rename(moved)  # rotated by another tool: the next record starts a new file and chain
+    writer = AuditFile(log)
+    writer.write(record())
+    writer.close()
+    assert run("audit", "verify", str(log)).code == 0
+    assert run("audit", "verify", str(moved)).code == 0
+
+
+def test_records_are_filtered_and_summed_up(tmp_path: Path, run: Run) -> None:
+    log = tmp_path / "audit.jsonl"
+    writer = AuditFile(log)
+    for agent, tool, outcome in [
+        ("bot", "read_file", "pending"),
+        ("bot", "read_file", "ok"),
+        ("bot", "write_file", "denied"),
+        ("ci", "read_file", "pending"),
+        ("ci", "read_file", "tool-error"),
+    ]:
+        writer.write(record(agent, tool, outcome))
+    writer.close()
+    picked = run("audit", "--file", str(log), "--agent", "bot", "--format", "json")
+    assert [r["outcome"] for r in json.loads(picked.out)["records"]] == ["pending", "ok", "denied"]
+    by_tool = run("audit", "--file", str(log), "--tool", "files.write_*", "--format", "csv")
+    header, only = by_tool.lines
+    assert header == "timestamp,agent,server,tool,decision,outcome,duration_ms,via"
+    assert only.split(",")[1:7] == ["bot", "files", "write_file", "allow", "denied", "12.5"]
+    failed = run("audit", "--file", str(log), "--outcome", "denied,tool-error", "--since", "1h")
+    assert [line.split()[1] for line in failed.lines[1:]] == ["bot", "ci"]
+    assert "no records match" in run("audit", "--file", str(log), "--agent", "nobody").out
+    bad = run("audit", "--file", str(log), "--since", "yesterday")
+    assert bad.code == 2 and "not a duration" in bad.err
+    summed = json.loads(run("audit", "summary", "--file", str(log), "--format", "json").out)
+    rows = {(r["agent"], r["tool"]): r for r in summed["summary"]}
+    assert (
+        rows[("bot", "files.read_file")]["ok"],
+        rows[("bot", "files.write_file")]["denied"],
+    ) == (
+        1,
+        1,
+    )
+    assert rows[("ci", "files.read_file")]["failed"] == 1
+    assert rows[("bot", "files.read_file")]["median_ms"] == 12.5
+    missing = run("audit", "verify", str(tmp_path / "nothing.jsonl"))
+    assert missing.code == 2 and "no audit log at" in missing.err
