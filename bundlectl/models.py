@@ -208,6 +208,11 @@ class ServerAuth(StrictModel):
     discovered from the server's 401 and the client registers itself (dynamic registration)."""
 
     type: Literal["oauth"] = Field(default="oauth", description="oauth (the only kind yet).")
+    grant: Literal["authorization_code", "client_credentials"] = Field(
+        default="authorization_code",
+        description="authorization_code: a person signs in (`bundlectl auth login`); "
+        "client_credentials: unattended, with client_id and client_secret (CI, services).",
+    )
     client_id: str | None = Field(
         default=None, min_length=1, description="A client id registered with the server's owner."
     )
@@ -225,6 +230,12 @@ class ServerAuth(StrictModel):
         default_factory=_empty_list,
         description="The scopes to ask for (default: what the server names).",
     )
+
+    @model_validator(mode="after")
+    def _credentials(self) -> "ServerAuth":
+        if self.grant == "client_credentials" and not (self.client_id and self.client_secret):
+            raise ValueError("grant client_credentials needs client_id and client_secret")
+        return self
 
 
 class ServerSpec(StrictModel):

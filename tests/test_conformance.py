@@ -115,9 +115,10 @@ def test_server_scenarios_against_serve(
 
 
 # The auth scenarios sign in with `bundlectl auth login` (a scripted browser following the
-# redirect) and list tools with the kept token; all sixteen of 2025-11-25 and 2025-03-26 are
-# run by hand (README, "Development"); these cover discovery, scopes, each token endpoint
-# authentication, pre-registration, the legacy fallback, and the three known failures.
+# redirect), or unattended with client credentials, and list tools with the token; all sixteen
+# of 2025-11-25 and 2025-03-26 are run by hand (README, "Development"); these cover discovery,
+# scopes, each token endpoint authentication, pre-registration, the legacy fallback, client
+# credentials, and the three known failures.
 AUTH_SCENARIOS = [
     "auth/metadata-default",
     "auth/scope-from-www-authenticate",
@@ -125,6 +126,7 @@ AUTH_SCENARIOS = [
     "auth/token-endpoint-auth-post",
     "auth/pre-registration",
     "auth/2025-03-26-oauth-endpoint-fallback",
+    "auth/client-credentials-basic",
     "auth/basic-cimd",
     "auth/scope-step-up",
     "auth/2025-03-26-oauth-metadata-backcompat",

@@ -152,8 +152,11 @@ def _oauth(target: Target, url: str, headers: dict[str, str]) -> Any:
         return None
     if target.auth is not None:
         return target.auth
-    from bundlectl.mcpio.oauth import kept_auth  # noqa: PLC0415 - remote servers only
+    from bundlectl.mcpio.oauth import kept_auth, unattended_auth  # noqa: PLC0415 - remote only
 
+    auth = target.spec.auth
+    if auth is not None and auth.grant == "client_credentials":
+        return unattended_auth(target, url)
     return kept_auth(target, url)
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from mcp.client.auth import OAuthClientProvider, TokenStorage
+from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 from mcp.shared.auth import (
     AuthorizationCodeResult,
     OAuthClientInformationFull,
@@ -134,6 +135,27 @@ def _pre_registered(target: Target, redirect: str) -> dict[str, Any] | None:
     if auth.scopes:
         client["scope"] = " ".join(auth.scopes)
     return client
+
+
+def unattended_auth(target: Target, url: str) -> Any:
+    """OAuth client credentials (`auth.grant: client_credentials`): tokens for the client
+    itself, fetched (and kept, and fetched again) without anyone signing in."""
+    auth = target.spec.auth
+    assert auth is not None
+    assert auth.client_id is not None
+    assert auth.client_secret is not None
+    where = f"servers.{target.name}.auth.client_secret"
+    method = auth.token_endpoint_auth_method
+    return ClientCredentialsOAuthProvider(
+        url,
+        KeptSignIn(target.name, url),
+        auth.client_id,
+        expand(auth.client_secret, os.environ, where=where),
+        token_endpoint_auth_method="client_secret_post"
+        if method == "client_secret_post"
+        else "client_secret_basic",
+        scope=" ".join(auth.scopes) or None,
+    )
 
 
 def kept_auth(target: Target, url: str) -> Any:

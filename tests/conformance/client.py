@@ -90,12 +90,18 @@ def main() -> int:
         auth = ""
         if context.get("client_id"):
             os.environ["CONF_CLIENT_SECRET"] = context.get("client_secret", "")
+            unattended = "client-credentials" in scenario
             auth = f', auth: {{client_id: "{context["client_id"]}", '
+            auth += "grant: client_credentials, " if unattended else ""
             auth += 'client_secret: "${CONF_CLIENT_SECRET}"}'
         (project / "bundlectl.yaml").write_text(
             f'version: 1\nservers:\n  conf: {{url: "{url}", transport: streamable-http{auth}}}\n'
             "policy: {default: allow}\n"
         )
+        if "client-credentials" in scenario:  # unattended: no sign-in, straight to the tools
+            listed = [sys.executable, "-m", "bundlectl", "tools", "--live", "--server", "conf"]
+            code = subprocess.run(listed, cwd=project, check=False).returncode
+            return 0 if code == 1 else code
         if scenario.startswith("auth/"):
             return signed_in(project)
         command = [sys.executable, "-m", "bundlectl", *CALLS[scenario]]
