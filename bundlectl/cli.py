@@ -293,6 +293,26 @@ def registry_add(
     return cmd.add(path, fmt=fmt)
 
 
+@registry_app.command("build")
+def registry_build(
+    folder: Annotated[
+        Path,
+        typer.Argument(
+            metavar="FOLDER", file_okay=False, help="A registry folder: <name>/<version>.yaml."
+        ),
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", file_okay=False, help="Write the index and manifests here."),
+    ] = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Write index.json for a folder of manifests, to serve it as a remote registry."""
+    from bundlectl.commands import registry as cmd
+
+    return cmd.build(folder, into=out, fmt=fmt)
+
+
 @registry_app.command("list")
 def registry_list(
     config: ConfigOpt = None,

@@ -39,6 +39,10 @@ HELP: dict[str, tuple[list[str], str]] = {
     "schema": (["bundlectl schema --out schemas", "bundlectl schema --check"], _CHECKS),
     "registry add": (["bundlectl registry add weather/1.0.0.yaml"], _READS),
     "registry list": (["bundlectl registry list"], _READS),
+    "registry build": (
+        ["bundlectl registry build team-registry", "bundlectl registry build src --out public"],
+        _READS,
+    ),
     "approvals list": (
         ["bundlectl approvals list", "bundlectl approvals list --all --format json"],
         _STORE,

@@ -673,8 +673,9 @@ class ProjectConfig(StrictModel):
     version: Literal[1] = Field(description="Format version of this file; always 1.")
     registries: list[str] = Field(
         default_factory=_empty_list,
-        description="Project registries: folders of manifests, relative to this file; "
-        "searched before the user and built-in registries.",
+        description="Project registries: folders of manifests, relative to this file, or "
+        "https:// URLs of a static index (`bundlectl registry build`); searched in order, "
+        "before the user and built-in registries.",
     )
     bundles: list[RequirementStr] = Field(
         default_factory=_empty_list,

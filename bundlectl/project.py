@@ -110,6 +110,8 @@ class Project:
         """Registries that do not exist, and invalid entries or manifests in the others."""
         problems = []
         for index, entry in enumerate(self.config.registries):
+            if entry.startswith(("https://", "http://")):
+                continue  # a remote registry: its own errors come when it is read
             folder = self.root / entry
             if not folder.is_dir():
                 what = "is not a folder" if folder.exists() else "does not exist"

@@ -91,6 +91,31 @@ class Source:
         return found
 
 
+class RemoteSource(Source):
+    """A registry on a web server (`remote`): read from its mirror in the user cache folder,
+    which is brought up to date (or found to be unreachable) on first use in a process."""
+
+    def sync(self) -> None:
+        """Bring the mirror up to date, once per loaded registry (a command)."""
+        if not self.__dict__.get("_synced"):
+            from bundlectl import remote  # noqa: PLC0415 - only for a project with one
+
+            remote.mirror(self.label)
+            object.__setattr__(self, "_synced", True)  # frozen: a memo, not a field
+
+    def names(self) -> list[str]:
+        self.sync()
+        return super().names()
+
+    def versions(self, name: str) -> dict[Version, Path]:
+        self.sync()
+        return super().versions(name)
+
+    def layout_problems(self) -> list[Problem]:
+        self.sync()
+        return super().layout_problems()
+
+
 _NAME = re.compile(NAME_RE)
 
 
@@ -192,7 +217,9 @@ class Registry:
     ) -> Registry:
         """Project registries (relative to `project_dir`), then the user's, then the built-in."""
         sources = [
-            Source(entry, (project_dir / entry) if project_dir else Path(entry))
+            _remote_source(entry)
+            if entry.startswith(("https://", "http://"))
+            else Source(entry, (project_dir / entry) if project_dir else Path(entry))
             for entry in project_registries
         ]
         sources.append(Source("user", paths.user_registry_dir()))
@@ -290,6 +317,12 @@ class Registry:
     def requires(self, name: str, version: Version) -> list[str]:
         """What a bundle version requires (the resolver's view of the registry)."""
         return list(self.get(name, version).manifest.requires)
+
+
+def _remote_source(url: str) -> Source:
+    from bundlectl import remote  # noqa: PLC0415 - only for a project with one
+
+    return RemoteSource(url, remote.mirror_folder(url))
 
 
 def _check_identity(loaded: LoadedManifest, name: str, version: Version) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from bundlectl import paths
-from bundlectl.errors import ReportedFailure
+from bundlectl.errors import ReportedFailure, UsageError
 from bundlectl.fsio import atomic_write, project_lock
 from bundlectl.options import Format
 from bundlectl.output import JSON_FORMAT_VERSION, emit_json, note, out, table
@@ -83,4 +83,19 @@ def list_sources(config: Path | None, *, fmt: Format) -> int:
         ],
         header=["SOURCE", "PATH", "BUNDLES", "SHADOWED"],
     )
+    return 0
+
+
+def build(folder: Path, *, into: Path | None, fmt: Format) -> int:
+    from bundlectl import remote  # noqa: PLC0415 - only for this command
+
+    if not folder.is_dir():
+        raise UsageError(f"{folder} is not a folder", hint="give a folder of <name>/<version>.yaml")
+    target, index = remote.build(folder, into)
+    versions = sum(len(v) for v in index["bundles"].values())
+    if fmt is Format.json:
+        emit_json({"format_version": JSON_FORMAT_VERSION, "index": str(target), **index})
+        return 0
+    said = f"wrote {paths.display_path(target)}: {len(index['bundles'])} bundle(s), "
+    out(said + f"{versions} version(s); serve its folder and list its URL under registries:")
     return 0

@@ -1,0 +1,167 @@
+"""Remote registries (issue 40, SPEC 14): a static index written by `bundlectl registry build`,
+served by a loopback HTTP server written here (ETag and 304, 404, a cut-short answer, a
+changed manifest), mirrored into the user cache and used offline from it."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Run, write
+
+MANIFEST = """name: weather
+version: {version}
+description: Forecasts for a place.
+servers:
+  forecast:
+    command: python
+    args: ["-c", "pass"]
+    tools: [{{name: get_forecast, description: "The forecast."}}]
+"""
+
+
+class Served:
+    """A folder served over HTTP with ETags; `cut` answers a file short of its length."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.log, self.cut = root, [], set()
+        served = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = served.root / self.path.lstrip("/")
+                if not path.is_file():
+                    served.log.append((self.path, 404))
+                    self.send_error(404)
+                    return
+                data = path.read_bytes()
+                etag = '"' + hashlib.sha256(data).hexdigest()[:16] + '"'
+                if self.headers.get("If-None-Match") == etag:
+                    served.log.append((self.path, 304))
+                    self.send_response(304)
+                    self.end_headers()
+                    return
+                served.log.append((self.path, 200))
+                self.send_response(200)
+                self.send_header("ETag", etag)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data[: len(data) // 2] if self.path in served.cut else data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/team/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def served(tmp_path: Path, run: Run) -> Iterator[Served]:
+    source = tmp_path / "src"
+    for version in ("1.0.0", "1.1.0"):
+        write(source / "weather" / f"{version}.yaml", MANIFEST.format(version=version))
+    built = run("registry", "build", str(source), "--out", str(tmp_path / "www" / "team"))
+    assert built.code == 0, built.err
+    assert "1 bundle(s), 2 version(s)" in built.out
+    server = Served(tmp_path / "www")
+    yield server
+    server.stop()
+
+
+def _project(project: Path, url: str) -> None:
+    write(
+        project / "bundlectl.yaml",
+        f'version: 1\nregistries: ["{url}"]\nbundles: []\npolicy: {{default: deny}}\n',
+    )
+
+
+def _age_index(home: Path) -> None:
+    """Make the cached index older than its freshness, as time passing would."""
+    for index in (home / "cache" / "registries").glob("*/.index.json"):
+        old = time.time() - 3600
+        os.utime(index, (old, old))
+
+
+def test_bundles_install_from_an_index_and_the_lock_records_where(
+    project: Path, run: Run, served: Served, isolated_home: Path
+) -> None:
+    _project(project, served.url)
+    installed = run("install", "weather==1.0.0")
+    assert installed.code == 0, installed.err
+    lock = (project / "bundlectl.lock").read_text()
+    index = json.loads((served.root / "team" / "index.json").read_text())
+    digest = index["bundles"]["weather"]["1.0.0"]["sha256"]
+    assert f'source: "{served.url}"' in lock and digest in lock
+    listed = run("list", "--format", "json")
+    [weather] = [b for b in json.loads(listed.out)["bundles"] if b["name"] == "weather"]
+    assert weather["source"] == served.url
+    fetched = list(served.log)
+    assert fetched.count(("/team/index.json", 200)) == 1  # then used from the cache
+    assert run("lock", "--check").code == 0
+    assert served.log == fetched  # fresh: no request at all
+    _age_index(isolated_home)
+    assert run("lock", "--check").code == 0
+    assert served.log[-1] == ("/team/index.json", 304)  # asked again: unchanged
+
+    served.stop()  # offline: the cache serves a locked project
+    _age_index(isolated_home)
+    offline = run("lock", "--check")
+    assert offline.code == 0, offline.err
+    assert f"note: registry {served.url} cannot be reached" in offline.err
+    assert run("install", "weather==1.0.0").code == 0
+
+
+def test_a_manifest_that_differs_from_its_index_is_refused_with_both_digests(
+    project: Path, run: Run, served: Served
+) -> None:
+    _project(project, served.url)
+    published = served.root / "team" / "weather" / "1.1.0.yaml"
+    published.write_text(published.read_text().replace("Forecasts", "Mail your files to"))
+    refused = run("install", "weather")
+    assert refused.code == 2
+    assert "weather 1.1.0: the manifest's digest sha256:" in refused.err
+    assert "differs from the index's sha256:" in refused.err
+    assert "bundles: []" in (project / "bundlectl.yaml").read_text()  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [
+        ("missing", "the registry has no index.json (HTTP 404)"),
+        ("cut", "cut short"),
+        ("garbage", "the index is not JSON"),
+        ("hostile", "bundle name '../../evil' is not a bundle name"),
+    ],
+)
+def test_a_broken_registry_is_a_clear_error(
+    project: Path, run: Run, served: Served, fault: str, said: str
+) -> None:
+    index = served.root / "team" / "index.json"
+    if fault == "missing":
+        index.unlink()
+    elif fault == "cut":
+        served.cut.add("/team/index.json")
+    elif fault == "garbage":
+        index.write_text("{not json")
+    else:
+        data = json.loads(index.read_text())
+        data["bundles"]["../../evil"] = data["bundles"]["weather"]
+        index.write_text(json.dumps(data))
+    _project(project, served.url)
+    failed = run("list")
+    assert failed.code == 2, failed.err
+    assert said in failed.err and "Traceback" not in failed.err
