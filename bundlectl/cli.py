@@ -1303,6 +1303,9 @@ def entry() -> None:
     notify = sys.modules.get("bundlectl.calls.notify")
     if notify is not None:  # announcements of approval requests still being sent
         notify.finish()
+    telemetry = sys.modules.get("bundlectl.telemetry")
+    if telemetry is not None:  # spans still buffered
+        telemetry.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()

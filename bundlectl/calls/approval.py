@@ -108,14 +108,14 @@ class OutOfBand:
                         return True
                     state = "used"  # another process with the same call took it first
                 if state == "denied":
-                    pipeline.audit.record(decision, "denied-by-approver", 0.0, None)
+                    pipeline.record(decision, "denied-by-approver", 0.0, None)
                     why = f": {current.reason}" if current.reason else ""
                     raise Declined(
                         f"{decision.qualified} was denied by {current.decided_by}{why}; "
                         "nothing was started"
                     )
                 if state != "pending":
-                    pipeline.audit.record(decision, "denied", 0.0, None)
+                    pipeline.record(decision, "denied", 0.0, None)
                     raise Unconfirmable(
                         f"approval request {approval.id} for {decision.qualified} "
                         f"{_ENDED.get(state, 'ended')}; nothing was started",

@@ -28,7 +28,7 @@ from enum import Enum
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
-from bundlectl import paths
+from bundlectl import paths, telemetry
 from bundlectl.calls import audit, userconfig
 from bundlectl.conditions import non_finite
 from bundlectl.errors import (
@@ -306,6 +306,18 @@ class Pipeline:
     _limits: Limits | None = field(default=None, repr=False)  # compiled once per loaded config
     _store: Store | None = field(default=None, repr=False)  # opened when first needed
 
+    def record(
+        self,
+        decision: Decision,
+        outcome: str,
+        duration_ms: float,
+        arguments: dict[str, Any] | None,
+    ) -> None:
+        """A step of a call — let through (`pending`), refused, or its outcome — to the audit
+        log, and to the call's trace span when tracing is on (`telemetry`)."""
+        self.audit.record(decision, outcome, duration_ms, arguments)
+        telemetry.record(decision, outcome, duration_ms)  # nothing when tracing is off
+
     def paths(self, server: str) -> PathReader | None:
         """How `server` reads a path argument, for `{path: }` conditions: a built-in server's
         own reading (links resolved below its root); None: lexically, for a third-party server
@@ -330,7 +342,7 @@ class Pipeline:
             server, tool, interactive=interactive, arguments=arguments, paths=self.paths(server)
         )
         if arguments is not None and non_finite(arguments):  # any front door: HTTP's parser too
-            self.audit.record(decision, "invalid-call", 0.0, None)
+            self.record(decision, "invalid-call", 0.0, None)
             raise ToolCallError(
                 f"the arguments of {decision.qualified} hold NaN or an infinity, which are not "
                 "JSON numbers; nothing was sent",
@@ -377,21 +389,21 @@ class Pipeline:
         answer to an `ask` rule (None: no one could be asked)."""
         agent, qualified = decision.agent, decision.qualified
         if decision.effect == "deny":
-            self.audit.record(decision, "denied", 0.0, None)
+            self.record(decision, "denied", 0.0, None)
             close = tool_suggestions(self.resolution.catalog.index, decision.server, decision.tool)
             raise PolicyDenied(
                 f"agent {agent!r} may not call {qualified}: {decision.reason}",
                 hint=self._did_you_mean(agent, qualified, close) if close else decision.explain,
             )
         if decision.effect == "ask" and answer is None:
-            self.audit.record(decision, "denied", 0.0, None)
+            self.record(decision, "denied", 0.0, None)
             raise Unconfirmable(
                 f"{qualified} needs a person's confirmation ({decision.reason}), and no one "
                 "can be asked here",
                 hint="run it with `bundlectl exec` on a terminal, or with --yes",
             )
         if decision.effect == "ask" and not answer:
-            self.audit.record(decision, "denied-by-user", 0.0, None)
+            self.record(decision, "denied-by-user", 0.0, None)
             raise Declined(f"{qualified} was not confirmed; nothing was started")
         self.charge(decision)
         return self.start(decision)
@@ -428,10 +440,10 @@ class Pipeline:
         try:
             self.limits.charge(self.store(), decision.agent, decision.server, decision.tool, spec)
         except PolicyDenied:
-            self.audit.record(decision, "over-limit", 0.0, None)
+            self.record(decision, "over-limit", 0.0, None)
             raise
         except StateError:
-            self.audit.record(decision, "state-error", 0.0, None)
+            self.record(decision, "state-error", 0.0, None)
             raise
 
     def _did_you_mean(self, agent: str, qualified: str, close: list[str]) -> str:
@@ -449,7 +461,7 @@ class Pipeline:
         server can act (a process killed mid-call leaves that record), and completed by
         `finish` under the same id."""
         started = dataclasses.replace(decision, call=f"{_RUN}-{next(_CALLS)}")
-        self.audit.record(started, "pending", 0.0, None)
+        self.record(started, "pending", 0.0, None)
         return started
 
     def decide(
@@ -577,9 +589,7 @@ class Pipeline:
     ) -> After:
         """The call is over: audit its outcome (`arguments`: as the agent sent them, digested),
         and say what the server's session should do next."""
-        self.audit.record(
-            decision, outcome_of(error, tool_error=tool_error), duration_ms, arguments
-        )
+        self.record(decision, outcome_of(error, tool_error=tool_error), duration_ms, arguments)
         if isinstance(error, ServerCrashed):
             return After.CRASHED
         if isinstance(error, ServerError):

@@ -1,0 +1,146 @@
+"""OpenTelemetry traces (SPEC 13), with the optional extra `bundlectl[otel]`: one span per call,
+opened when the pipeline lets it through (its `pending` record) and ended with its outcome, on
+every front door (exec, batch, code mode, both gateway paths: they all record through
+`Pipeline.record`); a call refused before that is a span of its own, ended at once. Attributes
+say who called what and what came of it — never an argument's value or a token.
+
+Configured the standard way, by the OpenTelemetry SDK's own variables
+(`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `OTEL_TRACES_EXPORTER`,
+`OTEL_EXPORTER_OTLP_PROTOCOL` http/protobuf or grpc, `OTEL_SERVICE_NAME`, headers, ...). With
+none of them set nothing of OpenTelemetry is imported (~70 ms).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bundlectl.policy import Decision
+
+_TRACER: list[Any] = []  # [tracer] once set up, [None] when off
+_PROVIDER: list[Any] = []
+_OPEN: dict[str, Any] = {}  # call id → its span, between `pending` and the outcome
+
+
+def wanted() -> bool:
+    """Whether the environment asks for traces."""
+    env = os.environ
+    if env.get("OTEL_SDK_DISABLED", "").lower() == "true":
+        return False
+    exporter = env.get("OTEL_TRACES_EXPORTER", "")
+    if exporter and exporter != "none":
+        return True
+    return bool(
+        env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    )
+
+
+def use(provider: Any) -> None:
+    """Trace through `provider` (an SDK TracerProvider; tests give one with an in-memory
+    exporter); None turns tracing off again."""
+    _TRACER[:] = [provider.get_tracer("bundlectl") if provider is not None else None]
+    _PROVIDER[:] = [provider] if provider is not None else []
+    _OPEN.clear()
+
+
+def _tracer() -> Any:
+    if _TRACER:
+        return _TRACER[0]
+    if not wanted():
+        _TRACER.append(None)
+        return None
+    try:
+        from opentelemetry.sdk.resources import Resource  # noqa: PLC0415
+        from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: PLC0415
+    except ImportError:
+        sys.stderr.write(
+            "warning: OTEL_* asks for traces, and OpenTelemetry is not installed: "
+            "pip install 'bundlectl[otel]'\n"
+        )
+        _TRACER.append(None)
+        return None
+    from bundlectl import __version__  # noqa: PLC0415
+
+    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"
+    )
+    try:
+        if protocol == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # noqa: PLC0415
+                OTLPSpanExporter,
+            )
+        else:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
+                OTLPSpanExporter,
+            )
+    except ImportError:
+        sys.stderr.write(f"warning: no OTLP exporter for {protocol!r} is installed; no traces\n")
+        _TRACER.append(None)
+        return None
+    resource = Resource.create({"service.name": "bundlectl", "service.version": __version__})
+    if os.environ.get("OTEL_SERVICE_NAME"):
+        resource = Resource.create({"service.version": __version__})  # the variable names it
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    use(provider)
+    return _TRACER[0]
+
+
+def active() -> bool:
+    return _tracer() is not None
+
+
+def record(decision: Decision, outcome: str, duration_ms: float) -> None:
+    """A step of a call, as the audit log records it: `pending` opens its span, the outcome
+    ends it; a decision with no call id (refused before it was let through) is a span of its
+    own."""
+    tracer = _tracer()
+    if tracer is None:
+        return
+    call = decision.call
+    if outcome == "pending" and call is not None:
+        span = tracer.start_span(
+            f"bundlectl call {decision.qualified}", attributes=_about(decision)
+        )
+        _OPEN[call] = span
+        return
+    span = _OPEN.pop(call, None) if call is not None else None
+    if span is None:
+        span = tracer.start_span(
+            f"bundlectl call {decision.qualified}", attributes=_about(decision)
+        )
+    span.set_attribute("bundlectl.outcome", outcome)
+    span.set_attribute("bundlectl.duration_ms", round(duration_ms, 3))
+    if outcome not in ("ok", "pending"):
+        from opentelemetry.trace import Status, StatusCode  # noqa: PLC0415
+
+        span.set_status(Status(StatusCode.ERROR, outcome))
+    span.end()
+
+
+def _about(decision: Decision) -> dict[str, Any]:
+    rule = decision.rule
+    about: dict[str, Any] = {
+        "bundlectl.agent": decision.agent,
+        "bundlectl.server": decision.server,
+        "bundlectl.tool": decision.tool,
+        "bundlectl.decision": decision.effect,
+    }
+    if rule is not None:
+        about["bundlectl.rule"] = rule.pattern
+        about["bundlectl.rule_source"] = str(rule.origin)
+    if decision.call is not None:
+        about["bundlectl.call"] = decision.call
+    return about
+
+
+def shutdown() -> None:
+    """Send what is still buffered (a command about to exit)."""
+    for span in list(_OPEN.values()):
+        span.end()
+    _OPEN.clear()
+    if _PROVIDER:
+        _PROVIDER[0].shutdown()

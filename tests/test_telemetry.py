@@ -1,0 +1,177 @@
+"""OpenTelemetry traces (issue 41, SPEC 13): a span per call from the one place every front
+door records a call (`Pipeline.record`) — checked with the SDK's in-memory exporter, and end to
+end with a real OTLP/HTTP receiver written here that `exec` and `serve` export to."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from bundlectl import telemetry
+from tests.conftest import Run, write
+
+CONFIG = """
+version: 1
+bundles: [basic]
+agents:
+  reader: {allow: [files.read_file], deny: [files.write_file]}
+policy: {default: deny}
+"""
+
+
+@pytest.fixture
+def spans() -> Iterator[Any]:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry.use(provider)
+    yield exporter
+    telemetry.use(None)
+    telemetry._TRACER.clear()  # the next test decides from its own environment again
+
+
+def test_each_call_is_one_span_with_who_what_and_how_it_ended(
+    project: Path, run: Run, spans: Any
+) -> None:
+    write(project / "bundlectl.yaml", CONFIG)
+    (project / "a.txt").write_text("secret-content-of-the-file")
+    assert run("exec", "-a", "reader", "files.read_file", "path=a.txt").code == 0
+    assert run("exec", "-a", "reader", "files.write_file", "path=b", "content=zzz").code == 3
+    ok, denied = spans.get_finished_spans()
+    assert ok.name == "bundlectl call files.read_file"
+    seen = dict(ok.attributes)
+    assert seen.pop("bundlectl.call")  # the call id the audit log pairs its records by
+    assert seen.pop("bundlectl.duration_ms") > 0
+    assert seen == {
+        "bundlectl.agent": "reader",
+        "bundlectl.server": "files",
+        "bundlectl.tool": "read_file",
+        "bundlectl.decision": "allow",
+        "bundlectl.rule": "files.read_file",
+        "bundlectl.rule_source": "bundlectl.yaml:4:20",
+        "bundlectl.outcome": "ok",
+    }
+    assert ok.status.is_ok and ok.end_time > ok.start_time
+    assert denied.attributes["bundlectl.outcome"] == "denied"
+    assert denied.attributes["bundlectl.decision"] == "deny"
+    assert not denied.status.is_ok
+    every = repr([dict(s.attributes) for s in (ok, denied)])
+    assert "a.txt" not in every and "zzz" not in every and "secret" not in every
+
+
+class Receiver:
+    """An OTLP/HTTP receiver: the spans of each export request, decoded."""
+
+    def __init__(self) -> None:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+        )
+
+        self.spans: list[Any] = []
+        self.arrived = threading.Event()
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                request = ExportTraceServiceRequest.FromString(body)
+                for resource in request.resource_spans:
+                    service = {a.key: a.value.string_value for a in resource.resource.attributes}
+                    for scope in resource.scope_spans:
+                        for span in scope.spans:
+                            receiver.spans.append((service, span))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                receiver.arrived.set()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def attributes(self, span: Any) -> dict[str, str]:
+        return {a.key: a.value.string_value or str(a.value.double_value) for a in span.attributes}
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    found = Receiver()
+    yield found
+    found.server.shutdown()
+    found.server.server_close()
+
+
+def test_exec_and_serve_export_their_spans_over_otlp_http(
+    project: Path, receiver: Receiver, isolated_home: Path
+) -> None:
+    write(project / "bundlectl.yaml", CONFIG)
+    (project / "a.txt").write_text("hello")
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": "ci"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bundlectl",
+            "exec",
+            "-a",
+            "reader",
+            "files.read_file",
+            "path=a.txt",
+        ],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert receiver.arrived.wait(30)  # sent before exec exits
+    [(service, span)] = receiver.spans
+    assert service["service.name"] == "ci"
+    assert span.name == "bundlectl call files.read_file"
+    assert receiver.attributes(span)["bundlectl.outcome"] == "ok"
+
+    from mcp import StdioServerParameters
+
+    from tests.test_gateway import connected
+
+    receiver.spans.clear()
+    receiver.arrived.clear()
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "bundlectl", "serve", "--agent", "reader"],
+        cwd=str(project),
+        env=env,
+    )
+
+    async def session() -> None:
+        async with connected(params) as client:
+            for _ in range(3):  # warm calls of the built-in server: the SDK path and its own
+                assert not (await client.call_tool("files__read_file", {"path": "a.txt"})).is_error
+            assert (
+                await client.call_tool("files__write_file", {"path": "x", "content": "y"})
+            ).is_error
+
+    anyio.run(session)
+    assert receiver.arrived.wait(30)  # sent when serve ended with its client
+    outcomes = sorted(receiver.attributes(s)["bundlectl.outcome"] for _, s in receiver.spans)
+    assert outcomes == ["denied", "ok", "ok", "ok"]
+    assert {receiver.attributes(s)["bundlectl.agent"] for _, s in receiver.spans} == {"reader"}
