@@ -13,8 +13,9 @@ none of them set nothing of OpenTelemetry is imported (~70 ms).
 from __future__ import annotations
 
 import os
-import sys
 from typing import TYPE_CHECKING, Any
+
+from bundlectl.output import err
 
 if TYPE_CHECKING:
     from bundlectl.policy import Decision
@@ -56,9 +57,9 @@ def _tracer() -> Any:
         from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
         from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: PLC0415
     except ImportError:
-        sys.stderr.write(
+        err(
             "warning: OTEL_* asks for traces, and OpenTelemetry is not installed: "
-            "pip install 'bundlectl[otel]'\n"
+            "pip install 'bundlectl[otel]'"
         )
         _TRACER.append(None)
         return None
@@ -77,7 +78,7 @@ def _tracer() -> Any:
                 OTLPSpanExporter,
             )
     except ImportError:
-        sys.stderr.write(f"warning: no OTLP exporter for {protocol!r} is installed; no traces\n")
+        err(f"warning: no OTLP exporter for {protocol!r} is installed; no traces")
         _TRACER.append(None)
         return None
     resource = Resource.create({"service.name": "bundlectl", "service.version": __version__})

@@ -473,6 +473,7 @@ def test_audit_never_holds_argument_values_or_secrets(
         "arguments_sha256",
         "via",
         "call",
+        "prev",  # the sha256 of the line before: the log's hash chain
     }
     assert record["via"] == "exec"
     assert record["outcome"] == "ok" and str(record["arguments_sha256"]).startswith("hmac-sha256:")
