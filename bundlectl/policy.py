@@ -143,6 +143,9 @@ class Decision:
     failed: tuple[str, ...] = ()
     # The id of the admitted call this decision let through (its audit records share it).
     call: str | None = field(default=None, compare=False)
+    # Who stands behind the agent when an identity provider's token named it (its `sub`; the
+    # gateway's front door), for the audit record; never the token.
+    subject: str | None = field(default=None, compare=False)
     listed: bool = field(default=True, compare=False)  # the agent is listed under agents:
 
     @property

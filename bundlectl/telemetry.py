@@ -135,6 +135,8 @@ def _about(decision: Decision) -> dict[str, Any]:
         about["bundlectl.rule_source"] = str(rule.origin)
     if decision.call is not None:
         about["bundlectl.call"] = decision.call
+    if decision.subject is not None:
+        about["enduser.id"] = decision.subject
     return about
 
 

@@ -18,7 +18,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.conftest import write
+from tests.conftest import audit_records, write
 from tests.test_gateway_http import client, gateway
 
 
@@ -122,13 +122,28 @@ def test_verified_tokens_pick_their_agent_by_claims(
     _config(project, issuer)
     alice = issuer.token(sub="alice@example.test", groups=["staff", "reviewers"])
     robot = issuer.token(sub="svc-123", client_id="ci-bot")
+    (project / "a.txt").write_text("hi")
+
+    async def read(url: str, token: str) -> Any:
+        async with client(url, token) as c:
+            return await c.call_tool("files__read_file", {"path": "a.txt"})
+
     with gateway(project, home=isolated_home) as (url, _):
         assert anyio.run(_tools, url, alice) == ["files__read_file"]
         assert anyio.run(_tools, url, robot) == ["files__list_directory"]
+        assert not anyio.run(read, url, alice).is_error
         metadata = __import__("httpx2").get(f"{url}/.well-known/oauth-protected-resource/mcp")
     assert metadata.json()["authorization_servers"] == [issuer.url]
     assert metadata.json()["resource"] == f"{url}/mcp"
     assert issuer.jwks_fetches == 1  # the keys are cached
+    records = audit_records(isolated_home / "state" / "audit.jsonl")
+    calls = [r for r in records if r["tool"] == "read_file"]
+    # (the `pending` record of the call is checked against this one by audit_records)
+    assert [(r["agent"], r["subject"], r["outcome"]) for r in calls] == [
+        ("reviewer", "alice@example.test", "ok")
+    ]
+    raw = (isolated_home / "state" / "audit.jsonl").read_text()
+    assert alice not in raw and robot not in raw
 
 
 def test_every_bad_token_is_refused_with_a_reason(

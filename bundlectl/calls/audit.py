@@ -100,6 +100,8 @@ class AuditRecord:
     # SPEC 11: the approval request a step of an out-of-band approval concerns, and who decided
     approval: str | None = None
     approver: str | None = None
+    # SPEC 12: the subject of the verified token the call came with (`sub`), never the token
+    subject: str | None = None
 
     def as_json(self, prev: str | None = None) -> str:
         """The record as its line; `prev`: the digest of the line before it in the file (the
@@ -122,6 +124,7 @@ _OPTIONAL = (
     "call",
     "approval",
     "approver",
+    "subject",
 )
 _JSON = json.JSONEncoder(ensure_ascii=False).encode
 # Characters that end a line for some readers (`str.splitlines`, JavaScript before ES2019, many

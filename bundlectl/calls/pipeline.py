@@ -203,6 +203,7 @@ class AuditLog:
             rule_condition=rule.condition.describe() if rule and rule.condition else None,
             conditions_failed=list(decision.failed) or None,
             call=decision.call,
+            subject=decision.subject,
         )
 
     def access(

@@ -36,6 +36,7 @@ from bundlectl.mcpio import runner
 from bundlectl.resolution import Resolution
 
 AGENT = "bundlectl.agent"  # the ASGI scope key the gate fills in for the handlers
+SUBJECT = "bundlectl.subject"  # and the subject of a verified identity token (None: a static one)
 
 
 def is_loopback(host: str) -> bool:
@@ -286,7 +287,8 @@ class Gate:
             return
         # The SDK binds a session to the user that opened it: another agent's token gets 404.
         user = AuthenticatedUser(AccessToken(token="-", client_id=agent, scopes=[]))
-        await self.app({**scope, AGENT: agent, "user": user}, receive, send)
+        scoped = {**scope, AGENT: agent, "user": user, SUBJECT: verdict.subject}
+        await self.app(scoped, receive, send)
 
 
 def _security(host: str) -> Any:

@@ -12,6 +12,7 @@ the claims: none, or more than one, is a refusal that says so (403), never a gue
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 import time
@@ -25,7 +26,11 @@ import jwt
 from bundlectl.models import ProjectConfig, TokenIssuer
 
 JWKS_TTL = 600.0  # seconds a fetched key set is used before it is fetched again
-REFETCH_EVERY = 30.0  # at most one fetch per issuer this often for an unknown key id
+REFETCH_EVERY = 30.0
+REMEMBER = 60.0  # seconds a verified token's verdict is reused (never past its `exp`)
+REMEMBERED = (
+    4096  # verdicts kept at most  # at most one fetch per issuer this often for an unknown key id
+)
 FETCH_TIMEOUT = 5.0
 METADATA = ("/.well-known/openid-configuration", "/.well-known/oauth-authorization-server")
 LEEWAY = 60  # seconds of clock difference tolerated for exp and nbf
@@ -40,6 +45,7 @@ class Verdict:
     status: int = 401
     reason: str = ""
     subject: str | None = None
+    until: float | None = None  # a verified token: when it expires
 
 
 def looks_like_jwt(token: str) -> bool:
@@ -61,6 +67,9 @@ class Verifier:
         self.issuers: dict[str, TokenIssuer] = {i.issuer: i for i in (auth.issuers if auth else [])}
         self.matches = {name: rules.match for name, rules in config.agents.items() if rules.match}
         self._keys: dict[str, _Keys] = {}
+        # Tokens verified lately (a client sends the same one with every request): the verdict
+        # until the token expires, for at most `REMEMBER` seconds.
+        self._verdicts: dict[str, tuple[float, Verdict]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.issuers)
@@ -72,6 +81,22 @@ class Verifier:
         return fresh
 
     async def verdict(self, token: str) -> Verdict:
+        remembered = self._verdicts.get(token)
+        if remembered is not None and time.time() < remembered[0]:
+            return remembered[1]
+        verdict, until = await self._verified(token)
+        if until is not None:
+            if len(self._verdicts) >= REMEMBERED:
+                self._verdicts.clear()
+            self._verdicts[token] = (min(until, time.time() + REMEMBER), verdict)
+        return verdict
+
+    async def _verified(self, token: str) -> tuple[Verdict, float | None]:
+        """The verdict on a token, and until when it holds (None: not a valid token)."""
+        verdict = await self._judged(token)
+        return verdict, verdict.until
+
+    async def _judged(self, token: str) -> Verdict:
         try:
             header = jwt.get_unverified_header(token)
             claims = jwt.decode(token, options={"verify_signature": False})
@@ -98,7 +123,8 @@ class Verifier:
             )
         except jwt.PyJWTError as exc:
             return Verdict(reason=f"not valid: {exc}")
-        return self._agent(verified)
+        found = self._agent(verified)
+        return dataclasses.replace(found, until=float(verified["exp"]))
 
     def _agent(self, claims: dict[str, Any]) -> Verdict:
         subject = str(claims.get("sub") or claims.get("client_id") or "?")

@@ -4,6 +4,7 @@ prompts, each through the pipeline every front door shares."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 from dataclasses import dataclass
@@ -349,6 +350,9 @@ class Gateway:
             )
         except BundlectlError as exc:  # arguments refused at the door (NaN)
             return _error(exc.explained)
+        subject = self._subject()
+        if subject is not None:
+            decision = dataclasses.replace(decision, subject=subject)
         try:
             admitted = await self.pipeline.admission(decision, arguments, confirm)
         except (ApprovalHeld, LimitReached, StateError) as exc:  # the agent may try later
@@ -372,6 +376,13 @@ class Gateway:
         if self.binding is not None:  # its server may ask the client: it can answer by a retry
             return await self.hub.parking.start(self.ctx, self.binding, perform)  # type: ignore[return-value]
         return await perform()
+
+    def _subject(self) -> str | None:
+        """The subject of the identity token this request came with (HTTP, `gateway.auth`)."""
+        request = getattr(self.ctx, "request", None)
+        scope = getattr(request, "scope", None)
+        subject = scope.get("bundlectl.subject") if isinstance(scope, dict) else None
+        return subject if isinstance(subject, str) else None
 
     def _listed(self, decision: Decision) -> bool:
         """Whether the agent is offered the tool (`tools/list`): some call of it may pass, so a
