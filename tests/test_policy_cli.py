@@ -62,7 +62,7 @@ def test_check_json_and_notes(configured: Path, run: Run) -> None:
         "policy", "check", "--agent", "nobody", "gh.get_issue", "--unlisted", "--format", "json"
     )
     assert result.code == 3
-    assert json.loads(result.out) == [
+    assert json.loads(result.out)["decisions"] == [
         {
             "agent": "nobody",
             "tool": "gh.get_issue",
@@ -75,6 +75,7 @@ def test_check_json_and_notes(configured: Path, run: Run) -> None:
             "depends_on_arguments": False,
         }
     ]
+    assert json.loads(result.out)["format_version"] == 1
     text = run("policy", "check", "--agent", "nobody", "gh.typo", "--unlisted")
     assert text.err_lines == [
         "note: agent 'nobody' is not listed under agents: policy.default (deny) applies",

@@ -110,15 +110,19 @@ def check(
             if names_of
             else "give the call's arguments with --args JSON",
         )
-    if fmt is Format.json:
+    if fmt is Format.json:  # the envelope every command's JSON has (it was a bare list)
         emit_json(
-            [
-                {
-                    **_decision_json(d),
-                    "depends_on_arguments": False,  # such a tool needs --args (kept: format 1)
-                }
-                for d in decisions
-            ]
+            {
+                "format_version": JSON_FORMAT_VERSION,
+                "agent": agent,
+                "decisions": [
+                    {
+                        **_decision_json(d),
+                        "depends_on_arguments": False,  # such a tool needs --args
+                    }
+                    for d in decisions
+                ],
+            }
         )
     else:
         _warn_unknown(resolution, agent, names)
