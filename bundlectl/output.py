@@ -235,3 +235,13 @@ def table(
                 for text, cell in zip(cells, row, strict=True)
             ]
         out("  ".join(cells).rstrip())
+
+
+def span_text(seconds: float) -> str:
+    """A stretch of time for a person: `42s`, `3m05s`, `2h07m`."""
+    left = max(0, int(seconds))
+    if left >= 3600:
+        return f"{left // 3600}h{left % 3600 // 60:02}m"
+    if left >= 60:
+        return f"{left // 60}m{left % 60:02}s"
+    return f"{left}s"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from bundlectl.errors import Declined, PolicyDenied, Unconfirmable
 from bundlectl.lockfile import digest_json
 from bundlectl.models import seconds
-from bundlectl.output import err, status
+from bundlectl.output import err, span_text, status
 from bundlectl.state import Approval, Binding, Store
 
 if TYPE_CHECKING:
@@ -131,7 +131,4 @@ class OutOfBand:
 
 
 def _left(approval: Approval) -> str:
-    remaining = max(0, int(approval.expires - time.time()))
-    if remaining >= 120:
-        return f"{remaining // 60} min"
-    return f"{remaining} s"
+    return span_text(approval.expires - time.time())

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from bundlectl.errors import PolicyDenied
 from bundlectl.lockfile import digest_json
 from bundlectl.models import LimitRule, ToolSpec, seconds
+from bundlectl.output import span_text
 from bundlectl.patterns import matches
 from bundlectl.state import Counter
 
@@ -107,16 +108,7 @@ class Limits:
         resets = time.strftime("%H:%M:%S UTC", time.gmtime(full.ends))
         raise LimitReached(
             f"agent {agent!r} may not call {server}.{tool} now: {limit.describe()}, all used "
-            f"in this window, which resets at {resets} (in {_span(full.ends - now)}); nothing "
+            f"in this window, which resets at {resets} (in {span_text(full.ends - now)}); nothing "
             "was started",
             hint="`bundlectl limits status` shows every limit's use",
         )
-
-
-def _span(left: float) -> str:
-    left = max(1, int(left))
-    if left >= 3600:
-        return f"{left // 3600}h{left % 3600 // 60:02}m"
-    if left >= 60:
-        return f"{left // 60}m{left % 60:02}s"
-    return f"{left}s"

@@ -190,13 +190,8 @@ class AuditLog:
         arguments: dict[str, Any] | None,
     ) -> None:
         rule = decision.rule
-        self._append(
-            decision.agent,
-            decision.server,
-            decision.tool,
-            decision=decision.effect,
-            rule=rule.pattern if rule else None,
-            rule_source=str(rule.origin) if rule else None,
+        self._decided(
+            decision,
             outcome=outcome,
             duration_ms=duration_ms,
             arguments_sha256=self._digest(arguments),
@@ -204,6 +199,19 @@ class AuditLog:
             conditions_failed=list(decision.failed) or None,
             call=decision.call,
             subject=decision.subject,
+        )
+
+    def _decided(self, decision: Decision, **fields: Any) -> None:
+        """A record about one decision: who, what, and the rule that decided."""
+        rule = decision.rule
+        self._append(
+            decision.agent,
+            decision.server,
+            decision.tool,
+            decision=decision.effect,
+            rule=rule.pattern if rule else None,
+            rule_source=str(rule.origin) if rule else None,
+            **fields,
         )
 
     def access(
@@ -222,18 +230,7 @@ class AuditLog:
         )
 
     def approval(self, decision: Decision, step: str, approval: str, approver: str | None) -> None:
-        rule = decision.rule
-        self._append(
-            decision.agent,
-            decision.server,
-            decision.tool,
-            decision=decision.effect,
-            rule=rule.pattern if rule else None,
-            rule_source=str(rule.origin) if rule else None,
-            outcome=step,
-            approval=approval,
-            approver=approver,
-        )
+        self._decided(decision, outcome=step, approval=approval, approver=approver)
 
     def unauthorized(self, remote: str, *, repeated: int | None = None) -> None:
         self._append(

@@ -14,7 +14,7 @@ from bundlectl.calls import audit, userconfig
 from bundlectl.errors import UsageError
 from bundlectl.models import DURATION_UNITS, seconds
 from bundlectl.options import Format
-from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, out, table
+from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, out, span_text, table
 from bundlectl.paths import display_path
 from bundlectl.project import optional_project
 from bundlectl.state import Approval, Store, open_store
@@ -40,16 +40,7 @@ def _approver() -> str:
 
 
 def _ago(stamp: float, now: float) -> str:
-    return _span(now - stamp)
-
-
-def _span(seconds_: float) -> str:
-    left = max(0, int(seconds_))
-    if left >= 3600:
-        return f"{left // 3600}h{left % 3600 // 60:02}m"
-    if left >= 60:
-        return f"{left // 60}m{left % 60:02}s"
-    return f"{left}s"
+    return span_text(now - stamp)
 
 
 def _as_json(approval: Approval, now: float) -> dict[str, Any]:
@@ -92,7 +83,7 @@ def list_requests(config: Path | None, *, everything: bool, fmt: Format) -> int:
             a.binding.agent,
             a.binding.qualified,
             _ago(a.created, now),
-            _span(a.expires - now) if a.state(now) == "pending" else "-",
+            span_text(a.expires - now) if a.state(now) == "pending" else "-",
             display_path(_path(a.binding.project)),
         ]
         for a in found
@@ -131,7 +122,7 @@ def show(config: Path | None, approval_id: str, *, fmt: Format) -> int:
         f"  requested {_ago(approval.created, now)} ago",
     )
     if state == "pending":
-        out(f"  expires in {_span(approval.expires - now)}")
+        out(f"  expires in {span_text(approval.expires - now)}")
     if approval.decided_by:
         why = f": {approval.reason}" if approval.reason else ""
         out(f"  {approval.status} by {approval.decided_by}{why}")

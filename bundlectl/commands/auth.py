@@ -15,7 +15,7 @@ from bundlectl.mcpio import runner
 from bundlectl.mcpio.connect import connect
 from bundlectl.mcpio.session import SdkSession
 from bundlectl.options import Format
-from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, out, table
+from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, out, span_text, table
 from bundlectl.project import load_project
 from bundlectl.resolution import Resolution, resolve_project
 
@@ -49,7 +49,7 @@ def login(config: Path | None, server: str, *, browser: bool, wait: float) -> in
     kept = credentials.load(server, url)
     left = credentials.expires_in(kept)
     scopes = " ".join(kept.scopes) or "(none named)"
-    until = f"; the access token expires in {_span(left)}" if left is not None else ""
+    until = f"; the access token expires in {span_text(left)}" if left is not None else ""
     refresh = ", renewed with its refresh token" if (kept.tokens or {}).get("refresh_token") else ""
     out(f"signed in to {server!r}: scopes {scopes}{until}{refresh}; {tools} tool(s) listed")
     err(f"note: kept in {credentials.where()}")
@@ -102,7 +102,7 @@ def status(config: Path | None, *, fmt: Format) -> int:
             state = "expired" + (" (renewed on next use)" if row["refreshable"] else "")
         else:
             left = row["expires_in"]
-            state = "signed in" + (f", expires in {_span(left)}" if left is not None else "")
+            state = "signed in" + (f", expires in {span_text(left)}" if left is not None else "")
         shown.append([row["server"], state, " ".join(row.get("scopes") or []) or "-"])
     table(shown, ["SERVER", "SIGN-IN", "SCOPES"])
     err(f"note: sign-ins are kept in {credentials.where()}")
@@ -117,12 +117,3 @@ def logout(config: Path | None, server: str) -> int:
     else:
         out(f"not signed in to {server!r}; nothing to remove")
     return 0
-
-
-def _span(seconds: float) -> str:
-    left = max(0, int(seconds))
-    if left >= 3600:
-        return f"{left // 3600}h{left % 3600 // 60:02}m"
-    if left >= 60:
-        return f"{left // 60}m{left % 60:02}s"
-    return f"{left}s"

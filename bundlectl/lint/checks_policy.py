@@ -330,11 +330,7 @@ def detokenize_targets(ctx: Context) -> Iterator[Finding]:
 
     servers = resolution.merged.servers
     for index, pattern in enumerate(model.privacy.detokenize):
-        server_part, tool_part = split_rule(pattern)
-        matched = [s for s in servers.values() if part_matches(server_part, s.name)]
-        if any(not s.spec.tools for s in matched):
-            continue
-        if any(part_matches(tool_part, t.name) for s in matched for t in s.spec.tools):
+        if not _matches_no_declared_tool(servers, pattern):
             continue
         yield at(
             "BCL210",
@@ -343,6 +339,16 @@ def detokenize_targets(ctx: Context) -> Iterator[Finding]:
             f"{pattern!r} matches no declared tool",
             anchor=pattern,
         )
+
+
+def _matches_no_declared_tool(servers: Any, pattern: str) -> bool:
+    """Whether `pattern` matches no tool the servers declare (a server without a declared
+    catalog could have it: then the pattern is not held to be wrong)."""
+    server_part, tool_part = split_rule(pattern)
+    matched = [s for s in servers.values() if part_matches(server_part, s.name)]
+    if any(not s.spec.tools for s in matched):
+        return False
+    return not any(part_matches(tool_part, t.name) for s in matched for t in s.spec.tools)
 
 
 def limit_targets(ctx: Context) -> Iterator[Finding]:
@@ -366,11 +372,7 @@ def limit_targets(ctx: Context) -> Iterator[Finding]:
                 anchor=f"agents:{index}",
             )
         for number, pattern in enumerate(limit.tools):
-            server_part, tool_part = split_rule(pattern)
-            matched = [s for s in servers.values() if part_matches(server_part, s.name)]
-            if any(not s.spec.tools for s in matched):
-                continue
-            if any(part_matches(tool_part, t.name) for s in matched for t in s.spec.tools):
+            if not _matches_no_declared_tool(servers, pattern):
                 continue
             yield at(
                 "BCL215",
