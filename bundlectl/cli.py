@@ -909,6 +909,14 @@ def serve(
         ),
     ] = None,
     unlisted: UnlistedOpt = False,
+    with_metrics: Annotated[
+        bool,
+        typer.Option(
+            "--metrics",
+            help="streamable-http: Prometheus metrics at GET /metrics (its own token: "
+            "BUNDLECTL_METRICS_TOKEN).",
+        ),
+    ] = False,
     config: ConfigOpt = None,
 ) -> int:
     """Serve the resolved servers' tools over MCP, each agent's policy enforced per call.
@@ -926,6 +934,7 @@ def serve(
         stateless=stateless,
         names=names.value if names else None,
         unlisted=unlisted,
+        with_metrics=with_metrics,
     )
 
 

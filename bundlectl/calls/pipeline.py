@@ -28,7 +28,7 @@ from enum import Enum
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
-from bundlectl import paths, telemetry
+from bundlectl import metrics, paths, telemetry
 from bundlectl.calls import audit, userconfig
 from bundlectl.conditions import non_finite
 from bundlectl.errors import (
@@ -315,6 +315,7 @@ class Pipeline:
         log, and to the call's trace span when tracing is on (`telemetry`)."""
         self.audit.record(decision, outcome, duration_ms, arguments)
         telemetry.record(decision, outcome, duration_ms)  # nothing when tracing is off
+        metrics.record(decision, outcome, duration_ms)  # nothing without serve --metrics
 
     def paths(self, server: str) -> PathReader | None:
         """How `server` reads a path argument, for `{path: }` conditions: a built-in server's

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bundlectl import metrics
 from bundlectl.calls.pipeline import AuditLog, Pipeline
 from bundlectl.errors import UsageError
 from bundlectl.gateway.http import access_for, bind, serve_http
@@ -27,6 +28,7 @@ def run(
     stateless: bool = False,
     names: str | None = None,
     unlisted: bool = False,
+    with_metrics: bool = False,
 ) -> int:
     """`unlisted`: serve an agent named with --agent that is not listed under `agents:` (it
     gets `policy.default`); without it such a name — usually a typo in a client's config, which
@@ -63,8 +65,17 @@ def run(
             mode=mode.value,
             stateless=stateless,
             names=names,
+            with_metrics=with_metrics,
         )
 
+    if with_metrics:
+        try:
+            metrics.enable()
+        except ImportError:
+            raise UsageError(
+                "--metrics needs the prometheus-client package",
+                hint="pip install 'bundlectl[metrics]'",
+            ) from None
     runner.run(http)
     return 0
 

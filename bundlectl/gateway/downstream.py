@@ -13,6 +13,7 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 
+from bundlectl import metrics
 from bundlectl.calls.pipeline import After
 from bundlectl.errors import (
     BundlectlError,
@@ -222,6 +223,8 @@ class Downstream:
         answer in time is checked for being stuck in it (`probe`)."""
         if self.kept(after):
             return
+        if after in (After.CRASHED, After.RESTART):
+            metrics.restarted(self.target.name, after.value)
         if after is After.CRASHED:
             await self.crashed()
         elif after is After.RESTART:

@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 
+from bundlectl import metrics
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.errors import UsageError
 from bundlectl.expand import expand
@@ -372,6 +373,7 @@ async def serve_http(
     mode: str = "direct",
     stateless: bool = False,
     names: str | None = None,
+    with_metrics: bool = False,
 ) -> None:
     """Serve until a stop signal: the first one lets the requests in flight finish (3 s at
     most), then every downstream server is stopped."""
@@ -383,7 +385,7 @@ async def serve_http(
     )
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse
+    from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
     host, port = sock.getsockname()[:2]
@@ -418,11 +420,24 @@ async def serve_http(
             }
             return JSONResponse(metadata)
 
+        async def served_metrics(request: Request) -> Response:
+            """Prometheus text, when --metrics; its own token (BUNDLECTL_METRICS_TOKEN) when set,
+            never an agent's."""
+            if not with_metrics:
+                return JSONResponse({"error": "metrics are off (serve --metrics)"}, 404)
+            wanted = os.environ.get("BUNDLECTL_METRICS_TOKEN")
+            given = request.headers.get("authorization", "")
+            if wanted and not hmac.compare_digest(given.encode(), f"Bearer {wanted}".encode()):
+                return JSONResponse({"error": "unauthorized: the metrics token"}, 401)
+            body, kind = metrics.exposition()
+            return Response(body, media_type=kind)
+
         well_known = "/.well-known/oauth-protected-resource"
         app = Starlette(
             routes=[
                 Route("/mcp", endpoint=gate),
                 Route("/healthz", healthz),
+                Route("/metrics", served_metrics),
                 Route(well_known, protected_resource),
                 Route(well_known + "/mcp", protected_resource),
             ],
