@@ -1014,11 +1014,17 @@ def import_(
         str,
         typer.Argument(
             metavar="FORMAT",
-            help=f"One of: {', '.join(CLIENT_NAMES)}, agix.",
+            help=f"One of: {', '.join(CLIENT_NAMES)}, agix, server-json.",
             autocompletion=completion.formats,
         ),
     ],
-    source: Annotated[Path, typer.Argument(metavar="FILE", help="The client's config file.")],
+    source: Annotated[
+        str,
+        typer.Argument(
+            metavar="FILE",
+            help="The client's config file (server-json: a file or an https:// URL).",
+        ),
+    ],
     agent: Annotated[
         str | None,
         typer.Option("--agent", "-a", help="Name of the agent the file's tool filter becomes."),
@@ -1036,14 +1042,14 @@ def import_(
     ] = None,
     config: ConfigOpt = None,
 ) -> int:
-    """Bring a client's config file, or an agix config.yaml, into bundlectl.yaml.
+    """Bring a client's config file, an agix config.yaml or a server.json into bundlectl.yaml.
 
     A server in the file named like one the project already has (a bundle's, such as the
     built-in files server) but defined differently is refused unless --replace names it.
     """
     from bundlectl.commands import importer as cmd
 
-    check_client_name(fmt, what="format", also=("agix",))
+    check_client_name(fmt, what="format", also=("agix", "server-json"))
     return cmd.run(config, fmt, source, agent=agent, dry_run=dry_run, replace=replace or [])
 
 

@@ -111,7 +111,7 @@ def clients(incomplete: str) -> list[str]:
 def formats(incomplete: str) -> list[str]:
     from bundlectl.options import CLIENT_NAMES  # noqa: PLC0415
 
-    return _quietly(lambda: [*CLIENT_NAMES, "agix"], incomplete)
+    return _quietly(lambda: [*CLIENT_NAMES, "agix", "server-json"], incomplete)
 
 
 def rule_ids(incomplete: str) -> list[str]:

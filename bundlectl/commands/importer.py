@@ -12,6 +12,7 @@ from typing import Any
 
 from bundlectl.clients import NAMES, Imported, claude_code, get, jsonc
 from bundlectl.clients.agix import read_agix
+from bundlectl.clients.server_json import read_server_json
 from bundlectl.confedit import edit_bundles, set_entries
 from bundlectl.errors import BundlectlError, ReportedFailure, UsageError
 from bundlectl.fsio import project_lock, write_project_file
@@ -28,17 +29,13 @@ NAME = re.compile(r"[^a-z0-9_-]+")
 def run(
     config: Path | None,
     fmt: str,
-    source: Path,
+    given: str | Path,
     *,
     agent: str | None,
     dry_run: bool,
     replace: list[str] | None = None,
 ) -> int:
-    if not source.is_file():
-        raise UsageError(
-            f"{display_path(source)}: no such file", hint="give the client's config file"
-        )
-    imported, notes = _read(fmt, source, _config_path(config).parent.resolve())
+    source, (imported, notes) = _source(fmt, given, config)
     if imported.gateways:
         notes += _without_gateways(imported, display_path(source))
         if not (imported.servers or imported.allow or imported.ask or imported.deny):
@@ -51,7 +48,7 @@ def run(
     ):  # a file of another client (or an empty one) would import an agent with no tools
         raise UsageError(
             f"{display_path(source)} holds no MCP servers or tool rules in {fmt}'s format",
-            hint=f"check the file and the format (formats: agix, {', '.join(NAMES)})",
+            hint=f"check the file and the format (formats: agix, server-json, {', '.join(NAMES)})",
         )
     who = agent or NAME.sub("-", fmt)
     target = _config_path(config)
@@ -108,6 +105,8 @@ def _read(fmt: str, source: Path, project: Path) -> tuple[Imported, list[str]]:
     text = read_text(source, display_path(source))
     if fmt == "agix":
         return read_agix(text, display_path(source))
+    if fmt == "server-json":
+        return read_server_json(text, display_path(source))
     client = get(fmt)
     imported = client.read(text, display_path(source))
     notes: list[str] = []
@@ -122,6 +121,37 @@ def _read(fmt: str, source: Path, project: Path) -> tuple[Imported, list[str]]:
         data = jsonc.parse(text, display_path(source)).value
         notes += claude_code.local_scope(data, project, imported)
     return imported, notes
+
+
+def _source(
+    fmt: str, given: str | Path, config: Path | None
+) -> tuple[Path, tuple[Imported, list[str]]]:
+    """The file named (a server.json may also be a URL), and what it holds."""
+    if fmt == "server-json" and str(given).startswith(("https://", "http://")):
+        source = Path(str(given).rsplit("/", 1)[-1] or "server.json")
+        return source, read_server_json(_fetched(str(given)), str(given))
+    source = Path(given)
+    if not source.is_file():
+        raise UsageError(
+            f"{display_path(source)}: no such file", hint="give the client's config file"
+        )
+    return source, _read(fmt, source, _config_path(config).parent.resolve())
+
+
+def _fetched(url: str) -> str:
+    """A server.json from the web (the MCP Registry's API or a repository's raw file)."""
+    import urllib.error  # noqa: PLC0415 - only for a URL
+    import urllib.request  # noqa: PLC0415
+
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return str(response.read(4 << 20).decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise UsageError(
+            f"cannot fetch {url}: {getattr(exc, 'reason', exc)}",
+            hint="check the URL, or save the file and import it from disk",
+        ) from None
 
 
 def _without_gateways(imported: Imported, source: str) -> list[str]:
