@@ -4,6 +4,9 @@ every front door (exec, batch, code mode, both gateway paths: they all record th
 `Pipeline.record`); a call refused before that is a span of its own, ended at once. Attributes
 say who called what and what came of it — never an argument's value or a token.
 
+The W3C trace context a client sends (`_meta.traceparent`) parents the gateway's spans: the
+MCP SDK's server span for the request is made from it, and a call's span starts inside it.
+
 Configured the standard way, by the OpenTelemetry SDK's own variables
 (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `OTEL_TRACES_EXPORTER`,
 `OTEL_EXPORTER_OTLP_PROTOCOL` http/protobuf or grpc, `OTEL_SERVICE_NAME`, headers, ...). With
@@ -86,6 +89,12 @@ def _tracer() -> Any:
         resource = Resource.create({"service.version": __version__})  # the variable names it
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    # The global provider too: the MCP SDK's own spans (its server's, around each request,
+    # parented on the client's `_meta.traceparent`, which it also passes on downstream) then
+    # export with ours, and a call's span, started inside the request, joins the caller's trace.
+    from opentelemetry import trace  # noqa: PLC0415
+
+    trace.set_tracer_provider(provider)
     use(provider)
     return _TRACER[0]
 

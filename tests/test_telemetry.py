@@ -144,7 +144,7 @@ def test_exec_and_serve_export_their_spans_over_otlp_http(
     )
     assert done.returncode == 0, done.stderr
     assert receiver.arrived.wait(30)  # sent before exec exits
-    [(service, span)] = receiver.spans
+    [(service, span)] = [(v, s) for v, s in receiver.spans if s.name.startswith("bundlectl")]
     assert service["service.name"] == "ci"
     assert span.name == "bundlectl call files.read_file"
     assert receiver.attributes(span)["bundlectl.outcome"] == "ok"
@@ -162,9 +162,14 @@ def test_exec_and_serve_export_their_spans_over_otlp_http(
         env=env,
     )
 
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    sent = {"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}
+
     async def session() -> None:
         async with connected(params) as client:
-            for _ in range(3):  # warm calls of the built-in server: the SDK path and its own
+            traced = await client.call_tool("files__read_file", {"path": "a.txt"}, meta=sent)
+            assert not traced.is_error
+            for _ in range(2):  # warm calls of the built-in server: the SDK path and its own
                 assert not (await client.call_tool("files__read_file", {"path": "a.txt"})).is_error
             assert (
                 await client.call_tool("files__write_file", {"path": "x", "content": "y"})
@@ -172,6 +177,12 @@ def test_exec_and_serve_export_their_spans_over_otlp_http(
 
     anyio.run(session)
     assert receiver.arrived.wait(30)  # sent when serve ended with its client
-    outcomes = sorted(receiver.attributes(s)["bundlectl.outcome"] for _, s in receiver.spans)
+    ours = [s for _, s in receiver.spans if s.name.startswith("bundlectl call")]
+    outcomes = sorted(receiver.attributes(s)["bundlectl.outcome"] for s in ours)
     assert outcomes == ["denied", "ok", "ok", "ok"]
-    assert {receiver.attributes(s)["bundlectl.agent"] for _, s in receiver.spans} == {"reader"}
+    assert {receiver.attributes(s)["bundlectl.agent"] for s in ours} == {"reader"}
+    # the first call's span joined the trace the client sent, under the SDK's request span
+    joined = [s for s in ours if s.trace_id.hex() == trace_id]
+    assert len(joined) == 1 and joined[0].parent_span_id
+    request = [s for _, s in receiver.spans if s.span_id == joined[0].parent_span_id]
+    assert request and request[0].parent_span_id.hex() == "00f067aa0ba902b7"

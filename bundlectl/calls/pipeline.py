@@ -304,6 +304,11 @@ class Pipeline:
     _limits: Limits | None = field(default=None, repr=False)  # compiled once per loaded config
     _store: Store | None = field(default=None, repr=False)  # opened when first needed
 
+    def __post_init__(self) -> None:
+        # Tracing, when the environment asks for it, is set up before the first request, so
+        # the MCP SDK's own spans around it are recorded and parent the calls' spans.
+        telemetry.active()
+
     def record(
         self,
         decision: Decision,
