@@ -5,8 +5,6 @@ CLI, the gateway (its express lane included) and concurrent counters."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +13,6 @@ import pytest
 
 from bundlectl.calls.limits import in_class
 from bundlectl.models import ToolSpec
-from bundlectl.state import Counter
-from bundlectl.state.sqlite import SqliteStore
 from tests.conftest import Run, audit_records, write
 from tests.test_exec import SERVERS
 from tests.test_gateway import PY, connected, texts
@@ -110,34 +106,8 @@ def test_annotation_classes_take_the_unsafe_side_when_unknown(
     assert in_class(None, "destructive") and not in_class(None, "read-only")
 
 
-def test_fifty_concurrent_calls_against_a_limit_of_twenty_admit_twenty(tmp_path: Path) -> None:
-    path = tmp_path / "state.sqlite3"
-    counters = [Counter("p|limit|agent|0", 20, time.time() + 3600)]
-    SqliteStore(path).charge([])  # nothing to count: nothing opened
-    results: list[Any] = []
-    start = threading.Barrier(50)
-
-    def call() -> None:
-        store = SqliteStore(path)  # a connection of its own, as another process has
-        start.wait()
-        results.append(store.charge(counters))
-
-    threads = [threading.Thread(target=call) for _ in range(50)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert results.count(None) == 20 and len(results) == 50
-    assert SqliteStore(path).usage([counters[0].key], time.time()) == {counters[0].key: 20}
-
-
-def test_all_or_none_a_full_limit_counts_the_call_against_no_other(tmp_path: Path) -> None:
-    store = SqliteStore(tmp_path / "state.sqlite3")
-    ends = time.time() + 60
-    roomy, full = Counter("roomy", 10, ends), Counter("full", 1, ends)
-    assert store.charge([full]) is None
-    assert store.charge([roomy, full]) == full
-    assert store.usage(["roomy", "full"], time.time()) == {"full": 1}
+# Counting itself (50 concurrent calls against 20, all or none) is the state stores' contract,
+# run against SQLite and Redis in tests/test_state_stores.py.
 
 
 def test_the_gateway_counts_every_call_and_tells_the_agent(project: Path, tmp_path: Path) -> None:

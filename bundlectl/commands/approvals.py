@@ -84,16 +84,12 @@ def list_requests(config: Path | None, *, everything: bool, fmt: Format) -> int:
             a.binding.qualified,
             _ago(a.created, now),
             span_text(a.expires - now) if a.state(now) == "pending" else "-",
-            display_path(_path(a.binding.project)),
+            display_path(Path(a.binding.project)),
         ]
         for a in found
     ]
     table(rows, ["ID", "STATUS", "AGENT", "TOOL", "AGE", "EXPIRES IN", "PROJECT"])
     return 0
-
-
-def _path(text: str) -> Path:
-    return Path(text)
 
 
 def _found(config: Path | None, approval_id: str) -> Approval:
@@ -117,7 +113,7 @@ def show(config: Path | None, approval_id: str, *, fmt: Format) -> int:
     out(f"approval request {approval.id}: {state}")
     out(f"  agent {b.agent!r} wants to call {b.qualified}")
     out(f"  asked by: {approval.rule}")
-    out(f"  project: {display_path(_path(b.project))}")
+    out(f"  project: {display_path(Path(b.project))}")
     out(
         f"  requested {_ago(approval.created, now)} ago",
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import calendar
 import csv
 import io
 import json
@@ -117,7 +118,7 @@ def _since(text: str | None) -> float | None:
 
 def _stamp(text: str) -> float:
     try:
-        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+        return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
     except (ValueError, TypeError):
         return 0.0
 
