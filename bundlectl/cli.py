@@ -17,8 +17,9 @@ from typing import Annotated
 import typer
 
 from bundlectl import __version__, completion, paths
+from bundlectl.clients import NAMES as CLIENT_NAMES
+from bundlectl.clients import check_client_name
 from bundlectl.options import (
-    CLIENT_NAMES,
     CodegenLang,
     Detail,
     ExportVia,
@@ -30,7 +31,6 @@ from bundlectl.options import (
     Names,
     ServeMode,
     ServeTransport,
-    check_client_name,
 )
 from bundlectl.output import err
 

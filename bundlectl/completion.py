@@ -103,13 +103,13 @@ def bundles(incomplete: str) -> list[str]:
 
 
 def clients(incomplete: str) -> list[str]:
-    from bundlectl.options import CLIENT_NAMES  # noqa: PLC0415
+    from bundlectl.clients import NAMES as CLIENT_NAMES  # noqa: PLC0415
 
     return _quietly(lambda: CLIENT_NAMES, incomplete)
 
 
 def formats(incomplete: str) -> list[str]:
-    from bundlectl.options import CLIENT_NAMES  # noqa: PLC0415
+    from bundlectl.clients import NAMES as CLIENT_NAMES  # noqa: PLC0415
 
     return _quietly(lambda: [*CLIENT_NAMES, "agix", "server-json"], incomplete)
 

@@ -52,38 +52,6 @@ class GatewayNames(str, Enum):
     bare = "bare"  # the server's own name
 
 
-# The clients `export` and `import` know (bundlectl.clients has one module each).
-CLIENT_NAMES = (
-    "claude-desktop",
-    "claude-code",
-    "cursor",
-    "vscode",
-    "roo",
-    "kilo",
-    "codex",
-    "gemini",
-    "qwen",
-    "opencode",
-    "copilot",
-)
-
-
-def check_client_name(name: str, *, what: str = "client", also: tuple[str, ...] = ()) -> None:
-    """Refuse a name that is no client (nor one of `also`, such as import's `agix`): a usage
-    error naming the closest (`export claud` → did you mean 'claude-code'?)."""
-    known = [*CLIENT_NAMES, *also]
-    if name in known:
-        return
-    from bundlectl.errors import UsageError  # noqa: PLC0415
-    from bundlectl.suggest import Suggester  # noqa: PLC0415 - only for a wrong name
-
-    close = Suggester(known).closest(name, n=1, cutoff=0.6)
-    raise UsageError(
-        f"unknown {what} {name!r}" + (f"; did you mean {close[0]!r}?" if close else ""),
-        hint=f"{what}s: {', '.join(known)}",
-    )
-
-
 class CodegenLang(str, Enum):
     """`codegen --lang`."""
 

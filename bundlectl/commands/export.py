@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bundlectl.clients import Client, Export, Misfit, get
-from bundlectl.clients.base import launcher
+from bundlectl.clients import get
+from bundlectl.clients.base import Client, Export, Misfit, launcher
 from bundlectl.clients.planning import plan, unchecked
 from bundlectl.errors import ReportedFailure, UsageError
 from bundlectl.fsio import atomic_write

@@ -10,8 +10,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bundlectl.clients import NAMES, Imported, claude_code, get, jsonc
+from bundlectl.clients import NAMES, claude_code, get, jsonc
 from bundlectl.clients.agix import read_agix
+from bundlectl.clients.base import Imported
 from bundlectl.clients.server_json import read_server_json
 from bundlectl.confedit import edit_bundles, set_entries
 from bundlectl.errors import BundlectlError, ReportedFailure, UsageError
