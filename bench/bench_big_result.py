@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = """
 import resource, sys, time
-from bundlectl.cli import main
+from bundlectl.cli.main import main
 began = time.perf_counter()
 code = main(sys.argv[1:])
 sys.stdout.flush()

@@ -19,9 +19,9 @@ import anyio
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from bundlectl.config.models import ProjectConfig
 from bundlectl.gateway.http import Access
 from bundlectl.gateway.identity import Verifier, _Keys
-from bundlectl.models import ProjectConfig
 
 ISSUER = "https://login.example.com"
 

@@ -36,8 +36,8 @@ class Discard:
 
 def per_call_us(folder: Path, limits: str, calls: int) -> list[float]:
     from bundlectl.calls.pipeline import Pipeline
-    from bundlectl.project import load_project
-    from bundlectl.resolution import resolve_project
+    from bundlectl.config.project import load_project
+    from bundlectl.resolve.resolved import resolve_project
 
     project = folder / ("limited" if limits else "plain")
     project.mkdir()

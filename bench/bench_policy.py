@@ -26,8 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bundlectl.catalog import Catalog, ToolRef, agent_row
-from bundlectl.policy import AgentSpec, Origin, Policy, PolicySet, Rule
+from bundlectl.policy.catalog import Catalog, ToolRef, agent_row
+from bundlectl.policy.engine import Policy
+from bundlectl.policy.rules import AgentSpec, Origin, PolicySet, Rule
 
 SERVERS = [f"srv{i:02d}" for i in range(50)]
 VERBS = ["get", "list", "create", "update", "delete", "search", "run", "read", "write", "sync"]
@@ -90,7 +91,7 @@ def bench_decisions() -> None:
 def bench_conditional_decisions() -> None:
     """1,000 rules of which 200 have argument conditions (matchers; then CEL `when:`): each
     decision is made with a call's arguments. Targets: <= 10 us, CEL <= 25 us."""
-    from bundlectl.conditions import compile_condition
+    from bundlectl.policy.conditions import compile_condition
 
     for label, make in (
         ("matchers", lambda i: compile_condition({"path": {"path": f"docs{i % 7}/**"}}, None)),

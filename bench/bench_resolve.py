@@ -20,7 +20,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from bundlectl.resolver import constraint, resolve
+from bundlectl.resolve.versions import constraint, resolve
 
 BUNDLES, VERSIONS = 200, 10
 

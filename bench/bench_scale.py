@@ -27,7 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_policy import ORIGIN, SERVERS, TOOLS, random_pattern, write_project
 
-from bundlectl.policy import AgentSpec, Policy, PolicySet, Rule
+from bundlectl.policy.engine import Policy
+from bundlectl.policy.rules import AgentSpec, PolicySet, Rule
 
 COMMANDS = {
     "lock": ["lock"],
@@ -46,7 +47,7 @@ def shaped_rule(rng: random.Random, shape: str, agent: str) -> Rule:
     effect = rng.choice(["allow"] * 6 + ["ask"] * 2 + ["deny"] * 2)
     pattern = random_pattern(rng)
     if shape == "conditions" and rng.random() < 0.2:  # a fifth with argument conditions
-        from bundlectl.conditions import compile_condition
+        from bundlectl.policy.conditions import compile_condition
 
         matcher = {"path": {"path": f"docs{rng.randrange(9)}/**"}}
         return Rule(pattern, effect, ORIGIN, agent, compile_condition(matcher, None))  # type: ignore[arg-type]

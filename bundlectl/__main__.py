@@ -1,3 +1,3 @@
-from bundlectl.cli import entry
+from bundlectl.cli.main import entry
 
 entry()

@@ -1,44 +1,25 @@
 """Calling tools from code: `call_tool("server.tool", {...})`, what `bundlectl codegen`'s
-functions use (SPEC 9).
+functions import (SPEC 9).
 
-Through the gateway when `BUNDLECTL_GATEWAY_URL` is set (streamable HTTP, with
-`BUNDLECTL_GATEWAY_TOKEN` as the bearer token), otherwise in this process through the same
-pipeline as `bundlectl exec`: the policy of agent `$BUNDLECTL_AGENT` (or `default`), `ask`
-confirmed on a terminal, arguments validated against the schema, the call audited
-(`via: code`). A denied call raises `ToolDenied` with the reason; a tool error, `ToolFailed`.
+This is the face of code mode's runtime (`bundlectl.codemode.runtime`): through the gateway
+when `BUNDLECTL_GATEWAY_URL` is set, otherwise in this process through the same call as
+`bundlectl exec`, under the policy of agent `$BUNDLECTL_AGENT` (or `default`). A denied call
+raises `ToolDenied` with the reason; a tool error, `ToolFailed`.
+
+Kept small on purpose: the runtime is loaded by name on the first call, so importing generated
+code costs nothing until it calls, and a type checker reading it (`mypy --strict` on the
+generated package) stops here instead of analysing all of bundlectl and the MCP SDK.
 """
 
 from __future__ import annotations
 
-import os
+import importlib
 from pathlib import Path
 from typing import Any
 
-import anyio
+from bundlectl.codemode.outcomes import ToolDenied, ToolFailed
 
-from bundlectl.calls.call import CallRequest, call_once, client_capabilities, completed_now
-from bundlectl.calls.pipeline import (
-    AuditLog,
-    Pipeline,
-    terminal_confirmer,
-)
-from bundlectl.errors import BundlectlError, PolicyDenied, UsageError
-from bundlectl.mcpio.session import ToolResult
-from bundlectl.patterns import gateway_name, parse_tool_name
-from bundlectl.policy import default_agent
-from bundlectl.privacy import Privacy
-from bundlectl.project import load_project
-from bundlectl.resolution import resolve_project
-
-_SESSION: dict[str, Any] = {}  # privacy: this process's token map (memory only)
-
-
-class ToolDenied(PermissionError):
-    """The policy does not let this agent call the tool (nothing was started)."""
-
-
-class ToolFailed(RuntimeError):
-    """The call was made and failed: a tool error, invalid arguments, a server failure."""
+__all__ = ["ToolDenied", "ToolFailed", "call_tool"]
 
 
 def call_tool(
@@ -49,155 +30,5 @@ def call_tool(
     config: Path | None = None,
 ) -> Any:
     """Call `server.tool`; the structured result when there is one, else the text."""
-    arguments = dict(arguments or {})
-    chosen = os.environ.get("BUNDLECTL_AGENT")
-    if agent is not None and chosen and chosen != agent:  # code generated for another agent
-        raise ToolDenied(
-            f"this code was generated for agent {agent!r}, but BUNDLECTL_AGENT names "
-            f"{chosen!r} (generate it for that agent: bundlectl codegen --agent {chosen}, "
-            "or unset BUNDLECTL_AGENT)"
-        )
-    url = os.environ.get("BUNDLECTL_GATEWAY_URL")
-    if url:
-        result = _through_gateway(url, name, arguments, config)
-    else:
-        result = _in_process(name, arguments, agent or chosen, config)
-    return _value(name, result)
-
-
-def _value(name: str, result: ToolResult) -> Any:
-    blocks = result.content
-    texts = [block.get("text") if block.get("type") == "text" else None for block in blocks]
-    text = "\n".join(t for t in texts if t is not None)
-    if result.is_error:
-        raise ToolFailed(f"{name}: {text or 'the tool reported an error'}")
-    if result.structured_content is not None:
-        return result.structured_content
-    if all(t is not None for t in texts):
-        return text
-    return blocks
-
-
-def _in_process(
-    name: str, arguments: dict[str, Any], agent: str | None, config: Path | None
-) -> Any:
-
-    try:
-        server, tool = parse_tool_name(name)
-        resolution = resolve_project(load_project(config))
-        privacy = Privacy.of(resolution.project.config)
-        tokens = _tokenizer(privacy)
-        restore = privacy is not None and privacy.gets_real_values(server, tool)
-        pipeline = Pipeline(resolution, AuditLog(resolution, via="code"), terminal_confirmer())
-        who = default_agent(agent)
-        # the conditions judge what the server receives: the real values behind tokens
-        received = tokens.restore(arguments) if tokens is not None and restore else arguments
-        decision = pipeline.decide(who, server, tool, received)
-        target = pipeline.target(server, quiet=True)
-        request = CallRequest(
-            who,
-            server,
-            tool,
-            decision,
-            [],
-            arguments,
-            float(target.spec.timeout),
-            check=pipeline.pin_check(server),
-            restore=tokens.restore if tokens is not None and restore else None,
-        )
-        options = client_capabilities(resolution.project.root, ask=pipeline.confirm is not None)
-
-        async def go() -> Any:
-            return await call_once(
-                target,
-                request,
-                child=None,
-                connect_timeout=30.0,
-                whole=None,
-                show=lambda outcome: None,
-                options=options,
-            )
-
-        try:
-            outcome = completed_now(pipeline, request, go)
-        finally:
-            target.close()
-    except PolicyDenied as exc:
-        raise ToolDenied(exc.message + (f" ({exc.hint})" if exc.hint else "")) from None
-    except BundlectlError as exc:
-        raise ToolFailed(_shown(exc.message + (f" ({exc.hint})" if exc.hint else ""))) from None
-    if outcome.error is not None:
-        if isinstance(outcome.error, PolicyDenied):
-            raise ToolDenied(outcome.error.message)
-        # A server's or the validator's message may quote the values a detokenize tool got.
-        raise ToolFailed(_shown(outcome.error.message))
-    assert outcome.result is not None
-    if tokens is None:
-        return outcome.result
-    return ToolResult(model=tokens.result(outcome.result.as_model()))
-
-
-def _shown(message: str) -> str:
-    """A message for the agent's code: real values it was given turned back into tokens."""
-    tokens = _SESSION.get("tokens")
-    return tokens.conceal(message) if tokens is not None else message
-
-
-# Accepts, for this process, that the token map lives beside the agent's own code.
-IN_PROCESS_PRIVACY = "BUNDLECTL_PRIVACY_IN_PROCESS"
-
-
-def _tokenizer(privacy: Any) -> Any:
-    """This process's token map (one session for all the code's calls), or None.
-
-    In this process the map (the real values) is readable by the agent's own code, so with
-    `privacy:` set the gateway is the default: the in-process path is refused unless
-    $BUNDLECTL_PRIVACY_IN_PROCESS=1 accepts that."""
-    if privacy is None:
-        return None
-    if os.environ.get(IN_PROCESS_PRIVACY) != "1":
-        raise UsageError(
-            "this project tokenizes personal data (privacy:), and in this process the agent's "
-            "own code could read the real values behind the tokens",
-            hint="run `bundlectl serve --transport streamable-http` and set "
-            "BUNDLECTL_GATEWAY_URL (and BUNDLECTL_GATEWAY_TOKEN), or set "
-            f"{IN_PROCESS_PRIVACY}=1 to accept that",
-        )
-    if "tokens" not in _SESSION:
-        _SESSION["tokens"] = privacy.session()
-    return _SESSION["tokens"]
-
-
-def _naming(config: Path | None) -> str:
-    """The gateway's names (`gateway.names` of the project, when the code runs in one)."""
-    try:
-        return load_project(config).config.gateway.names
-    except BundlectlError:
-        return "prefixed"  # no project here: the gateway's default
-
-
-def _through_gateway(
-    url: str, name: str, arguments: dict[str, Any], config: Path | None
-) -> ToolResult:
-    server, tool = parse_tool_name(name)
-    wire = gateway_name(server, tool, _naming(config))
-    token = os.environ.get("BUNDLECTL_GATEWAY_TOKEN")
-
-    async def go() -> Any:
-        import httpx2
-        from mcp import Client
-        from mcp.client.streamable_http import streamable_http_client
-
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        timeout = httpx2.Timeout(30, read=300)
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
-            Client(streamable_http_client(url, http_client=http)) as client,
-        ):
-            return await client.call_tool(wire, arguments)
-
-    result = ToolResult(model=anyio.run(go))
-    text = " ".join(result.texts())
-    if result.is_error and text.startswith("unknown tool"):
-        raise ToolDenied(f"{name}: {text}")  # the gateway says denied as unknown
-    return result
+    runtime = importlib.import_module("bundlectl.codemode.runtime")
+    return runtime.call_tool(name, arguments, agent=agent, config=config)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bundlectl import paths
+from bundlectl.config import paths
 
 SERVICE = "bundlectl"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bundlectl.policy import Decision
+    from bundlectl.policy.rules import Decision
 
 _METRICS: dict[str, Any] = {}  # empty: off
 

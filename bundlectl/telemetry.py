@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from bundlectl.output import err
 
 if TYPE_CHECKING:
-    from bundlectl.policy import Decision
+    from bundlectl.policy.rules import Decision
 
 _TRACER: list[Any] = []  # [tracer] once set up, [None] when off
 _PROVIDER: list[Any] = []

@@ -19,7 +19,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bundlectl.commands.schema import generate as schemas  # noqa: E402
+from bundlectl.cli.commands.schema import generate as schemas  # noqa: E402
 from bundlectl.lint.rules import RULES  # noqa: E402
 
 EXAMPLES = ROOT / "tests" / "examples"

@@ -15,7 +15,7 @@ import platformdirs
 import pytest
 from ruamel.yaml import YAML
 
-from bundlectl.cli import main
+from bundlectl.cli.main import main
 
 REPO = Path(__file__).resolve().parent.parent
 # A 2025-11-25 `initialize` request, for tests that speak raw JSON-RPC to a server or gateway.

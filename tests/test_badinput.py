@@ -34,7 +34,7 @@ ADDRESS_SPACE = 2 << 30
 
 PROBE = """
 import resource, sys
-from bundlectl.cli import main
+from bundlectl.cli.main import main
 code = main(sys.argv[2:])
 sys.stdout.flush()
 with open(sys.argv[1], "w") as handle:

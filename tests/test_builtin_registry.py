@@ -5,9 +5,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from bundlectl import paths
-from bundlectl.models import BundleManifest
-from bundlectl.registry import Registry, Source
+from bundlectl.config import paths
+from bundlectl.config.models import BundleManifest
+from bundlectl.config.registry import Registry, Source
 from tests.conftest import Run
 
 BUILTIN = Registry([Source("builtin", paths.builtin_registry_dir())])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bundlectl.catalog import Catalog, ToolRef, is_destructive, search
-from bundlectl.models import ToolSpec
+from bundlectl.config.models import ToolSpec
+from bundlectl.policy.catalog import Catalog, ToolRef, is_destructive, search
 from tests.conftest import Run, write
 
 

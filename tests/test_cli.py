@@ -53,7 +53,7 @@ def test_help_and_version(run: Run) -> None:
 def test_bugs_end_in_one_line_and_a_report(
     isolated_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from bundlectl import error_handler
+    from bundlectl.cli import error_handler
 
     try:
         {}["missing"]  # a real bug, raised for real
@@ -93,7 +93,7 @@ def test_commands_that_do_not_talk_to_servers_never_import_mcp(project: Path) ->
         "version: 1\nbundles: [basic]\nagents:\n  reader: {allow: [files.read_file]}\n"
     )
     script = (
-        "import json, sys\nfrom bundlectl.cli import main\nmain(['lock'])\n"
+        "import json, sys\nfrom bundlectl.cli.main import main\nmain(['lock'])\n"
         "for args in json.loads(sys.argv[1]):\n"
         "    code = main(args)\n"
         "    print('RESULT', code, 'mcp' in sys.modules, 'importlib.metadata' in sys.modules)\n"
@@ -120,7 +120,7 @@ def test_the_console_script_collects_garbage_only_in_long_running_commands(
     import sys
 
     script = (
-        "import gc, sys\nfrom bundlectl.cli import main\n"
+        "import gc, sys\nfrom bundlectl.cli.main import main\n"
         "main(sys.argv[2:], fast_exit=sys.argv[1] == 'script')\nprint('GC', gc.isenabled())\n"
     )
 
@@ -215,8 +215,8 @@ def test_every_commands_help_ends_with_examples_and_its_exit_codes(run: Run) -> 
     command without them fails here."""
     from typer.main import get_command_name
 
-    from bundlectl.cli import app
-    from bundlectl.helptext import HELP
+    from bundlectl.cli.helptext import HELP
+    from bundlectl.cli.main import app
 
     names = set()
     groups = [(app, "")] + [(g.typer_instance, f"{g.name} ") for g in app.registered_groups]
@@ -238,7 +238,7 @@ def test_every_commands_summary_is_one_line_of_its_docstring() -> None:
     spans two source lines was broken in the middle of the list ("per" / "call: ...")."""
     from typer.main import get_command
 
-    from bundlectl.cli import app
+    from bundlectl.cli.main import app
 
     def summaries(group: Any, prefix: str = "") -> dict[str, str]:
         found = {}

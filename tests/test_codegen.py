@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from bundlectl.codegen import _Module, generate, generate_typescript, identifier, py_type
-from bundlectl.models import ToolSpec
+from bundlectl.codemode.codegen import _Module, generate, generate_typescript, identifier, py_type
+from bundlectl.config.models import ToolSpec
 from tests.conftest import Run, audit_records, write
 
 PY = sys.executable

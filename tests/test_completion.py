@@ -29,7 +29,7 @@ def complete(project: Path, words: str) -> list[str]:
         "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1)),
     }
     done = subprocess.run(
-        [sys.executable, "-c", "from bundlectl.cli import entry; entry()"],
+        [sys.executable, "-c", "from bundlectl.cli.main import entry; entry()"],
         cwd=project,
         env=env,
         capture_output=True,
@@ -63,14 +63,14 @@ def test_names_from_the_project_complete(project: Path, run: Run) -> None:
 
 
 def test_completion_never_fails_the_shell_and_never_loads_the_sdk(project: Path, run: Run) -> None:
-    from bundlectl import completion
+    from bundlectl.cli import completion
 
     (project / "bundlectl.yaml").write_text("version: 1\nagents: [not a mapping\n")
     assert completion.agents("") == [] and completion.tools("f") == []
     assert complete(project, "bundlectl exec --agent ") == []
     write(project / "bundlectl.yaml", CONFIG)
     code = (
-        "import sys; from bundlectl import completion; "
+        "import sys; from bundlectl.cli import completion; "
         "assert completion.tools('files.') and 'mcp' not in sys.modules, sorted(sys.modules)"
     )
     done = subprocess.run(

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bundlectl.conditions import MISSING, ConditionError, compile_matcher, normalised
+from bundlectl.policy.conditions import MISSING, ConditionError, compile_matcher, normalised
 from tests.conftest import Run, audit_records, write
 
 DOCS_ONLY = """

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bundlectl.conditions import MISSING, compile_matcher, normalised
+from bundlectl.policy.conditions import MISSING, compile_matcher, normalised
 from tests.conftest import Run, write
 
 PY = sys.executable
@@ -228,9 +228,9 @@ def test_the_pipeline_refuses_nan_whatever_parsed_it(project: Path) -> None:
     """HTTP's parser (pydantic) takes NaN and the infinities; the pipeline every front door
     calls refuses them before anything is decided on them, and records why."""
     from bundlectl.calls.pipeline import AuditLog, Pipeline
+    from bundlectl.config.project import load_project
     from bundlectl.errors import ToolCallError
-    from bundlectl.project import load_project
-    from bundlectl.resolution import resolve_project
+    from bundlectl.resolve.resolved import resolve_project
     from tests.test_gateway_inprocess import serve_in_process
 
     write(project / "bundlectl.yaml", NUMBERS)

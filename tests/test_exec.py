@@ -213,7 +213,7 @@ def test_code_review_works_offline_without_uv(
 def test_the_git_extra_pins_the_release_the_bundle_runs() -> None:
     import tomllib
 
-    from bundlectl.launchers import pinned_uvx
+    from bundlectl.mcpio.launchers import pinned_uvx
 
     root = Path(__file__).resolve().parent.parent
     extras = tomllib.loads((root / "pyproject.toml").read_text())["project"][

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from bundlectl.config.expand import child_environment, expand, malformed_reference
 from bundlectl.errors import UsageError
-from bundlectl.expand import child_environment, expand, malformed_reference
 
 
 def test_a_tilde_in_a_default_is_the_home_folder() -> None:

@@ -422,7 +422,7 @@ def test_round_trip_gives_the_same_policy_matrix(
 ) -> None:
     """For the clients whose export is exact (Claude Code, Roo), importing what export wrote
     into a project with the same bundles gives the agent the same matrix."""
-    from bundlectl.cli import main
+    from bundlectl.cli.main import main
 
     def run_in(folder: Path, *args: str) -> str:
         import contextlib

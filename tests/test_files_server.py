@@ -95,7 +95,7 @@ def test_client_configs_that_bind_agents_cannot_be_written(project: Path, path: 
 def test_every_file_export_writes_is_one_the_files_server_protects(project: Path) -> None:
     from bundlectl.clients import every
     from bundlectl.clients.claude_code import SETTINGS
-    from bundlectl.governing import governs
+    from bundlectl.policy.governing import governs
 
     written = [c.project_file for c in every() if c.project_file] + [str(SETTINGS)]
     assert len(written) >= 11

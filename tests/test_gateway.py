@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
-from bundlectl.patterns import gateway_name
+from bundlectl.policy.patterns import gateway_name
 from tests.conftest import INITIALIZE, Run, write
 from tests.test_exec import SERVERS, gone, pids
 

@@ -234,8 +234,8 @@ def test_issuers_without_any_agent_to_match_are_refused_at_start(
 def test_keys_the_issuer_rotated_in_are_fetched(
     project: Path, issuer: Issuer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from bundlectl.config.project import load_project
     from bundlectl.gateway import identity
-    from bundlectl.project import load_project
 
     _config(project, issuer)
     verifier = identity.Verifier(load_project(project / "bundlectl.yaml").config)

@@ -18,10 +18,10 @@ import anyio
 import pytest
 
 from bundlectl.calls.pipeline import AuditLog, Pipeline
+from bundlectl.config.project import load_project
 from bundlectl.gateway.handlers import mcp_server
 from bundlectl.gateway.hub import Hub
-from bundlectl.project import load_project
-from bundlectl.resolution import resolve_project
+from bundlectl.resolve.resolved import resolve_project
 from tests.conftest import write
 from tests.test_exec import SERVERS, gone, pids
 

@@ -243,10 +243,10 @@ def test_a_late_message_of_one_agents_server_never_reaches_another_agent(
     from mcp_types import Implementation
 
     from bundlectl.calls.pipeline import AuditLog, Pipeline
+    from bundlectl.config.project import load_project
     from bundlectl.gateway.handlers import mcp_server
     from bundlectl.gateway.hub import Hub
-    from bundlectl.project import load_project
-    from bundlectl.resolution import resolve_project
+    from bundlectl.resolve.resolved import resolve_project
 
     starts = tmp_path / "starts.txt"
     monkeypatch.setenv("KITCHEN_STARTS", str(starts))

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from bundlectl.confedit import edit_bundles, set_entries
+from bundlectl.config.edits import edit_bundles, set_entries
 from tests.conftest import Run, load_yaml, write
 
 CONFIG = """\

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from bundlectl.calls.limits import in_class
-from bundlectl.models import ToolSpec
+from bundlectl.config.models import ToolSpec
 from tests.conftest import Run, audit_records, write
 from tests.test_exec import SERVERS
 from tests.test_gateway import PY, connected, texts

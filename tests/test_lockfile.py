@@ -5,8 +5,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bundlectl.lockfile import dump_lock, read_lock
-from bundlectl.models import LockedBundle, LockedServer, LockFile
+from bundlectl.config.lockfile import dump_lock, read_lock
+from bundlectl.config.models import LockedBundle, LockedServer, LockFile
 from tests.conftest import Run
 
 names = st.text(min_size=1, max_size=12).filter(lambda s: s.strip() == s and "\x00" not in s)
@@ -56,8 +56,8 @@ def test_lock_round_trips(
 
 
 def _policy_digest(project_dir: Path, text: str) -> tuple[str | None, dict[str, str]]:
-    from bundlectl.project import project_from_text
-    from bundlectl.resolution import resolve_project
+    from bundlectl.config.project import project_from_text
+    from bundlectl.resolve.resolved import resolve_project
 
     lock = resolve_project(project_from_text(project_dir / "bundlectl.yaml", text)).lock
     return lock.policy_digest, lock.agents

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from bundlectl.config.project import load_project
 from bundlectl.errors import ResolutionError
-from bundlectl.project import load_project
-from bundlectl.resolution import resolve_project
+from bundlectl.resolve.resolved import resolve_project
 from tests.conftest import make_registry, write
 
 TOOL = {"command": "t", "tools": [{"name": "run"}]}

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bundlectl.errors import UsageError
-from bundlectl.patterns import (
+from bundlectl.policy.patterns import (
     gateway_name,
     matches,
     name_clashes,

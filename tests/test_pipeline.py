@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from bundlectl.calls.pipeline import After, Pipeline, always_yes
+from bundlectl.config.project import load_project
 from bundlectl.errors import (
     CallTimeout,
     Interrupted,
@@ -21,9 +22,8 @@ from bundlectl.errors import (
     ToolCallError,
     UsageError,
 )
-from bundlectl.policy import Decision, default_agent
-from bundlectl.project import load_project
-from bundlectl.resolution import resolve_project
+from bundlectl.policy.rules import Decision, default_agent
+from bundlectl.resolve.resolved import resolve_project
 from tests.conftest import Run, audit_records, write
 
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from bundlectl.catalog import agent_row
-from bundlectl.project import load_project
-from bundlectl.resolution import resolve_project
+from bundlectl.config.project import load_project
+from bundlectl.policy.catalog import agent_row
+from bundlectl.resolve.resolved import resolve_project
 from tests.conftest import Run, write
 
 DATA = Path(__file__).parent / "data"

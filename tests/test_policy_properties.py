@@ -13,10 +13,11 @@ from typing import Literal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bundlectl.catalog import Catalog, ToolRef, agent_row
 from bundlectl.lint import checks_policy
 from bundlectl.lint.engine import lint_project
-from bundlectl.policy import AgentSpec, Origin, Policy, PolicySet, Rule
+from bundlectl.policy.catalog import Catalog, ToolRef, agent_row
+from bundlectl.policy.engine import Policy
+from bundlectl.policy.rules import AgentSpec, Origin, PolicySet, Rule
 
 SERVERS = ["files", "gh", "gh2", "x"]
 TOOLS = ["read_file", "write_file", "delete_file", "get", "a.b", "Read_File"]

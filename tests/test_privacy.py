@@ -13,8 +13,8 @@ from typing import Any
 import anyio
 import pytest
 
-from bundlectl.models import NamedPattern
-from bundlectl.privacy import Tokenizer, _parsed_phone, _phone, detectors, iban_ok, luhn
+from bundlectl.codemode.privacy import Tokenizer, _parsed_phone, _phone, detectors, iban_ok, luhn
+from bundlectl.config.models import NamedPattern
 from tests.conftest import write
 from tests.test_exec import SERVERS
 from tests.test_gateway import connected, texts
@@ -184,7 +184,9 @@ def test_the_code_mode_client_tokenizes_too(
         """,
     )
     (project / "contacts.txt").write_text("Ann <ann@example.com>\n")
-    monkeypatch.setattr(client, "_SESSION", {})
+    from bundlectl.codemode import runtime
+
+    monkeypatch.setattr(runtime, "_SESSION", {})
     monkeypatch.setenv("BUNDLECTL_AGENT", "clerk")
     # With privacy set, the gateway is the default: in this process only when accepted.
     with pytest.raises(client.ToolFailed, match=r"BUNDLECTL_GATEWAY_URL .* or set "):
@@ -214,10 +216,10 @@ def _in_process_with(
     from mcp import Client
 
     from bundlectl.calls.pipeline import AuditLog, Pipeline
+    from bundlectl.config.project import load_project
     from bundlectl.gateway.handlers import mcp_server
     from bundlectl.gateway.hub import Hub
-    from bundlectl.project import load_project
-    from bundlectl.resolution import resolve_project
+    from bundlectl.resolve.resolved import resolve_project
 
     found: list[Any] = []
 
@@ -264,7 +266,9 @@ def test_code_mode_never_quotes_the_values_behind_tokens(
     # before validation, and the validator's message quoted them.
     from bundlectl import client
 
-    monkeypatch.setattr(client, "_SESSION", {})
+    from bundlectl.codemode import runtime
+
+    monkeypatch.setattr(runtime, "_SESSION", {})
     monkeypatch.setenv("BUNDLECTL_AGENT", "clerk")
     monkeypatch.setenv("BUNDLECTL_PRIVACY_IN_PROCESS", "1")
     table = json.dumps(client.call_tool("kitchen.people", {}))

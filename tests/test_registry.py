@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from bundlectl import paths
+from bundlectl.config import paths
 from tests.conftest import Run, make_registry, write
 
 

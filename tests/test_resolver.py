@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
+from bundlectl.config.registry import Registry, Source
 from bundlectl.errors import ResolutionError
-from bundlectl.registry import Registry, Source
-from bundlectl.resolver import constraint, resolve
+from bundlectl.resolve.versions import constraint, resolve
 from tests.conftest import load_yaml, make_registry
 
 INDEX = load_yaml(Path(__file__).parent / "data" / "fake-index.yaml")

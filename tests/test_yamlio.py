@@ -1,4 +1,4 @@
-from bundlectl.yamlio import format_path, parse_yaml
+from bundlectl.config.yamlio import format_path, parse_yaml
 
 
 def test_positions_of_keys_and_values_are_one_based() -> None:

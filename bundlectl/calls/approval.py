@@ -14,15 +14,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from bundlectl.config.lockfile import digest_json
+from bundlectl.config.models import seconds
 from bundlectl.errors import Declined, PolicyDenied, Unconfirmable
-from bundlectl.lockfile import digest_json
-from bundlectl.models import seconds
 from bundlectl.output import err, span_text, status
 from bundlectl.state import Approval, Binding, Store
 
 if TYPE_CHECKING:
     from bundlectl.calls.pipeline import Pipeline
-    from bundlectl.policy import Decision
+    from bundlectl.policy.rules import Decision
 
 _ENDED = {"expired": "expired with no answer", "withdrawn": "was withdrawn", "used": "was used"}
 POLL = 0.1  # seconds between looks at the store while `exec` waits for an approver

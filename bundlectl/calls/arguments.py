@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bundlectl.config.yamlio import MAX_INPUT, read_bounded
 from bundlectl.errors import ToolCallError, UsageError
-from bundlectl.yamlio import MAX_INPUT, read_bounded
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}

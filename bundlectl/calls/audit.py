@@ -19,7 +19,7 @@ try:
 except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
-from bundlectl import paths
+from bundlectl.config import paths
 
 KEY_BYTES = 32
 

@@ -22,13 +22,13 @@ from bundlectl.calls.call import (
 )
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.calls.render import result_json
+from bundlectl.config.yamlio import read_bounded
 from bundlectl.errors import BundlectlError, UsageError
 from bundlectl.mcpio.connect import Target, connect
 from bundlectl.mcpio.session import SdkSession
 from bundlectl.output import write
-from bundlectl.patterns import parse_tool_name
-from bundlectl.policy import default_agent
-from bundlectl.yamlio import read_bounded
+from bundlectl.policy.patterns import parse_tool_name
+from bundlectl.policy.rules import default_agent
 
 
 @dataclass

@@ -31,7 +31,7 @@ from bundlectl.mcpio.plain import NO_SAMPLING, NO_TERMINAL, BuiltinClient
 from bundlectl.mcpio.session import SdkSession, Session, ToolResult
 from bundlectl.mcpio.stdio import Child, child_transport, json_line
 from bundlectl.output import ask, err, status
-from bundlectl.policy import Decision
+from bundlectl.policy.rules import Decision
 
 
 @dataclass

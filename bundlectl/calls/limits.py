@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
+from bundlectl.config.lockfile import digest_json
+from bundlectl.config.models import LimitRule, ToolSpec, seconds
 from bundlectl.errors import PolicyDenied
-from bundlectl.lockfile import digest_json
-from bundlectl.models import LimitRule, ToolSpec, seconds
 from bundlectl.output import span_text
-from bundlectl.patterns import matches
+from bundlectl.policy.patterns import matches
 from bundlectl.state import Counter
 
 if TYPE_CHECKING:

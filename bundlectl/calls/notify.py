@@ -24,9 +24,9 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from bundlectl.config.expand import expand
+from bundlectl.config.models import ApprovalNotify
 from bundlectl.errors import BundlectlError
-from bundlectl.expand import expand
-from bundlectl.models import ApprovalNotify
 from bundlectl.output import err
 from bundlectl.state import Approval
 

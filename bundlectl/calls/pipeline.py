@@ -28,9 +28,12 @@ from enum import Enum
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
-from bundlectl import metrics, paths, telemetry
+from bundlectl import metrics, telemetry
 from bundlectl.calls import audit, userconfig
-from bundlectl.conditions import non_finite
+from bundlectl.config import paths
+from bundlectl.config.lockfile import digest_json
+from bundlectl.config.models import ApprovalSettings
+from bundlectl.config.secretscan import secret_kind, secret_variables
 from bundlectl.errors import (
     BundlectlError,
     CallTimeout,
@@ -42,22 +45,20 @@ from bundlectl.errors import (
     Unconfirmable,
     UsageError,
 )
-from bundlectl.lockfile import digest_json
 from bundlectl.mcpio.connect import Target
 from bundlectl.mcpio.live import compare
-from bundlectl.models import ApprovalSettings
 from bundlectl.output import ask, err
-from bundlectl.policy import Decision
-from bundlectl.resolution import Resolution
-from bundlectl.secretscan import secret_kind, secret_variables
+from bundlectl.policy.conditions import non_finite
+from bundlectl.policy.rules import Decision
+from bundlectl.resolve.resolved import Resolution
 from bundlectl.state import StateError, Store, open_store
 from bundlectl.suggest import tool_suggestions
 
 if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowed the call
     from bundlectl.calls.call import CallOutcome
     from bundlectl.calls.limits import Limits
-    from bundlectl.conditions import PathReader
     from bundlectl.mcpio.connect import Target
+    from bundlectl.policy.conditions import PathReader
 
 
 # The audit log's outcome of a call that failed, by the error's exit code (SPEC 4.1).

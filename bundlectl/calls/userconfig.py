@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bundlectl import paths
-from bundlectl.validation import validate_doc
-from bundlectl.yamlio import read_yaml
+from bundlectl.config import paths
+from bundlectl.config.validation import validate_doc
+from bundlectl.config.yamlio import read_yaml
 
 
 class AuditSettings(BaseModel):

@@ -7,8 +7,8 @@ from typing import Any
 
 from bundlectl.clients.base import Imported
 from bundlectl.clients.mcpjson import literal_secret, secret_args, secret_url
+from bundlectl.config.yamlio import parse_yaml
 from bundlectl.errors import InputFileError, Problem
-from bundlectl.yamlio import parse_yaml
 
 
 def read_agix(text: str, file: str) -> tuple[Imported, list[str]]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the CLI reads NAMES at start-up: no policy engine for that
-    from bundlectl.policy import Decision
+    from bundlectl.policy.rules import Decision
 
 GATEWAY_ENTRY = "bundlectl"  # the one server entry of a gateway export
 _REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

@@ -25,7 +25,7 @@ from bundlectl.clients.base import (
     Misfit,
     ServerPlan,
 )
-from bundlectl.governing import CLIENT_FILES, OTHER_FILES
+from bundlectl.policy.governing import CLIENT_FILES, OTHER_FILES
 
 STYLE = mcpjson.Style()
 SETTINGS = Path(OTHER_FILES[0])  # `.claude/settings.json`: the permissions

@@ -33,7 +33,7 @@ from bundlectl.clients.base import (
     references,
 )
 from bundlectl.errors import InputFileError, Problem
-from bundlectl.governing import CLIENT_FILES
+from bundlectl.policy.governing import CLIENT_FILES
 
 PROMPT = "prompt"
 DEFAULT_MODE = "default_tools_approval_mode"

@@ -22,7 +22,7 @@ from typing import Any
 
 from bundlectl.clients import mcpjson
 from bundlectl.clients.base import Imported, Misfit, ServerPlan
-from bundlectl.governing import CLIENT_FILES
+from bundlectl.policy.governing import CLIENT_FILES
 
 
 def _filter(plan: ServerPlan, item: dict[str, Any], misfits: list[Misfit]) -> None:

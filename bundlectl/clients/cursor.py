@@ -15,7 +15,7 @@ from bundlectl.clients import mcpjson
 from bundlectl.clients.base import (
     Imported,
 )
-from bundlectl.governing import CLIENT_FILES
+from bundlectl.policy.governing import CLIENT_FILES
 
 
 def _remote(transport: str, url: str, headers: dict[str, str]) -> dict[str, Any]:

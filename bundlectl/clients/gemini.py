@@ -22,7 +22,7 @@ from bundlectl.clients.base import (
     ServerPlan,
     rule_label,
 )
-from bundlectl.governing import CLIENT_FILES
+from bundlectl.policy.governing import CLIENT_FILES
 
 
 def _remote(transport: str, url: str, headers: dict[str, str]) -> dict[str, Any]:

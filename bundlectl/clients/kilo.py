@@ -25,7 +25,7 @@ from typing import Any
 
 from bundlectl.clients import jsonc, mcpjson, roo
 from bundlectl.clients.base import Imported, Misfit, ServerPlan
-from bundlectl.governing import CLIENT_FILES
+from bundlectl.policy.governing import CLIENT_FILES
 
 KEY = "mcp"
 

@@ -24,7 +24,7 @@ from bundlectl.clients.base import (
     rewrite_refs,
     rule_label,
 )
-from bundlectl.secretscan import SECRET_NAME, secret_kind
+from bundlectl.config.secretscan import SECRET_NAME, secret_kind
 
 RefStyle = Callable[[str, str | None], str]
 # How a client writes a remote server: (transport) → the keys of the entry.

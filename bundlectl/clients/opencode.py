@@ -17,7 +17,7 @@ import dataclasses
 from pathlib import Path
 
 from bundlectl.clients import kilo, mcpjson
-from bundlectl.governing import CLIENT_FILES
+from bundlectl.policy.governing import CLIENT_FILES
 
 CLIENT = dataclasses.replace(
     mcpjson.client(

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from bundlectl.clients.base import Export, ServerPlan
-from bundlectl.models import ServerSpec
-from bundlectl.resolution import Resolution
-from bundlectl.secretscan import secret_variables
+from bundlectl.config.models import ServerSpec
+from bundlectl.config.secretscan import secret_variables
+from bundlectl.resolve.resolved import Resolution
 from bundlectl.servers import builtin_of
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bundlectl.clients import gemini, mcpjson
-from bundlectl.governing import CLIENT_FILES
+from bundlectl.policy.governing import CLIENT_FILES
 
 CLIENT = mcpjson.client(
     name="qwen",

@@ -18,7 +18,7 @@ from bundlectl.clients.base import (
     Misfit,
     ServerPlan,
 )
-from bundlectl.governing import CLIENT_FILES
+from bundlectl.policy.governing import CLIENT_FILES
 
 
 def _remote(transport: str, url: str, headers: dict[str, str]) -> dict[str, Any]:

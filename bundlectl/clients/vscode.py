@@ -24,7 +24,7 @@ from bundlectl.clients.base import (
     ServerPlan,
     rule_label,
 )
-from bundlectl.governing import CLIENT_FILES
+from bundlectl.policy.governing import CLIENT_FILES
 
 
 def _secret_ref(var: str, default: str | None) -> str:

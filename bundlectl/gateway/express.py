@@ -57,7 +57,7 @@ from bundlectl.mcpio.connect import (
 from bundlectl.mcpio.plain import check_result
 from bundlectl.mcpio.requests import Requests
 from bundlectl.mcpio.stdio import PipeWriter, json_line
-from bundlectl.policy import Decision
+from bundlectl.policy.rules import Decision
 
 if TYPE_CHECKING:
     from bundlectl.gateway.downstream import Downstream

@@ -36,6 +36,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 
 from bundlectl import __version__
 from bundlectl.calls.pipeline import Confirmation, Deferred, Pipeline
+from bundlectl.config.lockfile import digest_json
 from bundlectl.gateway.context import (
     MODERN,
     _answers_by_retry,
@@ -48,8 +49,7 @@ from bundlectl.gateway.hub import Hub
 from bundlectl.gateway.parking import unseal
 from bundlectl.gateway.search import _search_mode_call, search_mode_tools
 from bundlectl.gateway.view import Gateway
-from bundlectl.lockfile import digest_json
-from bundlectl.policy import Decision
+from bundlectl.policy.rules import Decision
 
 
 def mcp_server(

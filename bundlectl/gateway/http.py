@@ -27,14 +27,14 @@ import anyio
 
 from bundlectl import metrics
 from bundlectl.calls.pipeline import Pipeline
+from bundlectl.config.expand import expand
 from bundlectl.errors import UsageError
-from bundlectl.expand import expand
 from bundlectl.gateway.downstream import _log_line
 from bundlectl.gateway.handlers import mcp_server
 from bundlectl.gateway.hub import Hub
 from bundlectl.gateway.identity import Verdict, Verifier, looks_like_jwt
 from bundlectl.mcpio import runner
-from bundlectl.resolution import Resolution
+from bundlectl.resolve.resolved import Resolution
 
 AGENT = "bundlectl.agent"  # the ASGI scope key the gate fills in for the handlers
 SUBJECT = "bundlectl.subject"  # and the subject of a verified identity token (None: a static one)

@@ -19,6 +19,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 from bundlectl.calls.pipeline import Pipeline
+from bundlectl.codemode.privacy import Privacy
+from bundlectl.config.project import load_project
 from bundlectl.errors import (
     BundlectlError,
 )
@@ -30,10 +32,8 @@ from bundlectl.gateway.view import Gateway
 from bundlectl.mcpio.stdio import (
     Tap,
 )
-from bundlectl.patterns import gateway_name
-from bundlectl.privacy import Privacy
-from bundlectl.project import load_project
-from bundlectl.resolution import resolve_project
+from bundlectl.policy.patterns import gateway_name
+from bundlectl.resolve.resolved import resolve_project
 
 NONCE_MEMORY = 3600.0  # seconds a used confirmation is remembered (longer than the seal's TTL)
 

@@ -19,7 +19,7 @@ from bundlectl.calls.approval import ApprovalHeld
 from bundlectl.calls.call import CallOutcome, CallRequest, completed, perform
 from bundlectl.calls.limits import LimitReached
 from bundlectl.calls.pipeline import Confirmation, Deferred, Pipeline
-from bundlectl.catalog import ToolRef, search
+from bundlectl.config.models import ToolSpec
 from bundlectl.errors import (
     BundlectlError,
     Declined,
@@ -30,8 +30,8 @@ from bundlectl.gateway.context import _connection, _error, _not_found
 from bundlectl.gateway.downstream import T
 from bundlectl.gateway.search import DETAILS, _declared, _describe, _name
 from bundlectl.mcpio.session import SdkSession
-from bundlectl.models import ToolSpec
-from bundlectl.policy import Decision
+from bundlectl.policy.catalog import ToolRef, search
+from bundlectl.policy.rules import Decision
 from bundlectl.state import StateError
 
 if TYPE_CHECKING:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from bundlectl.config.yamlio import format_path
 from bundlectl.errors import Problem
 from bundlectl.lint.context import Context, LintedFile, at, from_problem
 from bundlectl.lint.rules import RULES, Finding
-from bundlectl.yamlio import format_path
 
 _TYPES = {
     "tag:yaml.org,2002:float": "a number",

@@ -7,16 +7,17 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from bundlectl.catalog import agent_row
-from bundlectl.conditions import MISSING
+from bundlectl.config.models import ProjectConfig, tested_tool
+from bundlectl.config.yamlio import YamlDoc, YamlPath
 from bundlectl.lint.context import Context, at
 from bundlectl.lint.rules import Finding
-from bundlectl.models import ProjectConfig, tested_tool
-from bundlectl.patterns import part_matches, split_rule
-from bundlectl.policy import CompiledAgent, Rule
-from bundlectl.resolution import Resolution
+from bundlectl.policy.catalog import agent_row
+from bundlectl.policy.conditions import MISSING
+from bundlectl.policy.engine import CompiledAgent
+from bundlectl.policy.patterns import part_matches, split_rule
+from bundlectl.policy.rules import Rule
+from bundlectl.resolve.resolved import Resolution
 from bundlectl.suggest import Suggester
-from bundlectl.yamlio import YamlDoc, YamlPath
 
 
 def _parts(ctx: Context) -> tuple[Resolution, YamlDoc, ProjectConfig] | None:

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from bundlectl.catalog import Catalog
+from bundlectl.config.lockfile import FORMATTING_ONLY, Drift, drift, dump_lock
+from bundlectl.config.models import pattern_of
+from bundlectl.config.paths import display_path
+from bundlectl.config.requirements import requirement_name
+from bundlectl.config.yamlio import read_yaml
 from bundlectl.errors import BundlectlError, ResolutionError
 from bundlectl.lint.context import Context, at, from_problem
 from bundlectl.lint.rules import Finding
-from bundlectl.lockfile import FORMATTING_ONLY, Drift, drift, dump_lock
-from bundlectl.models import pattern_of
-from bundlectl.paths import display_path
-from bundlectl.patterns import split_rule
-from bundlectl.policy import extends_problems
-from bundlectl.requirements import requirement_name
+from bundlectl.policy.catalog import Catalog
+from bundlectl.policy.inheritance import extends_problems
+from bundlectl.policy.patterns import split_rule
 from bundlectl.suggest import Suggester
-from bundlectl.yamlio import read_yaml
 
 
 def unknown_bundles(ctx: Context) -> Iterator[Finding]:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from bundlectl.expand import references
+from bundlectl.config.expand import references
+from bundlectl.config.models import ServerSpec
+from bundlectl.config.requirements import requirement_name
+from bundlectl.config.secretscan import secret_kind
 from bundlectl.lint.context import Context, at
 from bundlectl.lint.rules import Finding
-from bundlectl.models import ServerSpec
-from bundlectl.requirements import requirement_name
-from bundlectl.secretscan import secret_kind
 
 
 def _server_values(spec: ServerSpec) -> Iterator[tuple[tuple[str | int, ...], str, str]]:

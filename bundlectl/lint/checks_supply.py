@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from bundlectl import paths
+from bundlectl.config import paths
+from bundlectl.config.requirements import requirement_name
 from bundlectl.lint.context import Context, at
 from bundlectl.lint.rules import Finding
-from bundlectl.requirements import requirement_name
 
 _NPM_PINNED = re.compile(r"^(@[^/@\s]+/)?[^@\s]+@\d+\.\d+\.\d+([-+][\w.-]+)?$")
 _PY_PINNED = re.compile(r"^[A-Za-z0-9._\[\],-]+(==|@)\d[\w.!+-]*$")

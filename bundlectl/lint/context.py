@@ -6,14 +6,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from bundlectl.config.yamlio import YamlDoc, YamlPath, format_path
 from bundlectl.errors import Problem
 from bundlectl.lint.rules import RULES, Finding
-from bundlectl.yamlio import YamlDoc, YamlPath, format_path
 
 if TYPE_CHECKING:
-    from bundlectl.models import BundleManifest, ProjectConfig, ServerSpec
-    from bundlectl.project import Project
-    from bundlectl.resolution import Resolution
+    from bundlectl.config.models import BundleManifest, ProjectConfig, ServerSpec
+    from bundlectl.config.project import Project
+    from bundlectl.resolve.resolved import Resolution
 
 
 @dataclass

@@ -8,7 +8,11 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from bundlectl import paths
+from bundlectl.config import paths
+from bundlectl.config.models import BundleManifest, ProjectConfig
+from bundlectl.config.project import Project
+from bundlectl.config.validation import check_doc
+from bundlectl.config.yamlio import read_yaml
 from bundlectl.errors import BundlectlError, InputFileError, UsageError
 from bundlectl.lint import (
     checks_files,
@@ -20,12 +24,8 @@ from bundlectl.lint import (
 )
 from bundlectl.lint.context import Context, LintedFile, from_problem
 from bundlectl.lint.rules import RULES, SEVERITY_RANK, Finding, Severity
-from bundlectl.models import BundleManifest, ProjectConfig
-from bundlectl.policy import extends_problems
-from bundlectl.project import Project
-from bundlectl.resolution import resolve_project
-from bundlectl.validation import check_doc
-from bundlectl.yamlio import read_yaml
+from bundlectl.policy.inheritance import extends_problems
+from bundlectl.resolve.resolved import resolve_project
 
 Check = Callable[[Context], Iterable[Finding]]
 

@@ -22,6 +22,8 @@ import anyio
 import pydantic
 
 from bundlectl import __version__, servers
+from bundlectl.config.expand import child_environment, expand
+from bundlectl.config.models import ServerSpec
 from bundlectl.errors import (
     BundlectlError,
     CallTimeout,
@@ -29,11 +31,9 @@ from bundlectl.errors import (
     ServerError,
     ToolCallError,
 )
-from bundlectl.expand import child_environment, expand
-from bundlectl.launchers import resolve_argv
+from bundlectl.mcpio.launchers import resolve_argv
 from bundlectl.mcpio.stderr import StderrTee
 from bundlectl.mcpio.stdio import Child, Tap, child_transport
-from bundlectl.models import ServerSpec
 from bundlectl.servers import builtin_of
 from bundlectl.suggest import Suggester
 

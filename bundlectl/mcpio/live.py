@@ -10,12 +10,12 @@ from typing import Any
 
 import anyio
 
-from bundlectl import paths
+from bundlectl.config import paths
+from bundlectl.config.models import ServerSpec, ToolSpec
 from bundlectl.errors import BundlectlError
 from bundlectl.mcpio import runner
 from bundlectl.mcpio.connect import Target, connect
 from bundlectl.mcpio.session import list_all_tools
-from bundlectl.models import ServerSpec, ToolSpec
 
 
 @dataclass

@@ -33,8 +33,8 @@ from mcp.shared.auth import (
 )
 
 from bundlectl import credentials
+from bundlectl.config.expand import expand
 from bundlectl.errors import ServerError
-from bundlectl.expand import expand
 from bundlectl.output import err
 
 if TYPE_CHECKING:

@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bundlectl.conditions import normalised
+from bundlectl.policy.conditions import normalised
 from bundlectl.servers.beneath import Root
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-    from bundlectl.conditions import PathReader
+    from bundlectl.policy.conditions import PathReader
     from bundlectl.servers._tooling import Toolbox
 
 BUILTIN: dict[str, str] = {
@@ -44,7 +44,7 @@ def builtin_of(spec: Any) -> str | None:
 def root_of(spec: Any, project_root: Path) -> Path:
     """The folder a built-in server's entry confines it to: `--root` in its args, below its
     `cwd` below the project root."""
-    from bundlectl.expand import expand  # noqa: PLC0415 - the entry's `${VAR}`, when asked
+    from bundlectl.config.expand import expand  # noqa: PLC0415 - the entry's `${VAR}`, when asked
 
     args = spec.args
     base = project_root / (spec.cwd or ".")

@@ -3,10 +3,10 @@
 Every path is resolved and opened below the root in one step (`beneath.Root`), so a symlink
 swapped in while a call runs cannot lead outside. The files that govern the agents — the
 project's `bundlectl.yaml`, `bundlectl.lock` and `bundlectl.local.yaml`, its project registries,
-the MCP client configs `export` writes (`bundlectl.governing`), and `.git/` — cannot be written
-through this server: an agent allowed `files.write_file` must not rewrite its own policy, nor a
-client config that would start the gateway as another agent. Only the server's command line (the
-project's own config) can lift that for a path (`--unprotect PATH`).
+the MCP client configs `export` writes (`bundlectl.policy.governing`), and `.git/` — cannot be
+written through this server: an agent allowed `files.write_file` must not rewrite its own policy,
+nor a client config that would start the gateway as another agent. Only the server's command line
+(the project's own config) can lift that for a path (`--unprotect PATH`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bundlectl.governing import governs
+from bundlectl.config.yamlio import read_yaml
+from bundlectl.policy.governing import governs
 from bundlectl.servers._tooling import Blob, Toolbox, ToolFailure
 from bundlectl.servers.beneath import Outside, Resolved, Root, open_file, replace_file
-from bundlectl.yamlio import read_yaml
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer

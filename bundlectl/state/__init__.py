@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from bundlectl import paths
+from bundlectl.config import paths
 from bundlectl.errors import BundlectlError, UsageError
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ def open_store(url: str | None = None) -> Store:
     if url is not None:
         import os  # noqa: PLC0415
 
-        from bundlectl.expand import expand  # noqa: PLC0415
+        from bundlectl.config.expand import expand  # noqa: PLC0415
         from bundlectl.state.redis import RedisStore  # noqa: PLC0415 - only when configured
 
         return RedisStore(expand(url, os.environ, where="state.url"))

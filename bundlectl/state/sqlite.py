@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bundlectl.paths import display_path
+from bundlectl.config.paths import display_path
 from bundlectl.state import Approval, Binding, Counter, StateError, UnknownApproval, new_id
 
 SCHEMA = """

@@ -1,0 +1,183 @@
+"""`bundlectl approvals list|show|approve|deny`: the approver's side of calls held for a person's
+approval (SPEC 11). The requests live in the state store; every decision is audited."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from bundlectl.calls import audit, userconfig
+from bundlectl.cli.options import Format
+from bundlectl.config.models import DURATION_UNITS, seconds
+from bundlectl.config.paths import display_path
+from bundlectl.config.project import optional_project
+from bundlectl.errors import UsageError
+from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, out, span_text, table
+from bundlectl.state import Approval, Store, open_store
+
+DURATION_HELP = "a whole number and a unit, s, m, h or d: 30m, 8h, 1d"
+
+
+def _store(config: Path | None) -> Store:
+    """The project's state store (`state.url`), or this machine's SQLite one outside a project
+    or when the project names none."""
+    project = optional_project(config)
+    state = project.config.state if project is not None else None
+    return open_store(state.url if state is not None else None)
+
+
+def _approver() -> str:
+    """Who decides, as the audit log and the caller are told: the user at this machine."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()} (cli)"
+
+
+def _ago(stamp: float, now: float) -> str:
+    return span_text(now - stamp)
+
+
+def _as_json(approval: Approval, now: float) -> dict[str, Any]:
+    b = approval.binding
+    return {
+        "id": approval.id,
+        "status": approval.state(now),
+        "agent": b.agent,
+        "tool": b.qualified,
+        "project": b.project,
+        "rule": approval.rule,
+        "arguments_sha256": b.digest,
+        "arguments": json.loads(approval.shown),
+        "created": _stamp(approval.created),
+        "expires": _stamp(approval.expires),
+        "decided_by": approval.decided_by,
+        "reason": approval.reason,
+        "until": _stamp(approval.until) if approval.until is not None else None,
+    }
+
+
+def _stamp(when: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+
+
+def list_requests(config: Path | None, *, everything: bool, fmt: Format) -> int:
+    now = time.time()
+    found = _store(config).listed(everything=everything)
+    if fmt is Format.json:
+        requests = [_as_json(a, now) for a in found]
+        emit_json({"format_version": JSON_FORMAT_VERSION, "approvals": requests})
+        return 0
+    if not found:
+        out("no calls are waiting for approval" if not everything else "no approval requests")
+        return 0
+    rows = [
+        [
+            a.id,
+            a.state(now),
+            a.binding.agent,
+            a.binding.qualified,
+            _ago(a.created, now),
+            span_text(a.expires - now) if a.state(now) == "pending" else "-",
+            display_path(Path(a.binding.project)),
+        ]
+        for a in found
+    ]
+    table(rows, ["ID", "STATUS", "AGENT", "TOOL", "AGE", "EXPIRES IN", "PROJECT"])
+    return 0
+
+
+def _found(config: Path | None, approval_id: str) -> Approval:
+    approval = _store(config).get(approval_id)
+    if approval is None:
+        raise UsageError(
+            f"no approval request {approval_id!r}",
+            hint="`bundlectl approvals list` shows the pending ones",
+        )
+    return approval
+
+
+def show(config: Path | None, approval_id: str, *, fmt: Format) -> int:
+    now = time.time()
+    approval = _found(config, approval_id)
+    if fmt is Format.json:
+        emit_json({"format_version": JSON_FORMAT_VERSION, **_as_json(approval, now)})
+        return 0
+    b = approval.binding
+    state = approval.state(now)
+    out(f"approval request {approval.id}: {state}")
+    out(f"  agent {b.agent!r} wants to call {b.qualified}")
+    out(f"  asked by: {approval.rule}")
+    out(f"  project: {display_path(Path(b.project))}")
+    out(
+        f"  requested {_ago(approval.created, now)} ago",
+    )
+    if state == "pending":
+        out(f"  expires in {span_text(approval.expires - now)}")
+    if approval.decided_by:
+        why = f": {approval.reason}" if approval.reason else ""
+        out(f"  {approval.status} by {approval.decided_by}{why}")
+    out(f"  arguments ({b.digest[:23]}…; secrets shown as ${{NAME}}):")
+    for line in approval.shown.splitlines():
+        out(f"    {line}")
+    return 0
+
+
+def decide(
+    config: Path | None,
+    approval_id: str,
+    *,
+    approve: bool,
+    duration: str | None = None,
+    reason: str | None = None,
+    once: bool = False,
+) -> int:
+    if once and duration is not None:
+        raise UsageError("--once and --for exclude each other")
+    until = None
+    if duration is not None:
+        if not duration[:-1].isdigit() or duration[-1:] not in DURATION_UNITS or duration[0] == "0":
+            raise UsageError(f"--for {duration!r} is not a duration", hint=DURATION_HELP)
+        until = time.time() + seconds(duration)
+    by = _approver()
+    approval = _store(config).decide(
+        approval_id, approve=approve, by=by, reason=reason, until=until
+    )
+    _audit(approval, "approved" if approve else "denied-by-approver", by)
+    b = approval.binding
+    if approve:
+        scope = f"for {duration}" if duration else "once"
+        out(
+            f"approved {approval.id}: agent {b.agent!r} may call {b.qualified} {scope} "
+            "with exactly these arguments"
+        )
+    else:
+        out(f"denied {approval.id}: agent {b.agent!r} may not call {b.qualified}")
+    return 0
+
+
+def _audit(approval: Approval, outcome: str, by: str) -> None:
+    b = approval.binding
+    record = audit.AuditRecord(
+        agent=b.agent,
+        server=b.server,
+        tool=b.tool,
+        decision="ask",
+        lock_digest=None,
+        policy_digest=None,
+        outcome=outcome,
+        rule=approval.rule,
+        arguments_sha256=None,
+        via="approvals",
+        approval=approval.id,
+        approver=by,
+    )
+    try:
+        audit.AuditFile(audit.log_path(userconfig.load().audit.path)).write(record)
+    except OSError as exc:
+        err(f"warning: could not write the audit log: {exc}")

@@ -1,0 +1,36 @@
+"""`bundlectl lint`: validate and analyse, for CI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bundlectl.cli.options import FailLevel, LintFormat
+from bundlectl.config.fsio import atomic_write
+from bundlectl.lint import engine
+from bundlectl.lint.formats import FORMATS
+from bundlectl.lint.rules import Severity
+from bundlectl.output import plain, write
+
+
+def run(
+    targets: list[Path],
+    *,
+    config: Path | None,
+    fmt: LintFormat,
+    output: Path | None,
+    fail_level: FailLevel,
+    select: list[str],
+    ignore: list[str],
+    exit_zero: bool,
+) -> int:
+    level: Severity = fail_level.value
+    selection = engine.Selection(engine.check_ids(select), engine.check_ids(ignore))
+    findings = engine.run(targets, config, selection)
+    if output is not None:
+        with plain():  # a file gets no terminal colours
+            atomic_write(output, FORMATS[fmt.value](findings))
+    else:
+        write(FORMATS[fmt.value](findings))
+    if exit_zero:
+        return 0
+    return 1 if engine.failing(findings, level) else 0

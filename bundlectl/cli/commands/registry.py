@@ -1,0 +1,101 @@
+"""`bundlectl registry add|list`: publish manifests into the user registry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bundlectl.cli.options import Format
+from bundlectl.config import paths
+from bundlectl.config.fsio import atomic_write, project_lock
+from bundlectl.config.project import optional_project
+from bundlectl.config.registry import Registry, Source, load_manifest_file
+from bundlectl.config.yamlio import read_bounded
+from bundlectl.errors import ReportedFailure, UsageError
+from bundlectl.output import JSON_FORMAT_VERSION, emit_json, note, out, table
+
+
+def add(path: Path, *, fmt: Format) -> int:
+    user = Source("user", paths.user_registry_dir())
+    loaded = load_manifest_file(path, user, str(path))
+    m = loaded.manifest
+    target = user.root / m.name / f"{m.version}.yaml"
+    raw = read_bounded(path)  # the manifest as loaded above (load_manifest_file bounds it too)
+    with project_lock(target):
+        if target.exists():
+            if target.read_bytes() != raw:
+                raise ReportedFailure(
+                    f"{m.name} {m.version} is already published with different content",
+                    hint="a published version is immutable: bump `version` and publish again",
+                )
+            status = "unchanged"
+        else:
+            atomic_write(target, raw.decode("utf-8"))
+            status = "published"
+    if fmt is Format.json:
+        emit_json(
+            {
+                "format_version": JSON_FORMAT_VERSION,
+                "name": m.name,
+                "version": m.version,
+                "status": status,
+                "path": str(target),
+                "digest": loaded.digest,
+            }
+        )
+    else:
+        out(f"{status} {m.name} {m.version} to {target}")
+    if (paths.builtin_registry_dir() / m.name).is_dir():
+        note(
+            f"bundle {m.name!r} now hides the built-in bundle {m.name!r} in every project that "
+            "uses it: their locks are stale until `bundlectl lock` (lint reports BCL402)"
+        )
+    return 0
+
+
+def list_sources(config: Path | None, *, fmt: Format) -> int:
+    project = optional_project(config)
+    registry = project.registry if project else Registry.default()
+    rows: list[dict[str, Any]] = []
+    for source in registry.sources:
+        names = source.names()
+        served = [n for n in names if registry.source_of(n) is source]
+        rows.append(
+            {
+                "source": source.label,
+                "path": str(source.root),
+                "bundles": names,
+                "shadowed": sorted(set(names) - set(served)),
+            }
+        )
+    if fmt is Format.json:
+        emit_json({"format_version": JSON_FORMAT_VERSION, "registries": rows})
+        return 0
+    table(
+        [
+            [
+                r["source"],
+                r["path"],
+                ", ".join(r["bundles"]) or "-",
+                ", ".join(r["shadowed"]) or "-",
+            ]
+            for r in rows
+        ],
+        header=["SOURCE", "PATH", "BUNDLES", "SHADOWED"],
+    )
+    return 0
+
+
+def build(folder: Path, *, into: Path | None, fmt: Format) -> int:
+    from bundlectl.config import remote  # noqa: PLC0415 - only for this command
+
+    if not folder.is_dir():
+        raise UsageError(f"{folder} is not a folder", hint="give a folder of <name>/<version>.yaml")
+    target, index = remote.build(folder, into)
+    versions = sum(len(v) for v in index["bundles"].values())
+    if fmt is Format.json:
+        emit_json({"format_version": JSON_FORMAT_VERSION, "index": str(target), **index})
+        return 0
+    said = f"wrote {paths.display_path(target)}: {len(index['bundles'])} bundle(s), "
+    out(said + f"{versions} version(s); serve its folder and list its URL under registries:")
+    return 0

@@ -1,0 +1,282 @@
+"""The commands that check and review the policy: policy, lint, approvals, limits, audit.
+
+Command bodies import their implementation lazily so that `--help` and the commands that do not
+talk to servers never pay for what they do not use (above all, the MCP SDK).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bundlectl.cli import completion
+from bundlectl.cli.app import (
+    AgentOpt,
+    ApprovalIdArg,
+    AuditFileOpt,
+    ConfigOpt,
+    FormatOpt,
+    InteractiveOpt,
+    PolicyArgsOpt,
+    SinceOpt,
+    UnlistedOpt,
+    app,
+    approvals_app,
+    audit_app,
+    limits_app,
+    policy_app,
+)
+from bundlectl.cli.options import (
+    FailLevel,
+    Format,
+    LintFormat,
+    MatrixFormat,
+)
+
+
+@approvals_app.command("list")
+def approvals_list(
+    everything: Annotated[
+        bool, typer.Option("--all", help="Every request kept (7 days), not only pending ones.")
+    ] = False,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """List the calls waiting for a person's approval."""
+    from bundlectl.cli.commands import approvals as cmd
+
+    return cmd.list_requests(config, everything=everything, fmt=fmt)
+
+
+@approvals_app.command("show")
+def approvals_show(
+    approval_id: ApprovalIdArg, config: ConfigOpt = None, fmt: FormatOpt = Format.text
+) -> int:
+    """Show one held call: who, which tool, which rule asked, and its arguments."""
+    from bundlectl.cli.commands import approvals as cmd
+
+    return cmd.show(config, approval_id, fmt=fmt)
+
+
+@approvals_app.command("approve")
+def approvals_approve(
+    approval_id: ApprovalIdArg,
+    once: Annotated[
+        bool, typer.Option("--once", help="Let this call through once (the default).")
+    ] = False,
+    duration: Annotated[
+        str | None,
+        typer.Option(
+            "--for",
+            metavar="DURATION",
+            help="Let the same call (agent, tool, arguments) through for a while: 30m, 8h, 1d.",
+        ),
+    ] = None,
+    config: ConfigOpt = None,
+) -> int:
+    """Approve a held call: exactly that agent, tool and arguments."""
+    from bundlectl.cli.commands import approvals as cmd
+
+    return cmd.decide(config, approval_id, approve=True, duration=duration, once=once)
+
+
+@approvals_app.command("deny")
+def approvals_deny(
+    approval_id: ApprovalIdArg,
+    reason: Annotated[str | None, typer.Option("--reason", help="Why: the caller is told.")] = None,
+    config: ConfigOpt = None,
+) -> int:
+    """Deny a held call; the caller is told who denied it, and why."""
+    from bundlectl.cli.commands import approvals as cmd
+
+    return cmd.decide(config, approval_id, approve=False, reason=reason)
+
+
+@audit_app.callback()
+def audit_records(
+    ctx: typer.Context,
+    agent: Annotated[str | None, typer.Option("--agent", "-a", help="Only this agent.")] = None,
+    tool: Annotated[
+        str | None, typer.Option("--tool", help="Only tools matching this server.tool pattern.")
+    ] = None,
+    outcome: Annotated[
+        str | None,
+        typer.Option("--outcome", help="Only these outcomes: ok, denied, tool-error, ... (a,b)."),
+    ] = None,
+    since: SinceOpt = None,
+    file: AuditFileOpt = None,
+    fmt: Annotated[
+        MatrixFormat, typer.Option("--format", help="Output format.")
+    ] = MatrixFormat.text,
+) -> int | None:
+    """The audit log's records, filtered (`audit summary`, `audit verify`: see below)."""
+    if ctx.invoked_subcommand is not None:
+        return None
+    from bundlectl.cli.commands import audit as cmd
+
+    code = cmd.query(file, agent=agent, tool=tool, outcome=outcome, since=since, fmt=fmt)
+    raise typer.Exit(code)
+
+
+@audit_app.command("summary")
+def audit_summary(
+    agent: Annotated[str | None, typer.Option("--agent", "-a", help="Only this agent.")] = None,
+    since: SinceOpt = None,
+    file: AuditFileOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Calls per agent and tool: how many, how they ended, their median time."""
+    from bundlectl.cli.commands import audit as cmd
+
+    return cmd.summary(file, agent=agent, since=since, fmt=fmt)
+
+
+@audit_app.command("verify")
+def audit_verify(
+    file: Annotated[
+        Path | None,
+        typer.Argument(metavar="[FILE]", dir_okay=False, help="The log (default: the audit log)."),
+    ] = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Check the log's hash chain; the first broken or missing record is named by line (exit 1)."""
+    from bundlectl.cli.commands import audit as cmd
+
+    return cmd.verify(file, fmt=fmt)
+
+
+@limits_app.command("status")
+def limits_status(
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent",
+            "-a",
+            help="Only this agent (listed or not).",
+            autocompletion=completion.agents,
+        ),
+    ] = None,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Show each quota's use in its current window, per agent, and when it resets."""
+    from bundlectl.cli.commands import limits as cmd
+
+    return cmd.status(config, agent=agent, fmt=fmt)
+
+
+@policy_app.command("check")
+def policy_check(
+    tools: Annotated[
+        list[str], typer.Argument(metavar="SERVER.TOOL...", autocompletion=completion.tools)
+    ],
+    agent: AgentOpt,
+    interactive: InteractiveOpt = False,
+    unlisted: UnlistedOpt = False,
+    args: PolicyArgsOpt = None,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Decide each tool for an agent; exit 3 when any is denied.
+
+    Example: bundlectl policy check -a docs files.write_file --args '{"path": "docs/a.md"}'
+    """
+    from bundlectl.cli.commands import policy as cmd
+
+    return cmd.check(
+        config, agent, tools, interactive=interactive, fmt=fmt, unlisted=unlisted, args=args
+    )
+
+
+@policy_app.command("explain")
+def policy_explain(
+    tool: Annotated[str, typer.Argument(metavar="SERVER.TOOL", autocompletion=completion.tools)],
+    agent: AgentOpt,
+    interactive: InteractiveOpt = False,
+    unlisted: UnlistedOpt = False,
+    args: PolicyArgsOpt = None,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Why an agent may or may not call a tool: the deciding rule and where it is written.
+
+    Also the rules it beat, `extends`, defaults, and the rules with argument conditions (with
+    --args: whether each held)."""
+    from bundlectl.cli.commands import policy as cmd
+
+    return cmd.explain_one(
+        config, agent, tool, interactive=interactive, fmt=fmt, unlisted=unlisted, args=args
+    )
+
+
+@policy_app.command("matrix")
+def policy_matrix(
+    agent: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--agent",
+            "-a",
+            help="Only these agents (repeatable).",
+            autocompletion=completion.agents,
+        ),
+    ] = None,
+    unlisted: UnlistedOpt = False,
+    config: ConfigOpt = None,
+    fmt: Annotated[MatrixFormat, typer.Option("--format", help="Output format.")] = (
+        MatrixFormat.text
+    ),
+) -> int:
+    """Agents x tools with the effect in each cell, for review in pull requests."""
+    from bundlectl.cli.commands import policy as cmd
+
+    return cmd.matrix(config, agent or [], fmt=fmt, unlisted=unlisted)
+
+
+@app.command()
+def lint(
+    targets: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            metavar="[PATH...]",
+            help="Projects, bundlectl.yaml files, manifests or registry folders.",
+        ),
+    ] = None,
+    fmt: Annotated[LintFormat, typer.Option("--format", help="Output format.")] = LintFormat.text,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", dir_okay=False, help="Write to a file.")
+    ] = None,
+    fail_level: Annotated[
+        FailLevel, typer.Option("--fail-level", help="Exit 1 at this severity or above.")
+    ] = FailLevel.error,
+    select: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--select", help="Only these rule ids or prefixes.", autocompletion=completion.rule_ids
+        ),
+    ] = None,
+    ignore: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--ignore", help="Skip these rule ids or prefixes.", autocompletion=completion.rule_ids
+        ),
+    ] = None,
+    exit_zero: Annotated[
+        bool, typer.Option("--exit-zero", help="Always exit 0 when lint could run.")
+    ] = False,
+    config: ConfigOpt = None,
+) -> int:
+    """Validate and analyse config, manifests and lock, with rule ids and positions."""
+    from bundlectl.cli.commands import lint as cmd
+
+    return cmd.run(
+        targets or [],
+        config=config,
+        fmt=fmt,
+        output=output,
+        fail_level=fail_level,
+        select=select or [],
+        ignore=ignore or [],
+        exit_zero=exit_zero,
+    )

@@ -1,0 +1,197 @@
+"""The commands that read and change the project: init, list, show, install, remove, lock,
+resolve, schema, registry.
+
+Command bodies import their implementation lazily so that `--help` and the commands that do not
+talk to servers never pay for what they do not use (above all, the MCP SDK).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bundlectl.cli import completion
+from bundlectl.cli.app import (
+    ConfigOpt,
+    DryRunOpt,
+    FormatOpt,
+    app,
+    registry_app,
+)
+from bundlectl.cli.options import (
+    Format,
+)
+
+
+@app.command()
+def init(
+    config: ConfigOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> int:
+    """Write a commented bundlectl.yaml with secure defaults (and its lock)."""
+    from bundlectl.cli.commands import init as cmd
+
+    return cmd.run(config, force=force)
+
+
+@app.command("list")
+def list_(
+    installed: Annotated[
+        bool, typer.Option("--installed", help="Only bundles in the lock.")
+    ] = False,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """List the bundles available in every registry."""
+    from bundlectl.cli.commands import listing
+
+    return listing.run(config, installed=installed, fmt=fmt)
+
+
+@app.command()
+def show(
+    requirement: Annotated[
+        str,
+        typer.Argument(
+            metavar="NAME[SPEC]",
+            help="A bundle, optionally with a version spec.",
+            autocompletion=completion.bundles,
+        ),
+    ],
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Show one bundle: versions, servers, tools, inputs, dependencies, agent defaults."""
+    from bundlectl.cli.commands import show as cmd
+
+    return cmd.run(config, requirement, fmt=fmt)
+
+
+@app.command()
+def install(
+    requirements: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="REQ...",
+            help="Bundles, e.g. basic 'github>=1,<2'.",
+            autocompletion=completion.bundles,
+        ),
+    ],
+    dry_run: DryRunOpt = False,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Add bundles to bundlectl.yaml, resolve, and write the lock."""
+    from bundlectl.cli.commands import install as cmd
+
+    return cmd.install(config, requirements, dry_run=dry_run, fmt=fmt)
+
+
+@app.command()
+def remove(
+    names: Annotated[list[str], typer.Argument(metavar="NAME...", help="Bundles to remove.")],
+    dry_run: DryRunOpt = False,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Remove bundles from bundlectl.yaml (refused while another bundle requires one)."""
+    from bundlectl.cli.commands import install as cmd
+
+    return cmd.remove(config, names, dry_run=dry_run, fmt=fmt)
+
+
+@app.command()
+def lock(
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="[NAME...]", help="With --upgrade: only these bundles."),
+    ] = None,
+    check: Annotated[bool, typer.Option("--check", help="Exit 1 when the lock is stale.")] = False,
+    upgrade: Annotated[
+        bool,
+        typer.Option("--upgrade", help="Ignore the lock's pins (of NAME... only, when given)."),
+    ] = False,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Re-resolve and write bundlectl.lock (pins kept unless --upgrade)."""
+    from bundlectl.cli.commands import install as cmd
+
+    return cmd.lock(config, names or [], check=check, upgrade=upgrade, fmt=fmt)
+
+
+@app.command()
+def resolve(
+    agent: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--agent",
+            "-a",
+            help="Only these agents' rules (repeatable).",
+            autocompletion=completion.agents,
+        ),
+    ] = None,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Print the effective servers (secrets as references) and each agent's rules."""
+    from bundlectl.cli.commands import resolve as cmd
+
+    return cmd.run(config, agents=agent or [], fmt=fmt)
+
+
+@app.command()
+def schema(
+    out: Annotated[
+        Path, typer.Option("--out", file_okay=False, help="Folder to write the schemas to.")
+    ] = Path("schemas"),
+    check: Annotated[bool, typer.Option("--check", help="Exit 1 when the files differ.")] = False,
+) -> int:
+    """Write the JSON Schemas of bundle manifests, config and lock (generated from the models)."""
+    from bundlectl.cli.commands import schema as cmd
+
+    return cmd.run(out, check=check)
+
+
+@registry_app.command("add")
+def registry_add(
+    path: Annotated[Path, typer.Argument(metavar="PATH", help="A bundle manifest file.")],
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Publish a manifest into the user registry (name + version are immutable)."""
+    from bundlectl.cli.commands import registry as cmd
+
+    return cmd.add(path, fmt=fmt)
+
+
+@registry_app.command("build")
+def registry_build(
+    folder: Annotated[
+        Path,
+        typer.Argument(
+            metavar="FOLDER", file_okay=False, help="A registry folder: <name>/<version>.yaml."
+        ),
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", file_okay=False, help="Write the index and manifests here."),
+    ] = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Write index.json for a folder of manifests, to serve it as a remote registry."""
+    from bundlectl.cli.commands import registry as cmd
+
+    return cmd.build(folder, into=out, fmt=fmt)
+
+
+@registry_app.command("list")
+def registry_list(
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """List the registries in precedence order, with their bundles."""
+    from bundlectl.cli.commands import registry as cmd
+
+    return cmd.list_sources(config, fmt=fmt)

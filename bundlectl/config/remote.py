@@ -1,0 +1,243 @@
+"""Registries on a web server (SPEC 14): a static index of bundles (`index.json`, written by
+`bundlectl registry build`) with the manifests beside it, the shape of a Helm chart
+repository or a PEP 503 index, served by anything that serves files.
+
+A remote registry is mirrored into the user cache folder (`<cache>/registries/<key>/`, laid out
+as any registry folder) and read from there: the index is fetched again when the cached one is
+older than `FRESH` seconds (with `If-None-Match`, so an unchanged index costs a 304), and
+each manifest is fetched once and kept by its digest. Every manifest is checked against the
+sha256 the index gives for it — a manifest that differs is refused with both digests (exit 2),
+never used. When the server cannot be reached, the cached index and manifests are used (a
+locked project checks and installs offline), with a note; with nothing cached it is an error
+naming the URL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from bundlectl.config import paths
+from bundlectl.config.requirements import NAME_RE
+from bundlectl.errors import InputFileError, Problem, UsageError
+from bundlectl.output import err
+
+_NAME = re.compile(NAME_RE)
+INDEX = "index.json"
+FRESH = 300.0  # seconds a fetched index is used before it is asked for again
+TIMEOUT = 20.0  # seconds one request may take
+MAX_BYTES = 32 << 20  # an index or a manifest larger than this is refused
+
+
+def is_remote(entry: str) -> bool:
+    return entry.startswith(("https://", "http://"))
+
+
+def mirror_folder(url: str) -> Path:
+    """Where the registry at `url` is mirrored (known before anything is fetched)."""
+    return _folder(url)
+
+
+def _folder(url: str) -> Path:
+    key = hashlib.sha256(url.encode()).hexdigest()[:20]
+    return paths.cache_dir() / "registries" / key
+
+
+def _base(url: str) -> str:
+    """The URL of the folder that holds `index.json` (a URL naming the index itself works)."""
+    if url.endswith("/" + INDEX):
+        url = url[: -len(INDEX)]
+    return url if url.endswith("/") else url + "/"
+
+
+def _get(url: str, etag: str | None = None) -> tuple[int, bytes, str | None]:
+    """The status, body and ETag of a GET (304 with an empty body when unchanged)."""
+    headers = {"Accept": "application/json, application/yaml, */*"}
+    if etag:
+        headers["If-None-Match"] = etag
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+            body = response.read(MAX_BYTES + 1)
+            expected = response.headers.get("Content-Length")
+            if expected is not None and expected.isdigit() and len(body) < int(expected):
+                raise OSError(f"the answer was cut short ({len(body)} of {expected} bytes)")
+            return response.status, body, response.headers.get("ETag")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 304:
+            return 304, b"", etag
+        raise
+
+
+def _problem(url: str, message: str, hint: str | None = None) -> InputFileError:
+    return InputFileError([Problem(url, 1, 1, message, "", hint, "remote_registry")])
+
+
+def _index(url: str, data: bytes) -> dict[str, dict[str, dict[str, str]]]:
+    """The bundles of an index: name → version → {path, sha256}; a malformed index is an
+    error naming what is wrong."""
+    if len(data) > MAX_BYTES:
+        raise _problem(url, f"the index is larger than {MAX_BYTES >> 20} MiB")
+    try:
+        index = json.loads(data)
+    except ValueError as exc:
+        raise _problem(
+            url, f"the index is not JSON: {exc}", "rebuild it: bundlectl registry build"
+        ) from None
+    bundles = index.get("bundles") if isinstance(index, dict) else None
+    if not isinstance(bundles, dict) or index.get("format_version") != 1:
+        raise _problem(
+            url,
+            "not a bundlectl registry index (format_version 1 with bundles)",
+            "write it with `bundlectl registry build FOLDER`",
+        )
+    for name, versions in bundles.items():
+        if not _NAME.match(name):  # it becomes a folder of the mirror: never `..` or a path
+            raise _problem(url, f"bundle name {name!r} is not a bundle name")
+        if not isinstance(versions, dict) or not all(map(_entry, versions.values())):
+            raise _problem(url, f"bundle {name!r}: each version needs a path and a sha256")
+        for version in versions:
+            try:
+                Version(version)
+            except InvalidVersion:
+                raise _problem(url, f"bundle {name!r}: {version!r} is not a version") from None
+    return bundles
+
+
+def _entry(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("path"), str)
+        and isinstance(value.get("sha256"), str)
+    )
+
+
+def mirror(url: str) -> Path:
+    """The local mirror folder of the registry at `url`, brought up to date as far as the
+    server can be reached."""
+    folder = _folder(url)
+    base = _base(url)
+    cached_index = folder / ".index.json"
+    etag_file = folder / ".etag"
+    fresh = cached_index.exists() and time.time() - cached_index.stat().st_mtime < FRESH
+    data: bytes | None = None
+    if not fresh:
+        etag = etag_file.read_text() if etag_file.exists() and cached_index.exists() else None
+        try:
+            status, body, new_etag = _get(base + INDEX, etag)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                raise _problem(
+                    base + INDEX,
+                    "the registry has no index.json (HTTP 404)",
+                    "check the URL under registries:, and that the index was published",
+                ) from None
+            return _offline(url, folder, f"HTTP {exc.code}")
+        except (OSError, ValueError) as exc:
+            return _offline(url, folder, str(getattr(exc, "reason", exc)))
+        if status == 304:
+            cached_index.touch()
+        else:
+            _index(base + INDEX, body)  # refuse a malformed index before it replaces a good one
+            data = body
+            _write(cached_index, body)
+            if new_etag:
+                _write(etag_file, new_etag.encode())
+            else:
+                etag_file.unlink(missing_ok=True)
+    if data is None:
+        data = cached_index.read_bytes()
+    _manifests(base, folder, _index(base + INDEX, data))
+    return folder
+
+
+def _offline(url: str, folder: Path, why: str) -> Path:
+    cached_index = folder / ".index.json"
+    if not cached_index.exists():
+        raise UsageError(
+            f"cannot reach the registry {url} ({why}), and nothing of it is cached",
+            hint="check the URL and the network; once reached, it works offline from the cache",
+        )
+    err(f"note: registry {url} cannot be reached ({why}); using its cached index")
+    _manifests(_base(url), folder, _index(url, cached_index.read_bytes()), offline=True)
+    return folder
+
+
+def _manifests(
+    base: str, folder: Path, bundles: dict[str, dict[str, dict[str, str]]], offline: bool = False
+) -> None:
+    """Each manifest of the index in the mirror, fetched when missing, checked by its digest."""
+    for name, versions in bundles.items():
+        for version, entry in versions.items():
+            target = folder / name / f"{version}.yaml"
+            wanted = entry["sha256"]
+            if target.exists() and _digest(target.read_bytes()) == wanted:
+                continue
+            if offline:
+                continue  # not cached: this version is not available offline
+            url = urllib.parse.urljoin(base, entry["path"])
+            try:
+                _, body, _ = _get(url)
+            except (OSError, ValueError) as exc:
+                raise UsageError(
+                    f"cannot fetch {name} {version} from {url}: {getattr(exc, 'reason', exc)}"
+                ) from None
+            got = _digest(body)
+            if got != wanted:
+                raise _problem(
+                    url,
+                    f"{name} {version}: the manifest's digest {got} differs from the index's "
+                    f"{wanted}; it was not used",
+                    "the registry changed a published manifest, or the download was altered: "
+                    "ask its owner",
+                )
+            _write(target, body)
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _write(path: Path, data: bytes) -> None:
+    from bundlectl.config.fsio import atomic_write_bytes  # noqa: PLC0415 - only when fetching
+
+    atomic_write_bytes(path, data)
+
+
+def build(folder: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """Write `index.json` for a registry folder (`<name>/<version>.yaml`): every manifest
+    loaded and checked first, so a broken one is never published."""
+    from bundlectl.config.registry import Registry, Source  # noqa: PLC0415
+
+    source = Source(str(folder), folder)
+    problems = source.layout_problems()
+    if problems:
+        raise InputFileError(problems)
+    registry = Registry([source])
+    bundles: dict[str, dict[str, dict[str, str]]] = {}
+    for name in source.names():
+        for version in registry.versions(name):
+            loaded = registry.get(name, version)
+            relative = loaded.path.relative_to(folder).as_posix()
+            bundles.setdefault(name, {})[str(version)] = {
+                "path": relative,
+                "sha256": loaded.digest,
+                "description": loaded.manifest.description,
+            }
+    index = {"format_version": 1, "bundles": bundles}
+    target = (out or folder) / INDEX
+    if out is not None:
+        for versions in bundles.values():
+            for entry in versions.values():
+                _write(out / entry["path"], (folder / entry["path"]).read_bytes())
+    _write(target, (json.dumps(index, indent=2, sort_keys=True) + "\n").encode())
+    return target, index

@@ -1,0 +1,162 @@
+"""Rules and decisions as data (SPEC 3): a rule with where it was written, an agent's rules, the
+project's policy settings, and one decision. Pure.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Literal
+
+from bundlectl.policy.patterns import (
+    part_matches,
+    split_rule,
+)
+
+if TYPE_CHECKING:  # conditions are imported only by a policy that has them (models.py)
+    from bundlectl.policy.conditions import Condition
+
+
+Effect = Literal["allow", "ask", "deny"]
+
+
+EFFECTS: tuple[Effect, ...] = ("deny", "ask", "allow")  # strongest first
+
+
+STRENGTH: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
+
+
+DEFAULT_AGENT = "default"
+
+
+def default_agent(agent: str | None) -> str:
+    """The calling agent: as given (`--agent`, which typer also reads from $BUNDLECTL_AGENT),
+    else `default`, which `policy.default` governs unless an agent of that name is listed."""
+    return agent or DEFAULT_AGENT
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where something was written: a file position, and the bundle when a bundle supplied it."""
+
+    file: str
+    line: int = 0
+    column: int = 0
+    bundle: str | None = None  # "github@1.1.0" for bundle agent defaults
+
+    @property
+    def position(self) -> str:
+        """`file:line:col`."""
+        return f"{self.file}:{self.line}:{self.column}" if self.line else self.file
+
+    def __str__(self) -> str:
+        return self._text
+
+    @cached_property
+    def _text(self) -> str:  # shown once per rule of every agent that inherits it
+        return f"bundle {self.bundle}" if self.bundle else self.position
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One pattern with its effect, the agent it belongs to (None: policy.deny), and its origin."""
+
+    pattern: str
+    effect: Effect
+    origin: Origin
+    agent: str | None = None
+    condition: Condition | None = None  # SPEC 10: only calls whose arguments meet it
+
+    @cached_property
+    def parts(self) -> tuple[str, str]:
+        return split_rule(self.pattern)
+
+    def matches(self, server: str, tool: str) -> bool:
+        server_part, tool_part = self.parts
+        return part_matches(server_part, server) and part_matches(tool_part, tool)
+
+    @property
+    def head(self) -> str:
+        owner = f"agents.{self.agent}.{self.effect}" if self.agent else "policy.deny"
+        return f"{owner}: {self.pattern}"
+
+    @property
+    def label(self) -> str:
+        if self.condition is not None:
+            return f"{self.head} if {self.condition.describe()}"
+        return self.head
+
+    @property
+    def key(self) -> str:
+        """The rule as the policy digest sees it: its pattern and its conditions."""
+        if self.condition is None:
+            return self.pattern
+        return f"{self.pattern} if {json.dumps(self.condition.canonical, sort_keys=True)}"
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """An agent's own rules (not yet inheriting) and its parents."""
+
+    name: str
+    origin: Origin
+    rules: tuple[Rule, ...] = ()
+    extends: tuple[tuple[str, Origin], ...] = ()
+
+
+@dataclass(frozen=True)
+class PolicySet:
+    """Everything the engine decides from."""
+
+    agents: Mapping[str, AgentSpec]
+    default: Literal["allow", "deny"] = "allow"
+    default_origin: Origin | None = None  # None: the key is absent (agix's allow)
+    global_deny: tuple[Rule, ...] = ()
+    pin_tools: bool = False
+    locked_tools: frozenset[tuple[str, str]] | None = None  # what the lock records
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The effect for one call, the rule that decided it (None: a default), and why."""
+
+    agent: str
+    server: str
+    tool: str
+    effect: Effect
+    rule: Rule | None
+    reason: str
+    matched_effect: Effect  # before an unconfirmable `ask` became deny
+    conditional: bool = False  # a rule with argument conditions names the tool (SPEC 10)
+    checked: bool = False  # decided with the call's arguments
+    # The same decision for other arguments (validated, with the tool's input schema): what
+    # `perform` asks before a conditional call is sent. None: the arguments do not matter.
+    redecide: Callable[[Mapping[str, Any], Mapping[str, Any] | None], Decision] | None = field(
+        default=None, compare=False, repr=False
+    )
+    # The grants whose conditions this call did not meet (rule and the part that failed,
+    # never an argument's value), when the call was refused or asked for because of it.
+    failed: tuple[str, ...] = ()
+    # The id of the admitted call this decision let through (its audit records share it).
+    call: str | None = field(default=None, compare=False)
+    # Who stands behind the agent when an identity provider's token named it (its `sub`; the
+    # gateway's front door), for the audit record; never the token.
+    subject: str | None = field(default=None, compare=False)
+    listed: bool = field(default=True, compare=False)  # the agent is listed under agents:
+
+    @property
+    def explain(self) -> str:
+        """The `policy explain` command line for this decision, as it runs (an agent that is
+        not listed needs --unlisted)."""
+        extra = "" if self.listed else " --unlisted"
+        return f"bundlectl policy explain --agent {self.agent} {self.qualified}{extra}"
+
+    def stricter(self, other: Decision) -> bool:
+        """Whether this decision refuses more than `other` (deny > ask > allow)."""
+        return STRENGTH[self.effect] > STRENGTH[other.effect]
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.server}.{self.tool}"
