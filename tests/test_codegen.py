@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from bundlectl.codemode.codegen import _Module, generate, generate_typescript, identifier, py_type
+from bundlectl.codemode.codegen import ModuleText, generate, identifier, py_type
+from bundlectl.codemode.typescript import generate_typescript
 from bundlectl.config.models import ToolSpec
 from tests.conftest import Run, audit_records, write
 
@@ -282,7 +283,7 @@ print(json.dumps(out))
 
 
 def types_of(schema: dict[str, Any]) -> tuple[str, list[str]]:
-    module = _Module(root=schema)
+    module = ModuleText(root=schema)
     return py_type(schema, module, "Thing"), module.classes
 
 

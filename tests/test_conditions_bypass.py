@@ -227,7 +227,8 @@ def test_numbers_compare_as_numbers_and_nan_is_refused_at_the_door(project: Path
 def test_the_pipeline_refuses_nan_whatever_parsed_it(project: Path) -> None:
     """HTTP's parser (pydantic) takes NaN and the infinities; the pipeline every front door
     calls refuses them before anything is decided on them, and records why."""
-    from bundlectl.calls.pipeline import AuditLog, Pipeline
+    from bundlectl.calls.audit import AuditLog
+    from bundlectl.calls.pipeline import Pipeline
     from bundlectl.config.project import load_project
     from bundlectl.errors import ToolCallError
     from bundlectl.resolve.resolved import resolve_project

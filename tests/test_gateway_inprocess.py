@@ -17,7 +17,8 @@ from typing import Any
 import anyio
 import pytest
 
-from bundlectl.calls.pipeline import AuditLog, Pipeline
+from bundlectl.calls.audit import AuditLog
+from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config.project import load_project
 from bundlectl.gateway.handlers import mcp_server
 from bundlectl.gateway.hub import Hub

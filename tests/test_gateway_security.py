@@ -242,7 +242,8 @@ def test_a_late_message_of_one_agents_server_never_reaches_another_agent(
     from mcp import Client
     from mcp_types import Implementation
 
-    from bundlectl.calls.pipeline import AuditLog, Pipeline
+    from bundlectl.calls.audit import AuditLog
+    from bundlectl.calls.pipeline import Pipeline
     from bundlectl.config.project import load_project
     from bundlectl.gateway.handlers import mcp_server
     from bundlectl.gateway.hub import Hub

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from bundlectl.calls.pipeline import After, Pipeline, always_yes
+from bundlectl.calls.confirm import After, always_yes
+from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config.project import load_project
 from bundlectl.errors import (
     CallTimeout,

@@ -215,7 +215,8 @@ def _in_process_with(
     """`_in_process`, the clients made with `options`."""
     from mcp import Client
 
-    from bundlectl.calls.pipeline import AuditLog, Pipeline
+    from bundlectl.calls.audit import AuditLog
+    from bundlectl.calls.pipeline import Pipeline
     from bundlectl.config.project import load_project
     from bundlectl.gateway.handlers import mcp_server
     from bundlectl.gateway.hub import Hub
@@ -265,7 +266,6 @@ def test_code_mode_never_quotes_the_values_behind_tokens(
     # The same oracle through `bundlectl.client` in this process: the values were put back
     # before validation, and the validator's message quoted them.
     from bundlectl import client
-
     from bundlectl.codemode import runtime
 
     monkeypatch.setattr(runtime, "_SESSION", {})

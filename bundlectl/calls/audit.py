@@ -1,4 +1,5 @@
-"""The audit log: one JSON line per call decision. Never argument values, never a secret."""
+"""The audit log: one JSON line per call decision, hash-chained. Never argument values, never a
+secret. `AuditLog` is the sink the call pipeline records through."""
 
 from __future__ import annotations
 
@@ -12,14 +13,20 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 try:
     import fcntl
 except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
+from bundlectl.calls import userconfig
 from bundlectl.config import paths
+from bundlectl.output import err
+
+if TYPE_CHECKING:  # the sink records what the pipeline decided
+    from bundlectl.policy.rules import Decision
+    from bundlectl.resolve.resolved import Resolution
 
 KEY_BYTES = 32
 
@@ -244,3 +251,138 @@ def append(record: AuditRecord, target: Path) -> Path:
     finally:
         log.close()
     return target
+
+
+class AuditSink(Protocol):
+    """Where the record of each decision and its outcome goes."""
+
+    def record(
+        self,
+        decision: Decision,
+        outcome: str,
+        duration_ms: float,
+        arguments: dict[str, Any] | None,
+    ) -> None: ...
+
+    def access(
+        self, agent: str, server: str, method: str, key: dict[str, Any], outcome: str
+    ) -> None:
+        """A resource read or a prompt fetched (`method`: resources/read, prompts/get), with the
+        keyed digest of what was asked for (`key`: the URI or the prompt's name and arguments)."""
+
+    def unauthorized(self, remote: str, *, repeated: int | None = None) -> None:
+        """A request to the gateway without a valid token (no agent, no tool); `repeated`:
+        that many more from `remote`, counted instead of recorded one by one."""
+
+    def approval(self, decision: Decision, step: str, approval: str, approver: str | None) -> None:
+        """A step of an out-of-band approval (SPEC 11): `approval-requested`, `-used`,
+        `-withdrawn` (an approver's decision is recorded by `bundlectl approvals`)."""
+
+
+@dataclass
+class AuditLog:
+    """The audit log file (SPEC 4.2): digests of the lock, the policy and the arguments; never
+    argument values. A log that cannot be written is a warning, never a failed call."""
+
+    resolution: Resolution
+    via: str = "exec"
+    _lock_digest: tuple[tuple[int, int], str | None] | None = None
+    _file: AuditFile | None = None  # opened on the first record, kept open
+    _key: bytes | None = None  # the installation's audit key, read on the first digest
+
+    def _digest(self, arguments: dict[str, Any] | None) -> str | None:
+        if arguments is None:
+            return None
+        if self._key is None:
+            try:
+                self._key = installation_key()
+            except OSError as exc:
+                err(f"warning: no audit key, so no argument digest: {exc}")
+                return None
+        return arguments_digest(arguments, self._key)
+
+    def _digest_of_lock(self) -> str | None:
+        """The lock's digest, hashed again only when the file changed (a gateway makes many
+        calls)."""
+        path = self.resolution.project.lock_path
+        try:
+            stat = os.stat(path)
+            key = (stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            return None
+        if self._lock_digest is None or self._lock_digest[0] != key:
+            self._lock_digest = (key, lock_digest(path))
+        return self._lock_digest[1]
+
+    def record(
+        self,
+        decision: Decision,
+        outcome: str,
+        duration_ms: float,
+        arguments: dict[str, Any] | None,
+    ) -> None:
+        rule = decision.rule
+        self._decided(
+            decision,
+            outcome=outcome,
+            duration_ms=duration_ms,
+            arguments_sha256=self._digest(arguments),
+            rule_condition=rule.condition.describe() if rule and rule.condition else None,
+            conditions_failed=list(decision.failed) or None,
+            call=decision.call,
+            subject=decision.subject,
+        )
+
+    def _decided(self, decision: Decision, **fields: Any) -> None:
+        """A record about one decision: who, what, and the rule that decided."""
+        rule = decision.rule
+        self._append(
+            decision.agent,
+            decision.server,
+            decision.tool,
+            decision=decision.effect,
+            rule=rule.pattern if rule else None,
+            rule_source=str(rule.origin) if rule else None,
+            **fields,
+        )
+
+    def access(
+        self, agent: str, server: str, method: str, key: dict[str, Any], outcome: str
+    ) -> None:
+        """A resource read, prompt get or listing: denied by the policy (`outcome` denied), or
+        let through, whatever the server then did (ok, not-found, server-error, timeout)."""
+        decision = "deny" if outcome == "denied" else "allow"
+        self._append(
+            agent,
+            server,
+            method,
+            decision=decision,
+            outcome=outcome,
+            arguments_sha256=self._digest(key),
+        )
+
+    def approval(self, decision: Decision, step: str, approval: str, approver: str | None) -> None:
+        self._decided(decision, outcome=step, approval=approval, approver=approver)
+
+    def unauthorized(self, remote: str, *, repeated: int | None = None) -> None:
+        self._append(
+            "-", "-", "-", decision="deny", outcome="unauthorized", remote=remote, repeated=repeated
+        )
+
+    def _append(self, agent: str, server: str, tool: str, **fields: Any) -> None:
+        entry = AuditRecord(
+            agent=agent,
+            server=server,
+            tool=tool,
+            lock_digest=self._digest_of_lock(),
+            # The policy that decided: the config as loaded now, whether or not the lock is fresh.
+            policy_digest=self.resolution.lock.policy_digest,
+            via=self.via,
+            **fields,
+        )
+        try:
+            if self._file is None:
+                self._file = AuditFile(log_path(userconfig.load().audit.path))
+            self._file.write(entry)
+        except OSError as exc:
+            err(f"warning: could not write the audit log: {exc}")

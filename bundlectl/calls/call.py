@@ -16,7 +16,8 @@ import anyio
 
 from bundlectl import servers
 from bundlectl.calls.arguments import build_arguments, validate
-from bundlectl.calls.pipeline import After, Pipeline, terminal_confirmer
+from bundlectl.calls.confirm import After, terminal_confirmer
+from bundlectl.calls.pipeline import Pipeline
 from bundlectl.errors import BundlectlError, PolicyDenied, ToolCallError, UsageError
 from bundlectl.mcpio import plain, runner
 from bundlectl.mcpio.connect import (

@@ -21,15 +21,12 @@ import itertools
 import json
 import os
 import secrets
-import sys
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bundlectl import metrics, telemetry
-from bundlectl.calls import audit, userconfig
 from bundlectl.config import paths
 from bundlectl.config.lockfile import digest_json
 from bundlectl.config.models import ApprovalSettings
@@ -47,7 +44,6 @@ from bundlectl.errors import (
 )
 from bundlectl.mcpio.connect import Target
 from bundlectl.mcpio.live import compare
-from bundlectl.output import ask, err
 from bundlectl.policy.conditions import non_finite
 from bundlectl.policy.rules import Decision
 from bundlectl.resolve.resolved import Resolution
@@ -60,6 +56,21 @@ if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowe
     from bundlectl.mcpio.connect import Target
     from bundlectl.policy.conditions import PathReader
 
+
+# The audit log's outcome of a call that failed, by the error's exit code (SPEC 4.1).
+
+from bundlectl.calls.audit import AuditLog, AuditSink
+from bundlectl.calls.confirm import (
+    SHOWN_KEYS,
+    SHOWN_UNKNOWN,
+    SHOWN_VALUE,
+    After,
+    Answer,
+    Confirmation,
+    Deferred,
+    _printable,
+    settled,
+)
 
 # The audit log's outcome of a call that failed, by the error's exit code (SPEC 4.1).
 OUTCOMES = {
@@ -79,218 +90,14 @@ def outcome_of(error: BundlectlError | None, *, tool_error: bool = False) -> str
     return "tool-error" if tool_error else "ok"
 
 
-class After(Enum):
-    """What a server's session should do after a call (`Pipeline.finish`)."""
-
-    KEEP = "keep"  # it answered (a result or a tool error): keep using it
-    RESTART = "restart"  # it answered the call with an error of its own: start it afresh
-    CRASHED = "crashed"  # it broke the call (exited, garbled the protocol): afresh, backing off
-    PROBE = "probe"  # it did not answer in time: check it is not stuck in the call
-
-
-@dataclass(frozen=True)
-class Deferred:
-    """An `ask` rule's answer that comes later, outside this request: what the front door
-    answers meanwhile (the gateway: an MCP input-required result its client answers by
-    retrying the call)."""
-
-    answer: Any
-
-
-# An `ask` rule's answer: True go ahead, False the person said no, None no one could be asked.
-Answer = bool | None | Deferred
-
-
-class Confirmation(Protocol):
-    """Who confirms a call an `ask` rule holds: one strategy of `Pipeline.admission` per front
-    door — a terminal prompt (`OnTerminal`), `--yes` (`always_yes`), an MCP elicitation (the
-    gateway), or no one (None: the call is refused)."""
-
-    async def __call__(
-        self, pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]
-    ) -> Answer: ...
-
-
 T = TypeVar("T")
+
 
 # Call ids: this process's random prefix and a counter (unique across processes and runs).
 _RUN = secrets.token_hex(4)
+
+
 _CALLS = itertools.count(1)
-
-SHOWN_VALUE = 120  # characters of one argument's value a question shows
-SHOWN_KEYS = 20  # undeclared arguments a question lists (every declared one is shown)
-SHOWN_UNKNOWN = 100  # arguments a question lists when the tool's schema is not known
-
-
-class AuditSink(Protocol):
-    """Where the record of each decision and its outcome goes."""
-
-    def record(
-        self,
-        decision: Decision,
-        outcome: str,
-        duration_ms: float,
-        arguments: dict[str, Any] | None,
-    ) -> None: ...
-
-    def access(
-        self, agent: str, server: str, method: str, key: dict[str, Any], outcome: str
-    ) -> None:
-        """A resource read or a prompt fetched (`method`: resources/read, prompts/get), with the
-        keyed digest of what was asked for (`key`: the URI or the prompt's name and arguments)."""
-
-    def unauthorized(self, remote: str, *, repeated: int | None = None) -> None:
-        """A request to the gateway without a valid token (no agent, no tool); `repeated`:
-        that many more from `remote`, counted instead of recorded one by one."""
-
-    def approval(self, decision: Decision, step: str, approval: str, approver: str | None) -> None:
-        """A step of an out-of-band approval (SPEC 11): `approval-requested`, `-used`,
-        `-withdrawn` (an approver's decision is recorded by `bundlectl approvals`)."""
-
-
-@dataclass
-class AuditLog:
-    """The audit log file (SPEC 4.2): digests of the lock, the policy and the arguments; never
-    argument values. A log that cannot be written is a warning, never a failed call."""
-
-    resolution: Resolution
-    via: str = "exec"
-    _lock_digest: tuple[tuple[int, int], str | None] | None = None
-    _file: audit.AuditFile | None = None  # opened on the first record, kept open
-    _key: bytes | None = None  # the installation's audit key, read on the first digest
-
-    def _digest(self, arguments: dict[str, Any] | None) -> str | None:
-        if arguments is None:
-            return None
-        if self._key is None:
-            try:
-                self._key = audit.installation_key()
-            except OSError as exc:
-                err(f"warning: no audit key, so no argument digest: {exc}")
-                return None
-        return audit.arguments_digest(arguments, self._key)
-
-    def _digest_of_lock(self) -> str | None:
-        """The lock's digest, hashed again only when the file changed (a gateway makes many
-        calls)."""
-        path = self.resolution.project.lock_path
-        try:
-            stat = os.stat(path)
-            key = (stat.st_mtime_ns, stat.st_size)
-        except OSError:
-            return None
-        if self._lock_digest is None or self._lock_digest[0] != key:
-            self._lock_digest = (key, audit.lock_digest(path))
-        return self._lock_digest[1]
-
-    def record(
-        self,
-        decision: Decision,
-        outcome: str,
-        duration_ms: float,
-        arguments: dict[str, Any] | None,
-    ) -> None:
-        rule = decision.rule
-        self._decided(
-            decision,
-            outcome=outcome,
-            duration_ms=duration_ms,
-            arguments_sha256=self._digest(arguments),
-            rule_condition=rule.condition.describe() if rule and rule.condition else None,
-            conditions_failed=list(decision.failed) or None,
-            call=decision.call,
-            subject=decision.subject,
-        )
-
-    def _decided(self, decision: Decision, **fields: Any) -> None:
-        """A record about one decision: who, what, and the rule that decided."""
-        rule = decision.rule
-        self._append(
-            decision.agent,
-            decision.server,
-            decision.tool,
-            decision=decision.effect,
-            rule=rule.pattern if rule else None,
-            rule_source=str(rule.origin) if rule else None,
-            **fields,
-        )
-
-    def access(
-        self, agent: str, server: str, method: str, key: dict[str, Any], outcome: str
-    ) -> None:
-        """A resource read, prompt get or listing: denied by the policy (`outcome` denied), or
-        let through, whatever the server then did (ok, not-found, server-error, timeout)."""
-        decision = "deny" if outcome == "denied" else "allow"
-        self._append(
-            agent,
-            server,
-            method,
-            decision=decision,
-            outcome=outcome,
-            arguments_sha256=self._digest(key),
-        )
-
-    def approval(self, decision: Decision, step: str, approval: str, approver: str | None) -> None:
-        self._decided(decision, outcome=step, approval=approval, approver=approver)
-
-    def unauthorized(self, remote: str, *, repeated: int | None = None) -> None:
-        self._append(
-            "-", "-", "-", decision="deny", outcome="unauthorized", remote=remote, repeated=repeated
-        )
-
-    def _append(self, agent: str, server: str, tool: str, **fields: Any) -> None:
-        entry = audit.AuditRecord(
-            agent=agent,
-            server=server,
-            tool=tool,
-            lock_digest=self._digest_of_lock(),
-            # The policy that decided: the config as loaded now, whether or not the lock is fresh.
-            policy_digest=self.resolution.lock.policy_digest,
-            via=self.via,
-            **fields,
-        )
-        try:
-            if self._file is None:
-                self._file = audit.AuditFile(audit.log_path(userconfig.load().audit.path))
-            self._file.write(entry)
-        except OSError as exc:
-            err(f"warning: could not write the audit log: {exc}")
-
-
-def terminal_confirmer() -> Confirmation | None:
-    """A y/N prompt on the terminal, or None when no one is there to answer (CI, pipes)."""
-    ci = os.environ.get("CI", "").lower() not in ("", "0", "false")
-    if ci or not (sys.stdin.isatty() and sys.stderr.isatty()):
-        return None
-    return on_terminal
-
-
-async def on_terminal(pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]) -> bool:
-    """The question, and a y/N answer read on the terminal (blocking: `exec`, code mode)."""
-    answer = ask(f"{pipeline.question(decision, arguments)}\nAllow? [y/N] ")
-    return answer.strip().lower() in ("y", "yes")
-
-
-def _printable(text: str) -> str:
-    """Control characters as escapes: a value cannot redraw the question it is shown in."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-async def always_yes(pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]) -> bool:
-    """`--yes`: every `ask` rule is confirmed in advance."""
-    return True
-
-
-def settled(step: Coroutine[Any, Any, T]) -> T:
-    """A coroutine that never waits on anything (the admission of `exec`, batch and code mode,
-    whose confirmations block), run to its end without an event loop: the policy decides before
-    anyio or the SDK is imported."""
-    try:
-        step.send(None)
-    except StopIteration as done:
-        return cast(T, done.value)
-    step.close()
-    raise RuntimeError("this confirmation waits: await it in an event loop")
 
 
 @dataclass

@@ -16,12 +16,10 @@ from typing import Any
 
 import anyio
 
+from bundlectl.calls.audit import AuditLog
 from bundlectl.calls.call import CallRequest, call_once, client_capabilities, completed_now
-from bundlectl.calls.pipeline import (
-    AuditLog,
-    Pipeline,
-    terminal_confirmer,
-)
+from bundlectl.calls.confirm import terminal_confirmer
+from bundlectl.calls.pipeline import Pipeline
 from bundlectl.codemode.outcomes import ToolDenied, ToolFailed
 from bundlectl.codemode.privacy import Privacy
 from bundlectl.config.project import load_project

@@ -14,7 +14,7 @@ import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 
 from bundlectl import metrics
-from bundlectl.calls.pipeline import After
+from bundlectl.calls.confirm import After
 from bundlectl.errors import (
     BundlectlError,
     ServerCrashed,

@@ -46,7 +46,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from bundlectl import __version__
 from bundlectl.calls.arguments import structured_problem, validate
-from bundlectl.calls.pipeline import After
+from bundlectl.calls.confirm import After
 from bundlectl.errors import BundlectlError, Interrupted
 from bundlectl.mcpio.connect import (
     broke_protocol,

@@ -35,7 +35,8 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from bundlectl import __version__
-from bundlectl.calls.pipeline import Confirmation, Deferred, Pipeline
+from bundlectl.calls.confirm import Confirmation, Deferred
+from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config.lockfile import digest_json
 from bundlectl.gateway.context import (
     MODERN,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 
-from bundlectl.calls.pipeline import Confirmation
+from bundlectl.calls.confirm import Confirmation
 from bundlectl.gateway.context import _error
 
 if TYPE_CHECKING:

@@ -17,8 +17,9 @@ from mcp.shared.exceptions import MCPError
 
 from bundlectl.calls.approval import ApprovalHeld
 from bundlectl.calls.call import CallOutcome, CallRequest, completed, perform
+from bundlectl.calls.confirm import Confirmation, Deferred
 from bundlectl.calls.limits import LimitReached
-from bundlectl.calls.pipeline import Confirmation, Deferred, Pipeline
+from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config.models import ToolSpec
 from bundlectl.errors import (
     BundlectlError,

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from bundlectl import credentials
-from bundlectl.calls.pipeline import AuditLog, Pipeline
+from bundlectl.calls.audit import AuditLog
+from bundlectl.calls.pipeline import Pipeline
 from bundlectl.cli.options import Format
 from bundlectl.config.expand import expand
 from bundlectl.config.project import load_project

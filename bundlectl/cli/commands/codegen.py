@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from bundlectl.clients.planning import undeclared
-from bundlectl.codemode.codegen import Place, generate, generate_typescript, read_skills, skill_seed
+from bundlectl.codemode.codegen import Place, generate
+from bundlectl.codemode.skills import read_skills, skill_seed
+from bundlectl.codemode.typescript import generate_typescript
 from bundlectl.config.fsio import atomic_write
 from bundlectl.config.paths import display_path
 from bundlectl.config.project import load_project

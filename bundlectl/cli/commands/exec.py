@@ -14,14 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bundlectl.calls.arguments import build_arguments, load_json_args, preload, split_pairs
+from bundlectl.calls.audit import AuditLog
 from bundlectl.calls.batch import BatchItem, batch_line, read_batch, run_items, write_line
 from bundlectl.calls.call import CallRequest, call_once, client_capabilities, completed_now
-from bundlectl.calls.pipeline import (
-    AuditLog,
-    Pipeline,
-    always_yes,
-    terminal_confirmer,
-)
+from bundlectl.calls.confirm import always_yes, terminal_confirmer
+from bundlectl.calls.pipeline import Pipeline
 from bundlectl.calls.render import OutputDir, render_text, result_json
 from bundlectl.cli.options import Format
 from bundlectl.config.project import load_project

@@ -12,7 +12,8 @@ from typing import Any
 
 import anyio
 
-from bundlectl.calls.pipeline import AuditLog, Pipeline
+from bundlectl.calls.audit import AuditLog
+from bundlectl.calls.pipeline import Pipeline
 from bundlectl.calls.render import OutputDir, render_text
 from bundlectl.cli.options import Format
 from bundlectl.config.project import load_project

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bundlectl import metrics
-from bundlectl.calls.pipeline import AuditLog, Pipeline
+from bundlectl.calls.audit import AuditLog
+from bundlectl.calls.pipeline import Pipeline
 from bundlectl.cli.options import ServeMode, ServeTransport
 from bundlectl.config.project import load_project
 from bundlectl.errors import UsageError

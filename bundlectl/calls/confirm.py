@@ -1,0 +1,104 @@
+"""Who confirms a call that an `ask` rule holds: the strategies of `Pipeline.admission` (a terminal
+prompt, `--yes`, and, in other modules, an MCP elicitation and an out-of-band approval), and
+what a session should do after a call (`After`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+
+from bundlectl.output import ask
+from bundlectl.policy.rules import Decision
+
+if TYPE_CHECKING:
+    from bundlectl.calls.pipeline import (
+        Pipeline,  # the transports load anyio: not before the policy has allowed the call
+    )
+
+
+# The audit log's outcome of a call that failed, by the error's exit code (SPEC 4.1).
+
+
+T = TypeVar("T")
+
+
+class After(Enum):
+    """What a server's session should do after a call (`Pipeline.finish`)."""
+
+    KEEP = "keep"  # it answered (a result or a tool error): keep using it
+    RESTART = "restart"  # it answered the call with an error of its own: start it afresh
+    CRASHED = "crashed"  # it broke the call (exited, garbled the protocol): afresh, backing off
+    PROBE = "probe"  # it did not answer in time: check it is not stuck in the call
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """An `ask` rule's answer that comes later, outside this request: what the front door
+    answers meanwhile (the gateway: an MCP input-required result its client answers by
+    retrying the call)."""
+
+    answer: Any
+
+
+# An `ask` rule's answer: True go ahead, False the person said no, None no one could be asked.
+Answer = bool | None | Deferred
+
+
+class Confirmation(Protocol):
+    """Who confirms a call an `ask` rule holds: one strategy of `Pipeline.admission` per front
+    door — a terminal prompt (`OnTerminal`), `--yes` (`always_yes`), an MCP elicitation (the
+    gateway), or no one (None: the call is refused)."""
+
+    async def __call__(
+        self, pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]
+    ) -> Answer: ...
+
+
+SHOWN_VALUE = 120  # characters of one argument's value a question shows
+
+
+SHOWN_KEYS = 20  # undeclared arguments a question lists (every declared one is shown)
+
+
+SHOWN_UNKNOWN = 100  # arguments a question lists when the tool's schema is not known
+
+
+def terminal_confirmer() -> Confirmation | None:
+    """A y/N prompt on the terminal, or None when no one is there to answer (CI, pipes)."""
+    ci = os.environ.get("CI", "").lower() not in ("", "0", "false")
+    if ci or not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return None
+    return on_terminal
+
+
+async def on_terminal(pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]) -> bool:
+    """The question, and a y/N answer read on the terminal (blocking: `exec`, code mode)."""
+    answer = ask(f"{pipeline.question(decision, arguments)}\nAllow? [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _printable(text: str) -> str:
+    """Control characters as escapes: a value cannot redraw the question it is shown in."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+async def always_yes(pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]) -> bool:
+    """`--yes`: every `ask` rule is confirmed in advance."""
+    return True
+
+
+def settled(step: Coroutine[Any, Any, T]) -> T:
+    """A coroutine that never waits on anything (the admission of `exec`, batch and code mode,
+    whose confirmations block), run to its end without an event loop: the policy decides before
+    anyio or the SDK is imported."""
+    try:
+        step.send(None)
+    except StopIteration as done:
+        return cast(T, done.value)
+    step.close()
+    raise RuntimeError("this confirmation waits: await it in an event loop")
