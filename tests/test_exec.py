@@ -908,34 +908,45 @@ def test_builtin_in_process_equals_the_subprocess_server(kitchen: Path, run: Run
     """,
     )
     (kitchen / "data.bin").write_bytes(b"\x00\x01binary")
-    for server, args in (
-        ("files", ["read_file", "path=hello.txt"]),
-        ("files", ["read_file", "path=data.bin"]),
-        ("files", ["list_directory"]),
-        ("files", ["list_directory", "path=hello.txt"]),
-        ("files", ["read_file", "path=../outside"]),
-        ("files", ["read_file", "path=hello.txt", "extra=refused"]),
-        ("files", ["write_file", "path=new/note.txt", "content=hi"]),
-        ("review", ["view_diff", "base=--evil"]),
-        ("review", ["complexity_metrics", "file_path=missing.py"]),
-    ):
-        inproc = run("exec", f"{server}.{args[0]}", *args[1:], "--format", "json")
-        sub = run("exec", f"{server}-sub.{args[0]}", *args[1:], "--format", "json")
-        if "extra=refused" in args:  # an undeclared argument: refused by both
+    reads = [
+        ("files", "read_file", {"path": "hello.txt"}),
+        ("files", "read_file", {"path": "data.bin"}),
+        ("files", "list_directory", {}),
+        ("files", "list_directory", {"path": "hello.txt"}),
+        ("files", "read_file", {"path": "../outside"}),
+        ("files", "read_file", {"path": "hello.txt", "extra": "refused"}),
+        ("review", "view_diff", {"base": "--evil"}),
+        ("review", "complexity_metrics", {"file_path": "missing.py"}),
+    ]
+    # One batch: each server (and so each subprocess) started once for all its calls.
+    batch = kitchen / "calls.jsonl"
+    batch.write_text(
+        "".join(
+            json.dumps({"tool": f"{server}{kind}.{tool}", "arguments": arguments}) + "\n"
+            for server, tool, arguments in reads
+            for kind in ("", "-sub")
+        )
+    )
+    lines = [json.loads(line) for line in run("exec", "--batch", str(batch)).lines]
+    assert len(lines) == 2 * len(reads)
+    for (server, tool, arguments), inproc, sub in zip(reads, lines[::2], lines[1::2], strict=True):
+        assert (inproc["server"], sub["server"]) == (server, f"{server}-sub")
+        if "extra" in arguments:  # an undeclared argument: refused by both
             # known as ours: before it is sent (exit 4); started as any server: by the server
-            assert inproc.code == 4 and "takes no argument 'extra'" in inproc.err
-            assert sub.code == 1 and "Extra inputs are not permitted" in sub.out, sub.out
+            assert inproc["error"]["exit_code"] == 4
+            assert "takes no argument 'extra'" in inproc["error"]["message"]
+            assert sub["result"]["isError"], sub
+            assert "Extra inputs are not permitted" in sub["result"]["content"][0]["text"]
             continue
-        assert inproc.code == sub.code, args
-        results = [json.loads(inproc.out), json.loads(sub.out)]
-        for data in results:
-            data.pop("server")
-            data.pop("duration_ms")
-            data.pop("rule")
-        assert results[0] == results[1], args
-        if args == ["read_file", "path=hello.txt"]:  # the built-in servers are bundlectl's own
-            info = results[0]["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]
+        assert inproc["result"] == sub["result"], (tool, arguments)
+        if (tool, arguments) == ("read_file", {"path": "hello.txt"}):  # bundlectl's own servers
+            info = inproc["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]
             assert info == {"name": "bundlectl-files", "version": bundlectl.__version__}
+    # A write, alone (a listing beside it in the batch could run before or after it).
+    inproc = run("exec", "files.write_file", "path=new/note.txt", "content=hi", "--format", "json")
+    sub = run("exec", "files-sub.write_file", "path=new/note.txt", "content=hi", "--format", "json")
+    assert inproc.code == sub.code == 0
+    assert json.loads(inproc.out)["result"] == json.loads(sub.out)["result"]
 
 
 def test_builtin_tool_called_without_the_sdk(kitchen: Path, isolated_home: Path) -> None:
