@@ -22,9 +22,11 @@ from bundlectl.calls.confirm import terminal_confirmer
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.codemode.outcomes import ToolDenied, ToolFailed
 from bundlectl.codemode.privacy import Privacy
+from bundlectl.config.models import ServerSpec
 from bundlectl.config.project import load_project
 from bundlectl.errors import BundlectlError, PolicyDenied, UsageError
-from bundlectl.mcpio.session import ToolResult
+from bundlectl.mcpio.connect import Target, connect
+from bundlectl.mcpio.session import SdkSession, ToolResult
 from bundlectl.policy.patterns import gateway_name, parse_tool_name
 from bundlectl.policy.rules import default_agent
 from bundlectl.resolve.resolved import resolve_project
@@ -172,22 +174,23 @@ def _through_gateway(
 ) -> ToolResult:
     server, tool = parse_tool_name(name)
     wire = gateway_name(server, tool, _naming(config))
-    token = os.environ.get("BUNDLECTL_GATEWAY_TOKEN")
+    headers = {"Authorization": "Bearer ${BUNDLECTL_GATEWAY_TOKEN}"}
+    if not os.environ.get("BUNDLECTL_GATEWAY_TOKEN"):
+        headers = {}  # a gateway on loopback without tokens
+    # The gateway is one more streamable-HTTP server: connected the way exec connects to one.
+    spec = ServerSpec(transport="streamable-http", url=url, headers=headers, timeout=300)
+    target = Target("gateway", spec, Path.cwd())
 
-    async def go() -> Any:
-        import httpx2
-        from mcp import Client
-        from mcp.client.streamable_http import streamable_http_client
+    async def go() -> ToolResult:
+        async with connect(target, connect_timeout=30.0) as client:
+            return await SdkSession(client).call(
+                wire, arguments, timeout=float(spec.timeout), progress=None
+            )
 
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        timeout = httpx2.Timeout(30, read=300)
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
-            Client(streamable_http_client(url, http_client=http)) as client,
-        ):
-            return await client.call_tool(wire, arguments)
-
-    result = ToolResult(model=anyio.run(go))
+    try:
+        result: ToolResult = anyio.run(go)
+    except BundlectlError as exc:  # the gateway could not be reached or refused the token
+        raise ToolFailed(exc.message + (f" ({exc.hint})" if exc.hint else "")) from None
     text = " ".join(result.texts())
     if result.is_error and text.startswith("unknown tool"):
         raise ToolDenied(f"{name}: {text}")  # the gateway says denied as unknown

@@ -22,7 +22,7 @@ from bundlectl.errors import (
 )
 from bundlectl.gateway.relay import CallCancelled, Job, Relay
 from bundlectl.mcpio.connect import Target, classify, connect
-from bundlectl.mcpio.session import list_all_tools
+from bundlectl.mcpio.session import SdkSession, ServerSession
 from bundlectl.output import err
 
 CONNECT_TIMEOUT = 30.0
@@ -241,8 +241,8 @@ class Downstream:
             return
         self.release()
 
-        async def ping(client: Any) -> None:
-            await client.send_ping()
+        async def ping(session: ServerSession) -> None:
+            await session.ping()
 
         try:
             with anyio.fail_after(PROBE_TIMEOUT):
@@ -257,7 +257,7 @@ class Downstream:
     async def live_tools(self, group: TaskGroup) -> dict[str, Any]:
         """The session's tools, listed once per session (a restart lists them again)."""
         if self.tools is None or self._inbox is None:
-            listed = await self.run(group, list_all_tools)
+            listed = await self.run(group, _listed_tools)
             fresh = {tool.name: tool for tool in listed}
             if self.relay is not None and fresh != self.tools:
                 self.relay.hub.changed()
@@ -294,19 +294,20 @@ class Downstream:
                 ) as client,
                 anyio.create_task_group() as jobs,
             ):
+                session = SdkSession(client)  # what the jobs ask of the server goes through it
                 tee = self.target.stderr  # this session's copy of the server's stderr
                 if self.target.tap is not None:  # calls past the SDK, in this session's protocol
-                    self.target.tap.version = client.protocol_version
+                    self.target.tap.version = session.protocol_version
                 task_status.started(send)
                 started = True
                 listening = anyio.CancelScope()
                 if self.relay is not None:
                     self.relay.modern, self.relay.settled = None, anyio.Event()  # a new session
-                    jobs.start_soon(self.relay.listen, client, listening)
-                    jobs.start_soon(self.relay.resubscribe, client)
+                    jobs.start_soon(self.relay.listen, session, listening)
+                    jobs.start_soon(self.relay.resubscribe, session)
                 async with receive:
                     async for job, reply, scope, caller in receive:
-                        jobs.start_soon(self._one, job, client, reply, scope, caller)
+                        jobs.start_soon(self._one, job, session, reply, scope, caller)
                 listening.cancel()  # the inbox closed: the calls in flight finish, then we stop
         except BundlectlError as exc:
             if not started:
@@ -322,14 +323,14 @@ class Downstream:
             self.target.close(wait=0, tee=tee)
 
     async def _one(
-        self, job: Job, client: Any, reply: Any, scope: anyio.CancelScope, caller: Any
+        self, job: Job, session: ServerSession, reply: Any, scope: anyio.CancelScope, caller: Any
     ) -> None:
         ctx, tokens = caller
         key = self.relay.enter(ctx, tokens) if self.relay is not None and ctx is not None else None
         async with reply:
             try:
                 with scope:
-                    await reply.send((await job(client), None))
+                    await reply.send((await job(session), None))
                     return
                 await reply.send((None, CallCancelled("the call was cancelled by the client")))
             except BundlectlError as exc:
@@ -347,3 +348,7 @@ class Downstream:
 def _log_line(line: str) -> None:
     """The gateway's own log: stderr, which MCP clients keep as the server's log."""
     err(f"bundlectl serve: {line}")
+
+
+async def _listed_tools(session: ServerSession) -> list[Any]:
+    return await session.tools()

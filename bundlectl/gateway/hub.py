@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,7 +14,6 @@ import anyio
 import anyio.lowlevel
 import mcp_types as types
 from anyio.abc import TaskGroup
-from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 from bundlectl.calls.pipeline import Pipeline
@@ -29,6 +27,7 @@ from bundlectl.gateway.downstream import Downstream, file_stamp
 from bundlectl.gateway.parking import Parking
 from bundlectl.gateway.relay import Relay
 from bundlectl.gateway.view import Gateway
+from bundlectl.mcpio.session import ServerSession
 from bundlectl.mcpio.stdio import (
     Tap,
 )
@@ -163,20 +162,14 @@ class Hub:
             relay = downstream.relay
             assert relay is not None
 
-            async def subscribe(client: Any) -> bool:
+            async def subscribe(session: ServerSession) -> bool:
                 with anyio.move_on_after(5):
                     await relay.settled.wait()  # the listen stream tried: which protocol
                 if relay.modern:
                     relay.watched.add(uri)
                     relay.rewatch()
                     return True
-                try:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
-                        await client.subscribe_resource(uri)
-                except MCPError:
-                    return False
-                return True
+                return await session.subscribe(uri)
 
             try:
                 if not await downstream.run(self.group, subscribe):
@@ -203,10 +196,8 @@ class Hub:
                 relay.rewatch()
                 continue
 
-            async def unsubscribe(client: Any) -> None:
-                with warnings.catch_warnings(), contextlib.suppress(MCPError):
-                    warnings.simplefilter("ignore")
-                    await client.unsubscribe_resource(uri)
+            async def unsubscribe(session: ServerSession) -> None:
+                await session.unsubscribe(uri)
 
             with contextlib.suppress(BundlectlError):
                 await downstream.run(self.group, unsubscribe)

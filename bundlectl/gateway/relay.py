@@ -20,6 +20,7 @@ from bundlectl.errors import (
     Interrupted,
 )
 from bundlectl.gateway.context import _owner
+from bundlectl.mcpio.session import ServerSession
 
 if TYPE_CHECKING:
     from bundlectl.gateway.hub import Hub
@@ -29,7 +30,7 @@ class CallCancelled(Interrupted):
     """The client cancelled the call (`notifications/cancelled`); the server was told so too."""
 
 
-Job = Callable[[Any], Awaitable[Any]]
+Job = Callable[["ServerSession"], Awaitable[Any]]
 
 
 class Relay:
@@ -173,7 +174,7 @@ class Relay:
         elif isinstance(message, types.ResourceUpdatedNotification) and not self.modern:
             await self.hub.resource_updated(self.server, self.owner, str(message.params.uri))
 
-    async def listen(self, client: Any, scope: anyio.CancelScope) -> None:
+    async def listen(self, session: ServerSession, scope: anyio.CancelScope) -> None:
         """On the 2026-07-28 protocol a server's changes come only to a client that listens for
         them (`subscriptions/listen`): its tool list, and the resources clients subscribed to
         (the stream is opened again when that set changes). Older servers send list changes
@@ -185,8 +186,8 @@ class Relay:
                 while True:
                     self._listening = anyio.CancelScope()
                     with self._listening, contextlib.suppress(*quiet):
-                        async with client.listen(
-                            tools_list_changed=True, resource_subscriptions=sorted(self.watched)
+                        async with session.listen(
+                            tools=True, resources=sorted(self.watched)
                         ) as events:
                             self.modern = True
                             self.settled.set()
@@ -205,7 +206,7 @@ class Relay:
             finally:
                 self.settled.set()
 
-    async def resubscribe(self, client: Any) -> None:
+    async def resubscribe(self, session: ServerSession) -> None:
         """A new session (a start after a crash, a restart after a reload): subscribe again to
         the resources clients watch here. A 2025-11-25 server forgot them with its session; a
         2026-07-28 one is told on the listen stream, which opens with `watched`."""
@@ -216,9 +217,7 @@ class Relay:
             return
         for server, owner, uri in list(self.hub.watchers):
             if (server, owner) == (self.server, self.owner):
-                with warnings.catch_warnings(), contextlib.suppress(MCPError):
-                    warnings.simplefilter("ignore")
-                    await client.subscribe_resource(uri)
+                await session.subscribe(uri)
 
     def rewatch(self) -> None:
         """The subscribed resources changed: open the listen stream again with them."""

@@ -8,7 +8,7 @@ import dataclasses
 import functools
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.lowlevel
@@ -30,7 +30,7 @@ from bundlectl.errors import (
 from bundlectl.gateway.context import _connection, _error, _not_found
 from bundlectl.gateway.downstream import T
 from bundlectl.gateway.search import DETAILS, _declared, _describe, _name
-from bundlectl.mcpio.session import SdkSession
+from bundlectl.mcpio.session import ServerSession
 from bundlectl.policy.catalog import ToolRef, search
 from bundlectl.policy.rules import Decision
 from bundlectl.state import StateError
@@ -147,24 +147,19 @@ class Gateway:
             tools.setdefault(server, []).append(tool.name)
         return sorted(server for server, names in tools.items() if compiled.opens(server, names))
 
-    async def _gather(self, method: str, field: str) -> list[tuple[str, Any]]:
-        """(server, item) for every item of a paginated list (`resources/list`, ...) of every
-        server in use, asked concurrently; a server without the feature adds nothing."""
+    async def _gather(
+        self, kind: Literal["resources", "templates", "prompts"]
+    ) -> list[tuple[str, Any]]:
+        """(server, item) for every item of a list (`resources`, `templates`, `prompts`: what
+        a `ServerSession` lists) of every server in use, asked concurrently; a server without
+        the feature adds nothing."""
 
         found: dict[str, list[Any]] = {}
 
-        async def job(client: Any) -> list[Any]:
-            items: list[Any] = []
-            cursor = None
-            try:
-                while True:
-                    page = await getattr(client, method)(cursor=cursor)
-                    items.extend(getattr(page, field))
-                    cursor = page.next_cursor
-                    if not cursor:
-                        return items
-            except MCPError:  # method not found: the server has no such feature
-                return items
+        async def job(session: ServerSession) -> list[Any]:
+            if kind == "prompts":
+                return await session.prompts()
+            return await (session.resources() if kind == "resources" else session.templates())
 
         async def one(server: str) -> None:
             with contextlib.suppress(BundlectlError):
@@ -182,7 +177,7 @@ class Gateway:
         tokenizer, as what `prompts/get` returns)."""
         prompts = [
             prompt.model_copy(update={"name": self.hub.name_of(server, prompt.name)})
-            for server, prompt in await self._gather("list_prompts", "prompts")
+            for server, prompt in await self._gather("prompts")
         ]
         return self._tokenized(prompts, "title", "description")
 
@@ -194,13 +189,13 @@ class Gateway:
         return [tokens.listed(item, *fields) for item in items]
 
     async def get_prompt(self, name: str, arguments: dict[str, str] | None) -> Any:
-        listed = await self._gather("list_prompts", "prompts")
+        listed = await self._gather("prompts")
         found = [(s, p.name) for s, p in listed if self.hub.name_of(s, p.name) == name]
         if found:
             server, prompt = found[0]
 
-            async def job(client: Any) -> Any:
-                return await client.get_prompt(prompt, arguments)
+            async def job(session: ServerSession) -> Any:
+                return await session.prompt(prompt, arguments)
 
             key = {"name": prompt, "arguments": arguments or {}}
             try:
@@ -222,22 +217,22 @@ class Gateway:
         template (by its URI template), from the server in use that has it; the answer passes
         the tokenizer like every other text a server sends."""
         if ref.type == "ref/prompt":
-            listed = await self._gather("list_prompts", "prompts")
+            listed = await self._gather("prompts")
             found = [
                 (s, types.PromptReference(name=p.name))
                 for s, p in listed
                 if self.hub.name_of(s, p.name) == ref.name
             ]
         else:
-            listed = await self._gather("list_resource_templates", "resource_templates")
+            listed = await self._gather("templates")
             found = [(s, ref) for s, t in listed if t.uri_template == ref.uri]
         if not found:
             what = f"prompt {ref.name!r}" if ref.type == "ref/prompt" else f"template {ref.uri!r}"
             raise _not_found(f"unknown {what}; nothing to complete")
         server, real = found[0]
 
-        async def job(client: Any) -> types.CompleteResult:
-            result: types.CompleteResult = await client.complete(real, argument, context)
+        async def job(session: ServerSession) -> types.CompleteResult:
+            result: types.CompleteResult = await session.complete(real, argument, context)
             return result
 
         result: types.CompleteResult = await self.hub.downstream(server, self.agent).run(
@@ -251,11 +246,11 @@ class Gateway:
         return result.model_copy(update={"completion": completion})
 
     async def list_resources(self) -> list[types.Resource]:
-        found = [item for _, item in await self._gather("list_resources", "resources")]
+        found = [item for _, item in await self._gather("resources")]
         return self._tokenized(found, "uri", "name", "title", "description")
 
     async def list_resource_templates(self) -> list[types.ResourceTemplate]:
-        found = await self._gather("list_resource_templates", "resource_templates")
+        found = await self._gather("templates")
         return self._tokenized([item for _, item in found], "name", "title", "description")
 
     async def read_resource(self, uri: str) -> Any:
@@ -263,17 +258,17 @@ class Gateway:
         read it (a URI made from a template). A listed URI that was tokenized is read by its
         real value, from the server that listed it only (no token is put back elsewhere)."""
 
-        listed = await self._gather("list_resources", "resources")
+        listed = await self._gather("resources")
         tokens = self.hub.tokenizer(self.ctx, self.agent)
         real = tokens.restore(uri) if tokens is not None else uri
         owners = [server for server, item in listed if str(item.uri) == real]
         uri = real if owners else uri
         candidates = owners or await self._servers_in_use()
 
-        async def job(client: Any) -> Any:
+        async def job(session: ServerSession) -> Any:
             try:
-                return await client.read_resource(uri)
-            except MCPError:
+                return await session.read(uri)
+            except MCPError:  # not this server's: the next candidate may have it
                 return None
 
         for server in candidates:
@@ -293,7 +288,7 @@ class Gateway:
         """Watch a resource of a server in use: the one that lists it, or else the first that
         can watch it (a URI made from a template); until the client of request `ctx`
         unsubscribes or its connection ends."""
-        listed = await self._gather("list_resources", "resources")
+        listed = await self._gather("resources")
         owners = [server for server, item in listed if str(item.uri) == uri]
         for server in owners or await self._servers_in_use():
             if await self.hub.watch(server, self.agent, uri, key, notify):
@@ -457,8 +452,8 @@ class Gateway:
             try:
                 tools = await downstream.live_tools(self.hub.group)
 
-                async def call(client: Any) -> CallOutcome:
-                    return await perform(SdkSession(client), request, downstream.target, tools)
+                async def call(session: ServerSession) -> CallOutcome:
+                    return await perform(session, request, downstream.target, tools)
 
                 done: CallOutcome = await downstream.run(self.hub.group, call, self.ctx, tokens)
                 return done

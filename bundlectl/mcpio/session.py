@@ -1,9 +1,14 @@
-"""The session interface every call runs on, and bundlectl's own result type.
+"""The session interface every request to a server goes through, and bundlectl's own result type.
 
 `call.perform` takes a `Session`: something that lists a server's tools and calls one. Three
 kinds implement it — the MCP SDK's client (`SdkSession`, an adapter), the SDK-free stdio client
 (`plain.StdioClient`), and a built-in server's toolbox called in this process
-(`plain.BuiltinClient`) — the way httpx puts a transport under its client. Whatever the session,
+(`plain.BuiltinClient`) — the way httpx puts a transport under its client.
+
+`ServerSession` is the rest of what the gateway and the CLI ask of a server (resources,
+templates, prompts, completion, subscriptions, ping, the listen stream); only `SdkSession`
+implements it, so this module is the one place outside `mcpio` that the SDK's client is touched
+through. Whatever the session,
 a call's result is a `ToolResult`: the result's MCP JSON, converted from the SDK's model once,
 at this boundary, and only when someone reads it.
 
@@ -12,6 +17,8 @@ Nothing here imports the SDK: `exec` on a stdio server or a built-in tool never 
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -46,6 +53,40 @@ class Session(Protocol):
         meta: dict[str, Any] | None = None,
     ) -> ToolResult:
         """One tools/call; a transport or protocol failure raises (see `connect.classify`)."""
+        ...
+
+
+class ServerSession(Session, Protocol):
+    """Everything else the gateway and the CLI ask of a server. Listings follow every page; a
+    server without the feature (it answers an error) lists nothing. Results are the SDK's
+    models, which the gateway hands on to its own client unconverted."""
+
+    async def resources(self) -> list[Any]: ...
+
+    async def templates(self) -> list[Any]: ...
+
+    async def prompts(self) -> list[Any]: ...
+
+    async def read(self, uri: str) -> Any:
+        """The resource's `ReadResourceResult`; the server's refusal raises (`MCPError`)."""
+        ...
+
+    async def prompt(self, name: str, arguments: dict[str, str] | None) -> Any: ...
+
+    async def complete(
+        self, ref: Any, argument: dict[str, str], context: dict[str, str] | None
+    ) -> Any: ...
+
+    async def subscribe(self, uri: str) -> bool:
+        """Ask to hear of changes to `uri` (2025-11-25 and older); False: the server refused."""
+        ...
+
+    async def unsubscribe(self, uri: str) -> None: ...
+
+    async def ping(self) -> None: ...
+
+    def listen(self, *, tools: bool, resources: list[str]) -> Any:
+        """The 2026-07-28 listen stream (an async context manager of events)."""
         ...
 
 
@@ -113,13 +154,76 @@ async def list_all_tools(client: Any) -> list[Any]:
 
 
 class SdkSession:
-    """The MCP SDK's client (`mcp.Client`) as a `Session`."""
+    """The MCP SDK's client (`mcp.Client`) as a `ServerSession`."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
 
+    @property
+    def protocol_version(self) -> str:
+        return str(self.client.protocol_version)
+
     async def tools(self) -> list[Any]:
         return await list_all_tools(self.client)
+
+    async def _pages(self, method: str, field: str) -> list[Any]:
+        from mcp.shared.exceptions import MCPError
+
+        items: list[Any] = []
+        cursor = None
+        try:
+            while True:
+                page = await getattr(self.client, method)(cursor=cursor)
+                items.extend(getattr(page, field))
+                cursor = page.next_cursor
+                if not cursor:
+                    return items
+        except MCPError:  # method not found: the server has no such feature
+            return items
+
+    async def resources(self) -> list[Any]:
+        return await self._pages("list_resources", "resources")
+
+    async def templates(self) -> list[Any]:
+        return await self._pages("list_resource_templates", "resource_templates")
+
+    async def prompts(self) -> list[Any]:
+        return await self._pages("list_prompts", "prompts")
+
+    async def read(self, uri: str) -> Any:
+        return await self.client.read_resource(uri)
+
+    async def prompt(self, name: str, arguments: dict[str, str] | None) -> Any:
+        return await self.client.get_prompt(name, arguments)
+
+    async def complete(
+        self, ref: Any, argument: dict[str, str], context: dict[str, str] | None
+    ) -> Any:
+        return await self.client.complete(ref, argument, context)
+
+    async def subscribe(self, uri: str) -> bool:
+        from mcp.shared.exceptions import MCPError
+
+        try:
+            with warnings.catch_warnings():  # the SDK warns that subscribe is deprecated
+                warnings.simplefilter("ignore")
+                await self.client.subscribe_resource(uri)
+        except MCPError:
+            return False
+        return True
+
+    async def unsubscribe(self, uri: str) -> None:
+        from mcp.shared.exceptions import MCPError
+
+        with warnings.catch_warnings(), contextlib.suppress(MCPError):
+            warnings.simplefilter("ignore")
+            await self.client.unsubscribe_resource(uri)
+
+    async def ping(self) -> None:
+        await self.client.send_ping()
+
+    def listen(self, *, tools: bool, resources: list[str]) -> Any:
+        return self.client.listen(tools_list_changed=tools, resource_subscriptions=resources)
 
     async def call(
         self,

@@ -27,7 +27,7 @@ from bundlectl.errors import (
 )
 from bundlectl.mcpio import runner
 from bundlectl.mcpio.connect import connect
-from bundlectl.mcpio.session import ToolResult
+from bundlectl.mcpio.session import SdkSession, ServerSession, ToolResult
 from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, out
 from bundlectl.policy.rules import default_agent
 from bundlectl.resolve.resolved import resolve_project
@@ -49,8 +49,8 @@ def run_read(
 ) -> int:
     """Read one resource of `server`; text printed, binary contents saved as files."""
 
-    async def read(client: Any) -> dict[str, Any]:
-        return _json(await client.read_resource(uri))
+    async def read(session: ServerSession) -> dict[str, Any]:
+        return _json(await session.read(uri))
 
     who, data = _ask(
         config,
@@ -96,8 +96,8 @@ def run_prompt(
             )
         values[field] = value
 
-    async def get(client: Any) -> dict[str, Any]:
-        listed = {p.name: p for p in (await client.list_prompts()).prompts}
+    async def get(session: ServerSession) -> dict[str, Any]:
+        listed = {p.name: p for p in await session.prompts()}
         declared = listed.get(name)
         if declared is not None:  # its declared arguments say what is missing (MCP's error
             # for a missing one reads as "no such prompt" from many servers)
@@ -109,7 +109,7 @@ def run_prompt(
                     hint=f"bundlectl prompt {server} {name} "
                     + " ".join(f"{a}=..." for a in wanted),
                 )
-        return _json(await client.get_prompt(name, values or None))
+        return _json(await session.prompt(name, values or None))
 
     who, data = _ask(
         config,
@@ -141,10 +141,10 @@ def _ask(
     *,
     method: str,
     key: dict[str, Any],
-    request: Callable[[Any], Awaitable[dict[str, Any]]],
+    request: Callable[[ServerSession], Awaitable[dict[str, Any]]],
     timeout: float,
 ) -> tuple[str, dict[str, Any]]:
-    """Decide, connect, send `request` (a coroutine function of the client), audit; the agent
+    """Decide, connect, send `request` (a coroutine function of the session), audit; the agent
     and the answer as MCP JSON. The agent may use the server's resources and prompts when it
     may call or be asked about one of its tools, as `serve` decides."""
     resolution = resolve_project(load_project(config))
@@ -168,12 +168,13 @@ def _ask(
         try:
             with anyio.fail_after(timeout):
                 async with connect(target, connect_timeout=timeout) as client:
+                    session = SdkSession(client)
                     if not declared:  # the rule decides on the tools the server has
-                        live = [tool.name for tool in (await client.list_tools()).tools]
+                        live = [tool.name for tool in await session.tools()]
                         if not compiled.opens(server, live):
                             raise refusal
                     try:
-                        return await request(client)
+                        return await request(session)
                     except MCPError as exc:  # the server's answer: named here, not as a crash
                         code = exc.error.code
                         if code in _NOT_FOUND:
@@ -238,15 +239,13 @@ def run_list(
     prompts with their arguments), under the same policy and audit as reading one."""
     method = "resources/list" if kind == "resources" else "prompts/list"
 
-    async def listing(client: Any) -> dict[str, Any]:
+    async def listing(session: ServerSession) -> dict[str, Any]:
         if kind == "resources":
-            found = await client.list_resources()
-            templates = await client.list_resource_templates()
             return {
-                "resources": [_json(r) for r in found.resources],
-                "resourceTemplates": [_json(t) for t in templates.resource_templates],
+                "resources": [_json(r) for r in await session.resources()],
+                "resourceTemplates": [_json(t) for t in await session.templates()],
             }
-        return {"prompts": [_json(p) for p in (await client.list_prompts()).prompts]}
+        return {"prompts": [_json(p) for p in await session.prompts()]}
 
     who, data = _ask(config, server, agent, method=method, key={}, request=listing, timeout=timeout)
     if fmt is Format.json:
