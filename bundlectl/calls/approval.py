@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from bundlectl.calls import audit, userconfig
 from bundlectl.config.lockfile import digest_json
 from bundlectl.config.models import seconds
 from bundlectl.errors import Declined, PolicyDenied, Unconfirmable
@@ -132,3 +133,65 @@ class OutOfBand:
 
 def _left(approval: Approval) -> str:
     return span_text(approval.expires - time.time())
+
+
+def settle(
+    store: Store,
+    approval_id: str,
+    *,
+    approve: bool,
+    by: str,
+    reason: str | None = None,
+    until: float | None = None,
+) -> Approval:
+    """An approver's decision on a pending request, stored and audited (`approvals approve`,
+    the approvers' page); `until`: an approval good until then, else for one call."""
+    approval = store.decide(approval_id, approve=approve, by=by, reason=reason, until=until)
+    _audited(approval, "approved" if approve else "denied-by-approver", by)
+    return approval
+
+
+def described(approval: Approval, now: float) -> dict[str, Any]:
+    """A request as JSON (`approvals show --format json`, the approvers' page)."""
+    b = approval.binding
+    return {
+        "id": approval.id,
+        "status": approval.state(now),
+        "agent": b.agent,
+        "tool": b.qualified,
+        "project": b.project,
+        "rule": approval.rule,
+        "arguments_sha256": b.digest,
+        "arguments": json.loads(approval.shown),
+        "created": stamp(approval.created),
+        "expires": stamp(approval.expires),
+        "decided_by": approval.decided_by,
+        "reason": approval.reason,
+        "until": stamp(approval.until) if approval.until is not None else None,
+    }
+
+
+def stamp(when: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+
+
+def _audited(approval: Approval, outcome: str, by: str) -> None:
+    b = approval.binding
+    record = audit.AuditRecord(
+        agent=b.agent,
+        server=b.server,
+        tool=b.tool,
+        decision="ask",
+        lock_digest=None,
+        policy_digest=None,
+        outcome=outcome,
+        rule=approval.rule,
+        arguments_sha256=None,
+        via="approvals",
+        approval=approval.id,
+        approver=by,
+    )
+    try:
+        audit.AuditFile(audit.log_path(userconfig.load().audit.path)).write(record)
+    except OSError as exc:
+        err(f"warning: could not write the audit log: {exc}")

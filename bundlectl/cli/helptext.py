@@ -75,6 +75,10 @@ HELP: dict[str, tuple[list[str], str]] = {
         ["bundlectl approvals deny k3m9x2a7bq4e --reason 'not on production'"],
         _STORE,
     ),
+    "approvals ui": (
+        ["bundlectl approvals ui", "bundlectl approvals ui --port 8765 --no-browser"],
+        "0 stopped (Ctrl-C); 2 bad usage or input (a busy port)",
+    ),
     "policy check": (
         [
             "bundlectl policy check --agent reader files.read_file",

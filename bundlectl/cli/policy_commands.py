@@ -94,6 +94,20 @@ def approvals_deny(
     return cmd.decide(config, approval_id, approve=False, reason=reason)
 
 
+@approvals_app.command("ui")
+def approvals_ui(
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="0 picks a free one.")] = 0,
+    no_browser: Annotated[
+        bool, typer.Option("--no-browser", help="Print the page's URL; do not open a browser.")
+    ] = False,
+    config: ConfigOpt = None,
+) -> int:
+    """Open the approvers' page for this project (loopback, a one-time sign-in link)."""
+    from bundlectl.cli.commands import approvals as cmd
+
+    return cmd.ui(config, port=port, browser=not no_browser)
+
+
 @audit_app.callback()
 def audit_records(
     ctx: typer.Context,

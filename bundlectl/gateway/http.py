@@ -29,6 +29,7 @@ from bundlectl import metrics
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config.expand import expand
 from bundlectl.errors import UsageError
+from bundlectl.gateway.approvers import ApprovalsPage, Approvers
 from bundlectl.gateway.downstream import _log_line
 from bundlectl.gateway.handlers import mcp_server
 from bundlectl.gateway.hub import Hub
@@ -310,7 +311,7 @@ def _security(host: str) -> Any:
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
-def _trusted(request: Any, host: str) -> bool:
+def trusted(request: Any, host: str) -> bool:
     """Whether a request's Host and Origin pass the DNS-rebinding check `/mcp` applies (on a
     loopback address; elsewhere tokens protect and nothing is checked)."""
     if not is_loopback(host):
@@ -401,7 +402,7 @@ async def serve_http(
         async def healthz(request: Request) -> JSONResponse:
             # The Host and Origin checks of /mcp: a page the browser was led to by DNS
             # rebinding must not read the policy digest either.
-            if not _trusted(request, str(host)):
+            if not trusted(request, str(host)):
                 return JSONResponse({"error": "Host or Origin not allowed"}, status_code=421)
             await hub.refresh()
             digest = hub.resolution.lock.policy_digest
@@ -433,6 +434,7 @@ async def serve_http(
             return Response(body, media_type=kind)
 
         well_known = "/.well-known/oauth-protected-resource"
+        approvers = approvers_page(hub, access, str(host))
         app = Starlette(
             routes=[
                 Route("/mcp", endpoint=gate),
@@ -440,6 +442,7 @@ async def serve_http(
                 Route("/metrics", served_metrics),
                 Route(well_known, protected_resource),
                 Route(well_known + "/mcp", protected_resource),
+                *(approvers.routes() if approvers is not None else []),
             ],
             lifespan=lambda app: manager.run(),
         )
@@ -462,9 +465,51 @@ async def serve_http(
             f"serving {mode} mode on http://{shown}:{port}/mcp"
             f"{' (stateless)' if stateless else ''}; agents: {', '.join(sorted(access.agents))}"
         )
+        if approvers is not None:
+            _log_line(f"approvals page on http://{shown}:{port}/approvals (the approver token)")
         try:
             with runner.on_stop(stop):
                 await web.serve(sockets=[sock])
         finally:
             gate.refusals.flush()
         group.cancel_scope.cancel()
+
+
+APPROVER_TOKEN = "BUNDLECTL_APPROVER_TOKEN"
+
+
+def approvers_page(hub: Hub, access: Access, host: str) -> ApprovalsPage | None:
+    """`/approvals` for people holding the approver token ($BUNDLECTL_APPROVER_TOKEN), the
+    requests of this gateway's project; None: no token set, no page. An approver is never an
+    agent: a token that is also an agent's is refused."""
+    token = os.environ.get(APPROVER_TOKEN, "")
+    if not token:
+        return None
+    if any(hmac.compare_digest(token.encode(), t.encode()) for t in access.tokens.values()):
+        raise UsageError(
+            f"${APPROVER_TOKEN} is also an agent's token: an agent could approve its own calls",
+            hint="give approvers a token of their own",
+        )
+    return ApprovalsPage(
+        Approvers(token),
+        hub.pipeline.store,
+        project=lambda: str(hub.resolution.project.root),
+        trusted=lambda request: trusted(request, host),
+    )
+
+
+async def serve_routes(routes: list[Any], sock: socket.socket) -> None:
+    """A small web app of `routes` on `sock` until a stop signal (`approvals ui`)."""
+    import uvicorn
+    from starlette.applications import Starlette
+
+    config = uvicorn.Config(Starlette(routes=routes), log_level="warning", server_header=False)
+    web = uvicorn.Server(config)
+    web.capture_signals = _no_signal_capture  # type: ignore[method-assign]  # runner's
+
+    def stop() -> bool:
+        web.should_exit = True
+        return True
+
+    with runner.on_stop(stop):
+        await web.serve(sockets=[sock])

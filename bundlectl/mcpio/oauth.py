@@ -13,12 +13,9 @@ from __future__ import annotations
 import contextlib
 import http.server
 import os
-import shlex
-import subprocess
 import threading
 import time
 import urllib.parse
-import webbrowser
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +30,7 @@ from mcp.shared.auth import (
 )
 
 from bundlectl import credentials
+from bundlectl.browser import open_url
 from bundlectl.config.expand import expand
 from bundlectl.errors import ServerError
 from bundlectl.output import err
@@ -182,30 +180,6 @@ def kept_auth(target: Target, url: str) -> Any:
     )
 
 
-def _open(url: str) -> None:
-    """Open `url` in the user's browser: `$BROWSER` when set (read now, each time: a command
-    with `%s` for the URL, or the URL appended), else the system's (`webbrowser`)."""
-    command = os.environ.get("BROWSER", "").split(os.pathsep)[0].strip()
-    if not command:
-        webbrowser.open(url)
-        return
-    argv = shlex.split(command)
-    argv = [part.replace("%s", url) for part in argv] if "%s" in command else [*argv, url]
-    try:
-        opened = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        err(f"warning: could not start $BROWSER ({exc.strerror}); open the URL yourself")
-        return
-    # Reaped when it ends, never waited for: a browser may stay open.
-    threading.Thread(target=opened.wait, name="browser", daemon=True).start()
-
-
 class _Callback(http.server.BaseHTTPRequestHandler):
     """The loopback redirect: takes the code and state of the one sign-in it waits for."""
 
@@ -259,7 +233,7 @@ def login_auth(
     async def show(authorization_url: str) -> None:
         err(f"sign in to {target.name!r} in your browser:\n  {authorization_url}")
         if browser:
-            await anyio.to_thread.run_sync(_open, authorization_url)
+            await anyio.to_thread.run_sync(open_url, authorization_url)
 
     async def back() -> AuthorizationCodeResult:
         arrived = await anyio.to_thread.run_sync(server.arrived.wait, wait)

@@ -4,13 +4,12 @@ approval (SPEC 11). The requests live in the state store; every decision is audi
 from __future__ import annotations
 
 import getpass
-import json
+import secrets
 import socket
 import time
 from pathlib import Path
-from typing import Any
 
-from bundlectl.calls import audit, userconfig
+from bundlectl.calls.approval import described, settle
 from bundlectl.cli.options import Format
 from bundlectl.config.models import DURATION_UNITS, seconds
 from bundlectl.config.paths import display_path
@@ -43,34 +42,11 @@ def _ago(stamp: float, now: float) -> str:
     return span_text(now - stamp)
 
 
-def _as_json(approval: Approval, now: float) -> dict[str, Any]:
-    b = approval.binding
-    return {
-        "id": approval.id,
-        "status": approval.state(now),
-        "agent": b.agent,
-        "tool": b.qualified,
-        "project": b.project,
-        "rule": approval.rule,
-        "arguments_sha256": b.digest,
-        "arguments": json.loads(approval.shown),
-        "created": _stamp(approval.created),
-        "expires": _stamp(approval.expires),
-        "decided_by": approval.decided_by,
-        "reason": approval.reason,
-        "until": _stamp(approval.until) if approval.until is not None else None,
-    }
-
-
-def _stamp(when: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
-
-
 def list_requests(config: Path | None, *, everything: bool, fmt: Format) -> int:
     now = time.time()
     found = _store(config).listed(everything=everything)
     if fmt is Format.json:
-        requests = [_as_json(a, now) for a in found]
+        requests = [described(a, now) for a in found]
         emit_json({"format_version": JSON_FORMAT_VERSION, "approvals": requests})
         return 0
     if not found:
@@ -106,7 +82,7 @@ def show(config: Path | None, approval_id: str, *, fmt: Format) -> int:
     now = time.time()
     approval = _found(config, approval_id)
     if fmt is Format.json:
-        emit_json({"format_version": JSON_FORMAT_VERSION, **_as_json(approval, now)})
+        emit_json({"format_version": JSON_FORMAT_VERSION, **described(approval, now)})
         return 0
     b = approval.binding
     state = approval.state(now)
@@ -144,11 +120,9 @@ def decide(
         if not duration[:-1].isdigit() or duration[-1:] not in DURATION_UNITS or duration[0] == "0":
             raise UsageError(f"--for {duration!r} is not a duration", hint=DURATION_HELP)
         until = time.time() + seconds(duration)
-    by = _approver()
-    approval = _store(config).decide(
-        approval_id, approve=approve, by=by, reason=reason, until=until
+    approval = settle(
+        _store(config), approval_id, approve=approve, by=_approver(), reason=reason, until=until
     )
-    _audit(approval, "approved" if approve else "denied-by-approver", by)
     b = approval.binding
     if approve:
         scope = f"for {duration}" if duration else "once"
@@ -161,23 +135,36 @@ def decide(
     return 0
 
 
-def _audit(approval: Approval, outcome: str, by: str) -> None:
-    b = approval.binding
-    record = audit.AuditRecord(
-        agent=b.agent,
-        server=b.server,
-        tool=b.tool,
-        decision="ask",
-        lock_digest=None,
-        policy_digest=None,
-        outcome=outcome,
-        rule=approval.rule,
-        arguments_sha256=None,
-        via="approvals",
-        approval=approval.id,
-        approver=by,
+def ui(config: Path | None, *, port: int, browser: bool) -> int:
+    """Serve the approvers' page on loopback until Ctrl-C: the requests of this project (every
+    project's outside one), a sign-in link good once."""
+    # A web server: loaded only for this command.
+    from bundlectl.browser import open_url  # noqa: PLC0415
+    from bundlectl.gateway.approvers import ApprovalsPage, Approvers  # noqa: PLC0415
+    from bundlectl.gateway.http import bind, serve_routes, trusted  # noqa: PLC0415
+    from bundlectl.mcpio import runner  # noqa: PLC0415
+
+    project = optional_project(config)
+    root = str(project.root) if project is not None else None
+    store = _store(config)
+    sock = bind("127.0.0.1", port)
+    token = secrets.token_urlsafe(24)
+    page = ApprovalsPage(
+        Approvers(token, once=True),
+        lambda: store,
+        project=lambda: root,
+        trusted=lambda request: trusted(request, "127.0.0.1"),
     )
-    try:
-        audit.AuditFile(audit.log_path(userconfig.load().audit.path)).write(record)
-    except OSError as exc:
-        err(f"warning: could not write the audit log: {exc}")
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/approvals?token={token}"
+    out(url)
+    err("the approvers' page for " + (display_path(Path(root)) if root else "every project"))
+    err("the link signs in once; Ctrl-C stops the page")
+    if browser:
+        open_url(url)
+    routes = page.routes()
+
+    async def serving() -> None:
+        await serve_routes(routes, sock)
+
+    runner.run(serving)
+    return 0

@@ -1,0 +1,377 @@
+"""The approvers' page (SPEC 11): `/approvals` on `serve --transport streamable-http`, and what
+`bundlectl approvals ui` serves for a local project.
+
+Plain server-rendered HTML and a little JavaScript, no build step. A person signs in with the
+approver token once (`/approvals?token=...`: the gateway's `BUNDLECTL_APPROVER_TOKEN`, or the
+one-time token `approvals ui` prints), gets a session cookie (HttpOnly, SameSite=Strict) and
+never an agent's token. Every text a server, an agent or an approver wrote is escaped where it
+is shown (`html.escape` here, `textContent` in the page's script), so an argument
+`<img src=x onerror=...>` is those characters. Decisions are form POSTs that carry the session's
+CSRF token, checked with the Host and Origin checks `/mcp` applies. The list and a request's
+status are polled once a second, so a decision made elsewhere shows up without a reload.
+"""
+
+from __future__ import annotations
+
+import hmac
+import html
+import json
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from bundlectl.calls.approval import described, settle
+from bundlectl.config.models import seconds
+from bundlectl.output import span_text
+from bundlectl.state import Approval, StateError, Store, UnknownApproval
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+COOKIE = "bundlectl_approver"
+DURATIONS = ("15m", "1h", "8h", "1d")  # "Approve for ..." choices
+FOLD = 200  # characters of an argument's value shown before the rest is folded away
+SESSIONS = 64  # approver sessions kept; the oldest is dropped beyond that
+
+
+@dataclass
+class Approvers:
+    """Who may use the page: the approver token (`once`: good for one sign-in, as `approvals ui`
+    prints it) and the signed-in sessions, each with its CSRF token."""
+
+    token: str
+    once: bool = False
+    sessions: dict[str, str] = field(default_factory=dict)  # session id -> CSRF token
+
+    def sign_in(self, given: str) -> str | None:
+        """A new session for the right token (None: wrong, or a one-time token used)."""
+        if not self.token or not hmac.compare_digest(given.encode(), self.token.encode()):
+            return None
+        if self.once:
+            self.token = ""
+        session = secrets.token_urlsafe(32)
+        self.sessions[session] = secrets.token_urlsafe(32)
+        while len(self.sessions) > SESSIONS:
+            del self.sessions[next(iter(self.sessions))]
+        return session
+
+    def csrf(self, request: Request) -> str | None:
+        """The CSRF token of the request's session; None: not signed in."""
+        return self.sessions.get(request.cookies.get(COOKIE, ""))
+
+
+@dataclass
+class ApprovalsPage:
+    """The page's routes. `store`: the state store now (a reload may change it); `project`: the
+    project root whose requests are shown (None: every project's); `trusted`: the Host and
+    Origin checks."""
+
+    approvers: Approvers
+    store: Callable[[], Store]
+    project: Callable[[], str | None]
+    trusted: Callable[[Request], bool]
+
+    def routes(self) -> list[Route]:
+        from starlette.routing import Route
+
+        return [
+            Route("/approvals", self.listing),
+            Route("/approvals/requests.json", self.listed_json),
+            Route("/approvals/{approval}.json", self.one_json),
+            Route("/approvals/{approval}", self.one),
+            Route("/approvals/{approval}", self.decide, methods=["POST"]),
+        ]
+
+    def refused(self, request: Request) -> Response | None:
+        if not self.trusted(request):
+            return _html(_page("Not allowed", "<p>Host or Origin not allowed.</p>"), 421)
+        if self.approvers.csrf(request) is None:
+            body = (
+                "<p>Sign in with the approver token: open the link <code>bundlectl approvals "
+                "ui</code> printed, or <code>/approvals?token=...</code> with the gateway's "
+                "<code>BUNDLECTL_APPROVER_TOKEN</code>.</p>"
+            )
+            return _html(_page("Sign in", body), 401)
+        return None
+
+    def mine(self, approval: Approval) -> bool:
+        root = self.project()
+        return root is None or approval.binding.project == root
+
+    def found(self, request: Request) -> Approval | None:
+        approval = self.store().get(request.path_params["approval"])
+        return approval if approval is not None and self.mine(approval) else None
+
+    async def listing(self, request: Request) -> Response:
+        from starlette.responses import RedirectResponse
+
+        given = request.query_params.get("token")
+        if given is not None and self.trusted(request):
+            session = self.approvers.sign_in(given)
+            if session is None:
+                return _html(_page("Sign in", "<p>That token is not good (any more).</p>"), 401)
+            # The token leaves the address bar (and the history) at once.
+            answer = RedirectResponse("/approvals", status_code=303)
+            answer.set_cookie(COOKIE, session, httponly=True, samesite="strict", path="/approvals")
+            return answer
+        if (no := self.refused(request)) is not None:
+            return no
+        return _html(_list_page())
+
+    async def listed_json(self, request: Request) -> Response:
+        from starlette.responses import JSONResponse
+
+        if (no := self.refused(request)) is not None:
+            return no
+        now = time.time()
+        try:
+            rows = [_row(a, now) for a in self.store().listed(everything=True) if self.mine(a)]
+        except StateError as exc:
+            return JSONResponse({"error": str(exc)}, 503)
+        recent = [r for r in rows if r["status"] == "pending" or now - r["at"] < 3600]
+        return JSONResponse({"approvals": recent[::-1]}, headers=_HEADERS)
+
+    async def one(self, request: Request) -> Response:
+        if (no := self.refused(request)) is not None:
+            return no
+        approval = self.found(request)
+        if approval is None:
+            return _html(_page("Not found", "<p>No such approval request.</p>"), 404)
+        csrf = self.approvers.csrf(request) or ""
+        return _html(_detail_page(approval, csrf))
+
+    async def one_json(self, request: Request) -> Response:
+        from starlette.responses import JSONResponse
+
+        if (no := self.refused(request)) is not None:
+            return no
+        approval = self.found(request)
+        if approval is None:
+            return JSONResponse({"error": "no such approval request"}, 404)
+        return JSONResponse(described(approval, time.time()), headers=_HEADERS)
+
+    async def decide(self, request: Request) -> Response:
+        from starlette.responses import RedirectResponse
+
+        if (no := self.refused(request)) is not None:
+            return no
+        form = await request.form()
+        csrf = self.approvers.csrf(request) or ""
+        if not hmac.compare_digest(str(form.get("csrf", "")).encode(), csrf.encode()):
+            return _html(_page("Refused", "<p>The form is stale: reload the page.</p>"), 403)
+        approval = self.found(request)
+        if approval is None:
+            return _html(_page("Not found", "<p>No such approval request.</p>"), 404)
+        action = str(form.get("action", ""))
+        span = str(form.get("for", "once"))
+        reason = str(form.get("reason", "")).strip() or None
+        if action not in ("approve", "deny") or (span != "once" and span not in DURATIONS):
+            return _html(_page("Refused", "<p>Unknown decision.</p>"), 400)
+        until = time.time() + seconds(span) if action == "approve" and span != "once" else None
+        host = request.client.host if request.client is not None else "?"
+        try:
+            settle(
+                self.store(),
+                approval.id,
+                approve=action == "approve",
+                by=f"approvals page ({host})",
+                reason=reason if action == "deny" else None,
+                until=until,
+            )
+        except UnknownApproval:
+            pass  # decided, withdrawn or expired meanwhile: the page shows what it became
+        except StateError as exc:
+            return _html(_page("Store unavailable", f"<p>{html.escape(str(exc))}</p>"), 503)
+        return RedirectResponse(f"/approvals/{approval.id}", status_code=303)
+
+
+# No caching, no framing by another site.
+_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",  # no-referrer would make a form's Origin `null`
+}
+
+
+def _html(page: tuple[str, str], status: int = 200) -> Response:
+    """A page with its script's nonce: no other script runs in it, whatever a value holds."""
+    from starlette.responses import HTMLResponse
+
+    text, nonce = page
+    policy = (
+        f"default-src 'self'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; "
+        "img-src 'none'; frame-ancestors 'none'; form-action 'self'"
+    )
+    return HTMLResponse(text, status, headers={**_HEADERS, "Content-Security-Policy": policy})
+
+
+def _row(approval: Approval, now: float) -> dict[str, Any]:
+    b = approval.binding
+    state = approval.state(now)
+    return {
+        "id": approval.id,
+        "status": state,
+        "agent": b.agent,
+        "tool": b.qualified,
+        "rule": approval.rule,
+        "age": span_text(now - approval.created),
+        "expires": span_text(approval.expires - now) if state == "pending" else "",
+        "decided_by": approval.decided_by or "",
+        "reason": approval.reason or "",
+        "at": approval.created,
+    }
+
+
+_STYLE = """
+body{font:15px/1.45 system-ui,sans-serif;margin:2rem auto;max-width:64rem;padding:0 1rem;
+  color:#1d2430}
+h1{font-size:1.4rem}table{border-collapse:collapse;width:100%}
+th,td{text-align:left;padding:.4rem .6rem;border-bottom:1px solid #dde2ea;vertical-align:top}
+th{font-weight:600;color:#5a6472}code,pre{font:13px/1.4 ui-monospace,monospace}
+pre{background:#f4f6f9;padding:.6rem;border-radius:4px;white-space:pre-wrap;word-break:break-all}
+.pending{color:#8a5a00;font-weight:600}.approved{color:#1a7f37}.denied{color:#b42318}
+.muted{color:#6b7480}form{display:inline-block;margin:.4rem .8rem .4rem 0}
+button{font:inherit;padding:.35rem .9rem;border-radius:4px;border:1px solid #9aa4b2;cursor:pointer}
+button.ok{background:#1a7f37;color:#fff;border-color:#1a7f37}
+button.no{background:#b42318;color:#fff;border-color:#b42318}
+"""
+
+
+def _page(title: str, body: str, script: str = "") -> tuple[str, str]:
+    nonce = secrets.token_urlsafe(16)
+    text = (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f"<title>{html.escape(title)} · bundlectl approvals</title>"
+        f"<style>{_STYLE}</style></head><body>{body}"
+        + (f"<script nonce={nonce}>{script}</script>" if script else "")
+        + "</body></html>"
+    )
+    return text, nonce
+
+
+def _list_page() -> tuple[str, str]:
+    body = (
+        "<h1>Calls waiting for approval</h1>"
+        "<p class=muted id=note>Loading…</p>"
+        "<table><thead><tr><th>Agent</th><th>Tool</th><th>Asked by</th><th>Age</th>"
+        "<th>Status</th></tr></thead><tbody id=rows></tbody></table>"
+    )
+    return _page("Calls waiting", body, _LIST_SCRIPT)
+
+
+# The list, refreshed every second: every value set as text, never as markup.
+_LIST_SCRIPT = """
+const rows = document.getElementById('rows'), note = document.getElementById('note');
+function cell(tr, text, cls) {
+  const td = document.createElement('td'); td.textContent = text;
+  if (cls) td.className = cls; tr.appendChild(td); return td;
+}
+async function refresh() {
+  try {
+    const got = await fetch('/approvals/requests.json', {cache: 'no-store'});
+    if (!got.ok) { note.textContent = 'Signed out or unavailable: ' + got.status; return; }
+    const data = await got.json(), body = document.createDocumentFragment();
+    let waiting = 0;
+    for (const a of data.approvals) {
+      const tr = document.createElement('tr'); tr.dataset.id = a.id;
+      cell(tr, a.agent);
+      const tool = cell(tr, ''), link = document.createElement('a');
+      link.href = '/approvals/' + encodeURIComponent(a.id); link.textContent = a.tool;
+      tool.appendChild(link);
+      cell(tr, a.rule, 'muted'); cell(tr, a.age);
+      let status = a.status;
+      if (a.status === 'pending') { waiting++; status += ' (expires in ' + a.expires + ')'; }
+      else if (a.decided_by) {
+        status += ' by ' + a.decided_by + (a.reason ? ': ' + a.reason : '');
+      }
+      cell(tr, status, a.status);
+      body.appendChild(tr);
+    }
+    rows.replaceChildren(body);
+    note.textContent = waiting ? waiting + ' call(s) waiting' : 'No calls are waiting.';
+  } catch (e) { note.textContent = 'Cannot reach the gateway: ' + e; }
+}
+refresh(); setInterval(refresh, 1000);
+"""
+
+
+def _value(value: Any) -> str:
+    """One argument's value as formatted JSON, a long one folded after `FOLD` characters."""
+    text = json.dumps(value, ensure_ascii=False, indent=2)
+    if len(text) <= FOLD:
+        return f"<pre>{html.escape(text)}</pre>"
+    return (
+        f"<details><summary><code>{html.escape(text[:FOLD])}…</code> "
+        f"<span class=muted>({len(text)} characters)</span></summary>"
+        f"<pre>{html.escape(text)}</pre></details>"
+    )
+
+
+def _detail_page(approval: Approval, csrf: str) -> tuple[str, str]:
+    now = time.time()
+    b = approval.binding
+    state = approval.state(now)
+    try:
+        arguments = json.loads(approval.shown)
+    except ValueError:
+        arguments = approval.shown
+    if isinstance(arguments, dict) and arguments:
+        shown = "".join(
+            f"<tr><th><code>{html.escape(str(k))}</code></th><td>{_value(v)}</td></tr>"
+            for k, v in arguments.items()
+        )
+        args = f"<table>{shown}</table>"
+    else:
+        args = _value(arguments)
+    e = html.escape
+    token = f'<input type=hidden name=csrf value="{e(csrf)}">'
+    options = "".join(f"<option value={d}>{d}</option>" for d in DURATIONS)
+    forms = (
+        f"<div id=decide {'' if state == 'pending' else 'hidden'}>"
+        f"<form method=post>{token}<input type=hidden name=action value=approve>"
+        "<button class=ok id=approve-once>Approve once</button></form>"
+        f"<form method=post>{token}<input type=hidden name=action value=approve>"
+        f'<select name=for aria-label="for how long">{options}</select> '
+        "<button id=approve-for>Approve for…</button></form>"
+        f"<form method=post>{token}<input type=hidden name=action value=deny>"
+        '<input name=reason placeholder="reason (shown to the caller)" size=32> '
+        "<button class=no id=deny>Deny</button></form></div>"
+    )
+    decided = ""
+    if approval.decided_by:
+        why = f": {approval.reason}" if approval.reason else ""
+        decided = f"{approval.status} by {approval.decided_by}{why}"
+    body = (
+        '<p><a href="/approvals">← all requests</a></p>'
+        f"<h1>Agent <code>{e(b.agent)}</code> wants to call <code>{e(b.qualified)}</code></h1>"
+        f'<p>Status: <strong id=status class="{e(state)}">{e(state)}</strong> '
+        f"<span id=decided class=muted>{e(decided)}</span></p>"
+        f"<table><tr><th>Request</th><td><code>{e(approval.id)}</code></td></tr>"
+        f"<tr><th>Asked by</th><td>{e(approval.rule)}</td></tr>"
+        f"<tr><th>Requested</th><td>{e(span_text(now - approval.created))} ago</td></tr>"
+        f"<tr><th>Arguments</th><td class=muted>{e(b.digest[:23])}…; secrets shown as "
+        "<code>${NAME}</code></td></tr></table>"
+        f"<h2>Arguments</h2>{args}{forms}"
+    )
+    script = _DETAIL_SCRIPT.replace("ID", json.dumps(approval.id))
+    return _page(f"{b.qualified} for {b.agent}", body, script)
+
+
+# A request's status, refreshed every second: a decision made elsewhere shows up.
+_DETAIL_SCRIPT = """
+const id = ID;
+async function refresh() {
+  const got = await fetch('/approvals/' + encodeURIComponent(id) + '.json', {cache: 'no-store'});
+  if (!got.ok) return;
+  const a = await got.json(), status = document.getElementById('status');
+  status.textContent = a.status; status.className = a.status;
+  document.getElementById('decided').textContent =
+    a.decided_by ? a.status + ' by ' + a.decided_by + (a.reason ? ': ' + a.reason : '') : '';
+  document.getElementById('decide').hidden = a.status !== 'pending';
+}
+setInterval(refresh, 1000);
+"""
