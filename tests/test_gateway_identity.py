@@ -202,6 +202,31 @@ def test_every_bad_token_is_refused_with_a_reason(
     assert issuer.jwks_fetches == 1
 
 
+def test_a_token_that_fits_no_agent_gets_policy_default_only_when_the_config_says_so(
+    project: Path, issuer: Issuer, isolated_home: Path
+) -> None:
+    """#38: `gateway.auth.unmatched: default` serves a valid token that fits no agent's
+    `match:` as agent `default` (what policy.default gives); a token that fits several agents
+    is still refused, and so is every invalid one."""
+    _config(project, issuer)
+    text = (project / "bundlectl.yaml").read_text()
+    text = text.replace(
+        "audience: [bundlectl-gateway]}", "audience: [bundlectl-gateway]}\n    unmatched: default"
+    )
+    text = text.replace(
+        "policy: {default: deny}", "policy: {default: allow, deny: [files.write_file]}"
+    )
+    write(project / "bundlectl.yaml", text)
+    stranger = issuer.token(sub="mallory", client_id="x")
+    with gateway(project, home=isolated_home) as (url, _):
+        tools = anyio.run(_tools, url, stranger)
+        assert "files__read_file" in tools and "files__write_file" not in tools
+        assert _raw(url, issuer.token(client_id="twin-1")).status_code == 403
+        assert _raw(url, issuer.token(sub="mallory", exp=int(time.time()) - 60)).status_code == 401
+    records = audit_records(isolated_home / "state" / "audit.jsonl")
+    assert not [r for r in records if r["agent"] == "default" and r["outcome"] == "unauthorized"]
+
+
 def test_issuers_without_any_agent_to_match_are_refused_at_start(
     project: Path, issuer: Issuer, isolated_home: Path
 ) -> None:

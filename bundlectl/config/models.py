@@ -649,6 +649,11 @@ class GatewayAuth(StrictModel):
         description="The gateway's public URL of /mcp, for its RFC 9728 metadata (default: "
         "from the request's Host).",
     )
+    unmatched: Literal["refuse", "default"] = Field(
+        default="refuse",
+        description="A valid token whose claims fit no agent's `match:`: refused (403), or "
+        "served as agent `default`, which gets what `policy.default` gives an unlisted agent.",
+    )
 
 
 class GatewaySettings(StrictModel):

@@ -12,6 +12,7 @@ confirmation is sealed with a key derived from the agents' tokens, so every repl
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import ipaddress
@@ -35,6 +36,7 @@ from bundlectl.gateway.handlers import mcp_server
 from bundlectl.gateway.hub import Hub
 from bundlectl.gateway.identity import Verdict, Verifier, looks_like_jwt
 from bundlectl.mcpio import runner
+from bundlectl.policy.rules import DEFAULT_AGENT
 from bundlectl.resolve.resolved import Resolution
 
 AGENT = "bundlectl.agent"  # the ASGI scope key the gate fills in for the handlers
@@ -241,6 +243,10 @@ class Gate:
         if not self.verifier or not looks_like_jwt(token):
             return Verdict(reason="unknown token")
         verdict = await self.verifier.verdict(token)
+        auth = self.hub.resolution.project.config.gateway.auth
+        if verdict.unmatched and auth is not None and auth.unmatched == "default":
+            # served as the unlisted agent: policy.default decides what it may call
+            return dataclasses.replace(verdict, agent=DEFAULT_AGENT, status=200, reason="")
         if verdict.agent is not None and verdict.agent not in self.access.matched:
             reason = f"agent {verdict.agent!r} is not served here"
             return Verdict(status=403, reason=reason, subject=verdict.subject)

@@ -46,6 +46,7 @@ class Verdict:
     reason: str = ""
     subject: str | None = None
     until: float | None = None  # a verified token: when it expires
+    unmatched: bool = False  # a valid token whose claims fit no agent's match:
 
 
 def looks_like_jwt(token: str) -> bool:
@@ -132,7 +133,8 @@ class Verifier:
         if len(found) == 1:
             return Verdict(found[0], 200, subject=subject)
         if not found:
-            return Verdict(status=403, reason="no agent's match: fits its claims", subject=subject)
+            reason = "no agent's match: fits its claims"
+            return Verdict(status=403, reason=reason, subject=subject, unmatched=True)
         return Verdict(
             status=403,
             reason=f"its claims fit several agents ({', '.join(sorted(found))}); make their "
