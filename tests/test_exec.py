@@ -1062,7 +1062,7 @@ def on_terminal(cwd: Path, args: list[str], script: list[tuple[bytes, str]]) -> 
 def test_ask_is_confirmed_on_a_terminal(kitchen: Path, answer: str, code: int) -> None:
     """A real pseudo-terminal: the prompt appears, and only 'y' lets the call through."""
     args = ["exec", "--agent", "writer", "files.write_file", "path=asked.txt", "content=confirmed"]
-    status, seen = on_terminal(kitchen, args, [(b"Allow? [y/N]", answer)])
+    status, seen = on_terminal(kitchen, args, [(b"Allow? [y/N/a]", answer)])
     assert b"agent 'writer' wants to call files.write_file" in seen
     assert b'path: "asked.txt"' in seen and b'content: "confirmed"' in seen  # #24 item 6
     assert status == code, seen.decode(errors="replace")

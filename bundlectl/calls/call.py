@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import subprocess
 import sys
@@ -190,6 +191,10 @@ def _meets_conditions(admitted: Decision, arguments: dict[str, Any], schema: Any
     if admitted.redecide is None:
         return
     final = admitted.redecide(arguments, schema)
+    if admitted.effect == "ask" and final.matched_effect == "ask":
+        # still the ask it was admitted under (confirmed, or confirmed in advance by a local
+        # rule), even where no one could confirm it now
+        final = dataclasses.replace(final, effect="ask")
     if final.stricter(admitted):
         raise PolicyDenied(
             f"agent {final.agent!r} may not call {final.qualified} with these arguments: "

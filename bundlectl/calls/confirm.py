@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
+from bundlectl.config.local import LOCAL_FILE
 from bundlectl.output import ask
 from bundlectl.policy.rules import Decision
 
@@ -77,9 +78,18 @@ def terminal_confirmer() -> Confirmation | None:
 
 
 async def on_terminal(pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]) -> bool:
-    """The question, and a y/N answer read on the terminal (blocking: `exec`, code mode)."""
-    answer = ask(f"{pipeline.question(decision, arguments)}\nAllow? [y/N] ")
-    return answer.strip().lower() in ("y", "yes")
+    """The question, and the answer read on the terminal (blocking: `exec`, code mode): yes
+    once, no, or always — an allow rule for this tool (with the conditions of the rule that
+    asked) written to `bundlectl.local.yaml`, never to the reviewed config."""
+    answer = ask(
+        f"{pipeline.question(decision, arguments)}\n"
+        f"Allow? [y/N/a] (a: always, a rule in {LOCAL_FILE}) "
+    )
+    choice = answer.strip().lower()
+    if choice in ("a", "always"):
+        pipeline.always_allow(decision)
+        return True
+    return choice in ("y", "yes")
 
 
 def _printable(text: str) -> str:

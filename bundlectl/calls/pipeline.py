@@ -28,8 +28,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from bundlectl import metrics, telemetry
 from bundlectl.config import paths
+from bundlectl.config.local import always_allow
 from bundlectl.config.lockfile import digest_json
 from bundlectl.config.models import ApprovalSettings
+from bundlectl.config.paths import display_path
 from bundlectl.config.secretscan import secret_kind, secret_variables
 from bundlectl.errors import (
     BundlectlError,
@@ -44,6 +46,7 @@ from bundlectl.errors import (
 )
 from bundlectl.mcpio.connect import Target
 from bundlectl.mcpio.live import compare
+from bundlectl.output import err
 from bundlectl.policy.conditions import non_finite
 from bundlectl.policy.rules import Decision
 from bundlectl.resolve.resolved import Resolution
@@ -172,6 +175,12 @@ class Pipeline:
         `ask` rule's call is put to `confirm` (the front door's strategy; when it has none,
         an approver's, if `policy.approvals` is on); then `admit`."""
         answer: Answer = None
+        if decision.matched_effect == "ask" and (here := self.confirmed_here(decision, arguments)):
+            # an `ask` (unconfirmable where it was judged, too) a local rule answers in advance
+            rule = here.rule
+            assert rule is not None
+            err(f"note: {decision.qualified} confirmed in advance by {rule.origin} (always allow)")
+            return self.admit(dataclasses.replace(decision, effect="ask"), True)
         if decision.effect == "ask" and confirm is None:
             confirm = self.out_of_band()  # held for an approver, when approvals are on
         if decision.effect == "ask" and confirm is not None:
@@ -179,6 +188,20 @@ class Pipeline:
         if isinstance(answer, Deferred):
             return answer
         return self.admit(decision, answer)
+
+    def confirmed_here(self, decision: Decision, arguments: Mapping[str, Any]) -> Decision | None:
+        """The local rule ("always allow", `bundlectl.local.yaml`) that confirms this `ask` in
+        advance — its tool and conditions hold for these arguments — as its own decision."""
+        local = self.resolution.local_policy
+        if local is None or decision.agent not in self.resolution.local:
+            return None
+        here = local.agent(decision.agent).decide(
+            decision.server,
+            decision.tool,
+            arguments=arguments,
+            paths=self.paths(decision.server),
+        )
+        return here if here.effect == "allow" and here.rule is not None else None
 
     @property
     def approvals(self) -> ApprovalSettings | None:
@@ -300,6 +323,29 @@ class Pipeline:
         admitted = settled(self.admission(decision, arguments or {}, self.confirm))
         assert isinstance(admitted, Decision)  # a blocking confirmation answers now
         return admitted
+
+    def always_allow(self, decision: Decision) -> None:
+        """ "Always allow": an allow rule for exactly this tool — with the conditions of the rule
+        that asked, when it had any — added to the agent's rules in `bundlectl.local.yaml`
+        (SPEC 11). An agent the project does not list gets no local rules: allowed this once."""
+        if decision.agent not in self.resolution.merged.agents:
+            err(
+                f"note: agent {decision.agent!r} is not listed in the project, so no local rule "
+                "was kept; allowed this once"
+            )
+            return
+        rule = decision.rule
+        condition = rule.condition if rule is not None else None
+        entry: str | dict[str, Any] = decision.qualified
+        if condition is not None:
+            entry = {"tool": decision.qualified, **condition.canonical}
+        path = always_allow(self.resolution.project.config_path, decision.agent, entry)
+        err(
+            f"kept in {display_path(path)}: agent {decision.agent!r} may call "
+            f"{decision.qualified}"
+            + (f" ({condition.describe()})" if condition is not None else "")
+            + " without being asked, on this machine"
+        )
 
     def question(
         self,

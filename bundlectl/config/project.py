@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bundlectl.config import paths
+from bundlectl.config.local import LocalLayer, load_local, local_path
 from bundlectl.config.lockfile import read_lock
 from bundlectl.config.models import ProjectConfig
 from bundlectl.config.registry import Registry
@@ -83,11 +84,13 @@ class Project:
     # The user-level file merged under this one; None for lint, for --no-user-config and when
     # there is none. Never part of the lock.
     user: UserLayer | None = None
+    # `bundlectl.local.yaml`: allow rules added on this machine ("always allow"); never locked.
+    local: LocalLayer | None = None
 
     def watched_files(self) -> tuple[Path, ...]:
         """The files whose edits change what this project resolves to (the gateway reloads)."""
         user = paths.user_project_file()
-        own = (self.config_path, self.lock_path)
+        own = (self.config_path, self.lock_path, local_path(self.config_path))
         return (*own, user) if user is not None else own
 
     @property
@@ -173,14 +176,14 @@ def load_project(config: Path | None = None) -> Project:
     path = find_project(config)
     doc = read_yaml(path, paths.display_path(path))
     model = validate_doc(doc, ProjectConfig, what="config")
-    return Project(path.resolve(), doc, model, load_user_layer(path))
+    return Project(path.resolve(), doc, model, load_user_layer(path), load_local(path))
 
 
 def project_from_text(path: Path, text: str) -> Project:
     """A project as it would be with `text` as its config (for edits before they are written)."""
     doc = parse_yaml(text, paths.display_path(path))
     model = validate_doc(doc, ProjectConfig, what="config")
-    return Project(path.resolve(), doc, model, load_user_layer(path))
+    return Project(path.resolve(), doc, model, load_user_layer(path), load_local(path))
 
 
 def optional_project(config: Path | None) -> Project | None:

@@ -7,9 +7,11 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from bundlectl.config.local import load_local
 from bundlectl.config.models import ProjectConfig, tested_tool
 from bundlectl.config.yamlio import YamlDoc, YamlPath
-from bundlectl.lint.context import Context, at
+from bundlectl.errors import InputFileError
+from bundlectl.lint.context import Context, at, from_problem
 from bundlectl.lint.rules import Finding
 from bundlectl.policy.catalog import agent_row
 from bundlectl.policy.conditions import MISSING
@@ -381,6 +383,31 @@ def limit_targets(ctx: Context) -> Iterator[Finding]:
                 ("limits", index, "tools", number),
                 f"{pattern!r} matches no declared tool",
                 anchor=pattern,
+            )
+
+
+def local_rules(ctx: Context) -> Iterator[Finding]:
+    """BCL216: each allow rule of `bundlectl.local.yaml` (a note: it adds to the reviewed policy
+    on this machine). A file that does not load is reported by its own problems (BCL001/3)."""
+    if ctx.project is None:
+        return
+    try:
+        local = load_local(ctx.project.config_path)
+    except InputFileError as exc:
+        for problem in exc.problems:
+            yield from_problem("BCL003" if problem.yaml_path else "BCL001", problem)
+        return
+    if local is None:
+        return
+    for agent, rules in local.config.agents.items():
+        for index, entry in enumerate(rules.allow):
+            tool = entry if isinstance(entry, str) else entry.tool
+            yield at(
+                "BCL216",
+                local.doc,
+                ("agents", agent, "allow", index),
+                f"agent {agent!r} may call {tool} without being asked, on this machine only",
+                anchor=f"{agent}:{tool}",
             )
 
 

@@ -50,6 +50,7 @@ CHECKS: list[Check] = [
     checks_policy.policy_tests,
     checks_policy.detokenize_targets,
     checks_policy.limit_targets,
+    checks_policy.local_rules,
     checks_policy.condition_arguments,
     checks_policy.condition_expressions,
     checks_secrets.plaintext_secrets,

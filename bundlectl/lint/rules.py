@@ -295,6 +295,15 @@ RULES = _rules(
         "bundlectl tools).",
     ),
     RuleInfo(
+        "BCL216",
+        "local-rule",
+        "info",
+        "An allow rule in `bundlectl.local.yaml`, added on this machine by answering 'always "
+        "allow': it lets the agent call without being asked, here only, and no review saw it.",
+        "Move the rule into bundlectl.yaml's agents if the team agrees, or delete it from "
+        "bundlectl.local.yaml.",
+    ),
+    RuleInfo(
         "BCL301",
         "plaintext-secret",
         "error",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from bundlectl.config.local import LocalLayer
 from bundlectl.config.models import AgentRules, ConditionalRule, EnvInput, ProjectConfig, ServerSpec
 from bundlectl.config.registry import LoadedManifest
 from bundlectl.config.yamlio import YamlDoc, YamlPath
@@ -169,6 +170,27 @@ def overlay(project: Merged, user: Merged, user_file: str) -> Merged:
         notes + user.notes,
         project.collisions + user.collisions,
     )
+
+
+def local_agents(merged: Merged, local: LocalLayer) -> tuple[dict[str, AgentSpec], list[str]]:
+    """`bundlectl.local.yaml`'s rules as agents of their own, each rule knowing its file and
+    line: what confirms an `ask` in advance (`Pipeline.admission`), never a grant of its own.
+    An agent the project does not list gets none (a note says so)."""
+    agents: dict[str, AgentSpec] = {}
+    notes: list[str] = []
+    for name, rules in local.config.agents.items():
+        if name not in merged.agents:
+            notes.append(
+                f"{local.doc.file}: agent {name!r} is not listed in the project, so its local "
+                "rules are ignored"
+            )
+            continue
+        added = tuple(
+            policy_rule(entry, "allow", origin_at(local.doc, ("agents", name, "allow", i)), name)
+            for i, entry in enumerate(rules.allow)
+        )
+        agents[name] = AgentSpec(name, origin_at(local.doc, ("agents", name)), added, ())
+    return agents, notes
 
 
 def collision_error(merged: Merged) -> ResolutionError | None:

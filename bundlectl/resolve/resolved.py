@@ -5,7 +5,8 @@ commands that only read a project (`list`, `show`) load neither the resolver nor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -24,11 +25,12 @@ from bundlectl.policy.catalog import Catalog, ToolRef
 from bundlectl.policy.engine import Policy
 from bundlectl.policy.inheritance import canonical_policy, check_extends
 from bundlectl.policy.patterns import name_clashes
-from bundlectl.policy.rules import PolicySet
+from bundlectl.policy.rules import AgentSpec, PolicySet
 from bundlectl.resolve.merge import (
     Merged,
     MergedServer,
     collision_error,
+    local_agents,
     merge,
     overlay,
     policy_set,
@@ -49,6 +51,16 @@ class Resolution:
     # The project without the user-level file: what the lock records (the same object as
     # `merged` when there is no user-level file).
     own: Merged
+    # `bundlectl.local.yaml`'s rules by agent: they confirm an `ask` in advance, never more.
+    local: Mapping[str, AgentSpec] = field(default_factory=dict)
+
+    @cached_property
+    def local_policy(self) -> Policy | None:
+        """The engine over the local rules alone (default deny): an `allow` from it is an `ask`
+        of the project's policy confirmed in advance. None: no local rules."""
+        if not self.local:
+            return None
+        return Policy(PolicySet(agents=self.local, default="deny"))
 
     @cached_property
     def lock(self) -> LockFile:
@@ -156,12 +168,16 @@ def resolve_project(
     own = merged
     if project.user is not None:
         merged = _with_user(project, versions, merged)
+    local: dict[str, AgentSpec] = {}
+    if project.local is not None:
+        local, notes = local_agents(merged, project.local)
+        merged.notes.extend(notes)
     if strict:
         collision = collision_error(merged)
         if collision is not None:
             raise collision
         check_extends(merged.agents)
-    return Resolution(project, merged, own)
+    return Resolution(project, merged, own, local)
 
 
 def _with_user(project: Project, versions: dict[str, Version], own: Merged) -> Merged:

@@ -183,6 +183,11 @@ def lock(config: Path | None, names: list[str], *, check: bool, upgrade: bool, f
         raise UsageError("--check and --upgrade cannot be combined")
     project = load_project(config)
     project.registry.require_names(names)
+    if project.local is not None and project.local.rules and fmt is not Format.json:
+        note(
+            f"{project.local.rules} local rule(s) in {project.local.doc.file} add to this "
+            "policy on this machine; the lock's policy digest covers bundlectl.yaml's only"
+        )
     if not check:
         with project_lock(project.config_path):
             return _apply(
