@@ -50,14 +50,10 @@ def test_names_from_the_project_complete(project: Path, run: Run) -> None:
     assert complete(project, "bundlectl show gith") == ["github"]
     assert complete(project, "bundlectl export claude-c") == ["claude-code"]
     assert complete(project, "bundlectl import ag") == ["agix"]
-    assert complete(project, "bundlectl lint --select BCL21") == [
-        "BCL210",
-        "BCL211",
-        "BCL212",
-        "BCL213",
-        "BCL214",
-        "BCL215",
-    ]
+    from bundlectl.lint.rules import RULES
+
+    rules = complete(project, "bundlectl lint --select BCL21")
+    assert rules == sorted(r for r in RULES if r.startswith("BCL21")) and len(rules) > 5
     (project / "bundlectl.lock").unlink()  # no lock: the resolved project answers
     assert complete(project, "bundlectl policy explain --agent wr") == ["writer"]
 
