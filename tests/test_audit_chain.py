@@ -4,6 +4,7 @@ broken record by line, and `bundlectl audit` / `audit summary` filter and sum it
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from pathlib import Path
@@ -49,6 +50,55 @@ def test_writers_that_share_the_log_keep_one_unbroken_chain(tmp_path: Path, run:
     assert all(json.loads(lines[i])["prev"] == link(lines[i - 1]) for i in range(1, 200))
     checked = run("audit", "verify", str(log))
     assert checked.code == 0 and "200 record(s), each linked to the one before it" in checked.out
+
+
+def test_a_log_rotated_by_size_under_concurrent_writers_loses_no_record(
+    tmp_path: Path, run: Run
+) -> None:
+    """#41: past `max_bytes` the log becomes `NAME.1` (earlier ones shift up, `keep` of them)
+    and the new one starts with a record that links to the old one's last line; four writers
+    at once lose nothing and every file verifies, the chain running across them."""
+    log = tmp_path / "audit.jsonl"
+    start = threading.Barrier(4)
+
+    def writer(name: str) -> None:
+        mine = AuditFile(log, max_bytes=6000, keep=50)  # its own descriptor, as a process has
+        start.wait()
+        for number in range(60):
+            mine.write(record(agent=name, tool=f"t{number}"))
+        mine.close()
+
+    threads = [threading.Thread(target=writer, args=(f"w{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    rotated = log.parent.glob("audit.jsonl.*")
+    files = [log, *sorted(rotated, key=lambda p: int(p.name.rsplit(".", 1)[1]))]
+    assert len(files) > 3 and all(f.stat().st_size <= 6000 for f in files)
+    records = [json.loads(line) for f in files for line in f.read_text().splitlines()]
+    calls = sorted((r["agent"], r["tool"]) for r in records if "event" not in r)
+    assert calls == sorted((f"w{i}", f"t{n}") for i in range(4) for n in range(60))
+    for newer, older in itertools.pairwise(files):
+        head = json.loads(newer.read_text().splitlines()[0])
+        assert head["event"] == "log-start" and head["rotated_from"] == f"{log.name}.1"
+        assert head["prev"] == link(older.read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1])
+    for f in files[:-1]:  # the oldest kept file starts the chain; the others continue one
+        checked = run("audit", "verify", str(f))
+        assert checked.code == 0, checked.err
+    # A rotated file replaced by another breaks the link into it; `keep` bounds the files.
+    files[1].write_text(files[2].read_text())
+    broken = run("audit", "verify", str(log))
+    assert broken.code == 1 and "does not link to the last record of audit.jsonl.1" in broken.err
+    few = AuditFile(tmp_path / "small.jsonl", max_bytes=400, keep=2)
+    for number in range(20):
+        few.write(record(tool=f"t{number}"))
+    few.close()
+    assert sorted(p.name for p in tmp_path.glob("small.jsonl*")) == [
+        "small.jsonl",
+        "small.jsonl.1",
+        "small.jsonl.2",
+    ]
 
 
 def _log(tmp_path: Path, count: int = 6) -> tuple[Path, list[str]]:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bundlectl.calls import audit, userconfig
+from bundlectl.calls import audit
 from bundlectl.config.lockfile import digest_json
 from bundlectl.config.models import seconds
 from bundlectl.errors import Declined, PolicyDenied, Unconfirmable
@@ -192,6 +192,6 @@ def _audited(approval: Approval, outcome: str, by: str) -> None:
         approver=by,
     )
     try:
-        audit.AuditFile(audit.log_path(userconfig.load().audit.path)).write(record)
+        audit.AuditFile.configured().write(record)
     except OSError as exc:
         err(f"warning: could not write the audit log: {exc}")

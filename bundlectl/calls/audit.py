@@ -189,12 +189,20 @@ class AuditFile:
     has not grown since, else from the file's last line (another process appended) — so a
     record changed, removed or inserted breaks the chain at the next one."""
 
-    def __init__(self, target: Path) -> None:
-        self.target = target
+    def __init__(self, target: Path, *, max_bytes: int = 100 << 20, keep: int = 5) -> None:
+        self.target, self.max_bytes, self.keep = target, max_bytes, keep
         self._fd: int | None = None
         self._file_id = (0, 0)  # (device, inode) of the file `_fd` is open on
         self._end = -1  # the file's size after our last write
         self._last: str | None = None  # the link of the line we wrote last
+        self._retired: int | None = None  # the descriptor of the file a rotation replaced
+
+    @classmethod
+    def configured(cls) -> AuditFile:
+        """The log the user config names (`audit.path`, `max_mb`, `keep`), or the default."""
+        settings = userconfig.load().audit
+        target = log_path(settings.path)
+        return cls(target, max_bytes=int(settings.max_mb * (1 << 20)), keep=settings.keep)
 
     def _open(self) -> int:
         if self._fd is not None:
@@ -219,22 +227,83 @@ class AuditFile:
 
             with FileLock(str(self.target) + ".lock", timeout=30):
                 self._chained(fd, record)
+            if self._retired is not None:
+                os.close(self._retired)
+                self._retired = None
             return
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        while True:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                if self._current(fd):  # not rotated away while we waited for the lock
+                    self._chained(fd, record)
+                    return
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                if self._retired is not None:  # this write rotated the log
+                    os.close(self._retired)
+                    self._retired = None
+            fd = self._open()  # another writer rotated the log: write to the new one
+
+    def _current(self, fd: int) -> bool:
+        """Whether `fd` is still the file the log's path names (false: rotated meanwhile)."""
         try:
-            self._chained(fd, record)
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            now = os.stat(self.target)
+        except OSError:
+            return False
+        return (now.st_dev, now.st_ino) == self._file_id
 
     def _chained(self, fd: int, record: AuditRecord) -> None:
-        """Write `record` linked to the file's last line (under the lock)."""
+        """Write `record` linked to the file's last line (under the lock); a record that would
+        take the file past `max_bytes` goes to a new file instead (`_rotated`)."""
         size = os.fstat(fd).st_size
         if size != self._end:  # someone else wrote since (or we just opened it)
             last = _last_line(fd, size)
             self._last = link(last) if last is not None else None
         line = (record.as_json(self._last) + "\n").encode("utf-8")
+        if size and size + len(line) > self.max_bytes:
+            self._rotated(record)
+            return
         os.write(fd, line)
         self._end, self._last = size + len(line), link(line)
+
+    def _rotated(self, record: AuditRecord) -> None:
+        """Under the old file's lock: a new file whose first record links to the old file's
+        last line, then `record`, made whole beside the log and put in its place at once
+        (writers waiting for the lock find the path renamed and reopen it); the old file
+        becomes `NAME.1`, earlier ones shift up, the oldest beyond `keep` is removed."""
+        name = self.target.name
+        start = {
+            "event": "log-start",
+            "timestamp": _timestamp(int(time.time())),
+            "rotated_from": f"{name}.1",
+            "prev": self._last,
+        }
+        head = (_encode(start) + "\n").encode("utf-8")
+        line = (record.as_json(link(head)) + "\n").encode("utf-8")
+        fresh = self.target.with_name(f".{name}.{secrets.token_hex(4)}.new")
+        fd = os.open(fresh, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, head + line)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(fresh)
+            raise
+        for number in range(self.keep, 0, -1):
+            older = self.target.with_name(f"{name}.{number}")
+            if number == self.keep:
+                with contextlib.suppress(FileNotFoundError):
+                    older.unlink()
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                older.rename(self.target.with_name(f"{name}.{number + 1}"))
+        os.rename(self.target, self.target.with_name(f"{name}.1"))
+        os.rename(fresh, self.target)
+        self._retired = self._fd  # closed by `write` once its lock is released
+        self._fd = fd
+        opened = os.fstat(fd)
+        self._file_id = (opened.st_dev, opened.st_ino)
+        self._end, self._last = len(head) + len(line), link(line)
 
     def close(self) -> None:
         if self._fd is not None:
@@ -382,7 +451,7 @@ class AuditLog:
         )
         try:
             if self._file is None:
-                self._file = AuditFile(log_path(userconfig.load().audit.path))
+                self._file = AuditFile.configured()
             self._file.write(entry)
         except OSError as exc:
             err(f"warning: could not write the audit log: {exc}")

@@ -17,6 +17,14 @@ class AuditSettings(BaseModel):
     path: str | None = Field(
         default=None, description="The audit log file (default: the user state dir)."
     )
+    max_mb: float = Field(
+        default=100,
+        gt=0,
+        description="Rotate the log when a record would take it past this size (MB): it is "
+        "renamed `NAME.1` (earlier ones shift up) and the new log starts with a record that "
+        "links to the last one of the old.",
+    )
+    keep: int = Field(default=5, ge=1, le=1000, description="Rotated logs kept (`NAME.1`...).")
 
 
 class UserConfig(BaseModel):

@@ -7,7 +7,8 @@ import csv
 import io
 import json
 import time
-from collections import Counter
+from array import array
+from collections import Counter, deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,11 @@ def _log(file: Path | None) -> Path:
     return file if file is not None else audit.log_path(userconfig.load().audit.path)
 
 
-def _lines(path: Path) -> list[bytes]:
+def _lines(path: Path) -> Iterator[bytes]:
+    """The log's lines (without their line break), read as a stream: a log of gigabytes is
+    never held in memory."""
     try:
-        data = path.read_bytes()
+        handle = path.open("rb")
     except FileNotFoundError:
         raise UsageError(
             f"no audit log at {display_path(path)}",
@@ -37,28 +40,31 @@ def _lines(path: Path) -> list[bytes]:
         ) from None
     except OSError as exc:
         raise UsageError(f"cannot read {display_path(path)}: {exc.strerror}") from None
-    return data.rstrip(b"\n").split(b"\n") if data else []
+    with handle:
+        for line in handle:
+            yield line.rstrip(b"\n")
 
 
 def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each call record with its line number (a rotation's start record is no call)."""
     for number, line in enumerate(_lines(path), start=1):
         try:
             record = json.loads(line)
         except ValueError:
             err(f"warning: {display_path(path)}:{number}: not a JSON record; skipped")
             continue
-        if isinstance(record, dict):
+        if isinstance(record, dict) and "event" not in record:
             yield number, record
 
 
-def verify(file: Path | None, *, fmt: Format) -> int:
-    """Check the chain: each record's `prev` is the digest of the line before it. The first
-    record that breaks it is reported by line (exit 1)."""
-    path = _log(file)
-    lines = _lines(path)
+def _walk(path: Path) -> tuple[tuple[int, str] | None, int, int, int]:
+    """The chain's first break (line, what), and the records, chained and unchained seen."""
     problem: tuple[int, str] | None = None
-    unchained = chained = 0
-    for number, raw in enumerate(lines, start=1):
+    unchained = chained = records = 0
+    before: bytes | None = None  # the line before the one being checked
+    for number, raw in enumerate(_lines(path), start=1):
+        records = number
+        line, before = before, raw
         try:
             record = json.loads(raw)
         except ValueError:
@@ -72,14 +78,29 @@ def verify(file: Path | None, *, fmt: Format) -> int:
             unchained += 1
             continue
         if number == 1:
+            if record.get("event") == "log-start":  # a rotation's first record
+                problem = _continues(path, record)
+                if problem is not None:
+                    break
+                chained += 1
+                continue
             problem = (number, "links to a record before it, and there is none (the head of the "
                        "log was removed)")  # fmt: skip
             break
-        if prev != audit.link(lines[number - 2]):
+        assert line is not None
+        if prev != audit.link(line):
             problem = (number, f"does not link to line {number - 1}: one of the two was "
                        "changed, or records between them were removed or inserted")  # fmt: skip
             break
         chained += 1
+    return problem, records, chained, unchained
+
+
+def verify(file: Path | None, *, fmt: Format) -> int:
+    """Check the chain: each record's `prev` is the digest of the line before it. The first
+    record that breaks it is reported by line (exit 1)."""
+    path = _log(file)
+    problem, records, chained, unchained = _walk(path)
     if problem is None and not chained and unchained > 1:
         problem = (2, "no record carries a chain (`prev`): nothing can be verified")
     where = display_path(path)
@@ -88,14 +109,14 @@ def verify(file: Path | None, *, fmt: Format) -> int:
             {
                 "format_version": JSON_FORMAT_VERSION,
                 "file": str(path),
-                "records": len(lines),
+                "records": records,
                 "chained": chained,
                 "broken_at": problem[0] if problem else None,
                 "problem": problem[1] if problem else None,
             }
         )
     elif problem is None:
-        out(f"{where}: {len(lines)} record(s), each linked to the one before it")
+        out(f"{where}: {records} record(s), each linked to the one before it")
         if unchained > 1:
             err(f"note: the first {unchained} were written before records were chained")
     if problem is not None:
@@ -106,6 +127,20 @@ def verify(file: Path | None, *, fmt: Format) -> int:
             + "compare with a copy of the log shipped elsewhere",
         )
     return 0
+
+
+def _continues(path: Path, start: dict[str, Any]) -> tuple[int, str] | None:
+    """A rotated log's start record links to the last line of the file it continues, when that
+    file is still beside it: `NAME.1` for `NAME`, `NAME.3` for `NAME.2` (rotations shift them)."""
+    base, _, number = path.name.rpartition(".")
+    earlier = f"{base}.{int(number) + 1}" if number.isdigit() else f"{path.name}.1"
+    rotated = path.with_name(earlier)
+    if not rotated.is_file():
+        return None  # the earlier file was removed (`keep` of them are kept): nothing to check
+    tail = deque(_lines(rotated), maxlen=1)
+    if not tail or start.get("prev") != audit.link(tail[0]):
+        return (1, f"does not link to the last record of {earlier}, the log it continues")
+    return None
 
 
 def _since(text: str | None) -> float | None:
@@ -125,10 +160,10 @@ def _stamp(text: str) -> float:
 
 def _selected(
     path: Path, agent: str | None, tool: str | None, outcome: str | None, since: str | None
-) -> list[dict[str, Any]]:
+) -> Iterator[dict[str, Any]]:
+    """The records that pass the filters, one at a time."""
     after = _since(since)
     outcomes = set(outcome.split(",")) if outcome else None
-    chosen = []
     for _, record in _records(path):
         if agent is not None and record.get("agent") != agent:
             continue
@@ -140,8 +175,7 @@ def _selected(
             continue
         if after is not None and _stamp(str(record.get("timestamp"))) < after:
             continue
-        chosen.append(record)
-    return chosen
+        yield record
 
 
 def query(
@@ -153,7 +187,7 @@ def query(
     since: str | None,
     fmt: MatrixFormat,
 ) -> int:
-    records = _selected(_log(file), agent, tool, outcome, since)
+    records = list(_selected(_log(file), agent, tool, outcome, since))
     if fmt is MatrixFormat.json:
         emit_json({"format_version": JSON_FORMAT_VERSION, "records": records})
         return 0
@@ -188,24 +222,26 @@ def query(
 def summary(file: Path | None, *, agent: str | None, since: str | None, fmt: Format) -> int:
     """Calls per agent and tool: how many, how they ended, how long they took (pending records,
     which pair with their outcome, are not counted)."""
-    records = [
-        r for r in _selected(_log(file), agent, None, None, since) if r.get("outcome") != "pending"
-    ]
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for record in records:
+    # Streamed: per agent and tool, the outcomes counted and the ok calls' durations kept as
+    # 8-byte floats (a gigabyte of log is never held in memory).
+    counts: dict[tuple[str, str], Counter[str]] = {}
+    durations: dict[tuple[str, str], array[float]] = {}
+    for record in _selected(_log(file), agent, None, None, since):
+        ended = str(record.get("outcome"))
+        if ended == "pending":  # paired with its outcome, which is counted
+            continue
         key = (str(record.get("agent")), f"{record.get('server')}.{record.get('tool')}")
-        groups.setdefault(key, []).append(record)
+        counts.setdefault(key, Counter())[ended] += 1
+        if ended == "ok":
+            durations.setdefault(key, array("d")).append(float(record.get("duration_ms") or 0))
     rows: list[dict[str, Any]] = []
-    for (who, what), found in sorted(groups.items()):
-        outcomes = Counter(str(r.get("outcome")) for r in found)
-        durations = sorted(
-            float(r.get("duration_ms") or 0) for r in found if r.get("outcome") == "ok"
-        )
+    for (who, what), outcomes in sorted(counts.items()):
+        took = sorted(durations.get((who, what), ()))
         rows.append(
             {
                 "agent": who,
                 "tool": what,
-                "records": len(found),
+                "records": sum(outcomes.values()),
                 "ok": outcomes.get("ok", 0),
                 "denied": sum(v for k, v in outcomes.items() if k.startswith("denied")),
                 "failed": sum(
@@ -213,7 +249,7 @@ def summary(file: Path | None, *, agent: str | None, since: str | None, fmt: For
                     for k, v in outcomes.items()
                     if k not in ("ok",) and not k.startswith("denied")
                 ),
-                "median_ms": durations[len(durations) // 2] if durations else None,
+                "median_ms": took[len(took) // 2] if took else None,
                 "outcomes": dict(outcomes),
             }
         )
