@@ -101,6 +101,48 @@ def test_a_log_rotated_by_size_under_concurrent_writers_loses_no_record(
     ]
 
 
+def test_records_go_to_the_sinks_the_user_config_names(
+    project: Path, run: Run, isolated_home: Path
+) -> None:
+    """#41: `audit.sinks` — stdout/stderr as JSON lines (a container's collector), beside the
+    file or instead of it; `serve` over stdio refuses stdout, its MCP channel."""
+    import subprocess
+    import sys
+
+    write(project / "bundlectl.yaml", "version: 1\nbundles: [basic]\npolicy: {default: allow}\n")
+    (project / "hello.txt").write_text("hi\n")
+    config = isolated_home / "config" / "config.yaml"
+    log = isolated_home / "state" / "audit.jsonl"
+
+    def exec_() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "bundlectl", "exec", "files.read_file", "path=hello.txt"],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    write(config, "audit: {sinks: [file, stderr]}\n")
+    done = exec_()
+    assert done.returncode == 0, done.stderr
+    streamed = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    filed = log.read_text().splitlines()
+    assert [r["outcome"] for r in streamed] == ["pending", "ok"]
+    assert [json.loads(line) for line in filed] == streamed  # the same lines, chain included
+    write(config, "audit: {sinks: [stdout]}\n")
+    done = exec_()
+    shown = done.stdout.splitlines()  # the record of the call let through, the result, its end
+    assert shown[1] == "hi" and [json.loads(shown[i])["outcome"] for i in (0, 2)] == [
+        "pending",
+        "ok",
+    ]
+    assert len(log.read_text().splitlines()) == 2  # no file sink: nothing more in the file
+    refused = run("serve")
+    assert refused.code == 2 and "serve over stdio speaks MCP on stdout" in refused.err
+
+
 def _log(tmp_path: Path, count: int = 6) -> tuple[Path, list[str]]:
     log = tmp_path / "audit.jsonl"
     writer = AuditFile(log)

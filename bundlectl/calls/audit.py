@@ -196,6 +196,7 @@ class AuditFile:
         self._end = -1  # the file's size after our last write
         self._last: str | None = None  # the link of the line we wrote last
         self._retired: int | None = None  # the descriptor of the file a rotation replaced
+        self.written = b""  # the line of the last record written
 
     @classmethod
     def configured(cls) -> AuditFile:
@@ -221,6 +222,7 @@ class AuditFile:
         return self._fd
 
     def write(self, record: AuditRecord) -> None:
+        """Append `record`, chained (the line written is `self.written`)."""
         fd = self._open()
         if fcntl is None:  # Windows: a lock file
             from filelock import FileLock
@@ -264,6 +266,7 @@ class AuditFile:
             self._rotated(record)
             return
         os.write(fd, line)
+        self.written = line
         self._end, self._last = size + len(line), link(line)
 
     def _rotated(self, record: AuditRecord) -> None:
@@ -280,6 +283,7 @@ class AuditFile:
         }
         head = (_encode(start) + "\n").encode("utf-8")
         line = (record.as_json(link(head)) + "\n").encode("utf-8")
+        self.written = line
         fresh = self.target.with_name(f".{name}.{secrets.token_hex(4)}.new")
         fd = os.open(fresh, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600)
         try:
@@ -348,6 +352,10 @@ class AuditSink(Protocol):
         `-withdrawn` (an approver's decision is recorded by `bundlectl approvals`)."""
 
 
+# The stream sinks of `audit.sinks`: JSON lines for a container's log collector.
+STREAMS = {"stdout": 1, "stderr": 2}
+
+
 @dataclass
 class AuditLog:
     """The audit log file (SPEC 4.2): digests of the lock, the policy and the arguments; never
@@ -357,6 +365,7 @@ class AuditLog:
     via: str = "exec"
     _lock_digest: tuple[tuple[int, int], str | None] | None = None
     _file: AuditFile | None = None  # opened on the first record, kept open
+    _streams: tuple[int, ...] | None = None  # stdout/stderr sinks (file descriptors)
     _key: bytes | None = None  # the installation's audit key, read on the first digest
 
     def _digest(self, arguments: dict[str, Any] | None) -> str | None:
@@ -450,8 +459,16 @@ class AuditLog:
             **fields,
         )
         try:
-            if self._file is None:
-                self._file = AuditFile.configured()
-            self._file.write(entry)
+            if self._streams is None:
+                sinks = userconfig.load().audit.sinks
+                self._streams = tuple(fd for name, fd in STREAMS.items() if name in sinks)
+                if "file" in sinks:
+                    self._file = AuditFile.configured()
+            line = (entry.as_json() + "\n").encode("utf-8")
+            if self._file is not None:
+                self._file.write(entry)
+                line = self._file.written  # the same line, with its link in the chain
+            for fd in self._streams:
+                os.write(fd, line)
         except OSError as exc:
             err(f"warning: could not write the audit log: {exc}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from bundlectl.config import paths
@@ -25,6 +27,12 @@ class AuditSettings(BaseModel):
         "links to the last one of the old.",
     )
     keep: int = Field(default=5, ge=1, le=1000, description="Rotated logs kept (`NAME.1`...).")
+    sinks: list[Literal["file", "stdout", "stderr"]] = Field(
+        default=["file"],
+        min_length=1,
+        description="Where each record goes: the log file, and/or stdout or stderr as JSON "
+        "lines (for containers; `serve` over stdio refuses stdout, its MCP channel).",
+    )
 
 
 class UserConfig(BaseModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bundlectl import metrics
+from bundlectl.calls import userconfig
 from bundlectl.calls.audit import AuditLog
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.cli.options import ServeMode, ServeTransport
@@ -42,6 +43,12 @@ def run(
     pipeline = Pipeline(resolution, AuditLog(resolution, via="serve"), confirm=None)
 
     if transport is ServeTransport.stdio:
+        if "stdout" in userconfig.load().audit.sinks:
+            raise UsageError(
+                "audit.sinks names stdout, and serve over stdio speaks MCP on stdout: a record "
+                "there would break the client's session",
+                hint="use the stderr sink for serve over stdio (config.yaml: audit.sinks)",
+            )
         who = default_agent(agent)
         resolution.policy.agent(who)  # extends errors and the like fail now, before serving
         _warn_unlisted(resolution, who)
