@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def bytes_ratio() -> None:
-    from bundlectl.config.models import NamedPattern  # noqa: F401  (warm the import)
+    from bundlectl.config.settings import NamedPattern  # noqa: F401  (warm the import
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

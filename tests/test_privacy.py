@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from bundlectl.codemode.privacy import Tokenizer, _parsed_phone, _phone, detectors, iban_ok, luhn
-from bundlectl.config.models import NamedPattern
+from bundlectl.config.settings import NamedPattern
 from tests.conftest import write
 from tests.test_exec import SERVERS
 from tests.test_gateway import connected, texts

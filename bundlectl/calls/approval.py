@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from bundlectl.calls import audit
 from bundlectl.config.lockfile import digest_json
-from bundlectl.config.models import seconds
+from bundlectl.config.settings import seconds
 from bundlectl.errors import Declined, PolicyDenied, Unconfirmable
 from bundlectl.output import err, span_text, status
 from bundlectl.state import Approval, Binding, Store

@@ -15,7 +15,8 @@ from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 from bundlectl.config.lockfile import digest_json
-from bundlectl.config.models import LimitRule, ToolSpec, seconds
+from bundlectl.config.models import ToolSpec
+from bundlectl.config.settings import LimitRule, seconds
 from bundlectl.errors import PolicyDenied
 from bundlectl.output import span_text
 from bundlectl.policy.patterns import matches

@@ -25,7 +25,7 @@ import urllib.request
 from typing import Any
 
 from bundlectl.config.expand import expand
-from bundlectl.config.models import ApprovalNotify
+from bundlectl.config.settings import ApprovalNotify
 from bundlectl.errors import BundlectlError
 from bundlectl.output import err
 from bundlectl.state import Approval

@@ -30,9 +30,9 @@ from bundlectl import metrics, telemetry
 from bundlectl.config import paths
 from bundlectl.config.local import always_allow
 from bundlectl.config.lockfile import digest_json
-from bundlectl.config.models import ApprovalSettings
 from bundlectl.config.paths import display_path
 from bundlectl.config.secretscan import secret_kind, secret_variables
+from bundlectl.config.settings import ApprovalSettings
 from bundlectl.errors import (
     BundlectlError,
     CallTimeout,

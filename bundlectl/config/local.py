@@ -17,8 +17,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from bundlectl.config.edits import set_entries
+from bundlectl.config.fields import Name, RuleEntry, StrictModel
 from bundlectl.config.fsio import atomic_write, project_lock
-from bundlectl.config.models import Name, RuleEntry, StrictModel
 from bundlectl.config.paths import display_path
 from bundlectl.config.validation import validate_doc
 from bundlectl.config.yamlio import YamlDoc, parse_yaml, read_text, read_yaml

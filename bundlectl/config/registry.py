@@ -17,7 +17,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from bundlectl.config import models, paths
+from bundlectl.config import fields, models, paths, settings
 from bundlectl.config.models import BundleManifest
 from bundlectl.config.requirements import NAME_HELP, NAME_RE
 from bundlectl.config.validation import validate_doc
@@ -169,8 +169,9 @@ def load_manifest_file(path: Path, source: Source, display: str | None = None) -
 def _cache_entry(digest: str) -> Path:
     # Keyed by content and by the models' source, so a changed model never sees a stale entry.
 
-    stamp = Path(models.__file__).stat()
-    key = f"{digest.removeprefix('sha256:')}-{stamp.st_size}-{stamp.st_mtime_ns}"
+    stamps = [Path(m.__file__).stat() for m in (models, fields, settings) if m.__file__]
+    source = "-".join(f"{s.st_size}-{s.st_mtime_ns}" for s in stamps)
+    key = f"{digest.removeprefix('sha256:')}-{source}"
     return paths.cache_dir() / "manifests" / f"{key}.pickle"
 
 

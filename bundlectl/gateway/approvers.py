@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from bundlectl.calls.approval import described, settle
-from bundlectl.config.models import seconds
+from bundlectl.config.settings import seconds
 from bundlectl.output import span_text
 from bundlectl.state import Approval, StateError, Store, UnknownApproval
 

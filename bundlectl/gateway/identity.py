@@ -23,7 +23,8 @@ from typing import Any
 import anyio
 import jwt
 
-from bundlectl.config.models import ProjectConfig, TokenIssuer
+from bundlectl.config.models import ProjectConfig
+from bundlectl.config.settings import TokenIssuer
 
 JWKS_TTL = 600.0  # seconds a fetched key set is used before it is fetched again
 REFETCH_EVERY = 30.0

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from bundlectl.config.local import load_local
-from bundlectl.config.models import ProjectConfig, tested_tool
+from bundlectl.config.models import ProjectConfig
+from bundlectl.config.settings import tested_tool
 from bundlectl.config.yamlio import YamlDoc, YamlPath
 from bundlectl.errors import InputFileError
 from bundlectl.lint.context import Context, at, from_problem

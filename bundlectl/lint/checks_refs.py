@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from bundlectl.config.fields import pattern_of
 from bundlectl.config.lockfile import FORMATTING_ONLY, Drift, drift, dump_lock
-from bundlectl.config.models import pattern_of
 from bundlectl.config.paths import display_path
 from bundlectl.config.requirements import requirement_name
 from bundlectl.config.yamlio import read_yaml

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from bundlectl.config.fields import ConditionalRule
 from bundlectl.config.local import LocalLayer
-from bundlectl.config.models import AgentRules, ConditionalRule, EnvInput, ProjectConfig, ServerSpec
+from bundlectl.config.models import AgentRules, EnvInput, ProjectConfig, ServerSpec
 from bundlectl.config.registry import LoadedManifest
 from bundlectl.config.yamlio import YamlDoc, YamlPath
 from bundlectl.errors import ResolutionError

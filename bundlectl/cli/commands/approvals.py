@@ -11,9 +11,9 @@ from pathlib import Path
 
 from bundlectl.calls.approval import described, settle
 from bundlectl.cli.options import Format
-from bundlectl.config.models import DURATION_UNITS, seconds
 from bundlectl.config.paths import display_path
 from bundlectl.config.project import optional_project
+from bundlectl.config.settings import DURATION_UNITS, seconds
 from bundlectl.errors import UsageError
 from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, out, span_text, table
 from bundlectl.state import Approval, Store, open_store

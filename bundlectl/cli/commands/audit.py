@@ -15,8 +15,8 @@ from typing import Any
 
 from bundlectl.calls import audit, userconfig
 from bundlectl.cli.options import Format, MatrixFormat
-from bundlectl.config.models import DURATION_UNITS, seconds
 from bundlectl.config.paths import display_path
+from bundlectl.config.settings import DURATION_UNITS, seconds
 from bundlectl.errors import ReportedFailure, UsageError
 from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, out, table, write
 from bundlectl.policy.patterns import matches

@@ -6,9 +6,10 @@ from pathlib import Path
 
 from bundlectl.cli.options import Format
 from bundlectl.config.edits import edit_bundles
+from bundlectl.config.fields import check_requirement
 from bundlectl.config.fsio import project_lock, write_project_file
 from bundlectl.config.lockfile import describe_drift, dump_lock
-from bundlectl.config.models import LockFile, check_requirement
+from bundlectl.config.models import LockFile
 from bundlectl.config.project import Project, load_project, project_from_text
 from bundlectl.config.requirements import parse_requirement, requirement_name
 from bundlectl.errors import ReportedFailure, UsageError

@@ -8,7 +8,7 @@ from typing import Any
 
 from bundlectl.cli.describe import endpoint, server_json
 from bundlectl.cli.options import Format
-from bundlectl.config.models import rule_data
+from bundlectl.config.fields import rule_data
 from bundlectl.config.project import load_project
 from bundlectl.errors import UsageError
 from bundlectl.output import JSON_FORMAT_VERSION, Lazy, RawJson, note, out, stream_json

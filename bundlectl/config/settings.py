@@ -1,0 +1,305 @@
+"""The settings sections of `bundlectl.yaml` beside servers and agents: `policy:` (approvals,
+quotas, tests), `state:`, `lint:`, `privacy:` and `gateway:` (names, identities).
+"""
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
+
+from bundlectl.config.fields import Name, Rule, RuleEntry, StrictModel, empty_dict, empty_list
+
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+Duration = Annotated[
+    str,
+    Field(
+        pattern=r"^[1-9][0-9]{0,6}[smhd]$",
+        description="A duration: a whole number and a unit, s, m, h or d (`15m`, `1h`).",
+    ),
+]
+
+
+def seconds(duration: str) -> float:
+    """A `Duration` in seconds."""
+    return float(int(duration[:-1]) * DURATION_UNITS[duration[-1]])
+
+
+class ApprovalNotify(StrictModel):
+    """Where new approval requests are announced (SPEC 11)."""
+
+    url: str = Field(
+        pattern=r"^(https?://|\$\{)",
+        description="The URL each new request is POSTed to, usually a ${VAR} reference.",
+    )
+    secret: str | None = Field(
+        default=None,
+        pattern=r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$",
+        description="A ${VAR} reference to the key of the HMAC-SHA256 signature sent in "
+        "`X-Bundlectl-Signature: sha256=<hex>` over `<timestamp>.<body>`.",
+    )
+
+
+class ApprovalSettings(StrictModel):
+    """Out-of-band approvals (SPEC 11): a call an `ask` rule holds that no one can confirm where
+    it was made waits for an approver (`bundlectl approvals approve ID`)."""
+
+    ttl: Duration = Field(
+        default="15m", description="How long a held call waits for an approver before it expires."
+    )
+    notify: ApprovalNotify | None = Field(
+        default=None,
+        description="POST each new request as JSON to a URL (a chat bot, a CI job), signed.",
+    )
+
+
+AgentPattern = Annotated[
+    str,
+    Field(
+        pattern=r"^[A-Za-z0-9_.*?-]+$",
+        description="An agent's name, or a pattern of names with `*` and `?`.",
+    ),
+]
+
+
+ToolClass = Literal["read-only", "destructive", "open-world"]
+
+
+class LimitRule(StrictModel):
+    """A quota (SPEC 11): how many calls the matching agents may make of the matching tools per
+    window. Each agent is counted on its own; a call over any limit is refused before anything
+    starts."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True, populate_by_name=True)
+
+    agents: list[AgentPattern] = Field(
+        default_factory=lambda: ["*"], description="The agents it applies to (default: all)."
+    )
+    tools: list[Rule] = Field(
+        default_factory=empty_list, description="The `server.tool` patterns it counts."
+    )
+    tool_class: ToolClass | None = Field(
+        default=None,
+        alias="class",
+        description="Count the tools of a class by their MCP annotations: read-only "
+        "(readOnlyHint), destructive (not read-only, destructiveHint not false), open-world "
+        "(openWorldHint not false); a tool without annotations counts as the unsafe side.",
+    )
+    calls: int = Field(ge=1, le=10_000_000, description="Calls allowed per window.")
+    per: Duration = Field(
+        description="The window: fixed, aligned to whole multiples of it since 1970 (UTC)."
+    )
+
+    @model_validator(mode="after")
+    def _counts_something(self) -> "LimitRule":
+        if not self.tools and self.tool_class is None:
+            raise ValueError("a limit needs tools: [patterns] or class: (else it counts nothing)")
+        return self
+
+
+class StateSettings(StrictModel):
+    """Where held calls, approvals and quota counters live (SPEC 11)."""
+
+    url: str = Field(
+        pattern=r"^(redis|rediss|unix)://",
+        description="A Redis URL shared by every replica (`redis://host:6379/0`; a password "
+        "as a ${VAR} reference: `redis://:${REDIS_PASSWORD}@host:6379`). Absent: SQLite in "
+        "the user state folder, for one machine.",
+    )
+
+
+class PolicySettings(StrictModel):
+    """Project-wide policy."""
+
+    default: Literal["allow", "deny"] = Field(
+        default="allow",
+        description="What agents not listed under `agents` get (absent: allow, as agix does).",
+    )
+    deny: list[RuleEntry] = Field(
+        default_factory=empty_list,
+        description="Denied for every agent, listed or not; cannot be lifted.",
+    )
+    pin_tools: bool = Field(
+        default=False, description="Deny tools that the lock file does not record."
+    )
+    approvals: ApprovalSettings | None = Field(
+        default=None,
+        description="Hold calls an `ask` rule needs confirmed when no one can confirm them where "
+        "they are made (CI, batch, code mode, a client that cannot elicit), for an approver; "
+        "absent: such calls are refused.",
+    )
+
+
+class CallCase(BaseModel):
+    """A call of a tool with these arguments, for a policy test of argument conditions."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    tool: str = Field(description="The server.tool called.")
+    args: dict[str, Any] = Field(default_factory=dict, description="The call's arguments.")
+
+
+CaseEntry = Annotated[
+    Annotated[str, Tag("pattern")] | Annotated[CallCase, Tag("conditional")],
+    Discriminator(lambda value: "conditional" if isinstance(value, dict | CallCase) else "pattern"),
+    Field(
+        description="A server.tool name, or {tool: server.tool, args: {...}}: a call with those "
+        "arguments (the rules' conditions are checked)."
+    ),
+]
+
+
+def tested_tool(entry: str | CallCase) -> str:
+    """The server.tool of a test entry."""
+    return entry if isinstance(entry, str) else entry.tool
+
+
+class PolicyTest(StrictModel):
+    """A declarative expectation about the policy, checked by lint."""
+
+    agent: Name
+    allow: list[CaseEntry] = Field(
+        default_factory=empty_list, description="Calls (tools) that must be allowed."
+    )
+    ask: list[CaseEntry] = Field(
+        default_factory=empty_list, description="Calls (tools) that must need asking."
+    )
+    deny: list[CaseEntry] = Field(
+        default_factory=empty_list, description="Calls (tools) that must be denied."
+    )
+
+
+Severity = Literal["error", "warning", "info"]
+
+
+class LintSettings(StrictModel):
+    """Project settings for `bundlectl lint`."""
+
+    select: list[str] = Field(
+        default_factory=empty_list, description="Only these rule ids or prefixes."
+    )
+    ignore: list[str] = Field(
+        default_factory=empty_list, description="Rule ids or prefixes to skip."
+    )
+    severity: dict[str, Severity] = Field(
+        default_factory=empty_dict,
+        description="Per-rule severity overrides, e.g. {BCL204: error}.",
+    )
+
+
+class NamedPattern(StrictModel):
+    """A detector of your own: a name for its tokens and a regular expression."""
+
+    name: Name
+    pattern: str = Field(min_length=1, description="A Python regular expression.")
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from None
+        return value
+
+
+Detector = Literal["email", "phone", "credit_card", "iban", "ip_address"]
+
+
+# A name picks a built-in detector, a mapping is a pattern of your own: one error, not both.
+TokenizeItem = Annotated[
+    Annotated[Detector, Tag("builtin")] | Annotated[NamedPattern, Tag("named")],
+    Discriminator(lambda value: "builtin" if isinstance(value, str) else "named"),
+]
+
+
+class PrivacySettings(StrictModel):
+    """Personal data kept out of the model's context by `serve` and the code-mode client."""
+
+    tokenize: list[TokenizeItem] = Field(
+        default_factory=empty_list,
+        description="Detectors whose matches in tool results become tokens like [EMAIL_1].",
+    )
+    detokenize: list[Rule] = Field(
+        default_factory=empty_list,
+        description="Tools (server.tool patterns) whose arguments get the real values back.",
+    )
+
+
+IssuerUrl = Annotated[
+    str,
+    Field(
+        pattern=r"^(https://[^\s/?#]+|http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]+)?)[^\s?#]*$",
+        description="An https URL (http on a loopback address only).",
+    ),
+]
+
+
+SigningAlgorithm = Literal["RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"]
+
+
+def _signing_default() -> list[SigningAlgorithm]:
+    return ["RS256", "ES256"]
+
+
+class TokenIssuer(StrictModel):
+    """An OIDC provider or OAuth authorization server whose access tokens (JWTs) the gateway
+    accepts (SPEC 12)."""
+
+    issuer: IssuerUrl = Field(description="Its `iss`, exactly as the tokens carry it.")
+    audience: list[str] = Field(
+        min_length=1, description="The `aud` values a token must carry one of (the gateway)."
+    )
+    jwks_url: IssuerUrl | None = Field(
+        default=None,
+        description="Where its signing keys are (default: `jwks_uri` of its "
+        "/.well-known/openid-configuration or oauth-authorization-server metadata).",
+    )
+    algorithms: list[SigningAlgorithm] = Field(
+        default_factory=_signing_default,
+        description="The signature algorithms accepted (never `none` or a shared secret).",
+    )
+
+
+class GatewayAuth(StrictModel):
+    """Who may use the gateway besides the agents' static tokens."""
+
+    issuers: list[TokenIssuer] = Field(
+        default_factory=empty_list,
+        description="Token issuers; an agent is picked by its `match:` of the token's claims.",
+    )
+    resource: str | None = Field(
+        default=None,
+        description="The gateway's public URL of /mcp, for its RFC 9728 metadata (default: "
+        "from the request's Host).",
+    )
+    unmatched: Literal["refuse", "default"] = Field(
+        default="refuse",
+        description="A valid token whose claims fit no agent's `match:`: refused (403), or "
+        "served as agent `default`, which gets what `policy.default` gives an unlisted agent.",
+    )
+
+
+class GatewaySettings(StrictModel):
+    """How `bundlectl serve` presents the servers to its clients."""
+
+    names: Literal["prefixed", "bare"] = Field(
+        default="prefixed",
+        description="Direct mode's tool and prompt names: `prefixed` (`server__tool`, never "
+        "ambiguous) or `bare` (the servers' own names; refused when two servers share one). "
+        "`serve --names` overrides it.",
+    )
+    auth: GatewayAuth | None = Field(
+        default=None,
+        description="`serve` over HTTP: access tokens from identity providers (OIDC), "
+        "verified and mapped to agents by their claims.",
+    )
