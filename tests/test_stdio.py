@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
-from bundlectl.mcpio.stdio import Oversized, _lines, _Splitter, read_pipe
+from bundlectl.mcpio.pipes import Oversized, _lines, _Splitter, read_pipe
 
 
 def _read_all(data: bytes, chunk: int) -> list[bytes]:

@@ -29,9 +29,10 @@ from bundlectl.mcpio.connect import (
     missing_tool,
     start_child,
 )
+from bundlectl.mcpio.pipes import json_line
 from bundlectl.mcpio.plain import NO_SAMPLING, NO_TERMINAL, BuiltinClient
 from bundlectl.mcpio.session import SdkSession, Session, ToolResult
-from bundlectl.mcpio.stdio import Child, child_transport, json_line
+from bundlectl.mcpio.stdio import Child, child_transport
 from bundlectl.output import ask, err, status
 from bundlectl.policy.rules import Decision
 

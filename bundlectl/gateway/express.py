@@ -54,9 +54,9 @@ from bundlectl.mcpio.connect import (
     connection_closed,
     returned_error,
 )
+from bundlectl.mcpio.pipes import PipeWriter, json_line
 from bundlectl.mcpio.plain import check_result
 from bundlectl.mcpio.requests import Requests
-from bundlectl.mcpio.stdio import PipeWriter, json_line
 from bundlectl.policy.rules import Decision
 
 if TYPE_CHECKING:

@@ -28,9 +28,7 @@ from bundlectl.gateway.parking import Parking
 from bundlectl.gateway.relay import Relay
 from bundlectl.gateway.view import Gateway
 from bundlectl.mcpio.session import ServerSession
-from bundlectl.mcpio.stdio import (
-    Tap,
-)
+from bundlectl.mcpio.stdio import Tap
 from bundlectl.policy.patterns import gateway_name
 from bundlectl.resolve.resolved import resolve_project
 

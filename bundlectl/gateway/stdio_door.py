@@ -21,13 +21,8 @@ from bundlectl.gateway.downstream import _log_line
 from bundlectl.gateway.express import Express
 from bundlectl.gateway.handlers import mcp_server
 from bundlectl.gateway.hub import Hub
-from bundlectl.mcpio.stdio import (
-    Oversized,
-    PipeWriter,
-    json_line,
-    read_pipe,
-    session_message,
-)
+from bundlectl.mcpio.pipes import Oversized, PipeWriter, json_line, read_pipe
+from bundlectl.mcpio.stdio import session_message
 
 
 async def serve_stdio(
