@@ -120,6 +120,13 @@ class Pipeline:
         # the MCP SDK's own spans around it are recorded and parent the calls' spans.
         telemetry.active()
 
+    def access(
+        self, agent: str, server: str, method: str, key: dict[str, Any], outcome: str
+    ) -> None:
+        """The one place a resource read, prompt get or listing is recorded (`serve`, `read`,
+        `prompt`): refused by the access rule (`denied`), or what the server did."""
+        self.audit.access(agent, server, method, key, outcome)
+
     def record(
         self,
         decision: Decision,

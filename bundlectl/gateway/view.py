@@ -202,12 +202,12 @@ class Gateway:
                 downstream = self.hub.downstream(server, self.agent)
                 got = await downstream.run(self.hub.group, job, self.ctx)
             except BaseException:
-                self.pipeline.audit.access(self.agent, server, "prompts/get", key, "server-error")
+                self.pipeline.access(self.agent, server, "prompts/get", key, "server-error")
                 raise
-            self.pipeline.audit.access(self.agent, server, "prompts/get", key, "ok")
+            self.pipeline.access(self.agent, server, "prompts/get", key, "ok")
             tokens = self.hub.tokenizer(self.ctx, self.agent)
             return tokens.prompt(got) if tokens is not None else got
-        self.pipeline.audit.access(self.agent, "-", "prompts/get", {"name": name}, "not-found")
+        self.pipeline.access(self.agent, "-", "prompts/get", {"name": name}, "not-found")
         raise _not_found(f"unknown prompt {name!r}; prompts/list shows the prompts you can use")
 
     async def complete(
@@ -278,10 +278,10 @@ class Gateway:
             except BundlectlError:
                 continue
             if result is not None:
-                self.pipeline.audit.access(self.agent, server, "resources/read", {"uri": uri}, "ok")
+                self.pipeline.access(self.agent, server, "resources/read", {"uri": uri}, "ok")
                 tokens = self.hub.tokenizer(self.ctx, self.agent)
                 return tokens.read(result) if tokens is not None else result
-        self.pipeline.audit.access(self.agent, "-", "resources/read", {"uri": uri}, "not-found")
+        self.pipeline.access(self.agent, "-", "resources/read", {"uri": uri}, "not-found")
         raise _not_found(f"unknown resource {uri!r}; resources/list shows what you can read")
 
     async def subscribe(self, uri: str, key: Any, notify: Any, ctx: Any = None) -> None:

@@ -157,7 +157,7 @@ def _ask(
     compiled = policy.agent(who)
     refusal = _refusal(who, server, method)
     if not compiled.may_reach(server) or (declared and not compiled.opens(server, declared)):
-        pipeline.audit.access(who, server, method, key, "denied")
+        pipeline.access(who, server, method, key, "denied")
         raise refusal
     target = pipeline.target(server)
     what = key.get("uri") or key.get("name")
@@ -201,7 +201,7 @@ def _ask(
         raise
     finally:
         target.close()
-        pipeline.audit.access(who, server, method, key, outcome)
+        pipeline.access(who, server, method, key, outcome)
     return who, result
 
 
