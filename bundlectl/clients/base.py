@@ -49,7 +49,7 @@ class ServerPlan:
     def stale_rule(self) -> str:
         """The misfit's label for `stale_risk`."""
         return (
-            f"{self.name}.*: a tool the server has beyond its declared catalog would be denied "
+            f"server {self.name}: a tool it has beyond its declared catalog would be denied "
             "by the policy, and the catalog was not checked against the server (export --live "
             "checks it)"
         )
