@@ -45,12 +45,20 @@ def _lines(path: Path) -> Iterator[bytes]:
             yield line.rstrip(b"\n")
 
 
-def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Each call record with its line number (a rotation's start record is no call)."""
+_DECODE = json.JSONDecoder().decode
+_PENDING = b'"outcome": "pending"'  # the key and value as written (a value's quotes are escaped)
+
+
+def _records(path: Path, *, pending: bool = True) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each call record with its line number (a rotation's start record is no call);
+    `pending`: with the records of calls let through (not yet ended), else without parsing
+    them."""
     for number, line in enumerate(_lines(path), start=1):
+        if not pending and _PENDING in line:
+            continue
         try:
-            record = json.loads(line)
-        except ValueError:
+            record = _DECODE(line.decode("utf-8"))
+        except ValueError:  # UnicodeDecodeError is one too
             err(f"warning: {display_path(path)}:{number}: not a JSON record; skipped")
             continue
         if isinstance(record, dict) and "event" not in record:
@@ -159,12 +167,18 @@ def _stamp(text: str) -> float:
 
 
 def _selected(
-    path: Path, agent: str | None, tool: str | None, outcome: str | None, since: str | None
+    path: Path,
+    agent: str | None,
+    tool: str | None,
+    outcome: str | None,
+    since: str | None,
+    *,
+    pending: bool = True,
 ) -> Iterator[dict[str, Any]]:
-    """The records that pass the filters, one at a time."""
+    """The records that pass the filters, one at a time (`pending`: see `_records`)."""
     after = _since(since)
     outcomes = set(outcome.split(",")) if outcome else None
-    for _, record in _records(path):
+    for _, record in _records(path, pending=pending):
         if agent is not None and record.get("agent") != agent:
             continue
         if tool is not None and not matches(
@@ -226,17 +240,22 @@ def summary(file: Path | None, *, agent: str | None, since: str | None, fmt: For
     # 8-byte floats (a gigabyte of log is never held in memory).
     counts: dict[tuple[str, str], Counter[str]] = {}
     durations: dict[tuple[str, str], array[float]] = {}
-    for record in _selected(_log(file), agent, None, None, since):
+    # pending records pair with their outcome, which is counted
+    for record in _selected(_log(file), agent, None, None, since, pending=False):
         ended = str(record.get("outcome"))
-        if ended == "pending":  # paired with its outcome, which is counted
-            continue
         key = (str(record.get("agent")), f"{record.get('server')}.{record.get('tool')}")
-        counts.setdefault(key, Counter())[ended] += 1
+        bucket = counts.get(key)
+        if bucket is None:
+            bucket = counts[key] = Counter()
+        bucket[ended] += 1
         if ended == "ok":
-            durations.setdefault(key, array("d")).append(float(record.get("duration_ms") or 0))
+            took = durations.get(key)
+            if took is None:
+                took = durations[key] = array("d")
+            took.append(float(record.get("duration_ms") or 0))
     rows: list[dict[str, Any]] = []
     for (who, what), outcomes in sorted(counts.items()):
-        took = sorted(durations.get((who, what), ()))
+        ordered = sorted(durations.get((who, what), ()))
         rows.append(
             {
                 "agent": who,
@@ -249,7 +268,7 @@ def summary(file: Path | None, *, agent: str | None, since: str | None, fmt: For
                     for k, v in outcomes.items()
                     if k not in ("ok",) and not k.startswith("denied")
                 ),
-                "median_ms": took[len(took) // 2] if took else None,
+                "median_ms": ordered[len(ordered) // 2] if ordered else None,
                 "outcomes": dict(outcomes),
             }
         )
