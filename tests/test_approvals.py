@@ -225,6 +225,75 @@ def test_the_gateway_answers_a_held_call_with_its_id_and_lets_the_retry_through(
     assert (held_project / "g.txt").read_text() == "via gateway"
 
 
+def _decide_when_held(approve: bool, reason: str | None = None) -> threading.Thread:
+    """An approver in another thread: decides the first request that appears in the store."""
+    from bundlectl.calls.approval import settle
+    from bundlectl.state import open_store
+
+    def decide() -> None:
+        store = open_store(None)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            found = store.listed()
+            if found:
+                settle(store, found[0].id, approve=approve, by="alice (test)", reason=reason)
+                return
+            time.sleep(0.02)
+
+    approver = threading.Thread(target=decide)
+    approver.start()
+    return approver
+
+
+@pytest.mark.parametrize("approve", [True, False])
+def test_the_gateway_holds_a_call_open_for_a_client_that_follows_progress(
+    held_project: Path, approve: bool
+) -> None:
+    """#39: a client that sent a progress token is told the call waits for an approver
+    (progress notifications naming the request) and gets the call's own answer once a person
+    decides, instead of an id to retry with."""
+    from tests.test_gateway_inprocess import serve_in_process, texts
+
+    heard: list[str] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        heard.append(message or "")
+
+    async def call(client: Any) -> Any:
+        arguments = {"path": "h.txt", "content": "held open"}
+        return await client.call_tool("files__write_file", arguments, progress_callback=progress)
+
+    approver = _decide_when_held(approve, None if approve else "not today")
+    # 2025-11-25: the in-process client of 2026-07-28 sends no progress token
+    result = serve_in_process(held_project, "writer", call, protocol="legacy")
+    approver.join()
+    assert heard and "waiting for approval request" in heard[0], heard
+    if approve:
+        assert not result.is_error, texts(result)
+        assert (held_project / "h.txt").read_text() == "held open"
+    else:
+        assert result.is_error and "was denied by alice (test): not today" in texts(result)[0]
+        assert not (held_project / "h.txt").exists()
+
+
+def test_a_call_held_past_the_bound_gets_its_id_to_retry(held_project: Path, run: Run) -> None:
+    from tests.test_gateway_inprocess import serve_in_process, texts
+
+    text = (held_project / "bundlectl.yaml").read_text()
+    write(held_project / "bundlectl.yaml", text.replace("{ttl: 10m}", "{ttl: 10m, hold: 1s}"))
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        pass
+
+    async def call(client: Any) -> Any:
+        arguments = {"path": "b.txt", "content": "later"}
+        return await client.call_tool("files__write_file", arguments, progress_callback=progress)
+
+    result = serve_in_process(held_project, "writer", call, protocol="legacy")
+    [request] = pending(run)
+    assert result.is_error and f"held as approval request {request['id']}" in texts(result)[0]
+
+
 def test_a_one_time_approval_is_taken_by_exactly_one_of_many_processes(tmp_path: Path) -> None:
     path = tmp_path / "state.sqlite3"
     binding = Binding("/p", "writer", "files", "write_file", "sha256:x")

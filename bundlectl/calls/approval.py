@@ -7,10 +7,11 @@ Ctrl-C withdraws the request); batch, code mode and `serve` answer at once with 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,10 @@ class ApprovalHeld(PolicyDenied):
         self.approval = approval
 
 
+class DeniedByApprover(Declined):
+    """An approver denied the held call (who, and why, in the message)."""
+
+
 @dataclass
 class OutOfBand:
     """A `Confirmation` that holds the call for an approver; `wait`: until one answers (`exec`),
@@ -47,6 +52,10 @@ class OutOfBand:
 
     wait: bool
     store: Store | None = None
+    # The gateway, for a client that sent a progress token: keep the call open this long (s),
+    # telling the client through `progress` (progress, total, message) while it waits.
+    hold: float | None = None
+    progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
 
     async def __call__(
         self, pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]
@@ -76,6 +85,8 @@ class OutOfBand:
 
                 announce(settings.notify, approval)
         how = f"bundlectl approvals show {approval.id}; bundlectl approvals approve {approval.id}"
+        if self.hold is not None and await self._held(pipeline, decision, approval, how):
+            return True
         if not self.wait:
             raise ApprovalHeld(
                 f"{decision.qualified} needs a person's approval ({decision.reason}); it is held "
@@ -85,6 +96,62 @@ class OutOfBand:
                 hint=f"an approver runs: {how}",
             )
         return self._waited(pipeline, decision, approval, how)
+
+    async def _held(
+        self, pipeline: Pipeline, decision: Decision, approval: Approval, how: str
+    ) -> bool:
+        """The gateway's wait (`hold` seconds at most): True once approved (and taken); a
+        denial or an expiry refuse the call; False when the wait is over (the caller is told
+        the request's id). A client that cancels the call withdraws the request."""
+        import anyio  # noqa: PLC0415 - the gateway's event loop
+
+        assert self.store is not None
+        assert self.hold is not None
+        said = f"waiting for approval request {approval.id}; an approver runs: {how}"
+        ends = time.monotonic() + self.hold
+        told = 0.0
+        try:
+            while time.monotonic() < ends:
+                if self.progress is not None and time.monotonic() - told >= 1.0:
+                    told = time.monotonic()
+                    with contextlib.suppress(Exception):  # a client that went away
+                        await self.progress(told - (ends - self.hold), self.hold, said)
+                if self._settled(pipeline, decision, approval):
+                    return True
+                await anyio.sleep(POLL)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                self.store.withdraw(approval.id)
+                pipeline.audit.approval(decision, "approval-withdrawn", approval.id, None)
+            raise
+        return False
+
+    def _settled(self, pipeline: Pipeline, decision: Decision, approval: Approval) -> bool:
+        """One look at the request: True once approved (and taken, audited); raises for a
+        denial (`Declined`) or a request that ended (`Unconfirmable`); False: still pending."""
+        assert self.store is not None
+        current = self.store.get(approval.id) or approval
+        state = current.state()
+        if state == "approved":
+            taken = self.store.take(approval.binding)
+            if taken is not None:
+                pipeline.audit.approval(decision, "approval-used", taken.id, taken.decided_by)
+                return True
+            state = "used"  # another process with the same call took it first
+        if state == "denied":
+            pipeline.record(decision, "denied-by-approver", 0.0, None)
+            why = f": {current.reason}" if current.reason else ""
+            raise DeniedByApprover(
+                f"{decision.qualified} was denied by {current.decided_by}{why}; nothing was started"
+            )
+        if state != "pending":
+            pipeline.record(decision, "denied", 0.0, None)
+            raise Unconfirmable(
+                f"approval request {approval.id} for {decision.qualified} "
+                f"{_ENDED.get(state, 'ended')}; nothing was started",
+                hint="make the call again to ask anew",
+            )
+        return False
 
     def _waited(self, pipeline: Pipeline, decision: Decision, approval: Approval, how: str) -> bool:
         """Wait for the approver's answer: True once approved (and taken); a denial, an expiry
@@ -96,35 +163,14 @@ class OutOfBand:
             f"it)\n  an approver runs: {how}"
         )
         try:
-            while True:
-                current = self.store.get(approval.id) or approval
-                state = current.state()
-                if state == "approved":
-                    taken = self.store.take(approval.binding)
-                    if taken is not None:
-                        pipeline.audit.approval(
-                            decision, "approval-used", taken.id, taken.decided_by
-                        )
-                        err(f"approved by {taken.decided_by}")
-                        return True
-                    state = "used"  # another process with the same call took it first
-                if state == "denied":
-                    pipeline.record(decision, "denied-by-approver", 0.0, None)
-                    why = f": {current.reason}" if current.reason else ""
-                    raise Declined(
-                        f"{decision.qualified} was denied by {current.decided_by}{why}; "
-                        "nothing was started"
-                    )
-                if state != "pending":
-                    pipeline.record(decision, "denied", 0.0, None)
-                    raise Unconfirmable(
-                        f"approval request {approval.id} for {decision.qualified} "
-                        f"{_ENDED.get(state, 'ended')}; nothing was started",
-                        hint="make the call again to ask anew",
-                    )
+            while not self._settled(pipeline, decision, approval):
                 if sys.stderr.isatty():
+                    current = self.store.get(approval.id) or approval
                     status(f"\rwaiting for approval {approval.id} ({_left(current)} left)   ")
                 time.sleep(POLL)
+            taken = self.store.get(approval.id) or approval
+            err(f"approved by {taken.decided_by}")
+            return True
         except KeyboardInterrupt:
             self.store.withdraw(approval.id)
             pipeline.audit.approval(decision, "approval-withdrawn", approval.id, None)

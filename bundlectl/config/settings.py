@@ -60,6 +60,12 @@ class ApprovalSettings(StrictModel):
         default=None,
         description="POST each new request as JSON to a URL (a chat bot, a CI job), signed.",
     )
+    hold: Duration = Field(
+        default="2m",
+        description="How long `serve` keeps a held call open for an approver when its client "
+        "sent a progress token (progress notifications meanwhile); then, or without a token, "
+        "the client gets the request's id to try again.",
+    )
 
 
 AgentPattern = Annotated[

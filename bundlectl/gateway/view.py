@@ -15,12 +15,13 @@ import anyio.lowlevel
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
-from bundlectl.calls.approval import ApprovalHeld
+from bundlectl.calls.approval import ApprovalHeld, DeniedByApprover, OutOfBand
 from bundlectl.calls.call import CallOutcome, CallRequest, completed, perform
 from bundlectl.calls.confirm import Confirmation, Deferred
 from bundlectl.calls.limits import LimitReached
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config.models import ToolSpec
+from bundlectl.config.settings import seconds
 from bundlectl.errors import (
     BundlectlError,
     Declined,
@@ -349,22 +350,14 @@ class Gateway:
         subject = self._subject()
         if subject is not None:
             decision = dataclasses.replace(decision, subject=subject)
+        if confirm is None:
+            confirm = self._held_for_approval()
         try:
             admitted = await self.pipeline.admission(decision, arguments, confirm)
-        except (ApprovalHeld, LimitReached, StateError) as exc:  # the agent may try later
+        except (LimitReached, StateError) as exc:  # the agent may try later
             return _error(exc.explained)
-        except Unconfirmable:
-            return _error(
-                f"{name} needs a person's confirmation ({decision.reason}), and this client "
-                "cannot ask for it (no elicitation support); ask the user to run it with "
-                "`bundlectl exec`"
-            )
-        except Declined:
-            return _error(f"the user did not confirm {name}; it was not called")
-        except PolicyDenied:
-            if self._listed(decision):
-                return _error(_refused_arguments(name, decision, self._policy_of(decision)))
-            return _error(unknown)  # audited with the reason; said as for no such tool
+        except PolicyDenied as exc:
+            return _error(self._refusal(name, decision, exc, unknown))
         if isinstance(admitted, Deferred):
             return admitted.answer  # type: ignore[no-any-return]  # the client asks, then retries
         decision = admitted
@@ -372,6 +365,34 @@ class Gateway:
         if self.binding is not None:  # its server may ask the client: it can answer by a retry
             return await self.hub.parking.start(self.ctx, self.binding, perform)  # type: ignore[return-value]
         return await perform()
+
+    def _refusal(self, name: str, decision: Decision, exc: PolicyDenied, unknown: str) -> str:
+        """What the agent is told of a refused call, by why it was refused (already audited)."""
+        if isinstance(exc, ApprovalHeld):  # the agent may try again once it is approved
+            return exc.explained
+        if isinstance(exc, DeniedByApprover):  # who denied it, and why
+            return exc.message
+        if isinstance(exc, Unconfirmable):
+            return (
+                f"{name} needs a person's confirmation ({decision.reason}), and this client "
+                "cannot ask for it (no elicitation support); ask the user to run it with "
+                "`bundlectl exec`"
+            )
+        if isinstance(exc, Declined):
+            return f"the user did not confirm {name}; it was not called"
+        if self._listed(decision):
+            return _refused_arguments(name, decision, self._policy_of(decision))
+        return unknown  # said as for no such tool
+
+    def _held_for_approval(self) -> Confirmation | None:
+        """With `policy.approvals` on and a progress token from the client: an `ask` no one
+        can confirm here is held open for an approver for `approvals.hold`, with progress
+        notifications; else None (the admission holds it and answers with its id at once)."""
+        settings = self.pipeline.approvals
+        progress = self._progress()
+        if settings is None or progress is None:
+            return None
+        return OutOfBand(wait=False, hold=seconds(settings.hold), progress=progress)
 
     def _subject(self) -> str | None:
         """The subject of the identity token this request came with (HTTP, `gateway.auth`)."""
