@@ -130,6 +130,13 @@ def test_a_held_call_is_approved_in_the_browser_and_its_arguments_stay_text(
     until(window, lambda w: w.find_element(By.ID, "status").text == "used")  # taken by exec
     steps = [r["outcome"] for r in audit_records(isolated_home / "state" / "audit.jsonl")]
     assert "approved" in steps and steps[-1] == "ok"
+    # The week's picture, from the same sign-in: the agent's day, its held call and its call.
+    window.find_element(By.LINK_TEXT, "← all requests").click()
+    until(window, lambda w: w.find_element(By.LINK_TEXT, "Activity →")).click()
+    chart = until(window, lambda w: w.find_element(By.CSS_SELECTOR, "svg.chart"))
+    assert "1 ok · 0 denied · 0 errors · 1 held" in text_of(window)
+    parts = chart.find_elements(By.TAG_NAME, "rect")
+    assert len(parts) == 2 and chart.size["height"] > 100
     # The sign-in link was good once: a second browser cannot use it.
     other = browser()
     other.get(page_ui)

@@ -143,6 +143,36 @@ def test_records_go_to_the_sinks_the_user_config_names(
     assert refused.code == 2 and "serve over stdio speaks MCP on stdout" in refused.err
 
 
+def test_summary_draws_the_week_as_a_page(tmp_path: Path, run: Run) -> None:
+    """#41: `audit summary --html FILE`: per agent a chart of its days (calls, denials, errors,
+    held approvals), and the tools denied most with the rule that denied them; names escaped."""
+    log = tmp_path / "audit.jsonl"
+    rows = [
+        ("2026-11-24", "<b>evil</b>", "ok", None),
+        ("2026-11-24", "<b>evil</b>", "denied", "agents.x.deny: github.*"),
+        ("2026-11-25", "<b>evil</b>", "approval-requested", None),
+        ("2026-11-25", "docs", "pending", None),
+        ("2026-11-25", "docs", "tool-error", None),
+    ]
+    log.write_text(
+        "".join(
+            json.dumps(
+                {"timestamp": f"{day}T10:00:00Z", "agent": agent, "server": "github",
+                 "tool": "create_issue", "decision": "allow", "outcome": outcome, "rule": rule}
+            ) + "\n"
+            for day, agent, outcome, rule in rows
+        )
+    )  # fmt: skip
+    page = tmp_path / "week.html"
+    done = run("audit", "summary", "--file", str(log), "--html", str(page))
+    assert done.code == 0, done.err
+    text = page.read_text()
+    assert text.count("<svg") == 2 and "<b>evil" not in text and "&lt;b&gt;evil" in text
+    assert "1 ok · 1 denied · 0 errors · 1 held" in text and "0 ok · 0 denied · 1 errors" in text
+    assert "<td>agents.x.deny: github.*</td><td>1</td>" in text
+    assert "2026-11-24: 1 denied" in text  # each bar part says what it counts
+
+
 def _log(tmp_path: Path, count: int = 6) -> tuple[Path, list[str]]:
     log = tmp_path / "audit.jsonl"
     writer = AuditFile(log)

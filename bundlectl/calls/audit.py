@@ -11,6 +11,7 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -154,6 +155,36 @@ def _timestamp(second: int) -> str:
 def log_path(configured: str | None = None) -> Path:
     """The audit log file: $BUNDLECTL_AUDIT_LOG, the user config's `audit.path`, or the default."""
     return paths.audit_log_file(configured)
+
+
+def lines(path: Path) -> Iterator[bytes]:
+    """A log's lines (without their line break), read as a stream: a log of gigabytes is never
+    held in memory."""
+    with path.open("rb") as handle:
+        for line in handle:
+            yield line.rstrip(b"\n")
+
+
+_DECODE = json.JSONDecoder().decode
+_PENDING = b'"outcome": "pending"'  # the key and value as written (a value's quotes are escaped)
+
+
+def records(
+    source: Iterable[bytes], *, pending: bool = True
+) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    """Each call record of a log's lines with its line number (None: not a JSON record); a
+    rotation's start record is no call. `pending`: with the records of calls let through and
+    not yet ended, else without even parsing them."""
+    for number, line in enumerate(source, start=1):
+        if not pending and _PENDING in line:
+            continue
+        try:
+            record = _DECODE(line.decode("utf-8"))
+        except ValueError:  # UnicodeDecodeError is one too
+            yield number, None
+            continue
+        if isinstance(record, dict) and "event" not in record:
+            yield number, record
 
 
 def link(line: bytes) -> str:

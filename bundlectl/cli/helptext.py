@@ -53,7 +53,13 @@ HELP: dict[str, tuple[list[str], str]] = {
     ),
     "auth status": (["bundlectl auth status", "bundlectl auth status --format json"], _READS),
     "auth logout": (["bundlectl auth logout linear"], _READS),
-    "audit summary": (["bundlectl audit summary --since 1d"], _READS),
+    "audit summary": (
+        [
+            "bundlectl audit summary --since 1d",
+            "bundlectl audit summary --since 7d --html week.html",
+        ],
+        _READS,
+    ),
     "audit verify": (
         ["bundlectl audit verify", "bundlectl audit verify shipped/audit.jsonl"],
         "0 every record links to the one before it; 1 the chain is broken (the line named); "

@@ -140,11 +140,20 @@ def audit_summary(
     since: SinceOpt = None,
     file: AuditFileOpt = None,
     fmt: FormatOpt = Format.text,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            dir_okay=False,
+            help="Also write a page: calls, denials, errors and held approvals per agent and "
+            "day as charts, and the tools denied most.",
+        ),
+    ] = None,
 ) -> int:
     """Calls per agent and tool: how many, how they ended, their median time."""
     from bundlectl.cli.commands import audit as cmd
 
-    return cmd.summary(file, agent=agent, since=since, fmt=fmt)
+    return cmd.summary(file, agent=agent, since=since, fmt=fmt, html=html)
 
 
 @audit_app.command("verify")

@@ -20,10 +20,14 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bundlectl.calls import userconfig
 from bundlectl.calls.approval import described, settle
+from bundlectl.calls.audit import lines, log_path, records
 from bundlectl.config.settings import seconds
+from bundlectl.gateway.activity import counted, rendered
 from bundlectl.output import span_text
 from bundlectl.state import Approval, StateError, Store, UnknownApproval
 
@@ -74,6 +78,7 @@ class ApprovalsPage:
     store: Callable[[], Store]
     project: Callable[[], str | None]
     trusted: Callable[[Request], bool]
+    log: Callable[[], Path] = field(default=lambda: log_path(userconfig.load().audit.path))
 
     def routes(self) -> list[Route]:
         from starlette.routing import Route
@@ -84,7 +89,24 @@ class ApprovalsPage:
             Route("/approvals/{approval}.json", self.one_json),
             Route("/approvals/{approval}", self.one),
             Route("/approvals/{approval}", self.decide, methods=["POST"]),
+            Route("/activity", self.activity),
         ]
+
+    async def activity(self, request: Request) -> Response:
+        """Calls, denials, errors and held approvals per agent and day, from the audit log."""
+        if (no := self.refused(request)) is not None:
+            return no
+        root = self.project()
+        try:
+            found = [
+                record
+                for _, record in records(lines(self.log()), pending=False)
+                if record is not None and (root is None or record.get("project") in (None, root))
+            ]
+        except OSError:
+            found = []
+        body = '<p><a href="/approvals">← approvals</a></p>' + rendered(counted(found))
+        return _html(_page("Activity", body))
 
     def refused(self, request: Request) -> Response | None:
         if not self.trusted(request):
@@ -116,7 +138,7 @@ class ApprovalsPage:
                 return _html(_page("Sign in", "<p>That token is not good (any more).</p>"), 401)
             # The token leaves the address bar (and the history) at once.
             answer = RedirectResponse("/approvals", status_code=303)
-            answer.set_cookie(COOKIE, session, httponly=True, samesite="strict", path="/approvals")
+            answer.set_cookie(COOKIE, session, httponly=True, samesite="strict", path="/")
             return answer
         if (no := self.refused(request)) is not None:
             return no
@@ -226,7 +248,7 @@ def _row(approval: Approval, now: float) -> dict[str, Any]:
     }
 
 
-_STYLE = """
+STYLE = """
 body{font:15px/1.45 system-ui,sans-serif;margin:2rem auto;max-width:64rem;padding:0 1rem;
   color:#1d2430}
 h1{font-size:1.4rem}table{border-collapse:collapse;width:100%}
@@ -246,7 +268,7 @@ def _page(title: str, body: str, script: str = "") -> tuple[str, str]:
     text = (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         f"<title>{html.escape(title)} · bundlectl approvals</title>"
-        f"<style>{_STYLE}</style></head><body>{body}"
+        f"<style>{STYLE}</style></head><body>{body}"
         + (f"<script nonce={nonce}>{script}</script>" if script else "")
         + "</body></html>"
     )
@@ -255,7 +277,7 @@ def _page(title: str, body: str, script: str = "") -> tuple[str, str]:
 
 def _list_page() -> tuple[str, str]:
     body = (
-        "<h1>Calls waiting for approval</h1>"
+        '<p><a href="/activity">Activity →</a></p><h1>Calls waiting for approval</h1>'
         "<p class=muted id=note>Loading…</p>"
         "<table><thead><tr><th>Agent</th><th>Tool</th><th>Asked by</th><th>Age</th>"
         "<th>Status</th></tr></thead><tbody id=rows></tbody></table>"

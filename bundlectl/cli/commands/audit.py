@@ -15,9 +15,11 @@ from typing import Any
 
 from bundlectl.calls import audit, userconfig
 from bundlectl.cli.options import Format, MatrixFormat
+from bundlectl.config.fsio import atomic_write
 from bundlectl.config.paths import display_path
 from bundlectl.config.settings import DURATION_UNITS, seconds
 from bundlectl.errors import ReportedFailure, UsageError
+from bundlectl.gateway.activity import Activity, document, rendered
 from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, out, table, write
 from bundlectl.policy.patterns import matches
 
@@ -29,10 +31,8 @@ def _log(file: Path | None) -> Path:
 
 
 def _lines(path: Path) -> Iterator[bytes]:
-    """The log's lines (without their line break), read as a stream: a log of gigabytes is
-    never held in memory."""
     try:
-        handle = path.open("rb")
+        yield from audit.lines(path)
     except FileNotFoundError:
         raise UsageError(
             f"no audit log at {display_path(path)}",
@@ -40,29 +40,15 @@ def _lines(path: Path) -> Iterator[bytes]:
         ) from None
     except OSError as exc:
         raise UsageError(f"cannot read {display_path(path)}: {exc.strerror}") from None
-    with handle:
-        for line in handle:
-            yield line.rstrip(b"\n")
-
-
-_DECODE = json.JSONDecoder().decode
-_PENDING = b'"outcome": "pending"'  # the key and value as written (a value's quotes are escaped)
 
 
 def _records(path: Path, *, pending: bool = True) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Each call record with its line number (a rotation's start record is no call);
-    `pending`: with the records of calls let through (not yet ended), else without parsing
-    them."""
-    for number, line in enumerate(_lines(path), start=1):
-        if not pending and _PENDING in line:
-            continue
-        try:
-            record = _DECODE(line.decode("utf-8"))
-        except ValueError:  # UnicodeDecodeError is one too
+    """Each call record with its line number; `pending`: see `audit.records`."""
+    for number, record in audit.records(_lines(path), pending=pending):
+        if record is None:
             err(f"warning: {display_path(path)}:{number}: not a JSON record; skipped")
             continue
-        if isinstance(record, dict) and "event" not in record:
-            yield number, record
+        yield number, record
 
 
 def _walk(path: Path) -> tuple[tuple[int, str] | None, int, int, int]:
@@ -233,15 +219,25 @@ def query(
     return 0
 
 
-def summary(file: Path | None, *, agent: str | None, since: str | None, fmt: Format) -> int:
+def summary(
+    file: Path | None,
+    *,
+    agent: str | None,
+    since: str | None,
+    fmt: Format,
+    html: Path | None = None,
+) -> int:
     """Calls per agent and tool: how many, how they ended, how long they took (pending records,
     which pair with their outcome, are not counted)."""
     # Streamed: per agent and tool, the outcomes counted and the ok calls' durations kept as
     # 8-byte floats (a gigabyte of log is never held in memory).
     counts: dict[tuple[str, str], Counter[str]] = {}
     durations: dict[tuple[str, str], array[float]] = {}
+    picture = Activity() if html is not None else None  # --html: the page's counts too
     # pending records pair with their outcome, which is counted
     for record in _selected(_log(file), agent, None, None, since, pending=False):
+        if picture is not None:
+            picture.add(record)
         ended = str(record.get("outcome"))
         key = (str(record.get("agent")), f"{record.get('server')}.{record.get('tool')}")
         bucket = counts.get(key)
@@ -253,6 +249,10 @@ def summary(file: Path | None, *, agent: str | None, since: str | None, fmt: For
             if took is None:
                 took = durations[key] = array("d")
             took.append(float(record.get("duration_ms") or 0))
+    if picture is not None and html is not None:
+        page = document(rendered(picture, title="Activity"), "bundlectl activity")
+        atomic_write(html, page)
+        err(f"wrote {display_path(html)}")
     rows: list[dict[str, Any]] = []
     for (who, what), outcomes in sorted(counts.items()):
         ordered = sorted(durations.get((who, what), ()))

@@ -1,0 +1,129 @@
+"""A picture of the week (issue 41): calls, denials, errors and held approvals per agent and day
+as server-rendered SVG bars, and the tools denied most with the rule that denied them — at
+`/activity` beside `/approvals` (the same sign-in) and in `bundlectl audit summary --html FILE`.
+
+Built from the audit log read as a stream; every name in it is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+KINDS = ("ok", "denied", "errors", "held")  # a bar's parts, bottom up
+COLOURS = {"ok": "#1a7f37", "denied": "#b42318", "errors": "#b7791f", "held": "#6e56cf"}
+BAR, GAP, HEIGHT = 18, 6, 120  # pixels
+
+
+@dataclass
+class Activity:
+    """What the log says, counted: per agent, per day, per kind; and the denials by tool."""
+
+    days: dict[str, dict[str, Counter[str]]] = field(default_factory=dict)  # agent→day→kind
+    denied: Counter[tuple[str, str]] = field(default_factory=Counter)  # (tool, rule) → count
+
+    def add(self, record: dict[str, Any]) -> None:
+        outcome = str(record.get("outcome"))
+        kind = _kind(outcome)
+        if kind is None:
+            return
+        agent = str(record.get("agent"))
+        day = str(record.get("timestamp", ""))[:10]
+        self.days.setdefault(agent, {}).setdefault(day, Counter())[kind] += 1
+        if kind == "denied":
+            tool = f"{record.get('server')}.{record.get('tool')}"
+            self.denied[(tool, str(record.get("rule") or "policy.default"))] += 1
+
+
+def _kind(outcome: str) -> str | None:
+    if outcome in ("pending", "approved", "approval-used", "approval-withdrawn"):
+        return None  # a step of a call counted by its outcome, or an approver's
+    if outcome == "approval-requested":
+        return "held"
+    if outcome == "ok":
+        return "ok"
+    if outcome.startswith("denied") or outcome == "unauthorized":
+        return "denied"
+    return "errors"
+
+
+def counted(records: Iterable[dict[str, Any]]) -> Activity:
+    activity = Activity()
+    for record in records:
+        activity.add(record)
+    return activity
+
+
+def chart(per_day: dict[str, Counter[str]], days: list[str]) -> str:
+    """One agent's days as stacked bars (SVG)."""
+    top = max((sum(c.values()) for c in per_day.values()), default=0) or 1
+    width = len(days) * (BAR + GAP) + GAP
+    parts = [
+        f'<svg class=chart role=img width="{width}" height="{HEIGHT + 18}" '
+        f'viewBox="0 0 {width} {HEIGHT + 18}" xmlns="http://www.w3.org/2000/svg">'
+    ]
+    for index, day in enumerate(days):
+        counts = per_day.get(day, Counter())
+        x, y = GAP + index * (BAR + GAP), HEIGHT
+        for kind in KINDS:
+            n = counts.get(kind, 0)
+            if not n:
+                continue
+            h = max(1, round(n / top * HEIGHT))
+            y -= h
+            title = html.escape(f"{day}: {n} {kind}")
+            parts.append(
+                f'<rect x="{x}" y="{y}" width="{BAR}" height="{h}" fill="{COLOURS[kind]}">'
+                f"<title>{title}</title></rect>"
+            )
+        parts.append(
+            f'<text x="{x + BAR / 2}" y="{HEIGHT + 13}" font-size="9" text-anchor="middle">'
+            f"{html.escape(day[5:])}</text>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def document(body: str, title: str) -> str:
+    """A page on its own (`audit summary --html`): the approvers' page's style, no script."""
+    from bundlectl.gateway.approvers import STYLE  # noqa: PLC0415 - its sibling; no cycle
+
+    return (
+        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}"
+        f"</title><style>{STYLE}</style></head><body>{body}</body></html>"
+    )
+
+
+def rendered(activity: Activity, *, title: str = "Activity") -> str:
+    """The page's body: a legend, one chart and a total per agent, and the top denials."""
+    e = html.escape
+    days = sorted({day for per in activity.days.values() for day in per})[-31:]
+    legend = " ".join(f'<span style="color:{COLOURS[k]}">■</span> {k}' for k in KINDS)
+    rows = []
+    for agent in sorted(activity.days):
+        per_day = activity.days[agent]
+        total: Counter[str] = Counter()
+        for counts in per_day.values():
+            total.update(counts)
+        sums = " · ".join(f"{total.get(k, 0)} {k}" for k in KINDS)
+        rows.append(
+            f"<tr><th><code>{e(agent)}</code><br><span class=muted>{e(sums)}</span></th>"
+            f"<td>{chart(per_day, days)}</td></tr>"
+        )
+    denied = "".join(
+        f"<tr><td><code>{e(tool)}</code></td><td>{e(rule)}</td><td>{n}</td></tr>"
+        for (tool, rule), n in activity.denied.most_common(10)
+    )
+    return (
+        f"<h1>{e(title)}</h1><p class=muted>{legend}</p>"
+        + (f"<table>{''.join(rows)}</table>" if rows else "<p>No calls in the log.</p>")
+        + "<h2>Denied most</h2>"
+        + (
+            "<table><tr><th>Tool</th><th>Denied by</th><th>Times</th></tr>" + denied + "</table>"
+            if denied
+            else "<p>Nothing was denied.</p>"
+        )
+    )
