@@ -208,8 +208,10 @@ def test_an_edit_that_denies_a_tool_applies_to_the_next_warm_call(
     async def session() -> list[Any]:
         async with connected(params(lane_project, isolated_home)) as client:
             first = [await client.call_tool("kitchen__request_id", {}) for _ in range(2)]
-            time.sleep(0.01)  # a new modification time, whatever the file system's precision
+            stamp = config.stat().st_mtime_ns
             config.write_text(config.read_text().replace('"kitchen.*"', "kitchen.echo"))
+            # a new modification time, whatever the file system's precision: set, not waited for
+            os.utime(config, ns=(stamp + 2_000_000_000, stamp + 2_000_000_000))
             denied = await client.call_tool("kitchen__request_id", {})
             allowed = await client.call_tool("kitchen__echo", {"text": "still"})
             return [*first, denied, allowed]

@@ -182,10 +182,12 @@ class Pipeline:
         `ask` rule's call is put to `confirm` (the front door's strategy; when it has none,
         an approver's, if `policy.approvals` is on); then `admit`."""
         answer: Answer = None
-        if decision.matched_effect == "ask" and (here := self.confirmed_here(decision, arguments)):
-            # an `ask` (unconfirmable where it was judged, too) a local rule answers in advance
-            rule = here.rule
-            assert rule is not None
+        # an `ask` (unconfirmable where it was judged, too) a local rule answers in advance
+        if decision.matched_effect == "ask" and (
+            rule := self.resolution.confirmed_in_advance(
+                decision, arguments, self.paths(decision.server)
+            )
+        ):
             err(f"note: {decision.qualified} confirmed in advance by {rule.origin} (always allow)")
             return self.admit(dataclasses.replace(decision, effect="ask"), True)
         if decision.effect == "ask" and confirm is None:
@@ -195,20 +197,6 @@ class Pipeline:
         if isinstance(answer, Deferred):
             return answer
         return self.admit(decision, answer)
-
-    def confirmed_here(self, decision: Decision, arguments: Mapping[str, Any]) -> Decision | None:
-        """The local rule ("always allow", `bundlectl.local.yaml`) that confirms this `ask` in
-        advance — its tool and conditions hold for these arguments — as its own decision."""
-        local = self.resolution.local_policy
-        if local is None or decision.agent not in self.resolution.local:
-            return None
-        here = local.agent(decision.agent).decide(
-            decision.server,
-            decision.tool,
-            arguments=arguments,
-            paths=self.paths(decision.server),
-        )
-        return here if here.effect == "allow" and here.rule is not None else None
 
     @property
     def approvals(self) -> ApprovalSettings | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -25,7 +25,7 @@ from bundlectl.policy.catalog import Catalog, ToolRef
 from bundlectl.policy.engine import Policy
 from bundlectl.policy.inheritance import canonical_policy, check_extends
 from bundlectl.policy.patterns import name_clashes
-from bundlectl.policy.rules import AgentSpec, PolicySet
+from bundlectl.policy.rules import AgentSpec, Decision, PolicySet, Rule
 from bundlectl.resolve.merge import (
     Merged,
     MergedServer,
@@ -61,6 +61,19 @@ class Resolution:
         if not self.local:
             return None
         return Policy(PolicySet(agents=self.local, default="deny"))
+
+    def confirmed_in_advance(
+        self, decision: Decision, arguments: Mapping[str, Any] | None, paths: PathReader | None
+    ) -> Rule | None:
+        """The local rule ("always allow") that answers this `ask` in advance — its tool and
+        conditions hold for these arguments — or None."""
+        local = self.local_policy
+        if decision.matched_effect != "ask" or local is None or decision.agent not in self.local:
+            return None
+        here = local.agent(decision.agent).decide(
+            decision.server, decision.tool, arguments=arguments, paths=paths
+        )
+        return here.rule if here.effect == "allow" else None
 
     @cached_property
     def lock(self) -> LockFile:

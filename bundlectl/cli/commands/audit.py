@@ -19,7 +19,6 @@ from bundlectl.config.fsio import atomic_write
 from bundlectl.config.paths import display_path
 from bundlectl.config.settings import DURATION_UNITS, seconds
 from bundlectl.errors import ReportedFailure, UsageError
-from bundlectl.gateway.activity import Activity, document, rendered
 from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, out, table, write
 from bundlectl.policy.patterns import matches
 
@@ -233,7 +232,11 @@ def summary(
     # 8-byte floats (a gigabyte of log is never held in memory).
     counts: dict[tuple[str, str], Counter[str]] = {}
     durations: dict[tuple[str, str], array[float]] = {}
-    picture = Activity() if html is not None else None  # --html: the page's counts too
+    picture = None
+    if html is not None:  # the page's counts too
+        from bundlectl.gateway.activity import Activity  # noqa: PLC0415 - only for --html
+
+        picture = Activity()
     # pending records pair with their outcome, which is counted
     for record in _selected(_log(file), agent, None, None, since, pending=False):
         if picture is not None:
@@ -250,8 +253,16 @@ def summary(
                 took = durations[key] = array("d")
             took.append(float(record.get("duration_ms") or 0))
     if picture is not None and html is not None:
+        from bundlectl.gateway.activity import document, rendered  # noqa: PLC0415
+
         page = document(rendered(picture, title="Activity"), "bundlectl activity")
-        atomic_write(html, page)
+        try:
+            atomic_write(html, page)
+        except OSError as exc:
+            raise UsageError(
+                f"cannot write {display_path(html)}: {exc.strerror or exc}",
+                hint="choose a file in a folder you can write (--html FILE)",
+            ) from None
         err(f"wrote {display_path(html)}")
     rows: list[dict[str, Any]] = []
     for (who, what), outcomes in sorted(counts.items()):

@@ -25,7 +25,7 @@ from bundlectl.output import (
 from bundlectl.policy.catalog import Row, agent_row
 from bundlectl.policy.explain import Explanation, explain
 from bundlectl.policy.patterns import parse_tool_name
-from bundlectl.policy.rules import Decision, Rule
+from bundlectl.policy.rules import Decision
 from bundlectl.resolve.resolved import Resolution, resolve_project
 from bundlectl.suggest import tool_suggestions
 
@@ -168,7 +168,7 @@ def explain_one(
     source = found.source if found is not None else None
     agent_spec = resolution.policy.set.agents.get(agent)
     agent_from = agent_spec.origin if agent_spec is not None else None
-    here = _confirmed_here(resolution, d, arguments)
+    here = resolution.confirmed_in_advance(d, arguments, resolution.path_reader(server))
     if fmt is Format.json:
         emit_json(
             {
@@ -220,19 +220,6 @@ def explain_one(
     if here is not None:
         out(f"  confirmed in advance on this machine: {here.label}  ({here.origin}, always allow)")
     return 3 if d.effect == "deny" and here is None else 0
-
-
-def _confirmed_here(
-    resolution: Resolution, d: Decision, arguments: dict[str, Any] | None
-) -> Rule | None:
-    """The local rule (`bundlectl.local.yaml`) that confirms this `ask` in advance, if any."""
-    local = resolution.local_policy
-    if d.matched_effect != "ask" or local is None or d.agent not in resolution.local:
-        return None
-    here = local.agent(d.agent).decide(
-        d.server, d.tool, arguments=arguments, paths=resolution.path_reader(d.server)
-    )
-    return here.rule if here.effect == "allow" else None
 
 
 def _header(d: Decision, agent: str, arguments: dict[str, Any] | None) -> str:
