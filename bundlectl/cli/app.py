@@ -30,7 +30,8 @@ app = typer.Typer(
 
 
 registry_app = typer.Typer(
-    help="Publish and list bundles in the user registry.", no_args_is_help=True
+    help="Publish and list bundles: the user registry, static indexes, OCI registries.",
+    no_args_is_help=True,
 )
 
 

@@ -43,6 +43,15 @@ HELP: dict[str, tuple[list[str], str]] = {
         ["bundlectl registry build team-registry", "bundlectl registry build src --out public"],
         _READS,
     ),
+    "registry push": (
+        [
+            "bundlectl registry push team-registry oci://registry.example.com/platform/bundles",
+            "bundlectl registry push team-registry oci://localhost:5000/bundles --format json",
+        ],
+        "0 published (or already there, unchanged); 1 a version already published with other "
+        "content (nothing was pushed); 2 bad usage, a broken manifest, or a registry that "
+        "cannot be reached",
+    ),
     "approvals list": (
         ["bundlectl approvals list", "bundlectl approvals list --all --format json"],
         _STORE,

@@ -186,6 +186,26 @@ def registry_build(
     return cmd.build(folder, into=out, fmt=fmt)
 
 
+@registry_app.command("push")
+def registry_push(
+    folder: Annotated[
+        Path,
+        typer.Argument(
+            metavar="FOLDER", file_okay=False, help="A registry folder: <name>/<version>.yaml."
+        ),
+    ],
+    reference: Annotated[
+        str,
+        typer.Argument(metavar="oci://HOST/REPOSITORY", help="The OCI repository to publish to."),
+    ],
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Publish a folder of manifests to an OCI registry (published versions are immutable)."""
+    from bundlectl.cli.commands import registry as cmd
+
+    return cmd.push(folder, reference, fmt=fmt)
+
+
 @registry_app.command("list")
 def registry_list(
     config: ConfigOpt = None,

@@ -249,9 +249,10 @@ class ProjectConfig(StrictModel):
     version: Literal[1] = Field(description="Format version of this file; always 1.")
     registries: list[str] = Field(
         default_factory=empty_list,
-        description="Project registries: folders of manifests, relative to this file, or "
-        "https:// URLs of a static index (`bundlectl registry build`); searched in order, "
-        "before the user and built-in registries.",
+        description="Project registries: folders of manifests, relative to this file, "
+        "https:// URLs of a static index (`bundlectl registry build`), or oci://HOST/REPOSITORY "
+        "references of an OCI registry (`bundlectl registry push`); searched in order, before "
+        "the user and built-in registries.",
     )
     bundles: list[RequirementStr] = Field(
         default_factory=empty_list,
@@ -291,7 +292,10 @@ class LockedBundle(StrictModel):
     """One resolved bundle in the lock."""
 
     version: str = Field(description="The exact version chosen.")
-    source: str = Field(description="The registry it came from (builtin, user, or a project path).")
+    source: str = Field(
+        description="The registry it came from (builtin, user, a project path, or the URL of a "
+        "remote registry)."
+    )
     digest: str = Field(description="sha256 of the manifest file.")
     requires: list[str] = Field(
         default_factory=empty_list, description="Its requirements, as written."

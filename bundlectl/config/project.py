@@ -11,7 +11,7 @@ from bundlectl.config import paths
 from bundlectl.config.local import LocalLayer, load_local, local_path
 from bundlectl.config.lockfile import read_lock
 from bundlectl.config.models import ProjectConfig
-from bundlectl.config.registry import Registry
+from bundlectl.config.registry import Registry, is_remote
 from bundlectl.config.requirements import requirement_name
 from bundlectl.config.validation import validate_doc
 from bundlectl.config.yamlio import YamlDoc, parse_yaml, read_yaml
@@ -113,7 +113,7 @@ class Project:
         """Registries that do not exist, and invalid entries or manifests in the others."""
         problems = []
         for index, entry in enumerate(self.config.registries):
-            if entry.startswith(("https://", "http://")):
+            if is_remote(entry):
                 continue  # a remote registry: its own errors come when it is read
             folder = self.root / entry
             if not folder.is_dir():

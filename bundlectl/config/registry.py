@@ -25,6 +25,12 @@ from bundlectl.config.yamlio import YamlDoc, parse_bytes, read_bounded
 from bundlectl.errors import InputFileError, Problem, UsageError
 
 
+def is_remote(entry: str) -> bool:
+    """Whether a `registries:` entry names a registry on a server (a static index or an OCI
+    repository) rather than a folder."""
+    return entry.startswith(("https://", "http://", "oci://"))
+
+
 @dataclass(frozen=True)
 class Source:
     """One registry folder: `<root>/<name>/<version>.yaml`."""
@@ -219,7 +225,7 @@ class Registry:
         """Project registries (relative to `project_dir`), then the user's, then the built-in."""
         sources = [
             _remote_source(entry)
-            if entry.startswith(("https://", "http://"))
+            if is_remote(entry)
             else Source(entry, (project_dir / entry) if project_dir else Path(entry))
             for entry in project_registries
         ]

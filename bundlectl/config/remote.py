@@ -22,7 +22,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from packaging.version import InvalidVersion, Version
 
@@ -36,10 +36,6 @@ INDEX = "index.json"
 FRESH = 300.0  # seconds a fetched index is used before it is asked for again
 TIMEOUT = 20.0  # seconds one request may take
 MAX_BYTES = 32 << 20  # an index or a manifest larger than this is refused
-
-
-def is_remote(entry: str) -> bool:
-    return entry.startswith(("https://", "http://"))
 
 
 def mirror_folder(url: str) -> Path:
@@ -78,38 +74,38 @@ def _get(url: str, etag: str | None = None) -> tuple[int, bytes, str | None]:
         raise
 
 
-def _problem(url: str, message: str, hint: str | None = None) -> InputFileError:
+def problem(url: str, message: str, hint: str | None = None) -> InputFileError:
     return InputFileError([Problem(url, 1, 1, message, "", hint, "remote_registry")])
 
 
-def _index(url: str, data: bytes) -> dict[str, dict[str, dict[str, str]]]:
+def parse_index(url: str, data: bytes) -> dict[str, dict[str, dict[str, str]]]:
     """The bundles of an index: name → version → {path, sha256}; a malformed index is an
     error naming what is wrong."""
     if len(data) > MAX_BYTES:
-        raise _problem(url, f"the index is larger than {MAX_BYTES >> 20} MiB")
+        raise problem(url, f"the index is larger than {MAX_BYTES >> 20} MiB")
     try:
         index = json.loads(data)
     except ValueError as exc:
-        raise _problem(
+        raise problem(
             url, f"the index is not JSON: {exc}", "rebuild it: bundlectl registry build"
         ) from None
     bundles = index.get("bundles") if isinstance(index, dict) else None
     if not isinstance(bundles, dict) or index.get("format_version") != 1:
-        raise _problem(
+        raise problem(
             url,
             "not a bundlectl registry index (format_version 1 with bundles)",
             "write it with `bundlectl registry build FOLDER`",
         )
     for name, versions in bundles.items():
         if not _NAME.match(name):  # it becomes a folder of the mirror: never `..` or a path
-            raise _problem(url, f"bundle name {name!r} is not a bundle name")
+            raise problem(url, f"bundle name {name!r} is not a bundle name")
         if not isinstance(versions, dict) or not all(map(_entry, versions.values())):
-            raise _problem(url, f"bundle {name!r}: each version needs a path and a sha256")
+            raise problem(url, f"bundle {name!r}: each version needs a path and a sha256")
         for version in versions:
             try:
                 Version(version)
             except InvalidVersion:
-                raise _problem(url, f"bundle {name!r}: {version!r} is not a version") from None
+                raise problem(url, f"bundle {name!r}: {version!r} is not a version") from None
     return bundles
 
 
@@ -121,11 +117,74 @@ def _entry(value: Any) -> bool:
     )
 
 
+class Unreachable(Exception):
+    """The registry could not be reached (network, timeout, a server error): the mirror falls
+    back to what is cached."""
+
+
+class Fetcher(Protocol):
+    """How one kind of remote registry is read: its index, and a manifest by its digest."""
+
+    where: str  # the index's address, as messages name it
+
+    def index(self, etag: str | None) -> tuple[bytes | None, str | None]:
+        """The index's bytes and a tag of its version (None, etag: unchanged since `etag`)."""
+        ...
+
+    def manifest(self, name: str, version: str, entry: dict[str, str]) -> tuple[bytes, str]:
+        """One manifest's bytes and where they came from."""
+        ...
+
+
+class _Static:
+    """A static index (`index.json`) with the manifests beside it, on a web server."""
+
+    def __init__(self, url: str) -> None:
+        self.base = _base(url)
+        self.where = self.base + INDEX
+
+    def index(self, etag: str | None) -> tuple[bytes | None, str | None]:
+        try:
+            status, body, new_etag = _get(self.where, etag)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                raise problem(
+                    self.where,
+                    "the registry has no index.json (HTTP 404)",
+                    "check the URL under registries:, and that the index was published",
+                ) from None
+            raise Unreachable(f"HTTP {exc.code}") from None
+        except (OSError, ValueError) as exc:
+            raise Unreachable(str(getattr(exc, "reason", exc))) from None
+        return (None, etag) if status == 304 else (body, new_etag)
+
+    def manifest(self, name: str, version: str, entry: dict[str, str]) -> tuple[bytes, str]:
+        url = urllib.parse.urljoin(self.base, entry["path"])
+        try:
+            _, body, _ = _get(url)
+        except (OSError, ValueError) as exc:
+            raise UsageError(
+                f"cannot fetch {name} {version} from {url}: {getattr(exc, 'reason', exc)}"
+            ) from None
+        return body, url
+
+
 def mirror(url: str) -> Path:
-    """The local mirror folder of the registry at `url`, brought up to date as far as the
-    server can be reached."""
-    folder = _folder(url)
-    base = _base(url)
+    """The local mirror folder of the registry at `url` (an `https://` static index or an
+    `oci://` repository), brought up to date as far as the server can be reached."""
+    fetcher: Fetcher
+    if url.startswith("oci://"):
+        from bundlectl.config import oci  # noqa: PLC0415 - only for a project with one
+
+        fetcher = oci.Fetcher(url)
+    else:
+        fetcher = _Static(url)
+    return sync(url, _folder(url), fetcher)
+
+
+def sync(url: str, folder: Path, fetcher: Fetcher) -> Path:
+    """Bring `folder` up to date from `fetcher`: the index when the cached one is stale, then
+    each manifest it lists that is missing, checked against the index's digest."""
     cached_index = folder / ".index.json"
     etag_file = folder / ".etag"
     fresh = cached_index.exists() and time.time() - cached_index.stat().st_mtime < FRESH
@@ -133,21 +192,15 @@ def mirror(url: str) -> Path:
     if not fresh:
         etag = etag_file.read_text() if etag_file.exists() and cached_index.exists() else None
         try:
-            status, body, new_etag = _get(base + INDEX, etag)
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                raise _problem(
-                    base + INDEX,
-                    "the registry has no index.json (HTTP 404)",
-                    "check the URL under registries:, and that the index was published",
-                ) from None
-            return _offline(url, folder, f"HTTP {exc.code}")
-        except (OSError, ValueError) as exc:
-            return _offline(url, folder, str(getattr(exc, "reason", exc)))
-        if status == 304:
+            body, new_etag = fetcher.index(etag)
+        except Unreachable as exc:
+            return _offline(url, folder, fetcher, str(exc))
+        if body is None:
             cached_index.touch()
         else:
-            _index(base + INDEX, body)  # refuse a malformed index before it replaces a good one
+            parse_index(
+                fetcher.where, body
+            )  # refuse a malformed index before it replaces a good one
             data = body
             _write(cached_index, body)
             if new_etag:
@@ -156,11 +209,11 @@ def mirror(url: str) -> Path:
                 etag_file.unlink(missing_ok=True)
     if data is None:
         data = cached_index.read_bytes()
-    _manifests(base, folder, _index(base + INDEX, data))
+    _manifests(fetcher, folder, parse_index(fetcher.where, data))
     return folder
 
 
-def _offline(url: str, folder: Path, why: str) -> Path:
+def _offline(url: str, folder: Path, fetcher: Fetcher, why: str) -> Path:
     cached_index = folder / ".index.json"
     if not cached_index.exists():
         raise UsageError(
@@ -168,33 +221,30 @@ def _offline(url: str, folder: Path, why: str) -> Path:
             hint="check the URL and the network; once reached, it works offline from the cache",
         )
     err(f"note: registry {url} cannot be reached ({why}); using its cached index")
-    _manifests(_base(url), folder, _index(url, cached_index.read_bytes()), offline=True)
+    _manifests(fetcher, folder, parse_index(url, cached_index.read_bytes()), offline=True)
     return folder
 
 
 def _manifests(
-    base: str, folder: Path, bundles: dict[str, dict[str, dict[str, str]]], offline: bool = False
+    fetcher: Fetcher,
+    folder: Path,
+    bundles: dict[str, dict[str, dict[str, str]]],
+    offline: bool = False,
 ) -> None:
     """Each manifest of the index in the mirror, fetched when missing, checked by its digest."""
     for name, versions in bundles.items():
         for version, entry in versions.items():
             target = folder / name / f"{version}.yaml"
             wanted = entry["sha256"]
-            if target.exists() and _digest(target.read_bytes()) == wanted:
+            if target.exists() and digest(target.read_bytes()) == wanted:
                 continue
             if offline:
                 continue  # not cached: this version is not available offline
-            url = urllib.parse.urljoin(base, entry["path"])
-            try:
-                _, body, _ = _get(url)
-            except (OSError, ValueError) as exc:
-                raise UsageError(
-                    f"cannot fetch {name} {version} from {url}: {getattr(exc, 'reason', exc)}"
-                ) from None
-            got = _digest(body)
+            body, where = fetcher.manifest(name, version, entry)
+            got = digest(body)
             if got != wanted:
-                raise _problem(
-                    url,
+                raise problem(
+                    where,
                     f"{name} {version}: the manifest's digest {got} differs from the index's "
                     f"{wanted}; it was not used",
                     "the registry changed a published manifest, or the download was altered: "
@@ -203,7 +253,7 @@ def _manifests(
             _write(target, body)
 
 
-def _digest(data: bytes) -> str:
+def digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
@@ -213,9 +263,9 @@ def _write(path: Path, data: bytes) -> None:
     atomic_write_bytes(path, data)
 
 
-def build(folder: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
-    """Write `index.json` for a registry folder (`<name>/<version>.yaml`): every manifest
-    loaded and checked first, so a broken one is never published."""
+def index_of(folder: Path) -> dict[str, Any]:
+    """The index of a registry folder (`<name>/<version>.yaml`): every manifest loaded and
+    checked first, so a broken one is never published."""
     from bundlectl.config.registry import Registry, Source  # noqa: PLC0415
 
     source = Source(str(folder), folder)
@@ -233,11 +283,21 @@ def build(folder: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
                 "sha256": loaded.digest,
                 "description": loaded.manifest.description,
             }
-    index = {"format_version": 1, "bundles": bundles}
+    return {"format_version": 1, "bundles": bundles}
+
+
+def index_bytes(index: dict[str, Any]) -> bytes:
+    """An index as it is published (stable: the same bundles give the same bytes)."""
+    return (json.dumps(index, indent=2, sort_keys=True) + "\n").encode()
+
+
+def build(folder: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """Write `index.json` for a registry folder (and, with `out`, the manifests beside it)."""
+    index = index_of(folder)
     target = (out or folder) / INDEX
     if out is not None:
-        for versions in bundles.values():
+        for versions in index["bundles"].values():
             for entry in versions.values():
                 _write(out / entry["path"], (folder / entry["path"]).read_bytes())
-    _write(target, (json.dumps(index, indent=2, sort_keys=True) + "\n").encode())
+    _write(target, index_bytes(index))
     return target, index

@@ -1,4 +1,5 @@
-"""`bundlectl registry add|list`: publish manifests into the user registry."""
+"""`bundlectl registry add|build|push|list`: publish manifests (into the user registry, as a
+static index, to an OCI registry) and list the registries a project sees."""
 
 from __future__ import annotations
 
@@ -98,4 +99,34 @@ def build(folder: Path, *, into: Path | None, fmt: Format) -> int:
         return 0
     said = f"wrote {paths.display_path(target)}: {len(index['bundles'])} bundle(s), "
     out(said + f"{versions} version(s); serve its folder and list its URL under registries:")
+    return 0
+
+
+def push(folder: Path, reference: str, *, fmt: Format) -> int:
+    from bundlectl.config import oci  # noqa: PLC0415 - only for this command (loads oras)
+
+    if not folder.is_dir():
+        raise UsageError(f"{folder} is not a folder", hint="give a folder of <name>/<version>.yaml")
+    if not reference.startswith("oci://"):
+        raise UsageError(
+            f"{reference!r} is not an OCI reference",
+            hint="write oci://HOST[:PORT]/REPOSITORY; for a web server use `registry build`",
+        )
+    done = oci.push(folder, reference)
+    if fmt is Format.json:
+        emit_json(
+            {
+                "format_version": JSON_FORMAT_VERSION,
+                "registry": reference,
+                "published": [{"name": n, "version": v} for n, v in done.published],
+                "unchanged": [{"name": n, "version": v} for n, v in done.unchanged],
+            }
+        )
+        return 0
+    for name, version in done.published:
+        out(f"published {name} {version} to {reference} (tag {oci.tag_of(name, version)})")
+    if done.unchanged:
+        out(f"{len(done.unchanged)} version(s) already there, unchanged")
+    if not done.published and not done.unchanged:
+        out("the folder holds no manifests; nothing published")
     return 0
