@@ -43,6 +43,15 @@ HELP: dict[str, tuple[list[str], str]] = {
         ["bundlectl registry build team-registry", "bundlectl registry build src --out public"],
         _READS,
     ),
+    "registry search": (
+        [
+            "bundlectl registry search git",
+            "bundlectl registry search filesystem --from mcp-registry",
+            "bundlectl registry search time --from mcp-registry --url https://mcp.internal.example",
+        ],
+        "0 searched (also when nothing matched); 2 bad usage, or a registry that cannot be "
+        "reached or gave no list",
+    ),
     "registry push": (
         [
             "bundlectl registry push team-registry oci://registry.example.com/platform/bundles",

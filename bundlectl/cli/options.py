@@ -13,6 +13,13 @@ class Format(str, Enum):
     json = "json"
 
 
+class SearchFrom(str, Enum):
+    """`registry search --from`: where to look."""
+
+    registries = "registries"
+    mcp_registry = "mcp-registry"
+
+
 class MatrixFormat(str, Enum):
     """`policy matrix --format`."""
 

@@ -22,6 +22,7 @@ from bundlectl.cli.app import (
 )
 from bundlectl.cli.options import (
     Format,
+    SearchFrom,
 )
 
 
@@ -204,6 +205,36 @@ def registry_push(
     from bundlectl.cli.commands import registry as cmd
 
     return cmd.push(folder, reference, fmt=fmt)
+
+
+@registry_app.command("search")
+def registry_search(
+    query: Annotated[str, typer.Argument(metavar="QUERY", help="Part of a name to look for.")],
+    where: Annotated[
+        SearchFrom,
+        typer.Option(
+            "--from",
+            help="registries: the project's bundles (names and descriptions); mcp-registry: "
+            "servers of the official MCP Registry, or of --url.",
+        ),
+    ] = SearchFrom.registries,
+    url: Annotated[
+        str | None,
+        typer.Option("--url", help="An MCP Registry's base URL (with --from mcp-registry)."),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", help="Show at most this many.")] = 20,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for the registry's answer.")
+    ] = 20.0,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Find bundles in the project's registries, or servers in the MCP Registry."""
+    from bundlectl.cli.commands import registry as cmd
+
+    return cmd.search(
+        query, where=where.value, url=url, limit=limit, timeout=timeout, config=config, fmt=fmt
+    )
 
 
 @registry_app.command("list")

@@ -130,3 +130,80 @@ def push(folder: Path, reference: str, *, fmt: Format) -> int:
     if not done.published and not done.unchanged:
         out("the folder holds no manifests; nothing published")
     return 0
+
+
+def search(
+    query: str,
+    *,
+    where: str,
+    url: str | None,
+    limit: int,
+    timeout: float,
+    config: Path | None,
+    fmt: Format,
+) -> int:
+    """Bundles of the project's registries, or servers of an MCP Registry, by name."""
+    if limit < 1:
+        raise UsageError(f"--limit {limit}: give 1 or more")
+    if where == "mcp-registry":
+        return _search_mcp_registry(query, url, limit, timeout, fmt)
+    if url is not None:
+        raise UsageError("--url is for --from mcp-registry", hint="drop --url, or add that")
+    project = optional_project(config)
+    registry = project.registry if project else Registry.default()
+    wanted = query.lower()
+    rows = []
+    for name in registry.names():
+        newest = registry.versions(name)[-1]
+        description = registry.description(name, newest)
+        if wanted in name.lower() or wanted in description.lower():
+            source = registry.source_of(name)
+            rows.append(
+                {
+                    "name": name,
+                    "version": str(newest),
+                    "source": source.label if source else "?",
+                    "description": description,
+                }
+            )
+    rows = rows[:limit]
+    if fmt is Format.json:
+        emit_json({"format_version": JSON_FORMAT_VERSION, "from": "registries", "bundles": rows})
+        return 0
+    if not rows:
+        out(f"no bundle's name or description holds {query!r}")
+        note("the official MCP Registry too: bundlectl registry search QUERY --from mcp-registry")
+        return 0
+    table(
+        [[r["name"], r["version"], r["source"], r["description"]] for r in rows],
+        header=["NAME", "NEWEST", "SOURCE", "DESCRIPTION"],
+    )
+    return 0
+
+
+def _search_mcp_registry(
+    query: str, url: str | None, limit: int, timeout: float, fmt: Format
+) -> int:
+    from bundlectl.config import mcp_registry  # noqa: PLC0415 - only for this search
+
+    found = mcp_registry.search(
+        query, url=url or mcp_registry.OFFICIAL, limit=limit, timeout=timeout
+    )
+    if fmt is Format.json:
+        emit_json(
+            {
+                "format_version": JSON_FORMAT_VERSION,
+                "from": "mcp-registry",
+                "servers": [vars(f) for f in found],
+            }
+        )
+        return 0
+    if not found:
+        out(f"the registry has no server whose name holds {query!r}")
+        return 0
+    table(
+        [[f.name, f.version, ", ".join(f.runs) or "-", f.status, f.description] for f in found],
+        header=["NAME", "VERSION", "RUNS", "STATUS", "DESCRIPTION"],
+    )
+    note(f"import one into the project: bundlectl import server-json {found[0].url}")
+    return 0
