@@ -90,7 +90,7 @@ def test_a_search_finds_servers_and_names_the_url_that_imports_one(
     assert found.lines[0].split() == ["NAME", "VERSION", "RUNS", "STATUS", "DESCRIPTION"]
     assert found.lines[1].split() == [
         *("io.github.example/time-server", "1.4.0", "pypi", "active"),
-        *"Current time and timezone conversions.".split(),
+        *["Current", "time", "and", "timezone", "conversions."],
     ]
     assert found.lines[2].split()[:5] == [
         *("com.example/timesheets", "0.9.1", "npm,", "streamable-http", "deprecated"),
