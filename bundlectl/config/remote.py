@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -29,7 +30,7 @@ from packaging.version import InvalidVersion, Version
 from bundlectl.config import paths
 from bundlectl.config.requirements import NAME_RE
 from bundlectl.errors import InputFileError, Problem, UsageError
-from bundlectl.output import err
+from bundlectl.output import err, status
 
 _NAME = re.compile(NAME_RE)
 INDEX = "index.json"
@@ -231,26 +232,35 @@ def _manifests(
     bundles: dict[str, dict[str, dict[str, str]]],
     offline: bool = False,
 ) -> None:
-    """Each manifest of the index in the mirror, fetched when missing, checked by its digest."""
+    """Each manifest of the index in the mirror, fetched when missing, checked by its digest
+    (with a progress line on a terminal)."""
+    missing = []
     for name, versions in bundles.items():
         for version, entry in versions.items():
             target = folder / name / f"{version}.yaml"
-            wanted = entry["sha256"]
-            if target.exists() and digest(target.read_bytes()) == wanted:
-                continue
-            if offline:
-                continue  # not cached: this version is not available offline
-            body, where = fetcher.manifest(name, version, entry)
-            got = digest(body)
-            if got != wanted:
-                raise problem(
-                    where,
-                    f"{name} {version}: the manifest's digest {got} differs from the index's "
-                    f"{wanted}; it was not used",
-                    "the registry changed a published manifest, or the download was altered: "
-                    "ask its owner",
-                )
-            _write(target, body)
+            if not (target.exists() and digest(target.read_bytes()) == entry["sha256"]):
+                missing.append((name, version, entry, target))
+    if offline or not missing:
+        return  # offline: what is not cached is not available
+    shown = sys.stderr.isatty()
+    for done, (name, version, entry, target) in enumerate(missing, 1):
+        if shown:
+            status(f"\rfetching {len(missing)} manifest(s) from {fetcher.where}: {done}")
+        body, where = fetcher.manifest(name, version, entry)
+        got = digest(body)
+        if got != entry["sha256"]:
+            if shown:
+                status("\n")
+            raise problem(
+                where,
+                f"{name} {version}: the manifest's digest {got} differs from the index's "
+                f"{entry['sha256']}; it was not used",
+                "the registry changed a published manifest, or the download was altered: "
+                "ask its owner",
+            )
+        _write(target, body)
+    if shown:
+        status("\r\033[K")
 
 
 def digest(data: bytes) -> str:
