@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
 import shutil
 import tempfile
@@ -96,6 +98,16 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root.mkdir()
     monkeypatch.chdir(root)
     return root
+
+
+def send_json(handler: http.server.BaseHTTPRequestHandler, value: Any) -> None:
+    """Answer a request of a loopback test server with `value` as JSON."""
+    data = json.dumps(value).encode()
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
 
 
 def write(path: Path, text: str) -> Path:

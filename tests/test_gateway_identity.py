@@ -18,7 +18,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.conftest import audit_records, write
+from tests.conftest import audit_records, send_json, write
 from tests.test_gateway_http import client, gateway
 
 
@@ -43,12 +43,7 @@ class Issuer:
                 else:
                     self.send_error(404)
                     return
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, body)
 
             def log_message(self, *args: Any) -> None:
                 pass

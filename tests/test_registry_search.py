@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Run, load_yaml, write
+from tests.conftest import Run, load_yaml, send_json, write
 
 RECORDED = json.loads((Path(__file__).parent / "data" / "mcp-registry-servers.json").read_text())
 
@@ -43,24 +43,16 @@ class Registry:
                     wanted = params.get("search", [""])[0]
                     found = [e for e in entries if wanted in e["server"]["name"]]
                     limit = int(params.get("limit", ["30"])[0])
-                    self._json({"servers": found[:limit], "metadata": {"count": len(found)}})
+                    send_json(self, {"servers": found[:limit], "metadata": {"count": len(found)}})
                     return
                 prefix = f"{api}/servers/"
                 if path.startswith(prefix) and path.endswith("/versions/latest"):
                     name = urllib.parse.unquote(path[len(prefix) : -len("/versions/latest")])
                     for entry in entries:
                         if entry["server"]["name"] == name:
-                            self._json(entry)
+                            send_json(self, entry)
                             return
                 self.send_error(404)
-
-            def _json(self, value: Any) -> None:
-                data = json.dumps(value).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
 
             def log_message(self, *args: Any) -> None:
                 pass
