@@ -190,3 +190,22 @@ def test_what_is_not_a_bundlectl_registry_is_a_clear_error(
     gone = run("registry", "push", str(_folder(tmp_path / "src", "1.0.0")), registry.ref())
     assert gone.code == 2
     assert f"cannot reach the registry {registry.ref()} (connection refused)" in gone.err
+
+
+@pytest.mark.parametrize(
+    ("reference", "plain_http"),
+    [
+        ("oci://127.0.0.1:5000/team", True),
+        ("oci://localhost/team", True),
+        ("oci://[::1]:5000/team", True),
+        ("oci://registry.example.com/team/bundles", False),
+        ("oci://localhost.example.com:5000/team", False),  # not this machine: HTTPS
+        ("oci://127.0.0.1.example.com/team", False),
+    ],
+)
+def test_only_a_registry_on_this_machine_is_spoken_to_over_plain_http(
+    reference: str, plain_http: bool
+) -> None:
+    from bundlectl.config.oci import Reference
+
+    assert Reference.parse(reference).insecure is plain_http

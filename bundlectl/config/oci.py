@@ -60,8 +60,9 @@ class Reference:
     @property
     def insecure(self) -> bool:
         """Plain HTTP: only for a registry on this machine."""
-        name = self.host.rsplit(":", 1)[0] if not self.host.startswith("[") else self.host
-        return name in _LOOPBACK or self.host.split("]")[0] + "]" in _LOOPBACK
+        host = self.host
+        name = host[: host.index("]") + 1] if host.startswith("[") else host.rsplit(":", 1)[0]
+        return name in _LOOPBACK
 
     def target(self, tag: str) -> str:
         return f"{self.host}/{self.repository}:{tag}"
@@ -308,6 +309,11 @@ def push(folder: Path, url: str) -> Pushed:
                 _push(registry, ref, INDEX_TAG, layer, INDEX)
     except requests.RequestException as exc:
         raise UsageError(f"cannot push to {url}: {_reason(exc)}") from None
+    except ValueError as exc:  # oras: an answer other than 2xx to an upload
+        raise UsageError(
+            f"the registry {url} refused the push: {exc}",
+            hint=f"check that you may push to {ref.host}/{ref.repository} (docker login)",
+        ) from None
     return done
 
 
