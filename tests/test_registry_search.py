@@ -157,5 +157,12 @@ def test_the_projects_registries_are_searched_by_name_and_description(
     assert nothing.code == 0
     assert nothing.out == "no bundle's name or description holds 'zzz'\n"
     assert "--from mcp-registry" in nothing.err
+    # a bundle folder whose only file is not named by a version has no versions: passed over
+    write(project / "team" / "broken" / "latest.yaml", "name: broken\n")
+    broken = run("registry", "search", "bro")
+    assert broken.code == 0, broken.err
+    assert broken.out == "no bundle's name or description holds 'bro'\n"
+    zero = run("registry", "search", "x", "--from", "mcp-registry", "--timeout", "0")
+    assert zero.code == 2 and "--timeout 0: give a number of seconds above 0" in zero.err
     misused = run("registry", "search", "git", "--url", "http://127.0.0.1:9")
     assert misused.code == 2 and "--url is for --from mcp-registry" in misused.err

@@ -145,6 +145,7 @@ def test_a_manifest_that_differs_from_its_index_is_refused_with_both_digests(
         ("cut", "cut short"),
         ("garbage", "the index is not JSON"),
         ("hostile", "bundle name '../../evil' is not a bundle name"),
+        ("manifest cut", "cannot fetch weather 1.0.0 from the registry http://"),
     ],
 )
 def test_a_broken_registry_is_a_clear_error(
@@ -155,6 +156,8 @@ def test_a_broken_registry_is_a_clear_error(
         index.unlink()
     elif fault == "cut":
         served.cut.add("/team/index.json")
+    elif fault == "manifest cut":
+        served.cut.add("/team/weather/1.0.0.yaml")
     elif fault == "garbage":
         index.write_text("{not json")
     else:

@@ -64,6 +64,11 @@ class Reference:
         name = host[: host.index("]") + 1] if host.startswith("[") else host.rsplit(":", 1)[0]
         return name in _LOOPBACK
 
+    @property
+    def where(self) -> str:
+        """The index's address, as messages name it."""
+        return f"{self.url} (tag {INDEX_TAG})"
+
     def target(self, tag: str) -> str:
         return f"{self.host}/{self.repository}:{tag}"
 
@@ -125,7 +130,7 @@ class Fetcher:
 
     def __init__(self, url: str) -> None:
         self.ref = Reference.parse(url)
-        self.where = f"{url} (tag {INDEX_TAG})"
+        self.where = self.ref.where
         self._registry: Any = None
 
     @property
@@ -158,7 +163,7 @@ def _read_index(registry: Any, ref: Reference, etag: str | None) -> tuple[bytes 
     manifest, digest = found
     if etag is not None and digest == etag:
         return None, etag
-    where = f"{ref.url} (tag {INDEX_TAG})"
+    where = ref.where
     layers = [layer for layer in manifest.get("layers", []) if layer.get("mediaType") == INDEX]
     if len(layers) != 1:
         raise remote.problem(
@@ -266,7 +271,6 @@ def push(folder: Path, url: str) -> Pushed:
     ref = Reference.parse(url)
     index = remote.index_of(folder)
     registry = _client(ref)
-    where = f"{url} (tag {INDEX_TAG})"
     try:
         found = _read_index(registry, ref, None)
     except remote.Unreachable as exc:
@@ -276,7 +280,7 @@ def push(folder: Path, url: str) -> Pushed:
         ) from None
     current: dict[str, dict[str, dict[str, str]]] = {}
     if found is not None:
-        current = remote.parse_index(where, found[0] or b"")
+        current = remote.parse_index(ref.where, found[0] or b"")
     changed = [
         f"{name} {version}: published as {current[name][version]['sha256']}, "
         f"the folder has {entry['sha256']}"

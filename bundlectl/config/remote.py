@@ -133,7 +133,8 @@ class Fetcher(Protocol):
         ...
 
     def manifest(self, name: str, version: str, entry: dict[str, str]) -> tuple[bytes, str]:
-        """One manifest's bytes and where they came from."""
+        """One manifest's bytes and where they came from (`Unreachable` when the server could
+        not give them)."""
         ...
 
 
@@ -146,7 +147,7 @@ class _Static:
 
     def index(self, etag: str | None) -> tuple[bytes | None, str | None]:
         try:
-            status, body, new_etag = _get(self.where, etag)
+            code, body, new_etag = _get(self.where, etag)
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
                 raise problem(
@@ -157,16 +158,14 @@ class _Static:
             raise Unreachable(f"HTTP {exc.code}") from None
         except (OSError, ValueError) as exc:
             raise Unreachable(str(getattr(exc, "reason", exc))) from None
-        return (None, etag) if status == 304 else (body, new_etag)
+        return (None, etag) if code == 304 else (body, new_etag)
 
     def manifest(self, name: str, version: str, entry: dict[str, str]) -> tuple[bytes, str]:
         url = urllib.parse.urljoin(self.base, entry["path"])
         try:
             _, body, _ = _get(url)
         except (OSError, ValueError) as exc:
-            raise UsageError(
-                f"cannot fetch {name} {version} from {url}: {getattr(exc, 'reason', exc)}"
-            ) from None
+            raise Unreachable(f"{url}: {getattr(exc, 'reason', exc)}") from None
         return body, url
 
 
@@ -199,9 +198,8 @@ def sync(url: str, folder: Path, fetcher: Fetcher) -> Path:
         if body is None:
             cached_index.touch()
         else:
-            parse_index(
-                fetcher.where, body
-            )  # refuse a malformed index before it replaces a good one
+            # refuse a malformed index before it replaces a good one
+            parse_index(fetcher.where, body)
             data = body
             _write(cached_index, body)
             if new_etag:
@@ -246,7 +244,15 @@ def _manifests(
     for done, (name, version, entry, target) in enumerate(missing, 1):
         if shown:
             status(f"\rfetching {len(missing)} manifest(s) from {fetcher.where}: {done}")
-        body, where = fetcher.manifest(name, version, entry)
+        try:
+            body, where = fetcher.manifest(name, version, entry)
+        except Unreachable as exc:
+            if shown:
+                status("\n")
+            raise UsageError(
+                f"cannot fetch {name} {version} from the registry {fetcher.where}: {exc}",
+                hint="try again; what was fetched before stays cached",
+            ) from None
         got = digest(body)
         if got != entry["sha256"]:
             if shown:

@@ -145,6 +145,8 @@ def search(
     """Bundles of the project's registries, or servers of an MCP Registry, by name."""
     if limit < 1:
         raise UsageError(f"--limit {limit}: give 1 or more")
+    if timeout <= 0:
+        raise UsageError(f"--timeout {timeout:g}: give a number of seconds above 0")
     if where == "mcp-registry":
         return _search_mcp_registry(query, url, limit, timeout, fmt)
     if url is not None:
@@ -154,7 +156,10 @@ def search(
     wanted = query.lower()
     rows = []
     for name in registry.names():
-        newest = registry.versions(name)[-1]
+        versions = registry.versions(name)
+        if not versions:
+            continue  # no manifest named by a version (lint reports the layout)
+        newest = versions[-1]
         description = registry.description(name, newest)
         if wanted in name.lower() or wanted in description.lower():
             source = registry.source_of(name)
