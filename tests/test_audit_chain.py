@@ -101,6 +101,32 @@ def test_a_log_rotated_by_size_under_concurrent_writers_loses_no_record(
     ]
 
 
+def test_the_log_path_names_a_file_at_every_moment_of_a_rotation(tmp_path: Path) -> None:
+    """A writer that found the path empty mid-rotation created a file there, and the rotation
+    then put its new file over it: what the writer had written was lost (CI lost 33 records of
+    the test above). One thread rotates the log some 150 times while another looks at the
+    path as fast as it can."""
+    log = tmp_path / "audit.jsonl"
+    writer = AuditFile(log, max_bytes=600, keep=3)
+    writer.write(record(tool="first"))
+    done = threading.Event()
+    looks: list[bool] = []
+
+    def look() -> None:
+        while not done.is_set():
+            looks.append(log.exists())
+
+    watcher = threading.Thread(target=look)
+    watcher.start()
+    for number in range(300):
+        writer.write(record(tool=f"t{number}"))
+    done.set()
+    watcher.join()
+    writer.close()
+    assert len(list(tmp_path.glob("audit.jsonl.*"))) == 3 and looks
+    assert looks.count(False) == 0, f"the path named no file {looks.count(False)} times"
+
+
 def test_records_go_to_the_sinks_the_user_config_names(
     project: Path, run: Run, isolated_home: Path
 ) -> None:

@@ -332,8 +332,15 @@ class AuditFile:
                 continue
             with contextlib.suppress(FileNotFoundError):
                 older.rename(self.target.with_name(f"{name}.{number + 1}"))
-        os.rename(self.target, self.target.with_name(f"{name}.1"))
-        os.rename(fresh, self.target)
+        # The path names a file at every moment (a writer that finds none creates one, and
+        # what it wrote there would be lost): the old file gets its second name first, then
+        # the new one takes the path's place in one step.
+        first = self.target.with_name(f"{name}.1")
+        try:
+            os.link(self.target, first)
+        except OSError:  # a file system without hard links: the short gap cannot be avoided
+            os.rename(self.target, first)
+        os.replace(fresh, self.target)
         self._retired = self._fd  # closed by `write` once its lock is released
         self._fd = fd
         opened = os.fstat(fd)
