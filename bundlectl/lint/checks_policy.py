@@ -8,51 +8,28 @@ from collections.abc import Iterator
 from typing import Any
 
 from bundlectl.config.local import load_local
-from bundlectl.config.models import ProjectConfig
 from bundlectl.config.settings import tested_tool
-from bundlectl.config.yamlio import YamlDoc, YamlPath
+from bundlectl.config.yamlio import YamlPath
 from bundlectl.errors import InputFileError
-from bundlectl.lint.context import Context, at, from_problem
+from bundlectl.lint.context import Context, at, from_problem, own_rules, policy_parts
 from bundlectl.lint.rules import Finding
 from bundlectl.policy.catalog import agent_row
-from bundlectl.policy.conditions import MISSING
 from bundlectl.policy.engine import CompiledAgent
 from bundlectl.policy.patterns import part_matches, split_rule
 from bundlectl.policy.rules import Rule
 from bundlectl.resolve.resolved import Resolution
-from bundlectl.suggest import Suggester
-
-
-def _parts(ctx: Context) -> tuple[Resolution, YamlDoc, ProjectConfig] | None:
-    """What the policy checks need, when the config resolved and its policy is sound."""
-    if not ctx.policy_ok or ctx.resolution is None or ctx.config is None:
-        return None
-    model = ctx.config_model
-    return None if model is None else (ctx.resolution, ctx.config.doc, model)
-
-
-def _own_rules(resolution: Resolution, agent: str) -> list[tuple[YamlPath, Rule]]:
-    """The agent's rules written in the config, with their YAML paths."""
-    out: list[tuple[YamlPath, Rule]] = []
-    spec = resolution.policy.set.agents.get(agent)
-    position = dict.fromkeys(("allow", "ask", "deny"), 0)
-    for rule in spec.rules if spec is not None else ():
-        if rule.agent == agent and rule.origin.bundle is None:
-            out.append((("agents", agent, rule.effect, position[rule.effect]), rule))
-            position[rule.effect] += 1
-    return out
 
 
 def overridden_and_shadowed(ctx: Context) -> Iterator[Finding]:
     """BCL201 allow/ask rules that deny covers entirely; BCL202 rules covered by another."""
-    parts = _parts(ctx)
+    parts = policy_parts(ctx)
     if parts is None:
         return
     resolution, doc, model = parts
     catalog = resolution.catalog
     cover = _Cover(resolution)
     for agent in model.agents:
-        own = _own_rules(resolution, agent)
+        own = own_rules(resolution, agent)
         if not own:
             continue
         compiled = resolution.policy.agent(agent)
@@ -193,7 +170,7 @@ def _implies(rule: Rule, other: Rule) -> bool:
 
 def permits_nothing(ctx: Context) -> Iterator[Finding]:
     """BCL203: a listed agent that can call no tool of a non-empty catalog."""
-    parts = _parts(ctx)
+    parts = policy_parts(ctx)
     if parts is None or not len(parts[0].catalog):
         return
     resolution, doc, model = parts
@@ -212,14 +189,14 @@ def permits_nothing(ctx: Context) -> Iterator[Finding]:
 
 def broad_destructive(ctx: Context) -> Iterator[Finding]:
     """BCL204: a wildcard allow that lets destructive tools through without ask or deny."""
-    parts = _parts(ctx)
+    parts = policy_parts(ctx)
     if parts is None:
         return
     resolution, doc, model = parts
     catalog = resolution.catalog
     for agent in model.agents:
         row = agent_row(resolution.policy.agent(agent), catalog)
-        for path, rule in _own_rules(resolution, agent):
+        for path, rule in own_rules(resolution, agent):
             if rule.effect != "allow" or ("*" not in rule.pattern and "?" not in rule.pattern):
                 continue
             reached = catalog.mask(rule.pattern) & row.allow & catalog.destructive
@@ -265,12 +242,12 @@ def default_allow(ctx: Context) -> Iterator[Finding]:
 
 def future_tools(ctx: Context) -> Iterator[Finding]:
     """BCL207: a wildcard allow/ask will also grant tools the server adds later."""
-    parts = _parts(ctx)
+    parts = policy_parts(ctx)
     if parts is None or parts[2].policy.pin_tools:
         return
     resolution, doc, model = parts
     for agent in model.agents:
-        for path, rule in _own_rules(resolution, agent):
+        for path, rule in own_rules(resolution, agent):
             if rule.effect != "deny" and ("*" in rule.parts[1] or "?" in rule.parts[1]):
                 yield at(
                     "BCL207",
@@ -283,7 +260,7 @@ def future_tools(ctx: Context) -> Iterator[Finding]:
 
 def policy_tests(ctx: Context) -> Iterator[Finding]:
     """BCL209: every expectation under tests: must hold (ask as if a human could confirm)."""
-    parts = _parts(ctx)
+    parts = policy_parts(ctx)
     if parts is None:
         return
     resolution, doc, model = parts
@@ -327,7 +304,7 @@ def policy_tests(ctx: Context) -> Iterator[Finding]:
 def detokenize_targets(ctx: Context) -> Iterator[Finding]:
     """BCL210: a `privacy.detokenize` pattern that matches no declared tool (servers without a
     declared catalog could have it: they are not held against the pattern)."""
-    parts = _parts(ctx)
+    parts = policy_parts(ctx)
     if parts is None:
         return
     resolution, doc, model = parts
@@ -359,7 +336,7 @@ def limit_targets(ctx: Context) -> Iterator[Finding]:
     """BCL215: a `limits:` entry whose agent patterns match no listed agent (an unlisted agent
     is counted too, so `*`-like patterns always pass), or whose tool patterns match no
     declared tool (servers without a declared catalog could have it: not held against it)."""
-    parts = _parts(ctx)
+    parts = policy_parts(ctx)
     if parts is None:
         return
     resolution, doc, model = parts
@@ -410,174 +387,3 @@ def local_rules(ctx: Context) -> Iterator[Finding]:
                 f"agent {agent!r} may call {tool} without being asked, on this machine only",
                 anchor=f"{agent}:{tool}",
             )
-
-
-def condition_arguments(ctx: Context) -> Iterator[Finding]:
-    """BCL211: a condition names an argument no tool the rule matches declares (a typo that
-    makes an allow never hold and a deny never deny); BCL212: a deny or ask condition names an
-    argument that a call may omit and that has no default, so a call that omits it is not
-    caught by the rule. Only tools with a declared input schema are judged."""
-    parts = _parts(ctx)
-    if parts is None:
-        return
-    resolution, doc, model = parts
-    for agent in model.agents:
-        for path, rule in _own_rules(resolution, agent):
-            if rule.condition is None or not rule.condition.args:
-                continue
-            schemas = _declared_schemas(resolution, rule)
-            if not schemas:
-                continue
-            for key, place, matcher in rule.condition.args:
-                name = place[0] if place else key
-                where = (*path, "args", key)
-                having = [s for s in schemas if name in _properties(s)]
-                if not having:
-                    known = sorted({p for s in schemas for p in _properties(s)})
-                    close = Suggester(known).closest(name, n=1, cutoff=0.6)
-                    maybe = f"; did you mean {close[0]!r}?" if close else ""
-                    yield at(
-                        "BCL211",
-                        doc,
-                        where,
-                        f"no tool {rule.pattern!r} matches has an argument {name!r} "
-                        f"(they have: {', '.join(known) or 'none'}){maybe}",
-                        key=True,
-                        anchor=f"{rule.pattern}:{key}",
-                    )
-                    continue
-                types = _declared_types([_properties(s)[name] for s in having])
-                if len(place) == 1 and types and not matcher.fits(types):
-                    yield at(
-                        "BCL213",
-                        doc,
-                        where,
-                        f"{matcher.text} cannot judge {name!r}, declared "
-                        f"{' or '.join(sorted(types))}: "
-                        + (
-                            "the rule applies to no call"
-                            if rule.effect == "allow"
-                            else f"as {'a deny' if rule.effect == 'deny' else 'an ask'} it "
-                            "holds for every call that has it (SPEC 10: a value it cannot judge)"
-                        ),
-                        key=True,
-                        anchor=f"{rule.pattern}:{key}:type",
-                    )
-                if rule.effect == "allow" or len(place) != 1 or matcher.holds(MISSING, True):
-                    continue  # (a matcher that names a missing value catches the omission)
-                optional = [
-                    s
-                    for s in having
-                    if name not in (s.get("required") or [])
-                    and "default" not in _properties(s)[name]
-                ]
-                if optional:
-                    yield at(
-                        "BCL212",
-                        doc,
-                        where,
-                        f"{name!r} is optional and has no default: a call that omits it is not "
-                        f"{'denied' if rule.effect == 'deny' else 'asked about'} by this rule",
-                        key=True,
-                        anchor=f"{rule.pattern}:{key}",
-                    )
-
-
-def condition_expressions(ctx: Context) -> Iterator[Finding]:
-    """BCL214: a rule's `when:` fails for a call whose arguments have the declared types (an
-    operator or function CEL does not define for them, or an argument no tool declares): at
-    run time it then fails closed on every such call. Each tool the rule names with a declared
-    input schema is tried with one value of each argument's type."""
-    parts = _parts(ctx)
-    if parts is None:
-        return
-    resolution, doc, model = parts
-    catalog = resolution.catalog
-    for agent in model.agents:
-        for path, rule in _own_rules(resolution, agent):
-            condition = rule.condition
-            if condition is None or condition.when is None:
-                continue
-            for ref in catalog.members(catalog.mask(rule.pattern)):
-                schema = ref.spec.input_schema if ref.spec is not None else None
-                if not isinstance(schema, dict) or not _properties(schema):
-                    continue
-                context = {"agent": agent, "server": ref.server, "tool": ref.tool}
-                why = condition.fails_for(_sample(schema), context)
-                if why is not None:
-                    yield at(
-                        "BCL214",
-                        doc,
-                        (*path, "when"),
-                        f"when: {condition.when!r} fails for a call of {ref.qualified} with "
-                        f"arguments of the declared types: {why}",
-                        anchor=f"{rule.pattern}:when",
-                    )
-                    break
-
-
-_SAMPLES: dict[str, Any] = {
-    "string": "x",
-    "integer": 1,
-    "number": 1.5,
-    "boolean": False,
-    "array": [],
-    "object": {},
-    "null": None,
-}
-
-
-def _sample(schema: dict[str, Any]) -> dict[str, Any]:
-    """Arguments with one value of each declared property's type (its default, const or first
-    enum value when it has one)."""
-    out: dict[str, Any] = {}
-    for name, prop in _properties(schema).items():
-        if not isinstance(prop, dict):
-            continue
-        for key in ("default", "const"):
-            if key in prop:
-                out[name] = prop[key]
-                break
-        else:
-            if isinstance(prop.get("enum"), list) and prop["enum"]:
-                out[name] = prop["enum"][0]
-                continue
-            declared = prop.get("type")
-            types = declared if isinstance(declared, list) else [declared]
-            known = [t for t in types if t in _SAMPLES and t != "null"] or [
-                t for t in types if t in _SAMPLES
-            ]
-            if known:
-                out[name] = _SAMPLES[known[0]]
-    return out
-
-
-def _declared_schemas(resolution: Resolution, rule: Rule) -> list[dict[str, Any]]:
-    """The declared input schemas (with properties) of the tools `rule` names (found through
-    the catalog's masks: no scan of every tool per rule)."""
-    catalog = resolution.catalog
-    out = []
-    for ref in catalog.members(catalog.mask(rule.pattern)):
-        schema = ref.spec.input_schema if ref.spec is not None else None
-        if isinstance(schema, dict) and _properties(schema):
-            out.append(schema)
-    return out
-
-
-def _declared_types(properties: list[Any]) -> set[str]:
-    """The JSON types the argument's schemas declare (empty: some schema does not say)."""
-    found: set[str] = set()
-    for prop in properties:
-        declared = prop.get("type") if isinstance(prop, dict) else None
-        if isinstance(declared, str):
-            found.add(declared)
-        elif isinstance(declared, list) and all(isinstance(t, str) for t in declared):
-            found.update(declared)
-        else:
-            return set()
-    return found
-
-
-def _properties(schema: dict[str, Any]) -> dict[str, Any]:
-    properties = schema.get("properties")
-    return properties if isinstance(properties, dict) else {}

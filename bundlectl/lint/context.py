@@ -13,6 +13,7 @@ from bundlectl.lint.rules import RULES, Finding
 if TYPE_CHECKING:
     from bundlectl.config.models import BundleManifest, ProjectConfig, ServerSpec
     from bundlectl.config.project import Project
+    from bundlectl.policy.rules import Rule
     from bundlectl.resolve.resolved import Resolution
 
 
@@ -89,3 +90,23 @@ def at(
 def from_problem(rule: str, problem: Problem) -> Finding:
     """A finding from a positioned problem of the loader or validator."""
     return Finding(rule, problem, RULES[rule].severity, problem.message)
+
+
+def policy_parts(ctx: Context) -> tuple[Resolution, YamlDoc, ProjectConfig] | None:
+    """What the policy checks need, when the config resolved and its policy is sound."""
+    if not ctx.policy_ok or ctx.resolution is None or ctx.config is None:
+        return None
+    model = ctx.config_model
+    return None if model is None else (ctx.resolution, ctx.config.doc, model)
+
+
+def own_rules(resolution: Resolution, agent: str) -> list[tuple[YamlPath, Rule]]:
+    """The agent's rules written in the config, with their YAML paths."""
+    out: list[tuple[YamlPath, Rule]] = []
+    spec = resolution.policy.set.agents.get(agent)
+    position = dict.fromkeys(("allow", "ask", "deny"), 0)
+    for rule in spec.rules if spec is not None else ():
+        if rule.agent == agent and rule.origin.bundle is None:
+            out.append((("agents", agent, rule.effect, position[rule.effect]), rule))
+            position[rule.effect] += 1
+    return out

@@ -15,6 +15,7 @@ from bundlectl.config.validation import check_doc
 from bundlectl.config.yamlio import read_yaml
 from bundlectl.errors import BundlectlError, InputFileError, UsageError
 from bundlectl.lint import (
+    checks_conditions,
     checks_files,
     checks_policy,
     checks_refs,
@@ -51,8 +52,8 @@ CHECKS: list[Check] = [
     checks_policy.detokenize_targets,
     checks_policy.limit_targets,
     checks_policy.local_rules,
-    checks_policy.condition_arguments,
-    checks_policy.condition_expressions,
+    checks_conditions.condition_arguments,
+    checks_conditions.condition_expressions,
     checks_secrets.plaintext_secrets,
     checks_secrets.literal_tokens,
     checks_secrets.missing_env,
