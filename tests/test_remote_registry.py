@@ -30,14 +30,18 @@ servers:
 
 
 class Served:
-    """A folder served over HTTP with ETags; `cut` answers a file short of its length."""
+    """A folder served over HTTP with ETags; `cut` answers a file short of its length;
+    `stalled` paths get no answer until `stall` is set (or the server stops)."""
 
     def __init__(self, root: Path) -> None:
-        self.root, self.log, self.cut = root, [], set()
+        self.root, self.log, self.cut, self.stalled = root, [], set(), set()
+        self.stall = threading.Event()
         served = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                if self.path in served.stalled:
+                    served.stall.wait(timeout=60)
                 path = served.root / self.path.lstrip("/")
                 if not path.is_file():
                     served.log.append((self.path, 404))
@@ -65,6 +69,7 @@ class Served:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def stop(self) -> None:
+        self.stall.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -123,6 +128,30 @@ def test_bundles_install_from_an_index_and_the_lock_records_where(
     assert offline.code == 0, offline.err
     assert f"note: registry {served.url} cannot be reached" in offline.err
     assert run("install", "weather==1.0.0").code == 0
+
+
+def test_a_slow_registry_is_given_up_after_timeout_and_the_cache_serves(
+    project: Path, run: Run, served: Served, isolated_home: Path
+) -> None:
+    """`lock`/`install`/`remove --timeout`: each request to a remote registry may take that
+    long; a registry that gives no answer in time is unreachable — an error with the option in
+    its hint when nothing is cached, the cached index with a note when it is."""
+    _project(project, served.url)
+    served.stalled.add("/team/index.json")
+    given_up = run("lock", "--timeout", "0.3")
+    assert given_up.code == 2, given_up.err
+    assert f"cannot reach the registry {served.url} (timed out)" in given_up.err
+    assert "no answer within 0.3 s; give it longer with --timeout SECONDS" in given_up.err
+    assert run("install", "weather", "--timeout", "0").code == 2  # 0.1-3600
+    assert "not a number of seconds" in run("lock", "--timeout", "nan").err
+
+    served.stalled.clear()
+    assert run("install", "weather==1.0.0", "--timeout", "5").code == 0
+    served.stalled.add("/team/index.json")
+    _age_index(isolated_home)
+    cached = run("lock", "--check", "--timeout", "0.3")
+    assert cached.code == 0, cached.err
+    assert f"note: registry {served.url} cannot be reached (timed out)" in cached.err
 
 
 def test_a_manifest_that_differs_from_its_index_is_refused_with_both_digests(

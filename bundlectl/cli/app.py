@@ -6,6 +6,7 @@ talk to servers never pay for what they do not use (above all, the MCP SDK).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -121,6 +122,25 @@ FormatOpt = Annotated[Format, typer.Option("--format", help="Output format.")]
 
 DryRunOpt = Annotated[
     bool, typer.Option("--dry-run", help="Show what would change; write nothing.")
+]
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value):  # nan passes click's range check
+        raise typer.BadParameter(f"{value} is not a number of seconds")
+    return value
+
+
+# The commands that resolve (and so may fetch a remote registry's index and manifests)
+RegistryTimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--timeout",
+        min=0.1,
+        max=3600,
+        callback=_finite,
+        help="Seconds each request to a remote registry may take, 0.1-3600.",
+    ),
 ]
 
 

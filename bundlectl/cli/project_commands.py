@@ -17,6 +17,7 @@ from bundlectl.cli.app import (
     ConfigOpt,
     DryRunOpt,
     FormatOpt,
+    RegistryTimeoutOpt,
     app,
     registry_app,
 )
@@ -24,6 +25,13 @@ from bundlectl.cli.options import (
     Format,
     SearchFrom,
 )
+
+
+def _registry_timeout(seconds: float) -> None:
+    """What `--timeout` gives each request to a remote registry in this command."""
+    from bundlectl.config import remote
+
+    remote.REQUESTS.timeout = seconds
 
 
 @app.command()
@@ -81,12 +89,14 @@ def install(
         ),
     ],
     dry_run: DryRunOpt = False,
+    timeout: RegistryTimeoutOpt = 20.0,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
     """Add bundles to bundlectl.yaml, resolve, and write the lock."""
     from bundlectl.cli.commands import install as cmd
 
+    _registry_timeout(timeout)
     return cmd.install(config, requirements, dry_run=dry_run, fmt=fmt)
 
 
@@ -94,12 +104,14 @@ def install(
 def remove(
     names: Annotated[list[str], typer.Argument(metavar="NAME...", help="Bundles to remove.")],
     dry_run: DryRunOpt = False,
+    timeout: RegistryTimeoutOpt = 20.0,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
     """Remove bundles from bundlectl.yaml (refused while another bundle requires one)."""
     from bundlectl.cli.commands import install as cmd
 
+    _registry_timeout(timeout)
     return cmd.remove(config, names, dry_run=dry_run, fmt=fmt)
 
 
@@ -114,12 +126,14 @@ def lock(
         bool,
         typer.Option("--upgrade", help="Ignore the lock's pins (of NAME... only, when given)."),
     ] = False,
+    timeout: RegistryTimeoutOpt = 20.0,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
     """Re-resolve and write bundlectl.lock (pins kept unless --upgrade)."""
     from bundlectl.cli.commands import install as cmd
 
+    _registry_timeout(timeout)
     return cmd.lock(config, names or [], check=check, upgrade=upgrade, fmt=fmt)
 
 

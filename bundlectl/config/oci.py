@@ -112,7 +112,7 @@ def _client(ref: Reference) -> Any:
                     headers=headers,
                     stream=stream,
                     verify=self._tls_verify,
-                    timeout=remote.TIMEOUT,
+                    timeout=remote.REQUESTS.timeout,
                 )
 
             response = send(headers)
@@ -248,7 +248,7 @@ def _check(response: Any, ref: Reference, what: str) -> None:
 def _reason(exc: Exception) -> str:
     text = str(exc)
     if "timed out" in text.lower() or type(exc).__name__.endswith("Timeout"):
-        return f"no answer within {remote.TIMEOUT:g} s"
+        return f"timed out after {remote.REQUESTS.timeout:g} s"
     if "Connection refused" in text or "Failed to establish" in text:
         return "connection refused"
     return text.splitlines()[0][:200] if text else type(exc).__name__

@@ -22,6 +22,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -35,7 +36,26 @@ from bundlectl.output import err, status
 _NAME = re.compile(NAME_RE)
 INDEX = "index.json"
 FRESH = 300.0  # seconds a fetched index is used before it is asked for again
-TIMEOUT = 20.0  # seconds one request may take
+
+
+@dataclass
+class Requests:
+    """How this process asks remote registries (a command sets it from its options)."""
+
+    timeout: float = 20.0  # seconds one request may take (`lock`/`install`/`remove --timeout`)
+
+
+REQUESTS = Requests()
+
+
+def _hint(why: str, otherwise: str) -> str:
+    """The hint for a registry that could not be reached: a slow one may be given longer."""
+    if "timed out" in why:
+        seconds = REQUESTS.timeout
+        return f"it gave no answer within {seconds:g} s; give it longer with --timeout SECONDS"
+    return otherwise
+
+
 MAX_BYTES = 32 << 20  # an index or a manifest larger than this is refused
 
 
@@ -63,7 +83,7 @@ def _get(url: str, etag: str | None = None) -> tuple[int, bytes, str | None]:
         headers["If-None-Match"] = etag
     request = urllib.request.Request(url, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+        with urllib.request.urlopen(request, timeout=REQUESTS.timeout) as response:
             body = response.read(MAX_BYTES + 1)
             expected = response.headers.get("Content-Length")
             if expected is not None and expected.isdigit() and len(body) < int(expected):
@@ -217,7 +237,9 @@ def _offline(url: str, folder: Path, fetcher: Fetcher, why: str) -> Path:
     if not cached_index.exists():
         raise UsageError(
             f"cannot reach the registry {url} ({why}), and nothing of it is cached",
-            hint="check the URL and the network; once reached, it works offline from the cache",
+            hint=_hint(
+                why, "check the URL and the network; once reached, it works offline from the cache"
+            ),
         )
     err(f"note: registry {url} cannot be reached ({why}); using its cached index")
     _manifests(fetcher, folder, parse_index(url, cached_index.read_bytes()), offline=True)
@@ -251,7 +273,7 @@ def _manifests(
                 status("\n")
             raise UsageError(
                 f"cannot fetch {name} {version} from the registry {fetcher.where}: {exc}",
-                hint="try again; what was fetched before stays cached",
+                hint=_hint(str(exc), "try again; what was fetched before stays cached"),
             ) from None
         got = digest(body)
         if got != entry["sha256"]:
