@@ -4,8 +4,13 @@ every front door (exec, batch, code mode, both gateway paths: they all record th
 `Pipeline.record`); a call refused before that is a span of its own, ended at once. Attributes
 say who called what and what came of it — never an argument's value or a token.
 
-The W3C trace context a client sends (`_meta.traceparent`) parents the gateway's spans: the
-MCP SDK's server span for the request is made from it, and a call's span starts inside it.
+The W3C trace context a client sends parents the gateway's spans: over MCP (`_meta.traceparent`)
+the MCP SDK's server span for the request is made from it and a call's span starts inside it;
+over HTTP (the `traceparent` header of a request to `/mcp`) it is the ambient context the SDK's
+span starts from (`from_headers`); on the stdio express lane, which bypasses the SDK, the call's
+span is made from the request's `_meta` itself (`Decision.trace`). The client's context goes on
+to the server in the request's `_meta` on both paths (the SDK's client passes the context of the
+request it serves; the lane passes the client's as it came), so the server's spans join it.
 
 Configured the standard way, by the OpenTelemetry SDK's own variables
 (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `OTEL_TRACES_EXPORTER`,
@@ -15,7 +20,9 @@ none of them set nothing of OpenTelemetry is imported (~70 ms).
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from bundlectl.output import err
@@ -112,8 +119,9 @@ def record(decision: Decision, outcome: str, duration_ms: float) -> None:
         return
     call = decision.call
     if outcome == "pending" and call is not None:
+        parent = _parent(decision.trace) if decision.trace else None
         span = tracer.start_span(
-            f"bundlectl call {decision.qualified}", attributes=_about(decision)
+            f"bundlectl call {decision.qualified}", context=parent, attributes=_about(decision)
         )
         _OPEN[call] = span
         return
@@ -129,6 +137,43 @@ def record(decision: Decision, outcome: str, duration_ms: float) -> None:
 
         span.set_status(Status(StatusCode.ERROR, outcome))
     span.end()
+
+
+def _parent(carrier: Mapping[str, Any]) -> Any:
+    """The context a W3C carrier (`traceparent`, `tracestate`) names; None when it names none
+    (a malformed value is ignored, never an error)."""
+    from opentelemetry import propagate, trace  # noqa: PLC0415
+
+    try:
+        context = propagate.extract(carrier)
+    except (ValueError, TypeError):
+        return None
+    return context if trace.get_current_span(context).get_span_context().is_valid else None
+
+
+@contextlib.contextmanager
+def from_headers(headers: Mapping[bytes, bytes]) -> Iterator[None]:
+    """The trace context of an HTTP request's `traceparent`/`tracestate` headers as the ambient
+    one while the request is handled (nothing when tracing is off or the request sent none)."""
+    raw = headers.get(b"traceparent")
+    if raw is None or not active():
+        yield
+        return
+    carried = {"traceparent": raw.decode("latin-1")}
+    state = headers.get(b"tracestate")
+    if state is not None:
+        carried["tracestate"] = state.decode("latin-1")
+    parent = _parent(carried)
+    if parent is None:
+        yield
+        return
+    from opentelemetry import context  # noqa: PLC0415
+
+    token = context.attach(parent)
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 def _about(decision: Decision) -> dict[str, Any]:

@@ -269,3 +269,28 @@ def test_the_lanes_shortcut_for_plain_results_gives_what_the_protocols_types_giv
         _plain(broken, version)
     with pytest.raises(ValueError, match="surrogate"):
         _typed(broken, version)
+
+
+def test_the_clients_trace_context_reaches_the_server_on_both_paths(
+    lane_project: Path, isolated_home: Path
+) -> None:
+    """#41: a call's `_meta.traceparent` is passed on to the server — by the SDK's client on
+    the first (cold) call, by the lane itself on the warm ones, which bypass the SDK."""
+    sent = [f"00-{n:032x}-00f067aa0ba902b7-01" for n in (1, 2, 3)]
+
+    async def session() -> list[str]:
+        async with connected(params(lane_project, isolated_home)) as client:
+            got = []
+            for traceparent in sent:
+                answer = await client.call_tool(
+                    "kitchen__traceparent", {}, meta={"traceparent": traceparent}
+                )
+                got.append(texts(answer)[0])
+            got.append(texts(await client.call_tool("kitchen__traceparent", {}))[0])
+            got.append(texts(await client.call_tool("kitchen__request_id", {}))[0])
+            return got
+
+    *received, untraced, lane_id = anyio.run(session)
+    assert lane_id.startswith("bundlectl-")  # warm calls took the lane
+    assert [r.split("-")[1] for r in received] == [t.split("-")[1] for t in sent]
+    assert untraced == ""

@@ -82,13 +82,15 @@ def gateway(project: Path, *args: str, home: Path | None = None) -> Iterator[tup
 
 
 @asynccontextmanager
-async def client(url: str, token: str | None = None, **options: Any) -> AsyncIterator[Any]:
-    """The SDK's client over streamable HTTP, with the agent's token."""
+async def client(
+    url: str, token: str | None = None, *, headers: dict[str, str] | None = None, **options: Any
+) -> AsyncIterator[Any]:
+    """The SDK's client over streamable HTTP, with the agent's token (and `headers`)."""
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    headers = {**(headers or {}), **({"Authorization": f"Bearer {token}"} if token else {})}
     timeout = httpx2.Timeout(30, read=300)
     async with (
         httpx2.AsyncClient(headers=headers, timeout=timeout) as http,

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,13 +19,18 @@ import pytest
 
 from bundlectl import telemetry
 from tests.conftest import Run, write
+from tests.test_exec import SERVERS
+from tests.test_gateway import texts
 
 CONFIG = """
 version: 1
 bundles: [basic]
 agents:
-  reader: {allow: [files.read_file], deny: [files.write_file]}
+  reader: {allow: [files.read_file, "kitchen.*"], deny: [files.write_file]}
 policy: {default: deny}
+"""
+KITCHEN = f"""servers:
+  kitchen: {{command: {sys.executable}, args: ["{SERVERS / "kitchen.py"}"]}}
 """
 
 
@@ -155,6 +161,7 @@ def test_exec_and_serve_export_their_spans_over_otlp_http(
 
     receiver.spans.clear()
     receiver.arrived.clear()
+    write(project / "bundlectl.yaml", CONFIG.replace("agents:", KITCHEN + "agents:"))
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "bundlectl", "serve", "--agent", "reader"],
@@ -164,6 +171,7 @@ def test_exec_and_serve_export_their_spans_over_otlp_http(
 
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     sent = {"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}
+    warm_traces = ["4bf92f3577b34da6a3ce929d0e0e4737", "4bf92f3577b34da6a3ce929d0e0e4738"]
 
     async def session() -> None:
         async with connected(params) as client:
@@ -171,6 +179,11 @@ def test_exec_and_serve_export_their_spans_over_otlp_http(
             assert not traced.is_error
             for _ in range(2):  # warm calls of the built-in server: the SDK path and its own
                 assert not (await client.call_tool("files__read_file", {"path": "a.txt"})).is_error
+            await client.call_tool("kitchen__echo", {"text": "warm"})  # starts it: the SDK path
+            for warm in warm_traces:  # on the express lane, which bypasses the SDK's spans
+                meta = {"traceparent": f"00-{warm}-00f067aa0ba902b8-01"}
+                result = await client.call_tool("kitchen__request_id", {}, meta=meta)
+                assert texts(result)[0].startswith("bundlectl-")  # the lane's own request id
             assert (
                 await client.call_tool("files__write_file", {"path": "x", "content": "y"})
             ).is_error
@@ -179,10 +192,51 @@ def test_exec_and_serve_export_their_spans_over_otlp_http(
     assert receiver.arrived.wait(30)  # sent when serve ended with its client
     ours = [s for _, s in receiver.spans if s.name.startswith("bundlectl call")]
     outcomes = sorted(receiver.attributes(s)["bundlectl.outcome"] for s in ours)
-    assert outcomes == ["denied", "ok", "ok", "ok"]
+    assert outcomes == ["denied"] + ["ok"] * 6
     assert {receiver.attributes(s)["bundlectl.agent"] for s in ours} == {"reader"}
     # the first call's span joined the trace the client sent, under the SDK's request span
     joined = [s for s in ours if s.trace_id.hex() == trace_id]
     assert len(joined) == 1 and joined[0].parent_span_id
     request = [s for _, s in receiver.spans if s.span_id == joined[0].parent_span_id]
     assert request and request[0].parent_span_id.hex() == "00f067aa0ba902b7"
+    # the express lane's calls join the trace each sent, under the client's span itself
+    for warm in warm_traces:
+        [span] = [s for s in ours if s.trace_id.hex() == warm]
+        assert span.parent_span_id.hex() == "00f067aa0ba902b8"
+        assert receiver.attributes(span)["bundlectl.tool"] == "request_id"
+
+
+def test_serve_over_http_joins_the_trace_of_the_traceparent_header(
+    project: Path, receiver: Receiver, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that sends its W3C trace context as HTTP headers (`traceparent`) rather than
+    in `_meta`: the gateway's spans for its call join that trace."""
+    from tests.test_gateway_http import client, gateway
+
+    token = "reader-" + "r" * 30
+    monkeypatch.setenv("READER_TOKEN", token)
+    write(
+        project / "bundlectl.yaml",
+        CONFIG.replace("reader: {", 'reader: {token: "${READER_TOKEN}", '),
+    )
+    (project / "a.txt").write_text("hello")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")  # export soon, not at exit only
+    trace_id = "5bf92f3577b34da6a3ce929d0e0e4736"
+    header = {"traceparent": f"00-{trace_id}-10f067aa0ba902b7-01"}
+
+    async def call(url: str) -> None:
+        async with client(url, token, headers=header) as reader:
+            assert not (await reader.call_tool("files__read_file", {"path": "a.txt"})).is_error
+
+    with gateway(project) as (url, _):
+        anyio.run(call, url)
+        deadline = time.monotonic() + 30
+        while not [s for _, s in receiver.spans if s.name.startswith("bundlectl call")]:
+            assert time.monotonic() < deadline, "no span of the call arrived"
+            receiver.arrived.wait(0.2)
+            receiver.arrived.clear()
+    [ours] = [s for _, s in receiver.spans if s.name.startswith("bundlectl call")]
+    assert ours.trace_id.hex() == trace_id
+    request = [s for _, s in receiver.spans if s.span_id == ours.parent_span_id]
+    assert request and request[0].parent_span_id.hex() == "10f067aa0ba902b7"

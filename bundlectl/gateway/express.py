@@ -28,6 +28,7 @@ through `Relay`, which gets an `ExpressContext` standing for the request. A clie
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import time
@@ -66,6 +67,11 @@ if TYPE_CHECKING:
 VERSION_KEY = types.PROTOCOL_VERSION_META_KEY
 CAPABILITIES_KEY = types.CLIENT_CAPABILITIES_META_KEY
 SERVER_INFO_KEY = types.SERVER_INFO_META_KEY
+
+
+def _trace_of(meta: dict[str, Any]) -> dict[str, str]:
+    """The W3C trace context in a request's `_meta`."""
+    return {k: meta[k] for k in ("traceparent", "tracestate") if isinstance(meta.get(k), str)}
 
 
 @dataclass
@@ -146,8 +152,11 @@ class _Call:
         tap = self.target.tap
         self.key = tap.requests.open(self.arrived)
         params: dict[str, Any] = {"name": self.tool.name, "arguments": self.arguments}
-        if self.meta.get("progressToken") is not None:
+        meta = self.meta
+        if meta.get("progressToken") is not None:
             params["_meta"] = {"progressToken": self.key}
+        if "traceparent" in meta:  # the server's spans join the client's trace
+            params["_meta"] = {**params.get("_meta", {}), **_trace_of(meta)}
         request = {"jsonrpc": "2.0", "id": self.key, "method": "tools/call", "params": params}
         if not tap.post(request):
             tap.requests.drop(self.key)
@@ -326,6 +335,8 @@ class Express:
         if not call.send():
             call.downstream.release()
             return False
+        if "traceparent" in call.meta:  # the parent of the call's span (no SDK span here)
+            call.decision = dataclasses.replace(call.decision, trace=_trace_of(call.meta))
         call.decision = self.hub.pipeline.start(call.decision)  # its `pending` audit record
         self.calls[call.id] = call
         return True

@@ -26,7 +26,7 @@ from typing import Any
 
 import anyio
 
-from bundlectl import metrics
+from bundlectl import metrics, telemetry
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config.expand import expand
 from bundlectl.errors import UsageError
@@ -296,7 +296,8 @@ class Gate:
         # The SDK binds a session to the user that opened it: another agent's token gets 404.
         user = AuthenticatedUser(AccessToken(token="-", client_id=agent, scopes=[]))
         scoped = {**scope, AGENT: agent, "user": user, SUBJECT: verdict.subject}
-        await self.app(scoped, receive, send)
+        with telemetry.from_headers(headers):  # the client's trace, sent as HTTP headers
+            await self.app(scoped, receive, send)
 
 
 def _security(host: str) -> Any:

@@ -145,6 +145,9 @@ class Decision:
     # gateway's front door), for the audit record; never the token.
     subject: str | None = field(default=None, compare=False)
     listed: bool = field(default=True, compare=False)  # the agent is listed under agents:
+    # The W3C trace context the client sent with the call (`traceparent`, `tracestate` of its
+    # `_meta`) where no MCP SDK span carries it: the parent of the call's span.
+    trace: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def explain(self) -> str:

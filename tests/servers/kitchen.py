@@ -226,6 +226,15 @@ async def bump(ctx: Context) -> str:
 
 
 @server.tool()
+def traceparent(ctx: Context) -> str:
+    """The W3C trace context (`_meta.traceparent`) of this request as it reached the server,
+    '' when it had none."""
+    meta = ctx.request_context.meta
+    found = meta.get("traceparent") if isinstance(meta, dict) else None
+    return str(found or "")
+
+
+@server.tool()
 def request_id(ctx: Context) -> str:
     """The JSON-RPC id of this request as it reached the server (the gateway's express lane
     sends its own ids)."""
