@@ -429,3 +429,85 @@ def test_an_unreachable_receiver_is_a_warning_that_names_no_secret(held_project:
     assert done.returncode == 75, done.stderr
     assert f"could not be announced to http://127.0.0.1:{port}/h" in done.stderr
     assert "pw@" not in done.stderr and "s3" not in done.stderr.split("announced")[1]
+
+
+APPROVER_ONLY = CONFIG.replace(
+    "ask: [files.write_file]", "ask: [{{tool: files.write_file, approve: out-of-band}}]"
+)
+
+
+def test_a_rule_that_says_approve_out_of_band_is_confirmed_by_an_approver_only(
+    project: Path, run: Run, isolated_home: Path
+) -> None:
+    """#39: `approve: out-of-band` — the caller's own `--yes`, terminal, elicitation or local
+    "always allow" does not confirm the call: it is held for an approver."""
+    write(project / "bundlectl.yaml", APPROVER_ONLY.format(py=PY))
+    write(
+        project / "bundlectl.local.yaml",  # "always allow" answered on this machine earlier
+        "version: 1\nagents:\n  writer:\n    allow: [files.write_file]\n",
+    )
+    call = ("exec", "-a", "writer", "--yes", "--no-wait", "files.write_file", "path=a.txt")
+    held = run(*call, "content=x")
+    assert held.code == 75, held.err
+    assert not (project / "a.txt").exists()
+    explained = run("policy", "explain", "--agent", "writer", "files.write_file")
+    assert "decided by: agents.writer.ask: files.write_file (approved out of band)" in (
+        explained.out
+    )
+    assert "only an approver can confirm it" in explained.out
+    [request] = pending(run)
+    assert run("approvals", "approve", request["id"]).code == 0
+    done = run(*call, "content=x")
+    assert done.code == 0, done.err
+    assert (project / "a.txt").read_text() == "x"
+
+    # without approvals, no one can confirm it: refused, saying how to turn them on
+    write(project / "bundlectl.yaml", APPROVER_ONLY.format(py=PY).replace("  approvals:", "  #"))
+    refused = run(*call, "content=y")
+    assert refused.code == 3, refused.err
+    assert "only an approver may confirm files.write_file" in refused.err
+    assert "approvals: {}" in refused.err
+
+
+def test_approve_out_of_band_belongs_to_ask_rules(project: Path, run: Run) -> None:
+    misplaced = CONFIG.replace(
+        "allow: [files.read_file]", "allow: [{{tool: files.read_file, approve: out-of-band}}]"
+    )
+    write(project / "bundlectl.yaml", misplaced.format(py=PY))
+    linted = run("lint")
+    assert linted.code == 1
+    assert "bundlectl.yaml:11:12: BCL003 error rule 1 (files.read_file): approve: is for ask " in (
+        linted.out
+    )
+    checked = run("exec", "-a", "writer", "files.read_file", "path=x")
+    assert checked.code == 2
+    assert "agents.writer.allow: rule 1 (files.read_file): approve: is for ask rules" in (
+        checked.err
+    )
+
+
+@pytest.mark.parametrize("protocol", ["auto", "legacy"])
+def test_the_gateway_holds_an_approver_only_call_whose_client_could_confirm_it(
+    project: Path, run: Run, protocol: str
+) -> None:
+    """The client's own elicitation is the party being checked: an `approve: out-of-band`
+    rule's call is held for an approver without asking it."""
+    import mcp_types as types
+
+    from tests.test_gateway_inprocess import serve_in_process, texts
+
+    write(project / "bundlectl.yaml", APPROVER_ONLY.format(py=PY))
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept")
+
+    async def call(client: Any) -> Any:
+        return await client.call_tool("files__write_file", {"path": "e.txt", "content": "x"})
+
+    held = serve_in_process(project, "writer", call, protocol=protocol, elicitation_callback=elicit)
+    assert held.is_error and asked == []
+    [request] = pending(run)
+    assert f"held as approval request {request['id']}" in texts(held)[0]
+    assert not (project / "e.txt").exists()

@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from bundlectl.calls import audit
 from bundlectl.config.lockfile import digest_json
@@ -52,6 +52,7 @@ class OutOfBand:
 
     wait: bool
     store: Store | None = None
+    by_approver: ClassVar[bool] = True  # what `approve: out-of-band` rules require
     # The gateway, for a client that sent a progress token: keep the call open this long (s),
     # telling the client through `progress` (progress, total, message) while it waits.
     hold: float | None = None

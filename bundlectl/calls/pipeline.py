@@ -114,6 +114,8 @@ class Pipeline:
     _readers: dict[str, PathReader | None] = field(default_factory=dict, repr=False)
     _limits: Limits | None = field(default=None, repr=False)  # compiled once per loaded config
     _store: Store | None = field(default=None, repr=False)  # opened when first needed
+    # An approver's answer is waited for (`exec` on a terminal), else the caller gets the id.
+    wait_for_approver: bool = False
 
     def __post_init__(self) -> None:
         # Tracing, when the environment asks for it, is set up before the first request, so
@@ -182,15 +184,27 @@ class Pipeline:
         `ask` rule's call is put to `confirm` (the front door's strategy; when it has none,
         an approver's, if `policy.approvals` is on); then `admit`."""
         answer: Answer = None
-        # an `ask` (unconfirmable where it was judged, too) a local rule answers in advance
-        if decision.matched_effect == "ask" and (
-            rule := self.resolution.confirmed_in_advance(
-                decision, arguments, self.paths(decision.server)
+        # an `ask` (unconfirmable where it was judged, too) a local rule answers in advance —
+        # unless only an approver may answer it
+        if (
+            decision.matched_effect == "ask"
+            and not decision.by_approver
+            and (
+                rule := self.resolution.confirmed_in_advance(
+                    decision, arguments, self.paths(decision.server)
+                )
             )
         ):
             err(f"note: {decision.qualified} confirmed in advance by {rule.origin} (always allow)")
             return self.admit(dataclasses.replace(decision, effect="ask"), True)
-        if decision.effect == "ask" and confirm is None:
+        if (
+            decision.effect == "ask"
+            and decision.by_approver
+            and not getattr(confirm, "by_approver", False)
+        ):
+            # `approve: out-of-band`: never the caller's own terminal, --yes or elicitation
+            confirm = self.out_of_band(wait=self.wait_for_approver)
+        elif decision.effect == "ask" and confirm is None:
             confirm = self.out_of_band()  # held for an approver, when approvals are on
         if decision.effect == "ask" and confirm is not None:
             answer = await confirm(self, decision, arguments)
@@ -224,6 +238,14 @@ class Pipeline:
             raise PolicyDenied(
                 f"agent {agent!r} may not call {qualified}: {decision.reason}",
                 hint=self._did_you_mean(agent, qualified, close) if close else decision.explain,
+            )
+        if decision.effect == "ask" and answer is None and decision.by_approver:
+            self.record(decision, "denied", 0.0, None)
+            raise Unconfirmable(
+                f"only an approver may confirm {qualified} (the rule at "
+                f"{decision.rule.origin if decision.rule else '?'} says approve: out-of-band), "
+                "and this project has no approvals",
+                hint="turn them on with `approvals: {}` under policy: in bundlectl.yaml",
             )
         if decision.effect == "ask" and answer is None:
             self.record(decision, "denied", 0.0, None)

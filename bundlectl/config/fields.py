@@ -3,7 +3,7 @@ conditions), versions and requirements, `${VAR}`-expandable strings, and the str
 """
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from packaging.version import InvalidVersion, Version
 from pydantic import (
@@ -76,6 +76,12 @@ class ConditionalRule(BaseModel):
         default=None,
         description="A CEL expression over args, agent, server and tool that must be true.",
     )
+    approve: Literal["out-of-band"] | None = Field(
+        default=None,
+        description="ask rules only: only an approver confirms these calls (`bundlectl "
+        "approvals`, the approvers' page; needs policy.approvals) — never the caller's own "
+        "terminal, --yes, the client's elicitation or a local always-allow.",
+    )
     _condition: Any = PrivateAttr(default=None)
 
     @model_validator(mode="after")
@@ -83,7 +89,11 @@ class ConditionalRule(BaseModel):
         from bundlectl.policy.conditions import ConditionError, compile_condition  # noqa: PLC0415
 
         if not self.args and self.when is None:
-            raise ValueError("a rule mapping needs args: or when: (else write the pattern alone)")
+            if self.approve is not None:
+                return self  # a pattern whose calls only an approver confirms
+            raise ValueError(
+                "a rule mapping needs args:, when: or approve: (else write the pattern alone)"
+            )
         try:
             self._condition = compile_condition(self.args, self.when)
         except ConditionError as exc:
@@ -92,7 +102,7 @@ class ConditionalRule(BaseModel):
 
     @property
     def condition(self) -> Any:
-        return self._condition
+        return self._condition  # None: approve: alone, no condition
 
 
 RuleEntry = Annotated[
@@ -102,7 +112,8 @@ RuleEntry = Annotated[
     ),
     Field(
         description="A `server.tool` pattern, or {tool: PATTERN, args: {...}, when: CEL} for "
-        "the calls whose arguments meet the conditions."
+        "the calls whose arguments meet the conditions (an ask rule may add approve: "
+        "out-of-band)."
     ),
 ]
 
@@ -110,6 +121,17 @@ RuleEntry = Annotated[
 def pattern_of(entry: str | ConditionalRule) -> str:
     """The tool pattern of a rule entry."""
     return entry if isinstance(entry, str) else entry.tool
+
+
+def approver_only(entries: list[str | ConditionalRule], effect: str) -> list[str | ConditionalRule]:
+    """`approve: out-of-band` is an `ask` rule's alone: an allow or deny has no one to ask."""
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, str) and entry.approve is not None:
+            raise ValueError(
+                f"rule {index + 1} ({entry.tool}): approve: is for ask rules; {effect} asks "
+                "no one (move the rule under ask:)"
+            )
+    return entries
 
 
 def rule_data(entry: str | ConditionalRule) -> Any:

@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     Field,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -18,6 +20,7 @@ from bundlectl.config.fields import (
     RuleEntry,
     StrictModel,
     VersionStr,
+    approver_only,
     empty_dict,
     empty_list,
 )
@@ -208,6 +211,11 @@ class AgentRules(StrictModel):
         description="`serve` over HTTP: the bearer token that identifies this agent; "
         "a ${VAR} reference (never a literal).",
     )
+
+    @field_validator("allow", "deny")
+    @classmethod
+    def _asks_no_one(cls, entries: list[Any], info: ValidationInfo) -> list[Any]:
+        return approver_only(entries, str(info.field_name))
 
 
 class EnvInput(StrictModel):

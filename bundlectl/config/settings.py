@@ -15,7 +15,15 @@ from pydantic import (
     model_validator,
 )
 
-from bundlectl.config.fields import Name, Rule, RuleEntry, StrictModel, empty_dict, empty_list
+from bundlectl.config.fields import (
+    Name,
+    Rule,
+    RuleEntry,
+    StrictModel,
+    approver_only,
+    empty_dict,
+    empty_list,
+)
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -143,6 +151,11 @@ class PolicySettings(StrictModel):
         "they are made (CI, batch, code mode, a client that cannot elicit), for an approver; "
         "absent: such calls are refused.",
     )
+
+    @field_validator("deny")
+    @classmethod
+    def _asks_no_one(cls, entries: list[Any]) -> list[Any]:
+        return approver_only(entries, "deny")
 
 
 class CallCase(BaseModel):

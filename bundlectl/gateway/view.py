@@ -350,7 +350,7 @@ class Gateway:
         subject = self._subject()
         if subject is not None:
             decision = dataclasses.replace(decision, subject=subject)
-        if confirm is None:
+        if confirm is None or decision.by_approver:  # (not the client's elicitation, then)
             confirm = self._held_for_approval()
         try:
             admitted = await self.pipeline.admission(decision, arguments, confirm)

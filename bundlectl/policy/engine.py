@@ -299,7 +299,10 @@ class CompiledAgent:
         final: Effect = effect
         if effect == "ask" and not interactive:
             final = "deny"
-            reason += "; no one can confirm it here (use a terminal or --yes)"
+            if rule is not None and rule.by_approver:
+                reason += "; only an approver can confirm it (policy.approvals)"
+            else:
+                reason += "; no one can confirm it here (use a terminal or --yes)"
         failed_shown: tuple[str, ...] = ()
         if effect != "allow" and failed and arguments is not None:
             reason += "; a rule's condition did not hold: " + "; ".join(failed)

@@ -68,6 +68,9 @@ class Rule:
     origin: Origin
     agent: str | None = None
     condition: Condition | None = None  # SPEC 10: only calls whose arguments meet it
+    # An `ask` rule's `approve: out-of-band`: only an approver confirms its calls (SPEC 11),
+    # never the caller's own terminal, `--yes`, elicitation or a local "always allow".
+    by_approver: bool = False
 
     @cached_property
     def parts(self) -> tuple[str, str]:
@@ -84,16 +87,19 @@ class Rule:
 
     @property
     def label(self) -> str:
+        approver = " (approved out of band)" if self.by_approver else ""
         if self.condition is not None:
-            return f"{self.head} if {self.condition.describe()}"
-        return self.head
+            return f"{self.head} if {self.condition.describe()}{approver}"
+        return self.head + approver
 
     @property
     def key(self) -> str:
-        """The rule as the policy digest sees it: its pattern and its conditions."""
-        if self.condition is None:
-            return self.pattern
-        return f"{self.pattern} if {json.dumps(self.condition.canonical, sort_keys=True)}"
+        """The rule as the policy digest sees it: its pattern, its conditions, and who may
+        approve its calls."""
+        key = self.pattern
+        if self.condition is not None:
+            key = f"{key} if {json.dumps(self.condition.canonical, sort_keys=True)}"
+        return f"{key} approve=out-of-band" if self.by_approver else key
 
 
 @dataclass(frozen=True)
@@ -163,3 +169,8 @@ class Decision:
     @property
     def qualified(self) -> str:
         return f"{self.server}.{self.tool}"
+
+    @property
+    def by_approver(self) -> bool:
+        """An `ask` whose rule says `approve: out-of-band`: only an approver confirms it."""
+        return self.matched_effect == "ask" and self.rule is not None and self.rule.by_approver

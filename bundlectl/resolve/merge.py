@@ -71,7 +71,7 @@ def policy_rule(
     """The engine's rule for a rule entry of a file (a pattern, or a pattern with conditions)."""
     if isinstance(entry, str):
         return Rule(entry, effect, origin, agent)
-    return Rule(entry.tool, effect, origin, agent, entry.condition)
+    return Rule(entry.tool, effect, origin, agent, entry.condition, entry.approve is not None)
 
 
 def agent_spec(

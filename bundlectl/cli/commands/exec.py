@@ -42,7 +42,7 @@ def _pipeline(config: Path | None, *, yes: bool, prompt: bool, wait: bool = Fals
     an approver out of band, whom exec waits for; without either the approver's request is
     made and its id reported (batch, --no-wait)."""
     resolution = resolve_project(load_project(config))
-    pipeline = Pipeline(resolution, AuditLog(resolution), None)
+    pipeline = Pipeline(resolution, AuditLog(resolution), None, wait_for_approver=wait)
     if yes:
         pipeline.confirm = always_yes
     elif prompt:
