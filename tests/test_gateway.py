@@ -439,6 +439,43 @@ def test_ask_is_confirmed_by_the_clients_user_through_elicitation(
     assert records[-1]["outcome"] == ("ok" if written else "denied-by-user")
 
 
+@pytest.mark.parametrize("protocol", ["auto", "legacy"])
+def test_always_allow_from_the_clients_elicitation_keeps_a_local_rule(
+    gateway_project: Path, isolated_home: Path, protocol: str
+) -> None:
+    """#39: over stdio the question offers "always allow"; accepted with it, the call goes
+    through and a rule in bundlectl.local.yaml answers the next such call without asking."""
+    import mcp_types as types
+    from mcp import StdioServerParameters
+
+    asked: list[Any] = []
+    reviewed = (gateway_project / "bundlectl.yaml").read_text()
+
+    async def elicit(context: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.requested_schema)
+        return types.ElicitResult(action="accept", content={"always": True})
+
+    async def session() -> list[Any]:
+        params = StdioServerParameters(
+            command=PY,
+            args=["-m", "bundlectl", "serve", "--agent", "reader"],
+            cwd=str(gateway_project),
+            env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
+        )
+        async with connected(params, elicitation_callback=elicit, mode=protocol) as client:
+            return [
+                await client.call_tool("files__write_file", {"path": p, "content": "ok"})
+                for p in ("one.txt", "two.txt")
+            ]
+
+    results = anyio.run(session)
+    assert [r.is_error for r in results] == [False, False]
+    assert len(asked) == 1 and asked[0]["properties"]["always"]["type"] == "boolean"
+    local = (gateway_project / "bundlectl.local.yaml").read_text()
+    assert "reader:" in local and "files.write_file" in local
+    assert (gateway_project / "bundlectl.yaml").read_text() == reviewed  # never the reviewed file
+
+
 def test_a_confirmation_is_good_for_one_call_with_its_own_arguments(
     gateway_project: Path, isolated_home: Path
 ) -> None:

@@ -587,3 +587,41 @@ def test_responses_on_a_kept_alive_connection_are_not_held_by_nagle() -> None:
     assert asyncio.run(accepted_nodelay(ours)) != 0
     plain = socket.create_server(("127.0.0.1", 0))  # what it was: Nagle stays on
     assert asyncio.run(accepted_nodelay(plain)) == 0
+
+
+def test_over_http_a_clients_always_allow_is_not_offered_or_kept(
+    project: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#39: an HTTP gateway's client is one of many and the local rules file is the gateway
+    host's: its elicitation asks yes or no only, and an "always" sent anyway keeps nothing."""
+    import mcp_types as types
+
+    monkeypatch.setenv("READER_TOKEN", READER_TOKEN)
+    write(
+        project / "bundlectl.yaml",
+        """
+        version: 1
+        bundles: [basic]
+        agents:
+          reader: {token: "${READER_TOKEN}", ask: [files.write_file]}
+        policy: {default: deny}
+        """,
+    )
+    asked: list[Any] = []
+
+    async def elicit(context: Any, params: Any) -> Any:
+        asked.append(params.requested_schema)
+        return types.ElicitResult(action="accept", content={"always": True})
+
+    async def script(url: str) -> list[Any]:
+        async with client(url, READER_TOKEN, elicitation_callback=elicit) as c:
+            return [
+                await c.call_tool("files__write_file", {"path": p, "content": "x"})
+                for p in ("one.txt", "two.txt")
+            ]
+
+    with gateway(project, home=isolated_home) as (url, _):
+        results = anyio.run(script, url)
+    assert [r.is_error for r in results] == [False, False]
+    assert [schema["properties"] for schema in asked] == [{}, {}]  # asked each time
+    assert not (project / "bundlectl.local.yaml").exists()

@@ -251,6 +251,30 @@ async def _held(
 
 
 _NO_FIELDS: dict[str, Any] = {"type": "object", "properties": {}}
+# Over stdio the client is the user's own, on this machine: its user may answer "always allow"
+# (a rule in bundlectl.local.yaml, as `a` at exec's question). Never over HTTP, where the
+# client is one of many and the file is the gateway host's.
+_ALWAYS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "always": {
+            "type": "boolean",
+            "title": "Always allow",
+            "description": "Allow this tool without asking again, on this machine "
+            "(kept in bundlectl.local.yaml, never in the reviewed bundlectl.yaml)",
+            "default": False,
+        }
+    },
+}
+
+
+def _accepted(answer: Any, pipeline: Pipeline, decision: Decision, gateway: Gateway) -> bool:
+    """Whether the client's user accepted; an accepted "always" keeps the local rule."""
+    if not (isinstance(answer, types.ElicitResult) and answer.action == "accept"):
+        return False
+    if gateway.hub.one_client and (answer.content or {}).get("always") is True:
+        pipeline.always_allow(decision)
+    return True
 
 
 def _elicitation(
@@ -273,12 +297,11 @@ def _elicitation(
     if params.request_state is not None and params.input_responses is not None:
         reply = params.input_responses.get("confirm")
         if gateway.hub.accepted(params.request_state, gateway.agent, params.name, digest()):
-            accepted = isinstance(reply, types.ElicitResult) and reply.action == "accept"
 
             async def answered(
                 pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]
             ) -> bool:
-                return accepted
+                return _accepted(reply, pipeline, decision, gateway)
 
             return answered
     if not ctx.session.can_send_request and ctx.protocol_version < MODERN:
@@ -292,13 +315,14 @@ def _elicitation(
         schema = getattr(live.get(decision.tool), "input_schema", None)
         question = pipeline.question(decision, arguments, schema)
         question += "\nAllow it?"
+        fields = _ALWAYS if gateway.hub.one_client else _NO_FIELDS
         if ctx.session.can_send_request:
             answer = await ctx.session.elicit_form(
-                question, _NO_FIELDS, related_request_id=ctx.request_id
+                question, fields, related_request_id=ctx.request_id
             )
-            return bool(answer.action == "accept")
+            return _accepted(answer, pipeline, decision, gateway)
         request = types.ElicitRequest(
-            params=types.ElicitRequestFormParams(message=question, requested_schema=_NO_FIELDS)
+            params=types.ElicitRequestFormParams(message=question, requested_schema=fields)
         )
         bound = {"agent": gateway.agent, "tool": params.name, "arguments": digest()}
         state = json.dumps({**bound, "nonce": secrets.token_hex(12)})
