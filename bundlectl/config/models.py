@@ -86,6 +86,13 @@ class ServerAuth(StrictModel):
         default_factory=empty_list,
         description="The scopes to ask for (default: what the server names).",
     )
+    client_metadata_url: str | None = Field(
+        default=None,
+        pattern=r"^https://[^/\s]+/\S+$",
+        description="The https URL of a Client ID Metadata Document you publish: with an "
+        "authorization server that supports them, it is the client id (no registration); "
+        "else bundlectl registers itself as without it.",
+    )
 
     @model_validator(mode="after")
     def _credentials(self) -> "ServerAuth":

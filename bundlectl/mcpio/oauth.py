@@ -177,7 +177,14 @@ def kept_auth(target: Target, url: str) -> Any:
         KeptSignIn(target.name, url),
         redirect_handler=cannot_ask,
         callback_handler=no_callback,
+        client_metadata_url=_metadata_url(target),
     )
+
+
+def _metadata_url(target: Target) -> str | None:
+    """`auth.client_metadata_url`: the client id where the server takes metadata documents."""
+    auth = target.spec.auth
+    return auth.client_metadata_url if auth is not None else None
 
 
 class _Callback(http.server.BaseHTTPRequestHandler):
@@ -256,6 +263,7 @@ def login_auth(
             KeptSignIn(target.name, url),
             redirect_handler=show,
             callback_handler=back,
+            client_metadata_url=_metadata_url(target),
         )
     finally:
         server.shutdown()

@@ -94,6 +94,8 @@ def main() -> int:
             auth = f', auth: {{client_id: "{context["client_id"]}", '
             auth += "grant: client_credentials, " if unattended else ""
             auth += 'client_secret: "${CONF_CLIENT_SECRET}"}'
+        if scenario == "auth/basic-cimd":  # the metadata document the suite stands in for
+            auth = ', auth: {client_metadata_url: "https://conformance-test.local/client-metadata.json"}'
         (project / "bundlectl.yaml").write_text(
             f'version: 1\nservers:\n  conf: {{url: "{url}", transport: streamable-http{auth}}}\n'
             "policy: {default: allow}\n"
