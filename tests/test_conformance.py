@@ -118,7 +118,7 @@ def test_server_scenarios_against_serve(
 # redirect), or unattended with client credentials, and list tools with the token; all sixteen
 # of 2025-11-25 and 2025-03-26 are run by hand (README, "Development"); these cover discovery,
 # scopes, each token endpoint authentication, pre-registration, the legacy fallback, client
-# credentials, and the three known failures.
+# credentials, a Client ID Metadata Document, and the two known failures.
 AUTH_SCENARIOS = [
     "auth/metadata-default",
     "auth/scope-from-www-authenticate",
