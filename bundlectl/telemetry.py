@@ -78,15 +78,20 @@ def _tracer() -> Any:
     protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get(
         "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"
     )
+    exporter: Any
     try:
         if protocol == "grpc":
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # noqa: PLC0415
-                OTLPSpanExporter,
+                OTLPSpanExporter as GrpcSpanExporter,
             )
+
+            exporter = GrpcSpanExporter
         else:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
-                OTLPSpanExporter,
+                OTLPSpanExporter as HttpSpanExporter,
             )
+
+            exporter = HttpSpanExporter
     except ImportError:
         err(f"warning: no OTLP exporter for {protocol!r} is installed; no traces")
         _TRACER.append(None)
@@ -95,7 +100,7 @@ def _tracer() -> Any:
     if os.environ.get("OTEL_SERVICE_NAME"):
         resource = Resource.create({"service.version": __version__})  # the variable names it
     provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    provider.add_span_processor(BatchSpanProcessor(exporter()))
     # The global provider too: the MCP SDK's own spans (its server's, around each request,
     # parented on the client's `_meta.traceparent`, which it also passes on downstream) then
     # export with ours, and a call's span, started inside the request, joins the caller's trace.
@@ -194,6 +199,80 @@ def _about(decision: Decision) -> dict[str, Any]:
     return about
 
 
+_LOGGER: list[Any] = []  # [logger] of the audit log's `otlp` sink once set up, [None]: none
+_LOG_PROVIDER: list[Any] = []
+
+
+def _audit_logger() -> Any:
+    """The OpenTelemetry logger the audit records go to (`audit.sinks: [otlp]`), exporting over
+    OTLP as the SDK's own variables say (`OTEL_EXPORTER_OTLP_ENDPOINT`,
+    `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`, `OTEL_EXPORTER_OTLP_LOGS_PROTOCOL`, ...)."""
+    if _LOGGER:
+        return _LOGGER[0]
+    protocol = os.environ.get("OTEL_EXPORTER_OTLP_LOGS_PROTOCOL") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"
+    )
+    try:
+        from opentelemetry.sdk._logs import LoggerProvider  # noqa: PLC0415
+        from opentelemetry.sdk._logs.export import BatchLogRecordProcessor  # noqa: PLC0415
+        from opentelemetry.sdk.resources import Resource  # noqa: PLC0415
+
+        exporter: Any
+        if protocol == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc._log_exporter import (  # noqa: PLC0415
+                OTLPLogExporter as GrpcExporter,
+            )
+
+            exporter = GrpcExporter()
+        else:
+            from opentelemetry.exporter.otlp.proto.http._log_exporter import (  # noqa: PLC0415
+                OTLPLogExporter as HttpExporter,
+            )
+
+            exporter = HttpExporter()
+    except ImportError:
+        err(
+            "warning: audit.sinks names otlp, and OpenTelemetry's OTLP exporter is not "
+            "installed: pip install 'bundlectl[otel]'; no audit records go there"
+        )
+        _LOGGER.append(None)
+        return None
+    from bundlectl import __version__  # noqa: PLC0415
+
+    resource = Resource.create({"service.version": __version__})
+    if not os.environ.get("OTEL_SERVICE_NAME"):
+        resource = Resource.create({"service.name": "bundlectl", "service.version": __version__})
+    provider = LoggerProvider(resource=resource)
+    provider.add_log_record_processor(BatchLogRecordProcessor(exporter))
+    _LOG_PROVIDER[:] = [provider]
+    _LOGGER.append(provider.get_logger("bundlectl.audit"))
+    return _LOGGER[0]
+
+
+def audit(record: Mapping[str, Any]) -> None:
+    """One audit record (as the log file has it, chain link included) as an OpenTelemetry log
+    record: the record the body, who called what and its outcome also as attributes."""
+    logger = _audit_logger()
+    if logger is None:
+        return
+    from opentelemetry._logs import LogRecord, SeverityNumber  # noqa: PLC0415
+
+    attributes = {
+        f"bundlectl.{key}": record[key]
+        for key in ("agent", "server", "tool", "decision", "outcome", "call", "via")
+        if isinstance(record.get(key), str)
+    }
+    refused = str(record.get("outcome", "")).startswith(("denied", "unauthorized"))
+    logger.emit(
+        LogRecord(
+            body=dict(record),
+            attributes=attributes,
+            severity_number=SeverityNumber.WARN if refused else SeverityNumber.INFO,
+            severity_text="WARN" if refused else "INFO",
+        )
+    )
+
+
 def shutdown() -> None:
     """Send what is still buffered (a command about to exit)."""
     for span in list(_OPEN.values()):
@@ -201,3 +280,5 @@ def shutdown() -> None:
     _OPEN.clear()
     if _PROVIDER:
         _PROVIDER[0].shutdown()
+    if _LOG_PROVIDER:
+        _LOG_PROVIDER[0].shutdown()

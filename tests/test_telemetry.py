@@ -5,6 +5,7 @@ end with a real OTLP/HTTP receiver written here that `exec` and `serve` export t
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import subprocess
 import sys
@@ -82,23 +83,37 @@ class Receiver:
     """An OTLP/HTTP receiver: the spans of each export request, decoded."""
 
     def __init__(self) -> None:
+        from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+            ExportLogsServiceRequest,
+        )
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
             ExportTraceServiceRequest,
         )
 
         self.spans: list[Any] = []
+        self.logs: list[Any] = []  # log records (POST /v1/logs)
         self.arrived = threading.Event()
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.path == "/v1/logs":
+                    logs = ExportLogsServiceRequest.FromString(body)
+                    for resource_logs in logs.resource_logs:
+                        for scope in resource_logs.scope_logs:
+                            receiver.logs.extend(scope.log_records)
+                    self.answered()
+                    return
                 request = ExportTraceServiceRequest.FromString(body)
                 for resource in request.resource_spans:
                     service = {a.key: a.value.string_value for a in resource.resource.attributes}
                     for scope in resource.scope_spans:
                         for span in scope.spans:
                             receiver.spans.append((service, span))
+                self.answered()
+
+            def answered(self) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", "0")
@@ -240,3 +255,42 @@ def test_serve_over_http_joins_the_trace_of_the_traceparent_header(
     assert ours.trace_id.hex() == trace_id
     request = [s for _, s in receiver.spans if s.span_id == ours.parent_span_id]
     assert request and request[0].parent_span_id.hex() == "10f067aa0ba902b7"
+
+
+def test_audit_records_go_to_otlp_as_log_records(
+    project: Path, receiver: Receiver, isolated_home: Path
+) -> None:
+    """#41: `audit.sinks: [file, otlp]` — each record also an OpenTelemetry log record sent over
+    OTLP/HTTP, the record (chain link included) its body; never an argument's value."""
+    from google.protobuf.json_format import MessageToDict
+
+    write(project / "bundlectl.yaml", CONFIG)
+    (project / "a.txt").write_text("secret-content-of-the-file")
+    write(isolated_home / "config" / "config.yaml", "audit: {sinks: [file, otlp]}\n")
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
+    for tool, argument in (("files.read_file", "path=a.txt"), ("files.write_file", "path=zzz")):
+        subprocess.run(
+            [sys.executable, "-m", "bundlectl", "exec", "-a", "reader", tool, argument],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+    assert receiver.arrived.wait(30)  # sent before exec exits
+    bodies = [MessageToDict(r.body)["kvlistValue"]["values"] for r in receiver.logs]
+    sent = [{v["key"]: next(iter(v["value"].values()), None) for v in body} for body in bodies]
+    log = (isolated_home / "state" / "audit.jsonl").read_text()
+    filed = [json.loads(line) for line in log.splitlines()]
+    assert [(r["tool"], r["outcome"], r.get("prev")) for r in sent] == [
+        (r["tool"], r["outcome"], r.get("prev")) for r in filed
+    ]
+    assert sent[-1]["prev"].startswith("sha256:")  # the chain's link, as in the file
+    assert [r["outcome"] for r in sent] == ["pending", "ok", "denied"]
+    severities = [r.severity_text for r in receiver.logs]
+    assert severities == ["INFO", "INFO", "WARN"]
+    attributes = {a.key: a.value.string_value for a in receiver.logs[-1].attributes}
+    assert attributes["bundlectl.agent"] == "reader"
+    assert attributes["bundlectl.outcome"] == "denied"
+    everything = repr([MessageToDict(r) for r in receiver.logs])
+    assert "secret-content" not in everything and "zzz" not in everything

@@ -21,6 +21,7 @@ try:
 except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
+from bundlectl import telemetry
 from bundlectl.calls import userconfig
 from bundlectl.config import paths
 from bundlectl.output import err
@@ -404,6 +405,7 @@ class AuditLog:
     _lock_digest: tuple[tuple[int, int], str | None] | None = None
     _file: AuditFile | None = None  # opened on the first record, kept open
     _streams: tuple[int, ...] | None = None  # stdout/stderr sinks (file descriptors)
+    _otlp: bool = False  # the `otlp` sink: each record an OpenTelemetry log record too
     _key: bytes | None = None  # the installation's audit key, read on the first digest
 
     def _digest(self, arguments: dict[str, Any] | None) -> str | None:
@@ -500,6 +502,7 @@ class AuditLog:
             if self._streams is None:
                 sinks = userconfig.load().audit.sinks
                 self._streams = tuple(fd for name, fd in STREAMS.items() if name in sinks)
+                self._otlp = "otlp" in sinks
                 if "file" in sinks:
                     self._file = AuditFile.configured()
             line = (entry.as_json() + "\n").encode("utf-8")
@@ -508,5 +511,7 @@ class AuditLog:
                 line = self._file.written  # the same line, with its link in the chain
             for fd in self._streams:
                 os.write(fd, line)
+            if self._otlp:
+                telemetry.audit(json.loads(line))
         except OSError as exc:
             err(f"warning: could not write the audit log: {exc}")

@@ -27,11 +27,13 @@ class AuditSettings(BaseModel):
         "links to the last one of the old.",
     )
     keep: int = Field(default=5, ge=1, le=1000, description="Rotated logs kept (`NAME.1`...).")
-    sinks: list[Literal["file", "stdout", "stderr"]] = Field(
+    sinks: list[Literal["file", "stdout", "stderr", "otlp"]] = Field(
         default=["file"],
         min_length=1,
         description="Where each record goes: the log file, and/or stdout or stderr as JSON "
-        "lines (for containers; `serve` over stdio refuses stdout, its MCP channel).",
+        "lines (for containers; `serve` over stdio refuses stdout, its MCP channel), and/or "
+        "otlp: OpenTelemetry log records over OTLP (bundlectl[otel]; OTEL_EXPORTER_OTLP_* "
+        "say where).",
     )
 
 
