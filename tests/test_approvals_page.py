@@ -233,3 +233,56 @@ def test_an_approver_token_that_is_an_agents_token_is_refused(
     finally:
         process.terminate()
         process.communicate(timeout=10)
+
+
+def test_a_program_decides_through_the_approvers_api_with_the_approver_token(
+    held_project: Path, run: Run, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#39: beside the page, `serve` answers programs (a chat bot the notifier told, a CI job):
+    the requests as JSON and a decision POSTed as JSON, with the approver token as a bearer
+    token — never an agent's, never without one."""
+    import json
+
+    monkeypatch.setenv("BUNDLECTL_APPROVER_TOKEN", APPROVER)
+    call = ("exec", "-a", "writer", "--no-wait", "files.write_file", "path=api.txt", "content=x")
+    assert run(*call).code == 75
+
+    def request(url: str, token: str | None, body: Any = None) -> tuple[int, Any]:
+        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body))
+        sent = urllib.request.Request(
+            url,
+            data=data.encode() if isinstance(data, str) else data,
+            method="GET" if body is None else "POST",
+            headers={"Authorization": f"Bearer {token}"} if token else {},
+        )
+        try:
+            with urllib.request.urlopen(sent, timeout=30) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as exc:
+            said = exc.read()
+            return exc.code, json.loads(said) if said.startswith(b"{") else said.decode()
+
+    with gateway(held_project, "--agent", "writer", home=isolated_home) as (url, _):
+        status, listed = request(f"{url}/approvals/requests.json", APPROVER)
+        assert status == 200, listed
+        [held] = listed["approvals"]
+        one = f"{url}/approvals/{held['id']}.json"
+        assert request(f"{url}/approvals/requests.json", None)[0] == 401
+        assert request(one, None, {"decision": "approve"})[0] == 401
+        assert request(one, "not-the-token", {"decision": "approve"})[0] == 401
+        assert request(one, APPROVER, b"{not json")[0] == 400
+        bad = request(one, APPROVER, {"decision": "approve", "for": "3 weeks"})
+        assert bad[0] == 400 and "once, 15m, 1h, 8h, 1d" in bad[1]["error"]
+        assert request(f"{url}/approvals/nosuch.json", APPROVER, {"decision": "deny"})[0] == 404
+        status, decided = request(one, APPROVER, {"decision": "approve"})
+        assert status == 200 and decided["status"] == "approved", decided
+        again = request(one, APPROVER, {"decision": "deny"})
+        assert again[0] == 409 and "not pending" in again[1]["error"]
+    done = run(*call)
+    assert done.code == 0, done.err
+    steps = [
+        (r["outcome"], r.get("approver"))
+        for r in audit_records(isolated_home / "state" / "audit.jsonl")
+        if r["outcome"] == "approved"
+    ]
+    assert steps == [("approved", "approvers API (127.0.0.1)")]

@@ -67,6 +67,14 @@ class Approvers:
         """The CSRF token of the request's session; None: not signed in."""
         return self.sessions.get(request.cookies.get(COOKIE, ""))
 
+    def bearer(self, request: Request) -> bool:
+        """The request carries the approver token itself (`Authorization: Bearer ...`): a
+        program's request (a chat bot, a CI job). Never a one-time token, which signs in once."""
+        given = request.headers.get("authorization", "")
+        if self.once or not self.token or given[:7].lower() != "bearer ":
+            return False
+        return hmac.compare_digest(given[7:].strip().encode(), self.token.encode())
+
 
 @dataclass
 class ApprovalsPage:
@@ -87,6 +95,7 @@ class ApprovalsPage:
             Route("/approvals", self.listing),
             Route("/approvals/requests.json", self.listed_json),
             Route("/approvals/{approval}.json", self.one_json),
+            Route("/approvals/{approval}.json", self.decide_json, methods=["POST"]),
             Route("/approvals/{approval}", self.one),
             Route("/approvals/{approval}", self.decide, methods=["POST"]),
             Route("/activity", self.activity),
@@ -111,7 +120,7 @@ class ApprovalsPage:
     def refused(self, request: Request) -> Response | None:
         if not self.trusted(request):
             return _html(_page("Not allowed", "<p>Host or Origin not allowed.</p>"), 421)
-        if self.approvers.csrf(request) is None:
+        if self.approvers.csrf(request) is None and not self.approvers.bearer(request):
             body = (
                 "<p>Sign in with the approver token: open the link <code>bundlectl approvals "
                 "ui</code> printed, or <code>/approvals?token=...</code> with the gateway's "
@@ -175,6 +184,50 @@ class ApprovalsPage:
         if approval is None:
             return JSONResponse({"error": "no such approval request"}, 404)
         return JSONResponse(described(approval, time.time()), headers=_HEADERS)
+
+    async def decide_json(self, request: Request) -> Response:
+        """The approvers' API: `{"decision": "approve"|"deny", "for": "once"|"15m"|...,
+        "reason": "..."}` with the approver token as a bearer token (never a page session's
+        cookie, which a form of another site could send)."""
+        from starlette.responses import JSONResponse
+
+        if not self.trusted(request):
+            return JSONResponse({"error": "Host or Origin not allowed"}, 421)
+        if not self.approvers.bearer(request):
+            return JSONResponse({"error": "send Authorization: Bearer <approver token>"}, 401)
+        try:
+            asked = await request.json()
+        except ValueError:
+            asked = None
+        if not isinstance(asked, dict):
+            return JSONResponse({"error": 'send a JSON object: {"decision": ...}'}, 400)
+        action, span = asked.get("decision"), asked.get("for", "once")
+        reason = asked.get("reason")
+        if action not in ("approve", "deny") or (span != "once" and span not in DURATIONS):
+            choices = ", ".join(("once", *DURATIONS))
+            return JSONResponse({"error": f"decision: approve or deny; for: one of {choices}"}, 400)
+        if reason is not None and not isinstance(reason, str):
+            return JSONResponse({"error": "reason: a string"}, 400)
+        approval = self.found(request)
+        if approval is None:
+            return JSONResponse({"error": "no such approval request"}, 404)
+        until = time.time() + seconds(span) if action == "approve" and span != "once" else None
+        host = request.client.host if request.client is not None else "?"
+        try:
+            settle(
+                self.store(),
+                approval.id,
+                approve=action == "approve",
+                by=f"approvers API ({host})",
+                reason=((reason or "").strip() or None) if action == "deny" else None,
+                until=until,
+            )
+        except UnknownApproval as exc:
+            return JSONResponse({"error": str(exc)}, 409)
+        except StateError as exc:
+            return JSONResponse({"error": str(exc)}, 503)
+        settled = self.store().get(approval.id) or approval
+        return JSONResponse(described(settled, time.time()), headers=_HEADERS)
 
     async def decide(self, request: Request) -> Response:
         from starlette.responses import RedirectResponse
