@@ -36,6 +36,7 @@ from bundlectl.output import err, status
 _NAME = re.compile(NAME_RE)
 INDEX = "index.json"
 FRESH = 300.0  # seconds a fetched index is used before it is asked for again
+MAX_BYTES = 32 << 20  # an index or a manifest larger than this is refused
 
 
 @dataclass
@@ -54,9 +55,6 @@ def _hint(why: str, otherwise: str) -> str:
         seconds = REQUESTS.timeout
         return f"it gave no answer within {seconds:g} s; give it longer with --timeout SECONDS"
     return otherwise
-
-
-MAX_BYTES = 32 << 20  # an index or a manifest larger than this is refused
 
 
 def mirror_folder(url: str) -> Path:
