@@ -185,6 +185,29 @@ class ApprovalsPage:
             return JSONResponse({"error": "no such approval request"}, 404)
         return JSONResponse(described(approval, time.time()), headers=_HEADERS)
 
+    def _settle(
+        self,
+        request: Request,
+        approval: Approval,
+        action: str,
+        *,
+        span: str,
+        reason: str,
+        door: str,
+    ) -> None:
+        """An approver's decision (`span`: once, or a duration of DURATIONS), recorded as made
+        at `door` from the request's address (UnknownApproval: no longer pending)."""
+        until = time.time() + seconds(span) if action == "approve" and span != "once" else None
+        host = request.client.host if request.client is not None else "?"
+        settle(
+            self.store(),
+            approval.id,
+            approve=action == "approve",
+            by=f"{door} ({host})",
+            reason=(reason or None) if action == "deny" else None,
+            until=until,
+        )
+
     async def decide_json(self, request: Request) -> Response:
         """The approvers' API: `{"decision": "approve"|"deny", "for": "once"|"15m"|...,
         "reason": "..."}` with the approver token as a bearer token (never a page session's
@@ -211,16 +234,14 @@ class ApprovalsPage:
         approval = self.found(request)
         if approval is None:
             return JSONResponse({"error": "no such approval request"}, 404)
-        until = time.time() + seconds(span) if action == "approve" and span != "once" else None
-        host = request.client.host if request.client is not None else "?"
         try:
-            settle(
-                self.store(),
-                approval.id,
-                approve=action == "approve",
-                by=f"approvers API ({host})",
-                reason=((reason or "").strip() or None) if action == "deny" else None,
-                until=until,
+            self._settle(
+                request,
+                approval,
+                action,
+                span=span,
+                reason=(reason or "").strip(),
+                door="approvers API",
             )
         except UnknownApproval as exc:
             return JSONResponse({"error": str(exc)}, 409)
@@ -243,20 +264,11 @@ class ApprovalsPage:
             return _html(_page("Not found", "<p>No such approval request.</p>"), 404)
         action = str(form.get("action", ""))
         span = str(form.get("for", "once"))
-        reason = str(form.get("reason", "")).strip() or None
+        reason = str(form.get("reason", "")).strip()
         if action not in ("approve", "deny") or (span != "once" and span not in DURATIONS):
             return _html(_page("Refused", "<p>Unknown decision.</p>"), 400)
-        until = time.time() + seconds(span) if action == "approve" and span != "once" else None
-        host = request.client.host if request.client is not None else "?"
         try:
-            settle(
-                self.store(),
-                approval.id,
-                approve=action == "approve",
-                by=f"approvals page ({host})",
-                reason=reason if action == "deny" else None,
-                until=until,
-            )
+            self._settle(request, approval, action, span=span, reason=reason, door="approvals page")
         except UnknownApproval:
             pass  # decided, withdrawn or expired meanwhile: the page shows what it became
         except StateError as exc:
