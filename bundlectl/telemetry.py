@@ -35,17 +35,35 @@ _PROVIDER: list[Any] = []
 _OPEN: dict[str, Any] = {}  # call id → its span, between `pending` and the outcome
 
 
-def wanted() -> bool:
-    """Whether the environment asks for traces."""
+def wanted(signal: str = "traces") -> bool:
+    """Whether the environment asks for `signal` (traces, metrics): its exporter named (not
+    `none`), or an OTLP endpoint for all signals or for it."""
     env = os.environ
     if env.get("OTEL_SDK_DISABLED", "").lower() == "true":
         return False
-    exporter = env.get("OTEL_TRACES_EXPORTER", "")
-    if exporter and exporter != "none":
-        return True
+    exporter = env.get(f"OTEL_{signal.upper()}_EXPORTER", "")
+    if exporter:
+        return exporter != "none"
     return bool(
-        env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
     )
+
+
+def _protocol(signal: str) -> str:
+    return os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"
+    )
+
+
+def _resource() -> Any:
+    from opentelemetry.sdk.resources import Resource  # noqa: PLC0415
+
+    from bundlectl import __version__  # noqa: PLC0415
+
+    if os.environ.get("OTEL_SERVICE_NAME"):
+        return Resource.create({"service.version": __version__})  # the variable names it
+    return Resource.create({"service.name": "bundlectl", "service.version": __version__})
 
 
 def use(provider: Any) -> None:
@@ -63,7 +81,6 @@ def _tracer() -> Any:
         _TRACER.append(None)
         return None
     try:
-        from opentelemetry.sdk.resources import Resource  # noqa: PLC0415
         from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
         from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: PLC0415
     except ImportError:
@@ -73,11 +90,7 @@ def _tracer() -> Any:
         )
         _TRACER.append(None)
         return None
-    from bundlectl import __version__  # noqa: PLC0415
-
-    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"
-    )
+    protocol = _protocol("traces")
     exporter: Any
     try:
         if protocol == "grpc":
@@ -96,10 +109,7 @@ def _tracer() -> Any:
         err(f"warning: no OTLP exporter for {protocol!r} is installed; no traces")
         _TRACER.append(None)
         return None
-    resource = Resource.create({"service.name": "bundlectl", "service.version": __version__})
-    if os.environ.get("OTEL_SERVICE_NAME"):
-        resource = Resource.create({"service.version": __version__})  # the variable names it
-    provider = TracerProvider(resource=resource)
+    provider = TracerProvider(resource=_resource())
     provider.add_span_processor(BatchSpanProcessor(exporter()))
     # The global provider too: the MCP SDK's own spans (its server's, around each request,
     # parented on the client's `_meta.traceparent`, which it also passes on downstream) then
@@ -199,6 +209,72 @@ def _about(decision: Decision) -> dict[str, Any]:
     return about
 
 
+_INSTRUMENTS: list[dict[str, Any] | None] = []  # the OpenTelemetry metrics once set up
+_METER_PROVIDER: list[Any] = []
+
+
+def instruments() -> dict[str, Any] | None:
+    """The OpenTelemetry instruments the calls are counted on (`metrics.record`), exported over
+    OTLP when the environment asks for metrics; None: it does not (nothing is imported). The
+    names are those of `serve --metrics`' Prometheus metrics."""
+    if _INSTRUMENTS:
+        return _INSTRUMENTS[0]
+    if not wanted("metrics"):
+        _INSTRUMENTS.append(None)
+        return None
+    try:
+        from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415
+        from opentelemetry.sdk.metrics.export import (  # noqa: PLC0415
+            PeriodicExportingMetricReader,
+        )
+
+        exporter: Any
+        if _protocol("metrics") == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (  # noqa: PLC0415
+                OTLPMetricExporter as GrpcMetricExporter,
+            )
+
+            exporter = GrpcMetricExporter()
+        else:
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import (  # noqa: PLC0415
+                OTLPMetricExporter as HttpMetricExporter,
+            )
+
+            exporter = HttpMetricExporter()
+    except ImportError:
+        err(
+            "warning: OTEL_* asks for metrics, and OpenTelemetry's OTLP exporter is not "
+            "installed: pip install 'bundlectl[otel]'"
+        )
+        _INSTRUMENTS.append(None)
+        return None
+    provider = MeterProvider(
+        resource=_resource(), metric_readers=[PeriodicExportingMetricReader(exporter)]
+    )
+    _METER_PROVIDER[:] = [provider]
+    meter = provider.get_meter("bundlectl")
+    _INSTRUMENTS.append(
+        {
+            "calls": meter.create_counter(
+                "bundlectl_calls", description="Calls by agent, server, tool and outcome."
+            ),
+            "denials": meter.create_counter(
+                "bundlectl_denials", description="Calls the policy refused, by agent and rule."
+            ),
+            "duration": meter.create_histogram(
+                "bundlectl_call_duration_seconds",
+                unit="s",
+                description="How long calls that reached their server took.",
+            ),
+            "restarts": meter.create_counter(
+                "bundlectl_downstream_restarts",
+                description="Downstream servers started afresh, by server and reason.",
+            ),
+        }
+    )
+    return _INSTRUMENTS[0]
+
+
 _LOGGER: list[Any] = []  # [logger] of the audit log's `otlp` sink once set up, [None]: none
 _LOG_PROVIDER: list[Any] = []
 
@@ -209,16 +285,12 @@ def _audit_logger() -> Any:
     `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`, `OTEL_EXPORTER_OTLP_LOGS_PROTOCOL`, ...)."""
     if _LOGGER:
         return _LOGGER[0]
-    protocol = os.environ.get("OTEL_EXPORTER_OTLP_LOGS_PROTOCOL") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"
-    )
     try:
         from opentelemetry.sdk._logs import LoggerProvider  # noqa: PLC0415
         from opentelemetry.sdk._logs.export import BatchLogRecordProcessor  # noqa: PLC0415
-        from opentelemetry.sdk.resources import Resource  # noqa: PLC0415
 
         exporter: Any
-        if protocol == "grpc":
+        if _protocol("logs") == "grpc":
             from opentelemetry.exporter.otlp.proto.grpc._log_exporter import (  # noqa: PLC0415
                 OTLPLogExporter as GrpcExporter,
             )
@@ -237,12 +309,7 @@ def _audit_logger() -> Any:
         )
         _LOGGER.append(None)
         return None
-    from bundlectl import __version__  # noqa: PLC0415
-
-    resource = Resource.create({"service.version": __version__})
-    if not os.environ.get("OTEL_SERVICE_NAME"):
-        resource = Resource.create({"service.name": "bundlectl", "service.version": __version__})
-    provider = LoggerProvider(resource=resource)
+    provider = LoggerProvider(resource=_resource())
     provider.add_log_record_processor(BatchLogRecordProcessor(exporter))
     _LOG_PROVIDER[:] = [provider]
     _LOGGER.append(provider.get_logger("bundlectl.audit"))
@@ -282,3 +349,5 @@ def shutdown() -> None:
         _PROVIDER[0].shutdown()
     if _LOG_PROVIDER:
         _LOG_PROVIDER[0].shutdown()
+    if _METER_PROVIDER:
+        _METER_PROVIDER[0].shutdown()  # the last export of the counts

@@ -86,18 +86,29 @@ class Receiver:
         from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
             ExportLogsServiceRequest,
         )
+        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+            ExportMetricsServiceRequest,
+        )
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
             ExportTraceServiceRequest,
         )
 
         self.spans: list[Any] = []
         self.logs: list[Any] = []  # log records (POST /v1/logs)
+        self.metrics: list[Any] = []  # metrics (POST /v1/metrics)
         self.arrived = threading.Event()
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.path == "/v1/metrics":
+                    sent = ExportMetricsServiceRequest.FromString(body)
+                    for resource_metrics in sent.resource_metrics:
+                        for scope in resource_metrics.scope_metrics:
+                            receiver.metrics.extend(scope.metrics)
+                    self.answered()
+                    return
                 if self.path == "/v1/logs":
                     logs = ExportLogsServiceRequest.FromString(body)
                     for resource_logs in logs.resource_logs:
@@ -294,3 +305,51 @@ def test_audit_records_go_to_otlp_as_log_records(
     assert attributes["bundlectl.outcome"] == "denied"
     everything = repr([MessageToDict(r) for r in receiver.logs])
     assert "secret-content" not in everything and "zzz" not in everything
+
+
+def test_calls_are_counted_as_opentelemetry_metrics_under_the_prometheus_names(
+    project: Path, receiver: Receiver, isolated_home: Path
+) -> None:
+    """#41: with an OTLP endpoint every command exports its counts when it ends — calls by
+    agent, server, tool and outcome, denials by rule, durations — named as `/metrics` names
+    them; `OTEL_METRICS_EXPORTER=none` turns them off."""
+    write(project / "bundlectl.yaml", CONFIG)
+    (project / "a.txt").write_text("hello")
+    env = {
+        **os.environ,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+        "OTEL_TRACES_EXPORTER": "none",
+    }
+
+    def exec_(tool: str, argument: str, **more: str) -> None:
+        subprocess.run(
+            [sys.executable, "-m", "bundlectl", "exec", "-a", "reader", tool, argument],
+            cwd=project,
+            env={**env, **more},
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+
+    exec_("files.read_file", "path=a.txt")
+    exec_("files.write_file", "path=b")
+    exec_("files.read_file", "path=a.txt", OTEL_METRICS_EXPORTER="none")
+    assert receiver.arrived.wait(30)
+    assert receiver.spans == []  # traces were asked off
+
+    def points(name: str) -> list[tuple[dict[str, str], float]]:
+        found = []
+        for metric in receiver.metrics:
+            if metric.name == name:
+                data = metric.sum.data_points or metric.histogram.data_points
+                for point in data:
+                    labels = {a.key: a.value.string_value for a in point.attributes}
+                    found.append((labels, point.as_int if metric.HasField("sum") else point.count))
+        return found
+
+    calls = sorted((p["tool"], p["outcome"], n) for p, n in points("bundlectl_calls"))
+    assert calls == [("read_file", "ok", 1), ("write_file", "denied", 1)]
+    assert [p["agent"] for p, _ in points("bundlectl_calls")] == ["reader", "reader"]
+    assert points("bundlectl_denials") == [({"agent": "reader", "rule": "files.write_file"}, 1)]
+    [(where, count)] = points("bundlectl_call_duration_seconds")
+    assert where == {"server": "files", "tool": "read_file"} and count == 1
