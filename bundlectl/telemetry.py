@@ -21,6 +21,7 @@ none of them set nothing of OpenTelemetry is imported (~70 ms).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,23 @@ def _protocol(signal: str) -> str:
     return os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL") or os.environ.get(
         "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"
     )
+
+
+# Each signal's OTLP exporter: its module under opentelemetry.exporter.otlp.proto.{grpc,http}
+_EXPORTERS = {
+    "traces": ("trace_exporter", "OTLPSpanExporter"),
+    "metrics": ("metric_exporter", "OTLPMetricExporter"),
+    "logs": ("_log_exporter", "OTLPLogExporter"),
+}
+
+
+def _exporter(signal: str) -> Any:
+    """The OTLP exporter of `signal` for the protocol the SDK's variables name, configured by
+    them (ImportError: that exporter is not installed)."""
+    module, name = _EXPORTERS[signal]
+    kind = "grpc" if _protocol(signal) == "grpc" else "http"
+    found = importlib.import_module(f"opentelemetry.exporter.otlp.proto.{kind}.{module}")
+    return getattr(found, name)()
 
 
 def _resource() -> Any:
@@ -90,27 +108,14 @@ def _tracer() -> Any:
         )
         _TRACER.append(None)
         return None
-    protocol = _protocol("traces")
-    exporter: Any
     try:
-        if protocol == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # noqa: PLC0415
-                OTLPSpanExporter as GrpcSpanExporter,
-            )
-
-            exporter = GrpcSpanExporter
-        else:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
-                OTLPSpanExporter as HttpSpanExporter,
-            )
-
-            exporter = HttpSpanExporter
+        exporter = _exporter("traces")
     except ImportError:
-        err(f"warning: no OTLP exporter for {protocol!r} is installed; no traces")
+        err(f"warning: no OTLP exporter for {_protocol('traces')!r} is installed; no traces")
         _TRACER.append(None)
         return None
     provider = TracerProvider(resource=_resource())
-    provider.add_span_processor(BatchSpanProcessor(exporter()))
+    provider.add_span_processor(BatchSpanProcessor(exporter))
     # The global provider too: the MCP SDK's own spans (its server's, around each request,
     # parented on the client's `_meta.traceparent`, which it also passes on downstream) then
     # export with ours, and a call's span, started inside the request, joins the caller's trace.
@@ -228,19 +233,7 @@ def instruments() -> dict[str, Any] | None:
             PeriodicExportingMetricReader,
         )
 
-        exporter: Any
-        if _protocol("metrics") == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (  # noqa: PLC0415
-                OTLPMetricExporter as GrpcMetricExporter,
-            )
-
-            exporter = GrpcMetricExporter()
-        else:
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import (  # noqa: PLC0415
-                OTLPMetricExporter as HttpMetricExporter,
-            )
-
-            exporter = HttpMetricExporter()
+        exporter = _exporter("metrics")
     except ImportError:
         err(
             "warning: OTEL_* asks for metrics, and OpenTelemetry's OTLP exporter is not "
@@ -289,19 +282,7 @@ def _audit_logger() -> Any:
         from opentelemetry.sdk._logs import LoggerProvider  # noqa: PLC0415
         from opentelemetry.sdk._logs.export import BatchLogRecordProcessor  # noqa: PLC0415
 
-        exporter: Any
-        if _protocol("logs") == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc._log_exporter import (  # noqa: PLC0415
-                OTLPLogExporter as GrpcExporter,
-            )
-
-            exporter = GrpcExporter()
-        else:
-            from opentelemetry.exporter.otlp.proto.http._log_exporter import (  # noqa: PLC0415
-                OTLPLogExporter as HttpExporter,
-            )
-
-            exporter = HttpExporter()
+        exporter = _exporter("logs")
     except ImportError:
         err(
             "warning: audit.sinks names otlp, and OpenTelemetry's OTLP exporter is not "
