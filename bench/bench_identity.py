@@ -20,7 +20,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from bundlectl.config.models import ProjectConfig
-from bundlectl.gateway.http import Access
+from bundlectl.gateway.access import Access
 from bundlectl.gateway.identity import Verifier, _Keys
 
 ISSUER = "https://login.example.com"

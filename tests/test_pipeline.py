@@ -260,7 +260,7 @@ def test_the_question_shows_the_arguments_with_secrets_hidden(
         return True
 
     pipeline = Pipeline(resolution, Recorded(), confirm)
-    pipeline.__dict__["_secret_values"] = {"API_TOKEN": "tok-123456"}  # as if set in the env
+    pipeline.shown.secrets["API_TOKEN"] = "tok-123456"  # as if a server took it from the env
     arguments = {
         "path": "notes/x.txt",
         "content": "line one\x1b[2Jline two " + "x" * 300,

@@ -17,6 +17,8 @@ from bundlectl.output import ask
 from bundlectl.policy.rules import Decision
 
 if TYPE_CHECKING:
+    import mcp_types
+
     from bundlectl.calls.pipeline import (
         Pipeline,  # the transports load anyio: not before the policy has allowed the call
     )
@@ -43,7 +45,7 @@ class Deferred:
     answers meanwhile (the gateway: an MCP input-required result its client answers by
     retrying the call)."""
 
-    answer: Any
+    answer: mcp_types.InputRequiredResult
 
 
 # An `ask` rule's answer: True go ahead, False the person said no, None no one could be asked.

@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
-import os
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bundlectl import metrics, telemetry
@@ -31,7 +28,6 @@ from bundlectl.config import paths
 from bundlectl.config.local import always_allow
 from bundlectl.config.lockfile import digest_json
 from bundlectl.config.paths import display_path
-from bundlectl.config.secretscan import secret_kind, secret_variables
 from bundlectl.config.settings import ApprovalSettings
 from bundlectl.errors import (
     BundlectlError,
@@ -64,16 +60,13 @@ if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowe
 
 from bundlectl.calls.audit import AuditLog, AuditSink
 from bundlectl.calls.confirm import (
-    SHOWN_KEYS,
-    SHOWN_UNKNOWN,
-    SHOWN_VALUE,
     After,
     Answer,
     Confirmation,
     Deferred,
-    _printable,
     settled,
 )
+from bundlectl.calls.shown import Shown
 
 # The audit log's outcome of a call that failed, by the error's exit code (SPEC 4.1).
 OUTCOMES = {
@@ -113,6 +106,7 @@ class Pipeline:
     # How each server reads a path argument (`paths`), made once per loaded config.
     _readers: dict[str, PathReader | None] = field(default_factory=dict, repr=False)
     _limits: Limits | None = field(default=None, repr=False)  # compiled once per loaded config
+    _shown: Shown | None = field(default=None, repr=False)
     _store: Store | None = field(default=None, repr=False)  # opened when first needed
     # An approver's answer is waited for (`exec` on a terminal), else the caller gets the id.
     wait_for_approver: bool = False
@@ -364,94 +358,26 @@ class Pipeline:
             + " without being asked, on this machine"
         )
 
+    @property
+    def shown(self) -> Shown:
+        """How this config's calls are shown to a person (made again after a reload: the
+        secret variables may differ)."""
+        if self._shown is None or self._shown.resolution is not self.resolution:
+            self._shown = Shown(self.resolution)
+        return self._shown
+
     def question(
         self,
         decision: Decision,
         arguments: Mapping[str, Any],
         schema: Mapping[str, Any] | None = None,
     ) -> str:
-        """What a person confirming an `ask` rule reads: the agent, the tool, the rule, and the
-        arguments — every one the tool's input schema declares first (`schema`: the live one,
-        else the declared catalog's), then the undeclared ones, counted, so filler arguments
-        cannot push the one that matters out of sight. Long values are cut, the values of
-        secret variables shown as their `${NAME}`, secret-shaped values hidden (privacy tokens
-        arrive as tokens and stay so)."""
-        rule = decision.rule
-        where = f" ({rule.label}, {rule.origin})" if rule is not None else ""
-        head = f"agent {decision.agent!r} wants to call {decision.qualified}{where}"
-        if not arguments:
-            return head + " with no arguments."
-        if schema is None:
-            schema = self.resolution.catalog.input_schema(decision.server, decision.tool)
-        declared = (schema or {}).get("properties")
-        lines: list[str] = []
-        if isinstance(declared, Mapping):
-            known = [key for key in declared if key in arguments]
-            others = [key for key in arguments if key not in declared]
-            lines += [self._line(key, arguments[key]) for key in known]
-            if others:
-                lines.append(
-                    f"  and {len(others)} argument(s) the tool does not declare"
-                    + (":" if len(others) <= SHOWN_KEYS else f", the first {SHOWN_KEYS}:")
-                )
-                lines += [self._line(key, arguments[key]) for key in others[:SHOWN_KEYS]]
-        else:
-            keys = list(arguments)
-            if len(keys) > SHOWN_UNKNOWN:
-                head += f" ({len(keys)} arguments, the first {SHOWN_UNKNOWN} shown)"
-            lines += [self._line(key, arguments[key]) for key in keys[:SHOWN_UNKNOWN]]
-        return head + " with:\n" + "\n".join(lines)
+        """What a person confirming an `ask` rule reads (`Shown.question`)."""
+        return self.shown.question(decision, arguments, schema)
 
     def redacted(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
-        """The arguments as an approver sees them in full (`bundlectl approvals show`): every
-        value, with the values of secret variables as their `${NAME}` and secret-shaped values
-        hidden, as in `question` (privacy tokens arrive as tokens and stay so)."""
-
-        def shown(key: str, value: Any) -> Any:
-            if isinstance(value, Mapping):
-                return {str(k): shown(str(k), v) for k, v in value.items()}
-            if isinstance(value, list):
-                return [shown(key, item) for item in value]
-            if not isinstance(value, str):
-                return value
-            for name, secret in self._secret_values.items():
-                value = value.replace(secret, "${" + name + "}")
-            kind = secret_kind(key, value)
-            return f"<{kind}, not shown>" if kind is not None else value
-
-        return {str(key): shown(str(key), value) for key, value in arguments.items()}
-
-    def _line(self, key: Any, value: Any) -> str:
-        return f"  {_printable(str(key))}: {self._shown(str(key), value)}"
-
-    def _shown(self, key: str, value: Any) -> str:
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        for name, secret in self._secret_values.items():
-            text = text.replace(secret, "${" + name + "}")
-        kind = secret_kind(key, text)
-        if kind is not None:
-            return f"<{kind}, not shown>"
-        shown = json.dumps(text, ensure_ascii=False) if isinstance(value, str) else text
-        shown = _printable(shown)
-        if len(shown) > SHOWN_VALUE:
-            shown = f"{shown[: SHOWN_VALUE - 1]}… ({len(text)} characters)"
-        return shown
-
-    @cached_property
-    def _secret_values(self) -> dict[str, str]:
-        """The values, in this environment, of the variables the servers take secrets from."""
-        merged = self.resolution.merged
-        secret_inputs = {need.name for need in merged.env if need.spec.secret}
-        names = secret_variables(
-            [
-                pair
-                for s in merged.servers.values()
-                for pair in [*s.spec.env.items(), *s.spec.headers.items()]
-            ],
-            secret_inputs,
-        )
-        values = {name: os.environ.get(name, "") for name in sorted(names)}
-        return {name: value for name, value in values.items() if len(value) >= 6}
+        """The arguments as an approver sees them in full (`Shown.redacted`)."""
+        return self.shown.redacted(arguments)
 
     def finish(
         self,

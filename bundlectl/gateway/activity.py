@@ -11,7 +11,8 @@ import html
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+
+from bundlectl.mcpio.requests import JsonObject
 
 KINDS = ("ok", "denied", "errors", "held")  # a bar's parts, bottom up
 COLOURS = {"ok": "#1a7f37", "denied": "#b42318", "errors": "#b7791f", "held": "#6e56cf"}
@@ -25,7 +26,7 @@ class Activity:
     days: dict[str, dict[str, Counter[str]]] = field(default_factory=dict)  # agent→day→kind
     denied: Counter[tuple[str, str]] = field(default_factory=Counter)  # (tool, rule) → count
 
-    def add(self, record: dict[str, Any]) -> None:
+    def add(self, record: JsonObject) -> None:
         outcome = str(record.get("outcome"))
         kind = _kind(outcome)
         if kind is None:
@@ -50,7 +51,7 @@ def _kind(outcome: str) -> str | None:
     return "errors"
 
 
-def counted(records: Iterable[dict[str, Any]]) -> Activity:
+def counted(records: Iterable[JsonObject]) -> Activity:
     activity = Activity()
     for record in records:
         activity.add(record)

@@ -21,13 +21,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bundlectl.calls import userconfig
 from bundlectl.calls.approval import described, settle
 from bundlectl.calls.audit import lines, log_path, records
 from bundlectl.config.settings import seconds
 from bundlectl.gateway.activity import counted, rendered
+from bundlectl.mcpio.requests import JsonObject
 from bundlectl.output import span_text
 from bundlectl.state import Approval, StateError, Store, UnknownApproval
 
@@ -296,7 +297,7 @@ def _html(page: tuple[str, str], status: int = 200) -> Response:
     return HTMLResponse(text, status, headers={**_HEADERS, "Content-Security-Policy": policy})
 
 
-def _row(approval: Approval, now: float) -> dict[str, Any]:
+def _row(approval: Approval, now: float) -> JsonObject:
     b = approval.binding
     state = approval.state(now)
     return {
@@ -386,7 +387,7 @@ refresh(); setInterval(refresh, 1000);
 """
 
 
-def _value(value: Any) -> str:
+def _value(value: object) -> str:
     """One argument's value as formatted JSON, a long one folded after `FOLD` characters."""
     text = json.dumps(value, ensure_ascii=False, indent=2)
     if len(text) <= FOLD:

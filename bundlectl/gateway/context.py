@@ -4,15 +4,87 @@ protocol, what it can be asked) and the errors it answers with."""
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import mcp_types as types
+from mcp.server.connection import allowed_log_levels
+from mcp.server.context import ServerRequestContext
+from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel, ValidationError
 
-from bundlectl.errors import (
-    BundlectlError,
-)
+from bundlectl.errors import BundlectlError
+from bundlectl.mcpio.requests import JsonObject
+
+if TYPE_CHECKING:
+    from bundlectl.gateway.express import Express
+
+# The context the SDK gives a request handler (its lifespan and transport request unused but
+# for `request.scope`, which HTTP's front door reads).
+SdkContext = ServerRequestContext[dict[str, Any], Any]
+_Result = TypeVar("_Result", bound=BaseModel)
+
+
+@dataclass
+class ExpressContext:
+    """What the gateway uses of an MCP request context, for a call on the express lane: the
+    client's capabilities, its log level opt-in (2026-07-28), and requests to the client
+    (possible on older protocols only, as through the SDK)."""
+
+    lane: Express
+    request_id: types.RequestId | None
+    protocol_version: str
+    meta: JsonObject
+
+    @property
+    def session(self) -> ExpressContext:
+        return self
+
+    @property
+    def modern(self) -> bool:
+        return self.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+    @functools.cached_property
+    def client_capabilities(self) -> types.ClientCapabilities | None:
+        if not self.modern:
+            known = self.lane.connection
+            return known.client_capabilities if known is not None else None
+        try:
+            declared = self.meta.get(types.CLIENT_CAPABILITIES_META_KEY) or {}
+            return types.ClientCapabilities.model_validate(declared)
+        except ValidationError:
+            return None
+
+    @property
+    def can_send_request(self) -> bool:
+        return not self.modern
+
+    async def send_request(self, request: BaseModel, result_type: type[_Result]) -> _Result:
+        data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return result_type.model_validate(await self.lane.ask(data["method"], data["params"]))
+
+    async def send_log_message(
+        self,
+        level: types.LoggingLevel,
+        data: object,
+        logger: str | None = None,
+        related_request_id: types.RequestId | None = None,
+    ) -> None:
+        if level not in allowed_log_levels(self.protocol_version, self.meta):
+            return
+        params = {"level": level, "data": data, **({"logger": logger} if logger else {})}
+        self.lane.post({"jsonrpc": "2.0", "method": "notifications/message", "params": params})
+
+
+# The request a piece of the gateway's work answers: through the SDK, or on the express lane.
+RequestContext = SdkContext | ExpressContext
+# One client's connection, as a key of what is kept per client (the SDK's connection, the
+# session standing for it, or the express lane).
+ConnectionKey = object
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
@@ -39,28 +111,29 @@ def _error(message: str) -> types.CallToolResult:
     )
 
 
-def _connection(ctx: Any) -> Any:
+def _connection(ctx: RequestContext) -> ConnectionKey:
     """The client connection a request context belongs to (the SDK's `Connection`; for a call
     on the express lane, the connection the lane learnt, else the lane itself)."""
-    lane = getattr(ctx, "lane", None)
-    if lane is not None:
+    if isinstance(ctx, ExpressContext):
+        lane = ctx.lane
         return lane.connection if lane.connection is not None else lane
     return getattr(ctx.session, "_connection", ctx.session)
 
 
-def _owner(ctx: Any) -> Any:
+def _owner(ctx: RequestContext) -> object:
     """Which client connection a request context belongs to (the express lane's calls: the
     lane, which is one stdio client)."""
-    lane = getattr(ctx, "lane", None)
-    return ("lane", id(lane)) if lane is not None else _session_key(ctx.session)
+    if isinstance(ctx, ExpressContext):
+        return ("lane", id(ctx.lane))
+    return _session_key(ctx.session)
 
 
-def _session_key(session: Any) -> int:
+def _session_key(session: ServerSession) -> int:
     """One key per client connection (a session object may be made per request)."""
     return id(getattr(session, "_connection", session))
 
 
-def _answers_by_retry(ctx: Any) -> bool:
+def _answers_by_retry(ctx: SdkContext) -> bool:
     """Whether the client of request `ctx` answers a server's elicitation or sampling by
     retrying its call (2026-07-28, declared) rather than on its session."""
     if ctx.session.can_send_request or ctx.protocol_version < MODERN:

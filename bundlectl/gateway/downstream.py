@@ -7,11 +7,13 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
+import mcp_types as types
 from anyio.abc import TaskGroup, TaskStatus
+from anyio.streams.memory import MemoryObjectSendStream
 
 from bundlectl import metrics
 from bundlectl.calls.confirm import After
@@ -25,6 +27,10 @@ from bundlectl.mcpio.connect import Target, classify, connect
 from bundlectl.mcpio.session import SdkSession, ServerSession
 from bundlectl.output import err
 
+if TYPE_CHECKING:
+    from bundlectl.codemode.privacy import Tokenizer
+    from bundlectl.gateway.context import RequestContext
+
 CONNECT_TIMEOUT = 30.0
 
 
@@ -37,10 +43,10 @@ T = TypeVar("T")
 WATCH_LIMIT = 10_000  # files looked at per `watch:` of a server, each call: a bound on the cost
 
 
-def watch_stamp(target: Target) -> tuple[Any, ...]:
+def watch_stamp(target: Target) -> tuple[tuple[Path, FileStamp], ...]:
     """(path, mtime, size) of every file under the server's `watch:` paths (relative to the
     project root), missing ones included as such: any edit, new or removed file changes it."""
-    stamps: list[Any] = []
+    stamps: list[tuple[Path, FileStamp]] = []
     for entry in target.spec.watch:
         top = target.root / Path(entry).expanduser()
         if not top.is_dir():
@@ -56,13 +62,32 @@ def watch_stamp(target: Target) -> tuple[Any, ...]:
     return tuple(stamps)
 
 
-def file_stamp(path: Path | str) -> tuple[int, int, int] | None:
+# What changes when a file is edited or replaced (None: it is not there).
+FileStamp = tuple[int, int, int] | None
+
+
+def file_stamp(path: Path | str) -> FileStamp:
     """What changes when a file is edited or replaced (None: it is not there)."""
     try:
         info = os.stat(path)
     except OSError:
         return None
     return (info.st_mtime_ns, info.st_size, info.st_ino)
+
+
+# A job's outcome: what it returned, or why it failed.
+_Reply = tuple[object, BundlectlError | None]
+
+
+@dataclass
+class _Work:
+    """A job sent to a server's actor, and where its outcome goes."""
+
+    job: Job[object]
+    reply: MemoryObjectSendStream[_Reply]
+    scope: anyio.CancelScope  # cancelled when the caller is
+    ctx: RequestContext | None  # the client request it serves (see `Relay`)
+    tokens: Tokenizer | None  # that client's privacy token map
 
 
 @dataclass
@@ -73,14 +98,14 @@ class Downstream:
 
     target: Target
     relay: Relay | None = None
-    _inbox: Any = None  # the actor's job queue while it runs
+    _inbox: MemoryObjectSendStream[_Work] | None = None  # the actor's jobs while it runs
     _lock: anyio.Lock = field(default_factory=anyio.Lock)
-    tools: dict[str, Any] | None = None  # the live tools of the current session, by name
+    tools: dict[str, types.Tool] | None = None  # the live tools of the session, by name
     failures: int = 0  # crashes in a row
     retry_at: float = 0.0  # no new start before this time (anyio clock)
     start_error: BundlectlError | None = None  # why its last start failed (None: it started)
     _slots: anyio.Semaphore = field(init=False)
-    _watched: tuple[Any, ...] | None = None  # its `watch:` files when the session started
+    _watched: tuple[tuple[Path, FileStamp], ...] | None = None  # its `watch:` files at start
 
     def __post_init__(self) -> None:
         self._slots = anyio.Semaphore(max(1, self.target.spec.concurrency))
@@ -116,7 +141,13 @@ class Downstream:
         the handshake fails the call in `timeout` seconds, not 30)."""
         return float(min(CONNECT_TIMEOUT, self.target.spec.timeout))
 
-    async def run(self, group: TaskGroup, job: Job, ctx: Any = None, tokens: Any = None) -> Any:
+    async def run(
+        self,
+        group: TaskGroup,
+        job: Job[T],
+        ctx: RequestContext | None = None,
+        tokens: Tokenizer | None = None,
+    ) -> T:
         """Run `job(client)` on this server's session, starting the server when needed;
         `ctx`: the client request it serves (see `Relay`). Cancelling the caller cancels the
         job, so the server gets `notifications/cancelled`."""
@@ -143,10 +174,10 @@ class Downstream:
                         raise
                     self.start_error = None
                 inbox = self._inbox
-            reply_send, reply = anyio.create_memory_object_stream[tuple[Any, Any]](1)
+            reply_send, reply = anyio.create_memory_object_stream[_Reply](1)
             scope = anyio.CancelScope()
             try:
-                await inbox.send((job, reply_send, scope, (ctx, tokens)))
+                await inbox.send(_Work(job, reply_send, scope, ctx, tokens))
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 reply_send.close()  # the actor is gone: as if it died under the call
             try:
@@ -174,7 +205,7 @@ class Downstream:
                 await self.stop()
             if error is not None:
                 raise error
-            return value
+            return cast(T, value)  # what `job` returned
 
     def _waiting(self, wait: float) -> ServerError:
         """The error of a call while the server waits to be started again: the real reason
@@ -254,7 +285,7 @@ class Downstream:
             )
             await self.stop()
 
-    async def live_tools(self, group: TaskGroup) -> dict[str, Any]:
+    async def live_tools(self, group: TaskGroup) -> dict[str, types.Tool]:
         """The session's tools, listed once per session (a restart lists them again)."""
         if self.tools is None or self._inbox is None:
             listed = await self.run(group, _listed_tools)
@@ -280,8 +311,8 @@ class Downstream:
         if inbox is not None:
             await inbox.aclose()
 
-    async def _actor(self, *, task_status: TaskStatus[Any]) -> None:
-        send, receive = anyio.create_memory_object_stream[tuple[Any, ...]](1)
+    async def _actor(self, *, task_status: TaskStatus[MemoryObjectSendStream[_Work]]) -> None:
+        send, receive = anyio.create_memory_object_stream[_Work](1)
         options = self.relay.options() if self.relay is not None else None
         started, tee = False, None
         try:
@@ -306,8 +337,8 @@ class Downstream:
                     jobs.start_soon(self.relay.listen, session, listening)
                     jobs.start_soon(self.relay.resubscribe, session)
                 async with receive:
-                    async for job, reply, scope, caller in receive:
-                        jobs.start_soon(self._one, job, session, reply, scope, caller)
+                    async for work in receive:
+                        jobs.start_soon(self._one, work, session)
                 listening.cancel()  # the inbox closed: the calls in flight finish, then we stop
         except BundlectlError as exc:
             if not started:
@@ -322,11 +353,9 @@ class Downstream:
             send.close()
             self.target.close(wait=0, tee=tee)
 
-    async def _one(
-        self, job: Job, session: ServerSession, reply: Any, scope: anyio.CancelScope, caller: Any
-    ) -> None:
-        ctx, tokens = caller
-        key = self.relay.enter(ctx, tokens) if self.relay is not None and ctx is not None else None
+    async def _one(self, work: _Work, session: ServerSession) -> None:
+        relay, reply, scope, job = self.relay, work.reply, work.scope, work.job
+        key = relay.enter(work.ctx, work.tokens) if relay and work.ctx is not None else None
         async with reply:
             try:
                 with scope:
@@ -341,8 +370,8 @@ class Downstream:
                 )
                 await reply.send((None, error))
             finally:
-                if key is not None:
-                    self.relay.leave(key)  # type: ignore[union-attr]
+                if relay is not None and key is not None:
+                    relay.leave(key)
 
 
 def _log_line(line: str) -> None:
@@ -350,5 +379,5 @@ def _log_line(line: str) -> None:
     err(f"bundlectl serve: {line}")
 
 
-async def _listed_tools(session: ServerSession) -> list[Any]:
+async def _listed_tools(session: ServerSession) -> list[types.Tool]:
     return await session.tools()

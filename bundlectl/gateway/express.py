@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import mcp_types as types
 from anyio.abc import TaskGroup
-from mcp.server.connection import allowed_log_levels
+from mcp.server.connection import Connection
 from mcp.shared.exceptions import MCPError
 from mcp_types.methods import SERVER_RESULTS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS
@@ -49,6 +49,7 @@ from bundlectl import __version__
 from bundlectl.calls.arguments import structured_problem, validate
 from bundlectl.calls.confirm import After
 from bundlectl.errors import BundlectlError, Interrupted
+from bundlectl.gateway.context import ExpressContext, SdkContext
 from bundlectl.mcpio.connect import (
     broke_protocol,
     call_timed_out,
@@ -57,66 +58,24 @@ from bundlectl.mcpio.connect import (
 )
 from bundlectl.mcpio.pipes import PipeWriter, json_line
 from bundlectl.mcpio.plain import check_result
-from bundlectl.mcpio.requests import Requests
+from bundlectl.mcpio.requests import JsonObject, Requests
 from bundlectl.policy.rules import Decision
 
 if TYPE_CHECKING:
     from bundlectl.gateway.downstream import Downstream
     from bundlectl.gateway.hub import Hub
+    from bundlectl.mcpio.connect import Target
+    from bundlectl.mcpio.stdio import Tap
+    from bundlectl.resolve.resolved import Resolution
 
 VERSION_KEY = types.PROTOCOL_VERSION_META_KEY
 CAPABILITIES_KEY = types.CLIENT_CAPABILITIES_META_KEY
 SERVER_INFO_KEY = types.SERVER_INFO_META_KEY
 
 
-def _trace_of(meta: dict[str, Any]) -> dict[str, str]:
+def _trace_of(meta: JsonObject) -> dict[str, str]:
     """The W3C trace context in a request's `_meta`."""
     return {k: meta[k] for k in ("traceparent", "tracestate") if isinstance(meta.get(k), str)}
-
-
-@dataclass
-class ExpressContext:
-    """What `Relay` uses of an MCP request context, for a call on the express lane: the
-    client's capabilities, its log level opt-in (2026-07-28), and requests to the client
-    (possible on older protocols only, as through the SDK)."""
-
-    lane: Express
-    request_id: Any
-    version: str
-    meta: dict[str, Any]
-
-    @property
-    def session(self) -> ExpressContext:
-        return self
-
-    @property
-    def modern(self) -> bool:
-        return self.version in MODERN_PROTOCOL_VERSIONS
-
-    @functools.cached_property
-    def client_capabilities(self) -> Any:
-        if not self.modern:
-            return getattr(self.lane.connection, "client_capabilities", None)
-        try:
-            return types.ClientCapabilities.model_validate(self.meta.get(CAPABILITIES_KEY) or {})
-        except ValidationError:
-            return None
-
-    @property
-    def can_send_request(self) -> bool:
-        return not self.modern
-
-    async def send_request(self, request: Any, result_type: Any) -> Any:
-        data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
-        return result_type.model_validate(await self.lane.ask(data["method"], data["params"]))
-
-    async def send_log_message(
-        self, level: Any, data: Any, logger: str | None = None, **_: Any
-    ) -> None:
-        if level not in allowed_log_levels(self.version, self.meta):
-            return
-        params = {"level": level, "data": data, **({"logger": logger} if logger else {})}
-        self.lane.post({"jsonrpc": "2.0", "method": "notifications/message", "params": params})
 
 
 @dataclass
@@ -126,13 +85,14 @@ class _Call:
     client's cancellation), so no task is started for it."""
 
     lane: Express
-    message: dict[str, Any]  # the client's request
-    arguments: dict[str, Any]
+    message: JsonObject  # the client's request
+    arguments: JsonObject
     version: str  # the protocol of the client's request
-    meta: dict[str, Any]  # the request's _meta
+    meta: JsonObject  # the request's _meta
     downstream: Downstream
     tool: types.Tool  # the live tool
     decision: Decision
+    tap: Tap  # the server's pipes
     key: str = ""  # our request's id at the server
     started: float = field(default_factory=time.perf_counter)
     timer: asyncio.TimerHandle | None = None
@@ -140,18 +100,19 @@ class _Call:
     relay_key: int | None = None  # this call's place among the server's calls in flight
 
     @property
-    def id(self) -> Any:  # the client's request id
-        return self.message["id"]
+    def id(self) -> types.RequestId:  # the client's request id
+        request_id: types.RequestId = self.message["id"]
+        return request_id
 
     @property
-    def target(self) -> Any:
+    def target(self) -> Target:
         return self.downstream.target
 
     def send(self) -> bool:
         """Send the call to the server; False when it cannot go now (then it was not sent)."""
-        tap = self.target.tap
+        tap = self.tap
         self.key = tap.requests.open(self.arrived)
-        params: dict[str, Any] = {"name": self.tool.name, "arguments": self.arguments}
+        params: JsonObject = {"name": self.tool.name, "arguments": self.arguments}
         meta = self.meta
         if meta.get("progressToken") is not None:
             params["_meta"] = {"progressToken": self.key}
@@ -170,7 +131,7 @@ class _Call:
         self.timer = asyncio.get_running_loop().call_later(timeout, self.timed_out)
         return True
 
-    def arrived(self, message: dict[str, Any] | None) -> None:
+    def arrived(self, message: JsonObject | None) -> None:
         """The server's answer or progress (None: its connection ended)."""
         if message is not None and "method" in message:
             token = self.meta.get("progressToken")
@@ -209,9 +170,7 @@ class _Call:
 
     def tell_server(self) -> None:
         params = {"requestId": self.key, "reason": "the client cancelled the call or it timed out"}
-        self.target.tap.post(
-            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
-        )
+        self.tap.post({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params})
 
     def release(self) -> bool:
         """The call leaves the lane: its server's slot, its timer and its place among the
@@ -222,7 +181,7 @@ class _Call:
         lane, downstream = self.lane, self.downstream
         lane.calls.pop(self.id, None)
         if self.key:
-            self.target.tap.requests.drop(self.key)
+            self.tap.requests.drop(self.key)
             downstream.release()
         if self.timer is not None:
             self.timer.cancel()
@@ -277,21 +236,23 @@ class Express:
     agent: str
     group: TaskGroup
     writer: PipeWriter  # our stdout
-    connection: Any = None  # the client's connection as the SDK holds it (older protocols)
+    connection: Connection | None = None  # the client's connection as the SDK holds it
     # Hands a client's request to the SDK path after all (`_Call.detour`).
-    to_sdk: Callable[[dict[str, Any]], None] = lambda message: None
+    to_sdk: Callable[[JsonObject], None] = lambda message: None
     asks: set[tuple[str, str]] = field(default_factory=set)  # tools whose server asked first
-    calls: dict[Any, _Call] = field(default_factory=dict)  # by the client's request id
+    calls: dict[types.RequestId, _Call] = field(default_factory=dict)  # by the client's id
     asked: Requests = field(default_factory=Requests)  # our questions to the client
-    _routes: dict[str, tuple[Any, Downstream, Any, Decision]] = field(default_factory=dict)
+    _routes: dict[str, tuple[Resolution, Downstream, types.Tool, Decision]] = field(
+        default_factory=dict
+    )
 
-    def seen(self, ctx: Any) -> None:
+    def seen(self, ctx: SdkContext) -> None:
         """A request the SDK served: the client's connection (its handshake's protocol and
         capabilities) is known from now on."""
         if self.connection is None:
             self.connection = getattr(ctx.session, "_connection", None)
 
-    def post(self, message: dict[str, Any]) -> None:
+    def post(self, message: JsonObject) -> None:
         """A message to the client: written now, or queued in order."""
         self.write(json_line(message))
 
@@ -300,7 +261,7 @@ class Express:
         if not self.writer.post(data):
             self.group.start_soon(self.writer.put, data)
 
-    def take(self, message: Any) -> bool:
+    def take(self, message: object) -> bool:
         """Whether the lane takes this message of the client's (the SDK gets the rest)."""
         if not isinstance(message, dict):
             return False
@@ -313,14 +274,15 @@ class Express:
                 return False
         if method == "notifications/cancelled":
             params = message.get("params")
-            call = self.calls.get(params.get("requestId")) if isinstance(params, dict) else None
+            cancelled = params.get("requestId") if isinstance(params, dict) else None
+            call = self.calls.get(cancelled) if isinstance(cancelled, (int, str)) else None
             if call is None:
                 return False
             call.cancelled()
             return True
         return method is None and self.asked.take(message)
 
-    def _call(self, message: dict[str, Any]) -> bool:
+    def _call(self, message: JsonObject) -> bool:
         call = self._ready(message)
         if call is None:
             return False
@@ -341,7 +303,7 @@ class Express:
         self.calls[call.id] = call
         return True
 
-    def _ready(self, message: dict[str, Any]) -> _Call | None:
+    def _ready(self, message: JsonObject) -> _Call | None:
         """The call, when it may take the lane (see the module's docstring); else None."""
         params = message.get("params")
         if not isinstance(params, dict) or "requestState" in params or "inputResponses" in params:
@@ -369,9 +331,9 @@ class Express:
         tap = downstream.target.tap
         if tap is None or not tap.ready:
             return None
-        return _Call(self, message, arguments, version, meta, downstream, live, decision)
+        return _Call(self, message, arguments, version, meta, downstream, live, decision, tap)
 
-    def _route(self, name: str) -> tuple[Downstream, Any, Decision] | None:
+    def _route(self, name: str) -> tuple[Downstream, types.Tool, Decision] | None:
         """The server, live tool and decision for a tool name, when its calls may take the
         lane while the loaded policy and the server's listed tools stay what they are (then
         the answer is remembered: the pin check hashes the definition)."""
@@ -413,9 +375,7 @@ class Express:
         self._routes[name] = (resolution, downstream, live, decision)
         return downstream, live, decision
 
-    def result(
-        self, call: _Call, answer: dict[str, Any]
-    ) -> tuple[bytes | None, BundlectlError | None]:
+    def result(self, call: _Call, answer: JsonObject) -> tuple[bytes | None, BundlectlError | None]:
         """The client's result (as JSON) from the server's answer, or why there is none."""
         target = call.target
         error = answer.get("error")
@@ -423,8 +383,10 @@ class Express:
             if not isinstance(error, dict):
                 return None, broke_protocol(target, "its error is not an object")
             return None, returned_error(target, error.get("message", ""), error.get("code"))
-        result: Any = answer.get("result")
+        result = answer.get("result")
         problem = check_result(result)
+        if not isinstance(result, dict):
+            return None, broke_protocol(target, problem or "the result is not an object")
         if problem is None and call.tool.output_schema and not result.get("isError"):
             problem = structured_problem(result, call.tool.output_schema, call.tool.name)
         if problem is None:
@@ -439,12 +401,12 @@ class Express:
         text = {"type": "text", "text": error.explained}
         return _shaped({"content": [text], "isError": True}, version)
 
-    async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def ask(self, method: str, params: JsonObject) -> JsonObject:
         """A request to the client (an elicitation, a sampling) and its result."""
         done = anyio.Event()
-        box: list[dict[str, Any] | None] = []
+        box: list[JsonObject | None] = []
 
-        def arrived(message: dict[str, Any] | None) -> None:
+        def arrived(message: JsonObject | None) -> None:
             box.append(message)
             done.set()
 
@@ -463,14 +425,14 @@ class Express:
         return dict(box[0].get("result") or {})
 
 
-def _may_be_asked(capabilities: Any) -> bool:
+def _may_be_asked(capabilities: object) -> bool:
     """Whether a 2026-07-28 client declared it answers elicitation or sampling."""
     return isinstance(capabilities, dict) and bool(
         capabilities.keys() & {"elicitation", "sampling"}
     )
 
 
-def _shaped(result: dict[str, Any], version: str) -> bytes:
+def _shaped(result: JsonObject, version: str) -> bytes:
     """A tools/call result as the SDK's server sends it on `version`, as JSON: checked against
     that protocol and cut to its fields; on 2026-07-28 with `resultType` and the serverInfo
     stamp (the downstream server's when it gave one, as the SDK path passes it on)."""
@@ -478,7 +440,7 @@ def _shaped(result: dict[str, Any], version: str) -> bytes:
     return plain if plain is not None else _typed(result, version)
 
 
-def _typed(result: dict[str, Any], version: str) -> bytes:
+def _typed(result: JsonObject, version: str) -> bytes:
     """`_shaped` by the protocol's types."""
     if version in MODERN_PROTOCOL_VERSIONS:
         meta = result.get("_meta")
@@ -499,7 +461,7 @@ _STAMP = {"name": "bundlectl", "version": __version__}
 _PLAIN_KEYS = frozenset({"content", "isError", "structuredContent", "resultType", "_meta"})
 
 
-def _plain(result: dict[str, Any], version: str) -> bytes | None:
+def _plain(result: JsonObject, version: str) -> bytes | None:
     """`_shaped` for the common result the protocol's types would pass unchanged: text blocks
     only, and nothing but `content`, `isError`, `structuredContent` and `_meta` (and on
     2026-07-28 a `resultType` of complete). None: anything else, which the protocol's types

@@ -19,7 +19,6 @@ server whose connection broke is started again on the next call. A `Gateway` is 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import secrets
 import warnings
@@ -29,8 +28,10 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import mcp_types as types
+from mcp.server.context import CallNext, HandlerResult
 from mcp.server.lowlevel import NotificationOptions, Server
-from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+from mcp.server.models import InitializationOptions
+from mcp.server.request_state import RequestStateBoundary, RequestStateCodec, RequestStateSecurity
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPDeprecationWarning
 
@@ -40,6 +41,7 @@ from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config.lockfile import digest_json
 from bundlectl.gateway.context import (
     MODERN,
+    SdkContext,
     _answers_by_retry,
     _as_protocol_error,
     _connection,
@@ -50,41 +52,46 @@ from bundlectl.gateway.hub import Hub
 from bundlectl.gateway.parking import unseal
 from bundlectl.gateway.search import _search_mode_call, search_mode_tools
 from bundlectl.gateway.view import Gateway
+from bundlectl.mcpio.requests import JsonObject
 from bundlectl.policy.rules import Decision
+
+Paginated = types.PaginatedRequestParams | None
 
 
 def mcp_server(
     hub: Hub,
     mode: str,
-    agent_of: Callable[[Any], str],
+    agent_of: Callable[[SdkContext], str],
     *,
-    codec: Any = None,
-    seen: Callable[[Any], None] | None = None,
-) -> Any:
+    codec: RequestStateCodec | None = None,
+    seen: Callable[[SdkContext], None] | None = None,
+) -> Server[dict[str, Any]]:
     """The gateway as an MCP server: `agent_of(ctx)` says whose view a request gets;
     `seen(ctx)` hears of every request it serves (the express lane learns the client's
     connection).
 
     `codec` seals the 2026-07-28 protocol's `requestState` (the pending confirmation of an
     `ask` rule) with keys every replica of a stateless deployment shares
-    (`gateway_http.StateKeys`); None: a key of this process only.
+    (`access.StateKeys`); None: a key of this process only.
     """
 
     if hub.bus is None:
         hub.bus = InMemorySubscriptionBus()
 
-    async def view(ctx: Any) -> Gateway:
+    async def view(ctx: SdkContext) -> Gateway:
         if seen is not None:
             seen(ctx)
         await hub.refresh()
         return hub.view(agent_of(ctx), mode, ctx)
 
-    async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+    async def on_list_tools(ctx: SdkContext, params: Paginated) -> types.ListToolsResult:
         if mode == "search":
             return types.ListToolsResult(tools=search_mode_tools())
         return types.ListToolsResult(tools=await (await view(ctx)).list_tools())
 
-    async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
+    async def on_call_tool(
+        ctx: SdkContext, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
         gateway = await view(ctx)
         arguments = dict(params.arguments or {})
         if _answers_by_retry(ctx):
@@ -96,32 +103,42 @@ def mcp_server(
             return await gateway.call_tool(params.name, arguments, confirm)
         return await _search_mode_call(gateway, params.name, arguments, confirm)
 
-    async def on_list_prompts(ctx: Any, params: Any) -> types.ListPromptsResult:
+    async def on_list_prompts(ctx: SdkContext, params: Paginated) -> types.ListPromptsResult:
         return types.ListPromptsResult(prompts=await (await view(ctx)).list_prompts())
 
-    async def on_get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> Any:
+    async def on_get_prompt(
+        ctx: SdkContext, params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult:
         with _as_protocol_error():
             return await (await view(ctx)).get_prompt(params.name, params.arguments)
 
-    async def on_completion(ctx: Any, params: types.CompleteRequestParams) -> Any:
+    async def on_completion(
+        ctx: SdkContext, params: types.CompleteRequestParams
+    ) -> types.CompleteResult:
         """`completion/complete` for the prompts and templates of the servers in use."""
         context = params.context.arguments if params.context is not None else None
         argument = {"name": params.argument.name, "value": params.argument.value}
         with _as_protocol_error():
             return await (await view(ctx)).complete(params.ref, argument, context)
 
-    async def on_list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
+    async def on_list_resources(ctx: SdkContext, params: Paginated) -> types.ListResourcesResult:
         return types.ListResourcesResult(resources=await (await view(ctx)).list_resources())
 
-    async def on_list_resource_templates(ctx: Any, params: Any) -> Any:
+    async def on_list_resource_templates(
+        ctx: SdkContext, params: Paginated
+    ) -> types.ListResourceTemplatesResult:
         templates = await (await view(ctx)).list_resource_templates()
         return types.ListResourceTemplatesResult(resource_templates=templates)
 
-    async def on_read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> Any:
+    async def on_read_resource(
+        ctx: SdkContext, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
         with _as_protocol_error():
             return await (await view(ctx)).read_resource(str(params.uri))
 
-    async def on_subscribe_resource(ctx: Any, params: types.SubscribeRequestParams) -> Any:
+    async def on_subscribe_resource(
+        ctx: SdkContext, params: types.SubscribeRequestParams
+    ) -> types.EmptyResult:
         session = ctx.session
         with _as_protocol_error():
             await (await view(ctx)).subscribe(
@@ -129,21 +146,25 @@ def mcp_server(
             )
         return types.EmptyResult()
 
-    async def on_set_logging_level(ctx: Any, params: types.SetLevelRequestParams) -> Any:
+    async def on_set_logging_level(
+        ctx: SdkContext, params: types.SetLevelRequestParams
+    ) -> types.EmptyResult:
         """The client's log level, applied by the gateway to what it forwards (downstream
         servers are shared by every client, so their own level is left as it is)."""
         if not hub.stateless:
             hub.log_levels[_connection(ctx)] = params.level
         return types.EmptyResult()
 
-    async def on_unsubscribe_resource(ctx: Any, params: types.UnsubscribeRequestParams) -> Any:
+    async def on_unsubscribe_resource(
+        ctx: SdkContext, params: types.UnsubscribeRequestParams
+    ) -> types.EmptyResult:
         await hub.unwatch(str(params.uri), _session_key(ctx.session))
         return types.EmptyResult()
 
     # logging/setLevel is deprecated from 2026-07-28 (SEP-2577); 2025-11-25 clients use it.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MCPDeprecationWarning)
-        server: Any = Server(
+        server = _Server(
             "bundlectl",
             version=__version__,
             instructions="The tools this agent may call, under bundlectl's policy.",
@@ -170,21 +191,40 @@ def mcp_server(
     # Declare the list changes the gateway sends (2025-11-25; on 2026-07-28 the SDK derives
     # them from `subscriptions/listen`).
     sent = not hub.stateless  # nothing reaches a stateless 2025-11-25 client unasked
-    changes = NotificationOptions(prompts_changed=sent, resources_changed=sent, tools_changed=sent)
-    server.create_initialization_options = functools.partial(
-        Server.create_initialization_options, server, changes
+    server.changes = NotificationOptions(
+        prompts_changed=sent, resources_changed=sent, tools_changed=sent
     )
     return server
+
+
+class _Server(Server[dict[str, Any]]):
+    """The SDK's server, declaring the list changes the gateway sends."""
+
+    changes = NotificationOptions()
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or self.changes, experimental_capabilities, extensions
+        )
 
 
 class _Listen:
     """`subscriptions/listen` (2026-07-28 clients): the SDK's handler, given only the resources
     the agent may read, each watched on its server for as long as the stream is open."""
 
-    def __init__(self, inner: Any, hub: Hub, view: Callable[[Any], Awaitable[Gateway]]) -> None:
+    def __init__(
+        self, inner: ListenHandler, hub: Hub, view: Callable[[SdkContext], Awaitable[Gateway]]
+    ) -> None:
         self.inner, self.hub, self.view = inner, hub, view
 
-    async def __call__(self, ctx: Any, params: Any) -> Any:
+    async def __call__(
+        self, ctx: SdkContext, params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
         wanted = list(params.notifications.resource_subscriptions or [])
         key = ("listen", id(ctx), ctx.request_id)
         honored: list[str] = []
@@ -212,10 +252,10 @@ class _ListingCache:
     client that lists often (every turn, for some) pays for building, validating and
     serializing thousands of tool definitions once."""
 
-    def __init__(self, hub: Hub, agent_of: Callable[[Any], str]) -> None:
+    def __init__(self, hub: Hub, agent_of: Callable[[SdkContext], str]) -> None:
         self.hub, self.agent_of = hub, agent_of
 
-    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+    async def __call__(self, ctx: SdkContext, call_next: CallNext) -> HandlerResult:
         if ctx.method != "tools/list" or (ctx.params or {}).get("cursor"):
             return await call_next(ctx)
         await self.hub.refresh()
@@ -230,8 +270,8 @@ class _ListingCache:
 
 
 async def _held(
-    gateway: Gateway, params: types.CallToolRequestParams, arguments: dict[str, Any]
-) -> Any:
+    gateway: Gateway, params: types.CallToolRequestParams, arguments: JsonObject
+) -> types.CallToolResult | types.InputRequiredResult | None:
     """A 2026-07-28 client's call, whose server's questions are answered by retries: the
     call is bound to its agent, tool and arguments (`Gateway.binding`); a retry with answers
     resumes the held call (its next question or its result). None: a new call."""
@@ -250,11 +290,11 @@ async def _held(
     )
 
 
-_NO_FIELDS: dict[str, Any] = {"type": "object", "properties": {}}
+_NO_FIELDS: JsonObject = {"type": "object", "properties": {}}
 # Over stdio the client is the user's own, on this machine: its user may answer "always allow"
 # (a rule in bundlectl.local.yaml, as `a` at exec's question). Never over HTTP, where the
 # client is one of many and the file is the gateway host's.
-_ALWAYS: dict[str, Any] = {
+_ALWAYS: JsonObject = {
     "type": "object",
     "properties": {
         "always": {
@@ -268,7 +308,7 @@ _ALWAYS: dict[str, Any] = {
 }
 
 
-def _accepted(answer: Any, pipeline: Pipeline, decision: Decision, gateway: Gateway) -> bool:
+def _accepted(answer: object, pipeline: Pipeline, decision: Decision, gateway: Gateway) -> bool:
     """Whether the client's user accepted; an accepted "always" keeps the local rule."""
     if not (isinstance(answer, types.ElicitResult) and answer.action == "accept"):
         return False
@@ -278,7 +318,7 @@ def _accepted(answer: Any, pipeline: Pipeline, decision: Decision, gateway: Gate
 
 
 def _elicitation(
-    ctx: Any, gateway: Gateway, params: types.CallToolRequestParams
+    ctx: SdkContext, gateway: Gateway, params: types.CallToolRequestParams
 ) -> Confirmation | None:
     """A confirmer that asks the client's user with an MCP elicitation, when the client declared
     it can elicit: a request sent back to the client (2025-11-25 sessions), or, on the 2026-07-28
@@ -299,7 +339,7 @@ def _elicitation(
         if gateway.hub.accepted(params.request_state, gateway.agent, params.name, digest()):
 
             async def answered(
-                pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]
+                pipeline: Pipeline, decision: Decision, arguments: Mapping[str, object]
             ) -> bool:
                 return _accepted(reply, pipeline, decision, gateway)
 
@@ -308,7 +348,7 @@ def _elicitation(
         return None  # a stateless HTTP session on the old protocol: no way back to the client
 
     async def confirm(
-        pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]
+        pipeline: Pipeline, decision: Decision, arguments: Mapping[str, object]
     ) -> bool | Deferred:
         downstream = gateway.hub.servers.get(gateway.hub.slot(decision.server, gateway.agent))
         live = (downstream.tools if downstream is not None else None) or {}

@@ -13,24 +13,21 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import hmac
-import ipaddress
 import json
 import os
 import socket
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import anyio
 
 from bundlectl import metrics, telemetry
 from bundlectl.calls.pipeline import Pipeline
-from bundlectl.config.expand import expand
 from bundlectl.errors import UsageError
+from bundlectl.gateway.access import Access, Refusals, StateKeys, access_for, is_loopback
 from bundlectl.gateway.approvers import ApprovalsPage, Approvers
+from bundlectl.gateway.context import SdkContext
 from bundlectl.gateway.downstream import _log_line
 from bundlectl.gateway.handlers import mcp_server
 from bundlectl.gateway.hub import Hub
@@ -39,174 +36,14 @@ from bundlectl.mcpio import runner
 from bundlectl.policy.rules import DEFAULT_AGENT
 from bundlectl.resolve.resolved import Resolution
 
+if TYPE_CHECKING:
+    from mcp.server.transport_security import TransportSecuritySettings
+    from starlette.requests import Request
+    from starlette.routing import BaseRoute
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
 AGENT = "bundlectl.agent"  # the ASGI scope key the gate fills in for the handlers
 SUBJECT = "bundlectl.subject"  # and the subject of a verified identity token (None: a static one)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-@dataclass(frozen=True)
-class Access:
-    """Who may use the endpoint: tokens by agent, or one agent that needs none."""
-
-    tokens: dict[str, str]  # agent → token
-    open_agent: str | None = None  # served without a token (loopback only)
-    matched: frozenset[str] = frozenset()  # identified by the claims of a verified JWT
-
-    def agent_for(self, authorization: str | None) -> str | None:
-        """The agent a request's Authorization header identifies (constant-time compares)."""
-        if self.open_agent is not None:
-            return self.open_agent
-        if not authorization or authorization[:7].lower() != "bearer ":
-            return None
-        offered = authorization[7:].strip().encode()
-        found = None
-        for agent, token in self.tokens.items():
-            if hmac.compare_digest(offered, token.encode()):
-                found = agent
-        return found
-
-    @property
-    def agents(self) -> set[str]:
-        """Every agent this access lets in."""
-        return (
-            set(self.tokens) | set(self.matched) | ({self.open_agent} if self.open_agent else set())
-        )
-
-    def state_key(self) -> bytes | None:
-        """The key that seals `requestState`: derived from the tokens, so replicas that share
-        the configuration share it; None (a key of this process) when no agent has one."""
-        if not self.tokens:
-            return None
-        material = "\0".join(f"{a}={t}" for a, t in sorted(self.tokens.items()))
-        return hashlib.sha256(b"bundlectl request state\0" + material.encode()).digest()
-
-
-class StateKeys:
-    """The `requestState` codec, following the tokens: when they change on a reload, the key
-    derived from the new ones seals and the previous one still opens what it sealed (the
-    rotation ring the SDK's codec supports), so a pending confirmation survives a rotation."""
-
-    def __init__(self, access: Access) -> None:
-        self._key = access.state_key() or os.urandom(32)
-        self._ring = [self._key]
-        self._codec = self._make()
-
-    def _make(self) -> Any:
-        from mcp.server.request_state import AESGCMRequestStateCodec
-
-        return AESGCMRequestStateCodec(self._ring)
-
-    def rotate(self, access: Access) -> None:
-        key = access.state_key()
-        if key is not None and key != self._key:
-            self._key, self._ring = key, [key, self._ring[0]]
-            self._codec = self._make()
-
-    def seal(self, payload: bytes) -> str:
-        return str(self._codec.seal(payload))
-
-    def unseal(self, token: str) -> bytes:
-        return bytes(self._codec.unseal(token))
-
-
-class Refusals:
-    """Audit records of refused requests (401), at most `burst` per client address in each
-    `window` seconds: a flood of bad tokens cannot fill the disk. What was left out is counted
-    in one record (`repeated`) when that address's next window opens, or when serving stops."""
-
-    def __init__(self, hub: Hub, *, burst: int = 10, window: float = 60.0) -> None:
-        self.hub, self.burst, self.window = hub, burst, window
-        self._windows: dict[str, list[float]] = {}  # address → [opened, recorded, left out]
-
-    def refused(self, host: str, port: int) -> None:
-        now = time.monotonic()
-        state = self._windows.get(host)
-        if state is None or now - state[0] >= self.window:
-            if state is not None:
-                self._summary(host, state)
-            elif len(self._windows) >= 10_000:  # many addresses: close the expired windows
-                for old in [h for h, s in self._windows.items() if now - s[0] >= self.window]:
-                    self._summary(old, self._windows.pop(old))
-            state = self._windows[host] = [now, 0, 0]
-        if state[1] < self.burst:
-            state[1] += 1
-            self.hub.pipeline.audit.unauthorized(f"{host}:{port}")
-        else:
-            state[2] += 1
-
-    def flush(self) -> None:
-        for host, state in self._windows.items():
-            self._summary(host, state)
-        self._windows.clear()
-
-    def _summary(self, host: str, state: list[float]) -> None:
-        if state[2]:
-            self.hub.pipeline.audit.unauthorized(host, repeated=int(state[2]))
-            state[2] = 0
-
-
-def access_for(resolution: Resolution, agent: str | None, host: str) -> Access:
-    """Read the agents' tokens (references expanded now; never logged), check the address, and
-    that every agent served has a sound policy."""
-
-    config = resolution.project.config
-    tokens: dict[str, str] = {}
-    for name, rules in config.agents.items():
-        if rules.token is None or (agent is not None and name != agent):
-            continue
-        value = expand(rules.token, os.environ, where=f"agents.{name}.token").strip()
-        if len(value) < 16:
-            raise UsageError(
-                f"agents.{name}.token is {'empty' if not value else 'shorter than 16 characters'}",
-                hint="use a long random value, e.g. `python -c 'import secrets; "
-                "print(secrets.token_urlsafe(32))'`",
-            )
-        tokens[name] = value
-    if len(set(tokens.values())) < len(tokens):
-        raise UsageError(
-            "two agents have the same token; a token must say which agent calls",
-            hint="give each agent its own token",
-        )
-    auth = config.gateway.auth
-    matched = frozenset(
-        name
-        for name, rules in config.agents.items()
-        if auth is not None and auth.issuers and rules.match and agent in (None, name)
-    )
-    if auth is not None and auth.issuers and not matched and agent is None:
-        raise UsageError(
-            "gateway.auth.issuers names token issuers, and no agent has a match: for their "
-            "tokens' claims",
-            hint="add agents.NAME.match: {sub: ...} (or client_id, groups, ...) to the agents "
-            "their tokens stand for",
-        )
-    if agent is not None and agent not in tokens and agent not in matched:
-        access = Access({}, open_agent=agent)
-    elif not tokens and not matched:
-        raise UsageError(
-            "serving many agents over HTTP needs tokens, and no agent declares one",
-            hint='add agents.NAME.token: "${NAME_TOKEN}" to bundlectl.yaml, '
-            "or serve one agent with --agent",
-        )
-    else:
-        access = Access(tokens, matched=matched)
-    if access.open_agent is not None and not is_loopback(host):
-        raise UsageError(
-            f"refusing to serve {host} without tokens: anyone who can reach it could call "
-            f"agent {agent!r}'s tools",
-            hint=f'bind 127.0.0.1, or set agents.{agent}.token: "${{TOKEN_VARIABLE}}"',
-        )
-    for name in access.agents:
-        resolution.policy.agent(name)  # extends errors and the like: now, not on a call
-    return access
 
 
 class Gate:
@@ -217,7 +54,9 @@ class Gate:
     leaves a token unusable keeps the last good config, as any broken edit does.
     """
 
-    def __init__(self, app: Any, access: Access, hub: Hub, agent: str | None, host: str) -> None:
+    def __init__(
+        self, app: ASGIApp | None, access: Access, hub: Hub, agent: str | None, host: str
+    ) -> None:
         self.app, self.access, self.hub = app, access, hub
         self.keys = StateKeys(access)
         self.refusals = Refusals(hub)
@@ -252,11 +91,11 @@ class Gate:
             return Verdict(status=403, reason=reason, subject=verdict.subject)
         return verdict
 
-    def metadata_url(self, scope: Any) -> str:
+    def metadata_url(self, scope: Scope) -> str:
         """Where this gateway's RFC 9728 metadata is, as the client reached it."""
         return self.resource(scope).replace("/mcp", "/.well-known/oauth-protected-resource/mcp")
 
-    def resource(self, scope: Any) -> str:
+    def resource(self, scope: Scope) -> str:
         auth = self.hub.resolution.project.config.gateway.auth
         if auth is not None and auth.resource:
             return str(auth.resource)
@@ -264,7 +103,7 @@ class Gate:
         host = headers.get(b"host", b"").decode("latin-1") or self._host
         return f"{scope.get('scheme', 'http')}://{host}/mcp"
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
         from mcp.server.auth.provider import AccessToken
 
@@ -296,11 +135,21 @@ class Gate:
         # The SDK binds a session to the user that opened it: another agent's token gets 404.
         user = AuthenticatedUser(AccessToken(token="-", client_id=agent, scopes=[]))
         scoped = {**scope, AGENT: agent, "user": user, SUBJECT: verdict.subject}
+        if self.app is None:
+            raise RuntimeError("the gateway's app was not set up")
         with telemetry.from_headers(headers):  # the client's trace, sent as HTTP headers
             await self.app(scoped, receive, send)
 
 
-def _security(host: str) -> Any:
+def _agent_of(ctx: SdkContext) -> str:
+    """The agent the gate found for a request (every request passed the gate)."""
+    if ctx.request is None:  # not over HTTP: no agent was found for it
+        raise RuntimeError("a request without its HTTP request reached the gateway")
+    agent: str = ctx.request.scope[AGENT]
+    return agent
+
+
+def _security(host: str) -> TransportSecuritySettings | None:
     """DNS-rebinding protection (Host and Origin checked) on a loopback address, as the SDK
     itself does; a public address is protected by its tokens instead."""
     from mcp.server.transport_security import TransportSecuritySettings
@@ -318,7 +167,7 @@ def _security(host: str) -> Any:
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
-def trusted(request: Any, host: str) -> bool:
+def trusted(request: Request, host: str) -> bool:
     """Whether a request's Host and Origin pass the DNS-rebinding check `/mcp` applies (on a
     loopback address; elsewhere tokens protect and nothing is checked)."""
     if not is_loopback(host):
@@ -392,7 +241,6 @@ async def serve_http(
         StreamableHTTPSessionManager,
     )
     from starlette.applications import Starlette
-    from starlette.requests import Request
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
@@ -400,7 +248,7 @@ async def serve_http(
     async with anyio.create_task_group() as group:
         hub = Hub(pipeline, group, log=_log_line, stateless=stateless, naming=names)
         gate = Gate(None, access, hub, agent, str(host))
-        server = mcp_server(hub, mode, lambda ctx: ctx.request.scope[AGENT], codec=gate.keys)
+        server = mcp_server(hub, mode, _agent_of, codec=gate.keys)
         manager = StreamableHTTPSessionManager(
             app=server, stateless=stateless, security_settings=_security(str(host))
         )
@@ -505,7 +353,7 @@ def approvers_page(hub: Hub, access: Access, host: str) -> ApprovalsPage | None:
     )
 
 
-async def serve_routes(routes: list[Any], sock: socket.socket) -> None:
+async def serve_routes(routes: Sequence[BaseRoute], sock: socket.socket) -> None:
     """A small web app of `routes` on `sock` until a stop signal (`approvals ui`)."""
     import uvicorn
     from starlette.applications import Starlette

@@ -6,31 +6,49 @@ from __future__ import annotations
 import contextlib
 import json
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.lowlevel
 import mcp_types as types
 from anyio.abc import TaskGroup
+from mcp.server.context import HandlerResult
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 from bundlectl.calls.pipeline import Pipeline
-from bundlectl.codemode.privacy import Privacy
+from bundlectl.codemode.privacy import Privacy, Tokenizer
 from bundlectl.config.project import load_project
 from bundlectl.errors import (
     BundlectlError,
 )
-from bundlectl.gateway.context import LOG_LEVELS, MODERN, _connection
-from bundlectl.gateway.downstream import Downstream, file_stamp
+from bundlectl.gateway.context import (
+    LOG_LEVELS,
+    MODERN,
+    ConnectionKey,
+    ExpressContext,
+    RequestContext,
+    _connection,
+)
+from bundlectl.gateway.downstream import Downstream, FileStamp, file_stamp
 from bundlectl.gateway.parking import Parking
 from bundlectl.gateway.relay import Relay
 from bundlectl.gateway.view import Gateway
-from bundlectl.mcpio.session import ServerSession
+from bundlectl.mcpio.session import ListedTool, ServerSession
 from bundlectl.mcpio.stdio import Tap
 from bundlectl.policy.patterns import gateway_name
-from bundlectl.resolve.resolved import resolve_project
+from bundlectl.resolve.resolved import Resolution, resolve_project
+
+if TYPE_CHECKING:
+    from mcp.server.subscriptions import InMemorySubscriptionBus
+
+    from bundlectl.config.models import ToolSpec
+
+# Who a resource's watcher is (a legacy client's session, a listen stream) and how it is told:
+# a legacy session's `send_resource_updated`, or None for a listen stream (told through `bus`).
+WatcherKey = object
+Notify = Callable[[str], Awaitable[None]] | None
 
 NONCE_MEMORY = 3600.0  # seconds a used confirmation is remembered (longer than the seal's TTL)
 
@@ -48,7 +66,7 @@ class Hub:
     agents: set[str] = field(default_factory=set)  # served agents: checked again on reload
     # Checks a reloaded resolution before it is applied (HTTP: the agents' tokens) and applies
     # its own part; raising a BundlectlError keeps the last good policy, as a broken file does.
-    vet: Callable[[Any], None] | None = None
+    vet: Callable[[Resolution], None] | None = None
     # The downstream servers by (server, owner): the agent whose process it is, "" when shared.
     servers: dict[tuple[str, str], Downstream] = field(default_factory=dict)
     _names: dict[str, tuple[str, str]] | None = None  # gateway name → (server, tool)
@@ -56,35 +74,35 @@ class Hub:
     pairs: set[tuple[str, str]] = field(default_factory=set)  # every known (server, tool)
     # The client connections to tell when tools change, held weakly: a connection that ended
     # (a closed session, a stateless request) is forgotten with it.
-    listeners: weakref.WeakKeyDictionary[Any, None] = field(
+    listeners: weakref.WeakKeyDictionary[ConnectionKey, None] = field(
         default_factory=weakref.WeakKeyDictionary
     )
     # Privacy token maps (real values, in memory only): per client connection, held weakly so
     # that they go with the session; per agent in stateless mode (no session outlives a
     # request). Never chosen by anything a client sends.
-    tokenizers: weakref.WeakKeyDictionary[Any, dict[str, Any]] = field(
+    tokenizers: weakref.WeakKeyDictionary[ConnectionKey, dict[str, Tokenizer]] = field(
         default_factory=weakref.WeakKeyDictionary
     )
-    agent_tokenizers: dict[str, Any] = field(default_factory=dict)
+    agent_tokenizers: dict[str, Tokenizer] = field(default_factory=dict)
     used_nonces: dict[str, float] = field(default_factory=dict)  # confirmations used → until
     # `logging/setLevel` of each client connection (held weakly, as the listeners).
-    log_levels: weakref.WeakKeyDictionary[Any, str] = field(
+    log_levels: weakref.WeakKeyDictionary[ConnectionKey, str] = field(
         default_factory=weakref.WeakKeyDictionary
     )
     stateless: bool = False
     one_client: bool = False  # stdio: a single client, so nothing can reach the wrong one
     naming: str | None = None  # `serve --names`; None: the config's `gateway.names`
-    bus: Any = None  # 2026-07-28 clients' `subscriptions/listen` streams
-    _privacy: tuple[Any, Any] | None = None  # (resolution, its Privacy)
+    bus: InMemorySubscriptionBus | None = None  # 2026-07-28 clients' listen streams
+    _privacy: tuple[Resolution, Privacy | None] | None = None  # (resolution, its Privacy)
     generation: int = 0  # bumped whenever what an agent can list may have changed
-    listings: dict[tuple[str, str, int], Any] = field(default_factory=dict)
+    listings: dict[tuple[str, str, int], HandlerResult] = field(default_factory=dict)
     # Subscribed resources: (server, owner, uri) → who to tell, by key (a legacy client's
     # session: its notify function; a 2026-07-28 listen stream: None, told through `bus`).
-    watchers: dict[tuple[str, str, str], dict[Any, Any]] = field(default_factory=dict)
-    _stamp: tuple[Any, ...] | None = None
+    watchers: dict[tuple[str, str, str], dict[WatcherKey, Notify]] = field(default_factory=dict)
+    _stamp: tuple[FileStamp, ...] | None = None
     _watched: tuple[str, ...] = ()  # the files `_stamp` stamps (the same ones across reloads)
     _reloading: anyio.Lock = field(default_factory=anyio.Lock)
-    _released: set[Any] = field(default_factory=set)  # connections `release_at_end` watches
+    _released: set[WatcherKey] = field(default_factory=set)  # what `release_at_end` watches
     # 2026-07-28 clients' calls held while their server asks them something (`parking.py`)
     parking: Parking = field(init=False)
 
@@ -94,10 +112,10 @@ class Hub:
         self._stamp = self._files()
 
     @property
-    def resolution(self) -> Any:
+    def resolution(self) -> Resolution:
         return self.pipeline.resolution
 
-    def view(self, agent: str, mode: str = "direct", ctx: Any = None) -> Gateway:
+    def view(self, agent: str, mode: str = "direct", ctx: RequestContext | None = None) -> Gateway:
         """Agent `agent`'s view, answering the client request `ctx`."""
         if ctx is not None and not self.stateless:  # who to tell when a server's tools change
             self.listeners[_connection(ctx)] = None
@@ -149,7 +167,9 @@ class Hub:
             except Exception:  # a client that went away
                 self.listeners.pop(connection, None)
 
-    async def watch(self, server: str, agent: str, uri: str, key: Any, notify: Any) -> bool:
+    async def watch(
+        self, server: str, agent: str, uri: str, key: WatcherKey, notify: Notify
+    ) -> bool:
         """Tell `notify` (None: the listen streams) when the server's resource `uri` changes
         (on `agent`'s process of it); False when the server cannot watch it (no subscriptions,
         unknown resource)."""
@@ -178,7 +198,7 @@ class Hub:
         self.watchers[place][key] = notify
         return True
 
-    async def unwatch(self, uri: str, key: Any) -> None:
+    async def unwatch(self, uri: str, key: WatcherKey) -> None:
         """`key` no longer wants to hear about `uri`; the last one out unsubscribes."""
         for place in [place for place in self.watchers if place[2] == uri]:
             self.watchers[place].pop(key, None)
@@ -200,7 +220,7 @@ class Hub:
             with contextlib.suppress(BundlectlError):
                 await downstream.run(self.group, unsubscribe)
 
-    def release_at_end(self, connection: Any, key: Any) -> None:
+    def release_at_end(self, connection: ConnectionKey, key: WatcherKey) -> None:
         """When the client `connection` ends — a DELETE of its HTTP session, its idle timeout,
         a closed pipe — what it subscribed to is unsubscribed (the last one out unsubscribes
         downstream), as if it had unsubscribed from each."""
@@ -255,7 +275,7 @@ class Hub:
         self.used_nonces[nonce] = now + NONCE_MEMORY
         return True
 
-    def log_floor(self, ctx: Any) -> str | None:
+    def log_floor(self, ctx: RequestContext) -> str | None:
         """The lowest level of log message the client of request `ctx` wants, None for none: a
         2026-07-28 client says so on each request (`_meta`), an older one with
         `logging/setLevel`; one that never set a level gets every level, as before."""
@@ -268,19 +288,19 @@ class Hub:
             floor = None
         return floor or LOG_LEVELS[0]
 
-    def wants_log(self, ctx: Any, level: str) -> bool:
+    def wants_log(self, ctx: RequestContext, level: str) -> bool:
         """Whether the client of request `ctx` asked for log messages of `level`."""
         floor = self.log_floor(ctx)
         return floor is not None and LOG_LEVELS.index(level) >= LOG_LEVELS.index(floor)
 
-    def privacy(self) -> Any:
+    def privacy(self) -> Privacy | None:
         """The privacy settings in force (built once per loaded config)."""
         resolution = self.pipeline.resolution
         if self._privacy is None or self._privacy[0] is not resolution:
             self._privacy = (resolution, Privacy.of(resolution.project.config))
         return self._privacy[1]
 
-    def tokenizer(self, ctx: Any, agent: str) -> Any:
+    def tokenizer(self, ctx: RequestContext | None, agent: str) -> Tokenizer | None:
         """The session's token map (in memory only), or None when nothing is tokenized.
 
         Over HTTP with 2025-11-25 sessions: the session's (its connection's), released with it.
@@ -290,12 +310,13 @@ class Hub:
         privacy = self.privacy()
         if privacy is None:
             return None
-        sessions = (
-            not self.stateless
-            and getattr(ctx, "request", None) is not None
-            and str(getattr(ctx, "protocol_version", MODERN)) < MODERN
-        )
-        if not sessions:
+        if (
+            self.stateless
+            or ctx is None
+            or isinstance(ctx, ExpressContext)  # stdio: one client
+            or ctx.request is None  # not over HTTP
+            or ctx.protocol_version >= MODERN
+        ):
             if agent not in self.agent_tokenizers:
                 self.agent_tokenizers[agent] = privacy.session()
             return self.agent_tokenizers[agent]
@@ -324,7 +345,7 @@ class Hub:
         naming = self.naming or self.pipeline.resolution.project.config.gateway.names
         return gateway_name(server, tool, naming)
 
-    def learn(self, server: str, tools: Any) -> None:
+    def learn(self, server: str, tools: Iterable[ToolSpec | ListedTool]) -> None:
         names = self.names()
         for tool in tools:
             name, pair = self.name_of(server, tool.name), (server, tool.name)
@@ -342,7 +363,7 @@ class Hub:
         names = self.names()
         return None if name in self.ambiguous else names.get(name)
 
-    def _files(self) -> tuple[Any, ...]:
+    def _files(self) -> tuple[FileStamp, ...]:
         return tuple(map(file_stamp, self._watched))
 
     def current(self) -> bool:

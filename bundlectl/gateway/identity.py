@@ -18,13 +18,17 @@ import json
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import anyio
 import jwt
 
 from bundlectl.config.models import ProjectConfig
 from bundlectl.config.settings import TokenIssuer
+from bundlectl.mcpio.requests import JsonObject
+
+if TYPE_CHECKING:
+    from jwt.algorithms import AllowedPublicKeys
 
 JWKS_TTL = 600.0  # seconds a fetched key set is used before it is fetched again
 REFETCH_EVERY = 30.0
@@ -58,7 +62,7 @@ def looks_like_jwt(token: str) -> bool:
 class _Keys:
     fetched: float = 0.0
     tried: float = 0.0
-    keys: dict[str, Any] = field(default_factory=dict)  # kid → key ("" for a key without kid)
+    keys: dict[str, AllowedPublicKeys] = field(default_factory=dict)  # by kid ("": none)
 
 
 class Verifier:
@@ -128,7 +132,7 @@ class Verifier:
         found = self._agent(verified)
         return dataclasses.replace(found, until=float(verified["exp"]))
 
-    def _agent(self, claims: dict[str, Any]) -> Verdict:
+    def _agent(self, claims: JsonObject) -> Verdict:
         subject = str(claims.get("sub") or claims.get("client_id") or "?")
         found = [name for name, wanted in self.matches.items() if _fits(claims, wanted)]
         if len(found) == 1:
@@ -143,7 +147,7 @@ class Verifier:
             subject=subject,
         )
 
-    async def _key(self, issuer: TokenIssuer, kid: str) -> Any:
+    async def _key(self, issuer: TokenIssuer, kid: str) -> AllowedPublicKeys | None:
         held = self._keys.setdefault(issuer.issuer, _Keys())
         now = time.monotonic()
         stale = now - held.fetched > JWKS_TTL
@@ -162,13 +166,16 @@ class Verifier:
         return None
 
 
-def _get_json(url: str) -> Any:
+def _get_json(url: str) -> JsonObject:
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT) as response:
-        return json.loads(response.read(1 << 20))
+        data = json.loads(response.read(1 << 20))
+    if not isinstance(data, dict):
+        raise ValueError(f"{url} did not answer with a JSON object")
+    return data
 
 
-def _fetch_keys(issuer: TokenIssuer) -> dict[str, Any]:
+def _fetch_keys(issuer: TokenIssuer) -> dict[str, AllowedPublicKeys]:
     """The issuer's signing keys by kid, from its JWKS (found through its metadata)."""
     url = issuer.jwks_url
     if url is None:
@@ -189,7 +196,7 @@ def _fetch_keys(issuer: TokenIssuer) -> dict[str, Any]:
     return {str(key.key_id or ""): key.key for key in keys.keys}
 
 
-def _fits(claims: dict[str, Any], wanted: dict[str, str | list[str]]) -> bool:
+def _fits(claims: JsonObject, wanted: dict[str, str | list[str]]) -> bool:
     """Whether every wanted claim is there and matches one of its globs (a list claim: any of
     its values)."""
     for name, patterns in wanted.items():

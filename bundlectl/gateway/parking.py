@@ -22,22 +22,27 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import anyio
 import mcp_types as types
 from anyio.abc import TaskGroup
+
+from bundlectl.mcpio.requests import JsonObject
+
+if TYPE_CHECKING:
+    from bundlectl.gateway.context import RequestContext
 
 GRACE = 60.0  # seconds a finished call's result waits for the client's retry
 
 
 @dataclass
 class _Question:
-    request: Any  # types.ElicitRequest | types.CreateMessageRequest
+    request: types.ElicitRequest | types.CreateMessageRequest
     answered: anyio.Event = field(default_factory=anyio.Event)
-    answer: Any = None
+    answer: object = None  # what the client's retry carried
 
 
 @dataclass
@@ -45,10 +50,10 @@ class Held:
     """One call held open while its client answers what the server asked."""
 
     key: str
-    ctx: Any  # the request that started it: the one `Relay` names for the server's messages
+    ctx: RequestContext  # the request that started it (`Relay` names it for the server)
     binding: dict[str, str]  # agent, tool, arguments (a digest)
     questions: dict[str, _Question] = field(default_factory=dict)
-    result: Any = None
+    result: types.CallToolResult | None = None
     changed: anyio.Event = field(default_factory=anyio.Event)
     finished_at: float | None = None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
@@ -72,7 +77,7 @@ class Parking:
 
     async def start(
         self,
-        ctx: Any,
+        ctx: RequestContext,
         binding: dict[str, str],
         job: Callable[[], Awaitable[types.CallToolResult]],
     ) -> types.CallToolResult | types.InputRequiredResult:
@@ -103,11 +108,16 @@ class Parking:
             self.held.pop(held.key, None)
             raise
 
-    def holds(self, ctx: Any) -> bool:
+    def holds(self, ctx: RequestContext) -> bool:
         """Whether the call of the request `ctx` is held (its server's questions are parked)."""
         return id(ctx) in self._by_ctx
 
-    async def ask(self, ctx: Any, request: Any, timeout: float) -> Any:
+    async def ask(
+        self,
+        ctx: RequestContext,
+        request: types.ElicitRequest | types.CreateMessageRequest,
+        timeout: float,
+    ) -> object:
         """The client's answer to what the server asks during the held call of `ctx`: None
         when no answer came within `timeout` seconds."""
         held = self._by_ctx[id(ctx)]
@@ -121,7 +131,7 @@ class Parking:
         return question.answer
 
     async def resume(
-        self, state: dict[str, Any], binding: dict[str, str], responses: dict[str, Any]
+        self, state: JsonObject, binding: dict[str, str], responses: Mapping[str, object]
     ) -> types.CallToolResult | types.InputRequiredResult | None:
         """The retry of a held call (`state`: its unsealed requestState): the answers go to the
         waiting server; then the next question or the result. None: no such call here (it
@@ -140,7 +150,7 @@ class Parking:
         while True:
             if held.finished_at is not None:
                 self.held.pop(held.key, None)
-                return held.result  # type: ignore[no-any-return]
+                return held.result or _failed("the call ended without a result")
             waiting = {
                 name: question.request
                 for name, question in held.questions.items()
@@ -162,7 +172,7 @@ def _failed(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
-def unseal(state: str | None) -> dict[str, Any] | None:
+def unseal(state: str | None) -> JsonObject | None:
     """The requestState of a held call (unsealed by the SDK), else None."""
     if state is None:
         return None

@@ -7,7 +7,7 @@ import contextlib
 import itertools
 import warnings
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -15,22 +15,29 @@ import mcp_types as types
 from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated
+from pydantic import BaseModel, ValidationError
 
 from bundlectl.errors import (
     Interrupted,
 )
-from bundlectl.gateway.context import _owner
+from bundlectl.gateway.context import RequestContext, _owner
 from bundlectl.mcpio.session import ServerSession
 
 if TYPE_CHECKING:
+    from mcp.client.session import ClientRequestContext, IncomingMessage
+
+    from bundlectl.codemode.privacy import Tokenizer
     from bundlectl.gateway.hub import Hub
+
+T = TypeVar("T")
+Answer = TypeVar("Answer", types.ElicitResult, types.CreateMessageResult)
 
 
 class CallCancelled(Interrupted):
     """The client cancelled the call (`notifications/cancelled`); the server was told so too."""
 
 
-Job = Callable[["ServerSession"], Awaitable[Any]]
+Job = Callable[[ServerSession], Awaitable[T]]  # work on a server's session
 
 
 class Relay:
@@ -50,10 +57,10 @@ class Relay:
     def __init__(self, server: str, hub: Hub, owner: str = "") -> None:
         self.server, self.hub = server, hub
         self.owner = owner  # the agent whose process of the server this is ("": shared)
-        self.inflight: dict[int, Any] = {}  # the MCP request context of each call in flight
-        self.tokens: dict[int, Any] = {}  # the privacy token map of each call in flight
-        self.last: Any = None  # the latest call's context (for a gateway with one client)
-        self.last_tokens: Any = None
+        self.inflight: dict[int, RequestContext] = {}  # the request of each call in flight
+        self.tokens: dict[int, Tokenizer | None] = {}  # the token map of each call in flight
+        self.last: RequestContext | None = None  # the latest call's (a gateway with one client)
+        self.last_tokens: Tokenizer | None = None
         self._keys = itertools.count(1)
         # Resources clients subscribed to; on a 2026-07-28 server they ride on the listen stream.
         self.watched: set[str] = set()
@@ -61,7 +68,7 @@ class Relay:
         self.settled = anyio.Event()  # set once `modern` is known for the current session
         self._listening: anyio.CancelScope | None = None
 
-    def enter(self, ctx: Any, tokens: Any = None) -> int:
+    def enter(self, ctx: RequestContext, tokens: Tokenizer | None = None) -> int:
         """A call of the client request `ctx` is in flight on the server (`tokens`: that
         client's privacy token map, for what the server says meanwhile); `leave` ends it."""
         key = next(self._keys)
@@ -75,14 +82,14 @@ class Relay:
         self.inflight.pop(key, None)
         self.tokens.pop(key, None)
 
-    def tokens_of(self, ctx: Any) -> Any:
+    def tokens_of(self, ctx: RequestContext) -> Tokenizer | None:
         """The token map of the call in flight for `ctx` (None: nothing is tokenized)."""
         for key, known in self.inflight.items():
             if known is ctx:
                 return self.tokens.get(key)
         return self.last_tokens if ctx is self.last else None
 
-    def current(self) -> tuple[Any, str | None]:
+    def current(self) -> tuple[RequestContext | None, str | None]:
         """The client request a server's message belongs to, or None and why not."""
         contexts = list(self.inflight.values())
         if self.hub.one_client and (contexts or self.last is not None):
@@ -99,7 +106,7 @@ class Relay:
             )
         return contexts[-1], None
 
-    def options(self) -> dict[str, Any]:
+    def options(self) -> dict[str, object]:
         """The downstream client's callbacks (each also declares the capability)."""
         return {
             "elicitation_callback": self.elicit,
@@ -113,10 +120,15 @@ class Relay:
             code=types.INVALID_REQUEST, message=f"{what} is not available: {why}"
         )
 
-    async def _ask(self, capability: str, request: Any, answer: type) -> Any:
+    async def _ask(
+        self,
+        capability: Literal["elicitation", "sampling"],
+        request: types.ElicitRequest | types.CreateMessageRequest,
+        answer: type[Answer],
+    ) -> Answer | types.ErrorData | None:
         """A server's request to the client of the call it belongs to: sent on the client's
         session (2025-11-25), or parked for a 2026-07-28 client to answer by retrying
-        (`parking.py`)."""
+        (`parking.py`; None: it did not answer in time)."""
         ctx, why = self.current()
         if ctx is None:
             return self._refuse(capability, why)
@@ -134,23 +146,37 @@ class Relay:
                 "which has no way to send a request back to the client during a call; serve "
                 "without --stateless, or use a client on the 2026-07-28 protocol",
             )
-        timeout = float(self.hub.downstream(self.server, self.owner).target.spec.timeout)
-        reply = await parking.ask(ctx, request, timeout)
+        reply = await parking.ask(ctx, request, self._timeout())
+        if reply is None or isinstance(reply, answer):
+            return reply
+        try:  # what the client answered, as the server's question wants it
+            shown = reply.model_dump(by_alias=True) if isinstance(reply, BaseModel) else reply
+            return answer.model_validate(shown)
+        except ValidationError:
+            return self._refuse(capability, f"the client's answer is no {answer.__name__}")
+
+    def _timeout(self) -> float:
+        return float(self.hub.downstream(self.server, self.owner).target.spec.timeout)
+
+    async def elicit(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        request = types.ElicitRequest(params=params)
+        reply = await self._ask("elicitation", request, types.ElicitResult)
+        # Nobody answered in time: as if the user dismissed it.
+        return types.ElicitResult(action="cancel") if reply is None else reply
+
+    async def sample(
+        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.ErrorData:
+        request = types.CreateMessageRequest(params=params)
+        reply = await self._ask("sampling", request, types.CreateMessageResult)
         if reply is None:
-            if capability == "elicitation":  # nobody answered: as if the user dismissed it
-                return types.ElicitResult(action="cancel")
-            return self._refuse(capability, f"the client did not answer within {timeout:g} s")
+            why = f"the client did not answer within {self._timeout():g} s"
+            return self._refuse("sampling", why)
         return reply
 
-    async def elicit(self, context: Any, params: Any) -> Any:
-        request = types.ElicitRequest(params=params)
-        return await self._ask("elicitation", request, types.ElicitResult)
-
-    async def sample(self, context: Any, params: Any) -> Any:
-        request = types.CreateMessageRequest(params=params)
-        return await self._ask("sampling", request, types.CreateMessageResult)
-
-    async def log(self, params: Any) -> None:
+    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         ctx, _ = self.current()
         if ctx is None or not self.hub.wants_log(ctx, params.level):
             return
@@ -164,7 +190,7 @@ class Relay:
                 params.level, params.data, logger=logger, related_request_id=ctx.request_id
             )
 
-    async def message(self, message: Any) -> None:
+    async def message(self, message: IncomingMessage) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             await self.hub.tools_changed(self.server)
         elif isinstance(message, types.PromptListChangedNotification):

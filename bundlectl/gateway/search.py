@@ -3,14 +3,16 @@ tool listed."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import mcp_types as types
 
 from bundlectl.calls.confirm import Confirmation
 from bundlectl.gateway.context import _error
+from bundlectl.mcpio.requests import JsonObject
 
 if TYPE_CHECKING:
+    from bundlectl.config.models import ToolSpec
     from bundlectl.gateway.view import Gateway
 
 
@@ -21,13 +23,13 @@ def _name(tool: types.Tool) -> str:
 DETAILS = ("name", "summary", "full")
 
 
-def _describe(server: str, tool: types.Tool, detail: str) -> Any:
+def _describe(server: str, tool: types.Tool, detail: str) -> str | JsonObject:
     """One search result: the qualified name, with the first line of the description
     (`summary`) or the whole definition (`full`)."""
     name = f"{server}.{tool.name}"
     if detail == "name":
         return name
-    item: dict[str, Any] = {"name": name}
+    item: JsonObject = {"name": name}
     description = (tool.description or "").strip()
     if detail == "summary":
         item["description"] = description.splitlines()[0] if description else ""
@@ -75,7 +77,7 @@ def search_mode_tools() -> list[types.Tool]:
     ]
 
 
-def _declared(spec: Any) -> types.Tool:
+def _declared(spec: ToolSpec) -> types.Tool:
     annotations = spec.annotations or None
     return types.Tool(
         name=spec.name,
@@ -88,8 +90,8 @@ def _declared(spec: Any) -> types.Tool:
 
 
 async def _search_mode_call(
-    gateway: Gateway, name: str, arguments: dict[str, Any], confirm: Confirmation | None
-) -> types.CallToolResult:
+    gateway: Gateway, name: str, arguments: JsonObject, confirm: Confirmation | None
+) -> types.CallToolResult | types.InputRequiredResult:
     """Search mode's two tools; any other name is unknown, as in direct mode."""
     if name == "search_tools":
         query, server = arguments.get("query", ""), arguments.get("server")

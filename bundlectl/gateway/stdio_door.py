@@ -9,11 +9,12 @@ import json
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.lowlevel
 import mcp_types as types
+from mcp.shared.message import SessionMessage
 
 from bundlectl.calls.arguments import refuse_constant
 from bundlectl.calls.pipeline import Pipeline
@@ -22,7 +23,11 @@ from bundlectl.gateway.express import Express
 from bundlectl.gateway.handlers import mcp_server
 from bundlectl.gateway.hub import Hub
 from bundlectl.mcpio.pipes import Oversized, PipeWriter, json_line, read_pipe
+from bundlectl.mcpio.requests import JsonObject
 from bundlectl.mcpio.stdio import session_message
+
+if TYPE_CHECKING:
+    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 
 async def serve_stdio(
@@ -40,7 +45,7 @@ async def serve_stdio(
         group.cancel_scope.cancel()  # the client is gone: stop every downstream server
 
 
-def _sdk_line(message: Any) -> bytes:
+def _sdk_line(message: SessionMessage) -> bytes:
     data: str = message.message.model_dump_json(by_alias=True, exclude_unset=True)
     return data.encode() + b"\n"
 
@@ -55,13 +60,21 @@ def _invalid_message(exc: Exception) -> str:
     return f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
 
 
-async def _quietly_send(stream: Any, message: Any) -> None:
+async def _quietly_send(
+    stream: MemoryObjectSendStream[SessionMessage | Exception], message: SessionMessage
+) -> None:
     with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
         await stream.send(message)
 
 
 @asynccontextmanager
-async def _stdio() -> AsyncIterator[tuple[Any, PipeWriter, Callable[[Express | None], None]]]:
+async def _stdio() -> AsyncIterator[
+    tuple[
+        MemoryObjectReceiveStream[SessionMessage | Exception],
+        PipeWriter,
+        Callable[[Express | None], None],
+    ]
+]:
     """Our stdin and stdout as the SDK's message streams, and a way to hand the express lane
     the messages it takes: each line is offered to it as soon as it is read, and the lane
     posts its lines to the same writer (`PipeWriter.post`).
@@ -71,14 +84,14 @@ async def _stdio() -> AsyncIterator[tuple[Any, PipeWriter, Callable[[Express | N
     when stdin is a file, simply abandoned), and the shutdown goes ahead at once.
     """
 
-    read_send, read = anyio.create_memory_object_stream[Any](16)
+    read_send, read = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     writer = PipeWriter(stdout, _sdk_line)
     lane: list[Express | None] = [None]
 
     count = itertools.count(1)
 
-    def parse(raw: bytes | bytearray) -> Any:
+    def parse(raw: bytes | bytearray) -> SessionMessage | None:
         """The SDK's message, or None: the express lane took it, or it is no JSON-RPC message
         (then the client gets the error JSON-RPC prescribes, and our log says why; the SDK
         would drop it without a word)."""
@@ -117,7 +130,7 @@ async def _stdio() -> AsyncIterator[tuple[Any, PipeWriter, Callable[[Express | N
         lane[0] = express
         if express is not None:
 
-            def to_sdk(message: dict[str, Any]) -> None:
+            def to_sdk(message: JsonObject) -> None:
                 group.start_soon(_quietly_send, read_send, session_message(message))
 
             express.to_sdk = to_sdk

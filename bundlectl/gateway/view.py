@@ -8,18 +8,14 @@ import dataclasses
 import functools
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 
-import anyio
-import anyio.lowlevel
 import mcp_types as types
-from mcp.shared.exceptions import MCPError
 
 from bundlectl.calls.approval import ApprovalHeld, DeniedByApprover, OutOfBand
 from bundlectl.calls.call import CallOutcome, CallRequest, completed, perform
 from bundlectl.calls.confirm import Confirmation, Deferred
 from bundlectl.calls.limits import LimitReached
-from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config.models import ToolSpec
 from bundlectl.config.settings import seconds
 from bundlectl.errors import (
@@ -28,26 +24,33 @@ from bundlectl.errors import (
     PolicyDenied,
     Unconfirmable,
 )
-from bundlectl.gateway.context import _connection, _error, _not_found
-from bundlectl.gateway.downstream import T
+from bundlectl.gateway.content import ServerContent
+from bundlectl.gateway.context import (
+    ExpressContext,
+    RequestContext,
+    _error,
+)
 from bundlectl.gateway.search import DETAILS, _declared, _describe, _name
-from bundlectl.mcpio.session import ServerSession
+from bundlectl.mcpio.requests import JsonObject
+from bundlectl.mcpio.session import Progress, ServerSession
 from bundlectl.policy.catalog import ToolRef, search
 from bundlectl.policy.rules import Decision
 from bundlectl.state import StateError
 
 if TYPE_CHECKING:
+    from bundlectl.config.models import ServerSpec
     from bundlectl.gateway.hub import Hub
 
 
 @dataclass
-class Gateway:
-    """One agent's view of every resolved server, and the calls it makes through them."""
+class Gateway(ServerContent):
+    """One agent's view of every resolved server, and the calls it makes through them (its
+    resources and prompts: `ServerContent`)."""
 
     hub: Hub
     agent: str
     mode: str = "direct"  # direct | search
-    ctx: Any = None  # the client request this view answers (progress, elicitation, logs)
+    ctx: RequestContext | None = None  # the request it answers (progress, questions, logs)
     # What binds a held call (`parking.py`) when this request's client can answer a server's
     # question only by retrying (2026-07-28); None: it is asked directly, or cannot be.
     binding: dict[str, str] | None = None
@@ -57,11 +60,7 @@ class Gateway:
         """Where the agent finds the names it may call."""
         return "search_tools" if self.mode == "search" else "tools/list"
 
-    @property
-    def pipeline(self) -> Pipeline:
-        return self.hub.pipeline
-
-    async def _offered(self, name: str, spec: Any) -> list[types.Tool]:
+    async def _offered(self, name: str, spec: ServerSpec) -> list[types.Tool]:
         """A server's tools: its declared definitions, or the live ones when it declares none or
         `pin_tools` holds (then a live tool that differs from the lock is withheld)."""
         pinned = self.pipeline.resolution.policy.set.pin_tools
@@ -139,176 +138,21 @@ class Gateway:
             return (server, tool) if (server, tool) in self.hub.pairs else None
         return self.hub.tool_named(name)
 
-    async def _servers_in_use(self) -> list[str]:
-        """The servers whose resources and prompts are the agent's too (`CompiledAgent.opens`:
-        a tool allowed outright, not only after confirmation or for some arguments)."""
-        compiled = self.pipeline.resolution.policy.agent(self.agent)
-        tools: dict[str, list[str]] = {}
-        for server, tool in await self._catalog():
-            tools.setdefault(server, []).append(tool.name)
-        return sorted(server for server, names in tools.items() if compiled.opens(server, names))
-
-    async def _gather(
-        self, kind: Literal["resources", "templates", "prompts"]
-    ) -> list[tuple[str, Any]]:
-        """(server, item) for every item of a list (`resources`, `templates`, `prompts`: what
-        a `ServerSession` lists) of every server in use, asked concurrently; a server without
-        the feature adds nothing."""
-
-        found: dict[str, list[Any]] = {}
-
-        async def job(session: ServerSession) -> list[Any]:
-            if kind == "prompts":
-                return await session.prompts()
-            return await (session.resources() if kind == "resources" else session.templates())
-
-        async def one(server: str) -> None:
-            with contextlib.suppress(BundlectlError):
-                downstream = self.hub.downstream(server, self.agent)
-                found[server] = await downstream.run(self.hub.group, job)
-
-        servers = await self._servers_in_use()
-        async with anyio.create_task_group() as group:
-            for server in servers:
-                group.start_soon(one, server)
-        return [(server, item) for server in servers for item in found.get(server, [])]
-
-    async def list_prompts(self) -> list[types.Prompt]:
-        """The prompts of the servers in use, named `server__prompt` (descriptions through the
-        tokenizer, as what `prompts/get` returns)."""
-        prompts = [
-            prompt.model_copy(update={"name": self.hub.name_of(server, prompt.name)})
-            for server, prompt in await self._gather("prompts")
-        ]
-        return self._tokenized(prompts, "title", "description")
-
-    def _tokenized(self, items: list[T], *fields: str) -> list[T]:
-        """Listed items with the text of `fields` tokenized (privacy), as reads of them are."""
-        tokens = self.hub.tokenizer(self.ctx, self.agent)
-        if tokens is None:
-            return items
-        return [tokens.listed(item, *fields) for item in items]
-
-    async def get_prompt(self, name: str, arguments: dict[str, str] | None) -> Any:
-        listed = await self._gather("prompts")
-        found = [(s, p.name) for s, p in listed if self.hub.name_of(s, p.name) == name]
-        if found:
-            server, prompt = found[0]
-
-            async def job(session: ServerSession) -> Any:
-                return await session.prompt(prompt, arguments)
-
-            key = {"name": prompt, "arguments": arguments or {}}
-            try:
-                downstream = self.hub.downstream(server, self.agent)
-                got = await downstream.run(self.hub.group, job, self.ctx)
-            except BaseException:
-                self.pipeline.access(self.agent, server, "prompts/get", key, "server-error")
-                raise
-            self.pipeline.access(self.agent, server, "prompts/get", key, "ok")
-            tokens = self.hub.tokenizer(self.ctx, self.agent)
-            return tokens.prompt(got) if tokens is not None else got
-        self.pipeline.access(self.agent, "-", "prompts/get", {"name": name}, "not-found")
-        raise _not_found(f"unknown prompt {name!r}; prompts/list shows the prompts you can use")
-
-    async def complete(
-        self, ref: Any, argument: dict[str, str], context: dict[str, str] | None
-    ) -> types.CompleteResult:
-        """Completions for an argument of a prompt (by the name the client sees) or a resource
-        template (by its URI template), from the server in use that has it; the answer passes
-        the tokenizer like every other text a server sends."""
-        if ref.type == "ref/prompt":
-            listed = await self._gather("prompts")
-            found = [
-                (s, types.PromptReference(name=p.name))
-                for s, p in listed
-                if self.hub.name_of(s, p.name) == ref.name
-            ]
-        else:
-            listed = await self._gather("templates")
-            found = [(s, ref) for s, t in listed if t.uri_template == ref.uri]
-        if not found:
-            what = f"prompt {ref.name!r}" if ref.type == "ref/prompt" else f"template {ref.uri!r}"
-            raise _not_found(f"unknown {what}; nothing to complete")
-        server, real = found[0]
-
-        async def job(session: ServerSession) -> types.CompleteResult:
-            result: types.CompleteResult = await session.complete(real, argument, context)
-            return result
-
-        result: types.CompleteResult = await self.hub.downstream(server, self.agent).run(
-            self.hub.group, job, self.ctx
-        )
-        tokens = self.hub.tokenizer(self.ctx, self.agent)
-        if tokens is None:
-            return result
-        values = [tokens.text(value) for value in result.completion.values]
-        completion = result.completion.model_copy(update={"values": values})
-        return result.model_copy(update={"completion": completion})
-
-    async def list_resources(self) -> list[types.Resource]:
-        found = [item for _, item in await self._gather("resources")]
-        return self._tokenized(found, "uri", "name", "title", "description")
-
-    async def list_resource_templates(self) -> list[types.ResourceTemplate]:
-        found = await self._gather("templates")
-        return self._tokenized([item for _, item in found], "name", "title", "description")
-
-    async def read_resource(self, uri: str) -> Any:
-        """The resource from the server in use that lists it, or else from the first that can
-        read it (a URI made from a template). A listed URI that was tokenized is read by its
-        real value, from the server that listed it only (no token is put back elsewhere)."""
-
-        listed = await self._gather("resources")
-        tokens = self.hub.tokenizer(self.ctx, self.agent)
-        real = tokens.restore(uri) if tokens is not None else uri
-        owners = [server for server, item in listed if str(item.uri) == real]
-        uri = real if owners else uri
-        candidates = owners or await self._servers_in_use()
-
-        async def job(session: ServerSession) -> Any:
-            try:
-                return await session.read(uri)
-            except MCPError:  # not this server's: the next candidate may have it
-                return None
-
-        for server in candidates:
-            try:
-                downstream = self.hub.downstream(server, self.agent)
-                result = await downstream.run(self.hub.group, job, self.ctx)
-            except BundlectlError:
-                continue
-            if result is not None:
-                self.pipeline.access(self.agent, server, "resources/read", {"uri": uri}, "ok")
-                tokens = self.hub.tokenizer(self.ctx, self.agent)
-                return tokens.read(result) if tokens is not None else result
-        self.pipeline.access(self.agent, "-", "resources/read", {"uri": uri}, "not-found")
-        raise _not_found(f"unknown resource {uri!r}; resources/list shows what you can read")
-
-    async def subscribe(self, uri: str, key: Any, notify: Any, ctx: Any = None) -> None:
-        """Watch a resource of a server in use: the one that lists it, or else the first that
-        can watch it (a URI made from a template); until the client of request `ctx`
-        unsubscribes or its connection ends."""
-        listed = await self._gather("resources")
-        owners = [server for server, item in listed if str(item.uri) == uri]
-        for server in owners or await self._servers_in_use():
-            if await self.hub.watch(server, self.agent, uri, key, notify):
-                if ctx is not None:
-                    self.hub.release_at_end(_connection(ctx), key)
-                return
-        raise _not_found(f"unknown resource {uri!r}; resources/list shows what you can read")
-
-    def _log_meta(self) -> dict[str, Any] | None:
+    def _log_meta(self) -> JsonObject | None:
         """The call's `_meta` for the server: the log level the client wants (a 2026-07-28
         server sends log messages only to requests that ask; older ones ignore the key)."""
         floor = self.hub.log_floor(self.ctx) if self.ctx is not None else None
         return None if floor is None else {types.LOG_LEVEL_META_KEY: floor}
 
-    def _progress(self) -> Any:
+    def _progress(self) -> Progress | None:
         """The downstream server's progress, passed on to the client when it asked for it."""
         ctx = self.ctx
-        if ctx is None or ctx.meta is None or ctx.meta.get("progress_token") is None:
-            return None
+        if (
+            ctx is None
+            or isinstance(ctx, ExpressContext)
+            or not (ctx.meta or {}).get("progress_token")
+        ):
+            return None  # (the express lane passes progress on itself)
 
         tokens = self.hub.tokenizer(ctx, self.agent)
 
@@ -321,8 +165,8 @@ class Gateway:
         return report
 
     async def call_tool(
-        self, name: str, arguments: dict[str, Any], confirm: Confirmation | None = None
-    ) -> types.CallToolResult:
+        self, name: str, arguments: JsonObject, confirm: Confirmation | None = None
+    ) -> types.CallToolResult | types.InputRequiredResult:
         """One call through the pipeline, by `server__tool` (direct mode) or `server.tool`
         (search mode's `call_tool`); every failure is a result the model can act on.
 
@@ -359,11 +203,11 @@ class Gateway:
         except PolicyDenied as exc:
             return _error(self._refusal(name, decision, exc, unknown))
         if isinstance(admitted, Deferred):
-            return admitted.answer  # type: ignore[no-any-return]  # the client asks, then retries
+            return admitted.answer  # the client is asked, then retries
         decision = admitted
         perform = functools.partial(self._perform, decision, server, tool, arguments)
-        if self.binding is not None:  # its server may ask the client: it can answer by a retry
-            return await self.hub.parking.start(self.ctx, self.binding, perform)  # type: ignore[return-value]
+        if self.binding is not None and self.ctx is not None:  # its client answers by retrying
+            return await self.hub.parking.start(self.ctx, self.binding, perform)
         return await perform()
 
     def _refusal(self, name: str, decision: Decision, exc: PolicyDenied, unknown: str) -> str:
@@ -418,14 +262,19 @@ class Gateway:
             if rule.effect != "deny" and rule.condition is not None
         ]
 
-    def _received(self, server: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    def _received(self, server: str, tool: str, arguments: JsonObject) -> JsonObject:
         """The arguments as `server.tool` will receive them: the real values behind the agent's
         privacy tokens for a `detokenize` tool (the conditions judge those, SPEC 10)."""
         tokens = self.hub.tokenizer(self.ctx, self.agent)
-        if tokens is None or not self.hub.privacy().gets_real_values(server, tool):
+        if tokens is None or not self._real_values(server, tool):
             return arguments
-        restored: dict[str, Any] = tokens.restore(arguments)
+        restored: JsonObject = tokens.restore(arguments)
         return restored
+
+    def _real_values(self, server: str, tool: str) -> bool:
+        """Whether `server.tool` gets the real values behind privacy tokens (`detokenize`)."""
+        privacy = self.hub.privacy()
+        return privacy is not None and privacy.gets_real_values(server, tool)
 
     def _not_started(self, name: str) -> str | None:
         """Why a name is not among the tools, when it names a server the agent may reach that
@@ -445,7 +294,7 @@ class Gateway:
         return None
 
     async def _perform(
-        self, decision: Decision, server: str, tool: str, arguments: dict[str, Any]
+        self, decision: Decision, server: str, tool: str, arguments: JsonObject
     ) -> types.CallToolResult:
         """An admitted call, performed and finished (audit, restart)."""
         tokens = self.hub.tokenizer(self.ctx, self.agent)  # None: nothing is tokenized
@@ -453,7 +302,7 @@ class Gateway:
         # back into tokens (a server's or a validator's error may quote them).
         shown = tokens.conceal if tokens is not None else _same
         downstream = self.hub.downstream(server, self.agent)
-        restore = tokens is not None and self.hub.privacy().gets_real_values(server, tool)
+        restore = tokens is not None and self._real_values(server, tool)
         request = CallRequest(
             self.agent,
             server,

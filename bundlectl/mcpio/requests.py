@@ -18,9 +18,13 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+# A JSON object as read from the wire or about to be written to it: a JSON-RPC message, its
+# params or result. Its values are checked where they are read (`isinstance`), not typed.
+JsonObject = dict[str, Any]
+
 # What a request's handler is given: an answer (`result` or `error`), a progress notification,
 # or None when the connection ended before the answer came.
-Handler = Callable[[dict[str, Any] | None], None]
+Handler = Callable[[JsonObject | None], None]
 
 PROGRESS = "notifications/progress"
 

@@ -20,7 +20,12 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import mcp_types as types
+
+    CompletionRef = types.PromptReference | types.ResourceTemplateReference
 
 # Progress of a call: (progress, total, message).
 Progress = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -61,21 +66,23 @@ class ServerSession(Session, Protocol):
     server without the feature (it answers an error) lists nothing. Results are the SDK's
     models, which the gateway hands on to its own client unconverted."""
 
-    async def resources(self) -> list[Any]: ...
+    async def resources(self) -> list[types.Resource]: ...
 
-    async def templates(self) -> list[Any]: ...
+    async def templates(self) -> list[types.ResourceTemplate]: ...
 
-    async def prompts(self) -> list[Any]: ...
+    async def prompts(self) -> list[types.Prompt]: ...
 
-    async def read(self, uri: str) -> Any:
+    async def read(self, uri: str) -> types.ReadResourceResult:
         """The resource's `ReadResourceResult`; the server's refusal raises (`MCPError`)."""
         ...
 
-    async def prompt(self, name: str, arguments: dict[str, str] | None) -> Any: ...
+    async def prompt(
+        self, name: str, arguments: dict[str, str] | None
+    ) -> types.GetPromptResult: ...
 
     async def complete(
-        self, ref: Any, argument: dict[str, str], context: dict[str, str] | None
-    ) -> Any: ...
+        self, ref: CompletionRef, argument: dict[str, str], context: dict[str, str] | None
+    ) -> types.CompleteResult: ...
 
     async def subscribe(self, uri: str) -> bool:
         """Ask to hear of changes to `uri` (2025-11-25 and older); False: the server refused."""
@@ -181,25 +188,28 @@ class SdkSession:
         except MCPError:  # method not found: the server has no such feature
             return items
 
-    async def resources(self) -> list[Any]:
+    async def resources(self) -> list[types.Resource]:
         return await self._pages("list_resources", "resources")
 
-    async def templates(self) -> list[Any]:
+    async def templates(self) -> list[types.ResourceTemplate]:
         return await self._pages("list_resource_templates", "resource_templates")
 
-    async def prompts(self) -> list[Any]:
+    async def prompts(self) -> list[types.Prompt]:
         return await self._pages("list_prompts", "prompts")
 
-    async def read(self, uri: str) -> Any:
-        return await self.client.read_resource(uri)
+    async def read(self, uri: str) -> types.ReadResourceResult:
+        result: types.ReadResourceResult = await self.client.read_resource(uri)
+        return result
 
-    async def prompt(self, name: str, arguments: dict[str, str] | None) -> Any:
-        return await self.client.get_prompt(name, arguments)
+    async def prompt(self, name: str, arguments: dict[str, str] | None) -> types.GetPromptResult:
+        result: types.GetPromptResult = await self.client.get_prompt(name, arguments)
+        return result
 
     async def complete(
-        self, ref: Any, argument: dict[str, str], context: dict[str, str] | None
-    ) -> Any:
-        return await self.client.complete(ref, argument, context)
+        self, ref: CompletionRef, argument: dict[str, str], context: dict[str, str] | None
+    ) -> types.CompleteResult:
+        result: types.CompleteResult = await self.client.complete(ref, argument, context)
+        return result
 
     async def subscribe(self, uri: str) -> bool:
         from mcp.shared.exceptions import MCPError

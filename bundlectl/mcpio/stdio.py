@@ -17,7 +17,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
@@ -26,6 +26,9 @@ from bundlectl.mcpio import watchdog
 from bundlectl.mcpio.pipes import MAX_MESSAGE, Oversized, PipeWriter, json_line, read_pipe
 from bundlectl.mcpio.requests import Requests
 from bundlectl.mcpio.watchdog import group_alive, stop_group
+
+if TYPE_CHECKING:
+    from mcp.shared.message import SessionMessage
 
 GRACE = 2.0  # seconds after closing stdin, and again after SIGTERM
 
@@ -328,7 +331,7 @@ def decode_message(raw: bytes | bytearray) -> Any:
     return session_message(json.loads(raw))
 
 
-def session_message(parsed: Any) -> Any:
+def session_message(parsed: object) -> SessionMessage:
     """A parsed JSON-RPC message as the SDK's SessionMessage; ValueError when it is none."""
     from mcp.shared.message import SessionMessage
     from mcp_types import jsonrpc_message_adapter

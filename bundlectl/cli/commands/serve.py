@@ -11,7 +11,8 @@ from bundlectl.calls.pipeline import Pipeline
 from bundlectl.cli.options import ServeMode, ServeTransport
 from bundlectl.config.project import load_project
 from bundlectl.errors import UsageError
-from bundlectl.gateway.http import access_for, bind, serve_http
+from bundlectl.gateway.access import access_for
+from bundlectl.gateway.http import bind, serve_http
 from bundlectl.gateway.stdio_door import serve_stdio
 from bundlectl.mcpio import runner
 from bundlectl.output import note
