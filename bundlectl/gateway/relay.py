@@ -15,7 +15,6 @@ import mcp_types as types
 from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated
-from pydantic import BaseModel, ValidationError
 
 from bundlectl.errors import (
     Interrupted,
@@ -125,10 +124,10 @@ class Relay:
         capability: Literal["elicitation", "sampling"],
         request: types.ElicitRequest | types.CreateMessageRequest,
         answer: type[Answer],
-    ) -> Answer | types.ErrorData | None:
+    ) -> object:
         """A server's request to the client of the call it belongs to: sent on the client's
         session (2025-11-25), or parked for a 2026-07-28 client to answer by retrying
-        (`parking.py`; None: it did not answer in time)."""
+        (`parking.py`). What the client answered, an error, or None: no answer in time."""
         ctx, why = self.current()
         if ctx is None:
             return self._refuse(capability, why)
@@ -146,14 +145,7 @@ class Relay:
                 "which has no way to send a request back to the client during a call; serve "
                 "without --stateless, or use a client on the 2026-07-28 protocol",
             )
-        reply = await parking.ask(ctx, request, self._timeout())
-        if reply is None or isinstance(reply, answer):
-            return reply
-        try:  # what the client answered, as the server's question wants it
-            shown = reply.model_dump(by_alias=True) if isinstance(reply, BaseModel) else reply
-            return answer.model_validate(shown)
-        except ValidationError:
-            return self._refuse(capability, f"the client's answer is no {answer.__name__}")
+        return await parking.ask(ctx, request, self._timeout())
 
     def _timeout(self) -> float:
         return float(self.hub.downstream(self.server, self.owner).target.spec.timeout)
@@ -163,18 +155,24 @@ class Relay:
     ) -> types.ElicitResult | types.ErrorData:
         request = types.ElicitRequest(params=params)
         reply = await self._ask("elicitation", request, types.ElicitResult)
-        # Nobody answered in time: as if the user dismissed it.
-        return types.ElicitResult(action="cancel") if reply is None else reply
+        if reply is None:  # nobody answered in time: as if the user dismissed it
+            return types.ElicitResult(action="cancel")
+        if isinstance(reply, types.ElicitResult | types.ErrorData):
+            return reply
+        return self._refuse("elicitation", "the client's answer is not an elicitation result")
 
     async def sample(
         self, context: ClientRequestContext, params: types.CreateMessageRequestParams
-    ) -> types.CreateMessageResult | types.ErrorData:
+    ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
         request = types.CreateMessageRequest(params=params)
         reply = await self._ask("sampling", request, types.CreateMessageResult)
         if reply is None:
             why = f"the client did not answer within {self._timeout():g} s"
             return self._refuse("sampling", why)
-        return reply
+        sampled = types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData
+        if isinstance(reply, sampled):
+            return reply
+        return self._refuse("sampling", "the client's answer is not a sampling result")
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         ctx, _ = self.current()
