@@ -1,7 +1,7 @@
 """Warm call overhead of `bundlectl serve`: the same tool call made through the gateway and made
 directly with the SDK client to the same kind of downstream server, interleaved in one run.
 
-    python bench/bench_gateway.py [--calls 300] [--rounds 5] [--baseline CHECKOUT]
+    python bench/bench_gateway.py [--calls 300] [--rounds 5] [--baseline CHECKOUT] [--traced]
 
 Both sessions are opened once and warmed; then calls alternate between them, in rounds (this
 machine's noise moves one round's ratio by +-0.1): each round's medians are printed, and the
@@ -9,18 +9,24 @@ medians over every call. The downstream is
 the test suite's `kitchen` server (a Python MCP server over stdio), tool `echo`. A third session
 goes through `raw_relay.py`, a process that only copies bytes: the floor for any gateway.
 Goal: gateway <= 1.15x direct and <= 2 ms added at the median.
+
+`--traced` adds the same gateway with OpenTelemetry on (traces and metrics, exported over
+OTLP/HTTP to a sink in this process that answers 200): issue 41's goal is <= 0.15 ms added.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import http.server
 import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import anyio
 from mcp import Client, StdioServerParameters
@@ -30,7 +36,30 @@ KITCHEN = ROOT / "tests" / "servers" / "kitchen.py"
 RELAY = ROOT / "bench" / "raw_relay.py"
 
 
-async def bench(calls: int, rounds: int, baseline: Path | None) -> None:
+class _Sink(http.server.BaseHTTPRequestHandler):
+    """An OTLP/HTTP receiver that takes every export and keeps nothing."""
+
+    received: ClassVar[dict[str, int]] = {}  # exports by path (/v1/traces, /v1/metrics)
+
+    def do_POST(self) -> None:
+        _Sink.received[self.path] = _Sink.received.get(self.path, 0) + 1
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def _otlp_sink() -> str:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+async def bench(calls: int, rounds: int, baseline: Path | None, traced: bool = False) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp)
         (project / "bundlectl.yaml").write_text(
@@ -47,6 +76,16 @@ async def bench(calls: int, rounds: int, baseline: Path | None) -> None:
                 command=sys.executable, args=[str(RELAY), sys.executable, str(KITCHEN)], env=env
             ),
         }
+        if traced:  # the same gateway exporting spans and metrics
+            otel = {
+                **env,
+                "OTEL_EXPORTER_OTLP_ENDPOINT": _otlp_sink(),
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                "OTEL_METRIC_EXPORT_INTERVAL": "1000",
+            }
+            sessions["traced"] = StdioServerParameters(
+                command=serve[0], args=serve[1:], cwd=tmp, env=otel
+            )
         if baseline is not None:  # the same gateway from another checkout (before a change)
             sessions["baseline"] = StdioServerParameters(
                 command=serve[0], args=serve[1:], cwd=tmp, env={**env, "PYTHONPATH": str(baseline)}
@@ -90,6 +129,10 @@ async def bench(calls: int, rounds: int, baseline: Path | None) -> None:
     if "baseline" in medians:
         before = medians["baseline"]
         print(f"baseline ({baseline}): {before:.2f} ms, {before / dr:.2f}x")
+    if "traced" in medians:
+        on = medians["traced"]
+        print(f"with OpenTelemetry on: {on:.2f} ms, {on - gw:+.3f} ms a call (goal <= 0.15)")
+        print(f"  exports received: {_Sink.received or 'none'}")
     print(f"p99: gateway {p99['gateway']:.2f} ms, direct {p99['direct']:.2f} ms")
 
 
@@ -103,10 +146,13 @@ def main() -> None:
         help="a checkout of bundlectl (e.g. a `git worktree` of the commit before a change) whose "
         "`serve` is timed in the same run",
     )
+    parser.add_argument(
+        "--traced", action="store_true", help="also time the gateway with OpenTelemetry on"
+    )
     args = parser.parse_args()
     if args.baseline is not None and not (args.baseline / "bundlectl" / "__init__.py").exists():
         parser.error(f"--baseline: {args.baseline} holds no bundlectl package")
-    anyio.run(bench, args.calls, args.rounds, args.baseline)
+    anyio.run(bench, args.calls, args.rounds, args.baseline, args.traced)
 
 
 if __name__ == "__main__":
