@@ -197,3 +197,32 @@ def test_a_broken_registry_is_a_clear_error(
     failed = run("list")
     assert failed.code == 2, failed.err
     assert said in failed.err and "Traceback" not in failed.err
+
+
+def test_only_the_bundles_a_project_uses_are_fetched(
+    tmp_path: Path, project: Path, run: Run
+) -> None:
+    """A registry of many bundles costs a project the index and the manifests of the bundles it
+    uses: a cold `lock` fetches nothing else, and a broken manifest of a bundle it does not use
+    (checked when the registry was built, changed on the server since) does not stop it."""
+    source = tmp_path / "src"
+    for name in ("weather", "mail", "maps"):
+        manifest = MANIFEST.replace("name: weather", f"name: {name}")
+        write(source / name / "1.0.0.yaml", manifest.format(version="1.0.0"))
+    assert run("registry", "build", str(source), "--out", str(tmp_path / "www" / "team")).code == 0
+    (tmp_path / "www" / "team" / "maps" / "1.0.0.yaml").write_text("name: [not a manifest")
+    served = Served(tmp_path / "www")
+    try:
+        _project(project, served.url)
+        installed = run("install", "weather")
+        assert installed.code == 0, installed.err
+        fetched = sorted(path for path, _ in served.log)
+        assert fetched == ["/team/index.json", "/team/weather/1.0.0.yaml"]
+        assert run("lock", "--check").code == 0
+        # `list` shows every bundle: now the others are fetched, and the changed one refused
+        listed = run("list")
+        assert listed.code == 2
+        assert "maps 1.0.0: the manifest's digest sha256:" in listed.err
+        assert ("/team/mail/1.0.0.yaml", 200) in served.log
+    finally:
+        served.stop()

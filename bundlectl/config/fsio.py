@@ -28,16 +28,19 @@ def write_project_file(path: Path, text: str) -> None:
     atomic_write(path, text)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Same-folder temp file, fsync, os.replace. The file keeps its mode; a new file gets the
-    mode the umask gives (mkstemp's 0600 is for secrets, and these files are for review)."""
+    mode the umask gives (mkstemp's 0600 is for secrets, and these files are for review).
+    `durable=False`: no fsync, for a cache whose entries are checked when read (a write a
+    crash cut short is found and made again, never used)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         try:
             mode = path.stat().st_mode & 0o7777
         except FileNotFoundError:

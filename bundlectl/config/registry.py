@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
@@ -23,6 +24,9 @@ from bundlectl.config.requirements import NAME_HELP, NAME_RE
 from bundlectl.config.validation import validate_doc
 from bundlectl.config.yamlio import YamlDoc, parse_bytes, read_bounded
 from bundlectl.errors import InputFileError, Problem, UsageError
+
+if TYPE_CHECKING:
+    from bundlectl.config.remote import Mirror
 
 
 def is_remote(entry: str) -> bool:
@@ -98,28 +102,29 @@ class Source:
 
 
 class RemoteSource(Source):
-    """A registry on a web server (`remote`): read from its mirror in the user cache folder,
-    which is brought up to date (or found to be unreachable) on first use in a process."""
+    """A registry on a web server (`remote`): its index fetched (or found unreachable) on first
+    use in a process, each bundle's manifests when that bundle is first used, all read from the
+    mirror in the user cache folder."""
 
-    def sync(self) -> None:
-        """Bring the mirror up to date, once per loaded registry (a command)."""
-        if not self.__dict__.get("_synced"):
+    def _mirror(self) -> Mirror:
+        """The registry's mirror, brought up to date once per loaded registry (a command)."""
+        found: Mirror | None = self.__dict__.get("_synced")
+        if found is None:
             from bundlectl.config import remote  # noqa: PLC0415 - only for a project with one
 
-            remote.mirror(self.label)
-            object.__setattr__(self, "_synced", True)  # frozen: a memo, not a field
+            found = remote.mirror(self.label)
+            object.__setattr__(self, "_synced", found)  # frozen: a memo, not a field
+        return found
 
     def names(self) -> list[str]:
-        self.sync()
-        return super().names()
+        return sorted(self._mirror().bundles)  # (the index's names are checked when read)
 
     def versions(self, name: str) -> dict[Version, Path]:
-        self.sync()
-        return super().versions(name)
+        return {Version(v): file for v, file in self._mirror().fetch(name).items()}
 
     def layout_problems(self) -> list[Problem]:
-        self.sync()
-        return super().layout_problems()
+        self._mirror()  # an index that lists a malformed name or version is refused whole
+        return []
 
 
 _NAME = re.compile(NAME_RE)
@@ -309,8 +314,8 @@ class Registry:
         for source in self.sources:
             if source.label != "builtin":
                 problems += source.layout_problems()
-            if not source.is_project:
-                continue
+            if not source.is_project or isinstance(source, RemoteSource):
+                continue  # a remote registry was checked whole when it was published
             for name in source.names():
                 if self.source_of(name) is not source:
                     continue  # served by an earlier project registry

@@ -37,6 +37,7 @@ _NAME = re.compile(NAME_RE)
 INDEX = "index.json"
 FRESH = 300.0  # seconds a fetched index is used before it is asked for again
 MAX_BYTES = 32 << 20  # an index or a manifest larger than this is refused
+FETCHERS = 8  # manifests fetched at once (a bundle's versions, `list` of a whole registry)
 
 
 @dataclass
@@ -187,9 +188,32 @@ class _Static:
         return body, url
 
 
-def mirror(url: str) -> Path:
-    """The local mirror folder of the registry at `url` (an `https://` static index or an
-    `oci://` repository), brought up to date as far as the server can be reached."""
+@dataclass
+class Mirror:
+    """A remote registry's mirror: its index (fetched, or cached when the server cannot be
+    reached) and the manifests fetched so far. A bundle's manifests are fetched when the bundle
+    is first used (`fetch`), so a project that uses ten bundles of a registry of hundreds fetches
+    ten; `registry build` checked every manifest when the registry was published."""
+
+    url: str
+    folder: Path
+    fetcher: Fetcher
+    bundles: dict[str, dict[str, dict[str, str]]]  # the index: name → version → path, sha256
+    offline: bool = False  # the server could not be reached: what is cached is what there is
+
+    def fetch(self, name: str) -> dict[str, Path]:
+        """Every version of bundle `name` the mirror holds (version → file), its missing
+        manifests fetched first and checked against the index's digests; offline, the cached
+        ones only."""
+        versions = self.bundles.get(name, {})
+        _manifests(self.fetcher, self.folder, {name: versions}, offline=self.offline)
+        files = {version: self.folder / name / f"{version}.yaml" for version in versions}
+        return {version: file for version, file in files.items() if file.exists()}
+
+
+def mirror(url: str) -> Mirror:
+    """The mirror of the registry at `url` (an `https://` static index or an `oci://`
+    repository), its index brought up to date as far as the server can be reached."""
     fetcher: Fetcher
     if url.startswith("oci://"):
         from bundlectl.config import oci  # noqa: PLC0415 - only for a project with one
@@ -200,9 +224,8 @@ def mirror(url: str) -> Path:
     return sync(url, _folder(url), fetcher)
 
 
-def sync(url: str, folder: Path, fetcher: Fetcher) -> Path:
-    """Bring `folder` up to date from `fetcher`: the index when the cached one is stale, then
-    each manifest it lists that is missing, checked against the index's digest."""
+def sync(url: str, folder: Path, fetcher: Fetcher) -> Mirror:
+    """The index in `folder`, fetched again when the cached one is stale."""
     cached_index = folder / ".index.json"
     etag_file = folder / ".etag"
     fresh = cached_index.exists() and time.time() - cached_index.stat().st_mtime < FRESH
@@ -226,11 +249,10 @@ def sync(url: str, folder: Path, fetcher: Fetcher) -> Path:
                 etag_file.unlink(missing_ok=True)
     if data is None:
         data = cached_index.read_bytes()
-    _manifests(fetcher, folder, parse_index(fetcher.where, data))
-    return folder
+    return Mirror(url, folder, fetcher, parse_index(fetcher.where, data))
 
 
-def _offline(url: str, folder: Path, fetcher: Fetcher, why: str) -> Path:
+def _offline(url: str, folder: Path, fetcher: Fetcher, why: str) -> Mirror:
     cached_index = folder / ".index.json"
     if not cached_index.exists():
         raise UsageError(
@@ -240,8 +262,8 @@ def _offline(url: str, folder: Path, fetcher: Fetcher, why: str) -> Path:
             ),
         )
     err(f"note: registry {url} cannot be reached ({why}); using its cached index")
-    _manifests(fetcher, folder, parse_index(url, cached_index.read_bytes()), offline=True)
-    return folder
+    bundles = parse_index(url, cached_index.read_bytes())
+    return Mirror(url, folder, fetcher, bundles, offline=True)
 
 
 def _manifests(
@@ -261,30 +283,43 @@ def _manifests(
     if offline or not missing:
         return  # offline: what is not cached is not available
     shown = sys.stderr.isatty()
-    for done, (name, version, entry, target) in enumerate(missing, 1):
-        if shown:
-            status(f"\rfetching {len(missing)} manifest(s) from {fetcher.where}: {done}")
-        try:
-            body, where = fetcher.manifest(name, version, entry)
-        except Unreachable as exc:
+    # The first one alone (a client's lazy set-up, a sign-in, happens once), the rest
+    # `FETCHERS` at a time: a cold mirror of hundreds of manifests is a burst of small requests.
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 - only when fetching
+
+    pool = ThreadPoolExecutor(max_workers=FETCHERS)
+    try:
+        pending = [pool.submit(fetcher.manifest, *missing[0][:3])]
+        pending[0].exception()  # done (its failure is raised below, in order)
+        pending += [pool.submit(fetcher.manifest, *item[:3]) for item in missing[1:]]
+        for done, ((name, version, entry, target), future) in enumerate(
+            zip(missing, pending, strict=True), 1
+        ):
             if shown:
-                status("\n")
-            raise UsageError(
-                f"cannot fetch {name} {version} from the registry {fetcher.where}: {exc}",
-                hint=_hint(str(exc), "try again; what was fetched before stays cached"),
-            ) from None
-        got = digest(body)
-        if got != entry["sha256"]:
-            if shown:
-                status("\n")
-            raise problem(
-                where,
-                f"{name} {version}: the manifest's digest {got} differs from the index's "
-                f"{entry['sha256']}; it was not used",
-                "the registry changed a published manifest, or the download was altered: "
-                "ask its owner",
-            )
-        _write(target, body)
+                status(f"\rfetching {len(missing)} manifest(s) from {fetcher.where}: {done}")
+            try:
+                body, where = future.result()
+            except Unreachable as exc:
+                if shown:
+                    status("\n")
+                raise UsageError(
+                    f"cannot fetch {name} {version} from the registry {fetcher.where}: {exc}",
+                    hint=_hint(str(exc), "try again; what was fetched before stays cached"),
+                ) from None
+            got = digest(body)
+            if got != entry["sha256"]:
+                if shown:
+                    status("\n")
+                raise problem(
+                    where,
+                    f"{name} {version}: the manifest's digest {got} differs from the index's "
+                    f"{entry['sha256']}; it was not used",
+                    "the registry changed a published manifest, or the download was altered: "
+                    "ask its owner",
+                )
+            _write(target, body)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     if shown:
         status("\r\033[K")
 
@@ -294,9 +329,12 @@ def digest(data: bytes) -> str:
 
 
 def _write(path: Path, data: bytes) -> None:
+    """A file of the mirror: in place at once or not at all, not synced to disk (each manifest
+    is checked against its digest whenever the mirror is read, so one cut short by a crash is
+    fetched again; the index is parsed before it is used)."""
     from bundlectl.config.fsio import atomic_write_bytes  # noqa: PLC0415 - only when fetching
 
-    atomic_write_bytes(path, data)
+    atomic_write_bytes(path, data, durable=False)
 
 
 def index_of(folder: Path) -> dict[str, Any]:
