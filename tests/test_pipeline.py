@@ -256,7 +256,7 @@ def test_the_question_shows_the_arguments_with_secrets_hidden(
     shown: list[str] = []
 
     async def confirm(pipeline: Pipeline, decision: Decision, arguments: Any) -> bool:
-        shown.append(pipeline.question(decision, arguments))
+        shown.append(pipeline.shown.question(decision, arguments))
         return True
 
     pipeline = Pipeline(resolution, Recorded(), confirm)
@@ -290,7 +290,7 @@ def test_filler_arguments_cannot_hide_the_one_that_matters(resolution: Any) -> N
     decision = pipeline.judge("writer", "files", "write_file", interactive=True)
     arguments = {f"filler{i:02}": "x" for i in range(40)}
     arguments |= {"path": "src/backdoor.py", "content": "evil"}
-    lines = pipeline.question(decision, arguments).splitlines()
+    lines = pipeline.shown.question(decision, arguments).splitlines()
     assert lines[1:4] == [
         '  path: "src/backdoor.py"',
         '  content: "evil"',
@@ -298,7 +298,7 @@ def test_filler_arguments_cannot_hide_the_one_that_matters(resolution: Any) -> N
     ]
     assert len(lines) == 24
     # without a schema to tell them apart, every argument up to a hundred, and the count first
-    unknown = pipeline.question(decision, {f"a{i}": i for i in range(150)}, schema={})
+    unknown = pipeline.shown.question(decision, {f"a{i}": i for i in range(150)}, schema={})
     assert "(150 arguments, the first 100 shown)" in unknown.splitlines()[0]
 
 

@@ -77,7 +77,7 @@ class OutOfBand:
             return True
         rule = decision.rule
         where = f"{rule.label} ({rule.origin})" if rule is not None else "an ask rule"
-        shown = json.dumps(pipeline.redacted(arguments), ensure_ascii=False, indent=2)
+        shown = json.dumps(pipeline.shown.redacted(arguments), ensure_ascii=False, indent=2)
         approval, new = store.request(binding, rule=where, shown=shown, ttl=ttl)
         if new:
             pipeline.audit.approval(decision, "approval-requested", approval.id, None)

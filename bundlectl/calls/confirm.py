@@ -84,7 +84,7 @@ async def on_terminal(pipeline: Pipeline, decision: Decision, arguments: Mapping
     once, no, or always — an allow rule for this tool (with the conditions of the rule that
     asked) written to `bundlectl.local.yaml`, never to the reviewed config."""
     answer = ask(
-        f"{pipeline.question(decision, arguments)}\n"
+        f"{pipeline.shown.question(decision, arguments)}\n"
         f"Allow? [y/N/a] (a: always, a rule in {LOCAL_FILE}) "
     )
     choice = answer.strip().lower()

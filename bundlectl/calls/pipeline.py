@@ -366,19 +366,6 @@ class Pipeline:
             self._shown = Shown(self.resolution)
         return self._shown
 
-    def question(
-        self,
-        decision: Decision,
-        arguments: Mapping[str, Any],
-        schema: Mapping[str, Any] | None = None,
-    ) -> str:
-        """What a person confirming an `ask` rule reads (`Shown.question`)."""
-        return self.shown.question(decision, arguments, schema)
-
-    def redacted(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
-        """The arguments as an approver sees them in full (`Shown.redacted`)."""
-        return self.shown.redacted(arguments)
-
     def finish(
         self,
         decision: Decision,

@@ -353,7 +353,7 @@ def _elicitation(
         downstream = gateway.hub.servers.get(gateway.hub.slot(decision.server, gateway.agent))
         live = (downstream.tools if downstream is not None else None) or {}
         schema = getattr(live.get(decision.tool), "input_schema", None)
-        question = pipeline.question(decision, arguments, schema)
+        question = pipeline.shown.question(decision, arguments, schema)
         question += "\nAllow it?"
         fields = _ALWAYS if gateway.hub.one_client else _NO_FIELDS
         if ctx.session.can_send_request:
