@@ -52,15 +52,20 @@ def gateway_project(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     return project
 
 
-async def _session(project: Path, home: Path, script: Any) -> Any:
+def serve_reader(project: Path, home: Path) -> Any:
+    """`bundlectl serve --agent reader` in `project` as an MCP client starts it."""
     from mcp import StdioServerParameters
 
-    params = StdioServerParameters(
+    return StdioServerParameters(
         command=PY,
         args=["-m", "bundlectl", "serve", "--agent", "reader"],
         cwd=str(project),
         env={**os.environ, "BUNDLECTL_HOME": str(home)},
     )
+
+
+async def _session(project: Path, home: Path, script: Any) -> Any:
+    params = serve_reader(project, home)
     async with connected(params) as client:
         return await script(client)
 
@@ -407,7 +412,6 @@ def test_ask_is_confirmed_by_the_clients_user_through_elicitation(
     gateway_project: Path, isolated_home: Path, action: str, written: bool, protocol: str
 ) -> None:
     import mcp_types as types
-    from mcp import StdioServerParameters
 
     asked: list[str] = []
 
@@ -416,12 +420,7 @@ def test_ask_is_confirmed_by_the_clients_user_through_elicitation(
         return types.ElicitResult(action=action)  # type: ignore[arg-type]
 
     async def session() -> Any:
-        params = StdioServerParameters(
-            command=PY,
-            args=["-m", "bundlectl", "serve", "--agent", "reader"],
-            cwd=str(gateway_project),
-            env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
-        )
+        params = serve_reader(gateway_project, isolated_home)
         async with connected(params, elicitation_callback=elicit, mode=protocol) as client:
             return await client.call_tool("files__write_file", {"path": "w.txt", "content": "ok"})
 
@@ -446,7 +445,6 @@ def test_always_allow_from_the_clients_elicitation_keeps_a_local_rule(
     """#39: over stdio the question offers "always allow"; accepted with it, the call goes
     through and a rule in bundlectl.local.yaml answers the next such call without asking."""
     import mcp_types as types
-    from mcp import StdioServerParameters
 
     asked: list[Any] = []
     reviewed = (gateway_project / "bundlectl.yaml").read_text()
@@ -456,12 +454,7 @@ def test_always_allow_from_the_clients_elicitation_keeps_a_local_rule(
         return types.ElicitResult(action="accept", content={"always": True})
 
     async def session() -> list[Any]:
-        params = StdioServerParameters(
-            command=PY,
-            args=["-m", "bundlectl", "serve", "--agent", "reader"],
-            cwd=str(gateway_project),
-            env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
-        )
+        params = serve_reader(gateway_project, isolated_home)
         async with connected(params, elicitation_callback=elicit, mode=protocol) as client:
             return [
                 await client.call_tool("files__write_file", {"path": p, "content": "ok"})
@@ -482,7 +475,6 @@ def test_a_confirmation_is_good_for_one_call_with_its_own_arguments(
     # On 2026-07-28 the user's acceptance travels in a sealed requestState: it was accepted
     # again for the identical call (three times and more); now once, and for those arguments.
     import mcp_types as types
-    from mcp import StdioServerParameters
 
     asked: list[str] = []
 
@@ -491,12 +483,7 @@ def test_a_confirmation_is_good_for_one_call_with_its_own_arguments(
         return types.ElicitResult(action="decline")
 
     async def session() -> list[Any]:
-        params = StdioServerParameters(
-            command=PY,
-            args=["-m", "bundlectl", "serve", "--agent", "reader"],
-            cwd=str(gateway_project),
-            env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
-        )
+        params = serve_reader(gateway_project, isolated_home)
         one = {"path": "w.txt", "content": "one"}
         async with connected(params, elicitation_callback=elicit) as client:
             first = await client.session.call_tool(
@@ -535,19 +522,13 @@ def test_a_confirmation_is_good_for_one_call_with_its_own_arguments(
 def test_edits_apply_from_the_next_request_and_a_broken_edit_keeps_the_last_good_policy(
     gateway_project: Path, isolated_home: Path, tmp_path: Path
 ) -> None:
-    from mcp import StdioServerParameters
 
     config = gateway_project / "bundlectl.yaml"
     original = config.read_text()
     log = tmp_path / "gateway.log"
 
     async def session() -> dict[str, Any]:
-        params = StdioServerParameters(
-            command=PY,
-            args=["-m", "bundlectl", "serve", "--agent", "reader"],
-            cwd=str(gateway_project),
-            env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
-        )
+        params = serve_reader(gateway_project, isolated_home)
         seen: dict[str, Any] = {}
         with log.open("w") as errlog:
             async with connected(params, errlog=errlog) as client:
@@ -654,7 +635,6 @@ def test_a_servers_tool_list_change_reaches_the_client_refiltered(
     gateway_project: Path, isolated_home: Path
 ) -> None:
     import mcp_types as types
-    from mcp import StdioServerParameters
 
     changed: list[Any] = []
 
@@ -663,12 +643,7 @@ def test_a_servers_tool_list_change_reaches_the_client_refiltered(
             changed.append(message)
 
     async def session() -> tuple[list[str], Any, Any]:
-        params = StdioServerParameters(
-            command=PY,
-            args=["-m", "bundlectl", "serve", "--agent", "reader"],
-            cwd=str(gateway_project),
-            env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
-        )
+        params = serve_reader(gateway_project, isolated_home)
         async with connected(params, message_handler=note, mode="legacy") as client:
             before = [t.name for t in (await client.list_tools()).tools]
             await client.call_tool("kitchen__grow", {})
@@ -689,15 +664,9 @@ def test_a_listening_2026_client_hears_of_a_servers_new_tools(
 ) -> None:
     """On the 2026-07-28 protocol a client learns of list changes through
     `subscriptions/listen`; the gateway publishes a downstream server's change there."""
-    from mcp import StdioServerParameters
 
     async def session() -> list[str]:
-        params = StdioServerParameters(
-            command=PY,
-            args=["-m", "bundlectl", "serve", "--agent", "reader"],
-            cwd=str(gateway_project),
-            env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
-        )
+        params = serve_reader(gateway_project, isolated_home)
         heard: list[str] = []
         async with connected(params) as client, client.listen(tools_list_changed=True) as events:
             await client.call_tool("kitchen__grow", {})

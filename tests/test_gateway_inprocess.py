@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
+from bundlectl.calls import audit
 from bundlectl.calls.audit import AuditLog
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config.project import load_project
@@ -598,7 +599,15 @@ def test_a_held_call_takes_its_own_answers_and_ends_when_none_come(project: Path
             )
         except MCPError as exc:
             other = exc.error.message
-        await anyio.sleep(3.5)  # longer than the server's timeout: nobody answered in time
+        # Nobody answers: the server's question times out (3 s) and the held call ends,
+        # which its audit record says; only then come the answers.
+        log = audit.log_path()
+        with anyio.fail_after(60):
+            while not any(
+                '"outcome": "pending"' not in line and '"tool": "consent"' in line
+                for line in (log.read_text().splitlines() if log.exists() else [])
+            ):
+                await anyio.sleep(0.05)
         late = await client.session.call_tool(
             "kitchen__consent", {"tag": "bot"}, input_responses=yes, request_state=state
         )

@@ -355,7 +355,9 @@ class Downstream:
 
     async def _one(self, work: _Work, session: ServerSession) -> None:
         relay, reply, scope, job = self.relay, work.reply, work.scope, work.job
-        key = relay.enter(work.ctx, work.tokens) if relay and work.ctx is not None else None
+        key = None
+        if relay is not None and work.ctx is not None:
+            key = relay.enter(work.ctx, work.tokens)
         async with reply:
             try:
                 with scope:

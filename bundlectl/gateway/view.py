@@ -150,7 +150,7 @@ class Gateway(ServerContent):
         if (
             ctx is None
             or isinstance(ctx, ExpressContext)
-            or not (ctx.meta or {}).get("progress_token")
+            or (ctx.meta or {}).get("progress_token") is None  # (0 is a token)
         ):
             return None  # (the express lane passes progress on itself)
 
