@@ -159,6 +159,55 @@ def record(decision: Decision, outcome: str, duration_ms: float) -> None:
     span.end()
 
 
+def begin_step(call: str | None, name: str, **attributes: str) -> Any:
+    """A child span of the open span of call `call` for one of its steps (`bundlectl start
+    SERVER`, `bundlectl connect SERVER`, `bundlectl tools/call SERVER.TOOL`), ended by
+    `end_step`; None when tracing is off or the call has no open span."""
+    parent = _OPEN.get(call) if call is not None and _OPEN else None
+    if parent is None:
+        return None
+    from opentelemetry import trace  # noqa: PLC0415
+
+    about = {f"bundlectl.{key}": value for key, value in attributes.items()}
+    return _TRACER[0].start_span(
+        f"bundlectl {name}", trace.set_span_in_context(parent), attributes=about
+    )
+
+
+def end_step(span: Any, failure: str | None = None) -> None:
+    """End a step's span (`begin_step`); `failure`: why the step failed."""
+    if span is None:
+        return
+    if failure is not None:
+        from opentelemetry.trace import Status, StatusCode  # noqa: PLC0415
+
+        span.set_status(Status(StatusCode.ERROR, failure))
+    span.end()
+
+
+@contextlib.contextmanager
+def step(call: str | None, name: str, **attributes: str) -> Iterator[None]:
+    """`begin_step` around a block, its span the current one inside, so the MCP SDK's own
+    request spans nest under it; an exception ends it as an error."""
+    span = begin_step(call, name, **attributes)
+    if span is None:
+        yield
+        return
+    from opentelemetry import trace  # noqa: PLC0415
+
+    with trace.use_span(span, end_on_exit=True):
+        yield
+
+
+async def inject_headers(request: Any) -> None:
+    """An HTTP client's request hook: the current trace context as `traceparent`/`tracestate`
+    headers, so an HTTP server downstream joins the call's trace (the MCP SDK sends each
+    message in the context of the code that sent it)."""
+    from opentelemetry import propagate  # noqa: PLC0415
+
+    propagate.inject(request.headers)
+
+
 def _parent(carrier: Mapping[str, Any]) -> Any:
     """The context a W3C carrier (`traceparent`, `tracestate`) names; None when it names none
     (a malformed value is ignored, never an error)."""
@@ -214,18 +263,17 @@ def _about(decision: Decision) -> dict[str, Any]:
     return about
 
 
-_INSTRUMENTS: list[dict[str, Any] | None] = []  # the OpenTelemetry metrics once set up
+_METER: list[Any] = []  # [meter] once set up, [None]: metrics are not asked for
 _METER_PROVIDER: list[Any] = []
 
 
-def instruments() -> dict[str, Any] | None:
-    """The OpenTelemetry instruments the calls are counted on (`metrics.record`), exported over
-    OTLP when the environment asks for metrics; None: it does not (nothing is imported). The
-    names are those of `serve --metrics`' Prometheus metrics."""
-    if _INSTRUMENTS:
-        return _INSTRUMENTS[0]
+def meter() -> Any:
+    """The OpenTelemetry meter the metrics are made on (`metrics`), exported over OTLP when the
+    environment asks for metrics; None: it does not (nothing is imported)."""
+    if _METER:
+        return _METER[0]
     if not wanted("metrics"):
-        _INSTRUMENTS.append(None)
+        _METER.append(None)
         return None
     try:
         from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415
@@ -239,33 +287,14 @@ def instruments() -> dict[str, Any] | None:
             "warning: OTEL_* asks for metrics, and OpenTelemetry's OTLP exporter is not "
             "installed: pip install 'bundlectl[otel]'"
         )
-        _INSTRUMENTS.append(None)
+        _METER.append(None)
         return None
     provider = MeterProvider(
         resource=_resource(), metric_readers=[PeriodicExportingMetricReader(exporter)]
     )
     _METER_PROVIDER[:] = [provider]
-    meter = provider.get_meter("bundlectl")
-    _INSTRUMENTS.append(
-        {
-            "calls": meter.create_counter(
-                "bundlectl_calls", description="Calls by agent, server, tool and outcome."
-            ),
-            "denials": meter.create_counter(
-                "bundlectl_denials", description="Calls the policy refused, by agent and rule."
-            ),
-            "duration": meter.create_histogram(
-                "bundlectl_call_duration_seconds",
-                unit="s",
-                description="How long calls that reached their server took.",
-            ),
-            "restarts": meter.create_counter(
-                "bundlectl_downstream_restarts",
-                description="Downstream servers started afresh, by server and reason.",
-            ),
-        }
-    )
-    return _INSTRUMENTS[0]
+    _METER.append(provider.get_meter("bundlectl"))
+    return _METER[0]
 
 
 _LOGGER: list[Any] = []  # [logger] of the audit log's `otlp` sink once set up, [None]: none

@@ -1,10 +1,12 @@
 """Prometheus metrics of the gateway (issue 41): `serve --transport streamable-http --metrics`
 counts every call where it is recorded, by agent, server, tool and outcome, with denials by
-rule and call durations, at `GET /metrics` — behind its own token when one is set."""
+rule, call durations, quota refusals, open sessions and pending approvals, at `GET /metrics` —
+behind its own token when one is set."""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +29,11 @@ def _config(project: Path) -> None:
           reader:
             token: "${READER_TOKEN}"
             allow: [files.read_file]
+            ask: [files.list_directory]
             deny: [files.write_file]
-        policy: {default: deny}
+        policy: {default: deny, approvals: {ttl: 10m}}
+        limits:
+          - {agents: [reader], tools: [files.read_file], calls: 3, per: 1h}
         """,
     )
     (project / "a.txt").write_text("hi")
@@ -49,24 +54,41 @@ def test_calls_denials_and_durations_are_counted(
     monkeypatch.setenv("READER_TOKEN", TOKEN)
     monkeypatch.setenv("BUNDLECTL_METRICS_TOKEN", "metrics-token-0123456789")
 
-    async def calls(url: str) -> None:
-        async with client(url, TOKEN) as c:
-            for _ in range(3):
-                assert not (await c.call_tool("files__read_file", {"path": "a.txt"})).is_error
-            assert (await c.call_tool("files__write_file", {"path": "b", "content": "x"})).is_error
-
-    with gateway(project, "--metrics", home=isolated_home) as (url, _):
-        anyio.run(calls, url)
-        refused = httpx2.get(f"{url}/metrics", timeout=30)
-        agent = httpx2.get(f"{url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
-        shown = httpx2.get(
+    def scrape(url: str) -> httpx2.Response:
+        return httpx2.get(
             f"{url}/metrics",
             headers={"Authorization": "Bearer metrics-token-0123456789"},
             timeout=30,
         )
+
+    async def calls(url: str) -> dict[str, float]:
+        async with client(url, TOKEN, mode="legacy") as c:  # 2025-11-25: HTTP sessions
+            for _ in range(3):
+                assert not (await c.call_tool("files__read_file", {"path": "a.txt"})).is_error
+            over = await c.call_tool("files__read_file", {"path": "a.txt"})
+            assert over.is_error and "limits[0]" in over.content[0].text  # type: ignore[union-attr]
+            assert (await c.call_tool("files__write_file", {"path": "b", "content": "x"})).is_error
+            held = await c.call_tool("files__list_directory", {"path": "."})
+            assert held.is_error and "approvals approve" in held.content[0].text  # type: ignore[union-attr]
+            return _samples((await anyio.to_thread.run_sync(scrape, url)).text)
+
+    with gateway(project, "--metrics", home=isolated_home) as (url, _):
+        during = anyio.run(calls, url)
+        refused = httpx2.get(f"{url}/metrics", timeout=30)
+        agent = httpx2.get(f"{url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+        shown = scrape(url)
+        deadline = time.monotonic() + 30  # the client's session ends when the server hears it
+        while _samples(shown.text)["bundlectl_active_sessions"] != 0:
+            assert time.monotonic() < deadline, "the closed session is still counted"
+            shown = scrape(url)
     assert refused.status_code == 401 and agent.status_code == 401  # an agent's token is not it
     assert shown.status_code == 200 and shown.headers["content-type"].startswith("text/plain")
+    assert during["bundlectl_active_sessions"] == 1
+    assert during["bundlectl_pending_approvals"] == 1  # the held list_directory call
     samples = _samples(shown.text)
+    assert samples['bundlectl_quota_refusals_total{agent="reader",limit="limits[0]"}'] == 1
+    over = 'agent="reader",outcome="over-limit",server="files",tool="read_file"'
+    assert samples[f"bundlectl_calls_total{{{over}}}"] == 1
     labels = 'agent="reader",outcome="ok",server="files",tool="read_file"'
     assert samples[f"bundlectl_calls_total{{{labels}}}"] == 3
     denied = 'agent="reader",outcome="denied",server="files",tool="write_file"'

@@ -57,8 +57,11 @@ def test_each_call_is_one_span_with_who_what_and_how_it_ended(
     (project / "a.txt").write_text("secret-content-of-the-file")
     assert run("exec", "-a", "reader", "files.read_file", "path=a.txt").code == 0
     assert run("exec", "-a", "reader", "files.write_file", "path=b", "content=zzz").code == 3
-    ok, denied = spans.get_finished_spans()
+    sent, ok, denied = spans.get_finished_spans()
     assert ok.name == "bundlectl call files.read_file"
+    # the call's step on its server is a child span (the built-in server: nothing to connect)
+    assert sent.name == "bundlectl tools/call files.read_file"
+    assert sent.parent.span_id == ok.context.span_id
     seen = dict(ok.attributes)
     assert seen.pop("bundlectl.call")  # the call id the audit log pairs its records by
     assert seen.pop("bundlectl.duration_ms") > 0
@@ -75,8 +78,33 @@ def test_each_call_is_one_span_with_who_what_and_how_it_ended(
     assert denied.attributes["bundlectl.outcome"] == "denied"
     assert denied.attributes["bundlectl.decision"] == "deny"
     assert not denied.status.is_ok
-    every = repr([dict(s.attributes) for s in (ok, denied)])
+    every = repr([dict(s.attributes) for s in (sent, ok, denied)])
     assert "a.txt" not in every and "zzz" not in every and "secret" not in every
+
+
+def test_a_calls_connect_and_send_are_child_spans_and_reach_an_http_server(
+    project: Path, run: Run, spans: Any
+) -> None:
+    """#41: a call to a remote server has its connection and its request as spans under the
+    call's, and the server gets the request's trace context as a `traceparent` header."""
+    from tests.test_exec import listening, remote_config
+
+    kitchen = [sys.executable, str(SERVERS / "kitchen.py"), "--transport", "streamable-http"]
+    with listening(kitchen) as port:
+        remote_config(project, "kitchen", port)
+        done = run("exec", "kitchen.traceheader")
+    assert done.code == 0, done.err
+    finished = spans.get_finished_spans()
+    [call] = [s for s in finished if s.name == "bundlectl call kitchen.traceheader"]
+    [connect] = [s for s in finished if s.name == "bundlectl connect kitchen"]
+    [sent] = [s for s in finished if s.name == "bundlectl tools/call kitchen.traceheader"]
+    assert connect.parent.span_id == call.context.span_id
+    assert sent.parent.span_id == call.context.span_id
+    assert connect.end_time <= sent.start_time  # connected first
+    assert dict(sent.attributes) == {"bundlectl.server": "kitchen", "bundlectl.tool": "traceheader"}
+    _, trace_id, parent, _ = done.out.strip().split("-")
+    assert int(trace_id, 16) == call.context.trace_id
+    assert int(parent, 16) == sent.context.span_id
 
 
 class Receiver:
@@ -176,7 +204,7 @@ def test_exec_and_serve_export_their_spans_over_otlp_http(
     )
     assert done.returncode == 0, done.stderr
     assert receiver.arrived.wait(30)  # sent before exec exits
-    [(service, span)] = [(v, s) for v, s in receiver.spans if s.name.startswith("bundlectl")]
+    [(service, span)] = [(v, s) for v, s in receiver.spans if s.name.startswith("bundlectl call")]
     assert service["service.name"] == "ci"
     assert span.name == "bundlectl call files.read_file"
     assert receiver.attributes(span)["bundlectl.outcome"] == "ok"
@@ -225,6 +253,18 @@ def test_exec_and_serve_export_their_spans_over_otlp_http(
     assert len(joined) == 1 and joined[0].parent_span_id
     request = [s for _, s in receiver.spans if s.span_id == joined[0].parent_span_id]
     assert request and request[0].parent_span_id.hex() == "00f067aa0ba902b7"
+    # a call that started its server (files): its start and its request are its children,
+    # and the span of the request the MCP SDK sent downstream is the request's
+    [first] = [s for s in ours if s.parent_span_id == request[0].span_id]
+    children = {s.name: s for _, s in receiver.spans if s.parent_span_id == first.span_id}
+    assert set(children) == {"bundlectl start files", "bundlectl tools/call files.read_file"}
+    sent = children["bundlectl tools/call files.read_file"]
+    below = {s.name for _, s in receiver.spans if s.parent_span_id == sent.span_id}
+    assert "tools/call read_file" in below  # the server's own span (it exports too)
+    # a warm call on the express lane: its request is its child too
+    [echo] = [s for s in ours if receiver.attributes(s)["bundlectl.tool"] == "echo"]
+    lane = [s.name for _, s in receiver.spans if s.parent_span_id == echo.span_id]
+    assert lane == ["bundlectl tools/call kitchen.echo"]
     # the express lane's calls join the trace each sent, under the client's span itself
     for warm in warm_traces:
         [span] = [s for s in ours if s.trace_id.hex() == warm]
@@ -312,8 +352,9 @@ def test_calls_are_counted_as_opentelemetry_metrics_under_the_prometheus_names(
 ) -> None:
     """#41: with an OTLP endpoint every command exports its counts when it ends — calls by
     agent, server, tool and outcome, denials by rule, durations — named as `/metrics` names
-    them; `OTEL_METRICS_EXPORTER=none` turns them off."""
-    write(project / "bundlectl.yaml", CONFIG)
+    them, quota refusals by limit too; `OTEL_METRICS_EXPORTER=none` turns them off."""
+    limit = "limits: [{agents: [reader], tools: [files.read_file], calls: 2, per: 1h}]\n"
+    write(project / "bundlectl.yaml", CONFIG + limit)
     (project / "a.txt").write_text("hello")
     env = {
         **os.environ,
@@ -334,6 +375,7 @@ def test_calls_are_counted_as_opentelemetry_metrics_under_the_prometheus_names(
     exec_("files.read_file", "path=a.txt")
     exec_("files.write_file", "path=b")
     exec_("files.read_file", "path=a.txt", OTEL_METRICS_EXPORTER="none")
+    exec_("files.read_file", "path=a.txt")  # the limit's third: refused
     assert receiver.arrived.wait(30)
     assert receiver.spans == []  # traces were asked off
 
@@ -348,8 +390,13 @@ def test_calls_are_counted_as_opentelemetry_metrics_under_the_prometheus_names(
         return found
 
     calls = sorted((p["tool"], p["outcome"], n) for p, n in points("bundlectl_calls"))
-    assert calls == [("read_file", "ok", 1), ("write_file", "denied", 1)]
-    assert [p["agent"] for p, _ in points("bundlectl_calls")] == ["reader", "reader"]
+    assert calls == [
+        ("read_file", "ok", 1),
+        ("read_file", "over-limit", 1),
+        ("write_file", "denied", 1),
+    ]
+    assert {p["agent"] for p, _ in points("bundlectl_calls")} == {"reader"}
+    assert points("bundlectl_quota_refusals") == [({"agent": "reader", "limit": "limits[0]"}, 1)]
     assert points("bundlectl_denials") == [({"agent": "reader", "rule": "files.write_file"}, 1)]
     [(where, count)] = points("bundlectl_call_duration_seconds")
     assert where == {"server": "files", "tool": "read_file"} and count == 1

@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 
-from bundlectl import servers
+from bundlectl import servers, telemetry
 from bundlectl.calls.arguments import build_arguments, validate
 from bundlectl.calls.confirm import After, terminal_confirmer
 from bundlectl.calls.pipeline import Pipeline
@@ -253,7 +253,15 @@ async def perform(
         # real values when the tool is one that receives them, and the conditions judge those.
         sent = request.restore(outcome.arguments) if request.restore else outcome.arguments
         _meets_conditions(request.decision, sent, schema)
-        with runner.interruptible() as scope:
+        with (
+            runner.interruptible() as scope,
+            telemetry.step(
+                request.decision.call,
+                f"tools/call {request.qualified}",
+                server=request.server,
+                tool=request.tool,
+            ),
+        ):
             outcome.result = await session.call(
                 request.tool,
                 sent,
@@ -347,9 +355,12 @@ async def call_once(
         if done is not None:
             return done
         child = target.child = None  # it speaks the 2026-07-28 protocol only: the SDK, afresh
-    async with connect(
-        target, connect_timeout=limit, option=option, child=child, options=options
-    ) as client:
+    async with contextlib.AsyncExitStack() as stack:
+        with telemetry.step(request.decision.call, f"connect {target.name}", server=target.name):
+            opened = connect(
+                target, connect_timeout=limit, option=option, child=child, options=options
+            )
+            client = await stack.enter_async_context(opened)
         remaining = None if whole is None else whole - (anyio.current_time() - began)
         return await _call_on(SdkSession(client), request, target, show, remaining=remaining)
 
@@ -397,7 +408,10 @@ async def _plain_call(
         plain.StdioClient.session(target, streams, **options) as client,
     ):
         try:
-            with anyio.move_on_after(limit) as connecting:
+            with (
+                anyio.move_on_after(limit) as connecting,
+                telemetry.step(request.decision.call, f"connect {target.name}", server=target.name),
+            ):
                 await client.initialize()
         except plain.Unsupported:
             return None

@@ -27,7 +27,10 @@ if TYPE_CHECKING:
 
 
 class LimitReached(PolicyDenied):
-    """A quota is used up for this window: nothing was started."""
+    """A quota is used up for this window: nothing was started. `limit`: which entry
+    (`limits[N]`)."""
+
+    limit = ""
 
 
 def in_class(spec: ToolSpec | None, kind: str) -> bool:
@@ -107,9 +110,11 @@ class Limits:
             return
         limit = covering[counters.index(full)]
         resets = time.strftime("%H:%M:%S UTC", time.gmtime(full.ends))
-        raise LimitReached(
+        refusal = LimitReached(
             f"agent {agent!r} may not call {server}.{tool} now: {limit.describe()}, all used "
             f"in this window, which resets at {resets} (in {span_text(full.ends - now)}); nothing "
             "was started",
             hint="`bundlectl limits status` shows every limit's use",
         )
+        refusal.limit = f"limits[{limit.index}]"
+        raise refusal

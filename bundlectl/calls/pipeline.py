@@ -211,6 +211,13 @@ class Pipeline:
         """`policy.approvals` of the project: None when calls are never held for an approver."""
         return self.resolution.project.config.policy.approvals
 
+    def pending_approvals(self) -> int | None:
+        """How many approval requests wait for an approver now (None: approvals are off). Read
+        from a store opened for it: a metrics reader may ask from a thread of its own."""
+        if self.approvals is None:
+            return None
+        return len(self._open_store().listed())
+
     def out_of_band(self, *, wait: bool = False) -> Confirmation | None:
         """Out-of-band approval (`calls.approval`) when `policy.approvals` is on, else None;
         `wait`: until an approver answers (`exec`), else the caller gets the request's id."""
@@ -272,9 +279,12 @@ class Pipeline:
     def store(self) -> Store:
         """The state store (approvals, quotas), opened on first use and kept."""
         if self._store is None:
-            state = self.resolution.project.config.state
-            self._store = open_store(state.url if state is not None else None)
+            self._store = self._open_store()
         return self._store
+
+    def _open_store(self) -> Store:
+        state = self.resolution.project.config.state
+        return open_store(state.url if state is not None else None)
 
     def charge(self, decision: Decision) -> None:
         """Count the let-through call against the quotas that cover it, or refuse it: over a
@@ -285,8 +295,9 @@ class Pipeline:
         spec = self.resolution.catalog.spec(decision.server, decision.tool)
         try:
             self.limits.charge(self.store(), decision.agent, decision.server, decision.tool, spec)
-        except PolicyDenied:
+        except PolicyDenied as exc:
             self.record(decision, "over-limit", 0.0, None)
+            metrics.over_limit(decision.agent, getattr(exc, "limit", ""))
             raise
         except StateError:
             self.record(decision, "state-error", 0.0, None)

@@ -111,9 +111,14 @@ class Downstream:
         self._slots = anyio.Semaphore(max(1, self.target.spec.concurrency))
 
     @property
+    def listed(self) -> bool:
+        """Its session is up and its tools are listed (a call starts nothing first)."""
+        return self._inbox is not None and self.tools is not None
+
+    @property
     def warm(self) -> bool:
         """Its session is up, its tools are listed, and no file it watches has changed."""
-        return self._inbox is not None and self.tools is not None and not self.stale()
+        return self.listed and not self.stale()
 
     def stale(self) -> bool:
         """A file or folder of its `watch:` changed since its session started."""

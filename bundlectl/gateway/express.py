@@ -45,7 +45,7 @@ from mcp_types.methods import SERVER_RESULTS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
-from bundlectl import __version__
+from bundlectl import __version__, telemetry
 from bundlectl.calls.arguments import structured_problem, validate
 from bundlectl.calls.confirm import After
 from bundlectl.errors import BundlectlError, Interrupted
@@ -98,6 +98,7 @@ class _Call:
     timer: asyncio.TimerHandle | None = None
     over: bool = False
     relay_key: int | None = None  # this call's place among the server's calls in flight
+    step: object | None = None  # its request's trace span on the server (`telemetry`)
 
     @property
     def id(self) -> types.RequestId:  # the client's request id
@@ -202,6 +203,7 @@ class _Call:
         The answer goes first: the rest is not the client's wait."""
         if self.over:
             return
+        telemetry.end_step(self.step, None if error is None else error.message)
         duration = (time.perf_counter() - self.started) * 1000
         lane, downstream = self.lane, self.downstream
         if not cancelled:
@@ -300,6 +302,13 @@ class Express:
         if "traceparent" in call.meta:  # the parent of the call's span (no SDK span here)
             call.decision = dataclasses.replace(call.decision, trace=_trace_of(call.meta))
         call.decision = self.hub.pipeline.start(call.decision)  # its `pending` audit record
+        qualified = f"{call.decision.server}.{call.decision.tool}"
+        call.step = telemetry.begin_step(
+            call.decision.call,
+            f"tools/call {qualified}",
+            server=call.decision.server,
+            tool=call.decision.tool,
+        )
         self.calls[call.id] = call
         return True
 

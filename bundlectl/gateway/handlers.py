@@ -22,6 +22,7 @@ import contextlib
 import json
 import secrets
 import warnings
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -35,7 +36,7 @@ from mcp.server.request_state import RequestStateBoundary, RequestStateCodec, Re
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from bundlectl import __version__
+from bundlectl import __version__, metrics
 from bundlectl.calls.confirm import Confirmation, Deferred
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config.lockfile import digest_json
@@ -194,6 +195,8 @@ def mcp_server(
     server.changes = NotificationOptions(
         prompts_changed=sent, resources_changed=sent, tools_changed=sent
     )
+    if metrics.on() and not hub.stateless:  # a stateless request is no session
+        server.middleware.append(_Sessions())
     return server
 
 
@@ -244,6 +247,24 @@ class _Listen:
             with anyio.CancelScope(shield=True):
                 for uri in honored:
                     await self.hub.unwatch(uri, key)
+
+
+class _Sessions:
+    """Server middleware: `bundlectl_active_sessions` counts a client connection from its
+    first request that reaches the SDK until it ends (a DELETE of its HTTP session, its idle
+    timeout, a closed pipe: the SDK's `Connection` closes its exit stack then)."""
+
+    def __init__(self) -> None:
+        self.seen: weakref.WeakSet[object] = weakref.WeakSet()
+
+    async def __call__(self, ctx: SdkContext, call_next: CallNext) -> HandlerResult:
+        connection = _connection(ctx)
+        stack = getattr(connection, "exit_stack", None)
+        if stack is not None and connection not in self.seen:
+            self.seen.add(connection)
+            metrics.session(+1)
+            stack.callback(metrics.session, -1)
+        return await call_next(ctx)
 
 
 class _ListingCache:

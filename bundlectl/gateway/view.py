@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import mcp_types as types
 
+from bundlectl import telemetry
 from bundlectl.calls.approval import ApprovalHeld, DeniedByApprover, OutOfBand
 from bundlectl.calls.call import CallOutcome, CallRequest, completed, perform
 from bundlectl.calls.confirm import Confirmation, Deferred
@@ -320,7 +321,11 @@ class Gateway(ServerContent):
 
         async def on_the_server() -> CallOutcome:
             try:
-                tools = await downstream.live_tools(self.hub.group)
+                if downstream.listed:
+                    tools = await downstream.live_tools(self.hub.group)
+                else:  # started (or its tools listed again) for this call
+                    with telemetry.step(decision.call, f"start {server}", server=server):
+                        tools = await downstream.live_tools(self.hub.group)
 
                 async def call(session: ServerSession) -> CallOutcome:
                     return await perform(session, request, downstream.target, tools)

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import pydantic
 
-from bundlectl import __version__, servers
+from bundlectl import __version__, servers, telemetry
 from bundlectl.config.expand import child_environment, expand
 from bundlectl.config.models import ServerSpec
 from bundlectl.errors import (
@@ -173,11 +173,13 @@ async def _streamable_http(
         if response.status_code in (401, 403):
             target.refused = response.status_code
 
+    # The call's trace context goes to the server as HTTP headers too (`_meta` is the SDK's).
+    traced = [telemetry.inject_headers] if telemetry.active() else []
     # The SDK's timeouts: a server may hold a response stream open for minutes.
     http = httpx2.AsyncClient(
         headers=headers,
         timeout=httpx2.Timeout(30, read=300),
-        event_hooks={"response": [note]},
+        event_hooks={"request": traced, "response": [note]},
         auth=auth,
     )
     async with http, streamable_http_client(url, http_client=http) as streams:

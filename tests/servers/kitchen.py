@@ -235,6 +235,15 @@ def traceparent(ctx: Context) -> str:
 
 
 @server.tool()
+def traceheader(ctx: Context) -> str:
+    """The `traceparent` HTTP header of this request as it reached the server over HTTP, ''
+    when it had none."""
+    request = ctx.request_context.request
+    headers = getattr(request, "headers", None) or {}
+    return str(headers.get("traceparent") or "")
+
+
+@server.tool()
 def request_id(ctx: Context) -> str:
     """The JSON-RPC id of this request as it reached the server (the gateway's express lane
     sends its own ids)."""

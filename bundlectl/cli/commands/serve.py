@@ -42,6 +42,7 @@ def run(
     if mode is ServeMode.direct:  # search mode names tools server.tool
         _refuse_clashes(resolution, names)
     pipeline = Pipeline(resolution, AuditLog(resolution, via="serve"), confirm=None)
+    metrics.pending(pipeline.pending_approvals)  # read when metrics are collected, if ever
 
     if transport is ServeTransport.stdio:
         if "stdout" in userconfig.load().audit.sinks:
