@@ -28,9 +28,13 @@ def _server(**fields: Any) -> dict[str, Any]:
 
 
 def _imported(project: Path, run: Run, data: Any) -> tuple[Any, dict[str, Any]]:
+    return _imported_with(project, run, data)
+
+
+def _imported_with(project: Path, run: Run, data: Any, *more: str) -> tuple[Any, dict[str, Any]]:
     write(project / "bundlectl.yaml", "version: 1\n# the team's servers\nservers: {}\n")
     (project / "server.json").write_text(json.dumps(data))
-    result = run("import", "server-json", "server.json")
+    result = run("import", "server-json", "server.json", *more)
     servers = load_yaml(project / "bundlectl.yaml").get("servers") or {}
     return result, servers
 
@@ -167,3 +171,21 @@ def test_what_cannot_be_run_is_said(project: Path, run: Run, data: Any, said: st
     (project / "server.json").write_text("{nope")
     broken = run("import", "server-json", "server.json")
     assert broken.code == 2 and "server.json:1:2" in broken.err
+
+
+def test_record_writes_the_imported_servers_live_tools(project: Path, run: Run) -> None:
+    """`import server-json --record` starts the imported server (here its streamable HTTP
+    remote) and writes what it offers as its catalog, as `tools --live --record` does."""
+    from tests.test_exec import PY, SERVERS, listening
+
+    kitchen = [PY, str(SERVERS / "kitchen.py"), "--transport", "streamable-http"]
+    with listening(kitchen) as port:
+        remote = {"type": "streamable-http", "url": f"http://127.0.0.1:{port}/mcp"}
+        result, servers = _imported_with(project, run, _server(remotes=[remote]), "--record")
+    assert result.code == 0, result.err
+    recorded = {tool["name"] for tool in servers["weather_mcp"]["tools"]}
+    assert {"echo", "add", "traceheader"} <= recorded
+    assert "recorded" in result.err and "or import with --record" not in result.err
+    assert "# the team's servers" in (project / "bundlectl.yaml").read_text()  # comments kept
+    refused = run("import", "server-json", "server.json", "--record", "--dry-run")
+    assert refused.code == 2 and "--dry-run writes nothing" in refused.err

@@ -165,6 +165,14 @@ def import_(
             help="Let the file's server of this name replace the project's (repeatable).",
         ),
     ] = None,
+    record: Annotated[
+        bool,
+        typer.Option(
+            "--record",
+            help="Start each imported server and write its live tools as its catalog "
+            "(as tools --live --record).",
+        ),
+    ] = False,
     config: ConfigOpt = None,
 ) -> int:
     """Bring a client's config file, an agix config.yaml or a server.json into bundlectl.yaml.
@@ -175,4 +183,6 @@ def import_(
     from bundlectl.cli.commands import importer as cmd
 
     check_client_name(fmt, what="format", also=("agix", "server-json"))
-    return cmd.run(config, fmt, source, agent=agent, dry_run=dry_run, replace=replace or [])
+    return cmd.run(
+        config, fmt, source, agent=agent, dry_run=dry_run, replace=replace or [], record=record
+    )

@@ -165,8 +165,9 @@ HELP: dict[str, tuple[list[str], str]] = {
         [
             "bundlectl import claude-code .mcp.json",
             "bundlectl import codex .codex/config.toml --dry-run",
+            "bundlectl import server-json server.json --record",
         ],
-        _EDITS,
+        _EDITS + "; 5 --record: a server could not be asked (the import itself was written)",
     ),
     "codegen": (
         [

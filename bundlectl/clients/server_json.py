@@ -23,6 +23,10 @@ _VARIABLE = re.compile(r"[^A-Z0-9_]+")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+# How the notes of an import begin the way to record a server's tools (`import --record` does).
+RECORD_NOTE = "record its tools for lint, export and the policy (or import with --record)"
+
+
 def read_server_json(text: str, file: str) -> tuple[Imported, list[str]]:
     try:
         data = json.loads(text)
@@ -71,10 +75,7 @@ def read_server_json(text: str, file: str) -> tuple[Imported, list[str]]:
     )
     if needs:
         notes.append(f"set before it starts: {', '.join(sorted(needs))}")
-    notes.append(
-        f"record its tools for lint, export and the policy: bundlectl tools --live --record "
-        f"--server {name}"
-    )
+    notes.append(f"{RECORD_NOTE}: bundlectl tools --live --record --server {name}")
     return imported, notes
 
 

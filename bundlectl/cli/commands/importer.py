@@ -13,7 +13,7 @@ from typing import Any
 from bundlectl.clients import NAMES, claude_code, get, jsonc
 from bundlectl.clients.agix import read_agix
 from bundlectl.clients.base import Imported
-from bundlectl.clients.server_json import read_server_json
+from bundlectl.clients.server_json import RECORD_NOTE, read_server_json
 from bundlectl.config.edits import edit_bundles, set_entries
 from bundlectl.config.fsio import project_lock, write_project_file
 from bundlectl.config.paths import display_path
@@ -35,7 +35,15 @@ def run(
     agent: str | None,
     dry_run: bool,
     replace: list[str] | None = None,
+    record: bool = False,
 ) -> int:
+    """`record`: start each imported server and write its live tools as its catalog, as
+    `tools --live --record` does."""
+    if record and dry_run:
+        raise UsageError(
+            "--record starts the imported servers and writes their tools; --dry-run writes nothing",
+            hint="import first, then `bundlectl tools --live --record --server NAME`",
+        )
     source, (imported, notes) = _source(fmt, given, config)
     if imported.gateways:
         notes += _without_gateways(imported, display_path(source))
@@ -97,8 +105,26 @@ def run(
             "(lint BCL205 warns about it; set deny once every agent is listed)"
         )
     for line in [*notes, *imported.notes]:
-        err(f"note: {line}")
-    return 0
+        if not (record and line.startswith(RECORD_NOTE)):  # done now, not a thing to do
+            err(f"note: {line}")
+    return _record(target, list(imported.servers)) if record else 0
+
+
+def _refuse_record_dry_run(*, record: bool, dry_run: bool) -> None:
+    if record and dry_run:
+        raise UsageError(
+            "--record starts the imported servers and writes their tools; --dry-run writes nothing",
+            hint="import first, then `bundlectl tools --live --record --server NAME`",
+        )
+
+
+def _record(target: Path, servers: list[str]) -> int:
+    """`import --record`: the imported servers' live tools written as their catalogs."""
+    if not servers:
+        return 0
+    from bundlectl.cli.commands.tools import run_record  # noqa: PLC0415 - it starts servers
+
+    return run_record(resolve_project(load_project(target)), servers=servers)
 
 
 def _read(fmt: str, source: Path, project: Path) -> tuple[Imported, list[str]]:

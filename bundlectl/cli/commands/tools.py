@@ -159,18 +159,19 @@ def refuse_with_live(flags: list[str], record: bool) -> None:
 def run_live_command(config: Path | None, *, server: str | None, fmt: Format, record: bool) -> int:
     resolution = resolve_project(load_project(config))
     if record:
-        return run_record(resolution, server=server)
+        return run_record(resolution, servers=None if server is None else [server])
     return run_live(resolution, server=server, fmt=fmt)
 
 
-def run_record(resolution: Resolution, *, server: str | None) -> int:
-    """Write the live tools of the project's own servers (or `server`) into bundlectl.yaml as
-    their `tools:` catalogs, comments kept, and write the lock again (as `install` does)."""
+def run_record(resolution: Resolution, *, servers: list[str] | None) -> int:
+    """Write the live tools of the project's own servers (or those named) into bundlectl.yaml
+    as their `tools:` catalogs, comments kept, and write the lock again (as `install` does)."""
     project = resolution.project
-    own = {n: s for n, s in project.config.servers.items() if not s.disabled}
-    if server is not None:
+    every = {n: s for n, s in project.config.servers.items() if not s.disabled}
+    own = every if servers is None else {}
+    for server in servers or []:
         merged = resolution.merged.servers.get(server)
-        if server not in own:
+        if server not in every:
             origin = (
                 f"comes from bundle {merged.bundle}"
                 if merged and merged.bundle
@@ -181,9 +182,9 @@ def run_record(resolution: Resolution, *, server: str | None) -> int:
                 "servers",
                 hint="a bundle's catalog belongs to its manifest (python "
                 "scripts/collect_catalog.py prints one); servers here: "
-                + (", ".join(own) or "none"),
+                + (", ".join(every) or "none"),
             )
-        own = {server: own[server]}
+        own[server] = every[server]
     if not own:
         raise UsageError(
             "the project has no servers of its own to record",
