@@ -117,7 +117,7 @@ def _tokenized(text: str) -> tuple[str, float, float]:
 
 def _card(number: int) -> str:
     """A Visa-like number that passes Luhn (a distinct one per `number`)."""
-    from bundlectl.codemode.privacy import luhn
+    from bundlectl.codemode.checks import luhn
 
     body = f"4{number:014d}"
     return next(body + digit for digit in "0123456789" if luhn(body + digit))

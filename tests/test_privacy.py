@@ -13,7 +13,8 @@ from typing import Any
 import anyio
 import pytest
 
-from bundlectl.codemode.privacy import Tokenizer, _parsed_phone, _phone, detectors, iban_ok, luhn
+from bundlectl.codemode.checks import _parsed_phone, _phone, iban_ok, luhn
+from bundlectl.codemode.privacy import Tokenizer, detectors
 from bundlectl.config.settings import NamedPattern
 from tests.conftest import write
 from tests.test_exec import SERVERS
