@@ -250,3 +250,85 @@ def test_two_gateway_processes_share_approvals_and_counts_through_redis(
     assert [r.is_error for r in seen["echo"]] == [False, False, False, True]
     assert "limits[0]: 3 call(s) of kitchen.echo per 1h" in texts(seen["echo"][3])[0]
     assert not any(Path(env["BUNDLECTL_HOME"], "state").glob("state.sqlite3"))
+
+
+PRIVACY_KEY = "k" * 40
+
+
+def test_replicas_share_an_agents_privacy_token_map_encrypted(
+    project: Path, tmp_path: Path, redis_url: str, run: Run
+) -> None:
+    """#39: with `state.url`, a token one gateway gave is turned back into its value by
+    another (`detokenize`); the store holds the value encrypted only, and a gateway without the
+    key does not start."""
+    from mcp import StdioServerParameters
+
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        bundles: [basic]
+        agents:
+          bot: {{allow: [files.read_file, files.write_file]}}
+        state: {{url: "{redis_url}"}}
+        privacy: {{tokenize: [email], detokenize: [files.write_file]}}
+        policy: {{default: deny}}
+        """,
+    )
+    (project / "contact.txt").write_text("write to ada@example.com")
+    env = {**os.environ, "BUNDLECTL_HOME": str(tmp_path / "home")}
+    keyed = {**env, "BUNDLECTL_PRIVACY_KEY": PRIVACY_KEY}
+
+    def params() -> Any:
+        argv = ["-m", "bundlectl", "serve", "--agent", "bot"]
+        return StdioServerParameters(command=PY, args=argv, cwd=str(project), env=keyed)
+
+    async def replicas() -> tuple[str, Any]:
+        async with connected(params()) as one, connected(params()) as two:
+            [read] = texts(await one.call_tool("files__read_file", {"path": "contact.txt"}))
+            token = read.removeprefix("write to ")
+            written = {"path": "out.txt", "content": f"mail {token}"}
+            return read, await two.call_tool("files__write_file", written)
+
+    read, wrote = anyio.run(replicas)
+    assert read == "write to [EMAIL_1]"
+    assert not wrote.is_error, texts(wrote)
+    assert (project / "out.txt").read_text() == "mail ada@example.com"  # the other replica's
+    import redis
+
+    db = redis.Redis.from_url(redis_url)
+    kept = repr({key: db.dump(key) for key in db.keys("*")})
+    assert b"tokens:" in repr(db.keys("*")).encode() and "ada@example.com" not in kept
+    refused = subprocess.run(
+        [PY, "-m", "bundlectl", "serve", "--agent", "bot"],
+        cwd=project,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 2 and "BUNDLECTL_PRIVACY_KEY" in refused.stderr
+
+
+def test_a_shared_token_is_never_given_to_a_second_value(redis_url: str) -> None:
+    """A map that expired in the store starts again without reusing a number, so a token a
+    replica still remembers can never be turned into another value; a wrong key reads
+    nothing."""
+    from bundlectl.codemode.tokens import SharedTokens
+
+    store = RedisStore(redis_url)
+    one = SharedTokens(store, PRIVACY_KEY, "/project\x1fbot", 60)
+    assert one.token_for("EMAIL", "ada@example.com") == "[EMAIL_1]"
+    assert one.token_for("EMAIL", "ada@example.com") == "[EMAIL_1]"  # the same value, once
+    assert one.value_of("[EMAIL_1]") == "ada@example.com"
+    other = SharedTokens(store, "x" * 40, "/project\x1fbot", 60)
+    assert other.value_of("[EMAIL_1]") is None  # sealed with another key
+    import redis
+
+    db = redis.Redis.from_url(redis_url)
+    db.delete(*db.keys("bundlectl:tokens:*:index"), *db.keys("bundlectl:tokens:*:sealed"))
+    assert one.value_of("[EMAIL_1]") is None  # expired
+    assert one.token_for("EMAIL", "bob@example.com") == "[EMAIL_2]"  # not [EMAIL_1] again
+    assert db.ttl(db.keys("bundlectl:tokens:*:index")[0]) > 0  # kept a while after its use

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bundlectl.codemode.checks import CHECKS, iban_ok
+from bundlectl.codemode.tokens import SharedTokens
+from bundlectl.config.settings import seconds
 from bundlectl.policy.patterns import part_matches, split_rule
 
 BUILTIN = ("email", "phone", "credit_card", "iban", "ip_address")
@@ -108,17 +110,21 @@ def _shorter(text: str, first: int, last: int) -> int:
 
 @dataclass
 class Tokenizer:
-    """One session's tokens: value ↔ token, in memory only.
+    """One session's tokens: value ↔ token, in memory; with `shared`, an agent's map that
+    replicas share through the state store (`codemode.tokens`), which gives the tokens and
+    keeps the values, this one caching what it learnt.
 
     Fast on large results: e-mail addresses are found from each `@` (a C-speed search), digits
     in one pass over numeric runs that the card, IP and phone checks then classify, IBANs from a
     two-letters-two-digits prefix; only named patterns get a pass of their own."""
 
     detectors: list[Detector]
+    shared: SharedTokens | None = None
     _tokens: dict[tuple[str, str], str] = field(default_factory=dict)  # (label, value) → token
     _values: dict[str, str] = field(default_factory=dict)  # token → value
     _counts: dict[str, int] = field(default_factory=dict)
     _runs: dict[str, list[tuple[int, int, Detector]]] = field(default_factory=dict)
+    _asked: dict[tuple[str, str], float] = field(default_factory=dict)  # shared: when asked
 
     def __post_init__(self) -> None:
         named = {d.name: d for d in self.detectors}
@@ -141,6 +147,13 @@ class Tokenizer:
 
     def token(self, detector: Detector, value: str) -> str:
         key = (detector.label, value)
+        shared = self.shared
+        if shared is not None:  # the store gives it (and keeps the map alive while it is used)
+            now = shared.now()
+            if key not in self._tokens or self._asked[key] + shared.refresh < now:
+                token = shared.token_for(detector.label, value)
+                self._tokens[key], self._values[token], self._asked[key] = token, value, now
+            return self._tokens[key]
         if key not in self._tokens:
             self._counts[detector.label] = self._counts.get(detector.label, 0) + 1
             token = f"[{detector.label}_{self._counts[detector.label]}]"
@@ -237,7 +250,7 @@ class Tokenizer:
             return text
         spans.sort(key=_START)  # stable: at one start, detectors keep their order
         parts: list[str] = []
-        known = self._tokens
+        known = self._tokens if self.shared is None else {}  # shared: `token` says when to ask
         position = last = -1
         for start, end, detector in spans:
             if start < position:
@@ -291,12 +304,22 @@ class Tokenizer:
     def restore(self, value: Any) -> Any:
         """Tokens of this session put back to their values (for a `detokenize` tool)."""
         if isinstance(value, str):
-            return _TOKEN.sub(lambda m: self._values.get(m.group(), m.group()), value)
+            return _TOKEN.sub(lambda m: self._value_of(m.group()), value)
         if isinstance(value, list):
             return [self.restore(v) for v in value]
         if isinstance(value, dict):
             return {k: self.restore(v) for k, v in value.items()}
         return value
+
+    def _value_of(self, token: str) -> str:
+        """The value behind a token (itself when no one gave it): this map's, or one another
+        replica gave in the shared map (a token's value never changes, so it is kept)."""
+        found = self._values.get(token)
+        if found is None and self.shared is not None:
+            found = self.shared.value_of(token)
+            if found is not None:
+                self._values[token] = found
+        return token if found is None else found
 
     def _block(self, block: Any) -> Any:
         kind = getattr(block, "type", None)
@@ -358,16 +381,17 @@ class Privacy:
 
     detectors: list[Detector]
     detokenize: list[str]
+    ttl: float = 86400.0  # a shared map's life in the store after its last use
 
     @classmethod
     def of(cls, config: Any) -> Privacy | None:
         settings = config.privacy
         if not settings.tokenize:
             return None
-        return cls(detectors(settings.tokenize), list(settings.detokenize))
+        return cls(detectors(settings.tokenize), list(settings.detokenize), seconds(settings.ttl))
 
-    def session(self) -> Tokenizer:
-        return Tokenizer(self.detectors)
+    def session(self, shared: SharedTokens | None = None) -> Tokenizer:
+        return Tokenizer(self.detectors, shared)
 
     def gets_real_values(self, server: str, tool: str) -> bool:
         for rule in self.detokenize:

@@ -252,6 +252,11 @@ class PrivacySettings(StrictModel):
         default_factory=empty_list,
         description="Tools (server.tool patterns) whose arguments get the real values back.",
     )
+    ttl: Duration = Field(
+        default="24h",
+        description="With a shared state store (state.url): how long an agent's token map is "
+        "kept there after its last use (encrypted with BUNDLECTL_PRIVACY_KEY).",
+    )
 
 
 IssuerUrl = Annotated[

@@ -19,10 +19,9 @@ from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.codemode.privacy import Privacy, Tokenizer
+from bundlectl.codemode.tokens import SharedTokens, key_from
 from bundlectl.config.project import load_project
-from bundlectl.errors import (
-    BundlectlError,
-)
+from bundlectl.errors import BundlectlError, UsageError
 from bundlectl.gateway.context import (
     LOG_LEVELS,
     MODERN,
@@ -39,6 +38,7 @@ from bundlectl.mcpio.session import ListedTool, ServerSession
 from bundlectl.mcpio.stdio import Tap
 from bundlectl.policy.patterns import gateway_name
 from bundlectl.resolve.resolved import Resolution, resolve_project
+from bundlectl.state.redis import RedisStore
 
 if TYPE_CHECKING:
     from mcp.server.subscriptions import InMemorySubscriptionBus
@@ -318,12 +318,29 @@ class Hub:
             or ctx.protocol_version >= MODERN
         ):
             if agent not in self.agent_tokenizers:
-                self.agent_tokenizers[agent] = privacy.session()
+                shared = self._shared_tokens(agent, privacy.ttl)
+                self.agent_tokenizers[agent] = privacy.session(shared)
             return self.agent_tokenizers[agent]
         maps = self.tokenizers.setdefault(_connection(ctx), {})
         if agent not in maps:
             maps[agent] = privacy.session()
         return maps[agent]
+
+    def _shared_tokens(self, agent: str, ttl: float) -> SharedTokens | None:
+        """An agent's token map in the shared state store (`state.url`: Redis), so replicas
+        resolve each other's tokens; None: the map stays in this process's memory."""
+        project = self.pipeline.resolution.project
+        state = project.config.state
+        if state is None or state.url is None:
+            return None
+        try:
+            secret = key_from()
+        except UsageError as exc:  # checked when serve started: the config changed since
+            self.log(f"privacy token maps stay in memory: {exc.message}")
+            return None
+        store = self.pipeline.store()
+        assert isinstance(store, RedisStore)  # what state.url opens
+        return SharedTokens(store, secret, f"{project.root}\x1f{agent}", ttl)
 
     def changed(self) -> None:
         """What agents can list may differ from now on: forget the listings made so far."""

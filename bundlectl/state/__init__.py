@@ -136,6 +136,18 @@ class Store(Protocol):
         ...
 
 
+class TokenStore(Protocol):
+    """Where replicas share the privacy token maps of agents (`codemode.tokens`): Redis."""
+
+    def token(self, scope: str, index: str, label: str, sealed: str, ttl: int) -> str:
+        """The token of a value (by its keyed digest `index`), given it now if it has none."""
+        ...
+
+    def sealed(self, scope: str, token: str) -> str | None:
+        """The encrypted value behind a token (None: the map does not know it)."""
+        ...
+
+
 def new_id() -> str:
     """An approval id: short enough to type, random enough not to guess (60 bits)."""
     alphabet = "23456789abcdefghjkmnpqrstuvwxyz"

@@ -7,7 +7,11 @@ after it was made).
 
 Keys, under `bundlectl:` — `approval:ID` (a hash), `pending:B` and `grant:B` (the id of a
 binding's pending request and of its approval; B is the sha256 of the binding), `approvals` (a
-sorted set of ids by creation), `count:KEY` (a counter).
+sorted set of ids by creation), `count:KEY` (a counter); the privacy token maps of agents
+shared by replicas (`codemode.tokens`): `tokens:S:index` (keyed digest of a value → its token),
+`tokens:S:sealed` (token → the value, encrypted by the gateway), both expiring a while after
+their last use, and `tokens:S:counts` (the last number of each label, kept: a number is never
+given to a second value).
 """
 
 from __future__ import annotations
@@ -91,6 +95,20 @@ for i, key in ipairs(KEYS) do
   redis.call('PEXPIREAT', key, ARGV[i * 2])
 end
 return 0
+"""
+
+
+_TOKEN = """
+local token = redis.call('HGET', KEYS[1], ARGV[1])
+if not token then
+  local n = redis.call('HINCRBY', KEYS[3], ARGV[2], 1)
+  token = '[' .. ARGV[2] .. '_' .. n .. ']'
+  redis.call('HSET', KEYS[1], ARGV[1], token)
+  redis.call('HSET', KEYS[2], token, ARGV[3])
+end
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+return token
 """
 
 
@@ -278,6 +296,22 @@ class RedisStore:
         except self._errors as exc:
             raise self._broken(exc) from None
         return {key: int(v) for key, v in zip(keys, values, strict=True) if v is not None}
+
+    def token(self, scope: str, index: str, label: str, sealed: str, ttl: int) -> str:
+        """The token of the value whose keyed digest is `index` in the token map `scope`: the
+        one it has, or the label's next number (`sealed`: the value, encrypted, kept for it);
+        the map is kept `ttl` seconds after this use."""
+        keys = [f"{PREFIX}tokens:{scope}:{part}" for part in ("index", "sealed", "counts")]
+        token: str = self._run("token", _TOKEN, keys, [index, label, sealed, ttl])
+        return token
+
+    def sealed(self, scope: str, token: str) -> str | None:
+        """The encrypted value behind `token` in the token map `scope` (None: unknown)."""
+        try:
+            found: str | None = self._db.hget(f"{PREFIX}tokens:{scope}:sealed", token)
+        except self._errors as exc:
+            raise self._broken(exc) from None
+        return found
 
 
 def _shown_url(url: str) -> str:

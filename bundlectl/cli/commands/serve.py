@@ -9,6 +9,7 @@ from bundlectl.calls import userconfig
 from bundlectl.calls.audit import AuditLog
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.cli.options import ServeMode, ServeTransport
+from bundlectl.codemode.tokens import key_from
 from bundlectl.config.project import load_project
 from bundlectl.errors import UsageError
 from bundlectl.gateway.access import access_for
@@ -41,6 +42,9 @@ def run(
         resolution.policy.require_listed([agent], unlisted=unlisted)
     if mode is ServeMode.direct:  # search mode names tools server.tool
         _refuse_clashes(resolution, names)
+    settings = resolution.project.config
+    if settings.privacy.tokenize and settings.state is not None and settings.state.url:
+        key_from()  # the agents' token maps are shared through the store, encrypted with it
     pipeline = Pipeline(resolution, AuditLog(resolution, via="serve"), confirm=None)
     metrics.pending(pipeline.pending_approvals)  # read when metrics are collected, if ever
 
