@@ -52,6 +52,7 @@ class Target:
     refused: int | None = None  # an HTTP server's 401 or 403: it wants credentials we lack
     auth: Any = None  # the OAuth to use instead of a kept sign-in (`auth login`'s flow)
     with_parent: bool = False  # a stdio child ends when we do, even by SIGKILL (serve)
+    sign_in: bool = False  # a person here may sign in again when the server asks (exec)
 
     def new_stderr(self) -> StderrTee:
         """A tee for the stderr of a stdio child about to start. Each start gets its own: the

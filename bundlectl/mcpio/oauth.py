@@ -158,19 +158,35 @@ def unattended_auth(target: Target, url: str) -> Any:
 
 def kept_auth(target: Target, url: str) -> Any:
     """The OAuth of a server someone signed in to (`auth login`): its kept tokens sent and
-    refreshed; a flow that needs a person again fails with `login_needed`. None: no sign-in
+    refreshed. A flow that needs a person again fails with `login_needed` — unless a person is
+    at this terminal (`target.sign_in`: exec) and the server asks for more access than the
+    token has (step-up on `insufficient_scope`): then they sign in again in the browser, on the
+    loopback redirect the sign-in was registered with, and the call goes on. None: no sign-in
     kept for it (a 401 then says how to sign in)."""
     kept = credentials.load(target.name, url)
     if not kept.tokens:
         return None
+    redirect = ((kept.client or {}).get("redirect_uris") or ["http://127.0.0.1/callback"])[0]
+    opened: list[_Loopback] = []
 
     async def cannot_ask(authorization_url: str) -> None:
-        raise login_needed(target)
+        if not target.sign_in:
+            raise login_needed(target)
+        try:
+            opened.append(_Loopback(urllib.parse.urlsplit(redirect).port or 0))
+        except OSError:  # its port is taken now: a new sign-in registers another
+            raise login_needed(target) from None
+        err(f"server {target.name!r} asks for more access than your sign-in gives")
+        await opened[0].show(target, authorization_url, browser=True)
 
     async def no_callback() -> AuthorizationCodeResult:
-        raise login_needed(target)
+        if not opened:
+            raise login_needed(target)
+        try:
+            return await opened[0].code(target, LOGIN_WAIT)
+        finally:
+            opened.pop().close()
 
-    redirect = ((kept.client or {}).get("redirect_uris") or ["http://127.0.0.1/callback"])[0]
     return _Provider(
         url,
         _metadata(target, redirect),
@@ -220,51 +236,69 @@ class _CallbackServer(http.server.HTTPServer):
     arrived: threading.Event
 
 
-@contextlib.contextmanager
-def login_auth(
-    target: Target, url: str, *, browser: bool, wait: float = LOGIN_WAIT
-) -> Iterator[Any]:
-    """The OAuth of `bundlectl auth login`: a loopback redirect on 127.0.0.1, the authorization
-    URL printed (and opened in the browser when `browser`), a fresh registration and sign-in."""
-    server = _CallbackServer(("127.0.0.1", 0), _Callback)
-    server.result, server.arrived = {}, threading.Event()
-    redirect = f"http://127.0.0.1:{server.server_address[1]}/callback"
-    thread = threading.Thread(target=server.serve_forever, name="oauth-callback", daemon=True)
-    thread.start()
-    kept = credentials.load(target.name, url)
-    kept.tokens, kept.expires_at, kept.signed_in_at = None, None, None
-    # A new sign-in: the redirect URI is this one's, so register anew (or as pre-registered).
-    kept.client = _pre_registered(target, redirect)
-    credentials.save(kept)
+class _Loopback:
+    """The loopback redirect of one sign-in: a server on 127.0.0.1 (`port`, or any free one)
+    that takes the code the browser brings back."""
 
-    async def show(authorization_url: str) -> None:
+    def __init__(self, port: int = 0) -> None:
+        self.server = _CallbackServer(("127.0.0.1", port), _Callback)
+        self.server.result, self.server.arrived = {}, threading.Event()
+        self.redirect = f"http://127.0.0.1:{self.server.server_address[1]}/callback"
+        threading.Thread(
+            target=self.server.serve_forever, name="oauth-callback", daemon=True
+        ).start()
+
+    async def show(self, target: Target, authorization_url: str, *, browser: bool) -> None:
         err(f"sign in to {target.name!r} in your browser:\n  {authorization_url}")
         if browser:
             await anyio.to_thread.run_sync(open_url, authorization_url)
 
-    async def back() -> AuthorizationCodeResult:
-        arrived = await anyio.to_thread.run_sync(server.arrived.wait, wait)
+    async def code(self, target: Target, wait: float) -> AuthorizationCodeResult:
+        arrived = await anyio.to_thread.run_sync(self.server.arrived.wait, wait)
         if not arrived:
             raise ServerError(
                 f"no answer from the browser within {wait:.0f} s; nothing was signed in",
                 hint=f"run `bundlectl auth login {target.name}` again (--no-browser prints the "
                 "URL to open yourself)",
             )
-        result = server.result
+        result = self.server.result
         if "code" not in result:
             why = result.get("error_description") or result.get("error") or "no code"
             raise ServerError(f"the authorization server refused the sign-in: {why}")
         return AuthorizationCodeResult(code=result["code"], state=result.get("state"))
 
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@contextlib.contextmanager
+def login_auth(
+    target: Target, url: str, *, browser: bool, wait: float = LOGIN_WAIT
+) -> Iterator[Any]:
+    """The OAuth of `bundlectl auth login`: a loopback redirect on 127.0.0.1, the authorization
+    URL printed (and opened in the browser when `browser`), a fresh registration and sign-in."""
+    loopback = _Loopback()
+    kept = credentials.load(target.name, url)
+    kept.tokens, kept.expires_at, kept.signed_in_at = None, None, None
+    # A new sign-in: the redirect URI is this one's, so register anew (or as pre-registered).
+    kept.client = _pre_registered(target, loopback.redirect)
+    credentials.save(kept)
+
+    async def show(authorization_url: str) -> None:
+        await loopback.show(target, authorization_url, browser=browser)
+
+    async def back() -> AuthorizationCodeResult:
+        return await loopback.code(target, wait)
+
     try:
         yield _Provider(
             url,
-            _metadata(target, redirect),
+            _metadata(target, loopback.redirect),
             KeptSignIn(target.name, url),
             redirect_handler=show,
             callback_handler=back,
             client_metadata_url=_metadata_url(target),
         )
     finally:
-        server.shutdown()
-        server.server_close()
+        loopback.close()

@@ -105,6 +105,7 @@ def run(
     if unlisted is not None:  # SPEC 3: it gets policy.default; often a typo, so say so
         note(unlisted)
     target = pipeline.target(server, quiet=quiet)
+    target.sign_in = terminal_confirmer() is not None  # a person here: OAuth step-up may ask
     arguments, typed = _as_typed(target, name, split, base)
     decision = pipeline.decide(who, server, name, arguments, typed=typed)
 
