@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bundlectl.calls.audit import AuditFile, AuditRecord
+from bundlectl.calls.auditfile import AuditFile, AuditRecord
 
 
 def main() -> None:

@@ -7,7 +7,8 @@ import json
 import multiprocessing
 from pathlib import Path
 
-from bundlectl.calls.audit import AuditFile, AuditRecord, append, arguments_digest
+from bundlectl.calls.audit import arguments_digest
+from bundlectl.calls.auditfile import AuditFile, AuditRecord, append
 from tests.conftest import Run
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bundlectl.calls.audit import AuditFile, AuditRecord, link
+from bundlectl.calls.auditfile import AuditFile, AuditRecord, link
 from tests.conftest import Run, write
 
 

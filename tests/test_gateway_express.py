@@ -247,26 +247,26 @@ NOT_PLAIN = [
 def test_the_lanes_shortcut_for_plain_results_gives_what_the_protocols_types_give(
     version: str,
 ) -> None:
-    """`_plain` skips the protocol's types for text-only results; whatever it answers is what
+    """`plain` skips the protocol's types for text-only results; whatever it answers is what
     the types give, and it leaves everything else (and what the version lacks) to them."""
-    from bundlectl.gateway.express import _plain, _shaped, _typed
+    from bundlectl.gateway.wire import _typed, plain, shaped
 
     for result in PLAIN:
         if "resultType" in result and version not in MODERN_PROTOCOL_VERSIONS:
-            assert _plain(result, version) is None
+            assert plain(result, version) is None
             continue
-        fast = _plain(result, version)
+        fast = plain(result, version)
         assert fast is not None, result
         assert json.loads(fast) == json.loads(_typed(result, version)), result
     for result in NOT_PLAIN:  # the types take it, or refuse it
-        assert _plain(result, version) is None, result
+        assert plain(result, version) is None, result
         try:
-            assert _shaped(result, version) == _typed(result, version)
+            assert shaped(result, version) == _typed(result, version)
         except ValueError:
             assert "_meta" in result
     broken = {"content": [{"type": "text", "text": "\ud800"}]}  # a lone surrogate
     with pytest.raises(ValueError, match="surrogate"):
-        _plain(broken, version)
+        plain(broken, version)
     with pytest.raises(ValueError, match="surrogate"):
         _typed(broken, version)
 

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from bundlectl.calls import audit
+from bundlectl.calls import auditfile
 from bundlectl.calls.audit import AuditLog
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config.project import load_project
@@ -601,7 +601,7 @@ def test_a_held_call_takes_its_own_answers_and_ends_when_none_come(project: Path
             other = exc.error.message
         # Nobody answers: the server's question times out (3 s) and the held call ends,
         # which its audit record says; only then come the answers.
-        log = audit.log_path()
+        log = auditfile.log_path()
         with anyio.fail_after(60):
             while not any(
                 '"outcome": "pending"' not in line and '"tool": "consent"' in line

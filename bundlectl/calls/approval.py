@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from bundlectl.calls import audit
+from bundlectl.calls import auditfile
 from bundlectl.config.lockfile import digest_json
 from bundlectl.config.settings import seconds
 from bundlectl.errors import Declined, PolicyDenied, Unconfirmable
@@ -224,7 +224,7 @@ def stamp(when: float) -> str:
 
 def _audited(approval: Approval, outcome: str, by: str) -> None:
     b = approval.binding
-    record = audit.AuditRecord(
+    record = auditfile.AuditRecord(
         agent=b.agent,
         server=b.server,
         tool=b.tool,
@@ -239,6 +239,6 @@ def _audited(approval: Approval, outcome: str, by: str) -> None:
         approver=by,
     )
     try:
-        audit.AuditFile.configured().write(record)
+        auditfile.AuditFile.configured().write(record)
     except OSError as exc:
         err(f"warning: could not write the audit log: {exc}")

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from bundlectl.calls import userconfig
 from bundlectl.calls.approval import described, settle
-from bundlectl.calls.audit import lines, log_path, records
+from bundlectl.calls.auditfile import lines, log_path, records
 from bundlectl.config.settings import seconds
 from bundlectl.gateway.activity import counted, rendered
 from bundlectl.mcpio.requests import JsonObject

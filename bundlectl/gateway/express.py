@@ -29,26 +29,25 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import mcp_types as types
 from anyio.abc import TaskGroup
 from mcp.server.connection import Connection
 from mcp.shared.exceptions import MCPError
-from mcp_types.methods import SERVER_RESULTS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
-from bundlectl import __version__, telemetry
+from bundlectl import telemetry
 from bundlectl.calls.arguments import structured_problem, validate
 from bundlectl.calls.confirm import After
 from bundlectl.errors import BundlectlError, Interrupted
+from bundlectl.gateway import wire
 from bundlectl.gateway.context import ExpressContext, SdkContext
 from bundlectl.mcpio.connect import (
     broke_protocol,
@@ -400,7 +399,7 @@ class Express:
             problem = structured_problem(result, call.tool.output_schema, call.tool.name)
         if problem is None:
             try:
-                return _shaped(result, call.version), None
+                return wire.shaped(result, call.version), None
             except (ValidationError, ValueError) as exc:
                 problem = str(exc).splitlines()[0]
         return None, broke_protocol(target, problem)
@@ -408,7 +407,7 @@ class Express:
     def failure(self, version: str, error: BundlectlError) -> bytes:
         """A failed call as the result the SDK path gives: an error the model can act on."""
         text = {"type": "text", "text": error.explained}
-        return _shaped({"content": [text], "isError": True}, version)
+        return wire.shaped({"content": [text], "isError": True}, version)
 
     async def ask(self, method: str, params: JsonObject) -> JsonObject:
         """A request to the client (an elicitation, a sampling) and its result."""
@@ -439,75 +438,3 @@ def _may_be_asked(capabilities: object) -> bool:
     return isinstance(capabilities, dict) and bool(
         capabilities.keys() & {"elicitation", "sampling"}
     )
-
-
-def _shaped(result: JsonObject, version: str) -> bytes:
-    """A tools/call result as the SDK's server sends it on `version`, as JSON: checked against
-    that protocol and cut to its fields; on 2026-07-28 with `resultType` and the serverInfo
-    stamp (the downstream server's when it gave one, as the SDK path passes it on)."""
-    plain = _plain(result, version)
-    return plain if plain is not None else _typed(result, version)
-
-
-def _typed(result: JsonObject, version: str) -> bytes:
-    """`_shaped` by the protocol's types."""
-    if version in MODERN_PROTOCOL_VERSIONS:
-        meta = result.get("_meta")
-        stamp = isinstance(meta, dict | None) and (meta or {}).get(SERVER_INFO_KEY) is None
-        result = {
-            **result,
-            # an older server's result: complete, by definition
-            "resultType": result.get("resultType", "complete"),
-            **({"_meta": {**(meta or {}), SERVER_INFO_KEY: _STAMP}} if stamp else {}),
-        }
-    adapter = _surface(version)
-    return adapter.dump_json(
-        adapter.validate_python(result, by_name=False), by_alias=True, exclude_none=True
-    )
-
-
-_STAMP = {"name": "bundlectl", "version": __version__}
-_PLAIN_KEYS = frozenset({"content", "isError", "structuredContent", "resultType", "_meta"})
-
-
-def _plain(result: JsonObject, version: str) -> bytes | None:
-    """`_shaped` for the common result the protocol's types would pass unchanged: text blocks
-    only, and nothing but `content`, `isError`, `structuredContent` and `_meta` (and on
-    2026-07-28 a `resultType` of complete). None: anything else, which the protocol's types
-    check. (The types cost the lane's warm call more than anything else it does;
-    `test_gateway_express` holds this to what they give, on every protocol.)"""
-    if not result.keys() <= _PLAIN_KEYS:
-        return None
-    content, failed = result.get("content"), result.get("isError", False)
-    structured, meta = result.get("structuredContent", {}), result.get("_meta", {})
-    if not (
-        type(content) is list
-        and type(failed) is bool
-        and type(structured) is dict
-        and type(meta) is dict
-        and None not in meta.values()
-        and all(
-            type(block) is dict
-            and len(block) == 2
-            and block.get("type") == "text"
-            and type(block.get("text")) is str
-            for block in content
-        )
-    ):
-        return None
-    if version in MODERN_PROTOCOL_VERSIONS:
-        if result.get("resultType", "complete") != "complete":
-            return None
-        result = {**result, "resultType": "complete"}
-        if SERVER_INFO_KEY not in meta:
-            result["_meta"] = {**meta, SERVER_INFO_KEY: _STAMP}
-    elif "resultType" in result:
-        return None
-    return json_line(result)[:-1]
-
-
-@functools.cache
-def _surface(version: str) -> TypeAdapter[Any]:
-    """The type of a tools/call result on `version` (`serialize_server_result`'s)."""
-    surface: Any = SERVER_RESULTS[("tools/call", version)]
-    return TypeAdapter(surface)

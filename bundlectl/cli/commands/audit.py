@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bundlectl.calls import audit, userconfig
+from bundlectl.calls import auditfile, userconfig
 from bundlectl.cli.options import Format, MatrixFormat
 from bundlectl.config.fsio import atomic_write
 from bundlectl.config.paths import display_path
@@ -26,12 +26,12 @@ COLUMNS = ["timestamp", "agent", "server", "tool", "decision", "outcome", "durat
 
 
 def _log(file: Path | None) -> Path:
-    return file if file is not None else audit.log_path(userconfig.load().audit.path)
+    return file if file is not None else auditfile.log_path(userconfig.load().audit.path)
 
 
 def _lines(path: Path) -> Iterator[bytes]:
     try:
-        yield from audit.lines(path)
+        yield from auditfile.lines(path)
     except FileNotFoundError:
         raise UsageError(
             f"no audit log at {display_path(path)}",
@@ -42,8 +42,8 @@ def _lines(path: Path) -> Iterator[bytes]:
 
 
 def _records(path: Path, *, pending: bool = True) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Each call record with its line number; `pending`: see `audit.records`."""
-    for number, record in audit.records(_lines(path), pending=pending):
+    """Each call record with its line number; `pending`: see `auditfile.records`."""
+    for number, record in auditfile.records(_lines(path), pending=pending):
         if record is None:
             err(f"warning: {display_path(path)}:{number}: not a JSON record; skipped")
             continue
@@ -81,7 +81,7 @@ def _walk(path: Path) -> tuple[tuple[int, str] | None, int, int, int]:
                        "log was removed)")  # fmt: skip
             break
         assert line is not None
-        if prev != audit.link(line):
+        if prev != auditfile.link(line):
             problem = (number, f"does not link to line {number - 1}: one of the two was "
                        "changed, or records between them were removed or inserted")  # fmt: skip
             break
@@ -131,7 +131,7 @@ def _continues(path: Path, start: dict[str, Any]) -> tuple[int, str] | None:
     if not rotated.is_file():
         return None  # the earlier file was removed (`keep` of them are kept): nothing to check
     tail = deque(_lines(rotated), maxlen=1)
-    if not tail or start.get("prev") != audit.link(tail[0]):
+    if not tail or start.get("prev") != auditfile.link(tail[0]):
         return (1, f"does not link to the last record of {earlier}, the log it continues")
     return None
 
