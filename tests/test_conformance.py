@@ -115,10 +115,12 @@ def test_server_scenarios_against_serve(
 
 
 # The auth scenarios sign in with `bundlectl auth login` (a scripted browser following the
-# redirect), or unattended with client credentials, and list tools with the token; all sixteen
-# of 2025-11-25 and 2025-03-26 are run by hand (README, "Development"); these cover discovery,
-# scopes, each token endpoint authentication, pre-registration, the legacy fallback, client
-# credentials, a Client ID Metadata Document, and the two known failures.
+# redirect), or unattended with client credentials, and list tools with the token (step-up:
+# then call a tool on a terminal, which signs in again); all sixteen of 2025-11-25 and
+# 2025-03-26 are run by hand (README, "Development"); these cover discovery, scopes and step-up,
+# each token endpoint authentication, pre-registration, the legacy fallback, client
+# credentials and a Client ID Metadata Document. The one known failure (baseline.yml) is run by
+# hand with the others, not here: the suite's time goes to what must pass.
 AUTH_SCENARIOS = [
     "auth/metadata-default",
     "auth/scope-from-www-authenticate",
@@ -129,7 +131,6 @@ AUTH_SCENARIOS = [
     "auth/client-credentials-basic",
     "auth/basic-cimd",
     "auth/scope-step-up",
-    "auth/2025-03-26-oauth-metadata-backcompat",
 ]
 
 
