@@ -195,10 +195,17 @@ def test_an_unreachable_redis_fails_closed_without_showing_its_password(
         RedisStore("redis://host:notaport")
 
 
+def _replica(project: Path, env: dict[str, str]) -> Any:
+    """One gateway process (`serve --agent bot` over stdio) of the project, for the SDK's client."""
+    from mcp import StdioServerParameters
+
+    argv = ["-m", "bundlectl", "serve", "--agent", "bot"]
+    return StdioServerParameters(command=PY, args=argv, cwd=str(project), env=env)
+
+
 def test_two_gateway_processes_share_approvals_and_counts_through_redis(
     project: Path, tmp_path: Path, redis_url: str, run: Run
 ) -> None:
-    from mcp import StdioServerParameters
 
     write(
         project / "bundlectl.yaml",
@@ -224,8 +231,7 @@ def test_two_gateway_processes_share_approvals_and_counts_through_redis(
     env = {**os.environ, "BUNDLECTL_HOME": str(tmp_path / "home")}
 
     def params() -> Any:
-        argv = ["-m", "bundlectl", "serve", "--agent", "bot"]
-        return StdioServerParameters(command=PY, args=argv, cwd=str(project), env=env)
+        return _replica(project, env)
 
     write_args = {"path": "shared.txt", "content": "approved once, used elsewhere"}
 
@@ -261,7 +267,6 @@ def test_replicas_share_an_agents_privacy_token_map_encrypted(
     """#39: with `state.url`, a token one gateway gave is turned back into its value by
     another (`detokenize`); the store holds the value encrypted only, and a gateway without the
     key does not start."""
-    from mcp import StdioServerParameters
 
     write(
         project / "bundlectl.yaml",
@@ -280,8 +285,7 @@ def test_replicas_share_an_agents_privacy_token_map_encrypted(
     keyed = {**env, "BUNDLECTL_PRIVACY_KEY": PRIVACY_KEY}
 
     def params() -> Any:
-        argv = ["-m", "bundlectl", "serve", "--agent", "bot"]
-        return StdioServerParameters(command=PY, args=argv, cwd=str(project), env=keyed)
+        return _replica(project, keyed)
 
     async def replicas() -> tuple[str, Any]:
         async with connected(params()) as one, connected(params()) as two:
