@@ -267,6 +267,7 @@ def test_replicas_share_an_agents_privacy_token_map_encrypted(
     """#39: with `state.url`, a token one gateway gave is turned back into its value by
     another (`detokenize`); the store holds the value encrypted only, and a gateway without the
     key does not start."""
+    import redis
 
     write(
         project / "bundlectl.yaml",
@@ -287,22 +288,30 @@ def test_replicas_share_an_agents_privacy_token_map_encrypted(
     def params() -> Any:
         return _replica(project, keyed)
 
-    async def replicas() -> tuple[str, Any]:
+    (project / "other.txt").write_text("or to bob@example.com")
+
+    db = redis.Redis.from_url(redis_url)
+    kept: list[str] = []
+
+    async def replicas() -> tuple[str, Any, Any]:
         async with connected(params()) as one, connected(params()) as two:
             [read] = texts(await one.call_tool("files__read_file", {"path": "contact.txt"}))
             token = read.removeprefix("write to ")
             written = {"path": "out.txt", "content": f"mail {token}"}
-            return read, await two.call_tool("files__write_file", written)
+            wrote = await two.call_tool("files__write_file", written)
+            kept.append(repr({key: db.dump(key) for key in db.keys("*")}))
+            db.shutdown(nosave=True)  # the store goes away
+            gone = await one.call_tool("files__read_file", {"path": "other.txt"})
+            return read, wrote, gone
 
-    read, wrote = anyio.run(replicas)
+    read, wrote, gone = anyio.run(replicas)
+    assert "tokens:" in kept[0] and "ada@example.com" not in kept[0]  # sealed, indexed by HMAC
+    # a value no map holds yet, with the store gone: refused, never shown as it is
+    assert gone.is_error and "cannot use the state store" in texts(gone)[0]
+    assert "bob@example.com" not in texts(gone)[0]
     assert read == "write to [EMAIL_1]"
     assert not wrote.is_error, texts(wrote)
     assert (project / "out.txt").read_text() == "mail ada@example.com"  # the other replica's
-    import redis
-
-    db = redis.Redis.from_url(redis_url)
-    kept = repr({key: db.dump(key) for key in db.keys("*")})
-    assert b"tokens:" in repr(db.keys("*")).encode() and "ada@example.com" not in kept
     refused = subprocess.run(
         [PY, "-m", "bundlectl", "serve", "--agent", "bot"],
         cwd=project,

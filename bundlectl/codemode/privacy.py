@@ -15,6 +15,7 @@ import base64
 import functools
 import operator
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -149,7 +150,7 @@ class Tokenizer:
         key = (detector.label, value)
         shared = self.shared
         if shared is not None:  # the store gives it (and keeps the map alive while it is used)
-            now = shared.now()
+            now = time.monotonic()
             if key not in self._tokens or self._asked[key] + shared.refresh < now:
                 token = shared.token_for(detector.label, value)
                 self._tokens[key], self._values[token], self._asked[key] = token, value, now

@@ -17,7 +17,6 @@ import base64
 import hashlib
 import hmac
 import os
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -78,7 +77,3 @@ class SharedTokens:
             return self._fernet.decrypt(sealed.encode("ascii")).decode()
         except (InvalidToken, ValueError):
             return None
-
-    @staticmethod
-    def now() -> float:
-        return time.monotonic()

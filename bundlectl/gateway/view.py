@@ -343,7 +343,13 @@ class Gateway(ServerContent):
             return _error(shown(outcome.error.explained))
         assert outcome.result is not None
         result: types.CallToolResult = outcome.result.as_model()
-        return tokens.result(result) if tokens is not None else result
+        if tokens is None:
+            return result
+        try:
+            tokenized: types.CallToolResult = tokens.result(result)
+        except BundlectlError as exc:  # a shared token map out of reach: nothing leaves as is
+            return _error(exc.explained)
+        return tokenized
 
 
 def _refused_arguments(name: str, decision: Decision, grants: list[str]) -> str:

@@ -19,6 +19,7 @@ from bundlectl.mcpio.requests import JsonObject
 
 SERVER_INFO_KEY = types.SERVER_INFO_META_KEY
 
+
 def shaped(result: JsonObject, version: str) -> bytes:
     """A tools/call result as the SDK's server sends it on `version`, as JSON: checked against
     that protocol and cut to its fields; on 2026-07-28 with `resultType` and the serverInfo
