@@ -173,11 +173,15 @@ def same_project(project: Path) -> Path:
 
 
 def audited(home: Path) -> list[tuple[Any, ...]]:
-    """What each front door must record alike: the call, the decision, the outcome, and the
-    digest of the arguments (never their values)."""
+    """What each front door must record alike: the call, the decision, the outcome, the
+    digest of the arguments (never their values), and whether the call was admitted (its
+    outcome completes a `pending` record under its id)."""
     records = audit_records(home / "state" / "audit.jsonl")
     return [
-        (r["server"], r["tool"], r["decision"], r["outcome"], r.get("arguments_sha256"))
+        (
+            *(r["server"], r["tool"], r["decision"], r["outcome"]),
+            *(r.get("arguments_sha256"), "call" in r),
+        )
         for r in records
     ]
 
@@ -244,6 +248,8 @@ def test_every_front_door_records_the_same_calls_alike(
         assert [row[:4] for row in rows] == EXPECTED, door
         # The arguments as the agent sent them are digested, for an allowed call only.
         assert [row[4] is not None for row in rows] == [True, True, True, False], door
+        # An allowed call is admitted before its arguments are checked, on every path.
+        assert [row[5] for row in rows] == [True, True, True, False], door
     assert len({tuple(rows) for rows in doors.values()}) == 1, doors
 
 

@@ -216,6 +216,36 @@ def _declared_only(arguments: dict[str, Any], schema: dict[str, Any], qualified:
         )
 
 
+def prepared(outcome: CallOutcome, tool: Any, target: Target) -> dict[str, Any]:
+    """Every check between a call's admission and its sending, on the server's live `tool`:
+    the arguments as the server gets them (a detokenize tool's real values), or the refusal
+    (BundlectlError); `outcome.arguments` are those the agent sent, typed by the tool's schema
+    (what the audit digests, valid or not). The gateway's express lane checks its calls here
+    too."""
+    request = outcome.request
+    execution = getattr(tool, "execution", None)
+    if getattr(execution, "task_support", None) == "required":
+        raise UsageError(
+            f"{request.qualified} runs only as an MCP task (execution.taskSupport: "
+            "required), which bundlectl does not support yet; nothing was sent",
+            hint="ask the server's authors for a plain-call variant, or call it from a "
+            "client with MCP tasks",
+        )
+    refusal = request.check(tool) if request.check is not None else None
+    if refusal is not None:
+        raise refusal
+    schema = tool.input_schema or {"type": "object"}
+    outcome.arguments = arguments = build_arguments(request.pairs, request.base_arguments, schema)
+    validate(arguments, schema, request.qualified)
+    if target.builtin:
+        _declared_only(arguments, schema, request.qualified)
+    # The audit digests what the agent sent; the server gets the real values when the tool is
+    # one that receives them, and the conditions judge those.
+    sent = request.restore(arguments) if request.restore else arguments
+    _meets_conditions(request.decision, sent, schema)
+    return sent
+
+
 async def perform(
     session: Session, request: CallRequest, target: Target, tools: dict[str, Any] | None = None
 ) -> CallOutcome:
@@ -233,26 +263,7 @@ async def perform(
         tool = tools.get(request.tool)
         if tool is None:
             raise missing_tool(request.server, request.tool, sorted(tools))
-        execution = getattr(tool, "execution", None)
-        if getattr(execution, "task_support", None) == "required":
-            raise UsageError(
-                f"{request.qualified} runs only as an MCP task (execution.taskSupport: "
-                "required), which bundlectl does not support yet; nothing was sent",
-                hint="ask the server's authors for a plain-call variant, or call it from a "
-                "client with MCP tasks",
-            )
-        refusal = request.check(tool) if request.check is not None else None
-        if refusal is not None:
-            raise refusal
-        schema = tool.input_schema or {"type": "object"}
-        outcome.arguments = build_arguments(request.pairs, request.base_arguments, schema)
-        validate(outcome.arguments, schema, request.qualified)
-        if target.builtin:
-            _declared_only(outcome.arguments, schema, request.qualified)
-        # The outcome keeps what the agent sent (the audit digests that); the server gets the
-        # real values when the tool is one that receives them, and the conditions judge those.
-        sent = request.restore(outcome.arguments) if request.restore else outcome.arguments
-        _meets_conditions(request.decision, sent, schema)
+        sent = prepared(outcome, tool, target)
         with (
             runner.interruptible() as scope,
             telemetry.step(

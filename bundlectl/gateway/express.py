@@ -44,8 +44,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSI
 from pydantic import ValidationError
 
 from bundlectl import telemetry
-from bundlectl.calls.arguments import structured_problem, validate
-from bundlectl.calls.confirm import After
+from bundlectl.calls.arguments import structured_problem
+from bundlectl.calls.call import CallOutcome, CallRequest, prepared
 from bundlectl.errors import BundlectlError, Interrupted
 from bundlectl.gateway import wire
 from bundlectl.gateway.context import ExpressContext, SdkContext
@@ -58,6 +58,7 @@ from bundlectl.mcpio.connect import (
 from bundlectl.mcpio.pipes import PipeWriter, json_line
 from bundlectl.mcpio.plain import check_result
 from bundlectl.mcpio.requests import JsonObject, Requests
+from bundlectl.mcpio.session import ToolResult
 from bundlectl.policy.rules import Decision
 
 if TYPE_CHECKING:
@@ -85,12 +86,11 @@ class _Call:
 
     lane: Express
     message: JsonObject  # the client's request
-    arguments: JsonObject
     version: str  # the protocol of the client's request
     meta: JsonObject  # the request's _meta
     downstream: Downstream
     tool: types.Tool  # the live tool
-    decision: Decision
+    outcome: CallOutcome  # its request (the decision, the arguments as sent) and how it ends
     tap: Tap  # the server's pipes
     key: str = ""  # our request's id at the server
     started: float = field(default_factory=time.perf_counter)
@@ -108,11 +108,15 @@ class _Call:
     def target(self) -> Target:
         return self.downstream.target
 
-    def send(self) -> bool:
+    @property
+    def decision(self) -> Decision:
+        return self.outcome.request.decision
+
+    def send(self, arguments: JsonObject) -> bool:
         """Send the call to the server; False when it cannot go now (then it was not sent)."""
         tap = self.tap
         self.key = tap.requests.open(self.arrived)
-        params: JsonObject = {"name": self.tool.name, "arguments": self.arguments}
+        params: JsonObject = {"name": self.tool.name, "arguments": arguments}
         meta = self.meta
         if meta.get("progressToken") is not None:
             params["_meta"] = {"progressToken": self.key}
@@ -127,7 +131,7 @@ class _Call:
             self.relay_key = relay.enter(
                 ExpressContext(self.lane, self.id, self.version, self.meta)
             )
-        timeout = float(self.target.spec.timeout)
+        timeout = self.outcome.request.timeout
         self.timer = asyncio.get_running_loop().call_later(timeout, self.timed_out)
         return True
 
@@ -140,15 +144,16 @@ class _Call:
                 self.lane.post({"jsonrpc": "2.0", "method": message["method"], "params": params})
             return
         if message is None:
-            self.end(error=connection_closed(self.target), crashed=True)
+            self.end(error=connection_closed(self.target))
             return
         answer = message.get("result")
         if isinstance(answer, dict) and answer.get("resultType") == "input_required":
             self.detour()
             return
         result, error = self.lane.result(self, message)
-        failed = isinstance(message.get("result"), dict) and bool(message["result"].get("isError"))
-        self.end(result=result, error=error, tool_error=failed)
+        if error is None and isinstance(answer, dict):
+            self.outcome.result = ToolResult(answer)
+        self.end(result=result, error=error)
 
     def detour(self) -> None:
         """The server asks the client something before it answers (2026-07-28): the lane
@@ -194,12 +199,11 @@ class _Call:
         *,
         result: bytes | None = None,
         error: BundlectlError | None = None,
-        tool_error: bool = False,
         cancelled: bool = False,
-        crashed: bool = False,
     ) -> None:
-        """Answer the client (`result`: the result as JSON), free the server's slot, audit.
-        The answer goes first: the rest is not the client's wait."""
+        """Answer the client (`result`: the result as JSON), free the server's slot, finish
+        the call as every call is finished (`Pipeline.finish_call`: its audit record, what its
+        server should do next). The answer goes first: the rest is not the client's wait."""
         if self.over:
             return
         telemetry.end_step(self.step, None if error is None else error.message)
@@ -214,17 +218,10 @@ class _Call:
                 failed = {"code": types.INTERNAL_ERROR, "message": f"bundlectl: {exc}"}
                 lane.post({"jsonrpc": "2.0", "id": self.id, "error": failed})
         self.release()
-        if cancelled:  # the client gave up on it
-            error = Interrupted("the client cancelled the call")
-        after = lane.hub.pipeline.finish(
-            self.decision,
-            error=error,
-            tool_error=tool_error,
-            duration_ms=duration,
-            arguments=self.arguments,
-        )
-        if crashed:
-            after = After.CRASHED
+        outcome = self.outcome
+        outcome.error = Interrupted("the client cancelled the call") if cancelled else error
+        outcome.duration_ms = duration
+        after = lane.hub.pipeline.finish_call(outcome)
         if not downstream.kept(after):  # `Downstream.after`, in a task only when there is more
             lane.group.start_soon(downstream.after, after, lane.group)
 
@@ -287,20 +284,24 @@ class Express:
         call = self._ready(message)
         if call is None:
             return False
+        request, pipeline = call.outcome.request, self.hub.pipeline
+        if "traceparent" in call.meta:  # the parent of the call's span (no SDK span here)
+            request.decision = dataclasses.replace(request.decision, trace=_trace_of(call.meta))
         try:
-            schema = call.tool.input_schema or {"type": "object"}
-            validate(call.arguments, schema, f"{call.target.name}.{call.tool.name}")
+            # the checks every call passes before it is sent (`_route` made the pin check)
+            sent = prepared(call.outcome, call.tool, call.target)
         except BundlectlError as exc:
+            request.decision = pipeline.admit(request.decision)  # admitted, then refused
             call.end(error=exc)
             return True
         if not call.downstream.acquire():
             return False  # busy: the SDK path waits for its turn
-        if not call.send():
+        if not call.send(sent):
             call.downstream.release()
             return False
-        if "traceparent" in call.meta:  # the parent of the call's span (no SDK span here)
-            call.decision = dataclasses.replace(call.decision, trace=_trace_of(call.meta))
-        call.decision = self.hub.pipeline.start(call.decision)  # its `pending` audit record
+        # its `pending` audit record: the same admission as every allowed call (a call the
+        # quotas count never takes the lane)
+        request.decision = pipeline.admit(request.decision)
         qualified = f"{call.decision.server}.{call.decision.tool}"
         call.step = telemetry.begin_step(
             call.decision.call,
@@ -339,7 +340,15 @@ class Express:
         tap = downstream.target.tap
         if tap is None or not tap.ready:
             return None
-        return _Call(self, message, arguments, version, meta, downstream, live, decision, tap)
+        request = CallRequest(
+            self.agent,
+            decision.server,
+            decision.tool,
+            decision,
+            base_arguments=arguments,
+            timeout=float(downstream.target.spec.timeout),
+        )
+        return _Call(self, message, version, meta, downstream, live, CallOutcome(request), tap)
 
     def _route(self, name: str) -> tuple[Downstream, types.Tool, Decision] | None:
         """The server, live tool and decision for a tool name, when its calls may take the
