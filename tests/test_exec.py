@@ -965,6 +965,37 @@ def test_builtin_tool_called_without_the_sdk(kitchen: Path, isolated_home: Path)
     assert "mcp" in modules
 
 
+def test_a_stdio_server_starts_before_what_talks_to_it_is_imported(
+    kitchen: Path, isolated_home: Path
+) -> None:
+    """Once the policy lets the call through, the server starts at once; asyncio, anyio, the
+    transport, the validator and the SDK are imported while it starts (each costs exec's own
+    time only when it is on the way to the server's start)."""
+    spy = (
+        "import subprocess, sys\n"
+        "started = []\n"
+        "popen = subprocess.Popen.__init__\n"
+        "def spy(self, *args, **kwargs):\n"
+        "    started.append(sorted(set(sys.argv[1].split()) & set(sys.modules)))\n"
+        "    popen(self, *args, **kwargs)\n"
+        "subprocess.Popen.__init__ = spy\n"
+        "from bundlectl.cli.main import main\n"
+        "code = main(['exec', 'kitchen.echo', 'text=hi'])\n"
+        "print('LOADED', started[0], code)\n"
+    )
+    watched = "asyncio anyio mcp jsonschema_rs bundlectl.calls.call bundlectl.mcpio.stdio"
+    done = subprocess.run(
+        [PY, "-c", spy, watched],
+        cwd=kitchen,
+        env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "hi" in done.stdout, done.stderr
+    assert done.stdout.splitlines()[-1] == "LOADED [] 0"
+
+
 def exec_importing(project: Path, home: Path, *args: str) -> tuple[str, set[str]]:
     """`bundlectl exec ARGS` in a subprocess: its output, and the modules it imported."""
     done = subprocess.run(

@@ -24,8 +24,9 @@ from bundlectl.calls.pipeline import Pipeline
 from bundlectl.calls.render import result_json
 from bundlectl.config.yamlio import read_bounded
 from bundlectl.errors import BundlectlError, UsageError
-from bundlectl.mcpio.connect import Target, connect
+from bundlectl.mcpio.connect import connect
 from bundlectl.mcpio.session import SdkSession
+from bundlectl.mcpio.target import Target
 from bundlectl.output import write
 from bundlectl.policy.patterns import parse_tool_name
 from bundlectl.policy.rules import default_agent

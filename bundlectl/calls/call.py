@@ -21,18 +21,13 @@ from bundlectl.calls.confirm import After, terminal_confirmer
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.errors import BundlectlError, PolicyDenied, ToolCallError, UsageError
 from bundlectl.mcpio import plain, runner
-from bundlectl.mcpio.connect import (
-    Target,
-    classify,
-    connect,
-    connect_timed_out,
-    missing_tool,
-    start_child,
-)
+from bundlectl.mcpio.child import Child
+from bundlectl.mcpio.connect import classify, connect, connect_timed_out, missing_tool
 from bundlectl.mcpio.pipes import json_line
 from bundlectl.mcpio.plain import NO_SAMPLING, NO_TERMINAL, BuiltinClient
 from bundlectl.mcpio.session import SdkSession, Session, ToolResult
-from bundlectl.mcpio.stdio import Child, child_transport
+from bundlectl.mcpio.stdio import child_transport
+from bundlectl.mcpio.target import Target, start_child
 from bundlectl.output import ask, err, status
 from bundlectl.policy.rules import Decision
 

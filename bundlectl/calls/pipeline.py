@@ -40,8 +40,7 @@ from bundlectl.errors import (
     Unconfirmable,
     UsageError,
 )
-from bundlectl.mcpio.connect import Target
-from bundlectl.mcpio.live import compare
+from bundlectl.mcpio.target import Target
 from bundlectl.output import err
 from bundlectl.policy.conditions import non_finite
 from bundlectl.policy.rules import Decision
@@ -52,7 +51,7 @@ from bundlectl.suggest import tool_suggestions
 if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowed the call
     from bundlectl.calls.call import CallOutcome
     from bundlectl.calls.limits import Limits
-    from bundlectl.mcpio.connect import Target
+    from bundlectl.mcpio.target import Target
     from bundlectl.policy.conditions import PathReader
 
 
@@ -420,6 +419,7 @@ class Pipeline:
         definition differs from the one the lock recorded, or the lock records none."""
         if not self.resolution.policy.set.pin_tools:
             return None
+        from bundlectl.mcpio import live as live_tools  # noqa: PLC0415 - with pin_tools only
 
         lock = self.resolution.project.lock
         locked = lock.servers.get(server) if lock is not None else None
@@ -431,7 +431,7 @@ class Pipeline:
         if locked is None or declared is None or live.name not in locked.tools:
             return f"{qualified} is not recorded in the lock (policy.pin_tools)"
         if digest_json(declared.model_dump(mode="json")) != locked.tools[live.name] or (
-            compare(server, [declared], [live]).changed
+            live_tools.compare(server, [declared], [live]).changed
         ):
             # What ends it depends on where the catalog lives: the project's own servers record
             # theirs in bundlectl.yaml, a bundle's comes with a new version of the bundle.

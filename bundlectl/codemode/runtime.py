@@ -25,8 +25,9 @@ from bundlectl.codemode.privacy import Privacy
 from bundlectl.config.models import ServerSpec
 from bundlectl.config.project import load_project
 from bundlectl.errors import BundlectlError, PolicyDenied, UsageError
-from bundlectl.mcpio.connect import Target, connect
+from bundlectl.mcpio.connect import connect
 from bundlectl.mcpio.session import SdkSession, ToolResult
+from bundlectl.mcpio.target import Target
 from bundlectl.policy.patterns import gateway_name, parse_tool_name
 from bundlectl.policy.rules import default_agent
 from bundlectl.resolve.resolved import resolve_project

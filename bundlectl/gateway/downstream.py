@@ -23,8 +23,9 @@ from bundlectl.errors import (
     ServerError,
 )
 from bundlectl.gateway.relay import CallCancelled, Job, Relay
-from bundlectl.mcpio.connect import Target, classify, connect
+from bundlectl.mcpio.connect import classify, connect
 from bundlectl.mcpio.session import SdkSession, ServerSession
+from bundlectl.mcpio.target import Target
 from bundlectl.output import err
 
 if TYPE_CHECKING:

@@ -64,8 +64,8 @@ from bundlectl.policy.rules import Decision
 if TYPE_CHECKING:
     from bundlectl.gateway.downstream import Downstream
     from bundlectl.gateway.hub import Hub
-    from bundlectl.mcpio.connect import Target
     from bundlectl.mcpio.stdio import Tap
+    from bundlectl.mcpio.target import Target
     from bundlectl.resolve.resolved import Resolution
 
 VERSION_KEY = types.PROTOCOL_VERSION_META_KEY

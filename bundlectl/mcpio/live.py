@@ -14,8 +14,9 @@ from bundlectl.config import paths
 from bundlectl.config.models import ServerSpec, ToolSpec
 from bundlectl.errors import BundlectlError
 from bundlectl.mcpio import runner
-from bundlectl.mcpio.connect import Target, connect
+from bundlectl.mcpio.connect import connect
 from bundlectl.mcpio.session import list_all_tools
+from bundlectl.mcpio.target import Target
 
 
 @dataclass

@@ -36,7 +36,7 @@ from bundlectl.errors import ServerError
 from bundlectl.output import err
 
 if TYPE_CHECKING:
-    from bundlectl.mcpio.connect import Target
+    from bundlectl.mcpio.target import Target
 
 LOGIN_WAIT = 300.0  # seconds `auth login` waits for the browser to come back
 

@@ -18,7 +18,7 @@ from typing import IO, Any
 import anyio
 import anyio.lowlevel
 
-MAX_MESSAGE = 128 * 1024 * 1024  # bytes in one message, unless a server's spec says otherwise
+from bundlectl.mcpio.child import MAX_MESSAGE
 
 
 class Oversized(bytes):

@@ -27,7 +27,6 @@ import anyio
 from bundlectl import __version__
 from bundlectl.errors import BundlectlError, CallTimeout, ServerError
 from bundlectl.mcpio.connect import (
-    Target,
     broke_protocol,
     call_timed_out,
     connection_closed,
@@ -35,6 +34,7 @@ from bundlectl.mcpio.connect import (
 )
 from bundlectl.mcpio.requests import Requests
 from bundlectl.mcpio.session import Progress, ToolResult
+from bundlectl.mcpio.target import Target
 from bundlectl.servers._tooling import Blob, Toolbox, ToolFailure, content_only
 
 PROTOCOL = "2025-11-25"

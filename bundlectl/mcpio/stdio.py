@@ -9,156 +9,19 @@ wait, SIGKILL — with the same grace periods the SDK uses.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
-import os
-import signal
-import subprocess
-import sys
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
 
-from bundlectl.mcpio import watchdog
-from bundlectl.mcpio.pipes import MAX_MESSAGE, Oversized, PipeWriter, json_line, read_pipe
+from bundlectl.mcpio.child import Child
+from bundlectl.mcpio.pipes import Oversized, PipeWriter, json_line, read_pipe
 from bundlectl.mcpio.requests import Requests
-from bundlectl.mcpio.watchdog import group_alive, stop_group
 
 if TYPE_CHECKING:
     from mcp.shared.message import SessionMessage
-
-GRACE = 2.0  # seconds after closing stdin, and again after SIGTERM
-
-
-@dataclass
-class Child:
-    """A started server process with pipes to its stdin and stdout."""
-
-    process: subprocess.Popen[bytes]
-    # What broke the protocol, if anything (first non-JSON-RPC line on stdout).
-    violation: str | None = None
-    # Set once the result is printed: the rest of the shutdown need not hold the user up.
-    detach: bool = False
-    max_message: int = MAX_MESSAGE  # bytes in one message (`servers.NAME.max_message_mb`)
-
-    @classmethod
-    def start(
-        cls,
-        argv: list[str],
-        *,
-        env: dict[str, str],
-        cwd: str,
-        stderr: IO[str],
-        with_parent: bool = False,
-    ) -> Child:
-        """Start now. A missing executable raises FileNotFoundError, as the SDK would.
-        `with_parent`: on Linux the child gets SIGTERM when we die, even by SIGKILL (the
-        gateway's servers; `exec` hands a finished server's shutdown to a watchdog instead)."""
-        kwargs: dict[str, Any] = {}
-        if sys.platform != "win32":
-            kwargs["start_new_session"] = True  # its own process group: we can stop the tree
-        if with_parent and sys.platform.startswith("linux"):
-            kwargs["preexec_fn"] = _parent_death_signal()
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            env=env,
-            cwd=cwd,
-            bufsize=0,
-            **kwargs,
-        )
-        return cls(process)
-
-    async def stop(self) -> None:
-        """Close stdin, wait, then terminate and kill the whole process group.
-
-        The group is stopped even when the server itself exits at once: whatever it started
-        (`sleep 600 &`) must not outlive the call. With `detach`, a server still running shortly
-        after EOF is left to a detached watchdog that applies the same escalation, so bundlectl
-        can exit as soon as the result is out.
-        """
-        proc = self.process
-        with contextlib.suppress(OSError):
-            if proc.stdin is not None:
-                proc.stdin.close()
-        if sys.platform == "win32":
-            await self._stop_windows()
-            return
-        exited = await self._wait(0.05 if self.detach else GRACE)
-        if exited and not group_alive(proc.pid):
-            return
-        if self.detach:
-            self._watchdog()
-            return
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            self._signal(sig)
-            if await self._wait_group(GRACE):
-                return
-
-    def terminate_now(self) -> None:
-        """Without an event loop (we are failing): SIGTERM the group, wait, SIGKILL."""
-        with contextlib.suppress(OSError):
-            if self.process.stdin is not None:
-                self.process.stdin.close()
-        if sys.platform == "win32":
-            self.process.terminate()
-            return
-
-        if self.process.poll() is None or group_alive(self.process.pid):
-            self._signal(signal.SIGTERM)
-            stop_group(self.process.pid, GRACE)
-        self.process.poll()
-
-    async def _stop_windows(self) -> None:
-        if await self._wait(GRACE):
-            return
-        self.process.terminate()
-        await self._wait(GRACE)
-
-    def _watchdog(self) -> None:
-        """A detached Python process that stops the server's group if it outlives GRACE."""
-        with contextlib.suppress(OSError):
-            subprocess.Popen(
-                [sys.executable, "-I", "-S", watchdog.__file__, str(self.process.pid), str(GRACE)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-
-    async def _wait(self, seconds: float) -> bool:
-        with anyio.move_on_after(seconds):
-            while self.process.poll() is None:
-                await anyio.sleep(0.01)
-        return self.process.poll() is not None
-
-    async def _wait_group(self, seconds: float) -> bool:
-        """Until the server is reaped and nothing of its group is left."""
-        with anyio.move_on_after(seconds):
-            while self.process.poll() is None or group_alive(self.process.pid):
-                await anyio.sleep(0.02)
-            return True
-        return False
-
-    def _signal(self, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
-            os.killpg(self.process.pid, sig)
-
-
-@contextlib.contextmanager
-def stop_on_failure(child: Child | None) -> Iterator[None]:
-    """Stop `child` (and its process group) when the block fails or is interrupted."""
-    try:
-        yield
-    except BaseException:
-        if child is not None:
-            child.terminate_now()
-        raise
 
 
 def _sdk_encode(message: Any) -> bytes:
@@ -337,18 +200,3 @@ def session_message(parsed: object) -> SessionMessage:
     from mcp_types import jsonrpc_message_adapter
 
     return SessionMessage(jsonrpc_message_adapter.validate_python(parsed, by_name=False))
-
-
-def _parent_death_signal() -> Callable[[], None] | None:
-    """What the forked child runs before exec: `prctl(PR_SET_PDEATHSIG, SIGTERM)`. The libc
-    function is looked up here, in the parent, so the child only makes one C call."""
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig = 1
-
-    def set_signal() -> None:
-        prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
-
-    return set_signal

@@ -5,6 +5,10 @@ config → resolve the agent's policy → decide (deny: exit 3, nothing started,
 confirm on a terminal or require --yes → start/connect the server → check the tool exists →
 validate the arguments → call with the timeout → print → audit. The steps live in `bundlectl.calls`
 (`pipeline`, `call`); this command parses, runs and renders.
+
+A stdio server is started as soon as the policy has let the call through, and what talks to it
+(asyncio, the transport, the validator, the MCP SDK when it is needed) is imported while it
+starts: the modules imported here load none of them.
 """
 
 from __future__ import annotations
@@ -15,26 +19,24 @@ from typing import TYPE_CHECKING, Any
 
 from bundlectl.calls.arguments import build_arguments, load_json_args, preload, split_pairs
 from bundlectl.calls.audit import AuditLog
-from bundlectl.calls.batch import BatchItem, batch_line, read_batch, run_items, write_line
-from bundlectl.calls.call import CallRequest, call_once, client_capabilities, completed_now
 from bundlectl.calls.confirm import always_yes, terminal_confirmer
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.calls.render import OutputDir, render_text, result_json
 from bundlectl.cli.options import Format
 from bundlectl.config.project import load_project
 from bundlectl.errors import BundlectlError, UsageError
-from bundlectl.mcpio import runner
-from bundlectl.mcpio.connect import start_child
-from bundlectl.mcpio.stdio import stop_on_failure
+from bundlectl.mcpio.child import stop_on_failure
+from bundlectl.mcpio.target import start_child
 from bundlectl.output import emit_json, err, note, out
 from bundlectl.policy.patterns import parse_tool_name
 from bundlectl.policy.rules import default_agent
 from bundlectl.resolve.resolved import resolve_project
 
 if TYPE_CHECKING:
+    from bundlectl.calls.batch import BatchItem
     from bundlectl.calls.call import CallOutcome, CallRequest
-    from bundlectl.mcpio.connect import Target
-    from bundlectl.mcpio.stdio import Child
+    from bundlectl.mcpio.child import Child
+    from bundlectl.mcpio.target import Target
 
 
 def _pipeline(config: Path | None, *, yes: bool, prompt: bool, wait: bool = False) -> Pipeline:
@@ -109,17 +111,18 @@ def run(
     arguments, typed = _as_typed(target, name, split, base)
     decision = pipeline.decide(who, server, name, arguments, typed=typed)
 
-    limit = timeout if timeout is not None else float(target.spec.timeout)
-    request = CallRequest(
-        who, server, name, decision, split, base, limit, check=pipeline.pin_check(server)
-    )
-    # Start a stdio server before the SDK is imported: its start-up and our import overlap.
+    # Start a stdio server now: its start-up and our imports of what talks to it overlap.
     child = start_child(target) if target.spec.transport == "stdio" and not target.builtin else None
     # Whatever happens before the transport owns the child (Ctrl-C while the SDK imports),
     # the server and everything it started must not outlive us.
     with stop_on_failure(child):
+        from bundlectl.calls.call import CallRequest  # noqa: PLC0415 - see the module's doc
+
         if child is not None:
             preload()
+        limit = timeout if timeout is not None else float(target.spec.timeout)
+        check = pipeline.pin_check(server)
+        request = CallRequest(who, server, name, decision, split, base, limit, check=check)
         code, links = _call(
             pipeline,
             target,
@@ -167,6 +170,7 @@ def _call(
 ) -> tuple[int, list[str]]:
     """Connect, call, print (before the server's shutdown), audit; the exit code and the URIs
     of the resources the result links to."""
+    from bundlectl.calls.call import call_once, client_capabilities, completed_now  # noqa: PLC0415
 
     printed: dict[str, int] = {}
     root = pipeline.resolution.project.root
@@ -246,6 +250,8 @@ def run_batch(
     quiet: bool,
 ) -> int:
     """Run a batch; exit with the code of the first call that did not succeed (0 if none)."""
+    from bundlectl.calls.batch import batch_line, read_batch, run_items, write_line  # noqa: PLC0415
+    from bundlectl.mcpio import runner  # noqa: PLC0415
 
     items, targets = read_batch(batch, pipeline, agent=agent, timeout=timeout, quiet=quiet)
     codes: list[int] = []

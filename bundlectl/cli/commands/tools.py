@@ -16,8 +16,8 @@ from bundlectl.config.project import load_project, project_from_text
 from bundlectl.config.yamlio import read_text
 from bundlectl.errors import UsageError
 from bundlectl.mcpio import runner
-from bundlectl.mcpio.connect import Target
 from bundlectl.mcpio.live import catalog_entry, catalogs, compare, survey
+from bundlectl.mcpio.target import Target
 from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, note, out
 from bundlectl.policy.catalog import ToolRef, agent_row, search
 from bundlectl.policy.patterns import gateway_name
