@@ -20,6 +20,8 @@ from ruamel.yaml import YAML
 from bundlectl.cli.main import main
 
 REPO = Path(__file__).resolve().parent.parent
+# The MCP servers the tests start (kitchen, misbehave, conformance, ...).
+TEST_SERVERS = REPO / "tests" / "servers"
 # A 2025-11-25 `initialize` request, for tests that speak raw JSON-RPC to a server or gateway.
 INITIALIZE = {
     "jsonrpc": "2.0",

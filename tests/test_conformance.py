@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO, load_yaml, write
-from tests.test_gateway_http import gateway
+from tests.gateway.test_gateway_http import gateway
 
 PY = sys.executable
 NPM = REPO / "tests" / "npm" / "node_modules"
@@ -171,7 +171,7 @@ def test_a_modern_clients_log_level_reaches_a_modern_server(
     import anyio
     from mcp import StdioServerParameters
 
-    from tests.test_gateway import connected
+    from tests.gateway.test_gateway import connected
 
     write(
         project / "bundlectl.yaml",

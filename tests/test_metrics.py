@@ -14,7 +14,7 @@ import anyio
 import httpx2
 
 from tests.conftest import write
-from tests.test_gateway_http import client, gateway
+from tests.gateway.test_gateway_http import client, gateway
 
 TOKEN = "reader-token-0123456789"
 

@@ -19,9 +19,8 @@ import anyio
 import pytest
 
 from bundlectl import telemetry
-from tests.conftest import Run, write
-from tests.test_exec import SERVERS
-from tests.test_gateway import texts
+from tests.conftest import TEST_SERVERS, Run, write
+from tests.gateway.test_gateway import texts
 
 CONFIG = """
 version: 1
@@ -31,7 +30,7 @@ agents:
 policy: {default: deny}
 """
 KITCHEN = f"""servers:
-  kitchen: {{command: {sys.executable}, args: ["{SERVERS / "kitchen.py"}"]}}
+  kitchen: {{command: {sys.executable}, args: ["{TEST_SERVERS / "kitchen.py"}"]}}
 """
 
 
@@ -87,9 +86,9 @@ def test_a_calls_connect_and_send_are_child_spans_and_reach_an_http_server(
 ) -> None:
     """#41: a call to a remote server has its connection and its request as spans under the
     call's, and the server gets the request's trace context as a `traceparent` header."""
-    from tests.test_exec import listening, remote_config
+    from tests.cli.test_exec import listening, remote_config
 
-    kitchen = [sys.executable, str(SERVERS / "kitchen.py"), "--transport", "streamable-http"]
+    kitchen = [sys.executable, str(TEST_SERVERS / "kitchen.py"), "--transport", "streamable-http"]
     with listening(kitchen) as port:
         remote_config(project, "kitchen", port)
         done = run("exec", "kitchen.traceheader")
@@ -211,7 +210,7 @@ def test_exec_and_serve_export_their_spans_over_otlp_http(
 
     from mcp import StdioServerParameters
 
-    from tests.test_gateway import connected
+    from tests.gateway.test_gateway import connected
 
     receiver.spans.clear()
     receiver.arrived.clear()
@@ -277,7 +276,7 @@ def test_serve_over_http_joins_the_trace_of_the_traceparent_header(
 ) -> None:
     """A client that sends its W3C trace context as HTTP headers (`traceparent`) rather than
     in `_meta`: the gateway's spans for its call join that trace."""
-    from tests.test_gateway_http import client, gateway
+    from tests.gateway.test_gateway_http import client, gateway
 
     token = "reader-" + "r" * 30
     monkeypatch.setenv("READER_TOKEN", token)

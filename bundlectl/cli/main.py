@@ -129,7 +129,7 @@ def _narrowed(args: list[str]) -> typer.Typer:
 def _no_pydantic_plugins() -> None:
     """With plugins disabled, pydantic's plugin loader answers "none", but importing it imports
     `importlib.metadata` first (~10 ms, a tenth of a command's start-up). A module with the same
-    answer stands in for it (tests/test_cli.py checks that pydantic still asks it)."""
+    answer stands in for it (tests/cli/test_cli.py checks that pydantic still asks it)."""
     name = "pydantic.plugin._loader"
     if name not in sys.modules:
         import types

@@ -1,0 +1,162 @@
+"""The audit log: one JSON line per decision, digests instead of argument values, appended whole
+by concurrent writers, and written again after the file was rotated away."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+
+from bundlectl.calls.audit import arguments_digest
+from bundlectl.calls.auditfile import AuditFile, AuditRecord, append
+from tests.conftest import TEST_SERVERS, Run
+
+
+def record(**fields: object) -> AuditRecord:
+    values: dict[str, object] = {
+        "agent": "reader",
+        "server": "files",
+        "tool": "read_file",
+        "decision": "allow",
+        "lock_digest": None,
+        "policy_digest": "sha256:" + "0" * 64,
+        "outcome": "ok",
+    }
+    return AuditRecord(**{**values, **fields})  # type: ignore[arg-type]
+
+
+def test_a_record_holds_a_digest_of_the_arguments_never_their_values(tmp_path: Path) -> None:
+    secret = {"path": "README.md", "token": "hunter2-very-secret"}
+    log = append(record(arguments_sha256=arguments_digest(secret)), tmp_path / "audit.jsonl")
+    [line] = log.read_text().splitlines()
+    data = json.loads(line)
+    assert "hunter2" not in line and "README" not in line
+    assert data["arguments_sha256"] == arguments_digest(dict(reversed(secret.items())))
+    assert data["timestamp"].endswith("Z") and "remote" not in data and "repeated" not in data
+    assert arguments_digest(None) is None
+
+
+def test_argument_digests_are_keyed_per_installation(isolated_home: Path) -> None:
+    # An unsalted hash let a reader of the log confirm which of a few guessed e-mails a call
+    # carried; without this installation's key, a guess cannot be checked.
+    import hashlib
+    import stat
+
+    sent = {"to": "jane.doe@corp.example"}
+    digest = arguments_digest(sent)
+    assert digest is not None and digest.startswith("hmac-sha256:")
+    for guess in ("jane.doe@corp.example", "john@corp.example"):
+        blob = json.dumps({"to": guess}, sort_keys=True, separators=(",", ":")).encode()
+        assert hashlib.sha256(blob).hexdigest() not in digest
+    key_file = isolated_home / "state" / "audit.key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600 and len(key_file.read_bytes()) == 32
+    assert arguments_digest(sent) == digest  # the same key every time
+    assert arguments_digest(sent, key=b"k" * 32) != digest  # another installation differs
+
+
+def _write_many(path: str, worker: int) -> None:
+    log = AuditFile(Path(path))
+    for i in range(200):
+        log.write(record(tool=f"w{worker}-{i}", rule_source="x" * 3000))
+    log.close()
+
+
+def test_concurrent_writers_never_mix_records(tmp_path: Path) -> None:
+    target = tmp_path / "audit.jsonl"
+    workers = [
+        multiprocessing.get_context("spawn").Process(target=_write_many, args=(str(target), n))
+        for n in range(3)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    lines = target.read_text().splitlines()
+    assert len(lines) == 600
+    assert {json.loads(line)["tool"] for line in lines} == {
+        f"w{n}-{i}" for n in range(3) for i in range(200)
+    }
+
+
+def test_a_rotated_log_is_written_again(tmp_path: Path) -> None:
+    target = tmp_path / "audit.jsonl"
+    log = AuditFile(target)
+    log.write(record(tool="before"))
+    target.rename(tmp_path / "audit.jsonl.1")  # logrotate moves it away
+    log.write(record(tool="after"))
+    log.close()
+    assert json.loads(target.read_text())["tool"] == "after"
+    assert json.loads((tmp_path / "audit.jsonl.1").read_text())["tool"] == "before"
+
+
+def test_a_record_is_one_line_for_every_reader(tmp_path: Path) -> None:
+    """A raw U+2028 in a CLI argument split the file under `str.splitlines()`."""
+    odd = "a\u2028b\u2029c\x85d\x1ce"
+    log = append(record(agent=odd, tool=odd), tmp_path / "audit.jsonl")
+    text = log.read_text()
+    [line] = text.splitlines()
+    assert "\u2028" not in text and "\x85" not in text
+    assert json.loads(line)["agent"] == odd
+
+
+def test_exec_with_line_separators_in_its_arguments_writes_whole_records(
+    project: Path, run: Run, isolated_home: Path
+) -> None:
+    run("init")
+    assert run("exec", "-a", "reader\u2028x", "files.read_file\u2029", "path=a").code == 3
+    lines = (isolated_home / "state" / "audit.jsonl").read_text().splitlines()
+    assert [json.loads(line)["agent"] for line in lines] == ["reader\u2028x"]
+
+
+def test_a_killed_exec_leaves_the_pending_record_of_its_call(
+    project: Path, isolated_home: Path
+) -> None:
+    """`kill -9` of exec during an allowed call left no record though the server had acted:
+    the call is recorded as `pending` when it is let through, then completed by its outcome."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import write
+
+    kitchen = TEST_SERVERS / "kitchen.py"
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          kitchen: {{command: {sys.executable}, args: ["{kitchen}"]}}
+        agents:
+          bot: {{allow: [kitchen.sleep, kitchen.echo]}}
+        policy: {{default: deny}}
+        """,
+    )
+    env = {**os.environ, "BUNDLECTL_HOME": str(isolated_home)}
+    log = isolated_home / "state" / "audit.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-m", "bundlectl", "exec", "-a", "bot", "kitchen.echo", "text=hi"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    pending, finished = (json.loads(line) for line in log.read_text().splitlines())
+    assert (pending["outcome"], finished["outcome"]) == ("pending", "ok")
+    assert pending["call"] == finished["call"] and pending["call"]
+    argv = [sys.executable, "-m", "bundlectl", "exec", "-a", "bot", "kitchen.sleep", "seconds=20"]
+    with subprocess.Popen(argv, cwd=project, env=env, stderr=subprocess.DEVNULL) as child:
+        deadline = time.monotonic() + 60
+        while len(log.read_text().splitlines()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling the log for the call's record, up to a deadline
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(30)
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(r["tool"], r["outcome"]) for r in records] == [
+        ("echo", "pending"),
+        ("echo", "ok"),
+        ("sleep", "pending"),
+    ]

@@ -1,0 +1,269 @@
+"""Identities in front of the gateway (issue 38, SPEC 12): access tokens (JWTs) of an OIDC
+issuer written here (its metadata and JWKS on loopback, a real RSA key), verified by
+`serve --transport streamable-http` and mapped to agents by their claims; every kind of bad
+token refused; RFC 9728 metadata and the 401's `resource_metadata`."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from tests.conftest import audit_records, send_json, write
+from tests.gateway.test_gateway_http import client, gateway
+
+
+class Issuer:
+    """An OIDC provider's public side: discovery metadata and its signing keys (JWKS)."""
+
+    def __init__(self) -> None:
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.jwks_fetches = 0
+        self.kid = "k1"
+        issuer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path == "/.well-known/openid-configuration":
+                    body = {"issuer": issuer.url, "jwks_uri": f"{issuer.url}/jwks"}
+                elif self.path == "/jwks":
+                    issuer.jwks_fetches += 1
+                    public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(issuer.key.public_key()))
+                    body = {"keys": [{**public, "kid": issuer.kid, "use": "sig", "alg": "RS256"}]}
+                else:
+                    self.send_error(404)
+                    return
+                send_json(self, body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def token(self, *, key: Any = None, kid: str = "k1", **claims: Any) -> str:
+        now = int(time.time())
+        body = {"iss": self.url, "aud": "bundlectl-gateway", "iat": now, "exp": now + 300}
+        body.update(claims)
+        body = {k: v for k, v in body.items() if v is not None}
+        return jwt.encode(body, key or self.key, algorithm="RS256", headers={"kid": kid})
+
+
+@pytest.fixture
+def issuer() -> Iterator[Issuer]:
+    found = Issuer()
+    yield found
+    found.server.shutdown()
+    found.server.server_close()
+
+
+def _config(project: Path, issuer: Issuer) -> None:
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        bundles: [basic]
+        agents:
+          reviewer:
+            match: {{sub: "*@example.test", groups: [reviewers]}}
+            allow: [files.read_file]
+          ci:
+            match: {{client_id: ci-bot}}
+            allow: [files.list_directory]
+          both:
+            match: {{client_id: "twin-*"}}
+            allow: [files.read_file]
+          twin:
+            match: {{client_id: "twin-?"}}
+            allow: [files.read_file]
+        gateway:
+          auth:
+            issuers:
+              - {{issuer: "{issuer.url}", audience: [bundlectl-gateway]}}
+        policy: {{default: deny}}
+        """,
+    )
+
+
+async def _tools(url: str, token: str) -> list[str]:
+    async with client(url, token) as c:
+        return sorted(t.name for t in (await c.list_tools()).tools)
+
+
+def _raw(url: str, token: str | None) -> Any:
+    import httpx2
+
+    headers = {"Accept": "application/json, text/event-stream"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    return httpx2.post(f"{url}/mcp", json=body, headers=headers, timeout=30)
+
+
+def test_verified_tokens_pick_their_agent_by_claims(
+    project: Path, issuer: Issuer, isolated_home: Path
+) -> None:
+    _config(project, issuer)
+    alice = issuer.token(sub="alice@example.test", groups=["staff", "reviewers"])
+    robot = issuer.token(sub="svc-123", client_id="ci-bot")
+    (project / "a.txt").write_text("hi")
+
+    async def read(url: str, token: str) -> Any:
+        async with client(url, token) as c:
+            return await c.call_tool("files__read_file", {"path": "a.txt"})
+
+    with gateway(project, home=isolated_home) as (url, _):
+        assert anyio.run(_tools, url, alice) == ["files__read_file"]
+        assert anyio.run(_tools, url, robot) == ["files__list_directory"]
+        assert not anyio.run(read, url, alice).is_error
+        metadata = __import__("httpx2").get(f"{url}/.well-known/oauth-protected-resource/mcp")
+    assert metadata.json()["authorization_servers"] == [issuer.url]
+    assert metadata.json()["resource"] == f"{url}/mcp"
+    assert issuer.jwks_fetches == 1  # the keys are cached
+    records = audit_records(isolated_home / "state" / "audit.jsonl")
+    calls = [r for r in records if r["tool"] == "read_file"]
+    # (the `pending` record of the call is checked against this one by audit_records)
+    assert [(r["agent"], r["subject"], r["outcome"]) for r in calls] == [
+        ("reviewer", "alice@example.test", "ok")
+    ]
+    raw = (isolated_home / "state" / "audit.jsonl").read_text()
+    assert alice not in raw and robot not in raw
+
+
+def test_every_bad_token_is_refused_with_a_reason(
+    project: Path, issuer: Issuer, isolated_home: Path
+) -> None:
+    _config(project, issuer)
+    now = int(time.time())
+    unsigned = jwt.encode(
+        {"iss": issuer.url, "aud": "bundlectl-gateway", "exp": now + 300, "client_id": "ci-bot"},
+        key=None,
+        algorithm="none",
+    )
+    shared = jwt.encode(  # HS256 with the public key as the secret: the classic confusion
+        {"iss": issuer.url, "aud": "bundlectl-gateway", "exp": now + 300, "client_id": "ci-bot"},
+        "a-shared-secret-of-enough-length-for-hs256",
+        algorithm="HS256",
+    )
+    cases = {
+        "no token": (None, 401, "send Authorization: Bearer"),
+        "not a jwt, not a token": ("x" * 40, 401, "unknown token"),
+        "expired": (issuer.token(client_id="ci-bot", exp=now - 3600), 401, "expired"),
+        "not yet valid": (issuer.token(client_id="ci-bot", nbf=now + 3600), 401, "not yet valid"),
+        "another audience": (
+            issuer.token(client_id="ci-bot", aud="other"),
+            401,
+            "Audience doesn't match",
+        ),
+        "another issuer": (issuer.token(client_id="ci-bot", iss="https://evil"), 401, "issuer"),
+        "no expiry": (issuer.token(client_id="ci-bot", exp=None), 401, "exp"),
+        "alg none": (unsigned, 401, "algorithm 'none' is not accepted"),
+        "alg HS256": (shared, 401, "algorithm 'HS256' is not accepted"),
+        "a key it does not publish": (
+            issuer.token(client_id="ci-bot", key=issuer.other, kid="k9"),
+            401,
+            "a key the issuer does not publish",
+        ),
+        "the right kid, the wrong key": (
+            issuer.token(client_id="ci-bot", key=issuer.other),
+            401,
+            "Signature verification failed",
+        ),
+        "no agent's claims": (issuer.token(sub="mallory", client_id="x"), 403, "no agent's"),
+        "several agents' claims": (issuer.token(client_id="twin-1"), 403, "several agents"),
+    }
+    with gateway(project, home=isolated_home) as (url, _):
+        for name, (token, status, said) in cases.items():
+            answer = _raw(url, token)
+            assert answer.status_code == status, (name, answer.text)
+            assert said in answer.json()["error"], (name, answer.text)
+            challenge = answer.headers["www-authenticate"]
+            assert f'resource_metadata="{url}/.well-known/oauth-protected-resource/mcp"' in (
+                challenge
+            )
+        assert anyio.run(_tools, url, issuer.token(client_id="ci-bot")) == ["files__list_directory"]
+    # an unknown key id ("k9") fetches the keys again at most every 30 s: not so soon
+    assert issuer.jwks_fetches == 1
+
+
+def test_a_token_that_fits_no_agent_gets_policy_default_only_when_the_config_says_so(
+    project: Path, issuer: Issuer, isolated_home: Path
+) -> None:
+    """#38: `gateway.auth.unmatched: default` serves a valid token that fits no agent's
+    `match:` as agent `default` (what policy.default gives); a token that fits several agents
+    is still refused, and so is every invalid one."""
+    _config(project, issuer)
+    text = (project / "bundlectl.yaml").read_text()
+    text = text.replace(
+        "audience: [bundlectl-gateway]}", "audience: [bundlectl-gateway]}\n    unmatched: default"
+    )
+    text = text.replace(
+        "policy: {default: deny}", "policy: {default: allow, deny: [files.write_file]}"
+    )
+    write(project / "bundlectl.yaml", text)
+    stranger = issuer.token(sub="mallory", client_id="x")
+    with gateway(project, home=isolated_home) as (url, _):
+        tools = anyio.run(_tools, url, stranger)
+        assert "files__read_file" in tools and "files__write_file" not in tools
+        assert _raw(url, issuer.token(client_id="twin-1")).status_code == 403
+        assert _raw(url, issuer.token(sub="mallory", exp=int(time.time()) - 60)).status_code == 401
+    records = audit_records(isolated_home / "state" / "audit.jsonl")
+    assert not [r for r in records if r["agent"] == "default" and r["outcome"] == "unauthorized"]
+
+
+def test_issuers_without_any_agent_to_match_are_refused_at_start(
+    project: Path, issuer: Issuer, isolated_home: Path
+) -> None:
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        bundles: [basic]
+        agents:
+          reader: {{allow: [files.read_file]}}
+        gateway: {{auth: {{issuers: [{{issuer: "{issuer.url}", audience: [gw]}}]}}}}
+        policy: {{default: deny}}
+        """,
+    )
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "bundlectl", "serve", "--transport", "streamable-http"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "no agent has a match: for their tokens' claims" in done.stderr
+
+
+def test_keys_the_issuer_rotated_in_are_fetched(
+    project: Path, issuer: Issuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bundlectl.config.project import load_project
+    from bundlectl.gateway import identity
+
+    _config(project, issuer)
+    verifier = identity.Verifier(load_project(project / "bundlectl.yaml").config)
+    first = anyio.run(verifier.verdict, issuer.token(client_id="ci-bot"))
+    assert (first.agent, issuer.jwks_fetches) == ("ci", 1)
+    issuer.key, issuer.kid = issuer.other, "k2"  # the issuer rotates its signing key
+    rotated = issuer.token(client_id="ci-bot", kid="k2")
+    assert anyio.run(verifier.verdict, rotated).agent is None  # too soon to fetch again
+    monkeypatch.setattr(identity, "REFETCH_EVERY", 0.0)
+    assert anyio.run(verifier.verdict, rotated).agent == "ci"
+    assert issuer.jwks_fetches == 2
