@@ -12,8 +12,10 @@ makes, or the SDK's client, hides a delayed-ACK stall), JSON-RPC `tools/call` of
 2. `--sessions` sessions at once, each making `--calls / --sessions` calls: calls/s in all.
 
 The peer is FastMCP's proxy (`fastmcp.server.create_proxy`, pip install fastmcp; skipped with a
-note when it is not installed), served by uvicorn on loopback. Rounds alternate the two so that
-the machine's drift falls on both alike; medians of the rounds are printed.
+note when it is not installed; `--peer-python PATH` runs it with another environment's Python,
+e.g. a venv of its own, so its dependencies need not fit ours), served by uvicorn on loopback.
+Rounds alternate the two so that the machine's drift falls on both alike; medians of the rounds
+are printed.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -91,11 +94,9 @@ def bundlectl_serve(folder: Path, time_server: str) -> Iterator[tuple[str, str]]
 
 
 @contextlib.contextmanager
-def peer_proxy(time_server: str) -> Iterator[tuple[str, str]]:
+def peer_proxy(time_server: str, python: str) -> Iterator[tuple[str, str]]:
     port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", PEER, str(port), time_server], stdin=subprocess.DEVNULL
-    )
+    proc = subprocess.Popen([python, "-c", PEER, str(port), time_server], stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/mcp"
     try:
         _wait_listening(port)
@@ -183,24 +184,33 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--sessions", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--peer-python", default=sys.executable, help="the peer's interpreter")
     args = parser.parse_args()
     time_server = shutil.which("mcp-server-time") or str(
         Path(sys.executable).parent / "mcp-server-time"
     )
-    try:
-        import fastmcp  # noqa: F401
-
-        peers = {"bundlectl serve": bundlectl_serve, "fastmcp proxy": peer_proxy}
-    except ImportError:
-        print("note: fastmcp is not installed (pip install fastmcp): bundlectl alone")
-        peers = {"bundlectl serve": bundlectl_serve}
+    found = subprocess.run(
+        [args.peer_python, "-c", "import fastmcp, sys; sys.stdout.write(fastmcp.__version__)"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    peers: dict[str, Any] = {"bundlectl serve": bundlectl_serve}
+    if found.returncode == 0:
+        peers[f"fastmcp {found.stdout} proxy"] = peer_proxy
+    else:
+        print(f"note: {args.peer_python} has no fastmcp (pip install fastmcp): bundlectl alone")
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in peers}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.rounds):
             for name, start in peers.items():
                 folder = Path(tmp) / name.replace(" ", "-")
                 folder.mkdir(exist_ok=True)
-                cm = start(folder, time_server) if start is bundlectl_serve else start(time_server)  # type: ignore[operator]
+                cm = (
+                    start(folder, time_server)
+                    if start is bundlectl_serve
+                    else start(time_server, args.peer_python)
+                )
                 with cm as (url, tool):
                     runs[name].append(measure(url, tool, args.calls, args.sessions))
     print(
