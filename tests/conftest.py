@@ -197,6 +197,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     _throwaway_home(config)
+    if not hasattr(config, "workerinput"):  # once, in the process that runs the workers
+        _bytecode()
     # The processes the suite starts import third-party packages untraced by coverage
     # (tests/_site/sitecustomize.py says why); bundlectl in them is measured as before.
     site = str(Path(__file__).parent / "_site")
@@ -207,6 +209,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
     settings.register_profile("bundlectl", derandomize=True, database=None, deadline=None)
     settings.load_profile("bundlectl")
+
+
+def _bytecode() -> None:
+    """bundlectl's modules compiled once, before the suite starts hundreds of processes that
+    import them (`bundlectl`, `serve`, code mode): a fresh checkout has no bytecode, and with
+    PYTHONDONTWRITEBYTECODE set (as on CI machines) each process compiled every module it
+    imported again — a tenth of the CPU of the gateway and CLI tests (measured: 4 min 21 s of
+    CPU without, 3 min 56 s with, `tests/cli tests/gateway`)."""
+    import compileall
+
+    compileall.compile_dir(REPO / "bundlectl", quiet=2)
 
 
 @pytest.fixture
