@@ -303,7 +303,7 @@ async def completed(
         outcome = await perform()
     except BundlectlError as exc:
         outcome = _failed(request, exc, started)
-    return outcome, pipeline.finish_call(outcome)
+    return outcome, pipeline.finish(outcome)
 
 
 def completed_now(
@@ -316,7 +316,7 @@ def completed_now(
         return runner.run(lambda: completed(pipeline, request, perform))[0]
     except BundlectlError as exc:
         outcome = _failed(request, exc, started)
-        pipeline.finish_call(outcome)
+        pipeline.finish(outcome)
         return outcome
 
 

@@ -376,18 +376,14 @@ class Pipeline:
             self._shown = Shown(self.resolution)
         return self._shown
 
-    def finish(
-        self,
-        decision: Decision,
-        *,
-        error: BundlectlError | None = None,
-        tool_error: bool = False,
-        duration_ms: float = 0.0,
-        arguments: dict[str, Any] | None = None,
-    ) -> After:
-        """The call is over: audit its outcome (`arguments`: as the agent sent them, digested),
-        and say what the server's session should do next."""
-        self.record(decision, outcome_of(error, tool_error=tool_error), duration_ms, arguments)
+    def finish(self, outcome: CallOutcome) -> After:
+        """The call is over, whichever front door made it: audit its outcome (the arguments as
+        the agent sent them, digested) and say what the server's session should do next —
+        `Downstream.after` acts on it, the one place crashes are counted."""
+        error, result = outcome.error, outcome.result
+        tool_error = result is not None and result.is_error
+        done = outcome_of(error, tool_error=tool_error)
+        self.record(outcome.request.decision, done, outcome.duration_ms, outcome.arguments)
         if isinstance(error, ServerCrashed):
             return After.CRASHED
         if isinstance(error, ServerError):
@@ -395,16 +391,6 @@ class Pipeline:
         if isinstance(error, CallTimeout):
             return After.PROBE
         return After.KEEP
-
-    def finish_call(self, outcome: CallOutcome) -> After:
-        """`finish` for what `perform` returned."""
-        return self.finish(
-            outcome.request.decision,
-            error=outcome.error,
-            tool_error=outcome.result is not None and outcome.result.is_error,
-            duration_ms=outcome.duration_ms,
-            arguments=outcome.arguments,
-        )
 
     def reload(self, resolution: Resolution) -> None:
         """Decide from a newly loaded config and lock from now on (the gateway's reload)."""

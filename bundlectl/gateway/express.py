@@ -202,7 +202,7 @@ class _Call:
         cancelled: bool = False,
     ) -> None:
         """Answer the client (`result`: the result as JSON), free the server's slot, finish
-        the call as every call is finished (`Pipeline.finish_call`: its audit record, what its
+        the call as every call is finished (`Pipeline.finish`: its audit record, what its
         server should do next). The answer goes first: the rest is not the client's wait."""
         if self.over:
             return
@@ -221,7 +221,7 @@ class _Call:
         outcome = self.outcome
         outcome.error = Interrupted("the client cancelled the call") if cancelled else error
         outcome.duration_ms = duration
-        after = lane.hub.pipeline.finish_call(outcome)
+        after = lane.hub.pipeline.finish(outcome)
         if not downstream.kept(after):  # `Downstream.after`, in a task only when there is more
             lane.group.start_soon(downstream.after, after, lane.group)
 

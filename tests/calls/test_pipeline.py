@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from bundlectl.calls.call import CallOutcome, CallRequest
 from bundlectl.calls.confirm import After, always_yes
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config.project import load_project
@@ -125,7 +126,8 @@ def test_finish_audits_the_outcome_and_says_what_the_server_needs(
     sink = Recorded()
     pipeline = Pipeline(resolution, sink, confirm=None)
     decision = pipeline.decide("writer", "files", "read_file")
-    assert pipeline.finish(decision, error=error) is after
+    request = CallRequest("writer", "files", "read_file", decision)
+    assert pipeline.finish(CallOutcome(request, error=error)) is after
     assert sink.records == [("writer", "files.read_file", outcome)]
 
 
