@@ -9,6 +9,7 @@ import select
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -242,16 +243,22 @@ def test_a_killed_gateway_leaves_no_server_behind(gateway_project: Path, tmp_pat
     assert gone(pid, within=5.0)
 
 
+_UNREAD: weakref.WeakKeyDictionary[Any, bytes] = weakref.WeakKeyDictionary()
+
+
 def read_lines(stream: Any, count: int, timeout: float = 30) -> list[bytes]:
-    """`count` lines of a pipe, failing (not hanging) when they do not come in time."""
-    data, deadline = b"", time.monotonic() + timeout
+    """The next `count` lines of a pipe, failing (not hanging) when they do not come in time;
+    what was read beyond them is kept for the next call."""
+    data, deadline = _UNREAD.pop(stream, b""), time.monotonic() + timeout
     while data.count(b"\n") < count:
         ready, _, _ = select.select([stream], [], [], max(0, deadline - time.monotonic()))
         assert ready, f"{count} lines expected in {timeout} s, got: {data!r}"
         chunk = os.read(stream.fileno(), 1 << 16)
         assert chunk, f"the stream ended after {data!r}"
         data += chunk
-    return data.splitlines()[:count]
+    lines = data.split(b"\n")
+    _UNREAD[stream] = b"\n".join(lines[count:])
+    return lines[:count]
 
 
 def test_a_line_that_is_no_json_rpc_message_gets_an_error_and_the_session_goes_on(
