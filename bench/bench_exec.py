@@ -119,6 +119,12 @@ PAIRS = [
     ),
     ("bundlectl exec everything.echo", "inspector: server-everything echo", 0.6),
 ]
+# exec's own cost: what it adds to the same server called over raw pipes (start-up, policy,
+# audit, shutdown), the server's own start and answer taken out
+OWN = [
+    ("bundlectl exec time.get_current_time", "floor: mcp-server-time over raw pipes"),
+    ("bundlectl exec everything.echo", "floor: server-everything over raw pipes"),
+]
 FLOORS = [
     ("floor: mcp-server-time over raw pipes", "inspector: mcp-server-time get_current_time"),
     ("floor: server-everything over raw pipes", "inspector: server-everything echo"),
@@ -132,6 +138,10 @@ def report(medians: dict[str, float]) -> None:
         if ours in medians and theirs in medians:
             ratio = medians[ours] / medians[theirs]
             print(f"{ours} / {theirs}: {ratio:.2f} (target <= {target})")
+    for ours, floor in OWN:
+        if ours in medians and floor in medians:
+            own = (medians[ours] - medians[floor]) * 1000
+            print(f"{ours}: its own cost {own:.0f} ms over the server's floor (goal <= 150)")
     for floor, peer in FLOORS:
         if floor in medians and peer in medians:
             print(
