@@ -6,6 +6,7 @@ import http.server
 import json
 import os
 import shutil
+import sys
 import tempfile
 import textwrap
 from collections.abc import Callable
@@ -220,6 +221,23 @@ def _bytecode() -> None:
     import compileall
 
     compileall.compile_dir(REPO / "bundlectl", quiet=2)
+
+
+@pytest.hookimpl(hookwrapper=True, trylast=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """A test marked `no_cover` runs untraced. pytest-cov pauses its coverage for it, but in an
+    xdist worker a second one — started by coverage's subprocess patch as the worker started —
+    then takes the tracing over; this wrapper, inside pytest-cov's, lifts the tracer for the
+    test and puts it back."""
+    if item.get_closest_marker("no_cover") is None:
+        yield
+        return
+    trace = sys.gettrace()
+    sys.settrace(None)
+    try:
+        yield
+    finally:
+        sys.settrace(trace)
 
 
 @pytest.fixture
