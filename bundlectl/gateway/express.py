@@ -157,11 +157,13 @@ class _Call:
 
     def detour(self) -> None:
         """The server asks the client something before it answers (2026-07-28): the lane
-        cannot carry that, so the call goes through the SDK path instead, as if the lane had
-        never taken it (the server is asked again there; such a server expects retries), and
-        the tool's later calls go there from the start."""
-        self.release()
+        cannot carry that, so the client's request goes through the SDK path instead (the
+        server is asked again there, a call of its own; such a server expects retries), and
+        the tool's later calls go there from the start. The lane's request ends here: its
+        `pending` record gets its outcome (`interrupted`), as every admitted call's does."""
         self.lane.asks.add((self.decision.server, self.decision.tool))
+        handed_on = Interrupted("its server asked the client first; handed to the SDK path")
+        self.end(error=handed_on, answer=False)
         self.lane.to_sdk(self.message)
 
     def timed_out(self) -> None:
@@ -171,7 +173,7 @@ class _Call:
     def cancelled(self) -> None:
         """The client cancelled the call: the server is told; the client gets no answer."""
         self.tell_server()
-        self.end(cancelled=True)
+        self.end(error=Interrupted("the client cancelled the call"), answer=False)
 
     def tell_server(self) -> None:
         params = {"requestId": self.key, "reason": "the client cancelled the call or it timed out"}
@@ -199,27 +201,28 @@ class _Call:
         *,
         result: bytes | None = None,
         error: BundlectlError | None = None,
-        cancelled: bool = False,
+        answer: bool = True,
     ) -> None:
-        """Answer the client (`result`: the result as JSON), free the server's slot, finish
-        the call as every call is finished (`Pipeline.finish`: its audit record, what its
-        server should do next). The answer goes first: the rest is not the client's wait."""
+        """Answer the client (`result`: the result as JSON; not with `answer` False: the client
+        cancelled, or the SDK path answers), free the server's slot, finish the call as every
+        call is finished (`Pipeline.finish`: its audit record, what its server should do next).
+        The answer goes first: the rest is not the client's wait."""
         if self.over:
             return
         telemetry.end_step(self.step, None if error is None else error.message)
         duration = (time.perf_counter() - self.started) * 1000
         lane, downstream = self.lane, self.downstream
-        if not cancelled:
+        if answer:
             try:
-                answer = result if error is None else lane.failure(self.version, error)
+                shaped = result if error is None else lane.failure(self.version, error)
                 head = b'{"jsonrpc":"2.0","id":' + json.dumps(self.id).encode() + b',"result":'
-                lane.write(head + (answer or b"{}") + b"}\n")
+                lane.write(head + (shaped or b"{}") + b"}\n")
             except Exception as exc:  # never leave the client waiting
                 failed = {"code": types.INTERNAL_ERROR, "message": f"bundlectl: {exc}"}
                 lane.post({"jsonrpc": "2.0", "id": self.id, "error": failed})
         self.release()
         outcome = self.outcome
-        outcome.error = Interrupted("the client cancelled the call") if cancelled else error
+        outcome.error = error
         outcome.duration_ms = duration
         after = lane.hub.pipeline.finish(outcome)
         if not downstream.kept(after):  # `Downstream.after`, in a task only when there is more

@@ -323,3 +323,31 @@ def test_progress_token_zero_is_a_token_on_both_paths(
             assert [p["params"]["progress"] for p in progress] == [0, 1], seen
     finally:
         proc.communicate(timeout=30)  # closes its stdin: the gateway ends
+
+
+def test_a_call_whose_server_asks_first_leaves_the_lane_with_its_record_completed(
+    lane_project: Path, isolated_home: Path
+) -> None:
+    """A warm call whose 2026-07-28 server answers with a question (input required) cannot be
+    carried by the lane: the SDK path takes the client's request and asks the client; the
+    lane's own request to the server ends `interrupted`, so every `pending` record has its
+    outcome (`audit_records` checks). The tool's next call goes to the SDK path at once."""
+    import mcp_types as types
+
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"ok": True})
+
+    async def session() -> list[Any]:
+        options = {"elicitation_callback": elicit, "mode": "legacy"}
+        async with connected(params(lane_project, isolated_home), **options) as client:
+            await client.call_tool("kitchen__echo", {"text": "warm"})
+            return [await client.call_tool("kitchen__consent", {"tag": "bot"}) for _ in range(2)]
+
+    results = anyio.run(session)
+    assert [texts(r) for r in results] == [["bot: accept"]] * 2
+    assert asked == ["consent of bot"] * 2
+    records = audit_records(isolated_home / "state" / "audit.jsonl")
+    assert [r["outcome"] for r in records if r["tool"] == "consent"] == ["interrupted", "ok", "ok"]
