@@ -81,16 +81,22 @@ def test_each_call_is_one_span_with_who_what_and_how_it_ended(
     assert "a.txt" not in every and "zzz" not in every and "secret" not in every
 
 
+@pytest.mark.parametrize(("transport", "path"), [("streamable-http", "mcp"), ("sse", "sse")])
 def test_a_calls_connect_and_send_are_child_spans_and_reach_an_http_server(
-    project: Path, run: Run, spans: Any
+    project: Path, run: Run, spans: Any, transport: str, path: str
 ) -> None:
     """#41: a call to a remote server has its connection and its request as spans under the
-    call's, and the server gets the request's trace context as a `traceparent` header."""
-    from tests.cli.test_exec import listening, remote_config
+    call's, and the server gets the request's trace context as a `traceparent` header (over
+    SSE too, on the POST that carries the call)."""
+    from tests.cli.test_exec import listening
 
-    kitchen = [sys.executable, str(TEST_SERVERS / "kitchen.py"), "--transport", "streamable-http"]
+    kitchen = [sys.executable, str(TEST_SERVERS / "kitchen.py"), "--transport", transport]
     with listening(kitchen) as port:
-        remote_config(project, "kitchen", port)
+        write(
+            project / "bundlectl.yaml",
+            f"version: 1\nservers:\n  kitchen: {{transport: {transport}, "
+            f'url: "http://127.0.0.1:{port}/{path}"}}\npolicy: {{default: allow}}\n',
+        )
         done = run("exec", "kitchen.traceheader")
     assert done.code == 0, done.err
     finished = spans.get_finished_spans()

@@ -49,10 +49,37 @@ def _client_target(target: Target, child: Child | None) -> Any:
     if spec.transport == "sse":
         from mcp.client.sse import sse_client
 
+        hooks = _http_hooks(target)
+
+        def http_client(
+            headers: dict[str, str] | None = None, timeout: Any = None, auth: Any = None
+        ) -> Any:  # the SDK's client factory, with our hooks
+            import httpx2
+
+            limits = timeout or httpx2.Timeout(30, read=300)
+            return httpx2.AsyncClient(headers=headers, timeout=limits, auth=auth, event_hooks=hooks)
+
         return sse_client(
-            url, headers=headers, timeout=30, sse_read_timeout=spec.timeout + 30, auth=auth
+            url,
+            headers=headers,
+            timeout=30,
+            sse_read_timeout=spec.timeout + 30,
+            auth=auth,
+            httpx_client_factory=http_client,
         )
     return _streamable_http(url, headers, target, auth)
+
+
+def _http_hooks(target: Target) -> dict[str, list[Any]]:
+    """What our HTTP clients do with every request and response: the call's trace context goes
+    to the server as HTTP headers too (`_meta` is the SDK's), and a 401 or 403 is noted on the
+    target (the SDK reports it only as "an error response")."""
+
+    async def note(response: Any) -> None:
+        if response.status_code in (401, 403):
+            target.refused = response.status_code
+
+    return {"request": [telemetry.inject_headers] if telemetry.active() else [], "response": [note]}
 
 
 def _oauth(target: Target, url: str, headers: dict[str, str]) -> Any:
@@ -74,22 +101,16 @@ def _oauth(target: Target, url: str, headers: dict[str, str]) -> Any:
 async def _streamable_http(
     url: str, headers: dict[str, str], target: Target, auth: Any = None
 ) -> AsyncIterator[Any]:
-    """The streamable HTTP transport with our headers; we own (and close) its HTTP client.
-    A 401 or 403 is noted on the target: the SDK reports it only as "an error response"."""
+    """The streamable HTTP transport with our headers and hooks (`_http_hooks`); we own (and
+    close) its HTTP client."""
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
-    async def note(response: Any) -> None:
-        if response.status_code in (401, 403):
-            target.refused = response.status_code
-
-    # The call's trace context goes to the server as HTTP headers too (`_meta` is the SDK's).
-    traced = [telemetry.inject_headers] if telemetry.active() else []
     # The SDK's timeouts: a server may hold a response stream open for minutes.
     http = httpx2.AsyncClient(
         headers=headers,
         timeout=httpx2.Timeout(30, read=300),
-        event_hooks={"request": traced, "response": [note]},
+        event_hooks=_http_hooks(target),
         auth=auth,
     )
     async with http, streamable_http_client(url, http_client=http) as streams:
