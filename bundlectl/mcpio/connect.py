@@ -7,6 +7,7 @@ and the tail of the server's stderr.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import subprocess
@@ -49,37 +50,42 @@ def _client_target(target: Target, child: Child | None) -> Any:
     if spec.transport == "sse":
         from mcp.client.sse import sse_client
 
-        hooks = _http_hooks(target)
-
-        def http_client(
-            headers: dict[str, str] | None = None, timeout: Any = None, auth: Any = None
-        ) -> Any:  # the SDK's client factory, with our hooks
-            import httpx2
-
-            limits = timeout or httpx2.Timeout(30, read=300)
-            return httpx2.AsyncClient(headers=headers, timeout=limits, auth=auth, event_hooks=hooks)
-
         return sse_client(
             url,
             headers=headers,
             timeout=30,
             sse_read_timeout=spec.timeout + 30,
             auth=auth,
-            httpx_client_factory=http_client,
+            httpx_client_factory=functools.partial(_http_client, target),
         )
     return _streamable_http(url, headers, target, auth)
 
 
-def _http_hooks(target: Target) -> dict[str, list[Any]]:
-    """What our HTTP clients do with every request and response: the call's trace context goes
-    to the server as HTTP headers too (`_meta` is the SDK's), and a 401 or 403 is noted on the
-    target (the SDK reports it only as "an error response")."""
+def _http_client(
+    target: Target,
+    headers: dict[str, str] | None = None,
+    timeout: Any = None,
+    auth: Any = None,
+) -> Any:
+    """Our HTTP client for a remote server (SSE and streamable HTTP; the SDK's client factory's
+    parameters): the call's trace context goes to the server as HTTP headers too (`_meta` is
+    the SDK's), and a 401 or 403 is noted on the target (the SDK reports it only as "an error
+    response"). Default timeouts as the SDK's: a server may hold a response stream open."""
+    import httpx2
 
     async def note(response: Any) -> None:
         if response.status_code in (401, 403):
             target.refused = response.status_code
 
-    return {"request": [telemetry.inject_headers] if telemetry.active() else [], "response": [note]}
+    return httpx2.AsyncClient(
+        headers=headers,
+        timeout=timeout or httpx2.Timeout(30, read=300),
+        auth=auth,
+        event_hooks={
+            "request": [telemetry.inject_headers] if telemetry.active() else [],
+            "response": [note],
+        },
+    )
 
 
 def _oauth(target: Target, url: str, headers: dict[str, str]) -> Any:
@@ -101,18 +107,10 @@ def _oauth(target: Target, url: str, headers: dict[str, str]) -> Any:
 async def _streamable_http(
     url: str, headers: dict[str, str], target: Target, auth: Any = None
 ) -> AsyncIterator[Any]:
-    """The streamable HTTP transport with our headers and hooks (`_http_hooks`); we own (and
-    close) its HTTP client."""
-    import httpx2
+    """The streamable HTTP transport on our HTTP client (`_http_client`), which we own and close."""
     from mcp.client.streamable_http import streamable_http_client
 
-    # The SDK's timeouts: a server may hold a response stream open for minutes.
-    http = httpx2.AsyncClient(
-        headers=headers,
-        timeout=httpx2.Timeout(30, read=300),
-        event_hooks=_http_hooks(target),
-        auth=auth,
-    )
+    http = _http_client(target, headers, auth=auth)
     async with http, streamable_http_client(url, http_client=http) as streams:
         yield streams
 
