@@ -10,6 +10,8 @@ Cases (each run interleaves all of them so machine noise hits every case alike):
   - the reference server-everything (Node, from tests/npm; starts in a fraction of
     mcp-server-time's time), tool `echo`: the Inspector vs `bundlectl exec everything.echo`.
     Target: <= 0.6x (issue 21's goal for exec on a stdio server).
+  - `exec everything.echo` as the first call after an edit: what it costs when no earlier call
+    of the same tool left its launch to start the server from (the other exec cases do).
   - the floors: each server called over raw pipes by a hand-written minimal client
     (`raw_call.py`): what the server itself costs, which no client can go under.
 The peer runs the way its users run it fastest: its installed binary (`npm install` of the pinned
@@ -87,6 +89,7 @@ def all_cases(bundlectl: str, inspector: str | None) -> dict[str, list[str]]:
             "everything.echo",
             "message=hi",
         ]
+        cases[FIRST] = cases["bundlectl exec everything.echo"]
         cases["floor: server-everything over raw pipes"] = [
             *(*raw_call, "--call", "echo", '{"message": "hi"}', *EVERYTHING_SERVER)
         ]
@@ -119,11 +122,15 @@ PAIRS = [
     ),
     ("bundlectl exec everything.echo", "inspector: server-everything echo", 0.6),
 ]
+# the same call with nothing kept from an earlier one (the first call after an edit): the kept
+# launches are removed before each of its runs, so the server starts after the project loads
+FIRST = "bundlectl exec everything.echo (first call)"
 # exec's own cost: what it adds to the same server called over raw pipes (start-up, policy,
 # audit, shutdown), the server's own start and answer taken out
 OWN = [
     ("bundlectl exec time.get_current_time", "floor: mcp-server-time over raw pipes"),
     ("bundlectl exec everything.echo", "floor: server-everything over raw pipes"),
+    (FIRST, "floor: server-everything over raw pipes"),
 ]
 FLOORS = [
     ("floor: mcp-server-time over raw pipes", "inspector: mcp-server-time get_current_time"),
@@ -171,6 +178,8 @@ def main() -> None:
         samples: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(args.runs):
             for name, cmd in cases.items():
+                if name == FIRST:
+                    shutil.rmtree(root / "home" / "cache" / "exec", ignore_errors=True)
                 samples[name].append(timed(cmd, root, env))
     report({name: statistics.median(values) for name, values in samples.items()})
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bundlectl.config.yamlio import MAX_INPUT, read_bounded
+from bundlectl.config.bounded import MAX_INPUT, read_bounded
 from bundlectl.errors import ToolCallError, UsageError
 
 _TRUE = {"true", "1", "yes", "on"}

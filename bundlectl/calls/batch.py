@@ -22,7 +22,7 @@ from bundlectl.calls.call import (
 )
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.calls.render import result_json
-from bundlectl.config.yamlio import read_bounded
+from bundlectl.config.bounded import read_bounded
 from bundlectl.errors import BundlectlError, UsageError
 from bundlectl.mcpio.connect import connect
 from bundlectl.mcpio.session import SdkSession

@@ -455,5 +455,5 @@ class Pipeline:
             server,
             merged.spec,
             self.resolution.project.root,
-            log_file=paths.state_dir() / "logs" / f"{server}.log" if quiet else None,
+            log_file=paths.server_log(server) if quiet else None,
         )

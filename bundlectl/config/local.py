@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from bundlectl.config import paths
 from bundlectl.config.edits import set_entries
 from bundlectl.config.fields import Name, RuleEntry, StrictModel
 from bundlectl.config.fsio import atomic_write, project_lock
@@ -23,7 +24,7 @@ from bundlectl.config.paths import display_path
 from bundlectl.config.validation import validate_doc
 from bundlectl.config.yamlio import YamlDoc, parse_yaml, read_text, read_yaml
 
-LOCAL_FILE = "bundlectl.local.yaml"
+LOCAL_FILE = paths.LOCAL_NAME
 HEADER = (
     "# Allow rules added on this machine by answering 'always allow' (bundlectl, SPEC 11).\n"
     "# Not reviewed and not locked: keep this file out of version control.\n"
@@ -54,7 +55,7 @@ class LocalLayer:
 
 
 def local_path(project_file: Path) -> Path:
-    return project_file.parent / LOCAL_FILE
+    return paths.local_path_for(project_file)
 
 
 def load_local(project_file: Path) -> LocalLayer | None:

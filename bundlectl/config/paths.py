@@ -12,6 +12,7 @@ import platformdirs
 
 CONFIG_NAME = "bundlectl.yaml"
 LOCK_NAME = "bundlectl.lock"
+LOCAL_NAME = "bundlectl.local.yaml"  # this machine's "always allow" rules (SPEC 11)
 _APP = "bundlectl"
 
 
@@ -73,6 +74,11 @@ def state_dir() -> Path:
     return _home("state")
 
 
+def server_log(server: str) -> Path:
+    """Where a stdio server's stderr goes under `--quiet`."""
+    return state_dir() / "logs" / f"{server}.log"
+
+
 def cache_dir() -> Path:
     """Lock files for read-modify-write and other disposable data."""
     return _home("cache")
@@ -112,3 +118,16 @@ def find_config(start: Path, explicit: Path | None = None) -> Path | None:
 def lock_path_for(config: Path) -> Path:
     """The lock sits beside the config."""
     return config.with_name(LOCK_NAME)
+
+
+def local_path_for(config: Path) -> Path:
+    """So does the local rules' file."""
+    return config.with_name(LOCAL_NAME)
+
+
+def project_files(config: Path) -> tuple[Path, ...]:
+    """The files a project is loaded from, present or not: its config, lock and local rules,
+    and the user-level config when it is turned on."""
+    user = user_project_file()
+    own = (config, lock_path_for(config), local_path_for(config))
+    return (*own, user) if user is not None else own

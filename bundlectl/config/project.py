@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bundlectl.config import paths
-from bundlectl.config.local import LocalLayer, load_local, local_path
+from bundlectl.config.local import LocalLayer, load_local
 from bundlectl.config.lockfile import read_lock
 from bundlectl.config.models import ProjectConfig
 from bundlectl.config.registry import Registry, is_remote
@@ -89,9 +89,13 @@ class Project:
 
     def watched_files(self) -> tuple[Path, ...]:
         """The files whose edits change what this project resolves to (the gateway reloads)."""
-        user = paths.user_project_file()
-        own = (self.config_path, self.lock_path, local_path(self.config_path))
-        return (*own, user) if user is not None else own
+        return paths.project_files(self.config_path)
+
+    def local_registries(self) -> list[Path] | None:
+        """The registry folders the config lists; None when it lists a remote registry (what
+        that resolves to is on a web server, not in a file here)."""
+        entries = self.config.registries
+        return None if any(map(is_remote, entries)) else [self.root / e for e in entries]
 
     @property
     def root(self) -> Path:

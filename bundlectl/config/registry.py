@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING
 from packaging.version import InvalidVersion, Version
 
 from bundlectl.config import fields, models, paths, settings
+from bundlectl.config.bounded import read_bounded
 from bundlectl.config.models import BundleManifest
 from bundlectl.config.requirements import NAME_HELP, NAME_RE
 from bundlectl.config.validation import validate_doc
-from bundlectl.config.yamlio import YamlDoc, parse_bytes, read_bounded
+from bundlectl.config.yamlio import YamlDoc, parse_bytes
 from bundlectl.errors import InputFileError, Problem, UsageError
 
 if TYPE_CHECKING:

@@ -33,6 +33,7 @@ from ruamel.yaml.events import (
 from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.resolver import VersionedResolver
 
+from bundlectl.config.bounded import read_bounded
 from bundlectl.config.yamlevents import bounded_events
 from bundlectl.errors import InputFileError, Problem
 
@@ -418,23 +419,6 @@ def parse_yaml(text: str, file: str) -> YamlDoc:
         return doc
     doc.data = _Builder(doc, events).document()
     return doc
-
-
-MAX_INPUT = 64 * 1024 * 1024  # bytes of one input file (a config, a manifest, --args @FILE)
-
-
-class TooLarge(OSError):
-    """An input larger than `MAX_INPUT` (or endless, such as /dev/zero)."""
-
-
-def read_bounded(path: Path | str, limit: int = MAX_INPUT) -> bytes:
-    """A file's bytes, at most `limit` of them: a device or a pipe that never ends is refused
-    after `limit` bytes instead of filling memory or hanging."""
-    with open(path, "rb") as handle:
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise TooLarge(0, f"larger than {limit // (1024 * 1024)} MiB")
-    return data
 
 
 def read_yaml(path: Path, display: str | None = None) -> YamlDoc:

@@ -106,6 +106,9 @@ class Child:
             self._signal(signal.SIGTERM)
             stop_group(self.process.pid, GRACE)
         self.process.poll()
+        with contextlib.suppress(OSError):
+            if self.process.stdout is not None:
+                self.process.stdout.close()  # no one reads it any more
 
     async def _stop_windows(self) -> None:
         if await self._wait(GRACE):

@@ -11,8 +11,10 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from bundlectl.config.models import ServerSpec
+if TYPE_CHECKING:
+    from bundlectl.config.models import ServerSpec
 
 # PEP 503-normalisable distribution name, an exact `==` pin.
 _PINNED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)$")

@@ -5,19 +5,14 @@ call through and imports the rest while it starts. Connecting is `connect`'s.
 
 from __future__ import annotations
 
-import os
-import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bundlectl import servers
-from bundlectl.config.expand import child_environment, expand
 from bundlectl.config.models import ServerSpec
-from bundlectl.errors import ServerError
 from bundlectl.mcpio.child import Child
-from bundlectl.mcpio.launchers import resolve_argv
+from bundlectl.mcpio.launch import Launch
 from bundlectl.mcpio.stderr import StderrTee
 from bundlectl.servers import builtin_of
 
@@ -70,42 +65,25 @@ class Target:
     def builtin_root(self) -> Path:
         return servers.root_of(self.spec, self.root)
 
+    def launch(self) -> Launch:
+        """How this stdio server is started, as configured."""
+        spec = self.spec
+        return Launch(
+            self.name,
+            spec.command or "",
+            tuple(spec.args),
+            tuple(spec.env.items()),
+            str(self.root / (spec.cwd or ".")),
+            spec.max_message_mb * 1024 * 1024,
+        )
+
+    def adopt(self, child: Child, stderr: StderrTee) -> Child:
+        """A server started for this target before it existed (`exec`'s head start)."""
+        self.child, self.stderr = child, stderr
+        return child
+
 
 def start_child(target: Target) -> Child:
     """Start a stdio server now (before the SDK is imported, so the two overlap)."""
-    spec = target.spec
-    where = f"server {target.name!r}"
-    environ = dict(os.environ)
-    argv = [
-        expand(spec.command or "", environ, where=where),
-        *(expand(a, environ, where=where) for a in spec.args),
-    ]
-    env = child_environment(spec.env, server=target.name)
-    stderr = target.new_stderr()
-    try:
-        target.child = Child.start(
-            _resolve_command(argv, env),
-            env=env,
-            cwd=str(target.root / (spec.cwd or ".")),
-            stderr=stderr.file,
-            with_parent=target.with_parent,
-        )
-        target.child.max_message = spec.max_message_mb * 1024 * 1024
-        return target.child
-    except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
-        raise ServerError(
-            f"could not start server {target.name!r}: {spec.command!r}: {exc.strerror}",
-            hint=f"install {spec.command!r} or fix servers.{target.name}.command (and cwd)",
-        ) from None
-
-
-def _resolve_command(argv: list[str], env: dict[str, str]) -> list[str]:
-    """A pinned `uvx` release installed here runs from this environment (offline, no uv);
-    other executables are found on the child's PATH, then beside our interpreter (pipx, venvs)."""
-
-    argv = resolve_argv(argv)
-    found = shutil.which(argv[0], path=env.get("PATH"))
-    if found is None and os.sep not in argv[0]:
-        local = Path(sys.executable).parent / argv[0]
-        found = str(local) if local.exists() else None
-    return [found or argv[0], *argv[1:]]
+    target.child = target.launch().start(target.new_stderr(), with_parent=target.with_parent)
+    return target.child

@@ -10,12 +10,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 import bundlectl
+from bundlectl.config import paths
 from tests.conftest import TEST_SERVERS, Run, audit_records, load_yaml, write
 
 PY = sys.executable
@@ -964,12 +965,9 @@ def test_builtin_tool_called_without_the_sdk(kitchen: Path, isolated_home: Path)
     assert "mcp" in modules
 
 
-def test_a_stdio_server_starts_before_what_talks_to_it_is_imported(
-    kitchen: Path, isolated_home: Path
-) -> None:
-    """Once the policy lets the call through, the server starts at once; asyncio, anyio, the
-    transport, the validator and the SDK are imported while it starts (each costs exec's own
-    time only when it is on the way to the server's start)."""
+def loaded_at_start(project: Path, home: Path, watched: str, *args: str) -> tuple[str, ...]:
+    """`bundlectl exec ARGS` in a fresh interpreter: which of the `watched` modules were loaded
+    when it started its first process (its output must hold "hi")."""
     spy = (
         "import subprocess, sys\n"
         "started = []\n"
@@ -979,20 +977,83 @@ def test_a_stdio_server_starts_before_what_talks_to_it_is_imported(
         "    popen(self, *args, **kwargs)\n"
         "subprocess.Popen.__init__ = spy\n"
         "from bundlectl.cli.main import main\n"
-        "code = main(['exec', 'kitchen.echo', 'text=hi'])\n"
-        "print('LOADED', started[0], code)\n"
+        "code = main(sys.argv[2:])\n"
+        "print('LOADED', *started[0], code)\n"
     )
-    watched = "asyncio anyio mcp jsonschema_rs bundlectl.calls.call bundlectl.mcpio.stdio"
     done = subprocess.run(
-        [PY, "-c", spy, watched],
-        cwd=kitchen,
-        env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
+        [PY, "-c", spy, watched, "exec", *args],
+        cwd=project,
+        env={**os.environ, "BUNDLECTL_HOME": str(home)},
         capture_output=True,
         text=True,
         check=False,
     )
     assert "hi" in done.stdout, done.stderr
-    assert done.stdout.splitlines()[-1] == "LOADED [] 0"
+    return tuple(done.stdout.splitlines()[-1].split()[1:])
+
+
+def test_a_stdio_server_starts_before_what_talks_to_it_is_imported(
+    kitchen: Path, isolated_home: Path
+) -> None:
+    """Once the policy lets the call through, the server starts at once; asyncio, anyio, the
+    transport, the validator and the SDK are imported while it starts (each costs exec's own
+    time only when it is on the way to the server's start)."""
+    watched = "asyncio anyio mcp jsonschema_rs bundlectl.calls.call bundlectl.mcpio.stdio"
+    assert loaded_at_start(kitchen, isolated_home, watched, "kitchen.echo", "text=hi") == ("0",)
+
+
+# --- the head start: a call allowed outright last time starts before the project loads --------
+
+
+def test_a_call_allowed_outright_last_time_starts_its_server_before_the_project_loads(
+    kitchen: Path, isolated_home: Path
+) -> None:
+    """The first call loads the project (YAML, pydantic, the resolver) before it may start the
+    server; the same call again, nothing it was decided from changed, starts it first."""
+    watched = "pydantic ruamel.yaml bundlectl.config.project bundlectl.resolve.resolved"
+    args = ("-a", "reader", "kitchen.echo", "text=hi")
+    first = loaded_at_start(kitchen, isolated_home, watched, *args)
+    assert first == (*sorted(watched.split()), "0")
+    assert loaded_at_start(kitchen, isolated_home, watched, *args) == ("0",)
+
+
+def deny_in_project(project: Path) -> None:
+    write(project / "bundlectl.yaml", kitchen_config(policy="deny"))
+
+
+def deny_in_user_config(project: Path) -> None:
+    user = paths.user_project_file()
+    assert user is not None
+    write(user, "version: 1\npolicy: {deny: [kitchen.echo]}\n")
+
+
+@pytest.mark.parametrize("edit", [deny_in_project, deny_in_user_config])
+def test_a_call_an_edit_refuses_starts_nothing_though_it_was_allowed_before(
+    kitchen: Path, run: Run, starts: Path, edit: Callable[[Path], None]
+) -> None:
+    assert run("exec", "-a", "nobody", "kitchen.echo", "text=hi").out == "hi\n"
+    edit(kitchen)
+    refused = run("exec", "-a", "nobody", "kitchen.echo", "text=hi")
+    assert refused.code == 3, refused.err
+    assert len(pids(starts)) == 1
+
+
+def test_a_kept_launch_that_is_not_the_configured_one_is_stopped_unused(
+    kitchen: Path, run: Run, starts: Path, isolated_home: Path
+) -> None:
+    """A kept launch is used only when it equals the configured one (a cache that is wrong
+    about its inputs must not decide what runs)."""
+    assert run("exec", "kitchen.echo", "text=hi").code == 0
+    (kept,) = (isolated_home / "cache" / "exec").iterdir()
+    data = json.loads(kept.read_text())
+    (launch,) = data["calls"].values()
+    launch["args"] = [str(TEST_SERVERS / "misbehave.py"), "hang"]  # never answers
+    kept.write_text(json.dumps(data))
+    again = run("exec", "kitchen.echo", "text=hi")
+    assert (again.code, again.out) == (0, "hi\n"), again.err
+    *before, used = pids(starts)  # the first call's server, the impostor (if it got to say so)
+    assert not any(running(pid) for pid in before)
+    assert gone(used)
 
 
 def exec_importing(project: Path, home: Path, *args: str) -> tuple[str, set[str]]:

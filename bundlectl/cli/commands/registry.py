@@ -8,10 +8,10 @@ from typing import Any
 
 from bundlectl.cli.options import Format
 from bundlectl.config import paths
+from bundlectl.config.bounded import read_bounded
 from bundlectl.config.fsio import atomic_write, project_lock
 from bundlectl.config.project import optional_project
 from bundlectl.config.registry import Registry, Source, load_manifest_file
-from bundlectl.config.yamlio import read_bounded
 from bundlectl.errors import ReportedFailure, UsageError
 from bundlectl.output import JSON_FORMAT_VERSION, emit_json, note, out, table
 

@@ -1,0 +1,254 @@
+"""`exec`'s work once the project is loaded: judge the call, start or take over its server,
+call, print, audit — or run a batch. `exec` (the command's front) imports this module after a
+head start has started the server, so what is imported here loads while the server starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bundlectl.calls.arguments import build_arguments, preload
+from bundlectl.calls.audit import AuditLog
+from bundlectl.calls.confirm import always_yes, terminal_confirmer
+from bundlectl.calls.pipeline import Pipeline
+from bundlectl.calls.render import OutputDir, render_text, result_json
+from bundlectl.cli.options import Format
+from bundlectl.config.project import load_project
+from bundlectl.errors import BundlectlError
+from bundlectl.mcpio.child import stop_on_failure
+from bundlectl.output import emit_json, err, note, out
+from bundlectl.resolve.resolved import resolve_project
+
+if TYPE_CHECKING:
+    from bundlectl.calls.batch import BatchItem
+    from bundlectl.calls.call import CallOutcome, CallRequest
+    from bundlectl.calls.headstart import HeadStart
+    from bundlectl.mcpio.child import Child
+    from bundlectl.mcpio.target import Target
+
+
+def _pipeline(config: Path | None, *, yes: bool, prompt: bool, wait: bool = False) -> Pipeline:
+    """`prompt`: an `ask` rule is confirmed on the terminal when there is one, else (`wait`) by
+    an approver out of band, whom exec waits for; without either the approver's request is
+    made and its id reported (batch, --no-wait)."""
+    resolution = resolve_project(load_project(config))
+    pipeline = Pipeline(resolution, AuditLog(resolution), None, wait_for_approver=wait)
+    if yes:
+        pipeline.confirm = always_yes
+    elif prompt:
+        pipeline.confirm = terminal_confirmer() or pipeline.out_of_band(wait=wait)
+    return pipeline
+
+
+def one(
+    head: HeadStart,
+    config: Path | None,
+    *,
+    server: str,
+    name: str,
+    split: list[tuple[str, str]],
+    base: dict[str, Any],
+    agent: str | None,
+    who: str,
+    timeout: float | None,
+    connect_timeout: float,
+    yes: bool,
+    fmt: Format,
+    output_dir: Path | None,
+    quiet: bool,
+    fast_exit: bool,
+    follow_links: bool,
+    wait: bool,
+) -> int:
+    """One call: judged, its server started (or the head start's taken over), called."""
+    pipeline = _pipeline(config, yes=yes, prompt=True, wait=wait)
+    unlisted = pipeline.resolution.policy.unlisted(who) if agent is not None else None
+    if unlisted is not None:  # SPEC 3: it gets policy.default; often a typo, so say so
+        note(unlisted)
+    target = pipeline.target(server, quiet=quiet)
+    target.sign_in = terminal_confirmer() is not None  # a person here: OAuth step-up may ask
+    arguments, typed = _as_typed(target, name, split, base)
+    decision = pipeline.decide(who, server, name, arguments, typed=typed)
+
+    # Start a stdio server now: its start-up and our imports of what talks to it overlap.
+    stdio = target.spec.transport == "stdio" and not target.builtin
+    child = head.settle(target) if stdio else None
+    # Whatever happens before the transport owns the child (Ctrl-C while the SDK imports),
+    # the server and everything it started must not outlive us.
+    with stop_on_failure(child):
+        head.keep(pipeline, decision, target)
+        from bundlectl.calls.call import CallRequest  # noqa: PLC0415 - see the module's doc
+
+        if child is not None:
+            preload()
+        limit = timeout if timeout is not None else float(target.spec.timeout)
+        check = pipeline.pin_check(server)
+        request = CallRequest(who, server, name, decision, split, base, limit, check=check)
+        code, links = _call(
+            pipeline,
+            target,
+            child,
+            request,
+            connect_timeout=connect_timeout,
+            whole=timeout,
+            fmt=fmt,
+            output_dir=output_dir,
+            detach=fast_exit,
+        )
+    if links and not follow_links and fmt is Format.text:
+        err(
+            f"note: the result links {len(links)} resource(s); --follow-links reads them "
+            f"(or: bundlectl read {server} {links[0]})"
+        )
+    for uri in links if follow_links else []:
+        # The same rule, audit and output as `bundlectl read` (the linked resource is the
+        # server's: read where the tool that named it runs).
+        from bundlectl.cli.commands.resources import run_read  # noqa: PLC0415 - only with links
+
+        run_read(
+            config,
+            server=server,
+            uri=uri,
+            agent=who,
+            fmt=fmt,
+            output_dir=output_dir,
+            timeout=float(timeout or target.spec.timeout),
+        )
+    return code
+
+
+def _call(
+    pipeline: Pipeline,
+    target: Target,
+    child: Child | None,
+    request: CallRequest,
+    *,
+    connect_timeout: float,
+    whole: float | None,
+    fmt: Format,
+    output_dir: Path | None,
+    detach: bool,
+) -> tuple[int, list[str]]:
+    """Connect, call, print (before the server's shutdown), audit; the exit code and the URIs
+    of the resources the result links to."""
+    from bundlectl.calls.call import call_once, client_capabilities, completed_now  # noqa: PLC0415
+
+    printed: dict[str, int] = {}
+    root = pipeline.resolution.project.root
+    request.events = fmt is Format.json
+
+    if child is not None and detach:
+        # Once exec has its answer (printed) or its error (a timeout, say), the rest of the
+        # server's shutdown is the detached watchdog's: it never holds the user up, and
+        # `--timeout` bounds the whole command (a hung server took 2-4 s more to stop).
+        child.detach = True
+
+    def show(outcome: CallOutcome) -> None:
+        printed["code"] = _print(outcome, fmt, output_dir)
+
+    async def go() -> CallOutcome:
+        return await call_once(
+            target,
+            request,
+            child=child,
+            connect_timeout=connect_timeout,
+            whole=whole,
+            show=show,
+            options=client_capabilities(root, ask=terminal_confirmer() is not None),
+            direct=True,
+        )
+
+    try:
+        outcome = completed_now(pipeline, request, go)
+    finally:
+        target.close(wait=0 if child is not None and child.detach else 1.0)
+    if outcome.error is not None:
+        raise outcome.error
+    result = outcome.result
+    links = [
+        str(block["uri"])
+        for block in (result.content if result is not None and not result.is_error else [])
+        if block.get("type") == "resource_link" and block.get("uri")
+    ]
+    return printed["code"], list(dict.fromkeys(links))
+
+
+def _print(outcome: CallOutcome, fmt: Format, output_dir: Path | None) -> int:
+    request, result = outcome.request, outcome.result
+    assert result is not None  # shown only when the call got an answer
+    if fmt is Format.json:
+        rule = request.decision.rule
+        emit_json(
+            {
+                "agent": request.agent,
+                "server": request.server,
+                "tool": request.tool,
+                "decision": request.decision.effect,
+                "rule": rule.pattern if rule else None,
+                "duration_ms": round(outcome.duration_ms, 1),
+                "result": result_json(result),
+            }
+        )
+        return 1 if result.is_error else 0
+    lines = render_text(result, OutputDir(output_dir), f"{request.server}-{request.tool}")
+    if result.is_error:  # reported on stderr (exit 1) once the audit record is written
+        err(f"error: tool {request.qualified} reported an error:")
+        for line in lines:
+            err(line.removesuffix("\n"))
+        return 1
+    for line in lines:
+        out(line.removesuffix("\n"))
+    return 0
+
+
+def run_batch(
+    config: Path | None,
+    batch: Path,
+    *,
+    yes: bool,
+    agent: str | None,
+    timeout: float | None,
+    connect_timeout: float,
+    quiet: bool,
+) -> int:
+    """Run a batch; exit with the code of the first call that did not succeed (0 if none)."""
+    from bundlectl.calls.batch import batch_line, read_batch, run_items, write_line  # noqa: PLC0415
+    from bundlectl.mcpio import runner  # noqa: PLC0415
+
+    pipeline = _pipeline(config, yes=yes, prompt=False)
+
+    items, targets = read_batch(batch, pipeline, agent=agent, timeout=timeout, quiet=quiet)
+    codes: list[int] = []
+
+    def emit(item: BatchItem, outcome: CallOutcome | None) -> None:
+        data, code = batch_line(item, outcome)
+        codes.append(code)
+        write_line(data)
+
+    async def go() -> Any:
+        return await run_items(pipeline, items, targets, emit, connect_timeout=connect_timeout)
+
+    try:
+        runner.run(go)
+    finally:
+        for target in targets.values():
+            target.close()
+    return next((code for code in codes if code), 0)
+
+
+def _as_typed(
+    target: Target, tool: str, split: list[tuple[str, str]], base: dict[str, Any]
+) -> tuple[dict[str, Any], bool]:
+    """The call's arguments before the server is asked for its tools, and whether they are
+    typed (KEY=VALUE strings typed by the declared input schema, when there is one), so the
+    policy's argument conditions can be checked before anything starts."""
+    if not split:
+        return base, True
+    for declared in target.spec.tools:
+        if declared.name == tool and declared.input_schema:
+            try:
+                return build_arguments(split, base, declared.input_schema), True
+            except BundlectlError:
+                break  # validation says what is wrong, once the live schema is known
+    return {**base, **dict(split)}, False
