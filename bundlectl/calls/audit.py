@@ -220,10 +220,11 @@ class AuditLog:
                 self._otlp = "otlp" in sinks
                 if "file" in sinks:
                     self._file = AuditFile.configured()
-            line = (entry.as_json() + "\n").encode("utf-8")
             if self._file is not None:
                 self._file.write(entry)
-                line = self._file.written  # the same line, with its link in the chain
+                line = self._file.written  # the line as written, with its link in the chain
+            else:
+                line = (entry.as_json() + "\n").encode("utf-8")
             for fd in self._streams:
                 os.write(fd, line)
             if self._otlp:

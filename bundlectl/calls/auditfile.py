@@ -180,14 +180,13 @@ class AuditFile:
         target = log_path(settings.path)
         return cls(target, max_bytes=int(settings.max_mb * (1 << 20)), keep=settings.keep)
 
-    def _open(self) -> int:
+    def _open(self, *, again: bool = False) -> int:
+        """The file the log's path names, opened once and kept; `again`: it is not the one we
+        hold any more (rotated or removed), so open it anew. (`write` checks that under the
+        lock, so the kept file is not checked here as well.)"""
+        if self._fd is not None and not again:
+            return self._fd
         if self._fd is not None:
-            try:  # one stat: the path still names the file we hold (not rotated or deleted)
-                now = os.stat(self.target)
-                if (now.st_dev, now.st_ino) == self._file_id:
-                    return self._fd
-            except OSError:
-                pass
             self.close()
         self.target.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.target, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
@@ -203,6 +202,8 @@ class AuditFile:
             from filelock import FileLock
 
             with FileLock(str(self.target) + ".lock", timeout=30):
+                if not self._current(fd):  # rotated (or removed) since we opened it
+                    fd = self._open(again=True)
                 self._chained(fd, record)
             if self._retired is not None:
                 os.close(self._retired)
@@ -219,7 +220,7 @@ class AuditFile:
                 if self._retired is not None:  # this write rotated the log
                     os.close(self._retired)
                     self._retired = None
-            fd = self._open()  # another writer rotated the log: write to the new one
+            fd = self._open(again=True)  # rotated (or removed) meanwhile: write to the new one
 
     def _current(self, fd: int) -> bool:
         """Whether `fd` is still the file the log's path names (false: rotated meanwhile)."""

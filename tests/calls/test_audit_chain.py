@@ -127,6 +127,23 @@ def test_the_log_path_names_a_file_at_every_moment_of_a_rotation(tmp_path: Path)
     assert looks.count(False) == 0, f"the path named no file {looks.count(False)} times"
 
 
+def test_a_writer_whose_log_was_removed_or_replaced_writes_to_the_new_one(tmp_path: Path) -> None:
+    """A log removed (or moved away by a rotation of another writer) while a gateway holds it
+    open: the next record goes to a file at the log's path, not into the removed one."""
+    log = tmp_path / "audit.jsonl"
+    writer = AuditFile(log)
+    writer.write(record(tool="first"))
+    log.unlink()
+    writer.write(record(tool="second"))
+    log.rename(tmp_path / "moved.jsonl")
+    log.write_text("")
+    writer.write(record(tool="third"))
+    writer.close()
+    assert [json.loads(line)["tool"] for line in log.read_text().splitlines()] == ["third"]
+    moved = (tmp_path / "moved.jsonl").read_text().splitlines()
+    assert [json.loads(line)["tool"] for line in moved] == ["second"]
+
+
 def test_records_go_to_the_sinks_the_user_config_names(
     project: Path, run: Run, isolated_home: Path
 ) -> None:
