@@ -194,7 +194,7 @@ class HeadStart:
         """Keep this call's launch for the next call, when the call was let through by the policy
         alone (not `ask`, no condition, no quota) from local files, and the launch holds nothing
         that looks like a secret."""
-        if self.config is None or (self._kept is not None and self.key in self._kept["calls"]):
+        if self.config is None:
             return
         if not (
             decision.effect == decision.matched_effect == "allow"
@@ -206,6 +206,8 @@ class HeadStart:
             return
         registries = pipeline.resolution.project.local_registries()
         launch = target.launch()
+        if self._kept is not None and self._kept["calls"].get(self.key) == launch.to_json():
+            return  # kept already (this call started from it)
         if registries is None or _holds_secret(launch):
             return
         stamps = {str(path): stamp(path) for path in registries}

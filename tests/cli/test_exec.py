@@ -1054,6 +1054,8 @@ def test_a_kept_launch_that_is_not_the_configured_one_is_stopped_unused(
     *before, used = pids(starts)  # the first call's server, the impostor (if it got to say so)
     assert not any(running(pid) for pid in before)
     assert gone(used)
+    (launch,) = json.loads(kept.read_text())["calls"].values()  # and kept as configured again
+    assert launch["args"] == [str(TEST_SERVERS / "kitchen.py")]
 
 
 def exec_importing(project: Path, home: Path, *args: str) -> tuple[str, set[str]]:
