@@ -159,8 +159,9 @@ class HeadStart:
 
     def start(self, *, quiet: bool) -> Child | None:
         """Start the server from this call's kept launch, when there is one and nothing it was
-        kept from has changed. A launch that fails (its command gone, a variable unset) is left
-        to the call, which says what is wrong once the policy has let it through."""
+        kept from has changed. A launch that fails (its command gone, a variable unset, its log
+        unwritable) is left to the call, which says what is wrong once the policy has let it
+        through."""
         kept = self._read()
         entry = kept["calls"].get(self.key) if kept is not None else None
         if not isinstance(entry, dict):
@@ -169,10 +170,13 @@ class HeadStart:
             launch = Launch.from_json(entry)
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
-        tee = StderrTee(log_file=paths.server_log(self.server) if quiet else None)
+        try:
+            tee = StderrTee(log_file=paths.server_log(self.server) if quiet else None)
+        except BundlectlError:  # its log cannot be written: the call's own start says so
+            return None
         try:
             child = launch.start(tee)
-        except BundlectlError:
+        except (BundlectlError, OSError):
             tee.close(0)
             return None
         self.early = Early(launch, child, tee)

@@ -10,6 +10,8 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
+from bundlectl.errors import UsageError
+
 
 class StderrTee:
     """A real file descriptor for the child's stderr; a thread copies it through.
@@ -19,20 +21,16 @@ class StderrTee:
     """
 
     def __init__(self, *, log_file: Path | None = None, keep: int = 20) -> None:
+        self.log_file = log_file
+        self._sink: IO[Any] | None = None
+        if log_file is not None:  # first: a log that cannot be opened leaves no pipe behind
+            self._sink = _open_log(log_file)
         read_fd, write_fd = os.pipe()
         self.file: IO[str] = os.fdopen(
             write_fd, "w", buffering=1, encoding="utf-8", errors="replace"
         )
         self._reader = os.fdopen(read_fd, "r", encoding="utf-8", errors="replace")
         self.tail: collections.deque[str] = collections.deque(maxlen=keep)
-        self.log_file = log_file
-        self._sink: IO[Any] | None = None
-        if log_file is not None:
-            # A server's stderr can hold secrets (a token in an error message): owner only.
-            log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            os.fchmod(fd, 0o600)  # a log made before this version was 0644
-            self._sink = os.fdopen(fd, "a", encoding="utf-8")
         self._thread = threading.Thread(target=self._copy, name="server-stderr", daemon=True)
         self._thread.start()
 
@@ -57,3 +55,20 @@ class StderrTee:
 
     def last_lines(self, count: int = 5) -> list[str]:
         return [line for line in list(self.tail)[-count:] if line.strip()]
+
+
+def _open_log(log_file: Path) -> IO[str]:
+    """The log a server's stderr goes to under `--quiet`; one that cannot be written is a usage
+    error naming it. A server's stderr can hold secrets (a token in an error message): the log
+    is its owner's only."""
+    try:
+        log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.fchmod(fd, 0o600)  # a log made before this version was 0644
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write the server's log {log_file}: {exc.strerror}",
+            hint="fix that folder (the user state folder, or BUNDLECTL_HOME), or run without "
+            "--quiet",
+        ) from None
+    return os.fdopen(fd, "a", encoding="utf-8")

@@ -22,7 +22,7 @@ from bundlectl.config.project import load_project
 from bundlectl.resolve.resolved import resolve_project
 from tests.conftest import write
 
-SLEEPER = f"{{command: {sys.executable}, args: [-c, 'import time; time.sleep(60)']"
+SLEEPER = f"{{command: {sys.executable}, args: [-c, 'import sys; sys.stdin.read()']"
 CONFIG = f"""\
 version: 1
 bundles: [basic]
@@ -158,3 +158,12 @@ def test_stamps(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     assert stamp(fifo) != stamp(fifo)  # never read (it would block), never equal
+
+
+def test_a_kept_launch_that_cannot_start_is_left_to_the_call(sleeper: Path) -> None:
+    """Its log unwritable (`--quiet`): no head start, and no error from it either."""
+    keep("plain")
+    write(paths.server_log("sleeper").parent, "a file where the logs' folder would be\n")
+    with HeadStart(None, "plain", "sleeper", "nap") as head:
+        assert head.start(quiet=True) is None
+        assert head.start(quiet=False) is not None

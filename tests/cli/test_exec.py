@@ -1086,6 +1086,19 @@ def test_quiet_sends_server_stderr_to_a_log(project: Path, run: Run, isolated_ho
     assert "fatal: cannot open database /nonexistent.db" in log.read_text()
 
 
+def test_quiet_with_a_log_that_cannot_be_written_says_which(
+    kitchen: Path, run: Run, isolated_home: Path, starts: Path
+) -> None:
+    write(isolated_home / "state" / "logs", "a file where the logs' folder would be\n")
+    result = run("exec", "kitchen.echo", "text=hi", "--quiet")
+    assert result.code == 2, result.err
+    assert result.err_lines[0] == (
+        f"error: cannot write the server's log {isolated_home / 'state' / 'logs' / 'kitchen.log'}"
+        ": File exists"
+    )
+    assert pids(starts) == []
+
+
 def test_audit_path_from_the_user_config(
     kitchen: Path, run: Run, isolated_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
