@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +20,7 @@ KEYS = st.text() | st.integers()  # json turns int keys into strings; both encod
 TREES = st.recursive(LEAVES, lambda c: st.lists(c) | st.dictionaries(KEYS, c), max_leaves=25)
 
 
+@pytest.mark.no_cover  # the examples run untraced (4.4 s -> ~1 s); the unit tests cover the lines
 @settings(max_examples=80, deadline=None)  # 200 took 8 s of the suite's 4 minutes
 @given(TREES)
 def test_pretty_json_is_json_dumps_indent_2(value: Any) -> None:
@@ -35,6 +37,7 @@ def streamed(value: Any, expand: int) -> str:
     return buffer.getvalue()
 
 
+@pytest.mark.no_cover  # as above
 @settings(max_examples=40, deadline=None)  # large trees: 100 took 7.5 s of the suite
 @given(st.dictionaries(st.text(), TREES), st.integers(0, 3))
 def test_streamed_json_reads_back_as_the_value(value: dict[str, Any], expand: int) -> None:
