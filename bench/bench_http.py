@@ -15,7 +15,8 @@ The peer is FastMCP's proxy (`fastmcp.server.create_proxy`, pip install fastmcp;
 note when it is not installed; `--peer-python PATH` runs it with another environment's Python,
 e.g. a venv of its own, so its dependencies need not fit ours), served by uvicorn on loopback.
 Rounds alternate the two so that the machine's drift falls on both alike; medians of the rounds
-are printed.
+are printed. `cpu ms/call` is the proxy process's own CPU time (Linux, /proc) over both parts
+divided by their calls — its server's excluded: steadier than latency on a busy machine.
 """
 
 from __future__ import annotations
@@ -68,8 +69,8 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def bundlectl_serve(folder: Path, time_server: str) -> Iterator[tuple[str, str]]:
-    """`serve` over HTTP in front of mcp-server-time: (url, tool name)."""
+def bundlectl_serve(folder: Path, time_server: str) -> Iterator[tuple[str, str, int]]:
+    """`serve` over HTTP in front of mcp-server-time: (url, tool name, process id)."""
     (folder / "bundlectl.yaml").write_text(
         f"version: 1\nservers:\n  time: {{command: {time_server}, concurrency: 16}}\n"
         "agents:\n  bench: {allow: ['time.*']}\npolicy: {default: deny}\n"
@@ -87,20 +88,20 @@ def bundlectl_serve(folder: Path, time_server: str) -> Iterator[tuple[str, str]]
     found = re.search(r"on (http://\S+/mcp)", line)
     try:
         assert found, line
-        yield found.group(1), "time__get_current_time"
+        yield found.group(1), "time__get_current_time", proc.pid
     finally:
         proc.terminate()
         proc.wait(10)
 
 
 @contextlib.contextmanager
-def peer_proxy(time_server: str, python: str) -> Iterator[tuple[str, str]]:
+def peer_proxy(time_server: str, python: str) -> Iterator[tuple[str, str, int]]:
     port = _free_port()
     proc = subprocess.Popen([python, "-c", PEER, str(port), time_server], stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/mcp"
     try:
         _wait_listening(port)
-        yield url, "get_current_time"
+        yield url, "get_current_time", proc.pid
     finally:
         proc.terminate()
         proc.wait(10)
@@ -167,8 +168,15 @@ async def load(url: str, tool: str, sessions: int, calls: int) -> float:
     return each * sessions / (time.perf_counter() - started)
 
 
-def measure(url: str, tool: str, calls: int, sessions: int) -> dict[str, float]:
+def _cpu_seconds(pid: int) -> float:
+    """A process's own CPU time so far (user + system), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(url: str, tool: str, calls: int, sessions: int, pid: int) -> dict[str, float]:
     anyio.run(session_calls, url, tool, 20)  # warm: the server started, caches filled
+    cpu = _cpu_seconds(pid)
     latencies = sorted(anyio.run(session_calls, url, tool, calls))
     one = {
         "p50_ms": statistics.median(latencies) * 1000,
@@ -176,6 +184,8 @@ def measure(url: str, tool: str, calls: int, sessions: int) -> dict[str, float]:
         "calls_s": len(latencies) / sum(latencies),
     }
     one["concurrent_calls_s"] = anyio.run(load, url, tool, sessions, calls)
+    made = calls + max(1, calls // sessions) * sessions
+    one["cpu_ms"] = (_cpu_seconds(pid) - cpu) * 1000 / made
     return one
 
 
@@ -211,17 +221,18 @@ def main() -> None:
                     if start is bundlectl_serve
                     else start(time_server, args.peer_python)
                 )
-                with cm as (url, tool):
-                    runs[name].append(measure(url, tool, args.calls, args.sessions))
+                with cm as (url, tool, pid):
+                    runs[name].append(measure(url, tool, args.calls, args.sessions, pid))
     print(
         f"{'':<16} {'p50 ms':>8} {'p90 ms':>8} {'calls/s':>8} "
-        f"{f'{args.sessions} sessions calls/s':>24}   (median of {args.rounds} rounds)"
+        f"{f'{args.sessions} sessions calls/s':>24} {'cpu ms/call':>12}"
+        f"   (median of {args.rounds} rounds)"
     )
     for name, found in runs.items():
         row = {key: statistics.median(r[key] for r in found) for key in found[0]}
         print(
             f"{name:<16} {row['p50_ms']:>8.2f} {row['p90_ms']:>8.2f} {row['calls_s']:>8.0f} "
-            f"{row['concurrent_calls_s']:>24.0f}"
+            f"{row['concurrent_calls_s']:>24.0f} {row['cpu_ms']:>12.2f}"
         )
 
 

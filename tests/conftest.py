@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -23,6 +24,19 @@ from bundlectl.cli.main import main
 REPO = Path(__file__).resolve().parent.parent
 # The MCP servers the tests start (kitchen, misbehave, conformance, ...).
 TEST_SERVERS = REPO / "tests" / "servers"
+
+
+def on_the_lane(request_id: str) -> bool:
+    """Whether a stdio server saw this request id from the gateway's express lane."""
+    return re.fullmatch(r"bundlectl-\d+", request_id) is not None
+
+
+def on_the_sdk_path(request_id: str) -> bool:
+    """Whether a stdio server saw this request id from a call of the gateway's SDK path, made
+    over its pipes (`gateway/pipe_session.py`)."""
+    return re.fullmatch(r"bundlectl-pipe-\d+", request_id) is not None
+
+
 # A 2025-11-25 `initialize` request, for tests that speak raw JSON-RPC to a server or gateway.
 INITIALIZE = {
     "jsonrpc": "2.0",

@@ -22,6 +22,7 @@ from bundlectl.errors import (
     ServerCrashed,
     ServerError,
 )
+from bundlectl.gateway.pipe_session import PipeSession
 from bundlectl.gateway.relay import CallCancelled, Job, Relay
 from bundlectl.mcpio.connect import classify, connect
 from bundlectl.mcpio.session import SdkSession, ServerSession
@@ -331,7 +332,13 @@ class Downstream:
                 ) as client,
                 anyio.create_task_group() as jobs,
             ):
-                session = SdkSession(client)  # what the jobs ask of the server goes through it
+                # what the jobs ask of the server goes through it (tool calls over its pipes)
+                tap = self.target.tap
+                session = (
+                    SdkSession(client)
+                    if tap is None
+                    else PipeSession(client, tap, self.target, lambda: self.tools)
+                )
                 tee = self.target.stderr  # this session's copy of the server's stderr
                 if self.target.tap is not None:  # calls past the SDK, in this session's protocol
                     self.target.tap.version = session.protocol_version

@@ -17,7 +17,7 @@ import contextlib
 import functools
 import inspect
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -229,45 +229,27 @@ class StdioClient:
         *,
         progress: Progress | None = None,
     ) -> Any:
-        """Send a request and wait for its answer, reporting its progress meanwhile (the
-        request's id is its progress token)."""
+        """Send a request and wait for its answer, reporting its progress meanwhile."""
         if self._gone is not None:
             raise self._gone
-        waiter = _Waiter()
-        key = self.requests.open(waiter.put)
-        if progress is not None:
-            params = {**params, "_meta": {**params.get("_meta", {}), "progressToken": key}}
-        try:
-            await self._send({"jsonrpc": "2.0", "id": key, "method": method, "params": params})
-            with anyio.fail_after(timeout):
-                while (message := await waiter.next()) is not None:
-                    if "method" not in message:
-                        return self._answer_of(message)
-                    if progress is not None:
-                        await _report(progress, message.get("params") or {})
-        except TimeoutError:
-            await self._cancel(key, "timed out")
-            raise call_timed_out(self.target) from None
-        except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):
-                await self._cancel(key, "the user stopped the call")
-            raise
-        finally:
-            self.requests.drop(key)
-        raise self._gone or self._closed()
+        message = await exchange(
+            self.requests,
+            self._send,
+            self.target,
+            {"method": method, "params": params},
+            timeout,
+            progress=progress,
+            stopped="the user stopped the call",
+        )
+        if message is None:
+            raise self._gone or self._closed()
+        return self._answer_of(message)
 
     def _answer_of(self, message: dict[str, Any]) -> Any:
         error = message.get("error")
         if isinstance(error, dict):
             raise returned_error(self.target, error.get("message", ""), error.get("code"))
         return message.get("result")
-
-    async def _cancel(self, key: str, reason: str) -> None:
-        params = {"requestId": key, "reason": reason}
-        with contextlib.suppress(Exception):
-            await self._send(
-                {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
-            )
 
     async def _send(self, message: dict[str, Any]) -> None:
         try:
@@ -312,6 +294,51 @@ class StdioClient:
 
     def _closed(self) -> ServerError:
         return connection_closed(self.target)
+
+
+async def exchange(
+    requests: Requests,
+    send: Callable[[dict[str, Any]], Awaitable[None]],
+    target: Target,
+    request: dict[str, Any],
+    timeout: float | None,
+    *,
+    progress: Progress | None = None,
+    stopped: str,
+) -> dict[str, Any] | None:
+    """One JSON-RPC request (`method` and `params`) sent with `send` and tracked by `requests`,
+    its progress reported meanwhile (the request's id is its progress token): the answer
+    (`result` or `error`, unread), or None when the connection ended first. The server is told
+    when the request times out (`CallTimeout`) or is cancelled (`stopped`: why)."""
+    waiter = _Waiter()
+    key = requests.open(waiter.put)
+    params = request["params"]
+    if progress is not None:
+        params = {**params, "_meta": {**params.get("_meta", {}), "progressToken": key}}
+    try:
+        await send({"jsonrpc": "2.0", "id": key, "method": request["method"], "params": params})
+        with anyio.fail_after(timeout):
+            while (message := await waiter.next()) is not None:
+                if "method" not in message:
+                    return message
+                if progress is not None:
+                    await _report(progress, message.get("params") or {})
+            return None
+    except TimeoutError:
+        await _cancel(send, key, "timed out")
+        raise call_timed_out(target) from None
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True):
+            await _cancel(send, key, stopped)
+        raise
+    finally:
+        requests.drop(key)
+
+
+async def _cancel(send: Callable[[dict[str, Any]], Awaitable[None]], key: str, reason: str) -> None:
+    params = {"requestId": key, "reason": reason}
+    with contextlib.suppress(Exception):
+        await send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params})
 
 
 async def _report(progress: Progress, params: dict[str, Any]) -> None:

@@ -2,7 +2,8 @@
 
 Three senders make requests without the SDK's session and must find the answers among a peer's
 messages: the SDK-free stdio client (`plain.StdioClient`), the gateway's calls past the SDK on a
-downstream server's pipes (`stdio.Tap`), and the express lane's questions to its own client
+downstream server's pipes (`stdio.Tap`: the express lane's, and the SDK path's tool calls of
+`gateway/pipe_session.py`), and the express lane's questions to its own client
 (`gateway/express.py`). Each keeps a `Requests`: it gives every request an id the SDK never uses
 (the SDK counts with integers; ours are `bundlectl-N`), which is also the request's progress
 token, hands each answer, error or progress report to the request's handler, and tells every
@@ -54,8 +55,19 @@ class Requests:
         """Whether `message` answers one of these requests or reports its progress; if so it
         went to the request's handler. Other messages (requests and notifications of the peer,
         answers to someone else's requests) are left to the caller."""
-        if not self._handlers or not isinstance(message, dict):
+        key = self._key(message)
+        if key is None:
             return False
+        self._handlers[key](message)
+        return True
+
+    def owns(self, message: Any) -> bool:
+        """Whether `take` would hand `message` to one of these requests' handlers."""
+        return self._key(message) is not None
+
+    def _key(self, message: Any) -> str | None:
+        if not self._handlers or not isinstance(message, dict):
+            return None
         method = message.get("method")
         if method is None:
             key = message.get("id")
@@ -63,12 +75,8 @@ class Requests:
             params = message.get("params")
             key = params.get("progressToken") if isinstance(params, dict) else None
         else:
-            return False
-        handler = self._handlers.get(key) if isinstance(key, str) else None
-        if handler is None:
-            return False
-        handler(message)
-        return True
+            return None
+        return key if isinstance(key, str) and key in self._handlers else None
 
     def close(self) -> None:
         """The connection is gone: every request still waiting hears so (None), once."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -38,11 +39,19 @@ class Tap:
 
     One tap serves a server across restarts: each session opens it and closes it; closing
     answers every request still waiting with None (the connection is gone). Its requests are
-    tracked by `requests` (ids the SDK never uses; each is also the request's progress token).
+    tracked by `requests` (ids the SDK never uses; each is also the request's progress token):
+    their answers and progress are taken as soon as they are read. Those of `in_order` (the
+    gateway's SDK path, `gateway/pipe_session.py`) stay in line with what goes to the SDK's
+    client: while it has not read everything the server sent before them (a log message during
+    the call), they wait in its stream and are taken as it reads on; so what the server said
+    first reaches the SDK's client first, as it would if the SDK had made the call.
     """
 
     def __init__(self) -> None:
         self.requests = Requests()
+        self.in_order = Requests("bundlectl-pipe")
+        # the child's messages passed on towards the SDK's client, and those it has read
+        self.passed = self.consumed = 0
         self.stamp: dict[str, Any] | None = None  # known once the SDK sent a request
         self.version: str | None = None  # the session's protocol, told by its owner
         self.changed: Callable[[], None] | None = None  # the server said its tools changed
@@ -52,12 +61,21 @@ class Tap:
     def ready(self) -> bool:
         return self._out is not None and self.stamp is not None and self.version is not None
 
+    @property
+    def caught_up(self) -> bool:
+        """Whether the SDK's client has read every message of the child's passed on to it:
+        then what it has not acted on yet already waits in line ahead of any task woken now
+        (its reader starts the handling of each message before it reads the next)."""
+        return self.consumed == self.passed
+
     def opened(self, out: Any) -> None:
         self._out = out
+        self.passed = self.consumed = 0
 
     def closed(self) -> None:
         self._out, self.stamp, self.version = None, None, None
         self.requests.close()
+        self.in_order.close()
 
     def watch(self, message: Any) -> None:
         """An SDK message on its way to the child: learn the session's request stamp."""
@@ -97,6 +115,49 @@ class Tap:
         return self.requests.take(message)
 
 
+@dataclass(frozen=True)
+class _InOrder:
+    """An answer (or progress) for one of a tap's `in_order` requests, in the SDK's stream."""
+
+    tap: Tap
+    message: dict[str, Any]
+
+
+class _Reading:
+    """The stream the SDK's client reads a child's messages from, with the tap's `in_order`
+    messages handed to their requests as the client reaches them (it never sees them)."""
+
+    def __init__(self, stream: Any, tap: Tap) -> None:
+        self.stream, self.tap = stream, tap
+
+    async def receive(self) -> Any:
+        while True:
+            item = await self.stream.receive()
+            self.tap.consumed += 1
+            if not isinstance(item, _InOrder):
+                return item
+            item.tap.in_order.take(item.message)  # (a request given up meanwhile: dropped)
+
+    def __aiter__(self) -> _Reading:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _Reading:
+        await self.stream.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stream.__aexit__(*exc)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
 @contextlib.asynccontextmanager
 async def child_transport(
     child: Child,
@@ -131,7 +192,7 @@ async def child_transport(
         if tap is not None:
             tap.opened(writer)
         try:
-            yield incoming, outgoing
+            yield (incoming if tap is None else _Reading(incoming, tap)), outgoing
         finally:
             with anyio.CancelScope(shield=True):
                 if tap is not None:
@@ -159,7 +220,16 @@ async def _read_messages(
             if tap is None:
                 return decode(raw)
             parsed = json.loads(raw)
-            return None if tap.take(parsed) else session_message(parsed)
+            if tap.take(parsed):
+                return None
+            if tap.in_order.owns(parsed):
+                if tap.caught_up:  # nothing before it is still on its way to the SDK's client
+                    tap.in_order.take(parsed)
+                    return None
+                tap.passed += 1
+                return _InOrder(tap, parsed)
+            tap.passed += 1
+            return session_message(parsed)
         except (ValueError, RecursionError):
             return bytes(raw[:120])
 

@@ -15,7 +15,14 @@ import anyio
 import pytest
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS
 
-from tests.conftest import INITIALIZE, TEST_SERVERS, audit_records, write
+from tests.conftest import (
+    INITIALIZE,
+    TEST_SERVERS,
+    audit_records,
+    on_the_lane,
+    on_the_sdk_path,
+    write,
+)
 from tests.gateway.test_gateway import PY, connected, read_lines, serve_on_pipes, texts
 
 
@@ -91,9 +98,9 @@ def test_warm_calls_take_the_express_lane_and_answer_as_the_sdk_path(
     express = run_calls(lane_project, isolated_home, "direct", mode=protocol)
     sdk = run_calls(lane_project, isolated_home, "search", mode=protocol)
     # The first call starts the server (the SDK path); the next takes the lane, with our id.
-    assert not express["ids"][0].startswith("bundlectl-")
-    assert express["ids"][1].startswith("bundlectl-"), express["ids"]
-    assert not any(i.startswith("bundlectl-") for i in sdk["ids"])
+    assert on_the_sdk_path(express["ids"][0]), express["ids"]
+    assert on_the_lane(express["ids"][1]), express["ids"]
+    assert all(map(on_the_sdk_path, sdk["ids"])), sdk["ids"]
     assert express["answers"] == sdk["answers"]
     answers = express["answers"]
     assert answers[1]["structured_content"] == {"sum": 42}
@@ -139,7 +146,7 @@ def test_a_servers_failures_on_the_lane_are_results_the_model_can_act_on(
 
     express = anyio.run(session, "direct")
     sdk = anyio.run(session, "search")
-    assert express["ids"][1].startswith("bundlectl-") and not sdk["ids"][1].startswith("bundlectl-")
+    assert on_the_lane(express["ids"][1]) and on_the_sdk_path(sdk["ids"][1])
     for tool in ("refuse", "shape", "garble", "die", "hang"):
         assert express[tool][:2] == sdk[tool][:2], tool
     assert express["shape"][1].startswith(
@@ -216,7 +223,7 @@ def test_an_edit_that_denies_a_tool_applies_to_the_next_warm_call(
             return [*first, denied, allowed]
 
     _, second, denied, allowed = anyio.run(session)
-    assert texts(second)[0].startswith("bundlectl-")
+    assert on_the_lane(texts(second)[0])
     assert denied.is_error and "unknown tool 'kitchen__request_id'" in texts(denied)[0]
     assert texts(allowed) == ["still"]
 
@@ -290,7 +297,7 @@ def test_the_clients_trace_context_reaches_the_server_on_both_paths(
             return got
 
     *received, untraced, lane_id = anyio.run(session)
-    assert lane_id.startswith("bundlectl-")  # warm calls took the lane
+    assert on_the_lane(lane_id)  # warm calls took the lane
     assert [r.split("-")[1] for r in received] == [t.split("-")[1] for t in sent]
     assert untraced == ""
 

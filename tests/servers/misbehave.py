@@ -86,13 +86,13 @@ if mode == "linger":
     serve([PING], lambda message: reply(message, {"content": [{"type": "text", "text": "pong"}]}))
     time.sleep(60)  # ignores EOF: only the shutdown's signals end it
 if mode == "unreliable":
-    # A 2025-11-25 server written by hand: `ping` answers with the id of the request; the other
-    # tools each break the call in one way.
+    # A 2025-11-25 server written by hand: `ping` answers with the id of the request; `chatty`
+    # logs as it answers; the other tools each break the call in one way.
     SHAPE = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     TOOLS = [PING, {"name": "shape", "inputSchema": {"type": "object"}, "outputSchema": SHAPE}]
     TOOLS += [
         {"name": name, "inputSchema": {"type": "object"}}
-        for name in ("refuse", "badresult", "hang", "die", "garble")
+        for name in ("refuse", "badresult", "hang", "die", "garble", "chatty")
     ]
 
     def unreliable(message: dict[str, Any]) -> None:
@@ -112,6 +112,12 @@ if mode == "unreliable":
         elif name == "die":
             sys.stderr.write("dying on purpose\n")
             sys.exit(9)
+        elif name == "chatty":  # a log message and the answer in one write, so one read
+            log = {"level": "info", "data": "said before the answer"}
+            note = {"jsonrpc": "2.0", "method": "notifications/message", "params": log}
+            answer = {"content": [{"type": "text", "text": "answered"}]}
+            sys.stdout.write(json.dumps(note) + "\n")
+            reply(message, answer)
         elif name == "garble":
             sys.stdout.write("this is not json-rpc\n")
             sys.stdout.flush()
