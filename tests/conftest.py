@@ -214,16 +214,51 @@ def pytest_configure(config: pytest.Config) -> None:
     _throwaway_home(config)
     if not hasattr(config, "workerinput"):  # once, in the process that runs the workers
         _bytecode()
+        if getattr(config.option, "numprocesses", None):
+            _rewritten_tests(config)
     # The processes the suite starts import third-party packages untraced by coverage
     # (tests/_site/sitecustomize.py says why); bundlectl in them is measured as before.
     site = str(Path(__file__).parent / "_site")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
+        return  # xdist's controller runs no test: importing hypothesis (0.8 s) delays the workers
     # The same examples on every run and machine (a deterministic suite), no example database.
     from hypothesis import settings
 
     settings.register_profile("bundlectl", derandomize=True, database=None, deadline=None)
     settings.load_profile("bundlectl")
+
+
+def _rewritten_tests(config: pytest.Config) -> None:
+    """The test modules with their asserts rewritten, kept once for every xdist worker: with
+    PYTHONDONTWRITEBYTECODE set (as on CI machines) pytest keeps none, so each worker rewrote
+    every module while collecting (5.1 s of CPU a worker; 2.1 s with them kept). pytest has no
+    public call for this: its rewriting hook's own steps are used, and when they are not there
+    (another pytest) the workers rewrite as before."""
+    try:
+        from _pytest.assertion.rewrite import (
+            PYC_TAIL,
+            _read_pyc,
+            _rewrite_test,
+            _write_pyc,
+            assertstate_key,
+            get_cache_dir,
+        )
+
+        state = config.stash[assertstate_key]
+        for path in sorted(Path(__file__).parent.rglob("*.py")):
+            wanted = path.name.startswith("test_") or path.name == "conftest.py"
+            if not wanted or "node_modules" in path.parts:
+                continue
+            folder = get_cache_dir(path)
+            pyc = folder / (path.name[:-3] + PYC_TAIL)
+            if _read_pyc(path, pyc) is None:
+                folder.mkdir(exist_ok=True)
+                source_hash, code = _rewrite_test(path, config)
+                _write_pyc(state, code, source_hash, pyc)
+    except (ImportError, KeyError, AttributeError, OSError, SyntaxError):
+        return
 
 
 def _bytecode() -> None:

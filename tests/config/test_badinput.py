@@ -1,5 +1,5 @@
 """Hostile and broken files: every case in tests/badinput/<case>/ goes through `resolve` and
-`lint` in a fresh process, each bounded in time and memory.
+`lint`, one after the other in a fresh process bounded in time and memory.
 
 A case folder holds the project's files and `expected.yaml`:
 
@@ -14,6 +14,7 @@ test instead of taking the machine with it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -33,13 +34,30 @@ PEAK_MB = 250
 ADDRESS_SPACE = 2 << 30
 
 PROBE = """
-import resource, sys
+import json, os, resource, sys, tempfile
 from bundlectl.cli.main import main
-code = main(sys.argv[2:])
-sys.stdout.flush()
+
+said = []
+for args in json.loads(sys.argv[2]):
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        kept = os.dup(1), os.dup(2)
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        try:
+            code = main(args)
+        except SystemExit as exc:
+            code = exc.code
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(kept[0], 1)
+            os.dup2(kept[1], 2)
+        out.seek(0)
+        err.seek(0)
+        said.append([code, out.read().decode(), err.read().decode()])
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 with open(sys.argv[1], "w") as handle:
-    handle.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
-sys.exit(code)
+    json.dump({"peak_kb": peak, "said": said}, handle)
 """
 
 
@@ -49,13 +67,14 @@ def _limit() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
 
 
-def bounded(args: list[str], cwd: Path, home: Path) -> tuple[int, str, str]:
-    peak_file = cwd.parent / "peak.txt"
+def bounded(commands: list[list[str]], cwd: Path, home: Path) -> list[tuple[int, str, str]]:
+    """Each command's exit code, stdout and stderr, run one after the other by one process."""
+    report = cwd.parent / "report.json"
     env = {**os.environ, "BUNDLECTL_HOME": str(home)}
     env.pop("BUNDLECTL_CONFIG", None)
     began = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, str(peak_file), *args],
+        [sys.executable, "-c", PROBE, str(report), json.dumps(commands)],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -65,11 +84,15 @@ def bounded(args: list[str], cwd: Path, home: Path) -> tuple[int, str, str]:
         check=False,
     )
     elapsed = time.monotonic() - began
-    assert elapsed < SECONDS, f"{args}: {elapsed:.1f} s"
-    peak_mb = int(peak_file.read_text()) / 1024
-    assert peak_mb < PEAK_MB, f"{args}: {peak_mb:.0f} MB"
-    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
-    return done.returncode, done.stdout, done.stderr
+    assert elapsed < SECONDS, f"{commands}: {elapsed:.1f} s"
+    assert done.returncode == 0, done.stderr[-4000:]
+    found = json.loads(report.read_text())
+    peak_mb = found["peak_kb"] / 1024
+    assert peak_mb < PEAK_MB, f"{commands}: {peak_mb:.0f} MB"
+    said = [(code, out, err) for code, out, err in found["said"]]
+    for _, _, err in said:
+        assert "Traceback" not in err and "internal error" not in err
+    return said
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -79,12 +102,13 @@ def test_bad_input(name: str, tmp_path: Path, isolated_home: Path) -> None:
     (project / "expected.yaml").unlink()
     expected: dict[str, Any] = load_yaml(CASES_DIR / name / "expected.yaml")
 
-    code, _, err = bounded(["resolve"], project, isolated_home)
+    resolved, linted = bounded([["resolve"], ["lint", "--format", "text"]], project, isolated_home)
+    code, _, err = resolved
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert (code, errors) == (expected["resolve"]["code"], expected["resolve"]["errors"])
     assert all(": " in line[len("error: ") :] for line in errors)  # file:line:col: message
 
-    code, out, _ = bounded(["lint", "--format", "text"], project, isolated_home)
+    code, out, _ = linted
     findings = [
         " ".join(line.split()[:2])
         for line in out.splitlines()[:-1]
