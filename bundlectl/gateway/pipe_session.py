@@ -4,8 +4,9 @@ The gateway's session with a stdio server is the SDK's client (`SdkSession`): it
 server asks, follows its notifications, subscriptions and listings. Its tool calls alone go past
 it, the way the express lane's do: the request written to the server's stdin through the
 session's `stdio.Tap`, the answer taken out of its stdout before the SDK's client reads it. The
-SDK's client spent about a third of `serve`'s CPU on a call made over HTTP (building the
-request's models, routing the answer through its streams and tasks).
+SDK's client was the largest part of `serve`'s CPU on an HTTP call that is ours to change
+(building the request's models, routing the answer through its streams and tasks); without it a
+call costs `serve` about a sixth less CPU (`bench/bench_http.py`).
 
 What the SDK's client does to a call is done here as well, with its words: the W3C trace context
 put into `_meta`; the answer's error, the result's shape and protocol types, and a successful

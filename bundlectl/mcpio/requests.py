@@ -5,9 +5,10 @@ messages: the SDK-free stdio client (`plain.StdioClient`), the gateway's calls p
 downstream server's pipes (`stdio.Tap`: the express lane's, and the SDK path's tool calls of
 `gateway/pipe_session.py`), and the express lane's questions to its own client
 (`gateway/express.py`). Each keeps a `Requests`: it gives every request an id the SDK never uses
-(the SDK counts with integers; ours are `bundlectl-N`), which is also the request's progress
-token, hands each answer, error or progress report to the request's handler, and tells every
-request still waiting that the connection is gone (`close`, the handler gets None).
+(the SDK counts with integers; ours are `bundlectl-N`, the SDK path's `bundlectl-pipe-N`),
+which is also the request's progress token, hands each answer, error or progress report to the
+request's handler, and tells every request still waiting that the connection is gone (`close`,
+the handler gets None).
 
 A handler runs in the callback that read the message: it must not block (it stores the message,
 sets an event, or answers in place, as the express lane does).

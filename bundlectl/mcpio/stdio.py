@@ -119,7 +119,6 @@ class Tap:
 class _InOrder:
     """An answer (or progress) for one of a tap's `in_order` requests, in the SDK's stream."""
 
-    tap: Tap
     message: dict[str, Any]
 
 
@@ -136,7 +135,7 @@ class _Reading:
             self.tap.consumed += 1
             if not isinstance(item, _InOrder):
                 return item
-            item.tap.in_order.take(item.message)  # (a request given up meanwhile: dropped)
+            self.tap.in_order.take(item.message)  # (a request given up meanwhile: dropped)
 
     def __aiter__(self) -> _Reading:
         return self
@@ -227,7 +226,7 @@ async def _read_messages(
                     tap.in_order.take(parsed)
                     return None
                 tap.passed += 1
-                return _InOrder(tap, parsed)
+                return _InOrder(parsed)
             tap.passed += 1
             return session_message(parsed)
         except (ValueError, RecursionError):
