@@ -8,6 +8,7 @@ wait, SIGKILL — with the same grace periods the SDK uses.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
@@ -39,12 +40,12 @@ class Tap:
 
     One tap serves a server across restarts: each session opens it and closes it; closing
     answers every request still waiting with None (the connection is gone). Its requests are
-    tracked by `requests` (ids the SDK never uses; each is also the request's progress token):
-    their answers and progress are taken as soon as they are read. Those of `in_order` (the
-    gateway's SDK path, `gateway/pipe_session.py`) stay in line with what goes to the SDK's
-    client: while it has not read everything the server sent before them (a log message during
-    the call), they wait in its stream and are taken as it reads on; so what the server said
-    first reaches the SDK's client first, as it would if the SDK had made the call.
+    tracked by `requests` (the express lane's; ids the SDK never uses, each also the request's
+    progress token) and `in_order` (the SDK path's tool calls, `gateway/pipe_session.py`).
+    Their answers and progress are taken as soon as they are read — unless the SDK's client has
+    not yet read everything the server sent before them (a log message during the call): then
+    they wait in its stream and are taken as it reads on, so what the server said first reaches
+    the client first, as it would if the SDK had made the call.
     """
 
     def __init__(self) -> None:
@@ -117,9 +118,10 @@ class Tap:
 
 @dataclass(frozen=True)
 class _InOrder:
-    """An answer (or progress) for one of a tap's `in_order` requests, in the SDK's stream."""
+    """An answer (or progress) for one of a tap's requests, in line in the SDK's stream."""
 
     message: dict[str, Any]
+    requests: Requests  # whose request it is (the tap's `requests` or `in_order`)
 
 
 class _Reading:
@@ -135,7 +137,11 @@ class _Reading:
             self.tap.consumed += 1
             if not isinstance(item, _InOrder):
                 return item
-            self.tap.in_order.take(item.message)  # (a request given up meanwhile: dropped)
+            # Handed over after what the client has started for the messages before it (its
+            # reader starts a task for each notification): the express lane answers its client
+            # in place, and must come after a log message passed on before. (A request given up
+            # meanwhile is not there: dropped.)
+            asyncio.get_running_loop().call_soon(item.requests.take, item.message)
 
     def __aiter__(self) -> _Reading:
         return self
@@ -219,14 +225,13 @@ async def _read_messages(
             if tap is None:
                 return decode(raw)
             parsed = json.loads(raw)
-            if tap.take(parsed):
+            if not tap.caught_up:  # an answer waits behind what is on its way to the SDK
+                for requests in (tap.requests, tap.in_order):
+                    if requests.owns(parsed):
+                        tap.passed += 1
+                        return _InOrder(parsed, requests)
+            if tap.take(parsed) or tap.in_order.take(parsed):
                 return None
-            if tap.in_order.owns(parsed):
-                if tap.caught_up:  # nothing before it is still on its way to the SDK's client
-                    tap.in_order.take(parsed)
-                    return None
-                tap.passed += 1
-                return _InOrder(parsed)
             tap.passed += 1
             return session_message(parsed)
         except (ValueError, RecursionError):

@@ -358,3 +358,34 @@ def test_a_call_whose_server_asks_first_leaves_the_lane_with_its_record_complete
     assert asked == ["consent of bot"] * 2
     records = audit_records(isolated_home / "state" / "audit.jsonl")
     assert [r["outcome"] for r in records if r["tool"] == "consent"] == ["interrupted", "ok", "ok"]
+
+
+@pytest.mark.parametrize("protocol", ["auto", "legacy"])
+def test_a_log_the_server_wrote_before_its_answer_reaches_the_client_first(
+    lane_project: Path, isolated_home: Path, protocol: str
+) -> None:
+    """`flaky.chatty` writes a log message and its answer in one write: on the SDK path (the
+    first call) and on the lane (the warm ones) the client has the log when the call returns."""
+    from mcp_types import LOG_LEVEL_META_KEY
+
+    async def session() -> list[list[str]]:
+        heard: list[str] = []
+        seen = []
+
+        async def log(params: Any) -> None:
+            heard.append(str(params.data))
+
+        options = {"logging_callback": log, "mode": protocol}
+        async with connected(params(lane_project, isolated_home), **options) as client:
+            for _ in range(3):
+                heard.clear()
+                meta = {LOG_LEVEL_META_KEY: "info"}  # (a 2026-07-28 client asks per request)
+                await client.call_tool("flaky__chatty", {}, meta=meta)
+                said = list(heard)  # what had come when the call returned
+                got = texts(await client.call_tool("flaky__ping", {}))[0]
+                seen.append([*said, "lane" if on_the_lane(got) else "sdk"])
+        return seen
+
+    seen = anyio.run(session)
+    assert [s[:-1] for s in seen] == [["said before the answer"]] * 3, seen
+    assert seen[-1][-1] == "lane", seen  # warm calls took the lane
