@@ -247,18 +247,23 @@ def _rewritten_tests(config: pytest.Config) -> None:
         )
 
         state = config.stash[assertstate_key]
-        for path in sorted(Path(__file__).parent.rglob("*.py")):
-            wanted = path.name.startswith("test_") or path.name == "conftest.py"
-            if not wanted or "node_modules" in path.parts:
-                continue
+        found = []
+        for folder_name, dirs, files in os.walk(Path(__file__).parent):
+            dirs[:] = [d for d in dirs if d not in ("npm", "node_modules", "__pycache__")]
+            found += [
+                Path(folder_name) / f
+                for f in files
+                if f.endswith(".py") and (f.startswith("test_") or f == "conftest.py")
+            ]
+        for path in sorted(found):
             folder = get_cache_dir(path)
             pyc = folder / (path.name[:-3] + PYC_TAIL)
             if _read_pyc(path, pyc) is None:
                 folder.mkdir(exist_ok=True)
                 source_hash, code = _rewrite_test(path, config)
                 _write_pyc(state, code, source_hash, pyc)
-    except (ImportError, KeyError, AttributeError, OSError, SyntaxError):
-        return
+    except (ImportError, KeyError, AttributeError, TypeError, OSError, SyntaxError):
+        return  # the workers rewrite them, as pytest does
 
 
 def _bytecode() -> None:
