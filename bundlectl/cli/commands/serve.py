@@ -13,7 +13,6 @@ from bundlectl.codemode.tokens import key_from
 from bundlectl.config.project import load_project
 from bundlectl.errors import UsageError
 from bundlectl.gateway.access import access_for
-from bundlectl.gateway.http import bind, serve_http
 from bundlectl.gateway.stdio_door import serve_stdio
 from bundlectl.mcpio import runner
 from bundlectl.output import note
@@ -64,6 +63,10 @@ def run(
 
         runner.run(stdio)
         return 0
+
+    # over HTTP only: the token checks, the approvers' page and the HTTP server (35 ms of
+    # imports a stdio client would wait for at every start)
+    from bundlectl.gateway.http import bind, serve_http  # noqa: PLC0415
 
     if agent is not None:
         _warn_unlisted(resolution, agent)
