@@ -125,8 +125,9 @@ class _InOrder:
 
 
 class _Reading:
-    """The stream the SDK's client reads a child's messages from, with the tap's `in_order`
-    messages handed to their requests as the client reaches them (it never sees them)."""
+    """The stream the SDK's client reads a child's messages from, with the answers held in
+    line for the tap's requests (`_InOrder`) handed to them as it reaches them (it never sees
+    them)."""
 
     def __init__(self, stream: Any, tap: Tap) -> None:
         self.stream, self.tap = stream, tap
