@@ -64,6 +64,50 @@ _PREFIXES = (
 )
 
 
+# Printable by `str.isprintable` and still invisible, or able to hide what follows: the
+# combining grapheme joiner, Hangul fillers, Khmer vowels inherent, Mongolian and other
+# variation selectors.
+_INVISIBLE = frozenset(
+    "\u034f\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180e\u180f\u3164\uffa0"
+    + "".join(map(chr, range(0xFE00, 0xFE10)))
+    + "".join(map(chr, range(0xE0100, 0xE01F0)))
+)
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(char: str) -> str:
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def visible(text: str, fold: int | None = None, *, size: int | None = None) -> str:
+    """Text an agent, a server or another person wrote, as a person may be shown it: every
+    C0/C1 control, line and paragraph separator, bidi or other formatting character, space
+    other than U+0020, surrogate, private-use or unassigned code point, and the few printable
+    invisible ones, written as a visible escape (`\\u2028`), so the text cannot break a line,
+    redraw the screen or reorder what a person reads. `fold`: at most this many characters
+    are shown, the rest replaced by how many characters the value holds (`size`, when `text`
+    is an encoding of the value, as JSON).
+
+    Every place a person reads such text goes through this one function: `approvals
+    show/list`, exec's `ask` question, `policy explain`, `audit`'s text output (every `table`
+    cell), the notifier's summary and the approvers' page."""
+    if not (text.isprintable() and _INVISIBLE.isdisjoint(text)):
+        text_out = "".join(
+            _escape(c) if not c.isprintable() or c in _INVISIBLE else c for c in text
+        )
+    else:
+        text_out = text
+    if fold is not None and len(text_out) > fold:
+        return f"{text_out[: max(fold - 1, 0)]}… ({len(text) if size is None else size} characters)"
+    return text_out
+
+
 def out(line: str = "") -> None:
     sys.stdout.write(line + "\n")
 
@@ -223,7 +267,8 @@ def table(
 ) -> None:
     """Left-aligned columns; the last column is not padded. `style`: a cell's colour (see
     `paint`), applied after padding so the columns stay aligned."""
-    all_rows = [list(header)] + [list(r) for r in rows] if header else [list(r) for r in rows]
+    shown = [[visible(cell) for cell in r] for r in rows]  # agents' and servers' words
+    all_rows = [list(header), *shown] if header else shown
     if not all_rows:
         return
     widths = [max(len(r[i]) for r in all_rows) for i in range(len(all_rows[0]) - 1)]

@@ -52,12 +52,12 @@ def test_calls_denials_and_durations_are_counted(
 ) -> None:
     _config(project)
     monkeypatch.setenv("READER_TOKEN", TOKEN)
-    monkeypatch.setenv("BUNDLECTL_METRICS_TOKEN", "metrics-token-0123456789")
+    monkeypatch.setenv("BUNDLECTL_METRICS_TOKEN", "metrics-token-0123456789-abcdefgh")
 
     def scrape(url: str) -> httpx2.Response:
         return httpx2.get(
             f"{url}/metrics",
-            headers={"Authorization": "Bearer metrics-token-0123456789"},
+            headers={"Authorization": "Bearer metrics-token-0123456789-abcdefgh"},
             timeout=30,
         )
 
@@ -76,12 +76,24 @@ def test_calls_denials_and_durations_are_counted(
         during = anyio.run(calls, url)
         refused = httpx2.get(f"{url}/metrics", timeout=30)
         agent = httpx2.get(f"{url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+        # #52 item 8: every route under the Host/Origin checks of /mcp (DNS rebinding).
+        rebound = [
+            httpx2.get(f"{url}{route}", headers=headers, timeout=30).status_code
+            for route in ("/metrics", "/.well-known/oauth-protected-resource", "/healthz")
+            for headers in (
+                {"Host": "evil.example"},
+                {"Host": "127.0.0.1.evil.example:80"},
+                {"Origin": "http://evil.example"},
+                {"Origin": "http://localhost:1.evil.example"},
+            )
+        ]
         shown = scrape(url)
         deadline = time.monotonic() + 30  # the client's session ends when the server hears it
         while _samples(shown.text)["bundlectl_active_sessions"] != 0:
             assert time.monotonic() < deadline, "the closed session is still counted"
             shown = scrape(url)
     assert refused.status_code == 401 and agent.status_code == 401  # an agent's token is not it
+    assert rebound == [421] * 12
     assert shown.status_code == 200 and shown.headers["content-type"].startswith("text/plain")
     assert during["bundlectl_active_sessions"] == 1
     assert during["bundlectl_pending_approvals"] == 1  # the held list_directory call

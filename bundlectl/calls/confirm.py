@@ -94,11 +94,6 @@ async def on_terminal(pipeline: Pipeline, decision: Decision, arguments: Mapping
     return choice in ("y", "yes")
 
 
-def _printable(text: str) -> str:
-    """Control characters as escapes: a value cannot redraw the question it is shown in."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
 async def always_yes(pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]) -> bool:
     """`--yes`: every `ask` rule is confirmed in advance."""
     return True

@@ -27,7 +27,7 @@ from typing import Any
 from bundlectl.config.expand import expand
 from bundlectl.config.settings import ApprovalNotify
 from bundlectl.errors import BundlectlError
-from bundlectl.output import err
+from bundlectl.output import err, visible
 from bundlectl.state import Approval
 
 PAUSES = (0.5, 1.0, 2.0)  # seconds before each retry
@@ -36,9 +36,30 @@ EXIT_GRACE = 5.0  # seconds an exiting process waits for announcements still bei
 _SENDING: list[threading.Thread] = []
 
 
-def body(approval: Approval) -> dict[str, Any]:
-    """What is announced: the request as `approvals show --format json` has it."""
+SUMMARY_VALUE = 120  # characters of one argument's value the summary shows
+
+
+def summary(approval: Approval, arguments: Any) -> str:
+    """The request in a few lines for a person (a chat message): every text through
+    `visible`, each argument's value folded after `SUMMARY_VALUE` characters."""
     b = approval.binding
+    lines = [f"agent {visible(repr(b.agent))} wants to call {visible(b.qualified)}"]
+    lines.append(f"asked by: {visible(approval.rule)}")
+    if isinstance(arguments, dict):
+        for key, value in arguments.items():
+            text = json.dumps(value, ensure_ascii=False)
+            size = len(value) if isinstance(value, str) else len(text)
+            shown = visible(text, SUMMARY_VALUE, size=size)
+            lines.append(f"  {visible(str(key), SUMMARY_VALUE)}: {shown}")
+    return "\n".join(lines)
+
+
+def body(approval: Approval) -> dict[str, Any]:
+    """What is announced: the request as `approvals show --format json` has it, and a
+    `summary` for a person to read (`visible`: no control or bidi character of an argument
+    reaches a chat message raw)."""
+    b = approval.binding
+    arguments = json.loads(approval.shown)
     return {
         "event": "approval.requested",
         "id": approval.id,
@@ -46,7 +67,8 @@ def body(approval: Approval) -> dict[str, Any]:
         "tool": b.qualified,
         "project": b.project,
         "rule": approval.rule,
-        "arguments": json.loads(approval.shown),
+        "arguments": arguments,
+        "summary": summary(approval, arguments),
         "arguments_sha256": b.digest,
         "created": round(approval.created, 3),
         "expires": round(approval.expires, 3),

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
-from bundlectl.calls.confirm import SHOWN_KEYS, SHOWN_UNKNOWN, SHOWN_VALUE, _printable
+from bundlectl.calls.confirm import SHOWN_KEYS, SHOWN_UNKNOWN, SHOWN_VALUE
 from bundlectl.config.secretscan import secret_kind, secret_variables
+from bundlectl.output import visible
 from bundlectl.policy.rules import Decision
 from bundlectl.resolve.resolved import Resolution
 
@@ -81,7 +82,7 @@ class Shown:
         return {str(key): shown(str(key), value) for key, value in arguments.items()}
 
     def _line(self, key: Any, value: Any) -> str:
-        return f"  {_printable(str(key))}: {self._shown(str(key), value)}"
+        return f"  {visible(str(key), SHOWN_VALUE)}: {self._shown(str(key), value)}"
 
     def _shown(self, key: str, value: Any) -> str:
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
@@ -91,10 +92,7 @@ class Shown:
         if kind is not None:
             return f"<{kind}, not shown>"
         shown = json.dumps(text, ensure_ascii=False) if isinstance(value, str) else text
-        shown = _printable(shown)
-        if len(shown) > SHOWN_VALUE:
-            shown = f"{shown[: SHOWN_VALUE - 1]}… ({len(text)} characters)"
-        return shown
+        return visible(shown, SHOWN_VALUE, size=len(text))
 
     @cached_property
     def secrets(self) -> dict[str, str]:

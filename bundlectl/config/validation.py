@@ -9,11 +9,12 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from bundlectl.config.models import ServerSpec
+from bundlectl.config.models import ProjectConfig, ServerSpec
 from bundlectl.config.requirements import NAME_RE
 from bundlectl.config.toolschemas import schema_problems
 from bundlectl.config.yamlio import YamlDoc, YamlPath
 from bundlectl.errors import InputFileError, Problem
+from bundlectl.policy.rules import DEFAULT_AGENT
 from bundlectl.suggest import Suggester
 
 M = TypeVar("M", bound=BaseModel)
@@ -37,7 +38,31 @@ def check_doc(doc: YamlDoc, model: type[M], *, what: str) -> tuple[M | None, lis
     servers = getattr(result, "servers", None) or {}
     if any(isinstance(s, ServerSpec) and s.tools for s in servers.values()):
         problems = schema_problems(doc, servers)  # the model stays usable for lint's checks
+    if isinstance(result, ProjectConfig):
+        problems += config_problems(doc, result)
     return result, problems
+
+
+def config_problems(doc: YamlDoc, config: ProjectConfig) -> list[Problem]:
+    """What each key allows alone and the keys forbid together: an agent named `default`
+    beside `gateway.auth.unmatched: default`, which would hand that agent's grants (and skip
+    its `match:`) to every stranger whose valid token fits no match (#52)."""
+    auth = config.gateway.auth
+    if auth is None or auth.unmatched != "default" or DEFAULT_AGENT not in config.agents:
+        return []
+    unmatched = doc.problem(
+        ("gateway", "auth", "unmatched"),
+        "'default' serves every valid token that fits no agent's match: as agent 'default', "
+        "and this file lists an agent of that name",
+        hint="rename agents.default (its grants would go to strangers, its match: skipped), "
+        "or set gateway.auth.unmatched: refuse",
+    )
+    listed = doc.problem(
+        ("agents", DEFAULT_AGENT),
+        "the agent that gateway.auth.unmatched: default would give every unmatched token",
+        key=True,
+    )
+    return [replace(p, code="unmatched_default_listed") for p in (unmatched, listed)]
 
 
 def validate_doc(doc: YamlDoc, model: type[M], *, what: str) -> M:

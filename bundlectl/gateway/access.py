@@ -14,12 +14,50 @@ from typing import TYPE_CHECKING
 
 from bundlectl.config.expand import expand
 from bundlectl.errors import UsageError
+from bundlectl.policy.rules import DEFAULT_AGENT
 from bundlectl.resolve.resolved import Resolution
 
 if TYPE_CHECKING:
     from mcp.server.request_state import AESGCMRequestStateCodec
 
     from bundlectl.gateway.hub import Hub
+
+
+APPROVER_TOKEN = "BUNDLECTL_APPROVER_TOKEN"  # opens the approvers' page and API
+METRICS_TOKEN = "BUNDLECTL_METRICS_TOKEN"  # opens /metrics
+PEOPLE_TOKEN_LENGTH = 32  # characters at least, of a token that opens /approvals or /metrics
+
+
+def people_tokens(agents: dict[str, str]) -> dict[str, str]:
+    """The tokens of the gateway's other doors (`$BUNDLECTL_APPROVER_TOKEN`,
+    `$BUNDLECTL_METRICS_TOKEN`), by variable, checked with every load of the config (a
+    reload may give an agent the same token): each at least `PEOPLE_TOKEN_LENGTH` characters
+    and none an agent's, so an agent can never approve its own calls or read the metrics."""
+    found: dict[str, str] = {}
+    for variable in (APPROVER_TOKEN, METRICS_TOKEN):
+        value = os.environ.get(variable, "").strip()
+        if not value:
+            continue
+        if len(value) < PEOPLE_TOKEN_LENGTH:
+            raise UsageError(
+                f"${variable} is shorter than {PEOPLE_TOKEN_LENGTH} characters",
+                hint="use a long random value, e.g. `python -c 'import secrets; "
+                "print(secrets.token_urlsafe(32))'`",
+            )
+        for agent, token in agents.items():
+            if hmac.compare_digest(value.encode(), token.encode()):
+                what = "approve its own calls" if variable == APPROVER_TOKEN else "read metrics"
+                raise UsageError(
+                    f"${variable} is also agent {agent!r}'s token: the agent could {what}",
+                    hint=f"give ${variable} a value of its own",
+                )
+        found[variable] = value
+    return found
+
+
+def listed(resolution: Resolution) -> set[str]:
+    """The agents the merged config lists by name (the project's and the user-level file's)."""
+    return set(resolution.policy.set.agents)
 
 
 def is_loopback(host: str) -> bool:
@@ -154,7 +192,16 @@ def access_for(resolution: Resolution, agent: str | None, host: str) -> Access:
             "two agents have the same token; a token must say which agent calls",
             hint="give each agent its own token",
         )
+    people_tokens(tokens)
     auth = config.gateway.auth
+    if auth is not None and auth.unmatched == "default" and DEFAULT_AGENT in listed(resolution):
+        # The project's own file is refused at load; this is the user-level file's agent.
+        raise UsageError(
+            "gateway.auth.unmatched: default serves every valid token that fits no match: as "
+            "agent 'default', and an agent named 'default' is listed (in the user-level "
+            "bundlectl.yaml): strangers would get its grants",
+            hint="rename that agent, or set gateway.auth.unmatched: refuse",
+        )
     matched = frozenset(
         name
         for name, rules in config.agents.items()

@@ -6,7 +6,9 @@ approver token once (`/approvals?token=...`: the gateway's `BUNDLECTL_APPROVER_T
 one-time token `approvals ui` prints), gets a session cookie (HttpOnly, SameSite=Strict) and
 never an agent's token. Every text a server, an agent or an approver wrote is escaped where it
 is shown (`html.escape` here, `textContent` in the page's script), so an argument
-`<img src=x onerror=...>` is those characters. Decisions are form POSTs that carry the session's
+`<img src=x onerror=...>` is those characters; and every such text first goes through
+`output.visible`, so a line separator, a bidi override or a control character is an escape a
+person can see, not a reordered or broken line. Decisions are form POSTs that carry the session's
 CSRF token, checked with the Host and Origin checks `/mcp` applies. The list and a request's
 status are polled once a second, so a decision made elsewhere shows up without a reload.
 """
@@ -29,7 +31,7 @@ from bundlectl.calls.auditfile import lines, log_path, records
 from bundlectl.config.settings import seconds
 from bundlectl.gateway.activity import counted, rendered
 from bundlectl.mcpio.requests import JsonObject
-from bundlectl.output import span_text
+from bundlectl.output import span_text, visible
 from bundlectl.state import Approval, StateError, Store, UnknownApproval
 
 if TYPE_CHECKING:
@@ -97,6 +99,7 @@ class ApprovalsPage:
             Route("/approvals/requests.json", self.listed_json),
             Route("/approvals/{approval}.json", self.one_json),
             Route("/approvals/{approval}.json", self.decide_json, methods=["POST"]),
+            Route("/approvals/{approval}/status.json", self.status_json),
             Route("/approvals/{approval}", self.one),
             Route("/approvals/{approval}", self.decide, methods=["POST"]),
             Route("/activity", self.activity),
@@ -185,6 +188,18 @@ class ApprovalsPage:
         if approval is None:
             return JSONResponse({"error": "no such approval request"}, 404)
         return JSONResponse(described(approval, time.time()), headers=_HEADERS)
+
+    async def status_json(self, request: Request) -> Response:
+        """A request's row as the page shows it (its texts through `visible`): what the
+        detail page polls."""
+        from starlette.responses import JSONResponse
+
+        if (no := self.refused(request)) is not None:
+            return no
+        approval = self.found(request)
+        if approval is None:
+            return JSONResponse({"error": "no such approval request"}, 404)
+        return JSONResponse(_row(approval, time.time()), headers=_HEADERS)
 
     def _settle(
         self,
@@ -298,18 +313,19 @@ def _html(page: tuple[str, str], status: int = 200) -> Response:
 
 
 def _row(approval: Approval, now: float) -> JsonObject:
+    """A request as the page's script shows it: every text as `visible` makes it."""
     b = approval.binding
     state = approval.state(now)
     return {
         "id": approval.id,
         "status": state,
-        "agent": b.agent,
-        "tool": b.qualified,
-        "rule": approval.rule,
+        "agent": visible(b.agent),
+        "tool": visible(b.qualified),
+        "rule": visible(approval.rule),
         "age": span_text(now - approval.created),
         "expires": span_text(approval.expires - now) if state == "pending" else "",
-        "decided_by": approval.decided_by or "",
-        "reason": approval.reason or "",
+        "decided_by": visible(approval.decided_by or ""),
+        "reason": visible(approval.reason or "", FOLD),
         "at": approval.created,
     }
 
@@ -333,7 +349,7 @@ def _page(title: str, body: str, script: str = "") -> tuple[str, str]:
     nonce = secrets.token_urlsafe(16)
     text = (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
-        f"<title>{html.escape(title)} · bundlectl approvals</title>"
+        f"<title>{_shown(title)} · bundlectl approvals</title>"
         f"<style>{STYLE}</style></head><body>{body}"
         + (f"<script nonce={nonce}>{script}</script>" if script else "")
         + "</body></html>"
@@ -389,14 +405,20 @@ refresh(); setInterval(refresh, 1000);
 
 def _value(value: object) -> str:
     """One argument's value as formatted JSON, a long one folded after `FOLD` characters."""
-    text = json.dumps(value, ensure_ascii=False, indent=2)
+    raw = json.dumps(value, ensure_ascii=False, indent=2)
+    # JSON breaks lines only between members (it escapes a value's own line breaks).
+    text = "\n".join(visible(line) for line in raw.split("\n"))
     if len(text) <= FOLD:
         return f"<pre>{html.escape(text)}</pre>"
     return (
-        f"<details><summary><code>{html.escape(text[:FOLD])}…</code> "
-        f"<span class=muted>({len(text)} characters)</span></summary>"
+        f"<details><summary><code>{_shown(text, FOLD, size=len(raw))}</code></summary>"
         f"<pre>{html.escape(text)}</pre></details>"
     )
+
+
+def _shown(text: str, fold: int | None = None, *, size: int | None = None) -> str:
+    """Text an agent, a server or a person wrote, as HTML: `visible`, then escaped."""
+    return html.escape(visible(text, fold, size=size))
 
 
 def _detail_page(approval: Approval, csrf: str) -> tuple[str, str]:
@@ -409,13 +431,13 @@ def _detail_page(approval: Approval, csrf: str) -> tuple[str, str]:
         arguments = approval.shown
     if isinstance(arguments, dict) and arguments:
         shown = "".join(
-            f"<tr><th><code>{html.escape(str(k))}</code></th><td>{_value(v)}</td></tr>"
+            f"<tr><th><code>{_shown(str(k))}</code></th><td>{_value(v)}</td></tr>"
             for k, v in arguments.items()
         )
         args = f"<table>{shown}</table>"
     else:
         args = _value(arguments)
-    e = html.escape
+    e = _shown
     token = f'<input type=hidden name=csrf value="{e(csrf)}">'
     options = "".join(f"<option value={d}>{d}</option>" for d in DURATIONS)
     forms = (
@@ -453,7 +475,8 @@ def _detail_page(approval: Approval, csrf: str) -> tuple[str, str]:
 _DETAIL_SCRIPT = """
 const id = ID;
 async function refresh() {
-  const got = await fetch('/approvals/' + encodeURIComponent(id) + '.json', {cache: 'no-store'});
+  const got = await fetch('/approvals/' + encodeURIComponent(id) + '/status.json',
+                          {cache: 'no-store'});
   if (!got.ok) return;
   const a = await got.json(), status = document.getElementById('status');
   status.textContent = a.status; status.className = a.status;

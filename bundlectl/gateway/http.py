@@ -25,7 +25,16 @@ import anyio
 from bundlectl import metrics, telemetry
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.errors import UsageError
-from bundlectl.gateway.access import Access, Refusals, StateKeys, access_for, is_loopback
+from bundlectl.gateway.access import (
+    APPROVER_TOKEN,
+    METRICS_TOKEN,
+    Access,
+    Refusals,
+    StateKeys,
+    access_for,
+    is_loopback,
+    people_tokens,
+)
 from bundlectl.gateway.approvers import ApprovalsPage, Approvers
 from bundlectl.gateway.context import SdkContext
 from bundlectl.gateway.downstream import _log_line
@@ -170,15 +179,59 @@ LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 def trusted(request: Request, host: str) -> bool:
     """Whether a request's Host and Origin pass the DNS-rebinding check `/mcp` applies (on a
     loopback address; elsewhere tokens protect and nothing is checked)."""
+    return trusted_headers(request.headers.get("host"), request.headers.get("origin"), host)
+
+
+def trusted_headers(given_host: str | None, origin: str | None, host: str) -> bool:
+    """`trusted`, from the Host and Origin header values: a loopback name with a port of
+    digits (or none), and an Origin that is `http://` one of them, exactly."""
     if not is_loopback(host):
         return True
-    name = request.headers.get("host", "").rsplit(":", 1)[0]
-    if name not in LOOPBACK_NAMES:
+    if given_host is None or not _loopback_authority(given_host):
         return False
-    origin = request.headers.get("origin")
     if origin is None:
         return True
-    return any(origin.startswith(f"http://{h}:") or origin == f"http://{h}" for h in LOOPBACK_NAMES)
+    scheme, _, rest = origin.partition("://")
+    return scheme == "http" and _loopback_authority(rest)
+
+
+def _loopback_authority(text: str) -> bool:
+    name, colon, port = text.rpartition(":") if not text.endswith("]") else (text, "", "")
+    if not colon:
+        name, port = text, ""
+    elif not port.isdigit() or not port.isascii():
+        return False
+    return name in LOOPBACK_NAMES
+
+
+class HostChecked:
+    """ASGI middleware: the DNS-rebinding check of `/mcp` (Host and Origin, `trusted`) on every
+    route of the gateway — `/healthz`, `/metrics`, the RFC 9728 metadata, the approvers'
+    page — so a page a browser was led to by DNS rebinding reads none of them (421)."""
+
+    def __init__(self, app: ASGIApp, host: str) -> None:
+        self.app, self.host = app, host
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and is_loopback(self.host):
+            headers = dict(scope.get("headers") or [])
+            given, origin = headers.get(b"host"), headers.get(b"origin")
+            if not trusted_headers(
+                given.decode("latin-1") if given is not None else None,
+                origin.decode("latin-1") if origin is not None else None,
+                self.host,
+            ):
+                body = json.dumps({"error": "Host or Origin not allowed"}).encode()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 421,
+                        "headers": [(b"content-type", b"application/json")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -255,10 +308,6 @@ async def serve_http(
         gate.app = AuthContextMiddleware(StreamableHTTPASGIApp(manager))
 
         async def healthz(request: Request) -> JSONResponse:
-            # The Host and Origin checks of /mcp: a page the browser was led to by DNS
-            # rebinding must not read the policy digest either.
-            if not trusted(request, str(host)):
-                return JSONResponse({"error": "Host or Origin not allowed"}, status_code=421)
             await hub.refresh()
             digest = hub.resolution.lock.policy_digest
             return JSONResponse({"status": "ok", "policy_digest": digest})
@@ -281,7 +330,7 @@ async def serve_http(
             never an agent's."""
             if not with_metrics:
                 return JSONResponse({"error": "metrics are off (serve --metrics)"}, 404)
-            wanted = os.environ.get("BUNDLECTL_METRICS_TOKEN")
+            wanted = os.environ.get(METRICS_TOKEN, "").strip()
             given = request.headers.get("authorization", "")
             if wanted and not hmac.compare_digest(given.encode(), f"Bearer {wanted}".encode()):
                 return JSONResponse({"error": "unauthorized: the metrics token"}, 401)
@@ -302,7 +351,7 @@ async def serve_http(
             lifespan=lambda app: manager.run(),
         )
         config = uvicorn.Config(
-            app,
+            HostChecked(app, str(host)),
             log_level="warning",
             lifespan="on",
             timeout_graceful_shutdown=3,
@@ -330,21 +379,14 @@ async def serve_http(
         group.cancel_scope.cancel()
 
 
-APPROVER_TOKEN = "BUNDLECTL_APPROVER_TOKEN"
-
-
 def approvers_page(hub: Hub, access: Access, host: str) -> ApprovalsPage | None:
     """`/approvals` for people holding the approver token ($BUNDLECTL_APPROVER_TOKEN), the
     requests of this gateway's project; None: no token set, no page. An approver is never an
-    agent: a token that is also an agent's is refused."""
-    token = os.environ.get(APPROVER_TOKEN, "")
+    agent: a token that is also an agent's is refused, at start and on every reload
+    (`people_tokens`, from `access_for`)."""
+    token = people_tokens(access.tokens).get(APPROVER_TOKEN)
     if not token:
         return None
-    if any(hmac.compare_digest(token.encode(), t.encode()) for t in access.tokens.values()):
-        raise UsageError(
-            f"${APPROVER_TOKEN} is also an agent's token: an agent could approve its own calls",
-            hint="give approvers a token of their own",
-        )
     return ApprovalsPage(
         Approvers(token),
         hub.pipeline.store,

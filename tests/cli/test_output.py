@@ -164,3 +164,28 @@ def test_shell_completion_completes_commands_and_options() -> None:
 
     assert complete("bundlectl ex") == ["exec", "export"]
     assert "--agent" in complete("bundlectl exec --ag")
+
+
+# Every kind of character that can break a line, redraw a terminal or reorder what a person
+# reads (#52 item 1): C0 and C1 controls, line and paragraph separators, bidi and other
+# formatting characters, Unicode tags, a lone surrogate, private use, odd spaces.
+UNSEEN = (
+    "\x00\x07\x0b\x0c\x1b\x1c\x1d\x1e\x7f\x85\x9b\u2028\u2029\u202e\u2066\u200b\u200d"
+    "\ufeff\U000e0041\udc80\ue000\xa0\u3000\u034f\u3164\ufe0f"
+)
+
+
+def test_visible_escapes_every_character_a_person_cannot_see() -> None:
+    from bundlectl.output import visible
+
+    for char in UNSEEN:
+        shown = visible(f"a{char}b")
+        assert shown.startswith("a\\") and shown.endswith("b"), repr(char)
+        assert shown.isprintable() and shown.isascii(), repr(char)
+    assert visible("\u2028") == "\\u2028" and visible("\x9b") == "\\x9b"
+    assert visible("\U000e0041") == "\\U000e0041" and visible("line\nnext") == "line\\nnext"
+    # What people write stays as written: accents, CJK, emoji, the ASCII space.
+    assert visible("café 東京 🙂 a b") == "café 東京 🙂 a b"
+    # A folded value says how many characters it holds.
+    assert visible("x" * 300, 20) == "x" * 19 + "… (300 characters)"
+    assert visible("\u2028" * 50, 13) == "\\u2028\\u2028… (50 characters)"

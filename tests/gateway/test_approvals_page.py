@@ -25,6 +25,7 @@ PY = sys.executable
 APPROVER = "approver-" + "a" * 30
 AGENT_TOKEN = "writer-" + "w" * 30
 HOSTILE = "<img src=x onerror=window.__pwned=1><script>window.__pwned=2</script>"
+UNSEEN = "\u2028\u202e\x9b"  # a line separator, a right-to-left override, a C1 control (#52)
 WAIT = 30.0  # seconds a page may take to show what it must (a deadline, never a sleep)
 
 
@@ -105,7 +106,7 @@ def test_a_held_call_is_approved_in_the_browser_and_its_arguments_stay_text(
 ) -> None:
     from selenium.webdriver.common.by import By
 
-    process = _exec_waiting(held_project, "path=x.txt", f"content={HOSTILE}")
+    process = _exec_waiting(held_project, "path=x.txt", f"content={HOSTILE}{UNSEEN}")
     request = _first_pending(run, process)
     window = browser()
     window.get(page_ui)
@@ -118,7 +119,7 @@ def test_a_held_call_is_approved_in_the_browser_and_its_arguments_stay_text(
     until(window, lambda w: w.find_element(By.ID, "approve-once"))
     # The arguments as the approver sees them: the hostile value shown as its characters,
     # and nothing of it run or rendered.
-    assert HOSTILE in text_of(window)
+    assert HOSTILE + "\\u2028\\u202e\\x9b" in text_of(window)
     assert window.find_elements(By.TAG_NAME, "img") == []
     assert window.execute_script("return window.__pwned === undefined")
     assert request["id"] in text_of(window)
@@ -126,7 +127,7 @@ def test_a_held_call_is_approved_in_the_browser_and_its_arguments_stay_text(
     _, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
     assert "approved by approvals page (127.0.0.1)" in err
-    assert (held_project / "x.txt").read_text() == HOSTILE
+    assert (held_project / "x.txt").read_text() == HOSTILE + UNSEEN
     until(window, lambda w: w.find_element(By.ID, "status").text == "used")  # taken by exec
     steps = [r["outcome"] for r in audit_records(isolated_home / "state" / "audit.jsonl")]
     assert "approved" in steps and steps[-1] == "ok"
@@ -212,7 +213,7 @@ def test_an_approver_token_that_is_an_agents_token_is_refused(
         check=False,
     )
     assert done.returncode == 2
-    assert "BUNDLECTL_APPROVER_TOKEN is also an agent's token" in done.stderr
+    assert "$BUNDLECTL_APPROVER_TOKEN is also agent 'writer''s token" in done.stderr
     # With a token of its own, the page is served beside /mcp.
     env["BUNDLECTL_APPROVER_TOKEN"] = APPROVER
     started = time.monotonic()
@@ -230,6 +231,22 @@ def test_an_approver_token_that_is_an_agents_token_is_refused(
         lines = [process.stderr.readline(), process.stderr.readline()]
         assert "approvals page on http://127.0.0.1:" in lines[1], lines
         assert time.monotonic() - started < 60
+        # A reload that gives an agent the approver's token is refused (#52 item 10): the
+        # last good config stays, and the approver token still opens no agent's tools.
+        url = lines[0].split(" on ")[1].split("/mcp")[0]
+        config = held_project / "bundlectl.yaml"
+        config.write_text(config.read_text().replace("${WRITER_TOKEN}", APPROVER))
+        sent = urllib.request.Request(
+            f"{url}/mcp",
+            data=b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}',
+            headers={"Authorization": f"Bearer {APPROVER}", "Content-Type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused_call:
+            urllib.request.urlopen(sent, timeout=30)
+        refused_call.value.close()
+        assert refused_call.value.code == 401
+        refused = process.stderr.readline()
+        assert "reload failed" in refused and "is also agent 'writer''s token" in refused
     finally:
         process.terminate()
         process.communicate(timeout=10)

@@ -222,6 +222,28 @@ def test_a_token_that_fits_no_agent_gets_policy_default_only_when_the_config_say
     assert not [r for r in records if r["agent"] == "default" and r["outcome"] == "unauthorized"]
 
 
+def test_unmatched_tokens_never_get_a_listed_agent_named_default(
+    project: Path, issuer: Issuer, run: Any
+) -> None:
+    """#52 item 2: with `unmatched: default`, an agent listed as `default` (with a `match:` of
+    its own) would go to every stranger: the combination is refused at load, naming both."""
+    _config(project, issuer)
+    text = (project / "bundlectl.yaml").read_text()
+    text = text.replace(
+        "audience: [bundlectl-gateway]}", "audience: [bundlectl-gateway]}\n    unmatched: default"
+    )
+    text = text.replace(
+        "agents:\n", "agents:\n  default: {match: {groups: [ops-oncall]}, allow: [files.*]}\n"
+    )
+    write(project / "bundlectl.yaml", text)
+    for command in (("resolve",), ("serve", "--transport", "streamable-http"), ("lint",)):
+        refused = run(*command)
+        assert refused.code == 2 if command[0] != "lint" else refused.code == 1, refused.err
+        said = refused.err + refused.out
+        assert "bundlectl.yaml:21:16: " in said and "'default' serves every valid token" in said
+        assert "bundlectl.yaml:4:3: " in said and "the agent that gateway.auth.unmatched" in said
+
+
 def test_issuers_without_any_agent_to_match_are_refused_at_start(
     project: Path, issuer: Issuer, isolated_home: Path
 ) -> None:

@@ -323,3 +323,26 @@ def test_a_late_message_of_one_agents_server_never_reaches_another_agent(
     shared = run_both()
     assert len(starts.read_text().split()) == 1  # one process for both, as asked
     assert "late log of alice" in shared  # what `share: true` costs (and the check above can see)
+
+
+def test_the_tokens_of_the_approvers_and_metrics_doors_are_long_and_no_agents(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """#52 item 10: a token that opens /approvals or /metrics has at least 32 characters and
+    is no agent's, checked with every load of the config (`access_for` calls it)."""
+    from bundlectl.errors import UsageError
+    from bundlectl.gateway.access import people_tokens
+
+    agents = {"writer": "w" * 40}
+    monkeypatch.setenv("BUNDLECTL_METRICS_TOKEN", "m" * 31)
+    with pytest.raises(UsageError, match=r"METRICS_TOKEN is shorter than 32 characters"):
+        people_tokens(agents)
+    monkeypatch.setenv("BUNDLECTL_METRICS_TOKEN", "w" * 40)
+    with pytest.raises(UsageError, match=r"is also agent 'writer''s token: .* read metrics"):
+        people_tokens(agents)
+    monkeypatch.setenv("BUNDLECTL_METRICS_TOKEN", "m" * 32)
+    monkeypatch.setenv("BUNDLECTL_APPROVER_TOKEN", "a" * 32)
+    assert people_tokens(agents) == {
+        "BUNDLECTL_APPROVER_TOKEN": "a" * 32,
+        "BUNDLECTL_METRICS_TOKEN": "m" * 32,
+    }

@@ -15,7 +15,7 @@ from bundlectl.config.paths import display_path
 from bundlectl.config.project import optional_project
 from bundlectl.config.settings import DURATION_UNITS, seconds
 from bundlectl.errors import UsageError
-from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, out, span_text, table
+from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, out, span_text, table, visible
 from bundlectl.state import Approval, Store, open_store
 
 DURATION_HELP = "a whole number and a unit, s, m, h or d: 30m, 8h, 1d"
@@ -86,21 +86,22 @@ def show(config: Path | None, approval_id: str, *, fmt: Format) -> int:
         return 0
     b = approval.binding
     state = approval.state(now)
-    out(f"approval request {approval.id}: {state}")
-    out(f"  agent {b.agent!r} wants to call {b.qualified}")
-    out(f"  asked by: {approval.rule}")
-    out(f"  project: {display_path(Path(b.project))}")
-    out(
-        f"  requested {_ago(approval.created, now)} ago",
-    )
+    out(f"approval request {visible(approval.id)}: {state}")
+    out(f"  agent {visible(repr(b.agent))} wants to call {visible(b.qualified)}")
+    out(f"  asked by: {visible(approval.rule)}")
+    out(f"  project: {visible(display_path(Path(b.project)))}")
+    out(f"  requested {_ago(approval.created, now)} ago")
     if state == "pending":
         out(f"  expires in {span_text(approval.expires - now)}")
     if approval.decided_by:
         why = f": {approval.reason}" if approval.reason else ""
-        out(f"  {approval.status} by {approval.decided_by}{why}")
+        out(f"  {approval.status} by {visible(approval.decided_by + why)}")
     out(f"  arguments ({b.digest[:23]}…; secrets shown as ${{NAME}}):")
-    for line in approval.shown.splitlines():
-        out(f"    {line}")
+    # The stored JSON breaks lines only between members (a value's line breaks are escaped in
+    # it): split there alone, and escape what JSON leaves raw (U+2028, C1 controls, bidi
+    # overrides), so no value can start a line of its own or redraw the ones before it.
+    for line in approval.shown.split("\n"):
+        out(f"    {visible(line)}")
     return 0
 
 

@@ -20,6 +20,7 @@ from bundlectl.output import (
     out,
     stream_json,
     table,
+    visible,
     write_csv,
 )
 from bundlectl.policy.catalog import Row, agent_row
@@ -210,16 +211,22 @@ def explain_one(
         return 3 if d.effect == "deny" and here is None else 0
     _warn_unknown(resolution, agent, [(server, name)])
     if here is not None:
-        out(f"{d.qualified} for agent {agent}: ask, confirmed in advance on this machine")
+        _said(f"{d.qualified} for agent {agent}: ask, confirmed in advance on this machine")
     else:
-        out(_header(d, agent, arguments))
-    out(f"  server {server}: {source or 'not configured'}")
+        _said(_header(d, agent, arguments))
+    _said(f"  server {server}: {source or 'not configured'}")
     if agent_from is not None:
-        out(f"  agent {agent}: {agent_from}")
+        _said(f"  agent {agent}: {agent_from}")
     _print_why(resolution, why, arguments)
     if here is not None:
-        out(f"  confirmed in advance on this machine: {here.label}  ({here.origin}, always allow)")
+        _said(f"  confirmed in advance on this machine: {here.label}  ({here.origin}, always)")
     return 3 if d.effect == "deny" and here is None else 0
+
+
+def _said(line: str) -> None:
+    """A line of `explain`: it quotes arguments (`--args`) and the conditions they meet, so
+    it is shown as `visible` shows a text an agent wrote."""
+    out(visible(line))
 
 
 def _header(d: Decision, agent: str, arguments: dict[str, Any] | None) -> str:
@@ -234,42 +241,42 @@ def _header(d: Decision, agent: str, arguments: dict[str, Any] | None) -> str:
 def _print_why(resolution: Resolution, why: Explanation, arguments: dict[str, Any] | None) -> None:
     d = why.decision
     if d.rule:
-        out(
+        _said(
             f"  decided by: {d.rule.label}  ({d.rule.origin}"
             + (f", {d.rule.origin.position}" if d.rule.origin.bundle else "")
             + ")"
         )
-    out(f"  reason: {d.reason}")
+    _said(f"  reason: {d.reason}")
     if why.losers:
-        out("  other matching rules:")
+        _said("  other matching rules:")
         for rule, why_not in why.losers:
-            out(f"    {rule.effect:<5}  {rule.label}  ({rule.origin}): {why_not}")
+            _said(f"    {rule.effect:<5}  {rule.label}  ({rule.origin}): {why_not}")
     else:
-        out("  other matching rules: none")
+        _said("  other matching rules: none")
     if why.conditions:
-        out("  rules with argument conditions:")
+        _said("  rules with argument conditions:")
         for rule, failed in why.conditions:
             state = (
                 "" if failed is None else ": held" if failed == "" else f": {failed} does not hold"
             )
-            out(f"    {rule.effect:<5}  {rule.label}  ({rule.origin}){state}")
+            _said(f"    {rule.effect:<5}  {rule.label}  ({rule.origin}){state}")
         if arguments is None:
-            out(
+            _said(
                 f"  depends on the arguments: {', '.join(why.depends_on)} (give --args to "
                 "decide a call)"
             )
     if why.listed:
         chain = "; ".join(f"{a} extends {', '.join(p)}" for a, p in why.extends if p)
-        out(f"  extends: {chain or 'none'}")
-        out("  policy.default: not used (the agent is listed)")
+        _said(f"  extends: {chain or 'none'}")
+        _said("  policy.default: not used (the agent is listed)")
     else:
-        out(
+        _said(
             f"  policy.default: {resolution.policy.set.default}"
             + (" (used)" if why.default_used else " (not used: a rule decided)")
         )
     deny = ", ".join(r.pattern for r in why.global_deny)
-    out(f"  policy.deny: {('matched ' + deny) if deny else 'no rule matched'}")
-    out(f"  policy.pin_tools: {why.pin_tools}")
+    _said(f"  policy.deny: {('matched ' + deny) if deny else 'no rule matched'}")
+    _said(f"  policy.pin_tools: {why.pin_tools}")
 
 
 @dataclass(frozen=True)
