@@ -16,9 +16,34 @@ from typing import Any
 
 from bundlectl.config.bounded import MAX_INPUT, read_bounded
 from bundlectl.errors import ToolCallError, UsageError
+from bundlectl.policy.conditions import unencodable
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
+
+
+NOT_UNICODE_HINT = "send UTF-8 text; a lone surrogate (\\udc80) is no character"
+
+
+def not_unicode(qualified: str, where: str) -> ToolCallError:
+    """The refusal of a call whose arguments hold text no UTF-8 can encode (`unencodable`)."""
+    return ToolCallError(
+        f"{where} of {qualified} holds text that is not Unicode (a lone surrogate); "
+        "nothing was sent",
+        hint=NOT_UNICODE_HINT,
+    )
+
+
+def _unicode_only(value: Any, what: str) -> None:
+    """Command-line arguments that were not UTF-8 (or `\\udc80` in JSON): a usage error,
+    before anything starts."""
+    where = unencodable(value)
+    if where is not None:
+        raise UsageError(
+            f"{what}: {where} holds text that is not Unicode (bytes that are not UTF-8, or a "
+            "lone surrogate)",
+            hint=NOT_UNICODE_HINT,
+        )
 
 
 class DuplicateKeyError(ValueError):
@@ -105,6 +130,7 @@ def load_json_args(source: str) -> dict[str, Any]:
         raise UsageError(
             f"{where}: the arguments must be a JSON object, not {type(value).__name__}"
         )
+    _unicode_only(value, where)
     return value
 
 
@@ -124,6 +150,7 @@ def split_pairs(pairs: list[str]) -> list[tuple[str, str]]:
                 hint=f'give {key}= once; for a list, pass JSON: {key}=\'["a", "b"]\'',
             )
         out[key] = value
+    _unicode_only(out, "the KEY=VALUE arguments")
     return list(out.items())
 
 

@@ -69,7 +69,10 @@ def arguments_digest(arguments: dict[str, Any] | None, key: bytes | None = None)
     if arguments is None:
         return None
     blob = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "hmac-sha256:" + hmac.digest(key or installation_key(), blob.encode(), "sha256").hex()
+    # Text that is not Unicode is refused before a call is recorded (`unencodable`); should one
+    # reach here anyway, its record is still written whole ("surrogatepass": its own bytes).
+    data = blob.encode("utf-8", "surrogatepass")
+    return "hmac-sha256:" + hmac.digest(key or installation_key(), data, "sha256").hex()
 
 
 def lock_digest(lock_path: Path) -> str | None:

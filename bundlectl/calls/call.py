@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 
 from bundlectl import servers, telemetry
-from bundlectl.calls.arguments import build_arguments, validate
+from bundlectl.calls.arguments import build_arguments, not_unicode, validate
 from bundlectl.calls.confirm import After, terminal_confirmer
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.errors import BundlectlError, PolicyDenied, ToolCallError, UsageError
@@ -29,6 +29,7 @@ from bundlectl.mcpio.session import SdkSession, Session, ToolResult
 from bundlectl.mcpio.stdio import child_transport
 from bundlectl.mcpio.target import Target, start_child
 from bundlectl.output import ask, err, status
+from bundlectl.policy.conditions import unencodable
 from bundlectl.policy.rules import Decision
 
 
@@ -231,6 +232,9 @@ def prepared(outcome: CallOutcome, tool: Any, target: Target) -> dict[str, Any]:
         raise refusal
     schema = tool.input_schema or {"type": "object"}
     outcome.arguments = arguments = build_arguments(request.pairs, request.base_arguments, schema)
+    if (where := unencodable(arguments)) is not None:  # what the audit could not digest
+        outcome.arguments = None
+        raise not_unicode(request.qualified, where)
     validate(arguments, schema, request.qualified)
     if target.builtin:
         _declared_only(arguments, schema, request.qualified)

@@ -42,7 +42,7 @@ from bundlectl.errors import (
 )
 from bundlectl.mcpio.target import Target
 from bundlectl.output import err
-from bundlectl.policy.conditions import non_finite
+from bundlectl.policy.conditions import non_finite, unencodable
 from bundlectl.policy.rules import Decision
 from bundlectl.resolve.resolved import Resolution
 from bundlectl.state import StateError, Store, open_store
@@ -57,6 +57,7 @@ if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowe
 
 # The audit log's outcome of a call that failed, by the error's exit code (SPEC 4.1).
 
+from bundlectl.calls.arguments import not_unicode
 from bundlectl.calls.audit import AuditLog, AuditSink
 from bundlectl.calls.confirm import (
     After,
@@ -165,6 +166,9 @@ class Pipeline:
                 "JSON numbers; nothing was sent",
                 hint="send finite numbers",
             )
+        if arguments is not None and (where := unencodable(arguments)) is not None:
+            self.record(decision, "invalid-call", 0.0, None)
+            raise not_unicode(decision.qualified, where)
         return decision
 
     async def admission(

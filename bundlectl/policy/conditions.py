@@ -98,10 +98,19 @@ def normalised(path: str) -> str | None:
         return None
     if not path.isascii() and _folds(path):
         return None
+    if any(map(unportable_name, path.split("/"))):
+        return None
     clean = posixpath.normpath(path)
     if clean == ".." or clean.startswith("../"):
         return None
     return clean
+
+
+def unportable_name(part: str) -> bool:
+    """A path component that means another one on Windows, which strips a name's trailing dots
+    and spaces (`".. "` and `"..."` are `..`, `"notes. "` is `notes`): refused, so a path and a
+    policy mean the same on every OS. `.` and `..` themselves are the lexical steps."""
+    return part not in (".", "..") and part.endswith((".", " "))
 
 
 def _folds(path: str) -> bool:
@@ -408,6 +417,36 @@ def non_finite(value: Any) -> bool:
     if isinstance(value, list | tuple):
         return any(non_finite(item) for item in value)
     return False
+
+
+def unencodable(value: Any, where: str = "") -> str | None:
+    """Where in `value` a key or a string holds a lone surrogate (text no UTF-8 can encode:
+    `"\\udc80"` in JSON, an argument that was not UTF-8 on a command line), as `path` or
+    `path.to[2]` ("the arguments" for the top); None: every text encodes. Such text is bad
+    input at every front door, refused before anything starts or is recorded."""
+    if isinstance(value, str):
+        if value.isascii():
+            return None
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where or "the arguments"
+        return None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            at = f"{where}.{key}" if where else str(key)
+            if unencodable(str(key)) is not None:
+                return (where + "." if where else "") + "a key"
+            found = unencodable(item, at)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = unencodable(item, f"{where}[{index}]")
+            if found is not None:
+                return found
+    return None
 
 
 def _first_sentence(text: str) -> str:

@@ -48,15 +48,23 @@ _FILES = frozenset(
 
 def governs(parts: tuple[str, ...]) -> str | None:
     """Why the root-relative path `parts` governs agents (None: it does not). Names compare
-    without case (macOS and Windows file systems ignore it), at any depth (a nested project)."""
-    if not parts:
-        return None
+    without case (macOS and Windows file systems ignore it), at any depth (a nested project),
+    and at any position of the path: a folder made at a governed name (`.mcp.json/x`) would
+    stand where the file belongs, and `export` or "always allow" could no longer write it."""
     lower = tuple(part.lower() for part in parts)
+    for end in range(1, len(parts) + 1):
+        why = _governs_at(parts[:end], lower[:end])
+        if why is not None:
+            return why
+    return None
+
+
+def _governs_at(parts: tuple[str, ...], lower: tuple[str, ...]) -> str | None:
+    """Why the path ending at `parts[-1]` is a governed name itself."""
     if lower[-1] in POLICY_FILES:
         return f"{parts[-1]} holds the agents' policy"
-    for folder in CLIENT_FOLDERS:
-        if folder in lower[:-1]:
-            return f"{folder}/ holds an MCP client's configuration"
+    if lower[-1] in CLIENT_FOLDERS:
+        return f"{lower[-1]}/ holds an MCP client's configuration"
     for length in (1, 2):
         if len(lower) >= length and lower[-length:] in _FILES:
             return f"{'/'.join(parts[-length:])} is an MCP client's configuration"

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bundlectl.config.yamlio import read_yaml
+from bundlectl.policy.conditions import unportable_name
 from bundlectl.policy.governing import governs
 from bundlectl.servers._tooling import Blob, Toolbox, ToolFailure
 from bundlectl.servers.beneath import Outside, Resolved, Root, open_file, replace_file
@@ -37,6 +38,12 @@ def _checked(relative: str) -> str:
         raise ToolFailure("path must be a non-empty relative path")
     if os.path.isabs(relative) or relative.startswith("~"):
         raise ToolFailure(f"{relative!r} is absolute; give a path relative to the root folder")
+    odd = [part for part in relative.split("/") if unportable_name(part)]
+    if odd:
+        raise ToolFailure(
+            f"{relative!r} has a name ending in a dot or a space ({odd[0]!r}), which Windows "
+            "reads as another name; rename it"
+        )
     return relative
 
 
@@ -69,7 +76,7 @@ class Guard:
         """Why the root-relative path `parts` may not be written (None: it may)."""
         if ("/".join(parts) or ".") in self.unprotected:
             return None
-        if ".git" in parts:
+        if ".git" in (part.lower() for part in parts):
             return "it is inside a .git folder"
         governing = governs(parts)
         if governing is not None:

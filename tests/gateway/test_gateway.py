@@ -18,7 +18,7 @@ import pytest
 
 from bundlectl.policy.patterns import gateway_name
 from tests.cli.test_exec import gone, pids
-from tests.conftest import INITIALIZE, TEST_SERVERS, Run, write
+from tests.conftest import INITIALIZE, TEST_SERVERS, Run, audit_records, write
 
 PY = sys.executable
 
@@ -741,3 +741,59 @@ def test_a_server_that_cannot_start_is_named_with_the_reason(
     log = err.decode()
     assert log.count("server 'needy' could not start, so its tools are not offered") == 1, log
     assert log.count("server 'gone' could not start, so its tools are not offered") == 1, log
+
+
+def test_text_that_is_not_unicode_is_bad_input_at_every_door(
+    gateway_project: Path, run: Run, isolated_home: Path
+) -> None:
+    """#52 item 7: a lone surrogate in the arguments (`"\\udc80"` in JSON, bytes that are not
+    UTF-8 on a command line) ended exec in UnicodeEncodeError (exit 70), after the server ran,
+    with a lone `pending` record. It is bad input before anything starts, at every door, and
+    every audit record is whole."""
+    bad = {"path": "\udc80"}
+    assert run("exec", "-a", "reader", "files.read_file", "--args", '{"path": "\\udc80"}').code == 2
+    pair = run("exec", "-a", "reader", "kitchen.echo", "text=\udc80")
+    assert pair.code == 2 and "text holds text that is not Unicode" in pair.err
+    batch = gateway_project / "calls.jsonl"
+    batch.write_text(
+        json.dumps({"agent": "reader", "tool": "kitchen.echo", "arguments": {"text": "\udc80"}})
+        + "\n"
+    )
+    [line] = run("exec", "--batch", str(batch)).lines
+    assert json.loads(line)["error"]["exit_code"] == 4
+    assert "not Unicode" in json.loads(line)["error"]["message"]
+    # `serve` over stdio: the first call takes the SDK path, the next ones the express lane.
+    proc = serve_on_pipes(gateway_project)
+    assert proc.stdin is not None and proc.stdout is not None
+    calls = [
+        ("kitchen__echo", {"text": "warm"}),
+        ("kitchen__echo", {"text": "\udc80"}),
+        ("kitchen__echo", {"text": "warm"}),
+        ("kitchen__echo", {"text": "x", "\udc80": 1}),
+        ("files__read_file", bad),
+    ]
+    messages = [INITIALIZE, {"jsonrpc": "2.0", "method": "notifications/initialized"}]
+    messages += [
+        {"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {"name": t, "arguments": a}}
+        for n, (t, a) in enumerate(calls, start=2)
+    ]
+    try:
+        for message in messages:
+            proc.stdin.write((json.dumps(message) + "\n").encode())
+            proc.stdin.flush()
+            if message.get("id", 0) >= 2:  # one at a time: the next is warm
+                [reply] = read_lines(proc.stdout, 1)
+                message["reply"] = json.loads(reply)
+            elif "id" in message:
+                read_lines(proc.stdout, 1)
+    finally:
+        _, err = proc.communicate(timeout=30)
+    results = [m["reply"]["result"] for m in messages if "reply" in m]
+    assert [r.get("isError", False) for r in results] == [False, True, False, True, True], err
+    for refused in (results[1], results[3], results[4]):
+        assert "not Unicode" in refused["content"][0]["text"]
+    assert b"Traceback" not in err
+    records = audit_records(isolated_home / "state" / "audit.jsonl")
+    assert not [r for r in records if r["outcome"] == "pending" and not r.get("completed")]
+    refused_records = [r for r in records if r["outcome"] == "invalid-call"]
+    assert len(refused_records) == 4  # batch, serve x3 (exec's usage errors start nothing)

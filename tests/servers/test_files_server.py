@@ -313,3 +313,41 @@ def test_server_c_serves_that_configs_folder(tmp_path: Path) -> None:
     answer = json.loads(read_lines(proc.stdout, 2, timeout=30)[1])
     proc.communicate(timeout=10)
     assert "[FILE] mine.txt" in answer["result"]["content"][0]["text"]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ".mcp.json/x",
+        "bundlectl.local.yaml/x",
+        "bundlectl.yaml/x/y",
+        ".vscode/mcp.json/x",
+        "kilo.json/x",
+        "opencode.json/x",
+        "docs/.mcp.json/x",
+        ".CLAUDE",
+        ".Git/config",
+    ],
+)
+def test_no_folder_or_file_stands_where_a_governed_file_belongs(project: Path, path: str) -> None:
+    """#52 item 5: a governed name is governed at any position of a path; a folder made at
+    `.mcp.json` would make `export claude-code` fail and stop "always allow" writing."""
+    first = path.split("/", maxsplit=1)[0] if not path.startswith("docs/") else "docs/.mcp.json"
+    with pytest.raises(ToolFailure, match=r"policy|configuration|\.git folder"):
+        tools(project)["write_file"](path=path, content="{}")  # type: ignore[operator]
+    assert not (project / first).exists() or first in ("bundlectl.yaml",)
+    assert (project / "bundlectl.yaml").is_file()
+
+
+@pytest.mark.parametrize("path", [".. /x", "docs/...", "docs/a.txt.", "docs/a.txt ", "notes. /b"])
+def test_names_that_windows_reads_as_others_are_refused(project: Path, path: str) -> None:
+    """#52 item 13: Windows strips a name's trailing dots and spaces (`".. "` is `..`): the
+    server refuses such names, and a `{path: }` condition has no reading of them."""
+    from bundlectl.policy.conditions import normalised
+
+    for tool in ("write_file", "read_file"):
+        arguments = {"path": path, "content": "x"} if tool == "write_file" else {"path": path}
+        with pytest.raises(ToolFailure, match="ending in a dot or a space"):
+            tools(project)[tool](**arguments)  # type: ignore[operator]
+    assert normalised(path) is None
+    assert normalised("docs/a.txt") == "docs/a.txt" and normalised("./docs/../x") == "x"
