@@ -16,6 +16,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from bundlectl.config import urls
 from bundlectl.errors import UsageError
 
 OFFICIAL = "https://registry.modelcontextprotocol.io"
@@ -66,7 +67,7 @@ def search(
 
 def _get(url: str, timeout: float) -> bytes:
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
+    with urls.fetch(request, timeout=timeout) as response:
         data: bytes = response.read(16 << 20)
         return data
 

@@ -31,6 +31,7 @@ from bundlectl.config.settings import (
     PolicySettings,
     PolicyTest,
     PrivacySettings,
+    RegistryEntry,
     StateSettings,
 )
 
@@ -262,10 +263,11 @@ class ProjectConfig(StrictModel):
     """`bundlectl.yaml`: the bundles a project uses, its own servers, and its agents' policy."""
 
     version: Literal[1] = Field(description="Format version of this file; always 1.")
-    registries: list[str] = Field(
+    registries: list[RegistryEntry] = Field(
         default_factory=empty_list,
         description="Project registries: folders of manifests, relative to this file, "
-        "https:// URLs of a static index (`bundlectl registry build`), or oci://HOST/REPOSITORY "
+        "https:// URLs of a static index (`bundlectl registry build`; plain http:// to "
+        "127.0.0.1, [::1] or localhost only), or oci://HOST/REPOSITORY "
         "references of an OCI registry (`bundlectl registry push`); searched in order, before "
         "the user and built-in registries.",
     )

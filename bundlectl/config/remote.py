@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from packaging.version import InvalidVersion, Version
 
-from bundlectl.config import paths
+from bundlectl.config import paths, urls
 from bundlectl.config.requirements import NAME_RE
 from bundlectl.errors import InputFileError, Problem, UsageError
 from bundlectl.output import err, status
@@ -82,7 +82,7 @@ def _get(url: str, etag: str | None = None) -> tuple[int, bytes, str | None]:
         headers["If-None-Match"] = etag
     request = urllib.request.Request(url, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=REQUESTS.timeout) as response:
+        with urls.fetch(request, timeout=REQUESTS.timeout) as response:
             body = response.read(MAX_BYTES + 1)
             expected = response.headers.get("Content-Length")
             if expected is not None and expected.isdigit() and len(body) < int(expected):
@@ -121,12 +121,30 @@ def parse_index(url: str, data: bytes) -> dict[str, dict[str, dict[str, str]]]:
             raise problem(url, f"bundle name {name!r} is not a bundle name")
         if not isinstance(versions, dict) or not all(map(_entry, versions.values())):
             raise problem(url, f"bundle {name!r}: each version needs a path and a sha256")
+        for version, entry in versions.items():
+            if not relative_path(entry["path"]):
+                raise problem(
+                    url,
+                    f"bundle {name!r} {version}: path {entry['path']!r} is not a relative path "
+                    "below the index (no scheme, no leading '/', no '..')",
+                    "rebuild the index with `bundlectl registry build`",
+                )
         for version in versions:
             try:
                 Version(version)
             except InvalidVersion:
                 raise problem(url, f"bundle {name!r}: {version!r} is not a version") from None
     return bundles
+
+
+def relative_path(path: str) -> bool:
+    """A manifest's path in an index: a plain relative path below the index's own folder —
+    never a URL of its own (`file://`, plain http to another host), an absolute path, a
+    `..` step, a backslash, a query or an escape (the sha256 limits the damage of a hostile
+    index; this limits where it can make us go)."""
+    if not path or path.startswith("/") or any(c in path for c in "\\?#%") or ":" in path:
+        return False
+    return all(part not in ("", ".", "..") for part in path.split("/"))
 
 
 def _entry(value: Any) -> bool:
@@ -180,7 +198,7 @@ class _Static:
         return (None, etag) if code == 304 else (body, new_etag)
 
     def manifest(self, name: str, version: str, entry: dict[str, str]) -> tuple[bytes, str]:
-        url = urllib.parse.urljoin(self.base, entry["path"])
+        url = urllib.parse.urljoin(self.base, entry["path"])  # a relative_path: below base
         try:
             _, body, _ = _get(url)
         except (OSError, ValueError) as exc:

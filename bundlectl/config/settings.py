@@ -6,6 +6,7 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -24,6 +25,8 @@ from bundlectl.config.fields import (
     empty_dict,
     empty_list,
 )
+from bundlectl.config.urls import HINT as URL_HINT
+from bundlectl.config.urls import url_problem
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -259,11 +262,38 @@ class PrivacySettings(StrictModel):
     )
 
 
+def fetchable(url: str) -> str:
+    """A URL bundlectl may fetch from (`urls.url_problem`): https, or http to this machine."""
+    why = url_problem(url)
+    if why is not None:
+        raise ValueError(f"{url!r} {why}; {URL_HINT}")
+    return url
+
+
 IssuerUrl = Annotated[
     str,
     Field(
-        pattern=r"^(https://[^\s/?#]+|http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]+)?)[^\s?#]*$",
-        description="An https URL (http on a loopback address only).",
+        json_schema_extra={"format": "uri"},
+        description="An https URL (plain http to 127.0.0.1, [::1] or localhost only; never "
+        "with a user name or password).",
+    ),
+    AfterValidator(fetchable),
+]
+
+
+def _registry_entry(entry: str) -> str:
+    """A `registries:` entry: a folder, an oci:// reference, or a URL the rule allows."""
+    if "://" in entry and not entry.startswith("oci://"):
+        fetchable(entry)
+    return entry
+
+
+RegistryEntry = Annotated[
+    str,
+    AfterValidator(_registry_entry),
+    Field(
+        description="A folder of manifests (relative to this file), an https:// index URL "
+        "(plain http to this machine only), or an oci://HOST/REPOSITORY reference."
     ),
 ]
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import anyio
 import jwt
 
+from bundlectl.config import urls
 from bundlectl.config.models import ProjectConfig
 from bundlectl.config.settings import TokenIssuer
 from bundlectl.mcpio.requests import JsonObject
@@ -168,7 +169,7 @@ class Verifier:
 
 def _get_json(url: str) -> JsonObject:
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT) as response:
+    with urls.fetch(request, timeout=FETCH_TIMEOUT) as response:
         data = json.loads(response.read(1 << 20))
     if not isinstance(data, dict):
         raise ValueError(f"{url} did not answer with a JSON object")
@@ -190,8 +191,9 @@ def _fetch_keys(issuer: TokenIssuer) -> dict[str, AllowedPublicKeys]:
                 continue
             if url:
                 break
-        if not url:
+        if not isinstance(url, str) or not url:
             raise ValueError(f"no jwks_uri in the metadata of {issuer.issuer}")
+        urls.checked(url, f"the jwks_uri of {issuer.issuer},")  # a URL the metadata hands us
     keys = jwt.PyJWKSet.from_dict(_get_json(url))
     return {str(key.key_id or ""): key.key for key in keys.keys}
 

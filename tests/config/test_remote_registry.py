@@ -35,6 +35,7 @@ class Served:
 
     def __init__(self, root: Path) -> None:
         self.root, self.log, self.cut, self.stalled = root, [], set(), set()
+        self.redirects: dict[str, str] = {}
         self.stall = threading.Event()
         served = self
 
@@ -42,6 +43,12 @@ class Served:
             def do_GET(self) -> None:
                 if self.path in served.stalled:
                     served.stall.wait(timeout=60)
+                if self.path in served.redirects:
+                    self.send_response(302)
+                    self.send_header("Location", served.redirects[self.path])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 path = served.root / self.path.lstrip("/")
                 if not path.is_file():
                     served.log.append((self.path, 404))
@@ -175,6 +182,12 @@ def test_a_manifest_that_differs_from_its_index_is_refused_with_both_digests(
         ("garbage", "the index is not JSON"),
         ("hostile", "bundle name '../../evil' is not a bundle name"),
         ("manifest cut", "cannot fetch weather 1.0.0 from the registry http://"),
+        # #52 items 6 and 11: an index names relative paths below itself, and no redirect
+        # leads where the config could not point.
+        ("entry file://", "path 'file:///etc/passwd' is not a relative path below the index"),
+        ("entry http", "path 'http://evil.example/w.yaml' is not a relative path"),
+        ("entry ..", "path '../../w.yaml' is not a relative path"),
+        ("redirect", "a redirect to http://127.0.0.1.evil.example/i.json is plain http to"),
     ],
 )
 def test_a_broken_registry_is_a_clear_error(
@@ -189,6 +202,13 @@ def test_a_broken_registry_is_a_clear_error(
         served.cut.add("/team/weather/1.0.0.yaml")
     elif fault == "garbage":
         index.write_text("{not json")
+    elif fault.startswith("entry"):
+        data = json.loads(index.read_text())
+        path = said.split("'")[1]
+        data["bundles"]["weather"]["1.0.0"]["path"] = path
+        index.write_text(json.dumps(data))
+    elif fault == "redirect":
+        served.redirects["/team/index.json"] = "http://127.0.0.1.evil.example/i.json"
     else:
         data = json.loads(index.read_text())
         data["bundles"]["../../evil"] = data["bundles"]["weather"]

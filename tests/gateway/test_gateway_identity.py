@@ -289,3 +289,59 @@ def test_keys_the_issuer_rotated_in_are_fetched(
     monkeypatch.setattr(identity, "REFETCH_EVERY", 0.0)
     assert anyio.run(verifier.verdict, rotated).agent == "ci"
     assert issuer.jwks_fetches == 2
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1.evil.example/",
+        "http://localhost.evil.example",
+        "http://localhost@evil.example/",
+        "http://evil.example/",
+        "file:///etc/passwd",
+    ],
+)
+def test_plain_http_reaches_this_machine_only(project: Path, run: Any, url: str) -> None:
+    """#52 item 6: the loopback exception of issuer, JWKS and registry URLs is the host
+    itself (a loopback address or exactly `localhost`), never a look-alike or userinfo."""
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        registries: ["{url}"]
+        agents:
+          a: {{match: {{sub: x}}}}
+        gateway:
+          auth:
+            issuers: [{{issuer: "{url}", jwks_url: "{url}", audience: [gw]}}]
+        """,
+    )
+    refused = run("resolve")
+    assert refused.code == 2, refused.err
+    for where in ("2:14: registries[0]", "7:24: gateway.auth.issuers[0].issuer", "jwks_url"):
+        assert where in refused.err, refused.err
+    assert refused.err.count("use https://, or plain http:// to 127.0.0.1") == 3
+
+
+def test_a_jwks_uri_the_metadata_hands_over_obeys_the_same_rule(issuer: Issuer) -> None:
+    from bundlectl.config.settings import TokenIssuer
+    from bundlectl.config.urls import RefusedUrl
+    from bundlectl.gateway.identity import _fetch_keys
+
+    class Metadata(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            send_json(self, {"issuer": url, "jwks_uri": "http://127.0.0.1.evil.example/jwks"})
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metadata)
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(RefusedUrl, match=r"plain http to 127\.0\.0\.1\.evil\.example"):
+            _fetch_keys(TokenIssuer(issuer=url, audience=["gw"]))
+        assert len(_fetch_keys(TokenIssuer(issuer=issuer.url, audience=["gw"]))) == 1
+    finally:
+        server.shutdown()
+        server.server_close()

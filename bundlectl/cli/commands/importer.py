@@ -170,9 +170,11 @@ def _fetched(url: str) -> str:
     import urllib.error  # noqa: PLC0415 - only for a URL
     import urllib.request  # noqa: PLC0415
 
+    from bundlectl.config import urls  # noqa: PLC0415
+
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urls.fetch(request, timeout=30) as response:
             return str(response.read(4 << 20).decode("utf-8"))
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise UsageError(

@@ -1,0 +1,84 @@
+"""Which URLs bundlectl fetches from: `https://`, or plain `http://` to this machine only.
+
+One rule for every URL the config names (token issuers and their JWKS, `registries:`) and
+every URL a document hands us (an issuer's metadata, a registry index, a redirect): plain
+http only when the host is a loopback address (127.0.0.0/8, ::1) or exactly `localhost`, and
+never a user name or password in a URL (it would be written to the lock and the logs). A
+look-alike such as `http://127.0.0.1.evil.example/` or `http://localhost@evil.example/` is
+another host, and refused.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import urllib.parse
+import urllib.request
+from typing import IO, Any
+
+HINT = "use https://, or plain http:// to 127.0.0.1, [::1] or localhost only"
+
+
+class RefusedUrl(ValueError):
+    """A URL the rule refuses (a ValueError: callers treat it as a bad address)."""
+
+
+def loopback_host(host: str) -> bool:
+    """`localhost` exactly, or an address of the loopback range."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def url_problem(url: str) -> str | None:
+    """Why `url` may not be fetched from (None: it may)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError as exc:
+        return f"is not a URL ({exc})"
+    if parts.scheme not in ("https", "http"):
+        return f"uses {parts.scheme + '://' if parts.scheme else 'no scheme'}, not https://"
+    if not parts.hostname:
+        return "names no host"
+    if "@" in parts.netloc:
+        return "carries a user name or password (give credentials another way)"
+    if parts.scheme == "http" and not loopback_host(parts.hostname):
+        return f"is plain http to {parts.hostname}, which is not this machine"
+    return None
+
+
+def checked(url: str, what: str = "the URL") -> str:
+    """`url` when the rule allows it; else RefusedUrl saying why."""
+    why = url_problem(url)
+    if why is not None:
+        raise RefusedUrl(f"{what} {url} {why}; {HINT}")
+    return url
+
+
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only to a URL the rule allows."""
+
+    def redirect_request(  # noqa: PLR0917 - urllib's signature
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: Any,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        checked(newurl, "a redirect to")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_Redirects())
+
+
+def fetch(request: urllib.request.Request, timeout: float) -> Any:
+    """`urllib.request.urlopen`, for a URL the rule allows, following only redirects it
+    allows (RefusedUrl otherwise)."""
+    checked(request.full_url)
+    return _OPENER.open(request, timeout=timeout)
