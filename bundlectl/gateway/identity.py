@@ -198,6 +198,11 @@ def _fetch_keys(issuer: TokenIssuer) -> dict[str, AllowedPublicKeys]:
     return {str(key.key_id or ""): key.key for key in keys.keys}
 
 
+# Claims that name a mailbox: matched only when the issuer says it verified the address
+# (`email_verified: true`), and only by their exact domain part.
+MAILBOX_CLAIMS = {"email": "email_verified"}
+
+
 def _fits(claims: JsonObject, wanted: dict[str, str | list[str]]) -> bool:
     """Whether every wanted claim is there and matches one of its globs (a list claim: any of
     its values)."""
@@ -207,6 +212,26 @@ def _fits(claims: JsonObject, wanted: dict[str, str | list[str]]) -> bool:
             return False
         values = value if isinstance(value, list) else [value]
         globs = patterns if isinstance(patterns, list) else [patterns]
-        if not any(fnmatch.fnmatchcase(str(v), g) for v in values for g in globs):
+        if name in MAILBOX_CLAIMS:
+            if claims.get(MAILBOX_CLAIMS[name]) is not True:
+                return False
+            if not any(_mailbox_fits(v, g) for v in values for g in globs):
+                return False
+        elif not any(fnmatch.fnmatchcase(str(v), g) for v in values for g in globs):
             return False
     return True
+
+
+def _mailbox_fits(value: object, pattern: str) -> bool:
+    """`local@domain` against `glob@domain`: one `@` on each side, the local part by the glob,
+    the domain exactly (without case). `*@acme.example` never fits
+    `eve@evil.example#@acme.example`, nor `eve@sub.acme.example`."""
+    if not isinstance(value, str) or value.count("@") != 1:
+        return False
+    local, domain = value.split("@")
+    if not local or not domain or any(c in domain for c in "#/?\\ \t\n"):
+        return False
+    if "@" not in pattern:  # a glob of the whole address ("*"): any verified mailbox
+        return fnmatch.fnmatchcase(value, pattern)
+    glob, _, wanted = pattern.rpartition("@")
+    return domain.lower() == wanted.lower() and fnmatch.fnmatchcase(local, glob)

@@ -345,3 +345,32 @@ def test_a_jwks_uri_the_metadata_hands_over_obeys_the_same_rule(issuer: Issuer) 
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_mailbox_claim_fits_only_when_verified_and_by_its_exact_domain() -> None:
+    """#52 item 9: `*@acme.example` fitted `eve@evil.example#@acme.example`, and
+    `email_verified` was never read."""
+    from bundlectl.gateway.identity import _fits
+
+    wanted: dict[str, str | list[str]] = {"email": "*@acme.example"}
+
+    def fits(email: str, verified: object = True) -> bool:
+        return _fits({"email": email, "email_verified": verified}, wanted)
+
+    assert fits("ana@acme.example") and fits("Ana@ACME.example")
+    assert not fits("ana@acme.example", verified=False)
+    assert not fits("ana@acme.example", verified="true")  # a string is not the boolean
+    assert not _fits({"email": "ana@acme.example"}, wanted)  # no email_verified at all
+    for forged in (
+        "eve@evil.example#@acme.example",
+        "eve@evil.example@acme.example",
+        "eve@sub.acme.example",
+        "eve@acme.example.evil.example",
+        "@acme.example",
+        "eve@acme.example ",
+    ):
+        assert not fits(forged), forged
+    assert _fits({"email": "x@y.z", "email_verified": True}, {"email": "*"})
+    assert _fits(
+        {"sub": "eve@evil.example#@acme.example"}, {"sub": "*@acme.example"}
+    )  # not a mailbox claim
