@@ -15,6 +15,13 @@ import re
 from typing import Any
 
 from bundlectl.clients.base import Imported
+from bundlectl.config.launchcheck import (
+    LAUNCHER_OPTIONS,
+    docker_run,
+    identifier_problem,
+    loads_code,
+    version_problem,
+)
 from bundlectl.errors import InputFileError, Problem
 
 RUNNERS = {"npm": "npx", "pypi": "uvx", "oci": "docker"}
@@ -39,6 +46,13 @@ def read_server_json(text: str, file: str) -> tuple[Imported, list[str]]:
         raise InputFileError(
             [Problem(file, 1, 1, "not a server.json: no `name`")],
             hint="give the server.json of the MCP Registry (name, packages, remotes)",
+        )
+    hostile = _hostile(data)
+    if hostile:
+        raise InputFileError(
+            [Problem(file, 1, 1, said) for said in hostile],
+            hint="this server.json would run something other than its package: add the server "
+            "by hand under servers: if you trust it",
         )
     imported = Imported(agents={})  # a server for the project; the policy stays the user's
     name = _NAME.sub("-", data["name"].rsplit("/", 1)[-1].lower()).strip("-_") or "server"
@@ -77,6 +91,55 @@ def read_server_json(text: str, file: str) -> tuple[Imported, list[str]]:
         notes.append(f"set before it starts: {', '.join(sorted(needs))}")
     notes.append(f"{RECORD_NOTE}: bundlectl tools --live --record --server {name}")
     return imported, notes
+
+
+def _hostile(data: dict[str, Any]) -> list[str]:
+    """What in a server.json would make its launch run something else (#52 item 4): an
+    identifier or a version outside its registry type's grammar (a launcher would read
+    `--call=...` as its own option), a launcher option among the runtime arguments, a default
+    for a variable that loads code, a container option that widens access."""
+    found: list[str] = []
+    packages = data.get("packages") or []
+    for number, package in enumerate(packages if isinstance(packages, list) else []):
+        if not isinstance(package, dict):
+            continue
+        where = f"packages[{number}]"
+        kind = str(package.get("registryType", ""))
+        why = identifier_problem(kind, str(package.get("identifier", "")))
+        if why is not None:
+            found.append(f"{where}.identifier {package.get('identifier')!r} {why}")
+        version = package.get("version")
+        if version is not None and (why := version_problem(str(version))) is not None:
+            found.append(f"{where}.version {version!r} {why}")
+        found += _runtime_problems(package, kind, where)
+        for index, variable in enumerate(package.get("environmentVariables") or []):
+            name = str(variable.get("name", "")) if isinstance(variable, dict) else ""
+            if loads_code(name) and isinstance(variable, dict) and variable.get("default"):
+                found.append(
+                    f"{where}.environmentVariables[{index}]: a default for {name}, which loads "
+                    "code into the server"
+                )
+    return found
+
+
+def _runtime_problems(package: dict[str, Any], kind: str, where: str) -> list[str]:
+    runtime = package.get("runtimeArguments") or []
+    needs: set[str] = set()
+    words = [w for a in runtime if isinstance(a, dict) for w in _argument(a, needs)]
+    found: list[str] = []
+    launcher = RUNNERS.get(kind)
+    if launcher in LAUNCHER_OPTIONS:
+        for word in words:
+            option = word.partition("=")[0]
+            if option in LAUNCHER_OPTIONS[launcher]:
+                found.append(
+                    f"{where}.runtimeArguments: {option} makes {launcher} run a command or "
+                    "take code from elsewhere"
+                )
+    if kind == "oci":
+        _, widening = docker_run(["run", *words, "image"])
+        found += [f"{where}.runtimeArguments: {w.why}" for w in widening]
+    return found
 
 
 def _argument(arg: dict[str, Any], needs: set[str]) -> list[str]:

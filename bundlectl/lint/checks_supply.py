@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterator
 
 from bundlectl.config import paths
+from bundlectl.config.launchcheck import LAUNCHER_OPTIONS, docker_run, loads_code
 from bundlectl.config.requirements import requirement_name
 from bundlectl.lint.context import Context, at
 from bundlectl.lint.rules import Finding
@@ -32,42 +33,9 @@ def _package_index(command: str, args: list[str]) -> tuple[int, str] | None:
     if base == "pipx" and len(positional) >= 2 and positional[0][1] == "run":
         return positional[1][0], "python"
     if base in ("docker", "podman") and positional and positional[0][1] == "run":
-        return _image_index(args), "image"
+        image, _ = docker_run(args)  # options read by their arity (`--pid host IMAGE`)
+        return (image, "image") if image is not None else None
     return None
-
-
-def _image_index(args: list[str]) -> int:
-    """docker run [OPTIONS] IMAGE: skip options and their values."""
-    takes_value = {
-        "-e",
-        "--env",
-        "-v",
-        "--volume",
-        "-p",
-        "--publish",
-        "--name",
-        "-w",
-        "--workdir",
-        "--network",
-        "-u",
-        "--user",
-        "--entrypoint",
-        "--env-file",
-        "--mount",
-        "--platform",
-        "-l",
-        "--label",
-    }
-    index = args.index("run") + 1
-    while index < len(args):
-        arg = args[index]
-        if arg in takes_value:
-            index += 2
-        elif arg.startswith("-"):
-            index += 1
-        else:
-            return index
-    return len(args) - 1
 
 
 def unpinned(ctx: Context) -> Iterator[Finding]:
@@ -133,4 +101,62 @@ def replaced_bundle_servers(ctx: Context) -> Iterator[Finding]:
                 f"server {name!r} replaces the server of that name from bundle {provided[name]}",
                 key=True,
                 anchor=name,
+            )
+
+
+def launcher_options(ctx: Context) -> Iterator[Finding]:
+    """BCL404, at an npx or uvx option that runs a command or takes code from elsewhere, and
+    at a package argument that starts with '-' where the launcher wants the package."""
+    for doc, name, spec in ctx.servers():
+        if spec.transport != "stdio" or not spec.command:
+            continue
+        base = spec.command.rsplit("/", 1)[-1]
+        options = LAUNCHER_OPTIONS.get(base)
+        if options is None:
+            continue
+        for index, arg in enumerate(spec.args):
+            if not arg.startswith("-"):
+                break  # the package: what follows is its own
+            option = arg.partition("=")[0]
+            if option in options:
+                yield at(
+                    "BCL404",
+                    doc,
+                    ("servers", name, "args", index),
+                    f"{base} option {option} makes it run a command or take code from elsewhere",
+                    anchor=f"{name}:{option}",
+                )
+
+
+def code_loading_env(ctx: Context) -> Iterator[Finding]:
+    """BCL405, at a server's variable that makes it load other code (LD_PRELOAD,
+    NODE_OPTIONS, PYTHONPATH, ...)."""
+    for doc, name, spec in ctx.servers():
+        for variable in spec.env:
+            if loads_code(variable):
+                yield at(
+                    "BCL405",
+                    doc,
+                    ("servers", name, "env", variable),
+                    f"server {name!r} sets {variable}, which makes it load other code",
+                    key=True,
+                    anchor=f"{name}:{variable}",
+                )
+
+
+def container_widening(ctx: Context) -> Iterator[Finding]:
+    """BCL406, at a `docker run` option that widens what the container reaches."""
+    for doc, name, spec in ctx.servers():
+        if spec.transport != "stdio" or not spec.command:
+            continue
+        if spec.command.rsplit("/", 1)[-1] not in ("docker", "podman"):
+            continue
+        _, widening = docker_run(spec.args)
+        for found in widening:
+            yield at(
+                "BCL406",
+                doc,
+                ("servers", name, "args", found.index),
+                f"server {name!r}: {found.why}",
+                anchor=f"{name}:{spec.args[found.index]}",
             )

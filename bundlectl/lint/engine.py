@@ -59,6 +59,9 @@ CHECKS: list[Check] = [
     checks_secrets.missing_env,
     checks_supply.unpinned,
     checks_supply.shadowed_builtins,
+    checks_supply.launcher_options,
+    checks_supply.code_loading_env,
+    checks_supply.container_widening,
     checks_supply.replaced_bundle_servers,
 ]
 

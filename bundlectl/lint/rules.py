@@ -345,6 +345,34 @@ RULES = _rules(
         7.0,
     ),
     RuleInfo(
+        "BCL404",
+        "launcher-runs-other-code",
+        "error",
+        "npx or uvx is given an option that runs a command of its own (`--call`, a shell, "
+        "node's options) or takes code from elsewhere (`--with`, `--from`, another index).",
+        "Remove the option; run the package itself, pinned.",
+        9.0,
+    ),
+    RuleInfo(
+        "BCL405",
+        "code-loading-variable",
+        "error",
+        "A server's env sets a variable that makes it load other code (LD_PRELOAD, "
+        "NODE_OPTIONS, PYTHONPATH, JAVA_TOOL_OPTIONS, ...).",
+        "Remove the variable; install what the server needs instead.",
+        9.0,
+    ),
+    RuleInfo(
+        "BCL406",
+        "container-widens-access",
+        "error",
+        "`docker run` gives the container more of the host: --privileged, --cap-add, --device, "
+        "a host namespace (--pid/--network host), an unconfined profile, or a bind of /, the "
+        "home folder or docker's socket.",
+        "Remove the option; bind only the folder the server needs, read-only where it can be.",
+        9.0,
+    ),
+    RuleInfo(
         "BCL901",
         "unused-suppression",
         "info",

@@ -189,3 +189,54 @@ def test_record_writes_the_imported_servers_live_tools(project: Path, run: Run) 
     assert "# the team's servers" in (project / "bundlectl.yaml").read_text()  # comments kept
     refused = run("import", "server-json", "server.json", "--record", "--dry-run")
     assert refused.code == 2 and "--dry-run writes nothing" in refused.err
+
+
+NPM = {"registryType": "npm", "identifier": "@example/weather", "version": "1.2.0"}
+
+
+@pytest.mark.parametrize(
+    ("package", "said"),
+    [
+        ({**NPM, "identifier": "--call=touch PWNED #"}, "packages[0].identifier"),
+        ({**NPM, "identifier": "Weather Tool"}, "is not a package name of npm"),
+        ({**NPM, "version": "--call=touch PWNED"}, "packages[0].version"),
+        ({**NPM, "registryType": "pypi", "identifier": "-e git+https://x"}, "identifier"),
+        ({**NPM, "registryType": "oci", "identifier": "img --privileged"}, "of oci"),
+        ({**NPM, "registryType": "mcpb", "identifier": "http://evil.example/x.mcpb"}, "plain"),
+        (
+            {**NPM, "runtimeArguments": [{"type": "named", "name": "--call", "value": "sh"}]},
+            "--call makes npx run a command",
+        ),
+        (
+            {
+                **NPM,
+                "environmentVariables": [
+                    {"name": "NODE_OPTIONS", "default": "--require ./evil.js"}
+                ],
+            },
+            "a default for NODE_OPTIONS, which loads code",
+        ),
+        (
+            {
+                "registryType": "oci",
+                "identifier": "ghcr.io/example/weather",
+                "version": "1.2.0",
+                "runtimeArguments": [
+                    {"type": "named", "name": "--pid", "value": "host"},
+                    {"type": "named", "name": "-v", "value": "/:/host"},
+                ],
+            },
+            "--pid host shares the host's pid namespace",
+        ),
+    ],
+)
+def test_a_hostile_server_json_is_refused_and_writes_nothing(
+    project: Path, run: Run, package: dict[str, Any], said: str
+) -> None:
+    """#52 item 4: an identifier `--call=touch PWNED #` became `npx -y --call=...@1.0.0`,
+    which npx runs in a shell; a NODE_OPTIONS default reached node. Nothing of such a file
+    is written, and `tools --live` has nothing to run."""
+    result, servers = _imported(project, run, _server(packages=[package]))
+    assert result.code == 2, result.err
+    assert said in result.err and "add the server by hand" in result.err
+    assert servers == {} and not (project / "PWNED").exists()
