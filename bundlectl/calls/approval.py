@@ -57,6 +57,10 @@ class OutOfBand:
     # telling the client through `progress` (progress, total, message) while it waits.
     hold: float | None = None
     progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
+    # The arguments as the server receives them (privacy tokens put back), which the approval
+    # binds; None: those shown. Per-session token maps make `[EMAIL_1]` stand for different
+    # values in different sessions: the approval of one must not let the other through.
+    bound: Mapping[str, Any] | None = None
 
     async def __call__(
         self, pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]
@@ -69,7 +73,7 @@ class OutOfBand:
             decision.agent,
             decision.server,
             decision.tool,
-            digest_json(dict(arguments)),
+            digest_json(dict(arguments if self.bound is None else self.bound)),
         )
         granted = store.take(binding)
         if granted is not None:

@@ -176,10 +176,15 @@ class Pipeline:
         decision: Decision,
         arguments: Mapping[str, Any],
         confirm: Confirmation | None,
+        *,
+        bound: Mapping[str, Any] | None = None,
     ) -> Decision | Deferred:
         """The one place a judged call is confirmed and admitted, for every front door: an
         `ask` rule's call is put to `confirm` (the front door's strategy; when it has none,
-        an approver's, if `policy.approvals` is on); then `admit`."""
+        an approver's, if `policy.approvals` is on); then `admit`. `bound`: the arguments as
+        the server will receive them (privacy tokens put back), when they differ from those
+        shown: an approver's decision binds those, so a token that stands for another value
+        in another session cannot reuse it."""
         answer: Answer = None
         # an `ask` (unconfirmable where it was judged, too) a local rule answers in advance —
         # unless only an approver may answer it
@@ -200,9 +205,9 @@ class Pipeline:
             and not getattr(confirm, "by_approver", False)
         ):
             # `approve: out-of-band`: never the caller's own terminal, --yes or elicitation
-            confirm = self.out_of_band(wait=self.wait_for_approver)
+            confirm = self.out_of_band(wait=self.wait_for_approver, bound=bound)
         elif decision.effect == "ask" and confirm is None:
-            confirm = self.out_of_band()  # held for an approver, when approvals are on
+            confirm = self.out_of_band(bound=bound)  # held for an approver, when approvals are on
         if decision.effect == "ask" and confirm is not None:
             answer = await confirm(self, decision, arguments)
         if isinstance(answer, Deferred):
@@ -221,14 +226,17 @@ class Pipeline:
             return None
         return len(self._open_store().listed())
 
-    def out_of_band(self, *, wait: bool = False) -> Confirmation | None:
+    def out_of_band(
+        self, *, wait: bool = False, bound: Mapping[str, Any] | None = None
+    ) -> Confirmation | None:
         """Out-of-band approval (`calls.approval`) when `policy.approvals` is on, else None;
-        `wait`: until an approver answers (`exec`), else the caller gets the request's id."""
+        `wait`: until an approver answers (`exec`), else the caller gets the request's id;
+        `bound`: the arguments as the server receives them, which an approval binds."""
         if self.approvals is None:
             return None
         from bundlectl.calls.approval import OutOfBand  # noqa: PLC0415 - only for a held call
 
-        return OutOfBand(wait=wait)
+        return OutOfBand(wait=wait, bound=bound)
 
     def admit(self, decision: Decision, answer: bool | None = None) -> Decision:
         """Let the call through, or refuse it (PolicyDenied, exit 3: `Unconfirmable` when no one

@@ -182,13 +182,10 @@ class Gateway(ServerContent):
         if found is None:
             return _error(self._not_started(name) or unknown)
         server, tool = found
+        received = self._received(server, tool, arguments)
         try:
             decision = self.pipeline.judge(
-                self.agent,
-                server,
-                tool,
-                interactive=True,
-                arguments=self._received(server, tool, arguments),
+                self.agent, server, tool, interactive=True, arguments=received
             )
         except BundlectlError as exc:  # arguments refused at the door (NaN)
             return _error(exc.explained)
@@ -196,9 +193,11 @@ class Gateway(ServerContent):
         if subject is not None:
             decision = dataclasses.replace(decision, subject=subject)
         if confirm is None or decision.by_approver:  # (not the client's elicitation, then)
-            confirm = self._held_for_approval()
+            confirm = self._held_for_approval(received)
         try:
-            admitted = await self.pipeline.admission(decision, arguments, confirm)
+            admitted = await self.pipeline.admission(
+                decision, arguments, confirm, bound=received if received is not arguments else None
+            )
         except (LimitReached, StateError) as exc:  # the agent may try later
             return _error(exc.explained)
         except PolicyDenied as exc:
@@ -229,7 +228,7 @@ class Gateway(ServerContent):
             return _refused_arguments(name, decision, self._policy_of(decision))
         return unknown  # said as for no such tool
 
-    def _held_for_approval(self) -> Confirmation | None:
+    def _held_for_approval(self, bound: JsonObject) -> Confirmation | None:
         """With `policy.approvals` on and a progress token from the client: an `ask` no one
         can confirm here is held open for an approver for `approvals.hold`, with progress
         notifications; else None (the admission holds it and answers with its id at once)."""
@@ -237,7 +236,7 @@ class Gateway(ServerContent):
         progress = self._progress()
         if settings is None or progress is None:
             return None
-        return OutOfBand(wait=False, hold=seconds(settings.hold), progress=progress)
+        return OutOfBand(wait=False, hold=seconds(settings.hold), progress=progress, bound=bound)
 
     def _subject(self) -> str | None:
         """The subject of the identity token this request came with (HTTP, `gateway.auth`)."""

@@ -435,3 +435,42 @@ def test_nothing_a_server_sends_reaches_the_agent_untokenized(
     assert "amFuZS5kb2VAY29ycC5leGFtcGxl" not in everything  # nor inside base64
     assert everything.count("[EMAIL_1]") >= 6
     assert any("[EMAIL_1]" in h for h in heard)  # the log and the progress were tokenized
+
+
+def test_an_approval_binds_the_values_behind_the_tokens_not_the_tokens(
+    private: Path, run: Any, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#52 item 12: with a token map per session, `[EMAIL_1]` is ann@ in one session and bob@
+    in another; an approval of one session's write must not let the other's through."""
+    from tests.gateway.test_gateway_http import client, gateway
+
+    monkeypatch.setenv("CLERK_TOKEN", "clerk-" + "c" * 30)
+    config = private / "bundlectl.yaml"
+    config.write_text(
+        config.read_text()
+        .replace(
+            "clerk: {allow: [kitchen.people, kitchen.note_down, files.write_file, files.read_file]}",
+            'clerk: {token: "${CLERK_TOKEN}", allow: [kitchen.echo], ask: [files.write_file]}',
+        )
+        .replace("policy: {default: deny}", "policy: {default: deny, approvals: {ttl: 10m}}")
+    )
+    write_call = {"path": "to.txt", "content": "[EMAIL_1]"}
+
+    async def write_as(url: str, email: str) -> str:
+        async with client(url, "clerk-" + "c" * 30, mode="legacy") as session:
+            echoed = await session.call_tool("kitchen__echo", {"text": email})
+            assert texts(echoed) == ["[EMAIL_1]"]
+            answer = await session.call_tool("files__write_file", write_call)
+            return str(texts(answer)[0])
+
+    with gateway(private, home=isolated_home) as (url, _):
+        held = anyio.run(write_as, url, "ann@example.com")
+        assert "approval request" in held, held
+        listed = json.loads(run("approvals", "list", "--format", "json").out)["approvals"]
+        [request] = listed
+        assert request["arguments"] == write_call  # the approver sees the token
+        assert run("approvals", "approve", request["id"], "--for", "1h").code == 0
+        other = anyio.run(write_as, url, "bob@example.org")
+        assert "approval request" in other and not (private / "to.txt").exists()
+        assert anyio.run(write_as, url, "ann@example.com").startswith("wrote")
+    assert (private / "to.txt").read_text() == "ann@example.com"
