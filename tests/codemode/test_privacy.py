@@ -449,7 +449,8 @@ def test_an_approval_binds_the_values_behind_the_tokens_not_the_tokens(
     config.write_text(
         config.read_text()
         .replace(
-            "clerk: {allow: [kitchen.people, kitchen.note_down, files.write_file, files.read_file]}",
+            "clerk: {allow: [kitchen.people, kitchen.note_down, files.write_file, "
+            "files.read_file]}",
             'clerk: {token: "${CLERK_TOKEN}", allow: [kitchen.echo], ask: [files.write_file]}',
         )
         .replace("policy: {default: deny}", "policy: {default: deny, approvals: {ttl: 10m}}")
