@@ -12,7 +12,7 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
 from bundlectl.calls import userconfig
+from bundlectl.calls.auditseal import Sealer
 from bundlectl.config import paths
 
 
@@ -172,6 +173,7 @@ class AuditFile:
         self._last: str | None = None  # the link of the line we wrote last
         self._retired: int | None = None  # the descriptor of the file a rotation replaced
         self.written = b""  # the line of the last record written
+        self.sealer = Sealer(target)  # the log's forward-secure sealing, when it has one
 
     @classmethod
     def configured(cls) -> AuditFile:
@@ -196,7 +198,18 @@ class AuditFile:
         return self._fd
 
     def write(self, record: AuditRecord) -> None:
-        """Append `record`, chained (the line written is `self.written`)."""
+        """Append `record`, chained (the line written is `self.written`), after the seal of
+        the epoch that ended, when the log is sealed and one is due."""
+        self._locked(lambda fd: self._chained(fd, record))
+
+    def seal(self) -> bool:
+        """Seal the log now (`bundlectl audit seal`): False when it is not sealed."""
+        done: list[bool] = []
+        self._locked(lambda fd: done.append(self._sealed(fd, time.time(), force=True)))
+        return done[0]
+
+    def _locked(self, action: Callable[[int], None]) -> None:
+        """`action` on the log's descriptor under its lock, on the file its path names."""
         fd = self._open()
         if fcntl is None:  # Windows: a lock file
             from filelock import FileLock
@@ -204,7 +217,7 @@ class AuditFile:
             with FileLock(str(self.target) + ".lock", timeout=30):
                 if not self._current(fd):  # rotated (or removed) since we opened it
                     fd = self._open(again=True)
-                self._chained(fd, record)
+                action(fd)
             if self._retired is not None:
                 os.close(self._retired)
                 self._retired = None
@@ -213,7 +226,7 @@ class AuditFile:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 if self._current(fd):  # not rotated away while we waited for the lock
-                    self._chained(fd, record)
+                    action(fd)
                     return
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
@@ -230,13 +243,32 @@ class AuditFile:
             return False
         return (now.st_dev, now.st_ino) == self._file_id
 
-    def _chained(self, fd: int, record: AuditRecord) -> None:
-        """Write `record` linked to the file's last line (under the lock); a record that would
-        take the file past `max_bytes` goes to a new file instead (`_rotated`)."""
+    def _tail(self, fd: int) -> int:
+        """The file's size, with `_last` the link of its last line (under the lock)."""
         size = os.fstat(fd).st_size
         if size != self._end:  # someone else wrote since (or we just opened it)
             last = _last_line(fd, size)
             self._last = link(last) if last is not None else None
+        return size
+
+    def _sealed(self, fd: int, now: float, *, force: bool = False) -> bool:
+        """Append the seal of the current epoch when its interval is over (`force`: now),
+        then evolve the key (`auditseal`); False: the log is not sealed, or no seal is due."""
+        state = self.sealer.current() if force else self.sealer.due(now)
+        if state is None:
+            return False
+        size = self._tail(fd)
+        line = self.sealer.seal_line(state, self._last, _timestamp(int(now)))
+        os.write(fd, line)
+        self._end, self._last = size + len(line), link(line)
+        self.sealer.advance(state, now)
+        return True
+
+    def _chained(self, fd: int, record: AuditRecord) -> None:
+        """Write `record` linked to the file's last line (under the lock); a record that would
+        take the file past `max_bytes` goes to a new file instead (`_rotated`)."""
+        self._sealed(fd, time.time())
+        size = self._tail(fd)
         line = (record.as_json(self._last) + "\n").encode("utf-8")
         if size and size + len(line) > self.max_bytes:
             self._rotated(record)

@@ -79,9 +79,17 @@ HELP: dict[str, tuple[list[str], str]] = {
         _READS,
     ),
     "audit verify": (
-        ["bundlectl audit verify", "bundlectl audit verify shipped/audit.jsonl"],
-        "0 every record links to the one before it; 1 the chain is broken (the line named); "
-        "2 no such log",
+        [
+            "bundlectl audit verify",
+            "bundlectl audit verify shipped/audit.jsonl",
+            "bundlectl audit verify --key @~/vault/audit.key",
+        ],
+        "0 every record links to the one before it (and, with --key, every seal matches); "
+        "1 the chain or a seal is broken (the line named); 2 no such log, or a bad key",
+    ),
+    "audit seal": (
+        ["bundlectl audit seal --init", "bundlectl audit seal --init --every 1h"],
+        "0 sealed (--init: the verification key printed); 2 already sealed, or not sealed",
     ),
     "limits status": (
         ["bundlectl limits status", "bundlectl limits status --agent ci-bot --format json"],

@@ -162,12 +162,52 @@ def audit_verify(
         Path | None,
         typer.Argument(metavar="[FILE]", dir_okay=False, help="The log (default: the audit log)."),
     ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--key",
+            help="The verification key `audit seal --init` printed (or @FILE holding it): "
+            "every seal is checked too.",
+        ),
+    ] = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
-    """Check the log's hash chain; the first broken or missing record is named by line (exit 1)."""
+    """Check the hash chain (and with --key the seals); the first bad record is named by line.
+
+    Exit 1 names the first record that breaks the chain or a seal."""
     from bundlectl.cli.commands import audit as cmd
 
-    return cmd.verify(file, fmt=fmt)
+    return cmd.verify(file, fmt=fmt, key=key)
+
+
+@audit_app.command("seal")
+def audit_seal(
+    init: Annotated[
+        bool,
+        typer.Option(
+            "--init",
+            help="Start sealing the log: a sealing key kept 0600 in the user state folder, and "
+            "the verification key printed once, for the auditor to keep elsewhere.",
+        ),
+    ] = False,
+    every: Annotated[
+        str | None,
+        typer.Option(
+            "--every", metavar="DURATION", help="With --init: the epoch's length (default 15m)."
+        ),
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Argument(metavar="[FILE]", dir_okay=False, help="The log (default: the audit log)."),
+    ] = None,
+) -> int:
+    """Seal the audit log forward-securely (--init), or seal it now.
+
+    Once an epoch, writers append a seal made with that epoch's key and evolve the key one
+    way: whoever reads the current key cannot rewrite an earlier epoch unnoticed."""
+    from bundlectl.cli.commands import audit as cmd
+
+    return cmd.seal(file, init=init, every=every)
 
 
 @limits_app.command("status")

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bundlectl.calls import auditfile, userconfig
+from bundlectl.calls import auditfile, auditseal, userconfig
 from bundlectl.cli.options import Format, MatrixFormat
 from bundlectl.config.fsio import atomic_write
 from bundlectl.config.paths import display_path
@@ -89,13 +89,18 @@ def _walk(path: Path) -> tuple[tuple[int, str] | None, int, int, int]:
     return problem, records, chained, unchained
 
 
-def verify(file: Path | None, *, fmt: Format) -> int:
+def verify(file: Path | None, *, fmt: Format, key: str | None = None) -> int:
     """Check the chain: each record's `prev` is the digest of the line before it. The first
-    record that breaks it is reported by line (exit 1)."""
+    record that breaks it is reported by line (exit 1). `key`: the verification key of a
+    sealed log (`audit seal --init`): every seal is checked too (`seal.verify_sealed`)."""
+    from bundlectl.cli.commands import seal  # noqa: PLC0415 - a small module of its own
+
     path = _log(file)
+    first = seal.key_from(key) if key is not None else None
     problem, records, chained, unchained = _walk(path)
     if problem is None and not chained and unchained > 1:
         problem = (2, "no record carries a chain (`prev`): nothing can be verified")
+    sealed = seal.verify_sealed(path, first) if first is not None and problem is None else None
     where = display_path(path)
     if fmt is Format.json:
         emit_json(
@@ -106,12 +111,26 @@ def verify(file: Path | None, *, fmt: Format) -> int:
                 "chained": chained,
                 "broken_at": problem[0] if problem else None,
                 "problem": problem[1] if problem else None,
+                "sealed": sealed,
             }
         )
     elif problem is None:
         out(f"{where}: {records} record(s), each linked to the one before it")
         if unchained > 1:
             err(f"note: the first {unchained} were written before records were chained")
+        if sealed is not None:
+            for line in seal.said(sealed):
+                out(line)
+        else:
+            err(
+                "note: anyone can recompute a hash chain: a log rewritten with its chain "
+                "recomputed passes this check. "
+                + (
+                    "Give --key to check its seals"
+                    if auditseal.state_path(path).exists()
+                    else "Seal the log (`bundlectl audit seal --init`) to make that detectable"
+                )
+            )
     if problem is not None:
         intact = problem[0] - 2
         raise ReportedFailure(
@@ -305,3 +324,10 @@ def summary(
         ["AGENT", "TOOL", "RECORDS", "OK", "DENIED", "OTHER", "MEDIAN MS"],
     )
     return 0
+
+
+def seal(file: Path | None, *, init: bool, every: str | None) -> int:
+    """`bundlectl audit seal`: see `seal.seal`."""
+    from bundlectl.cli.commands import seal as sealing  # noqa: PLC0415
+
+    return sealing.seal(_log(file), init=init, every=every)
