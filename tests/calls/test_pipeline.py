@@ -283,7 +283,7 @@ def test_the_question_shows_the_arguments_with_secrets_hidden(
     pipeline = Pipeline(resolve_project(load_project()), Recorded(), confirm)
     arguments = {
         "path": "notes/x.txt",
-        "content": "line one\x1b[2Jline two " + "x" * 300,
+        "content": "line one\x1b[2J\u2028\u202eline two " + "x" * 300,
         "header": "Bearer tok-123456",
         "key": "ghp_" + "a" * 36,
         "count": 3,
@@ -294,8 +294,9 @@ def test_the_question_shows_the_arguments_with_secrets_hidden(
     assert lines[0].startswith("agent 'writer' wants to call files.write_file (")
     assert lines[0].endswith(" with:")
     assert lines[1] == '  path: "notes/x.txt"'
-    assert lines[2].startswith('  content: "line one\\u001b[2Jline two xxx')
-    assert lines[2].endswith("… (321 characters)") and len(lines[2]) < 150
+    assert lines[2].startswith('  content: "line one\\u001b[2J\\u2028\\u202eline two xxx')
+    assert lines[2].endswith("… (323 characters)") and len(lines[2]) < 150
+    assert question.count("\n") == 6  # the separator broke no line (#52)
     assert lines[3] == "  and 3 argument(s) the tool does not declare:"
     assert lines[4] == '  header: "Bearer ${API_TOKEN}"'
     assert lines[5] == "  key: <a GitHub token, not shown>"
