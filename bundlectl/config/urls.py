@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import ipaddress
 import urllib.parse
-import urllib.request
-from typing import IO, Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # urllib.request costs ~10 ms (http.client, email): only to fetch
+    import urllib.request
 
 HINT = "use https://, or plain http:// to 127.0.0.1, [::1] or localhost only"
 
@@ -58,27 +60,35 @@ def checked(url: str, what: str = "the URL") -> str:
     return url
 
 
-class _Redirects(urllib.request.HTTPRedirectHandler):
-    """Follows a redirect only to a URL the rule allows."""
-
-    def redirect_request(  # noqa: PLR0917 - urllib's signature
-        self,
-        req: urllib.request.Request,
-        fp: IO[bytes],
-        code: int,
-        msg: str,
-        headers: Any,
-        newurl: str,
-    ) -> urllib.request.Request | None:
-        checked(newurl, "a redirect to")
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
-_OPENER = urllib.request.build_opener(_Redirects())
-
-
 def fetch(request: urllib.request.Request, timeout: float) -> Any:
     """`urllib.request.urlopen`, for a URL the rule allows, following only redirects it
     allows (RefusedUrl otherwise)."""
     checked(request.full_url)
-    return _OPENER.open(request, timeout=timeout)
+    return _opener().open(request, timeout=timeout)
+
+
+_OPENERS: list[Any] = []
+
+
+def _opener() -> Any:
+    """An opener whose redirects obey the rule (made once, when first needed)."""
+    if not _OPENERS:
+        import urllib.request  # noqa: PLC0415
+
+        class Redirects(urllib.request.HTTPRedirectHandler):
+            """Follows a redirect only to a URL the rule allows."""
+
+            def redirect_request(  # noqa: PLR0917 - urllib's signature
+                self,
+                req: urllib.request.Request,
+                fp: Any,
+                code: int,
+                msg: str,
+                headers: Any,
+                newurl: str,
+            ) -> urllib.request.Request | None:
+                checked(newurl, "a redirect to")
+                return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+        _OPENERS.append(urllib.request.build_opener(Redirects()))
+    return _OPENERS[0]
