@@ -370,32 +370,42 @@ def _list_page() -> tuple[str, str]:
 # The list, refreshed every second: every value set as text, never as markup.
 _LIST_SCRIPT = """
 const rows = document.getElementById('rows'), note = document.getElementById('note');
-function cell(tr, text, cls) {
-  const td = document.createElement('td'); td.textContent = text;
-  if (cls) td.className = cls; tr.appendChild(td); return td;
+const shown = new Map();  // request id -> its row, kept: a refresh updates it in place
+function set(td, text, cls) {
+  if (td.textContent !== text) td.textContent = text;
+  if (cls !== undefined && td.className !== cls) td.className = cls;
+}
+function row(a) {
+  let tr = shown.get(a.id);
+  if (!tr) {
+    tr = document.createElement('tr'); tr.dataset.id = a.id;
+    for (let i = 0; i < 5; i++) tr.appendChild(document.createElement('td'));
+    const link = document.createElement('a');
+    link.href = '/approvals/' + encodeURIComponent(a.id);
+    tr.children[1].appendChild(link);
+    shown.set(a.id, tr);
+  }
+  const cells = tr.children;
+  set(cells[0], a.agent); set(cells[1].firstChild, a.tool);
+  set(cells[2], a.rule, 'muted'); set(cells[3], a.age);
+  let status = a.status;
+  if (a.status === 'pending') status += ' (expires in ' + a.expires + ')';
+  else if (a.decided_by) status += ' by ' + a.decided_by + (a.reason ? ': ' + a.reason : '');
+  set(cells[4], status, a.status);
+  return tr;
 }
 async function refresh() {
   try {
     const got = await fetch('/approvals/requests.json', {cache: 'no-store'});
     if (!got.ok) { note.textContent = 'Signed out or unavailable: ' + got.status; return; }
-    const data = await got.json(), body = document.createDocumentFragment();
-    let waiting = 0;
-    for (const a of data.approvals) {
-      const tr = document.createElement('tr'); tr.dataset.id = a.id;
-      cell(tr, a.agent);
-      const tool = cell(tr, ''), link = document.createElement('a');
-      link.href = '/approvals/' + encodeURIComponent(a.id); link.textContent = a.tool;
-      tool.appendChild(link);
-      cell(tr, a.rule, 'muted'); cell(tr, a.age);
-      let status = a.status;
-      if (a.status === 'pending') { waiting++; status += ' (expires in ' + a.expires + ')'; }
-      else if (a.decided_by) {
-        status += ' by ' + a.decided_by + (a.reason ? ': ' + a.reason : '');
-      }
-      cell(tr, status, a.status);
-      body.appendChild(tr);
+    const data = await got.json(), now = data.approvals.map(row);
+    const ids = new Set(data.approvals.map(a => a.id));
+    for (const id of [...shown.keys()]) {
+      if (!ids.has(id)) { shown.get(id).remove(); shown.delete(id); }
     }
-    rows.replaceChildren(body);
+    // Rows are moved only when the order changed: a row a person is about to click stays.
+    if (now.some((tr, i) => rows.children[i] !== tr)) rows.replaceChildren(...now);
+    const waiting = data.approvals.filter(a => a.status === 'pending').length;
     note.textContent = waiting ? waiting + ' call(s) waiting' : 'No calls are waiting.';
   } catch (e) { note.textContent = 'Cannot reach the gateway: ' + e; }
 }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
@@ -144,22 +143,38 @@ def test_targets(resolution: Any) -> None:
 # --- one sequence for every front door ------------------------------------------------------
 
 SAME_CALLS: list[tuple[str, dict[str, Any]]] = [
-    ("kitchen.echo", {"text": "hi"}),  # allowed: ok
+    ("kitchen.echo", {"text": "hi"}),  # allowed under its condition: ok
+    ("kitchen.echo", {"text": "bye"}),  # its condition does not hold: denied, nothing starts
     ("kitchen.fail", {"message": "no"}),  # allowed: the tool reports an error
-    ("kitchen.echo", {"text": 5}),  # allowed, invalid arguments: nothing is sent
-    ("kitchen.add", {"a": 1, "b": 2}),  # denied: nothing starts
+    ("kitchen.fail", {"message": 5}),  # allowed, invalid arguments: nothing is sent
+    ("kitchen.people", {}),  # allowed, the quota's one call
+    ("kitchen.people", {}),  # over the quota: refused before anything is sent
+    ("kitchen.add", {"a": 1, "b": 2}),  # an ask only an approver answers: held
+    ("kitchen.media", {}),  # denied: nothing starts
 ]
 EXPECTED = [
     ("kitchen", "echo", "allow", "ok"),
+    ("kitchen", "echo", "deny", "denied"),
     ("kitchen", "fail", "allow", "tool-error"),
-    ("kitchen", "echo", "allow", "invalid-call"),
-    ("kitchen", "add", "deny", "denied"),
+    ("kitchen", "fail", "allow", "invalid-call"),
+    ("kitchen", "people", "allow", "ok"),
+    ("kitchen", "people", "allow", "over-limit"),
+    ("kitchen", "add", "ask", "approval-requested"),
+    ("kitchen", "media", "deny", "denied"),
 ]
+# Which calls' arguments are digested (the calls let through: the held one's record is its
+# approval request's), which are admitted (a `pending` record their outcome completes), and
+# which answer without an error.
+DIGESTED = [True, False, True, True, True, False, False, False]
+ADMITTED = [True, False, True, True, True, False, False, False]
+ANSWERED = [True, False, False, False, True, False, False, False]
+TOKEN = "agent-" + "t" * 30
 
 
 @pytest.fixture
-def same_project(project: Path) -> Path:
+def same_project(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     kitchen = TEST_SERVERS / "kitchen.py"
+    monkeypatch.setenv("AGENT_TOKEN", TOKEN)
     write(
         project / "bundlectl.yaml",
         f"""
@@ -167,8 +182,16 @@ def same_project(project: Path) -> Path:
         servers:
           kitchen: {{command: {sys.executable}, args: ["{kitchen}"]}}
         agents:
-          agent: {{allow: [kitchen.echo, kitchen.fail]}}
-        policy: {{default: deny}}
+          agent:
+            token: "${{AGENT_TOKEN}}"
+            allow:
+              - {{tool: kitchen.echo, args: {{text: "h*"}}}}
+              - kitchen.fail
+              - kitchen.people
+            ask: [{{tool: kitchen.add, approve: out-of-band}}]
+        limits:
+          - {{agents: [agent], tools: [kitchen.people], calls: 1, per: 1h}}
+        policy: {{default: deny, approvals: {{ttl: 10m}}}}
         """,
     )
     return project
@@ -192,38 +215,68 @@ def digests(home: Path) -> list[Any]:
     return [row[4] for row in audited(home)]
 
 
-def test_every_front_door_records_the_same_calls_alike(
+def test_every_front_door_decides_records_and_answers_alike(
     same_project: Path, isolated_home: Path, run: Run, tmp_path: Path
 ) -> None:
-    """exec, exec --batch, code mode, and the gateway's SDK path and express lane run one
-    sequence (admit → perform → finish): the same calls leave the same audit records."""
+    """#53: exec, exec --batch, code mode, and `serve` over stdio (the SDK path and the express
+    lane) and over HTTP (sessions, and --stateless) run one sequence (judge → admission →
+    perform → finish): allowed, conditional, failing, invalid, over-quota, held and denied
+    calls leave the same audit records and the same answers on every door. A door that skips
+    a step (admits before it judges, or charges the quota after the arguments are refused)
+    shows here."""
     import anyio
     from mcp import StdioServerParameters
 
     from bundlectl import client
     from tests.gateway.test_gateway import connected
+    from tests.gateway.test_gateway_http import client as http_client
+    from tests.gateway.test_gateway_http import gateway
 
-    log = isolated_home / "state" / "audit.jsonl"
+    state = isolated_home / "state"
     doors: dict[str, list[tuple[Any, ...]]] = {}
+    answers: dict[str, list[tuple[bool, str]]] = {}
 
-    def take(door: str) -> None:
-        doors[door] = audited(isolated_home)
-        log.unlink()
+    def take(door: str, answered: list[tuple[bool, str]]) -> None:
+        doors[door], answers[door] = audited(isolated_home), answered
+        (state / "audit.jsonl").unlink()
+        for store in state.glob("state.sqlite3*"):  # the quota's count and the held call afresh
+            store.unlink()
 
+    answered = []
     for name, arguments in SAME_CALLS:
-        run("exec", "-a", "agent", name, "--args", json.dumps(arguments))
-    take("exec")
+        done = run("exec", "-a", "agent", "--no-wait", "--format", "json", name, "--args",
+                   json.dumps(arguments))  # fmt: skip
+        said = json.loads(done.out)["result"] if done.code == 0 else None
+        answered.append((done.code == 0, _text(said)))
+    take("exec", answered)
 
     batch = tmp_path / "calls.jsonl"
     lines = [{"agent": "agent", "tool": n, "arguments": a} for n, a in SAME_CALLS]
     batch.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-    run("exec", "--batch", str(batch))
-    take("batch")
+    results = [json.loads(line) for line in run("exec", "--batch", str(batch)).lines]
+    answered = [
+        ("error" not in r and not r["result"]["isError"], _text(r.get("result"))) for r in results
+    ]
+    take("batch", answered)
 
+    answered = []
     for name, arguments in SAME_CALLS:
-        with contextlib.suppress(client.ToolFailed, client.ToolDenied):
-            client.call_tool(name, arguments, agent="agent")
-    take("code mode")
+        try:
+            value = client.call_tool(name, arguments, agent="agent")
+        except (client.ToolFailed, client.ToolDenied):
+            answered.append((False, ""))
+            continue
+        answered.append((True, value if isinstance(value, str) else json.dumps(value)))
+    take("code mode", answered)
+
+    async def rounds(session: Any, count: int) -> list[tuple[bool, str]]:
+        said = []
+        for _ in range(count):
+            for name, arguments in SAME_CALLS:
+                result = await session.call_tool(name.replace(".", "__"), arguments)
+                text = _text(result.model_dump(mode="json", by_alias=True))
+                said.append((not result.is_error, text if not result.is_error else ""))
+        return said
 
     params = StdioServerParameters(
         command=sys.executable,
@@ -232,100 +285,51 @@ def test_every_front_door_records_the_same_calls_alike(
         env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
     )
 
-    async def through_the_gateway() -> None:
+    async def over_stdio() -> list[tuple[bool, str]]:
         async with connected(params) as session:
-            # First round: the first call starts the server (the SDK path), the rest find it warm
-            # (the express lane); second round: all warm.
-            for _ in range(2):
-                for name, arguments in SAME_CALLS:
-                    await session.call_tool(name.replace(".", "__"), arguments)
+            # The first round starts the server (the SDK path) and finds it warm (the lane)
+            return await rounds(session, 1)
 
-    anyio.run(through_the_gateway)
-    both = audited(isolated_home)
-    doors["serve, first round"], doors["serve, second round"] = both[:4], both[4:]
+    take("serve over stdio", anyio.run(over_stdio))
 
-    # A batch decides every line before it calls anything: its denial comes first.
-    doors["batch"] = doors["batch"][1:] + doors["batch"][:1]
+    for door, options in (("serve over HTTP", ()), ("serve --stateless", ("--stateless",))):
+        with gateway(same_project, *options, home=isolated_home) as (url, _):
+
+            async def over_http(url: str = url) -> list[tuple[bool, str]]:
+                async with http_client(url, TOKEN) as session:
+                    return await rounds(session, 1)
+
+            take(door, anyio.run(over_http))
+
+    # A batch decides every line before it calls anything: its refusals come first.
+    refused_first = [1, 5, 6, 7]
+    order = refused_first + [i for i in range(len(SAME_CALLS)) if i not in refused_first]
+    doors["batch"] = [doors["batch"][order.index(i)] for i in range(len(SAME_CALLS))]
     for door, rows in doors.items():
         assert [row[:4] for row in rows] == EXPECTED, door
-        # The arguments as the agent sent them are digested, for an allowed call only.
-        assert [row[4] is not None for row in rows] == [True, True, True, False], door
-        # An allowed call is admitted before its arguments are checked, on every path.
-        assert [row[5] for row in rows] == [True, True, True, False], door
+        assert [row[4] is not None for row in rows] == DIGESTED, door
+        assert [row[5] for row in rows] == ADMITTED, door
+        assert [ok for ok, _ in answers[door]] == ANSWERED, door
     assert len({tuple(rows) for rows in doors.values()}) == 1, doors
+    same = {door: [(ok, _canonical(text)) for ok, text in said] for door, said in answers.items()}
+    for door, said in same.items():
+        assert said == same["exec"], door
 
 
-def test_the_question_shows_the_arguments_with_secrets_hidden(
-    project: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """#24 item 6: a person confirming an `ask` rule sees what the call would do: each argument,
-    long values cut, a secret variable's value as its `${NAME}`, a token-shaped value hidden,
-    control characters escaped."""
-    shown: list[str] = []
-
-    async def confirm(pipeline: Pipeline, decision: Decision, arguments: Any) -> bool:
-        shown.append(pipeline.shown.question(decision, arguments))
-        return True
-
-    write(  # a server takes a secret from the environment: its value is never shown
-        project / "bundlectl.yaml",
-        """
-        version: 1
-        bundles: [basic]
-        servers:
-          api: {command: x, env: {API_TOKEN: "${API_TOKEN}"}, tools: []}
-        agents:
-          writer: {ask: [files.write_file]}
-        policy: {default: deny}
-        """,
-    )
-    monkeypatch.setenv("API_TOKEN", "tok-123456")
-    pipeline = Pipeline(resolve_project(load_project()), Recorded(), confirm)
-    arguments = {
-        "path": "notes/x.txt",
-        "content": "line one\x1b[2J\u2028\u202eline two " + "x" * 300,
-        "header": "Bearer tok-123456",
-        "key": "ghp_" + "a" * 36,
-        "count": 3,
-    }
-    assert pipeline.decide("writer", "files", "write_file", arguments).effect == "ask"
-    [question] = shown
-    lines = question.splitlines()
-    assert lines[0].startswith("agent 'writer' wants to call files.write_file (")
-    assert lines[0].endswith(" with:")
-    assert lines[1] == '  path: "notes/x.txt"'
-    assert lines[2].startswith('  content: "line one\\u001b[2J\\u2028\\u202eline two xxx')
-    assert lines[2].endswith("… (323 characters)") and len(lines[2]) < 150
-    assert question.count("\n") == 6  # the separator broke no line (#52)
-    assert lines[3] == "  and 3 argument(s) the tool does not declare:"
-    assert lines[4] == '  header: "Bearer ${API_TOKEN}"'
-    assert lines[5] == "  key: <a GitHub token, not shown>"
-    assert lines[6] == "  count: 3"
-    assert "tok-123456" not in question and "aaaa" not in question
+def _canonical(text: str) -> str:
+    """JSON as one canonical line (exec prints it indented), other text as it is."""
+    try:
+        return json.dumps(json.loads(text), sort_keys=True)
+    except ValueError:
+        return text
 
 
-def test_filler_arguments_cannot_hide_the_one_that_matters(resolution: Any) -> None:
-    """Twenty filler arguments before `path` showed only the fillers and "… and 2 more": the
-    person approved a write to src/backdoor.py. Declared arguments come first, all of them."""
-    pipeline = Pipeline(resolution, Recorded(), None)
-    decision = pipeline.judge("writer", "files", "write_file", interactive=True)
-    arguments = {f"filler{i:02}": "x" for i in range(40)}
-    arguments |= {"path": "src/backdoor.py", "content": "evil"}
-    lines = pipeline.shown.question(decision, arguments).splitlines()
-    assert lines[1:4] == [
-        '  path: "src/backdoor.py"',
-        '  content: "evil"',
-        "  and 40 argument(s) the tool does not declare, the first 20:",
-    ]
-    assert len(lines) == 24
-    # without a schema to tell them apart, every argument up to a hundred, and the count first
-    unknown = pipeline.shown.question(decision, {f"a{i}": i for i in range(150)}, schema={})
-    assert "(150 arguments, the first 100 shown)" in unknown.splitlines()[0]
-
-
-def test_the_builtin_servers_refuse_undeclared_arguments(project: Path, run: Run) -> None:
-    run("init")
-    (project / "a.txt").write_text("hi")
-    extra = run("exec", "-a", "reader", "files.read_file", "path=a.txt", "extra=1")
-    assert extra.code == 4 and "files.read_file takes no argument 'extra'" in extra.err
-    assert run("exec", "-a", "reader", "files.read_file", "path=a.txt").out == "hi\n"
+def _text(result: Any) -> str:
+    """What a successful result gives code mode's caller, whichever door it came through: its
+    structured content (as JSON) when it has any, else its text blocks."""
+    if not isinstance(result, dict) or result.get("isError"):
+        return ""
+    structured = result.get("structuredContent")
+    if structured is not None:
+        return json.dumps(structured)
+    return "\n".join(b["text"] for b in result.get("content", []) if b.get("type") == "text")

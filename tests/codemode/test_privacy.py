@@ -73,6 +73,7 @@ def test_numbers_found_where_logs_and_tables_put_them() -> None:
     assert tokens.text("again: 6502530000, x6502530000") == "again: [PHONE_2], x6502530000"
 
 
+@pytest.mark.no_cover  # 9,000 parses traced took 43 s of a loaded suite; the unit tests cover
 def test_phone_numbers_decided_as_phonenumbers_decides() -> None:
     """Most numbers are decided from phonenumbers' metadata without parsing them: the answer
     must be the library's own, for every country calling code, national prefixes, brackets,
@@ -82,7 +83,7 @@ def test_phone_numbers_decided_as_phonenumbers_decides() -> None:
     chooser = random.Random(7)
     codes = sorted(phonenumbers.COUNTRY_CODE_TO_REGION_CODE)
     samples = []
-    for _ in range(3000):
+    for _ in range(1200):  # 3,600 numbers: 9,000 took 12 s of the suite, untraced
         digits = "".join(chooser.choice("0123456789") for _ in range(chooser.randint(5, 12)))
         a, b, c = chooser.randint(100, 999), chooser.randint(100, 999), chooser.randint(0, 9999)
         samples += [
