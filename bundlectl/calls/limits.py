@@ -4,7 +4,9 @@ Windows are fixed: a limit `per: 1h` counts from each whole hour since 1970 (UTC
 so every process and replica that shares the state store counts the same window, and "resets
 at" is one moment for everyone. Each agent has its own count per limit. Only calls the policy
 let through are counted, once each, when they are let through (before anything starts); a call
-over any limit that covers it is refused then, and no limit counts it.
+over any limit that covers it is refused then, and no limit counts it. An `ask` is checked
+against its limits before a person is asked to approve it (`check`), and a call refused for
+its arguments before anything was sent gets its count back (`Store.refund`).
 """
 
 from __future__ import annotations
@@ -98,17 +100,39 @@ class Limits:
 
     def charge(
         self, store: Store, agent: str, server: str, tool: str, spec: ToolSpec | None
+    ) -> list[Counter]:
+        """Count the call against every limit that covers it, or refuse it (LimitReached):
+        the counters it was counted on (for a `refund`)."""
+        covering = self.covering(agent, server, tool, spec)
+        if not covering:
+            return []
+        now = time.time()
+        counters = [limit.counter(self.project, agent, now) for limit in covering]
+        full = store.charge(counters)
+        if full is None:
+            return counters
+        raise self._refusal(covering[counters.index(full)], full, agent, f"{server}.{tool}", now)
+
+    def check(
+        self, store: Store, agent: str, server: str, tool: str, spec: ToolSpec | None
     ) -> None:
-        """Count the call against every limit that covers it, or refuse it (LimitReached)."""
+        """Refuse a call that a limit would refuse now (LimitReached), counting nothing: what
+        is asked before a person is asked to approve it."""
         covering = self.covering(agent, server, tool, spec)
         if not covering:
             return
         now = time.time()
         counters = [limit.counter(self.project, agent, now) for limit in covering]
-        full = store.charge(counters)
-        if full is None:
-            return
-        limit = covering[counters.index(full)]
+        used = store.usage([c.key for c in counters], now)
+        for limit, counter in zip(covering, counters, strict=True):
+            if used.get(counter.key, 0) >= counter.limit:
+                raise self._refusal(limit, counter, agent, f"{server}.{tool}", now)
+
+    @staticmethod
+    def _refusal(
+        limit: Limit, full: Counter, agent: str, qualified: str, now: float
+    ) -> LimitReached:
+        server, tool = qualified.split(".", 1)
         resets = time.strftime("%H:%M:%S UTC", time.gmtime(full.ends))
         refusal = LimitReached(
             f"agent {agent!r} may not call {server}.{tool} now: {limit.describe()}, all used "
@@ -117,4 +141,4 @@ class Limits:
             hint="`bundlectl limits status` shows every limit's use",
         )
         refusal.limit = f"limits[{limit.index}]"
-        raise refusal
+        return refusal

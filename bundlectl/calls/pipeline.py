@@ -45,7 +45,7 @@ from bundlectl.output import err
 from bundlectl.policy.conditions import non_finite, unencodable
 from bundlectl.policy.rules import Decision
 from bundlectl.resolve.resolved import Resolution
-from bundlectl.state import StateError, Store, open_store
+from bundlectl.state import Counter, StateError, Store, open_store
 from bundlectl.suggest import tool_suggestions
 
 if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowed the call
@@ -108,6 +108,9 @@ class Pipeline:
     _limits: Limits | None = field(default=None, repr=False)  # compiled once per loaded config
     _shown: Shown | None = field(default=None, repr=False)
     _store: Store | None = field(default=None, repr=False)  # opened when first needed
+    # The quota counters each admitted call was counted on, by call id, until it finishes: a
+    # call refused for its arguments before anything was sent gets its count back.
+    _charged: dict[str, list[Counter]] = field(default_factory=dict, repr=False)
     # An approver's answer is waited for (`exec` on a terminal), else the caller gets the id.
     wait_for_approver: bool = False
 
@@ -209,6 +212,7 @@ class Pipeline:
         elif decision.effect == "ask" and confirm is None:
             confirm = self.out_of_band(bound=bound)  # held for an approver, when approvals are on
         if decision.effect == "ask" and confirm is not None:
+            self.check_limits(decision)  # over a quota: refused before anyone is asked
             answer = await confirm(self, decision, arguments)
         if isinstance(answer, Deferred):
             return answer
@@ -269,8 +273,11 @@ class Pipeline:
         if decision.effect == "ask" and not answer:
             self.record(decision, "denied-by-user", 0.0, None)
             raise Declined(f"{qualified} was not confirmed; nothing was started")
-        self.charge(decision)
-        return self.start(decision)
+        charged = self.charge(decision)
+        started = self.start(decision)
+        if charged and started.call is not None:
+            self._charged[started.call] = charged
+        return started
 
     @property
     def limits(self) -> Limits:
@@ -297,15 +304,33 @@ class Pipeline:
         state = self.resolution.project.config.state
         return open_store(state.url if state is not None else None)
 
-    def charge(self, decision: Decision) -> None:
-        """Count the let-through call against the quotas that cover it, or refuse it: over a
-        limit (`LimitReached`), or no state store to count in (`StateError`: fail closed);
-        either refusal audited."""
+    def check_limits(self, decision: Decision) -> None:
+        """Refuse (audited) a call a quota would refuse now, counting nothing: an `ask` is
+        refused before a person is asked to approve a call that could not run anyway."""
         if not self.limits:
             return
         spec = self.resolution.catalog.spec(decision.server, decision.tool)
         try:
-            self.limits.charge(self.store(), decision.agent, decision.server, decision.tool, spec)
+            self.limits.check(self.store(), decision.agent, decision.server, decision.tool, spec)
+        except PolicyDenied as exc:
+            self.record(decision, "over-limit", 0.0, None)
+            metrics.over_limit(decision.agent, getattr(exc, "limit", ""))
+            raise
+        except StateError:
+            self.record(decision, "state-error", 0.0, None)
+            raise
+
+    def charge(self, decision: Decision) -> list[Counter]:
+        """Count the let-through call against the quotas that cover it, or refuse it: over a
+        limit (`LimitReached`), or no state store to count in (`StateError`: fail closed);
+        either refusal audited. The counters it was counted on."""
+        if not self.limits:
+            return []
+        spec = self.resolution.catalog.spec(decision.server, decision.tool)
+        try:
+            return self.limits.charge(
+                self.store(), decision.agent, decision.server, decision.tool, spec
+            )
         except PolicyDenied as exc:
             self.record(decision, "over-limit", 0.0, None)
             metrics.over_limit(decision.agent, getattr(exc, "limit", ""))
@@ -396,6 +421,12 @@ class Pipeline:
         tool_error = result is not None and result.is_error
         done = outcome_of(error, tool_error=tool_error)
         self.record(outcome.request.decision, done, outcome.duration_ms, outcome.arguments)
+        charged = self._charged.pop(outcome.request.decision.call or "", None)
+        if charged and done == "invalid-call":  # refused before anything was sent
+            try:
+                self.store().refund(charged)
+            except StateError as exc:
+                err(f"warning: {exc.message}")
         if isinstance(error, ServerCrashed):
             return After.CRASHED
         if isinstance(error, ServerError):

@@ -135,6 +135,11 @@ class Store(Protocol):
         """The calls counted so far in the current window of each key (absent: none)."""
         ...
 
+    def refund(self, counters: list[Counter]) -> None:
+        """Take back one count of each counter whose window is not over (a call counted when
+        it was let through, then refused for its arguments before anything was sent)."""
+        ...
+
 
 class TokenStore(Protocol):
     """Where replicas share the privacy token maps of agents (`codemode.tokens`): Redis."""

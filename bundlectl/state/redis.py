@@ -98,6 +98,14 @@ return 0
 """
 
 
+_REFUND = """
+for i, key in ipairs(KEYS) do
+  if tonumber(redis.call('GET', key) or '0') > 0 then redis.call('DECR', key) end
+end
+return 0
+"""
+
+
 _TOKEN = """
 local token = redis.call('HGET', KEYS[1], ARGV[1])
 if not token then
@@ -287,6 +295,10 @@ class RedisStore:
             args += [counter.limit, int(counter.ends * 1000)]
         full = int(self._run("charge", _CHARGE, keys, args))
         return counters[full - 1] if full else None
+
+    def refund(self, counters: list[Counter]) -> None:
+        if counters:  # an expired key is gone: nothing to take back there
+            self._run("refund", _REFUND, [PREFIX + "count:" + c.key for c in counters], [])
 
     def usage(self, keys: list[str], now: float) -> dict[str, int]:
         if not keys:

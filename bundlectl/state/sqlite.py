@@ -241,6 +241,18 @@ class SqliteStore:
                 self._swept = now
         return None
 
+    def refund(self, counters: list[Counter]) -> None:
+        if not counters:
+            return
+        now = time.time()
+        with self._transaction() as db:
+            for counter in counters:
+                db.execute(
+                    "UPDATE counters SET count = count - 1 "
+                    "WHERE key = ? AND count > 0 AND ends > ?",
+                    (counter.key, now),
+                )
+
     def usage(self, keys: list[str], now: float) -> dict[str, int]:
         if not keys:
             return {}

@@ -152,3 +152,36 @@ def test_the_gateway_counts_every_call_and_tells_the_agent(project: Path, tmp_pa
     [said] = texts(third)
     assert "may not call kitchen.echo now: limits[0]: 2 call(s) of kitchen.echo per 1h" in said
     assert "resets at" in said
+
+
+def test_a_quota_is_checked_before_approvers_and_an_invalid_call_uses_none(
+    project: Path, run: Run, isolated_home: Path
+) -> None:
+    """#54 item 5: approvers were asked (and `approvals approve` promised "may call ... for
+    1h") for a call the quota then refused; and a call refused for its arguments before
+    anything was sent still used up a call of the quota."""
+    write(
+        project / "bundlectl.yaml",
+        """
+        version: 1
+        bundles: [basic]
+        agents:
+          writer:
+            allow: [files.read_file]
+            ask: [{tool: files.write_file, approve: out-of-band}]
+        limits:
+          - {agents: [writer], tools: [files.read_file, files.write_file], calls: 1, per: 1h}
+        policy: {default: deny, approvals: {ttl: 10m}}
+        """,
+    )
+    (project / "a.txt").write_text("hello")
+    invalid = run("exec", "-a", "writer", "files.read_file", "--args", '{"path": 5}')
+    assert invalid.code == 4, invalid.err
+    assert run("exec", "-a", "writer", "files.read_file", "path=a.txt").code == 0  # not used up
+    held = run("exec", "-a", "writer", "--no-wait", "files.write_file", "path=b", "content=x")
+    assert held.code == 3, held.err  # over the quota: refused, no approver asked
+    assert "limits[0]: 1 call(s)" in held.err
+    listed = json.loads(run("approvals", "list", "--all", "--format", "json").out)
+    assert listed["approvals"] == []
+    outcomes = [r["outcome"] for r in audit_records(isolated_home / "state" / "audit.jsonl")]
+    assert outcomes == ["invalid-call", "ok", "over-limit"]

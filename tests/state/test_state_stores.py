@@ -344,3 +344,17 @@ def test_a_shared_token_is_never_given_to_a_second_value(redis_url: str) -> None
     assert one.value_of("[EMAIL_1]") is None  # expired
     assert one.token_for("EMAIL", "bob@example.com") == "[EMAIL_2]"  # not [EMAIL_1] again
     assert db.ttl(db.keys("bundlectl:tokens:*:index")[0]) > 0  # kept a while after its use
+
+
+def test_a_refund_takes_back_one_count_and_never_goes_below_zero(store_factory: Any) -> None:
+    """#54 item 5: a call refused for its arguments gets its quota count back."""
+    store: Store = store_factory()
+    counter = Counter(f"refund-{time.time_ns()}", 2, time.time() + 60)
+    assert store.charge([counter]) is None and store.charge([counter]) is None
+    assert store.charge([counter]) == counter  # full
+    store_factory().refund([counter])
+    assert store.usage([counter.key], time.time()) == {counter.key: 1}
+    assert store.charge([counter]) is None  # the refunded call's place
+    for _ in range(3):
+        store.refund([counter])
+    assert store.usage([counter.key], time.time()).get(counter.key, 0) == 0
