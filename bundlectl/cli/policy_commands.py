@@ -174,7 +174,7 @@ def audit_verify(
 ) -> int:
     """Check the hash chain (and with --key the seals); the first bad record is named by line.
 
-    Exit 1 names the first record that breaks the chain or a seal."""
+    With --key, a sealed log's past epochs cannot be rewritten unnoticed (docs/security.md)."""
     from bundlectl.cli.commands import audit as cmd
 
     return cmd.verify(file, fmt=fmt, key=key)
@@ -203,8 +203,7 @@ def audit_seal(
 ) -> int:
     """Seal the audit log forward-securely (--init), or seal it now.
 
-    Once an epoch, writers append a seal made with that epoch's key and evolve the key one
-    way: whoever reads the current key cannot rewrite an earlier epoch unnoticed."""
+    Each epoch ends with a seal; the key evolves one way (see docs/security.md)."""
     from bundlectl.cli.commands import audit as cmd
 
     return cmd.seal(file, init=init, every=every)

@@ -130,7 +130,9 @@ def lock(
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
-    """Re-resolve and write bundlectl.lock (pins kept unless --upgrade)."""
+    """Re-resolve and write bundlectl.lock (pins kept unless --upgrade).
+
+    Its policy digest covers the rules, policy.*, and who may act as each agent (docs/config.md)."""
     from bundlectl.cli.commands import install as cmd
 
     _registry_timeout(timeout)

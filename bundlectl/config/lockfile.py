@@ -34,7 +34,10 @@ def dump_lock(lock: LockFile) -> str:
     (pure Python or libyaml) happens to be installed, and because it is 20x faster on big locks.
     """
     lines = [HEADER.rstrip("\n")]
-    _emit(_sorted(lock.model_dump(mode="json")), 0, lines)
+    data = lock.model_dump(mode="json")
+    if not data["identities"]:  # a project without identities keeps the lock it always had
+        del data["identities"]
+    _emit(_sorted(data), 0, lines)
     return "\n".join(lines) + "\n"
 
 
@@ -180,9 +183,22 @@ def _policy_change(old: LockFile, new: LockFile) -> str:
         for name in set(old.agents) | set(new.agents)
         if old.agents.get(name) != new.agents.get(name)
     )
-    if not agents:
+    identities = sorted(
+        name
+        for name in set(old.identities) | set(new.identities)
+        if old.identities.get(name) != new.identities.get(name)
+    )
+    said = []
+    if agents:
+        said.append("policy changed: agents " + ", ".join(agents))
+    for name in identities:
+        if name == "gateway.auth":
+            said.append("gateway.auth changed: which tokens are accepted, and as whom")
+        else:
+            said.append(f"who may act as {name} changed (its match: or token)")
+    if not said:
         return "policy changed: policy.default, policy.deny or policy.pin_tools"
-    return "policy changed: agents " + ", ".join(agents)
+    return "; ".join(said)
 
 
 def describe_drift(old: LockFile | None, new: LockFile) -> list[str]:

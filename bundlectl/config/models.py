@@ -343,12 +343,18 @@ class LockFile(StrictModel):
     policy_digest: str | None = Field(
         default=None,
         description="sha256 of the effective policy (every agent's rules after extends, bundle "
-        "agent defaults and policy.*); audit records carry it. Absent in locks written before "
-        "bundlectl recorded the policy.",
+        "agent defaults and policy.*, and who may act as each agent: `identities`); audit "
+        "records carry it. Absent in locks written before bundlectl recorded the policy.",
     )
     agents: dict[str, str] = Field(
         default_factory=empty_dict,
         description="sha256 of each agent's effective allow/ask/deny rules, by agent name.",
+    )
+    identities: dict[str, str] = Field(
+        default_factory=empty_dict,
+        description="sha256 of who may act as each agent (its match: and its token's "
+        "reference, never a value), by agent name, and of gateway.auth; part of the policy "
+        "digest.",
     )
     bundles: dict[str, LockedBundle] = Field(
         default_factory=empty_dict, description="Resolved bundles by name."

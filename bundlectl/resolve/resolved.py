@@ -232,11 +232,41 @@ def inputs_digest(config: ProjectConfig) -> str:
     return digest_json(data)
 
 
-def policy_digests(policy: PolicySet) -> tuple[str, dict[str, str]]:
-    """The policy digest (SPEC 6) and the digest of each agent's effective rules."""
+def policy_digests(
+    policy: PolicySet, identities: dict[str, str] | None = None
+) -> tuple[str, dict[str, str]]:
+    """The policy digest (SPEC 6) and the digest of each agent's effective rules. `identities`
+    (`identity_digests`): who may act as which agent, part of the policy (SPEC 17); a project
+    without any keeps the digest it always had."""
     settings, agents = canonical_policy(policy)
     per_agent = {name: digest_json(rules) for name, rules in agents.items()}
-    return digest_json({"settings": settings, "agents": per_agent}), per_agent
+    whole: dict[str, object] = {"settings": settings, "agents": per_agent}
+    if identities:
+        whole["identities"] = identities
+    return digest_json(whole), per_agent
+
+
+GATEWAY_AUTH = "gateway.auth"  # the identities' entry of the gateway's own settings
+
+
+def identity_digests(config: ProjectConfig) -> dict[str, str]:
+    """Who may act as whom, digested (#54): per agent its `match:` and its token's reference
+    (the variable's name, never a value), and `gateway.auth` (issuers, audiences, algorithms,
+    `unmatched`) — so a pull request that widens who maps to an agent changes the policy digest
+    and fails `lock --check`."""
+    found: dict[str, str] = {}
+    for name, rules in sorted(config.agents.items()):
+        if rules.match is None and rules.token is None:
+            continue
+        match = {
+            claim: sorted(globs) if isinstance(globs, list) else [globs]
+            for claim, globs in sorted((rules.match or {}).items())
+        }
+        found[name] = digest_json({"match": match, "token": rules.token})
+    auth = config.gateway.auth
+    if auth is not None:
+        found[GATEWAY_AUTH] = digest_json(auth.model_dump(mode="json"))
+    return found
 
 
 # Not part of a server's locked digest: its tools are digested one by one, and `concurrency` is
@@ -271,12 +301,14 @@ def build_lock(config: ProjectConfig, merged: Merged, policy: PolicySet) -> Lock
             ),
             tools=tools,
         )
-    policy_digest, agents = policy_digests(policy)
+    identities = identity_digests(config)
+    policy_digest, agents = policy_digests(policy, identities)
     return LockFile(
         format_version=1,
         inputs_digest=inputs_digest(config),
         policy_digest=policy_digest,
         agents=agents,
+        identities=identities,
         bundles=dict(sorted(bundles.items())),
         servers=dict(sorted(servers.items())),
     )

@@ -109,3 +109,44 @@ def test_concurrency_and_watch_are_not_part_of_the_lock(project: Path, run: Run)
     assert run("lock", "--check").code == 0
     config.write_text("version: 1\nservers:\n  s: {command: other}\n")
     assert run("lock", "--check").code == 1
+
+
+IDENTITY_CONFIG = """version: 1
+bundles: [basic]
+agents:
+  deployer:
+    match: {groups: [deployers], email: "*@acme.example"}
+    allow: [files.read_file]
+  ci-bot:
+    token: "${CI_TOKEN}"
+    allow: [files.read_file]
+gateway:
+  auth:
+    issuers: [{issuer: "https://id.acme.example", audience: [bundlectl]}]
+policy: {default: deny}
+"""
+
+
+def test_who_may_act_as_an_agent_is_part_of_the_policy(project: Path, run: Run) -> None:
+    """#54 item 3: a PR that made every SSO user a deployer (`groups: ["*"]`), or changed
+    gateway.auth or a token's reference, left lint clean, the lock "up to date" and the policy
+    digest the same."""
+    config = project / "bundlectl.yaml"
+    config.write_text(IDENTITY_CONFIG)
+    assert run("lock").code == 0
+    lock = (project / "bundlectl.lock").read_text()
+    assert "identities:" in lock and "CI_TOKEN" not in lock  # digests, never a reference
+    for old, new, said in [
+        ("groups: [deployers]", 'groups: ["*"]', "who may act as deployer changed"),
+        ("${CI_TOKEN}", "${OTHER_TOKEN}", "who may act as ci-bot changed"),
+        ("audience: [bundlectl]", "audience: [bundlectl, other]", "gateway.auth changed"),
+    ]:
+        config.write_text(IDENTITY_CONFIG.replace(old, new))
+        stale = run("lock", "--check")
+        assert stale.code == 1 and said in stale.out + stale.err, (old, stale.out + stale.err)
+    config.write_text(IDENTITY_CONFIG)
+    assert run("lock", "--check").code == 0
+    assert (project / "bundlectl.lock").read_text() == lock
+    # A project without identities keeps the lock it always had: no `identities:` key.
+    config.write_text("version: 1\nbundles: [basic]\nagents: {r: {allow: [files.read_file]}}\n")
+    assert run("lock").code == 0 and "identities" not in (project / "bundlectl.lock").read_text()
