@@ -13,7 +13,6 @@ the claims: none, or more than one, is a refusal that says so (403), never a gue
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import json
 import time
 import urllib.request
@@ -27,6 +26,7 @@ from bundlectl.config import urls
 from bundlectl.config.models import ProjectConfig
 from bundlectl.config.settings import TokenIssuer
 from bundlectl.mcpio.requests import JsonObject
+from bundlectl.policy.claims import fits
 
 if TYPE_CHECKING:
     from jwt.algorithms import AllowedPublicKeys
@@ -135,7 +135,7 @@ class Verifier:
 
     def _agent(self, claims: JsonObject) -> Verdict:
         subject = str(claims.get("sub") or claims.get("client_id") or "?")
-        found = [name for name, wanted in self.matches.items() if _fits(claims, wanted)]
+        found = [name for name, wanted in self.matches.items() if fits(claims, wanted)]
         if len(found) == 1:
             return Verdict(found[0], 200, subject=subject)
         if not found:
@@ -196,42 +196,3 @@ def _fetch_keys(issuer: TokenIssuer) -> dict[str, AllowedPublicKeys]:
         urls.checked(url, f"the jwks_uri of {issuer.issuer},")  # a URL the metadata hands us
     keys = jwt.PyJWKSet.from_dict(_get_json(url))
     return {str(key.key_id or ""): key.key for key in keys.keys}
-
-
-# Claims that name a mailbox: matched only when the issuer says it verified the address
-# (`email_verified: true`), and only by their exact domain part.
-MAILBOX_CLAIMS = {"email": "email_verified"}
-
-
-def _fits(claims: JsonObject, wanted: dict[str, str | list[str]]) -> bool:
-    """Whether every wanted claim is there and matches one of its globs (a list claim: any of
-    its values)."""
-    for name, patterns in wanted.items():
-        value = claims.get(name)
-        if value is None:
-            return False
-        values = value if isinstance(value, list) else [value]
-        globs = patterns if isinstance(patterns, list) else [patterns]
-        if name in MAILBOX_CLAIMS:
-            if claims.get(MAILBOX_CLAIMS[name]) is not True:
-                return False
-            if not any(_mailbox_fits(v, g) for v in values for g in globs):
-                return False
-        elif not any(fnmatch.fnmatchcase(str(v), g) for v in values for g in globs):
-            return False
-    return True
-
-
-def _mailbox_fits(value: object, pattern: str) -> bool:
-    """`local@domain` against `glob@domain`: one `@` on each side, the local part by the glob,
-    the domain exactly (without case). `*@acme.example` never fits
-    `eve@evil.example#@acme.example`, nor `eve@sub.acme.example`."""
-    if not isinstance(value, str) or value.count("@") != 1:
-        return False
-    local, domain = value.split("@")
-    if not local or not domain or any(c in domain for c in "#/?\\ \t\n"):
-        return False
-    if "@" not in pattern:  # a glob of the whole address ("*"): any verified mailbox
-        return fnmatch.fnmatchcase(value, pattern)
-    glob, _, wanted = pattern.rpartition("@")
-    return domain.lower() == wanted.lower() and fnmatch.fnmatchcase(local, glob)

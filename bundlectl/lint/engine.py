@@ -17,6 +17,7 @@ from bundlectl.errors import BundlectlError, InputFileError, UsageError
 from bundlectl.lint import (
     checks_conditions,
     checks_files,
+    checks_identity,
     checks_policy,
     checks_refs,
     checks_secrets,
@@ -52,6 +53,8 @@ CHECKS: list[Check] = [
     checks_policy.detokenize_targets,
     checks_policy.limit_targets,
     checks_policy.local_rules,
+    checks_identity.broad_matches,
+    checks_identity.overlapping_matches,
     checks_conditions.condition_arguments,
     checks_conditions.condition_expressions,
     checks_secrets.plaintext_secrets,

@@ -304,6 +304,25 @@ RULES = _rules(
         "bundlectl.local.yaml.",
     ),
     RuleInfo(
+        "BCL217",
+        "match-fits-anyone",
+        "warning",
+        "An agent's `match:` fits every authenticated user of the gateway's issuers (each claim "
+        "matched by `*`): anyone who can sign in may act as that agent.",
+        "Match the people or clients meant: a group, a client_id, an exact `sub`.",
+        7.0,
+    ),
+    RuleInfo(
+        "BCL218",
+        "matches-overlap",
+        "warning",
+        "Two agents' `match:` rules can fit the same token (no single-valued claim such as "
+        "`sub` or `client_id` tells them apart; a token can carry several groups): the gateway "
+        "refuses such a token, and which agent was meant is not written anywhere.",
+        "Give the agents claims that exclude each other, e.g. different client_id or sub.",
+        5.0,
+    ),
+    RuleInfo(
         "BCL301",
         "plaintext-secret",
         "error",

@@ -350,7 +350,7 @@ def test_a_jwks_uri_the_metadata_hands_over_obeys_the_same_rule(issuer: Issuer) 
 def test_a_mailbox_claim_fits_only_when_verified_and_by_its_exact_domain() -> None:
     """#52 item 9: `*@acme.example` fitted `eve@evil.example#@acme.example`, and
     `email_verified` was never read."""
-    from bundlectl.gateway.identity import _fits
+    from bundlectl.policy.claims import fits as _fits
 
     wanted: dict[str, str | list[str]] = {"email": "*@acme.example"}
 
