@@ -120,7 +120,11 @@ HELP: dict[str, tuple[list[str], str]] = {
         "to confirm)",
     ),
     "policy explain": (
-        ["bundlectl policy explain --agent reader files.write_file"],
+        [
+            "bundlectl policy explain --agent reader files.write_file",
+            "bundlectl policy explain --token token.jwt deploy.apply",
+            """bundlectl policy explain --claims '{"sub": "ana", "groups": ["ops"]}'""",
+        ],
         _READS,
     ),
     "policy matrix": (

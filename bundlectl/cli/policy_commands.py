@@ -254,11 +254,38 @@ def policy_check(
 
 @policy_app.command("explain")
 def policy_explain(
-    tool: Annotated[str, typer.Argument(metavar="SERVER.TOOL", autocompletion=completion.tools)],
-    agent: AgentOpt,
+    tool: Annotated[
+        str | None,
+        typer.Argument(metavar="SERVER.TOOL", autocompletion=completion.tools, show_default=False),
+    ] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent",
+            "-a",
+            help="The agent whose policy applies.",
+            autocompletion=completion.agents,
+        ),
+    ] = None,
     interactive: InteractiveOpt = False,
     unlisted: UnlistedOpt = False,
     args: PolicyArgsOpt = None,
+    claims: Annotated[
+        str | None,
+        typer.Option(
+            "--claims",
+            metavar="JSON|@FILE",
+            help="Which agent a token with these claims stands for at the gateway, and why.",
+        ),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            metavar="FILE|-",
+            help="As --claims, from a JWT access token (its signature is not checked here).",
+        ),
+    ] = None,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
@@ -269,7 +296,15 @@ def policy_explain(
     from bundlectl.cli.commands import policy as cmd
 
     return cmd.explain_one(
-        config, agent, tool, interactive=interactive, fmt=fmt, unlisted=unlisted, args=args
+        config,
+        agent,
+        tool,
+        interactive=interactive,
+        fmt=fmt,
+        unlisted=unlisted,
+        args=args,
+        claims=claims,
+        token=token,
     )
 
 

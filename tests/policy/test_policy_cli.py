@@ -279,3 +279,47 @@ def test_listings_name_the_servers_whose_tools_they_cannot_list(project: Path, r
     assert typo.err_lines[0] == (
         "error: no server 'clok' in the resolved configuration; did you mean 'clock'?"
     )
+
+
+def test_explain_says_which_agent_a_token_stands_for_and_why(
+    project: Path, run: Run, tmp_path: Path
+) -> None:
+    """#54 item 3: `policy explain --claims JSON` (or `--token FILE`) tries every agent's
+    match: as the gateway does, says why each does or does not fit, and goes on to the tool's
+    decision for the agent it maps to."""
+    import base64
+
+    write(
+        project / "bundlectl.yaml",
+        """
+        version: 1
+        bundles: [basic]
+        agents:
+          ci: {match: {client_id: ci-bot}, allow: [files.list_directory]}
+          staff: {match: {email: "*@acme.example"}, allow: [files.read_file]}
+        gateway:
+          auth: {issuers: [{issuer: "https://id.acme.example", audience: [gw]}]}
+        policy: {default: deny}
+        """,
+    )
+    claims = {"sub": "ana", "email": "ana@acme.example", "email_verified": True}
+    mapped = run("policy", "explain", "--claims", json.dumps(claims), "files.read_file")
+    assert mapped.code == 0, mapped.err
+    assert "  ci: does not fit: the token has no 'client_id' claim" in mapped.lines
+    assert "  staff: fits its match: (bundlectl.yaml:5:10)" in mapped.lines
+    assert "maps to agent 'staff'" in mapped.lines
+    assert "files.read_file for agent staff: allow" in mapped.out
+    body = base64.urlsafe_b64encode(json.dumps({**claims, "email_verified": False}).encode())
+    token = tmp_path / "token.jwt"
+    token.write_text("eyJhbGciOiJSUzI1NiJ9." + body.decode().rstrip("=") + ".c2ln")
+    unverified = run("policy", "explain", "--token", str(token))
+    assert unverified.code == 3
+    assert "  staff: does not fit: its 'email' is not verified (email_verified is not true)" in (
+        unverified.lines
+    )
+    assert "the gateway refuses it (403; gateway.auth.unmatched: refuse)" in unverified.out
+    token.write_text("not-a-jwt")
+    assert run("policy", "explain", "--token", str(token)).code == 2
+    both = run("policy", "explain", "--agent", "ci", "--claims", "{}", "files.read_file")
+    assert both.code == 2 and "the token says which agent calls" in both.err
+    assert run("policy", "explain", "files.read_file").code == 2

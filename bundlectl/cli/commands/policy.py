@@ -144,14 +144,36 @@ def check(
 
 def explain_one(
     config: Path | None,
-    agent: str,
-    tool: str,
+    agent: str | None,
+    tool: str | None,
     *,
     interactive: bool,
     fmt: Format,
     unlisted: bool = False,
     args: str | None = None,
+    claims: str | None = None,
+    token: str | None = None,
 ) -> int:
+    if claims is not None or token is not None:  # who the token stands for, first
+        from bundlectl.cli.commands import whois  # noqa: PLC0415
+
+        if agent is not None:
+            raise UsageError("--agent, or --claims/--token: the token says which agent calls")
+        if fmt is Format.json:
+            raise UsageError("--claims and --token print text only")
+        who = whois.mapped(_load(config), whois.claims_from(claims, token))
+        if who is None:
+            return 3
+        if tool is None:
+            return 0
+        out("")
+        agent, unlisted = who, True
+    if agent is None or tool is None:
+        raise UsageError(
+            "give --agent AGENT and SERVER.TOOL (or --claims/--token to see which agent a "
+            "token stands for)",
+            hint="bundlectl policy explain --agent reader files.read_file",
+        )
     server, name = parse_tool_name(tool)
     arguments = _arguments(args)
     resolution = _load(config)
