@@ -92,6 +92,8 @@ class AuditSink(Protocol):
         outcome: str,
         duration_ms: float,
         arguments: dict[str, Any] | None,
+        *,
+        why: str | None = None,
     ) -> None: ...
 
     def access(
@@ -156,6 +158,8 @@ class AuditLog:
         outcome: str,
         duration_ms: float,
         arguments: dict[str, Any] | None,
+        *,
+        why: str | None = None,
     ) -> None:
         rule = decision.rule
         self._decided(
@@ -167,6 +171,7 @@ class AuditLog:
             conditions_failed=list(decision.failed) or None,
             call=decision.call,
             subject=decision.subject,
+            why=why[:300] if why else None,
         )
 
     def _decided(self, decision: Decision, **fields: Any) -> None:

@@ -55,6 +55,8 @@ class AuditRecord:
     approver: str | None = None
     # SPEC 12: the subject of the verified token the call came with (`sub`), never the token
     subject: str | None = None
+    # A call let through that never reached its server (`not-started`): why (#56)
+    why: str | None = None
 
     def as_json(self, prev: str | None = None) -> str:
         """The record as its line; `prev`: the digest of the line before it in the file (the
@@ -69,6 +71,32 @@ class AuditRecord:
         return _encode(data)
 
 
+# Every outcome a record can have (`bundlectl audit --outcome` takes only these).
+OUTCOMES = (
+    "ok",
+    "tool-error",
+    "pending",
+    "not-started",
+    "denied",
+    "denied-by-user",
+    "denied-by-approver",
+    "invalid-call",
+    "usage-error",
+    "server-error",
+    "timeout",
+    "interrupted",
+    "error",
+    "over-limit",
+    "state-error",
+    "unauthorized",
+    "not-found",
+    "approval-requested",
+    "approval-used",
+    "approval-withdrawn",
+    "approved",
+)
+
+
 _OPTIONAL = (
     "remote",
     "repeated",
@@ -78,6 +106,7 @@ _OPTIONAL = (
     "approval",
     "approver",
     "subject",
+    "why",
 )
 _JSON = json.JSONEncoder(ensure_ascii=False).encode
 # Characters that end a line for some readers (`str.splitlines`, JavaScript before ES2019, many

@@ -54,6 +54,9 @@ class CallRequest:
     restore: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     # The request's `_meta` for the server (the gateway: the log level its client asked for).
     meta: dict[str, Any] | None = None
+    # The call went to the server (from then on a failure may follow what it did): set by
+    # `perform` as it sends the request, and by the gateway's express lane.
+    sent: bool = False
 
     @property
     def qualified(self) -> str:
@@ -272,6 +275,7 @@ async def perform(
                 tool=request.tool,
             ),
         ):
+            request.sent = True
             outcome.result = await session.call(
                 request.tool,
                 sent,

@@ -79,6 +79,9 @@ OUTCOMES = {
 }
 
 
+NOT_STARTED = "not-started"  # a call let through that never reached its server
+
+
 def outcome_of(error: BundlectlError | None, *, tool_error: bool = False) -> str:
     """The audit log's outcome of a call: `ok`, `tool-error`, or what its error says."""
     if error is not None:
@@ -132,10 +135,15 @@ class Pipeline:
         outcome: str,
         duration_ms: float,
         arguments: dict[str, Any] | None,
+        *,
+        why: str | None = None,
     ) -> None:
         """A step of a call — let through (`pending`), refused, or its outcome — to the audit
         log, and to the call's trace span when tracing is on (`telemetry`)."""
-        self.audit.record(decision, outcome, duration_ms, arguments)
+        if why is None:
+            self.audit.record(decision, outcome, duration_ms, arguments)
+        else:
+            self.audit.record(decision, outcome, duration_ms, arguments, why=why)
         telemetry.record(decision, outcome, duration_ms)  # nothing when tracing is off
         metrics.record(decision, outcome, duration_ms)  # nothing without serve --metrics
 
@@ -420,13 +428,13 @@ class Pipeline:
         error, result = outcome.error, outcome.result
         tool_error = result is not None and result.is_error
         done = outcome_of(error, tool_error=tool_error)
-        self.record(outcome.request.decision, done, outcome.duration_ms, outcome.arguments)
-        charged = self._charged.pop(outcome.request.decision.call or "", None)
-        if charged and done == "invalid-call":  # refused before anything was sent
-            try:
-                self.store().refund(charged)
-            except StateError as exc:
-                err(f"warning: {exc.message}")
+        why = None
+        if error is not None and not outcome.request.sent and error.exit_code not in (3, 4):
+            # it never reached its server (not started, not connected): nothing can have acted
+            # (a refusal of its arguments keeps its own outcome)
+            done, why = NOT_STARTED, error.message
+        self.record(outcome.request.decision, done, outcome.duration_ms, outcome.arguments, why=why)
+        self._refund(outcome.request.decision, done)
         if isinstance(error, ServerCrashed):
             return After.CRASHED
         if isinstance(error, ServerError):
@@ -434,6 +442,22 @@ class Pipeline:
         if isinstance(error, CallTimeout):
             return After.PROBE
         return After.KEEP
+
+    def not_started(self, decision: Decision, error: BundlectlError) -> None:
+        """An admitted call that failed before its server could be started or reached (an unset
+        variable of its launch, say): its outcome, `not-started`, with why."""
+        self.record(decision, NOT_STARTED, 0.0, None, why=error.message)
+        self._refund(decision, NOT_STARTED)
+
+    def _refund(self, decision: Decision, done: str) -> None:
+        """The quota count of an admitted call back, when nothing was sent: refused for its
+        arguments, or never started."""
+        charged = self._charged.pop(decision.call or "", None)
+        if charged and done in ("invalid-call", NOT_STARTED):
+            try:
+                self.store().refund(charged)
+            except StateError as exc:
+                err(f"warning: {exc.message}")
 
     def reload(self, resolution: Resolution) -> None:
         """Decide from a newly loaded config and lock from now on (the gateway's reload)."""

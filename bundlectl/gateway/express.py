@@ -126,6 +126,7 @@ class _Call:
         if not tap.post(request):
             tap.requests.drop(self.key)
             return False
+        self.outcome.request.sent = True
         relay = self.downstream.relay
         if relay is not None:  # what the server sends meanwhile goes to this call's client
             self.relay_key = relay.enter(

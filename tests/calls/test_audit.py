@@ -7,6 +7,8 @@ import json
 import multiprocessing
 from pathlib import Path
 
+import pytest
+
 from bundlectl.calls.audit import arguments_digest
 from bundlectl.calls.auditfile import AuditFile, AuditRecord, append
 from tests.conftest import TEST_SERVERS, Run
@@ -160,3 +162,50 @@ def test_a_killed_exec_leaves_the_pending_record_of_its_call(
         ("echo", "ok"),
         ("sleep", "pending"),
     ]
+
+
+def test_a_call_that_never_reached_its_server_says_so_and_why(
+    project: Path, run: Run, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#56 item 1: an admitted call that failed before its server started (an unset variable
+    of its launch) or could be reached left a lone `pending`, which means "the process died,
+    the server may have acted". It records `not-started`, with why; a filter value that is no
+    outcome is an error with a did-you-mean (#56 item 2)."""
+    import socket
+
+    from tests.conftest import audit_records, write
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.delenv("DEPLOY_TOKEN", raising=False)
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          deploy:
+            command: python
+            env: {{DEPLOY_TOKEN: "${{DEPLOY_TOKEN}}"}}
+            tools: [{{name: apply}}]
+          remote:
+            transport: streamable-http
+            url: http://127.0.0.1:{port}/mcp
+            tools: [{{name: status}}]
+        agents:
+          ops: {{allow: [deploy.apply, remote.status]}}
+        policy: {{default: deny}}
+        """,
+    )
+    assert run("exec", "-a", "ops", "deploy.apply").code == 2
+    assert run("exec", "-a", "ops", "remote.status", "--connect-timeout", "5").code == 5
+    records = audit_records(isolated_home / "state" / "audit.jsonl")  # no call left open
+    assert [(r["tool"], r["outcome"]) for r in records] == [
+        ("apply", "not-started"),
+        ("status", "not-started"),
+    ]
+    assert "needs the environment variable DEPLOY_TOKEN" in records[0]["why"]
+    listed = run("audit", "--outcome", "not-started", "--format", "json")
+    assert len(json.loads(listed.out)["records"]) == 2
+    typo = run("audit", "--outcome", "deniedd")
+    assert typo.code == 2 and "did you mean 'denied'?" in typo.err

@@ -35,7 +35,15 @@ class Recorded:
         self.records: list[tuple[str, str, str]] = []  # outcomes (pending ones kept apart)
         self.pending: list[str] = []  # the call ids recorded as pending, in order
 
-    def record(self, decision: Decision, outcome: str, duration_ms: float, arguments: Any) -> None:
+    def record(
+        self,
+        decision: Decision,
+        outcome: str,
+        duration_ms: float,
+        arguments: Any,
+        *,
+        why: str | None = None,
+    ) -> None:
         if outcome == "pending":  # a call let through: before the server can act
             assert decision.call is not None and decision.call not in self.pending
             self.pending.append(decision.call)
@@ -125,9 +133,14 @@ def test_finish_audits_the_outcome_and_says_what_the_server_needs(
     sink = Recorded()
     pipeline = Pipeline(resolution, sink, confirm=None)
     decision = pipeline.decide("writer", "files", "read_file")
-    request = CallRequest("writer", "files", "read_file", decision)
+    request = CallRequest("writer", "files", "read_file", decision, sent=True)
     assert pipeline.finish(CallOutcome(request, error=error)) is after
     assert sink.records == [("writer", "files.read_file", outcome)]
+    # The same error before the request went to the server: nothing can have acted (#56).
+    unsent = CallRequest("writer", "files", "read_file", decision)
+    pipeline.finish(CallOutcome(unsent, error=error))
+    kept = outcome if error is None or isinstance(error, ToolCallError) else "not-started"
+    assert sink.records[-1] == ("writer", "files.read_file", kept)
 
 
 def test_targets(resolution: Any) -> None:

@@ -21,6 +21,7 @@ from bundlectl.config.settings import DURATION_UNITS, seconds
 from bundlectl.errors import ReportedFailure, UsageError
 from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, out, table, write
 from bundlectl.policy.patterns import matches
+from bundlectl.suggest import Suggester
 
 COLUMNS = ["timestamp", "agent", "server", "tool", "decision", "outcome", "duration_ms", "via"]
 
@@ -170,6 +171,21 @@ def _stamp(text: str) -> float:
         return 0.0
 
 
+def _outcomes(given: str | None) -> set[str] | None:
+    """`--outcome a,b`: the outcomes asked for, each one a record can have (else exit 2)."""
+    if not given:
+        return None
+    wanted = {part.strip() for part in given.split(",") if part.strip()}
+    for name in sorted(wanted - set(auditfile.OUTCOMES)):
+        close = Suggester(auditfile.OUTCOMES).closest(name)
+        raise UsageError(
+            f"--outcome {name!r} is no outcome a record has"
+            + (f"; did you mean {close[0]!r}?" if close else ""),
+            hint="outcomes: " + ", ".join(auditfile.OUTCOMES),
+        )
+    return wanted
+
+
 def _selected(
     path: Path,
     agent: str | None,
@@ -181,7 +197,7 @@ def _selected(
 ) -> Iterator[dict[str, Any]]:
     """The records that pass the filters, one at a time (`pending`: see `_records`)."""
     after = _since(since)
-    outcomes = set(outcome.split(",")) if outcome else None
+    outcomes = _outcomes(outcome)
     for _, record in _records(path, pending=pending):
         if agent is not None and record.get("agent") != agent:
             continue

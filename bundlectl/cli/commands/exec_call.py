@@ -73,7 +73,11 @@ def one(
 
     # Start a stdio server now: its start-up and our imports of what talks to it overlap.
     stdio = target.spec.transport == "stdio" and not target.builtin
-    child = head.settle(target) if stdio else None
+    try:
+        child = head.settle(target) if stdio else None
+    except BundlectlError as exc:  # its launch could not be made (an unset variable, say)
+        pipeline.not_started(decision, exc)
+        raise
     # Whatever happens before the transport owns the child (Ctrl-C while the SDK imports),
     # the server and everything it started must not outlive us.
     with stop_on_failure(child):
