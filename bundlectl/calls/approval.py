@@ -11,7 +11,7 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -168,11 +168,12 @@ class OutOfBand:
             f"it)\n  an approver runs: {how}"
         )
         try:
-            while not self._settled(pipeline, decision, approval):
-                if sys.stderr.isatty():
-                    current = self.store.get(approval.id) or approval
-                    status(f"\rwaiting for approval {approval.id} ({_left(current)} left)   ")
-                time.sleep(POLL)
+            with _stops_as_interrupts():
+                while not self._settled(pipeline, decision, approval):
+                    if sys.stderr.isatty():
+                        current = self.store.get(approval.id) or approval
+                        status(f"\rwaiting for approval {approval.id} ({_left(current)} left)   ")
+                    time.sleep(POLL)
             taken = self.store.get(approval.id) or approval
             err(f"approved by {taken.decided_by}")
             return True
@@ -180,6 +181,30 @@ class OutOfBand:
             self.store.withdraw(approval.id)
             pipeline.audit.approval(decision, "approval-withdrawn", approval.id, None)
             raise
+
+
+@contextlib.contextmanager
+def _stops_as_interrupts() -> Iterator[None]:
+    """While inside: SIGTERM (what `timeout` and a cancelled CI job send) and SIGHUP (the
+    terminal went away) end the wait as Ctrl-C does, so every way a waiting `exec` ends
+    withdraws its request (the default action ended the process with the request pending)."""
+    import signal  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    stops = [signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    before = {stop: signal.signal(stop, interrupt) for stop in stops}
+    try:
+        yield
+    finally:
+        for stop, handler in before.items():
+            signal.signal(stop, handler)
 
 
 def _left(approval: Approval) -> str:

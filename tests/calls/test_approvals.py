@@ -176,10 +176,15 @@ def test_a_denial_reaches_the_waiting_exec_with_who_and_why(held_project: Path, 
     assert not (held_project / "d.txt").exists()
 
 
-def test_ctrl_c_withdraws_the_request(held_project: Path, run: Run) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_every_way_a_waiting_exec_ends_withdraws_the_request(
+    held_project: Path, run: Run, stop: signal.Signals
+) -> None:
+    """Ctrl-C withdrew the request; SIGTERM (`timeout`, a cancelled CI job) and SIGHUP left it
+    pending for an approver to approve a call no one waits for any more (#56 item 5)."""
     process = _exec_waiting(held_project, "path=c.txt", "content=stop")
     request = _first_pending(run, process)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(stop)
     process.communicate(timeout=60)
     assert process.returncode == 130
     listed = json.loads(run("approvals", "list", "--all", "--format", "json").out)
