@@ -352,10 +352,16 @@ class Pipeline:
         others marked, so the hint never sends it to another refusal."""
         compiled = self.resolution.policy.agent(agent)
         usable = [n for n in close if compiled.decide(*n.split(".", 1)).effect != "deny"]
-        named = usable + [
-            f"{n} (which agent {agent!r} may not call)" for n in close if n not in usable
-        ]
-        return f"did you mean {' or '.join(named)}? ({qualified} is not a declared tool)"
+        others = [n for n in close if n not in usable]
+        said = f"{qualified} is not a declared tool"
+        if usable:
+            said += f"; did you mean {' or '.join(usable)}?"
+        if others:
+            said += (
+                f" ({' and '.join(others)} {'is' if len(others) == 1 else 'are'} close too, "
+                f"but agent {agent!r} may not call {'it' if len(others) == 1 else 'them'})"
+            )
+        return said
 
     def start(self, decision: Decision) -> Decision:
         """The call is let through: recorded now as `pending` under a new call id, before the

@@ -105,8 +105,8 @@ def test_a_typo_is_answered_with_the_tools_the_agent_may_call_first(
     typo = run("exec", "-a", "reader", "files.writ_file", "path=x")
     assert typo.code == 3
     assert (
-        "hint: did you mean files.read_file or files.write_file (which agent 'reader' may not "
-        "call)? (files.writ_file is not a declared tool)"
+        "hint: files.writ_file is not a declared tool; did you mean files.read_file? "
+        "(files.write_file is close too, but agent 'reader' may not call it)"
     ) in typo.err
 
 

@@ -275,7 +275,7 @@ def test_a_tool_name_typo_gets_a_did_you_mean(
     assert run("lock").code == 0
     called = run("exec", "-a", "reader", "files.raed_file", "path=x")
     assert called.code == 3
-    assert "hint: did you mean files.read_file" in called.err
+    assert "files.raed_file is not a declared tool; did you mean files.read_file?" in called.err
     checked = run("policy", "check", "-a", "reader", "files.raed_file")
     assert "did you mean files.read_file" in checked.err
 

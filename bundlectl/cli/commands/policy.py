@@ -59,7 +59,10 @@ def _decision_json(d: Decision) -> dict[str, Any]:
 
 
 def _effect_label(d: Decision) -> str:
-    """`deny (ask)` when an ask rule matched but no one could confirm it."""
+    """`ask, denied here` when an ask rule matched but no one could confirm it (where the
+    question is asked without --interactive)."""
+    if d.matched_effect == "ask" and d.effect == "deny":
+        return "ask, denied here"
     return f"{d.effect} ({d.matched_effect})" if d.effect != d.matched_effect else d.effect
 
 
@@ -139,6 +142,11 @@ def check(
                 for d in decisions
             ]
         )
+        if any(d.matched_effect == "ask" and d.effect == "deny" for d in decisions):
+            note(
+                "no one can confirm an ask rule here, so such a call is refused; --interactive "
+                "decides as if a person could (exit 3 while any call is refused)"
+            )
     return 3 if any(d.effect == "deny" for d in decisions) else 0
 
 
