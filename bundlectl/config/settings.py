@@ -31,10 +31,11 @@ from bundlectl.config.urls import url_problem
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
+DURATION_RE = r"^[1-9][0-9]{0,6}[smhd]$"
 Duration = Annotated[
     str,
     Field(
-        pattern=r"^[1-9][0-9]{0,6}[smhd]$",
+        pattern=DURATION_RE,
         description="A duration: a whole number and a unit, s, m, h or d (`15m`, `1h`).",
     ),
 ]

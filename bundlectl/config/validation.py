@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from bundlectl.config.models import ProjectConfig, ServerSpec
 from bundlectl.config.requirements import NAME_RE
+from bundlectl.config.settings import DURATION_RE
 from bundlectl.config.toolschemas import schema_problems
 from bundlectl.config.yamlio import YamlDoc, YamlPath
 from bundlectl.errors import InputFileError, Problem
@@ -120,6 +121,14 @@ def _message(error: Any) -> str:
         msg = (
             f"{error['input']!r} is not a valid name: use lowercase letters, digits, '-' and "
             "'_', starting with a letter or digit (at most 63 characters)"
+        )
+    elif (
+        error["type"] == "string_pattern_mismatch"
+        and error.get("ctx", {}).get("pattern") == DURATION_RE
+    ):
+        msg = (
+            f"{error['input']!r} is not a duration: write a whole number and a unit, s, m, h "
+            "or d, such as 15m, 1h or 7d"
         )
     elif error["type"] == "missing":
         msg = "required key is missing"

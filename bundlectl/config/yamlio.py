@@ -388,6 +388,16 @@ class _Builder:
         )
 
 
+def _tab_near(text: str, line: int) -> tuple[int, int] | None:
+    """The first tab on the line of a syntax error or the line before it (1-based line and
+    column), where YAML found what it could not read; None: no tab there."""
+    lines = text.split("\n")
+    for number in (line, line - 1):
+        if 1 <= number <= len(lines) and "\t" in lines[number - 1]:
+            return number, lines[number - 1].index("\t") + 1
+    return None
+
+
 def parse_yaml(text: str, file: str) -> YamlDoc:
     """Parse `text`; syntax errors and duplicate keys land in `doc.problems` (never raised)."""
     doc = YamlDoc(file=file, text=text)
@@ -399,16 +409,14 @@ def parse_yaml(text: str, file: str) -> YamlDoc:
         message = " ".join(str(exc.problem or exc.context or "invalid YAML").split())
         if exc.context and exc.problem:
             message = f"{' '.join(str(exc.context).split())}: {message}"
+        hint = "fix the YAML syntax at this position (indentation, quotes, colons)"
+        tab = _tab_near(text, line)
+        if tab is not None:  # the usual cause, which YAML's own words do not name
+            line, col = tab
+            message += "; this line holds a tab, and YAML indents with spaces only"
+            hint = "replace the tab with spaces"
         doc.problems.append(
-            Problem(
-                file,
-                line,
-                col,
-                f"YAML syntax error: {message}",
-                "",
-                "fix the YAML syntax at this position (indentation, quotes, colons)",
-                "yaml_syntax",
-            )
+            Problem(file, line, col, f"YAML syntax error: {message}", "", hint, "yaml_syntax")
         )
         return doc
     except YAMLError as exc:

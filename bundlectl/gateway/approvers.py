@@ -326,8 +326,20 @@ def _row(approval: Approval, now: float) -> JsonObject:
         "expires": span_text(approval.expires - now) if state == "pending" else "",
         "decided_by": visible(approval.decided_by or ""),
         "reason": visible(approval.reason or "", FOLD),
+        "decision": visible(_decision(approval), FOLD),
         "at": approval.created,
     }
+
+
+def _decision(approval: Approval) -> str:
+    """Who decided and how — `approved by X`, `denied by X: why` — whatever became of the
+    request since (its status says `used` or `expired`); empty while no one has."""
+    if not approval.decided_by:
+        return ""
+    if approval.status == "denied":
+        why = f": {approval.reason}" if approval.reason else ""
+        return f"denied by {approval.decided_by}{why}"
+    return f"approved by {approval.decided_by}"
 
 
 STYLE = """
@@ -390,7 +402,8 @@ function row(a) {
   set(cells[2], a.rule, 'muted'); set(cells[3], a.age);
   let status = a.status;
   if (a.status === 'pending') status += ' (expires in ' + a.expires + ')';
-  else if (a.decided_by) status += ' by ' + a.decided_by + (a.reason ? ': ' + a.reason : '');
+  else if (a.decision && !a.decision.startsWith(a.status)) status += ': ' + a.decision;
+  else if (a.decision) status = a.decision;
   set(cells[4], status, a.status);
   return tr;
 }
@@ -461,10 +474,7 @@ def _detail_page(approval: Approval, csrf: str) -> tuple[str, str]:
         '<input name=reason placeholder="reason (shown to the caller)" size=32> '
         "<button class=no id=deny>Deny</button></form></div>"
     )
-    decided = ""
-    if approval.decided_by:
-        why = f": {approval.reason}" if approval.reason else ""
-        decided = f"{approval.status} by {approval.decided_by}{why}"
+    decided = _decision(approval)
     body = (
         '<p><a href="/approvals">← all requests</a></p>'
         f"<h1>Agent <code>{e(b.agent)}</code> wants to call <code>{e(b.qualified)}</code></h1>"
@@ -490,8 +500,7 @@ async function refresh() {
   if (!got.ok) return;
   const a = await got.json(), status = document.getElementById('status');
   status.textContent = a.status; status.className = a.status;
-  document.getElementById('decided').textContent =
-    a.decided_by ? a.status + ' by ' + a.decided_by + (a.reason ? ': ' + a.reason : '') : '';
+  document.getElementById('decided').textContent = a.decision;
   document.getElementById('decide').hidden = a.status !== 'pending';
 }
 setInterval(refresh, 1000);

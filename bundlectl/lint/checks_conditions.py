@@ -43,7 +43,7 @@ def condition_arguments(ctx: Context) -> Iterator[Finding]:
                         "BCL211",
                         doc,
                         where,
-                        f"no tool {rule.pattern!r} matches has an argument {name!r} "
+                        f"none of the tools {rule.pattern!r} matches has an argument {name!r} "
                         f"(they have: {', '.join(known) or 'none'}){maybe}",
                         key=True,
                         anchor=f"{rule.pattern}:{key}",

@@ -145,3 +145,18 @@ def test_malformed_references_and_tool_schemas_fail_resolve_at_their_scalars(
         "(`bundlectl tools --live` shows it)",
     ]
     assert not (project / "bundlectl.lock").exists()
+
+
+def test_a_duration_that_is_not_one_says_what_one_looks_like(project: Path, run: Run) -> None:
+    """#56: "String should match pattern '^[1-9][0-9]{0,6}[smhd]$' (got '1 hour')"."""
+    write(
+        project / "bundlectl.yaml",
+        "version: 1\npolicy: {default: deny, approvals: {ttl: 1 hour}}\n",
+    )
+    refused = run("resolve")
+    assert refused.code == 2
+    assert (
+        "policy.approvals.ttl: '1 hour' is not a duration: write a whole number and a unit, s, "
+        "m, h or d, such as 15m, 1h or 7d"
+    ) in refused.err
+    assert "should match pattern" not in refused.err

@@ -129,6 +129,9 @@ def test_a_held_call_is_approved_in_the_browser_and_its_arguments_stay_text(
     assert "approved by approvals page (127.0.0.1)" in err
     assert (held_project / "x.txt").read_text() == HOSTILE + UNSEEN
     until(window, lambda w: w.find_element(By.ID, "status").text == "used")  # taken by exec
+    # who decided, apart from what became of it since (it read "used used by ...": #56)
+    decided = until(window, lambda w: w.find_element(By.ID, "decided").text or None)
+    assert decided == "approved by approvals page (127.0.0.1)"
     steps = [r["outcome"] for r in audit_records(isolated_home / "state" / "audit.jsonl")]
     assert "approved" in steps and steps[-1] == "ok"
     # The week's picture, from the same sign-in: the agent's day, its held call and its call.
