@@ -41,6 +41,10 @@ class ApprovalHeld(PolicyDenied):
         self.approval = approval
 
 
+class SelfApproval(PolicyDenied):
+    """The person who made a held call tried to approve it."""
+
+
 class DeniedByApprover(Declined):
     """An approver denied the held call (who, and why, in the message)."""
 
@@ -73,7 +77,7 @@ class OutOfBand:
             decision.agent,
             decision.server,
             decision.tool,
-            digest_json(dict(arguments if self.bound is None else self.bound)),
+            _bound_digest(arguments if self.bound is None else self.bound, decision.subject),
         )
         granted = store.take(binding)
         if granted is not None:
@@ -82,7 +86,9 @@ class OutOfBand:
         rule = decision.rule
         where = f"{rule.label} ({rule.origin})" if rule is not None else "an ask rule"
         shown = json.dumps(pipeline.shown.redacted(arguments), ensure_ascii=False, indent=2)
-        approval, new = store.request(binding, rule=where, shown=shown, ttl=ttl)
+        approval, new = store.request(
+            binding, rule=where, shown=shown, ttl=ttl, requester=decision.subject
+        )
         if new:
             pipeline.audit.approval(decision, "approval-requested", approval.id, None)
             if settings is not None and settings.notify is not None:
@@ -207,6 +213,15 @@ def _stops_as_interrupts() -> Iterator[None]:
             signal.signal(stop, handler)
 
 
+def _bound_digest(arguments: Mapping[str, Any], subject: str | None) -> str:
+    """What an approval binds: the arguments, and who made the call when an identity token
+    named them (so one person's approval never lets another person's same call through, and
+    the person who made it can be told apart from who approves it)."""
+    if subject is None:
+        return digest_json(dict(arguments))
+    return digest_json({"arguments": dict(arguments), "subject": subject})
+
+
 def _left(approval: Approval) -> str:
     return span_text(approval.expires - time.time())
 
@@ -219,11 +234,23 @@ def settle(
     by: str,
     reason: str | None = None,
     until: float | None = None,
+    sub: str | None = None,
 ) -> Approval:
     """An approver's decision on a pending request, stored and audited (`approvals approve`,
-    the approvers' page); `until`: an approval good until then, else for one call."""
+    the approvers' page); `until`: an approval good until then, else for one call. `sub`: the
+    approver's subject when an identity token named them: never the call's own
+    (`SelfApproval`, audited)."""
+    if sub is not None:
+        held = store.get(approval_id)
+        if held is not None and held.requester == sub:
+            _audited(held, "approval-refused", by, sub=sub)
+            raise SelfApproval(
+                f"{by} made this call ({held.binding.qualified} as agent "
+                f"{held.binding.agent!r}): someone else must approve it",
+                hint="ask another approver",
+            )
     approval = store.decide(approval_id, approve=approve, by=by, reason=reason, until=until)
-    _audited(approval, "approved" if approve else "denied-by-approver", by)
+    _audited(approval, "approved" if approve else "denied-by-approver", by, sub=sub)
     return approval
 
 
@@ -242,16 +269,28 @@ def described(approval: Approval, now: float) -> dict[str, Any]:
         "created": stamp(approval.created),
         "expires": stamp(approval.expires),
         "decided_by": approval.decided_by,
+        "requested_by": approval.requester,
         "reason": approval.reason,
         "until": stamp(approval.until) if approval.until is not None else None,
     }
+
+
+def decision_text(approval: Approval) -> str:
+    """Who decided and how — `approved by X`, `denied by X: why` — whatever became of the
+    request since (its status says `used` or `expired`); empty while no one has."""
+    if not approval.decided_by:
+        return ""
+    if approval.status == "denied":
+        why = f": {approval.reason}" if approval.reason else ""
+        return f"denied by {approval.decided_by}{why}"
+    return f"approved by {approval.decided_by}"
 
 
 def stamp(when: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
 
 
-def _audited(approval: Approval, outcome: str, by: str) -> None:
+def _audited(approval: Approval, outcome: str, by: str, *, sub: str | None = None) -> None:
     b = approval.binding
     record = auditfile.AuditRecord(
         agent=b.agent,
@@ -266,6 +305,8 @@ def _audited(approval: Approval, outcome: str, by: str) -> None:
         via="approvals",
         approval=approval.id,
         approver=by,
+        approver_sub=sub,
+        subject=approval.requester,
     )
     try:
         auditfile.AuditFile.configured().write(record)

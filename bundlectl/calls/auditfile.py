@@ -53,6 +53,7 @@ class AuditRecord:
     # SPEC 11: the approval request a step of an out-of-band approval concerns, and who decided
     approval: str | None = None
     approver: str | None = None
+    approver_sub: str | None = None  # SPEC 17: the approver's `sub`, when a token named them
     # SPEC 12: the subject of the verified token the call came with (`sub`), never the token
     subject: str | None = None
     # A call let through that never reached its server (`not-started`): why (#56)
@@ -93,6 +94,7 @@ OUTCOMES = (
     "approval-requested",
     "approval-used",
     "approval-withdrawn",
+    "approval-refused",
     "approved",
 )
 
@@ -105,6 +107,7 @@ _OPTIONAL = (
     "call",
     "approval",
     "approver",
+    "approver_sub",
     "subject",
     "why",
 )

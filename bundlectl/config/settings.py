@@ -61,6 +61,16 @@ class ApprovalNotify(StrictModel):
     )
 
 
+class ApproverSettings(StrictModel):
+    """The people who may approve held calls, by the claims of their identity tokens."""
+
+    match: dict[str, str | list[str]] = Field(
+        min_length=1,
+        description="Claims an approver's token must fit, as an agent's match: (a glob or a "
+        "list of globs per claim; `email` only when verified).",
+    )
+
+
 class ApprovalSettings(StrictModel):
     """Out-of-band approvals (SPEC 11): a call an `ask` rule holds that no one can confirm where
     it was made waits for an approver (`bundlectl approvals approve ID`)."""
@@ -77,6 +87,12 @@ class ApprovalSettings(StrictModel):
         description="How long `serve` keeps a held call open for an approver when its client "
         "sent a progress token (progress notifications meanwhile); then, or without a token, "
         "the client gets the request's id to try again.",
+    )
+    approvers: ApproverSettings | None = Field(
+        default=None,
+        description="Who may decide, as people: the approvers' API of `serve` over HTTP takes "
+        "an approver's own access token (a JWT of gateway.auth.issuers) whose claims fit "
+        "this match:, and records who decided; nobody approves a call they made.",
     )
 
 

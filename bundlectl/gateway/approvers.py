@@ -26,18 +26,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bundlectl.calls import userconfig
-from bundlectl.calls.approval import described, settle
+from bundlectl.calls.approval import SelfApproval, decision_text, described, settle
 from bundlectl.calls.auditfile import lines, log_path, records
 from bundlectl.config.settings import seconds
 from bundlectl.gateway.activity import counted, rendered
 from bundlectl.mcpio.requests import JsonObject
 from bundlectl.output import span_text, visible
+from bundlectl.policy.claims import why_not
 from bundlectl.state import Approval, StateError, Store, UnknownApproval
 
 if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
     from starlette.routing import Route
+
+    from bundlectl.gateway.identity import Verifier
 
 COOKIE = "bundlectl_approver"
 DURATIONS = ("15m", "1h", "8h", "1d")  # "Approve for ..." choices
@@ -79,6 +82,57 @@ class Approvers:
         return hmac.compare_digest(given[7:].strip().encode(), self.token.encode())
 
 
+@dataclass(frozen=True)
+class Person:
+    """Who decides: a person an identity token named (`sub`, and the name shown), or the
+    holder of the approver token (no `sub`)."""
+
+    sub: str | None
+    name: str
+
+
+@dataclass
+class People:
+    """Approvers as people (`policy.approvals.approvers`): their own access tokens, verified as
+    the agents' are (`verifier`: gateway.auth.issuers), fitting `match`."""
+
+    verifier: Verifier
+    match: dict[str, str | list[str]]
+
+    async def who(self, token: str) -> tuple[Person | None, int, str]:
+        """The approver a token names; else None, the HTTP status and why."""
+        claims, reason = await self.verifier.claims(token)
+        if claims is None:
+            return None, 401, f"unauthorized: the token is {reason}"
+        lacking = why_not(claims, self.match)
+        if lacking is not None:
+            wanted = ", ".join(f"{k}: {v}" for k, v in self.match.items())
+            return (
+                None,
+                403,
+                (
+                    f"forbidden: you are not an approver ({lacking}); policy.approvals.approvers "
+                    f"asks for {{{wanted}}}"
+                ),
+            )
+        sub = str(claims.get("sub") or "")
+        if not sub:
+            return None, 403, "forbidden: the token names no subject (sub)"
+        return Person(sub, _display(claims, sub)), 200, ""
+
+
+def _display(claims: JsonObject, sub: str) -> str:
+    """How a person is named: the verified email, else their name, else the subject."""
+    email = claims.get("email")
+    if isinstance(email, str) and email and claims.get("email_verified") is True:
+        return email
+    for claim in ("name", "preferred_username"):
+        value = claims.get(claim)
+        if isinstance(value, str) and value:
+            return value
+    return sub
+
+
 @dataclass
 class ApprovalsPage:
     """The page's routes. `store`: the state store now (a reload may change it); `project`: the
@@ -90,6 +144,7 @@ class ApprovalsPage:
     project: Callable[[], str | None]
     trusted: Callable[[Request], bool]
     log: Callable[[], Path] = field(default=lambda: log_path(userconfig.load().audit.path))
+    people: Callable[[], People | None] = field(default=lambda: None)  # approvers as people
 
     def routes(self) -> list[Route]:
         from starlette.routing import Route
@@ -107,7 +162,7 @@ class ApprovalsPage:
 
     async def activity(self, request: Request) -> Response:
         """Calls, denials, errors and held approvals per agent and day, from the audit log."""
-        if (no := self.refused(request)) is not None:
+        if (no := await self.refused(request)) is not None:
             return no
         root = self.project()
         try:
@@ -121,17 +176,37 @@ class ApprovalsPage:
         body = '<p><a href="/approvals">← approvals</a></p>' + rendered(counted(found))
         return _html(_page("Activity", body))
 
-    def refused(self, request: Request) -> Response | None:
+    async def approver(self, request: Request) -> tuple[Person | None, int, str]:
+        """Who a request with a bearer token comes from: the approver token's holder, or a
+        person whose own access token fits the approvers' match; else None, status, why."""
+        given = request.headers.get("authorization", "")
+        host = request.client.host if request.client is not None else "?"
+        if self.approvers.bearer(request):
+            return Person(None, f"approvers API ({host})"), 200, ""
+        people = self.people()
+        token = given[7:].strip() if given[:7].lower() == "bearer " else ""
+        if people is not None and token.count(".") == 2:
+            return await people.who(token)
+        return None, 401, "send Authorization: Bearer <the approver token, or your own token>"
+
+    async def refused(self, request: Request) -> Response | None:
         if not self.trusted(request):
             return _html(_page("Not allowed", "<p>Host or Origin not allowed.</p>"), 421)
-        if self.approvers.csrf(request) is None and not self.approvers.bearer(request):
-            body = (
-                "<p>Sign in with the approver token: open the link <code>bundlectl approvals "
-                "ui</code> printed, or <code>/approvals?token=...</code> with the gateway's "
-                "<code>BUNDLECTL_APPROVER_TOKEN</code>.</p>"
-            )
-            return _html(_page("Sign in", body), 401)
-        return None
+        if self.approvers.csrf(request) is not None or self.approvers.bearer(request):
+            return None
+        if request.headers.get("authorization") and self.people() is not None:
+            person, status, why = await self.approver(request)
+            if person is None:
+                from starlette.responses import JSONResponse
+
+                return JSONResponse({"error": why}, status)
+            return None
+        body = (
+            "<p>Sign in with the approver token: open the link <code>bundlectl approvals "
+            "ui</code> printed, or <code>/approvals?token=...</code> with the gateway's "
+            "<code>BUNDLECTL_APPROVER_TOKEN</code>.</p>"
+        )
+        return _html(_page("Sign in", body), 401)
 
     def mine(self, approval: Approval) -> bool:
         root = self.project()
@@ -153,14 +228,14 @@ class ApprovalsPage:
             answer = RedirectResponse("/approvals", status_code=303)
             answer.set_cookie(COOKIE, session, httponly=True, samesite="strict", path="/")
             return answer
-        if (no := self.refused(request)) is not None:
+        if (no := await self.refused(request)) is not None:
             return no
         return _html(_list_page())
 
     async def listed_json(self, request: Request) -> Response:
         from starlette.responses import JSONResponse
 
-        if (no := self.refused(request)) is not None:
+        if (no := await self.refused(request)) is not None:
             return no
         now = time.time()
         try:
@@ -171,7 +246,7 @@ class ApprovalsPage:
         return JSONResponse({"approvals": recent[::-1]}, headers=_HEADERS)
 
     async def one(self, request: Request) -> Response:
-        if (no := self.refused(request)) is not None:
+        if (no := await self.refused(request)) is not None:
             return no
         approval = self.found(request)
         if approval is None:
@@ -182,7 +257,7 @@ class ApprovalsPage:
     async def one_json(self, request: Request) -> Response:
         from starlette.responses import JSONResponse
 
-        if (no := self.refused(request)) is not None:
+        if (no := await self.refused(request)) is not None:
             return no
         approval = self.found(request)
         if approval is None:
@@ -194,7 +269,7 @@ class ApprovalsPage:
         detail page polls."""
         from starlette.responses import JSONResponse
 
-        if (no := self.refused(request)) is not None:
+        if (no := await self.refused(request)) is not None:
             return no
         approval = self.found(request)
         if approval is None:
@@ -210,18 +285,22 @@ class ApprovalsPage:
         span: str,
         reason: str,
         door: str,
+        person: Person | None = None,
     ) -> None:
         """An approver's decision (`span`: once, or a duration of DURATIONS), recorded as made
-        at `door` from the request's address (UnknownApproval: no longer pending)."""
+        by `person` when a token named them, else at `door` from the request's address
+        (UnknownApproval: no longer pending; SelfApproval: they made the call)."""
         until = time.time() + seconds(span) if action == "approve" and span != "once" else None
         host = request.client.host if request.client is not None else "?"
+        named = person is not None and person.sub is not None
         settle(
             self.store(),
             approval.id,
             approve=action == "approve",
-            by=f"{door} ({host})",
+            by=person.name if person is not None and named else f"{door} ({host})",
             reason=(reason or None) if action == "deny" else None,
             until=until,
+            sub=person.sub if person is not None else None,
         )
 
     async def decide_json(self, request: Request) -> Response:
@@ -232,8 +311,9 @@ class ApprovalsPage:
 
         if not self.trusted(request):
             return JSONResponse({"error": "Host or Origin not allowed"}, 421)
-        if not self.approvers.bearer(request):
-            return JSONResponse({"error": "send Authorization: Bearer <approver token>"}, 401)
+        person, status, why = await self.approver(request)
+        if person is None:
+            return JSONResponse({"error": why}, status)
         try:
             asked = await request.json()
         except ValueError:
@@ -258,7 +338,10 @@ class ApprovalsPage:
                 span=span,
                 reason=(reason or "").strip(),
                 door="approvers API",
+                person=person,
             )
+        except SelfApproval as exc:
+            return JSONResponse({"error": f"forbidden: {exc.message}"}, 403)
         except UnknownApproval as exc:
             return JSONResponse({"error": str(exc)}, 409)
         except StateError as exc:
@@ -269,7 +352,7 @@ class ApprovalsPage:
     async def decide(self, request: Request) -> Response:
         from starlette.responses import RedirectResponse
 
-        if (no := self.refused(request)) is not None:
+        if (no := await self.refused(request)) is not None:
             return no
         form = await request.form()
         csrf = self.approvers.csrf(request) or ""
@@ -326,20 +409,9 @@ def _row(approval: Approval, now: float) -> JsonObject:
         "expires": span_text(approval.expires - now) if state == "pending" else "",
         "decided_by": visible(approval.decided_by or ""),
         "reason": visible(approval.reason or "", FOLD),
-        "decision": visible(_decision(approval), FOLD),
+        "decision": visible(decision_text(approval), FOLD),
         "at": approval.created,
     }
-
-
-def _decision(approval: Approval) -> str:
-    """Who decided and how — `approved by X`, `denied by X: why` — whatever became of the
-    request since (its status says `used` or `expired`); empty while no one has."""
-    if not approval.decided_by:
-        return ""
-    if approval.status == "denied":
-        why = f": {approval.reason}" if approval.reason else ""
-        return f"denied by {approval.decided_by}{why}"
-    return f"approved by {approval.decided_by}"
 
 
 STYLE = """
@@ -474,7 +546,7 @@ def _detail_page(approval: Approval, csrf: str) -> tuple[str, str]:
         '<input name=reason placeholder="reason (shown to the caller)" size=32> '
         "<button class=no id=deny>Deny</button></form></div>"
     )
-    decided = _decision(approval)
+    decided = decision_text(approval)
     body = (
         '<p><a href="/approvals">← all requests</a></p>'
         f"<h1>Agent <code>{e(b.agent)}</code> wants to call <code>{e(b.qualified)}</code></h1>"

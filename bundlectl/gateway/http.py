@@ -35,7 +35,7 @@ from bundlectl.gateway.access import (
     is_loopback,
     people_tokens,
 )
-from bundlectl.gateway.approvers import ApprovalsPage, Approvers
+from bundlectl.gateway.approvers import ApprovalsPage, Approvers, People
 from bundlectl.gateway.context import SdkContext
 from bundlectl.gateway.downstream import _log_line
 from bundlectl.gateway.handlers import mcp_server
@@ -338,7 +338,7 @@ async def serve_http(
             return Response(body, media_type=kind)
 
         well_known = "/.well-known/oauth-protected-resource"
-        approvers = approvers_page(hub, access, str(host))
+        approvers = approvers_page(gate, access, str(host))
         app = Starlette(
             routes=[
                 Route("/mcp", endpoint=gate),
@@ -379,19 +379,30 @@ async def serve_http(
         group.cancel_scope.cancel()
 
 
-def approvers_page(hub: Hub, access: Access, host: str) -> ApprovalsPage | None:
-    """`/approvals` for people holding the approver token ($BUNDLECTL_APPROVER_TOKEN), the
-    requests of this gateway's project; None: no token set, no page. An approver is never an
-    agent: a token that is also an agent's is refused, at start and on every reload
-    (`people_tokens`, from `access_for`)."""
-    token = people_tokens(access.tokens).get(APPROVER_TOKEN)
-    if not token:
+def approvers_page(gate: Gate, access: Access, host: str) -> ApprovalsPage | None:
+    """`/approvals` for people holding the approver token ($BUNDLECTL_APPROVER_TOKEN) and for
+    the people `policy.approvals.approvers` names, with their own access tokens: the requests
+    of this gateway's project; None: neither, no page. An approver is never an agent: a token
+    that is also an agent's is refused, at start and on every reload (`people_tokens`, from
+    `access_for`), and nobody approves a call they made."""
+    hub = gate.hub
+    token = people_tokens(access.tokens).get(APPROVER_TOKEN) or ""
+
+    def people() -> People | None:
+        approvals = hub.resolution.project.config.policy.approvals
+        approvers = approvals.approvers if approvals is not None else None
+        if approvers is None or not gate.verifier:
+            return None
+        return People(gate.verifier, dict(approvers.match))
+
+    if not token and people() is None:
         return None
     return ApprovalsPage(
         Approvers(token),
         hub.pipeline.store,
         project=lambda: str(hub.resolution.project.root),
         trusted=lambda request: trusted(request, host),
+        people=people,
     )
 
 

@@ -104,22 +104,31 @@ class Verifier:
         return verdict, verdict.until
 
     async def _judged(self, token: str) -> Verdict:
+        verified, reason = await self.claims(token)
+        if verified is None:
+            return Verdict(reason=reason)
+        found = self._agent(verified)
+        return dataclasses.replace(found, until=float(verified["exp"]))
+
+    async def claims(self, token: str) -> tuple[JsonObject | None, str]:
+        """A token's claims once its signature, issuer, audience and times are checked; else
+        None and why (the agents' tokens and the approvers' are checked alike)."""
         try:
             header = jwt.get_unverified_header(token)
             claims = jwt.decode(token, options={"verify_signature": False})
         except jwt.PyJWTError as exc:
-            return Verdict(reason=f"not a JWT: {exc}")
+            return None, f"not a JWT: {exc}"
         issuer = self.issuers.get(str(claims.get("iss", "")))
         if issuer is None:
-            return Verdict(reason="its issuer is not one this gateway accepts")
+            return None, "its issuer is not one this gateway accepts"
         algorithm = header.get("alg")
         if algorithm not in issuer.algorithms:
-            return Verdict(reason=f"algorithm {algorithm!r} is not accepted for this issuer")
+            return None, f"algorithm {algorithm!r} is not accepted for this issuer"
         key = await self._key(issuer, str(header.get("kid") or ""))
         if key is None:
-            return Verdict(reason="signed with a key the issuer does not publish")
+            return None, "signed with a key the issuer does not publish"
         try:
-            verified = jwt.decode(
+            verified: JsonObject = jwt.decode(
                 token,
                 key,
                 algorithms=list(issuer.algorithms),
@@ -129,9 +138,8 @@ class Verifier:
                 options={"require": ["exp", "iss", "aud"]},
             )
         except jwt.PyJWTError as exc:
-            return Verdict(reason=f"not valid: {exc}")
-        found = self._agent(verified)
-        return dataclasses.replace(found, until=float(verified["exp"]))
+            return None, f"not valid: {exc}"
+        return verified, ""
 
     def _agent(self, claims: JsonObject) -> Verdict:
         subject = str(claims.get("sub") or claims.get("client_id") or "?")

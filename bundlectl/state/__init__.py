@@ -68,6 +68,9 @@ class Approval:
     decided_by: str | None = None
     reason: str | None = None
     until: float | None = None  # an approval for a duration: good until then (else once)
+    # Who made the call (the `sub` of the identity token it came with; None: a static token,
+    # the command line): that person may not approve it.
+    requester: str | None = None
 
     def state(self, now: float | None = None) -> str:
         """Its status now: a pending request past its expiry is `expired`, an approval for a
@@ -94,9 +97,16 @@ class Store(Protocol):
     """Where held calls and approvals live."""
 
     def request(
-        self, binding: Binding, *, rule: str, shown: str, ttl: float
+        self,
+        binding: Binding,
+        *,
+        rule: str,
+        shown: str,
+        ttl: float,
+        requester: str | None = None,
     ) -> tuple[Approval, bool]:
-        """The pending request for `binding`: the one already waiting, or a new one (True)."""
+        """The pending request for `binding`: the one already waiting, or a new one (True)
+        made by `requester` (the call's subject, when an identity token named one)."""
         ...
 
     def take(self, binding: Binding) -> Approval | None:

@@ -38,7 +38,7 @@ end
 local key = ARGV[13] .. ARGV[1]
 redis.call('HSET', key, 'project', ARGV[2], 'agent', ARGV[3], 'server', ARGV[4],
   'tool', ARGV[5], 'digest', ARGV[6], 'rule', ARGV[7], 'shown', ARGV[8],
-  'created', ARGV[9], 'expires', ARGV[10], 'status', 'pending')
+  'created', ARGV[9], 'expires', ARGV[10], 'status', 'pending', 'requester', ARGV[14])
 redis.call('EXPIRE', key, ARGV[11])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[12])
 redis.call('ZADD', KEYS[2], ARGV[9], ARGV[1])
@@ -189,10 +189,17 @@ class RedisStore:
             data.get("decided_by") or None,
             data.get("reason") or None,
             float(until) if until is not None else None,
+            data.get("requester") or None,
         )
 
     def request(
-        self, binding: Binding, *, rule: str, shown: str, ttl: float
+        self,
+        binding: Binding,
+        *,
+        rule: str,
+        shown: str,
+        ttl: float,
+        requester: str | None = None,
     ) -> tuple[Approval, bool]:
         now = time.time()
         b = _binding_key(binding)
@@ -211,12 +218,13 @@ class RedisStore:
             KEPT,
             max(1, int(ttl * 1000)),
             PREFIX + "approval:",
+            requester or "",
         ]
         keys = [PREFIX + "pending:" + b, PREFIX + "approvals"]
         approval_id, new = self._run("request", _REQUEST, keys, args)
         approval = self._approval(approval_id)
         if approval is None:  # expired between the two commands: ask again
-            return self.request(binding, rule=rule, shown=shown, ttl=ttl)
+            return self.request(binding, rule=rule, shown=shown, ttl=ttl, requester=requester)
         return approval, bool(new)
 
     def take(self, binding: Binding) -> Approval | None:

@@ -30,7 +30,8 @@ CREATE TABLE IF NOT EXISTS approvals (
     status TEXT NOT NULL,
     decided_by TEXT,
     reason TEXT,
-    until REAL
+    until REAL,
+    requester TEXT
 );
 CREATE INDEX IF NOT EXISTS approvals_binding
     ON approvals (project, agent, server, tool, digest, status);
@@ -42,7 +43,7 @@ CREATE TABLE IF NOT EXISTS counters (
 """
 KEPT = 7 * 86400.0  # seconds a request that is over is kept (for `approvals list --all`)
 _COLUMNS = "id, project, agent, server, tool, digest, rule, shown, created, expires, status, "
-_COLUMNS += "decided_by, reason, until"
+_COLUMNS += "decided_by, reason, until, requester"
 
 
 class SqliteStore:
@@ -62,6 +63,7 @@ class SqliteStore:
                 db.execute("PRAGMA busy_timeout=10000")
                 db.execute("PRAGMA synchronous=NORMAL")  # WAL: durable but for a power cut
                 db.executescript(SCHEMA)
+                _migrated(db)
             except (sqlite3.Error, OSError) as exc:
                 raise self._broken(exc) from None
             self._db = db
@@ -104,7 +106,13 @@ class SqliteStore:
             raise self._broken(exc) from None
 
     def request(
-        self, binding: Binding, *, rule: str, shown: str, ttl: float
+        self,
+        binding: Binding,
+        *,
+        rule: str,
+        shown: str,
+        ttl: float,
+        requester: str | None = None,
     ) -> tuple[Approval, bool]:
         now = time.time()
         with self._transaction() as db:
@@ -122,9 +130,11 @@ class SqliteStore:
             ).fetchone()
             if row is not None:
                 return _approval(row), False
-            approval = Approval(new_id(), binding, rule, shown, now, now + ttl, "pending")
+            approval = Approval(
+                new_id(), binding, rule, shown, now, now + ttl, "pending", requester=requester
+            )
             db.execute(
-                f"INSERT INTO approvals ({_COLUMNS}) VALUES ({', '.join('?' * 14)})",
+                f"INSERT INTO approvals ({_COLUMNS}) VALUES ({', '.join('?' * 15)})",
                 (
                     approval.id,
                     *_key(binding),
@@ -136,6 +146,7 @@ class SqliteStore:
                     None,
                     None,
                     None,
+                    requester,
                 ),
             )
         return approval, True
@@ -210,6 +221,7 @@ class SqliteStore:
             by,
             reason,
             until,
+            approval.requester,
         )
 
     def withdraw(self, approval_id: str) -> None:
@@ -273,6 +285,15 @@ def _key(binding: Binding) -> tuple[str, str, str, str, str]:
 
 def _approval(row: tuple[Any, ...]) -> Approval:
     (id_, project, agent, server, tool, digest, rule, shown, created, expires, status,
-     decided_by, reason, until) = row  # fmt: skip
+     decided_by, reason, until, requester) = row  # fmt: skip
     binding = Binding(project, agent, server, tool, digest)
-    return Approval(id_, binding, rule, shown, created, expires, status, decided_by, reason, until)
+    return Approval(
+        id_, binding, rule, shown, created, expires, status, decided_by, reason, until, requester
+    )
+
+
+def _migrated(db: sqlite3.Connection) -> None:
+    """A store written before a column existed gets it (every earlier row: NULL)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(approvals)")}
+    if "requester" not in columns:
+        db.execute("ALTER TABLE approvals ADD COLUMN requester TEXT")

@@ -374,3 +374,76 @@ def test_a_mailbox_claim_fits_only_when_verified_and_by_its_exact_domain() -> No
     assert _fits(
         {"sub": "eve@evil.example#@acme.example"}, {"sub": "*@acme.example"}
     )  # not a mailbox claim
+
+
+def test_approvers_are_people_with_their_own_tokens_and_never_approve_their_own_calls(
+    project: Path, issuer: Issuer, isolated_home: Path, run: Any
+) -> None:
+    """#54 items 1-2: `policy.approvals.approvers: {match: ...}` — the approvers' API takes an
+    approver's own access token, records who decided (the verified email, else the name) in
+    the request, `approvals show` and the audit; a person without the approvers' match gets
+    403 naming the match; the person who made a call cannot approve it (403, audited)."""
+    import httpx2
+
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        bundles: [basic]
+        agents:
+          dev:
+            match: {{groups: [devs]}}
+            ask: [{{tool: files.write_file, approve: out-of-band}}]
+        gateway:
+          auth:
+            issuers: [{{issuer: "{issuer.url}", audience: [bundlectl-gateway]}}]
+        policy:
+          default: deny
+          approvals:
+            ttl: 10m
+            approvers: {{match: {{groups: [platform-approvers]}}}}
+        """,
+    )
+    ana = issuer.token(sub="ana", groups=["devs", "platform-approvers"], name="Ana")
+    bob = issuer.token(sub="bob", groups=["devs"])
+    carol = issuer.token(
+        sub="carol", groups=["platform-approvers"], email="carol@acme.example",
+        email_verified=True,
+    )  # fmt: skip
+    arguments = {"path": "deploy.txt", "content": "go"}
+
+    async def write_as(url: str, token: str) -> str:
+        async with client(url, token) as session:
+            answer = await session.call_tool("files__write_file", arguments)
+            return str(answer.content[0].text)
+
+    def decide(url: str, request_id: str, token: str) -> Any:
+        return httpx2.post(
+            f"{url}/approvals/{request_id}.json",
+            json={"decision": "approve"},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+
+    with gateway(project, home=isolated_home) as (url, _):
+        held = anyio.run(write_as, url, ana)
+        assert "approval request" in held, held
+        [request] = json.loads(run("approvals", "list", "--format", "json").out)["approvals"]
+        assert request["requested_by"] == "ana"
+        own = decide(url, request["id"], ana)
+        assert own.status_code == 403 and "Ana made this call" in own.json()["error"]
+        stranger = decide(url, request["id"], bob)
+        assert stranger.status_code == 403
+        assert "you are not an approver" in stranger.json()["error"]
+        assert "groups: ['platform-approvers']" in stranger.json()["error"]
+        assert decide(url, request["id"], "not-a-token").status_code == 401
+        approved = decide(url, request["id"], carol)
+        assert approved.status_code == 200, approved.text
+        assert approved.json()["decided_by"] == "carol@acme.example"
+        assert anyio.run(write_as, url, ana).startswith("wrote")
+    assert (project / "deploy.txt").read_text() == "go"
+    assert "approved by carol@acme.example" in run("approvals", "show", request["id"]).out
+    records = audit_records(isolated_home / "state" / "audit.jsonl")
+    steps = [(r["outcome"], r.get("approver_sub"), r.get("subject")) for r in records]
+    assert ("approval-refused", "ana", "ana") in steps
+    assert ("approved", "carol", "ana") in steps

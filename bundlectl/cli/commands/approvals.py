@@ -9,7 +9,7 @@ import socket
 import time
 from pathlib import Path
 
-from bundlectl.calls.approval import described, settle
+from bundlectl.calls.approval import decision_text, described, settle
 from bundlectl.cli.options import Format
 from bundlectl.config.paths import display_path
 from bundlectl.config.project import optional_project
@@ -89,13 +89,14 @@ def show(config: Path | None, approval_id: str, *, fmt: Format) -> int:
     out(f"approval request {visible(approval.id)}: {state}")
     out(f"  agent {visible(repr(b.agent))} wants to call {visible(b.qualified)}")
     out(f"  asked by: {visible(approval.rule)}")
+    if approval.requester:
+        out(f"  requested by: {visible(approval.requester)} (who may not approve it)")
     out(f"  project: {visible(display_path(Path(b.project)))}")
     out(f"  requested {_ago(approval.created, now)} ago")
     if state == "pending":
         out(f"  expires in {span_text(approval.expires - now)}")
     if approval.decided_by:
-        why = f": {approval.reason}" if approval.reason else ""
-        out(f"  {approval.status} by {visible(approval.decided_by + why)}")
+        out(f"  {visible(decision_text(approval))}")
     out(f"  arguments ({b.digest[:23]}…; secrets shown as ${{NAME}}):")
     # The stored JSON breaks lines only between members (a value's line breaks are escaped in
     # it): split there alone, and escape what JSON leaves raw (U+2028, C1 controls, bidi
