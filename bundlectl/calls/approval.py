@@ -87,7 +87,12 @@ class OutOfBand:
         where = f"{rule.label} ({rule.origin})" if rule is not None else "an ask rule"
         shown = json.dumps(pipeline.shown.redacted(arguments), ensure_ascii=False, indent=2)
         approval, new = store.request(
-            binding, rule=where, shown=shown, ttl=ttl, requester=decision.subject
+            binding,
+            rule=where,
+            shown=shown,
+            ttl=ttl,
+            requester=decision.subject,
+            needed=decision.approvals_needed,
         )
         if new:
             pipeline.audit.approval(decision, "approval-requested", approval.id, None)
@@ -249,8 +254,11 @@ def settle(
                 f"{held.binding.agent!r}): someone else must approve it",
                 hint="ask another approver",
             )
-    approval = store.decide(approval_id, approve=approve, by=by, reason=reason, until=until)
-    _audited(approval, "approved" if approve else "denied-by-approver", by, sub=sub)
+    approval = store.decide(
+        approval_id, approve=approve, by=by, reason=reason, until=until, approver=sub
+    )
+    step = "approved" if approval.status == "approved" else "approval-counted"
+    _audited(approval, step if approve else "denied-by-approver", by, sub=sub)
     return approval
 
 
@@ -270,6 +278,8 @@ def described(approval: Approval, now: float) -> dict[str, Any]:
         "expires": stamp(approval.expires),
         "decided_by": approval.decided_by,
         "requested_by": approval.requester,
+        "approvals_needed": approval.needed,
+        "approved_by": [name for _, name in approval.approved_by],
         "reason": approval.reason,
         "until": stamp(approval.until) if approval.until is not None else None,
     }
@@ -284,6 +294,14 @@ def decision_text(approval: Approval) -> str:
         why = f": {approval.reason}" if approval.reason else ""
         return f"denied by {approval.decided_by}{why}"
     return f"approved by {approval.decided_by}"
+
+
+def progress_text(approval: Approval) -> str:
+    """`1 of 2 approvals (ana@acme.example)` while a request needs more people; else ``."""
+    if approval.needed <= 1 or approval.status != "pending":
+        return ""
+    names = ", ".join(name for _, name in approval.approved_by)
+    return approval.progress + (f" ({names})" if names else "")
 
 
 def stamp(when: float) -> str:

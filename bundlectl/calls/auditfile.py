@@ -95,6 +95,7 @@ OUTCOMES = (
     "approval-used",
     "approval-withdrawn",
     "approval-refused",
+    "approval-counted",
     "approved",
 )
 

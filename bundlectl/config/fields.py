@@ -82,11 +82,21 @@ class ConditionalRule(BaseModel):
         "approvals`, the approvers' page; needs policy.approvals) — never the caller's own "
         "terminal, --yes, the client's elicitation or a local always-allow.",
     )
+    approvals: int = Field(
+        default=1,
+        ge=1,
+        le=5,
+        description="With approve: out-of-band, how many different people must approve a call "
+        "(distinct subjects of their identity tokens) before it runs; a denial by any ends it.",
+    )
     _condition: Any = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _compiles(self) -> "ConditionalRule":
         from bundlectl.policy.conditions import ConditionError, compile_condition  # noqa: PLC0415
+
+        if self.approvals > 1 and self.approve is None:
+            raise ValueError("approvals: counts approvers, and only approve: out-of-band has them")
 
         if not self.args and self.when is None:
             if self.approve is not None:

@@ -26,7 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bundlectl.calls import userconfig
-from bundlectl.calls.approval import SelfApproval, decision_text, described, settle
+from bundlectl.calls.approval import (
+    SelfApproval,
+    decision_text,
+    described,
+    progress_text,
+    settle,
+)
 from bundlectl.calls.auditfile import lines, log_path, records
 from bundlectl.config.settings import seconds
 from bundlectl.gateway.activity import counted, rendered
@@ -410,6 +416,7 @@ def _row(approval: Approval, now: float) -> JsonObject:
         "decided_by": visible(approval.decided_by or ""),
         "reason": visible(approval.reason or "", FOLD),
         "decision": visible(decision_text(approval), FOLD),
+        "progress": visible(progress_text(approval), FOLD),
         "at": approval.created,
     }
 
@@ -473,7 +480,9 @@ function row(a) {
   set(cells[0], a.agent); set(cells[1].firstChild, a.tool);
   set(cells[2], a.rule, 'muted'); set(cells[3], a.age);
   let status = a.status;
-  if (a.status === 'pending') status += ' (expires in ' + a.expires + ')';
+  if (a.status === 'pending') {
+    status += ' (expires in ' + a.expires + ')' + (a.progress ? ', ' + a.progress : '');
+  }
   else if (a.decision && !a.decision.startsWith(a.status)) status += ': ' + a.decision;
   else if (a.decision) status = a.decision;
   set(cells[4], status, a.status);
@@ -546,7 +555,7 @@ def _detail_page(approval: Approval, csrf: str) -> tuple[str, str]:
         '<input name=reason placeholder="reason (shown to the caller)" size=32> '
         "<button class=no id=deny>Deny</button></form></div>"
     )
-    decided = decision_text(approval)
+    decided = decision_text(approval) or progress_text(approval)
     body = (
         '<p><a href="/approvals">← all requests</a></p>'
         f"<h1>Agent <code>{e(b.agent)}</code> wants to call <code>{e(b.qualified)}</code></h1>"
@@ -572,7 +581,7 @@ async function refresh() {
   if (!got.ok) return;
   const a = await got.json(), status = document.getElementById('status');
   status.textContent = a.status; status.className = a.status;
-  document.getElementById('decided').textContent = a.decision;
+  document.getElementById('decided').textContent = a.decision || a.progress;
   document.getElementById('decide').hidden = a.status !== 'pending';
 }
 setInterval(refresh, 1000);

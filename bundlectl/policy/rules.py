@@ -71,6 +71,7 @@ class Rule:
     # An `ask` rule's `approve: out-of-band`: only an approver confirms its calls (SPEC 11),
     # never the caller's own terminal, `--yes`, elicitation or a local "always allow".
     by_approver: bool = False
+    approvals: int = 1  # how many different people must approve (`approvals: 2`)
 
     @cached_property
     def parts(self) -> tuple[str, str]:
@@ -88,6 +89,8 @@ class Rule:
     @property
     def label(self) -> str:
         approver = " (approved out of band)" if self.by_approver else ""
+        if self.by_approver and self.approvals > 1:
+            approver = f" (approved out of band by {self.approvals} people)"
         if self.condition is not None:
             return f"{self.head} if {self.condition.describe()}{approver}"
         return self.head + approver
@@ -99,6 +102,8 @@ class Rule:
         key = self.pattern
         if self.condition is not None:
             key = f"{key} if {json.dumps(self.condition.canonical, sort_keys=True)}"
+        if self.by_approver and self.approvals > 1:
+            return f"{key} approve=out-of-band approvals={self.approvals}"
         return f"{key} approve=out-of-band" if self.by_approver else key
 
 
@@ -169,6 +174,11 @@ class Decision:
     @property
     def qualified(self) -> str:
         return f"{self.server}.{self.tool}"
+
+    @property
+    def approvals_needed(self) -> int:
+        """How many different people must approve the call (`approvals:` of its rule)."""
+        return self.rule.approvals if self.by_approver and self.rule is not None else 1
 
     @property
     def by_approver(self) -> bool:

@@ -71,7 +71,15 @@ def policy_rule(
     """The engine's rule for a rule entry of a file (a pattern, or a pattern with conditions)."""
     if isinstance(entry, str):
         return Rule(entry, effect, origin, agent)
-    return Rule(entry.tool, effect, origin, agent, entry.condition, entry.approve is not None)
+    return Rule(
+        entry.tool,
+        effect,
+        origin,
+        agent,
+        entry.condition,
+        entry.approve is not None,
+        entry.approvals,
+    )
 
 
 def agent_spec(

@@ -71,6 +71,18 @@ class Approval:
     # Who made the call (the `sub` of the identity token it came with; None: a static token,
     # the command line): that person may not approve it.
     requester: str | None = None
+    needed: int = 1  # how many different people must approve (`approvals: 2`)
+    # Who has approved so far while more are needed: (their key — `sub`, else their name —
+    # and the name shown), in order.
+    approved_by: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def progress(self) -> str:
+        """`1 of 2 approvals` while a request needs more than one; else ``."""
+        if self.needed <= 1:
+            return ""
+        done = self.needed if self.status in ("approved", "used") else len(self.approved_by)
+        return f"{done} of {self.needed} approvals"
 
     def state(self, now: float | None = None) -> str:
         """Its status now: a pending request past its expiry is `expired`, an approval for a
@@ -104,9 +116,11 @@ class Store(Protocol):
         shown: str,
         ttl: float,
         requester: str | None = None,
+        needed: int = 1,
     ) -> tuple[Approval, bool]:
         """The pending request for `binding`: the one already waiting, or a new one (True)
-        made by `requester` (the call's subject, when an identity token named one)."""
+        made by `requester` (the call's subject, when an identity token named one), that
+        `needed` different people must approve."""
         ...
 
     def take(self, binding: Binding) -> Approval | None:
@@ -128,8 +142,12 @@ class Store(Protocol):
         by: str,
         reason: str | None = None,
         until: float | None = None,
+        approver: str | None = None,
     ) -> Approval:
-        """Approve or deny a pending request (UnknownApproval: no such pending request)."""
+        """Approve or deny a pending request (UnknownApproval: no such pending request). A
+        request that needs several people counts each approval (`approver`: who, told apart
+        by their `sub`; else by `by`) and stays pending until enough different people have
+        approved; the same person twice is UnknownApproval; a denial by anyone ends it."""
         ...
 
     def withdraw(self, approval_id: str) -> None:

@@ -17,6 +17,7 @@ given to a second value).
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from typing import Any
 
@@ -38,7 +39,8 @@ end
 local key = ARGV[13] .. ARGV[1]
 redis.call('HSET', key, 'project', ARGV[2], 'agent', ARGV[3], 'server', ARGV[4],
   'tool', ARGV[5], 'digest', ARGV[6], 'rule', ARGV[7], 'shown', ARGV[8],
-  'created', ARGV[9], 'expires', ARGV[10], 'status', 'pending', 'requester', ARGV[14])
+  'created', ARGV[9], 'expires', ARGV[10], 'status', 'pending', 'requester', ARGV[14],
+  'needed', ARGV[15], 'approved_by', '[]')
 redis.call('EXPIRE', key, ARGV[11])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[12])
 redis.call('ZADD', KEYS[2], ARGV[9], ARGV[1])
@@ -68,7 +70,22 @@ local status = redis.call('HGET', key, 'status')
 local expires = tonumber(redis.call('HGET', key, 'expires'))
 if status == 'pending' and expires <= tonumber(ARGV[5]) then return 'expired' end
 if status ~= 'pending' then return status end
-redis.call('HSET', key, 'status', ARGV[1], 'decided_by', ARGV[2], 'reason', ARGV[3],
+local by = ARGV[2]
+local needed = tonumber(redis.call('HGET', key, 'needed') or '1')
+if ARGV[1] == 'approved' and needed > 1 then
+  local given = cjson.decode(redis.call('HGET', key, 'approved_by') or '[]')
+  local names = {}
+  for _, person in ipairs(given) do
+    if person[1] == ARGV[8] then return 'again' end
+    table.insert(names, person[2])
+  end
+  table.insert(given, {ARGV[8], ARGV[2]})
+  table.insert(names, ARGV[2])
+  redis.call('HSET', key, 'approved_by', cjson.encode(given))
+  if #given < needed then return 'counted' end
+  by = table.concat(names, ', ')
+end
+redis.call('HSET', key, 'status', ARGV[1], 'decided_by', by, 'reason', ARGV[3],
   'until', ARGV[4])
 redis.call('DEL', KEYS[2])
 if ARGV[1] == 'approved' then
@@ -190,6 +207,8 @@ class RedisStore:
             data.get("reason") or None,
             float(until) if until is not None else None,
             data.get("requester") or None,
+            int(data.get("needed") or 1),
+            tuple((str(k), str(n)) for k, n in json.loads(data.get("approved_by") or "[]")),
         )
 
     def request(
@@ -200,6 +219,7 @@ class RedisStore:
         shown: str,
         ttl: float,
         requester: str | None = None,
+        needed: int = 1,
     ) -> tuple[Approval, bool]:
         now = time.time()
         b = _binding_key(binding)
@@ -219,12 +239,15 @@ class RedisStore:
             max(1, int(ttl * 1000)),
             PREFIX + "approval:",
             requester or "",
+            needed,
         ]
         keys = [PREFIX + "pending:" + b, PREFIX + "approvals"]
         approval_id, new = self._run("request", _REQUEST, keys, args)
         approval = self._approval(approval_id)
         if approval is None:  # expired between the two commands: ask again
-            return self.request(binding, rule=rule, shown=shown, ttl=ttl, requester=requester)
+            return self.request(
+                binding, rule=rule, shown=shown, ttl=ttl, requester=requester, needed=needed
+            )
         return approval, bool(new)
 
     def take(self, binding: Binding) -> Approval | None:
@@ -255,6 +278,7 @@ class RedisStore:
         by: str,
         reason: str | None = None,
         until: float | None = None,
+        approver: str | None = None,
     ) -> Approval:
         approval = self._approval(approval_id)
         if approval is None:
@@ -272,9 +296,19 @@ class RedisStore:
         status = "approved" if approve else "denied"
         lasts = int((until - now) if until is not None else KEPT) + 1
         args = [status, by, reason or "", repr(until) if until else "", repr(now), approval_id]
-        answer = self._run("decide", _DECIDE, keys, [*args, lasts])
+        answer = self._run("decide", _DECIDE, keys, [*args, lasts, approver or by])
         if answer == "missing":
             raise UnknownApproval(f"no approval request {approval_id!r}")
+        if answer == "again":
+            raise UnknownApproval(
+                f"{by} approved request {approval_id} already; it needs {approval.needed} "
+                "different people",
+                hint="another approver decides the rest",
+            )
+        if answer == "counted":  # more people to go: still pending
+            counted = self._approval(approval_id)
+            assert counted is not None
+            return counted
         if answer != "ok":
             raise UnknownApproval(
                 f"approval request {approval_id} is {answer}, not pending; nothing changed",

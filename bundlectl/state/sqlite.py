@@ -6,6 +6,8 @@ it."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -31,7 +33,9 @@ CREATE TABLE IF NOT EXISTS approvals (
     decided_by TEXT,
     reason TEXT,
     until REAL,
-    requester TEXT
+    requester TEXT,
+    needed INTEGER NOT NULL DEFAULT 1,
+    approved_by TEXT NOT NULL DEFAULT '[]'
 );
 CREATE INDEX IF NOT EXISTS approvals_binding
     ON approvals (project, agent, server, tool, digest, status);
@@ -43,7 +47,7 @@ CREATE TABLE IF NOT EXISTS counters (
 """
 KEPT = 7 * 86400.0  # seconds a request that is over is kept (for `approvals list --all`)
 _COLUMNS = "id, project, agent, server, tool, digest, rule, shown, created, expires, status, "
-_COLUMNS += "decided_by, reason, until, requester"
+_COLUMNS += "decided_by, reason, until, requester, needed, approved_by"
 
 
 class SqliteStore:
@@ -113,6 +117,7 @@ class SqliteStore:
         shown: str,
         ttl: float,
         requester: str | None = None,
+        needed: int = 1,
     ) -> tuple[Approval, bool]:
         now = time.time()
         with self._transaction() as db:
@@ -131,10 +136,18 @@ class SqliteStore:
             if row is not None:
                 return _approval(row), False
             approval = Approval(
-                new_id(), binding, rule, shown, now, now + ttl, "pending", requester=requester
+                new_id(),
+                binding,
+                rule,
+                shown,
+                now,
+                now + ttl,
+                "pending",
+                requester=requester,
+                needed=needed,
             )
             db.execute(
-                f"INSERT INTO approvals ({_COLUMNS}) VALUES ({', '.join('?' * 15)})",
+                f"INSERT INTO approvals ({_COLUMNS}) VALUES ({', '.join('?' * 17)})",
                 (
                     approval.id,
                     *_key(binding),
@@ -147,6 +160,8 @@ class SqliteStore:
                     None,
                     None,
                     requester,
+                    needed,
+                    "[]",
                 ),
             )
         return approval, True
@@ -184,6 +199,7 @@ class SqliteStore:
         by: str,
         reason: str | None = None,
         until: float | None = None,
+        approver: str | None = None,
     ) -> Approval:
         now = time.time()
         with self._transaction() as db:
@@ -205,23 +221,23 @@ class SqliteStore:
                     else None,
                 )
             status = "approved" if approve else "denied"
+            given = approval.approved_by
+            if approve and approval.needed > 1:
+                given = _counted(approval, approver or by, by)
+                db.execute(
+                    "UPDATE approvals SET approved_by = ? WHERE id = ?",
+                    (json.dumps(given), approval_id),
+                )
+                if len(given) < approval.needed:  # more people to go: still pending
+                    return dataclasses.replace(approval, approved_by=given)
+                by = ", ".join(name for _, name in given)
             db.execute(
                 "UPDATE approvals SET status = ?, decided_by = ?, reason = ?, until = ? "
                 "WHERE id = ?",
                 (status, by, reason, until, approval_id),
             )
-        return Approval(
-            approval.id,
-            approval.binding,
-            approval.rule,
-            approval.shown,
-            approval.created,
-            approval.expires,
-            status,
-            by,
-            reason,
-            until,
-            approval.requester,
+        return dataclasses.replace(
+            approval, status=status, decided_by=by, reason=reason, until=until, approved_by=given
         )
 
     def withdraw(self, approval_id: str) -> None:
@@ -285,11 +301,36 @@ def _key(binding: Binding) -> tuple[str, str, str, str, str]:
 
 def _approval(row: tuple[Any, ...]) -> Approval:
     (id_, project, agent, server, tool, digest, rule, shown, created, expires, status,
-     decided_by, reason, until, requester) = row  # fmt: skip
+     decided_by, reason, until, requester, needed, approved_by) = row  # fmt: skip
     binding = Binding(project, agent, server, tool, digest)
+    given = tuple((str(k), str(n)) for k, n in json.loads(approved_by or "[]"))
     return Approval(
-        id_, binding, rule, shown, created, expires, status, decided_by, reason, until, requester
+        id_,
+        binding,
+        rule,
+        shown,
+        created,
+        expires,
+        status,
+        decided_by,
+        reason,
+        until,
+        requester,
+        int(needed or 1),
+        given,
     )
+
+
+def _counted(approval: Approval, key: str, name: str) -> tuple[tuple[str, str], ...]:
+    """The approvers of a request that needs several, with one more (UnknownApproval: they
+    approved it already)."""
+    if any(k == key for k, _ in approval.approved_by):
+        raise UnknownApproval(
+            f"{name} approved request {approval.id} already; it needs {approval.needed} "
+            "different people",
+            hint="another approver decides the rest",
+        )
+    return (*approval.approved_by, (key, name))
 
 
 def _migrated(db: sqlite3.Connection) -> None:
@@ -297,3 +338,6 @@ def _migrated(db: sqlite3.Connection) -> None:
     columns = {row[1] for row in db.execute("PRAGMA table_info(approvals)")}
     if "requester" not in columns:
         db.execute("ALTER TABLE approvals ADD COLUMN requester TEXT")
+    if "needed" not in columns:
+        db.execute("ALTER TABLE approvals ADD COLUMN needed INTEGER NOT NULL DEFAULT 1")
+        db.execute("ALTER TABLE approvals ADD COLUMN approved_by TEXT NOT NULL DEFAULT '[]'")

@@ -382,7 +382,8 @@ def test_approvers_are_people_with_their_own_tokens_and_never_approve_their_own_
     """#54 items 1-2: `policy.approvals.approvers: {match: ...}` — the approvers' API takes an
     approver's own access token, records who decided (the verified email, else the name) in
     the request, `approvals show` and the audit; a person without the approvers' match gets
-    403 naming the match; the person who made a call cannot approve it (403, audited)."""
+    403 naming the match; the person who made a call cannot approve it (403, audited); with
+    `approvals: 2`, two different people approve before the call runs."""
     import httpx2
 
     write(
@@ -393,7 +394,7 @@ def test_approvers_are_people_with_their_own_tokens_and_never_approve_their_own_
         agents:
           dev:
             match: {{groups: [devs]}}
-            ask: [{{tool: files.write_file, approve: out-of-band}}]
+            ask: [{{tool: files.write_file, approve: out-of-band, approvals: 2}}]
         gateway:
           auth:
             issuers: [{{issuer: "{issuer.url}", audience: [bundlectl-gateway]}}]
@@ -404,6 +405,7 @@ def test_approvers_are_people_with_their_own_tokens_and_never_approve_their_own_
             approvers: {{match: {{groups: [platform-approvers]}}}}
         """,
     )
+    dave = issuer.token(sub="dave", groups=["platform-approvers"], preferred_username="dave")
     ana = issuer.token(sub="ana", groups=["devs", "platform-approvers"], name="Ana")
     bob = issuer.token(sub="bob", groups=["devs"])
     carol = issuer.token(
@@ -437,13 +439,23 @@ def test_approvers_are_people_with_their_own_tokens_and_never_approve_their_own_
         assert "you are not an approver" in stranger.json()["error"]
         assert "groups: ['platform-approvers']" in stranger.json()["error"]
         assert decide(url, request["id"], "not-a-token").status_code == 401
-        approved = decide(url, request["id"], carol)
-        assert approved.status_code == 200, approved.text
-        assert approved.json()["decided_by"] == "carol@acme.example"
+        half = decide(url, request["id"], carol)
+        assert half.status_code == 200, half.text
+        assert half.json()["status"] == "pending"  # two people: one more to go
+        assert half.json()["approved_by"] == ["carol@acme.example"]
+        assert (
+            "1 of 2 approvals (carol@acme.example)" in run("approvals", "show", request["id"]).out
+        )
+        assert "approval request" in anyio.run(write_as, url, ana)  # still held
+        again = decide(url, request["id"], carol)
+        assert again.status_code == 409 and "already" in again.json()["error"]
+        approved = decide(url, request["id"], dave)
+        assert approved.json()["decided_by"] == "carol@acme.example, dave"
         assert anyio.run(write_as, url, ana).startswith("wrote")
     assert (project / "deploy.txt").read_text() == "go"
-    assert "approved by carol@acme.example" in run("approvals", "show", request["id"]).out
+    assert "approved by carol@acme.example, dave" in run("approvals", "show", request["id"]).out
     records = audit_records(isolated_home / "state" / "audit.jsonl")
     steps = [(r["outcome"], r.get("approver_sub"), r.get("subject")) for r in records]
     assert ("approval-refused", "ana", "ana") in steps
-    assert ("approved", "carol", "ana") in steps
+    assert ("approval-counted", "carol", "ana") in steps
+    assert ("approved", "dave", "ana") in steps

@@ -46,9 +46,12 @@ def test_check_lines_and_exit_codes(configured: Path, run: Run) -> None:
     )
     assert result.code == 3
     assert result.lines == [
-        "allow             gh.get_issue     agents.writer.allow: gh.*       (bundlectl.yaml:16:13)",
-        "ask, denied here  gh.create_issue  agents.writer.ask: gh.create_*  (bundlectl.yaml:17:29)",
-        "deny              gh.delete_repo   policy.deny: *.delete_*         (bundlectl.yaml:21:10)",
+        "allow  gh.get_issue     agents.writer.allow: gh.*           "
+        "                             (bundlectl.yaml:16:13)",
+        "deny   gh.create_issue  agents.writer.ask: gh.create_* (an a"
+        "sk no one can confirm here)  (bundlectl.yaml:17:29)",
+        "deny   gh.delete_repo   policy.deny: *.delete_*             "
+        "                             (bundlectl.yaml:21:10)",
     ]
     assert "no one can confirm an ask rule here" in result.err
     ok = run("policy", "check", "-a", "writer", "gh.create_issue", "--interactive")

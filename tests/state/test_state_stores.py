@@ -358,3 +358,26 @@ def test_a_refund_takes_back_one_count_and_never_goes_below_zero(store_factory: 
     for _ in range(3):
         store.refund([counter])
     assert store.usage([counter.key], time.time()).get(counter.key, 0) == 0
+
+
+def test_a_request_that_needs_two_people_counts_distinct_approvers(store_factory: Any) -> None:
+    """#54 item 2: `approvals: 2` — two different people before the call runs (told apart by
+    their `sub`), the same one twice refused, a denial by either ends it; the count is the
+    store's own (one Lua script in Redis), so two replicas share it."""
+    store: Store = store_factory()
+    binding = Binding("/p", "a", "s", "t", f"sha256:two-{time.time_ns()}")
+    first, _ = store.request(binding, rule="r", shown="{}", ttl=600, requester="ana", needed=2)
+    assert (first.needed, first.requester, first.progress) == (2, "ana", "0 of 2 approvals")
+    half = store_factory().decide(first.id, approve=True, by="Carol", approver="carol")
+    assert half.status == "pending" and half.approved_by == (("carol", "Carol"),)
+    assert half.progress == "1 of 2 approvals" and store.take(binding) is None
+    with pytest.raises(UnknownApproval, match=r"approved request \w+ already"):
+        store_factory().decide(first.id, approve=True, by="Carol again", approver="carol")
+    done = store_factory().decide(first.id, approve=True, by="Dave", approver="dave")
+    assert (done.status, done.decided_by) == ("approved", "Carol, Dave")
+    assert store.take(binding) is not None
+    other = Binding("/p", "a", "s", "t", f"sha256:deny-{time.time_ns()}")
+    second, _ = store.request(other, rule="r", shown="{}", ttl=600, needed=2)
+    store.decide(second.id, approve=True, by="Carol", approver="carol")
+    denied = store_factory().decide(second.id, approve=False, by="Dave", reason="no")
+    assert denied.status == "denied" and store.take(other) is None

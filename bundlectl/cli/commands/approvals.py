@@ -9,7 +9,7 @@ import socket
 import time
 from pathlib import Path
 
-from bundlectl.calls.approval import decision_text, described, settle
+from bundlectl.calls.approval import decision_text, described, progress_text, settle
 from bundlectl.cli.options import Format
 from bundlectl.config.paths import display_path
 from bundlectl.config.project import optional_project
@@ -95,6 +95,8 @@ def show(config: Path | None, approval_id: str, *, fmt: Format) -> int:
     out(f"  requested {_ago(approval.created, now)} ago")
     if state == "pending":
         out(f"  expires in {span_text(approval.expires - now)}")
+        if progress_text(approval):
+            out(f"  {visible(progress_text(approval))}")
     if approval.decided_by:
         out(f"  {visible(decision_text(approval))}")
     out(f"  arguments ({b.digest[:23]}…; secrets shown as ${{NAME}}):")
@@ -126,7 +128,10 @@ def decide(
         _store(config), approval_id, approve=approve, by=_approver(), reason=reason, until=until
     )
     b = approval.binding
-    if approve:
+    if approve and approval.status == "pending":  # more people must approve
+        left = approval.needed - len(approval.approved_by)
+        out(f"approved {approval.id}: {approval.progress}; {left} more must approve it")
+    elif approve:
         scope = f"for {duration}" if duration else "once"
         out(
             f"approved {approval.id}: agent {b.agent!r} may call {b.qualified} {scope} "

@@ -59,11 +59,16 @@ def _decision_json(d: Decision) -> dict[str, Any]:
 
 
 def _effect_label(d: Decision) -> str:
-    """`ask, denied here` when an ask rule matched but no one could confirm it (where the
-    question is asked without --interactive)."""
+    """The effect, first (scripts read the first word); an ask rule no one could confirm is
+    `deny`, and its rule column says why (`_rule_label`)."""
+    return d.effect
+
+
+def _rule_label(d: Decision) -> str:
+    label = d.rule.label if d.rule else d.reason
     if d.matched_effect == "ask" and d.effect == "deny":
-        return "ask, denied here"
-    return f"{d.effect} ({d.matched_effect})" if d.effect != d.matched_effect else d.effect
+        label += " (an ask no one can confirm here)"
+    return label
 
 
 def _arguments(source: str | None) -> dict[str, Any] | None:
@@ -136,7 +141,7 @@ def check(
                 [
                     _effect_label(d),
                     d.qualified,
-                    d.rule.label if d.rule else d.reason,
+                    _rule_label(d),
                     f"({d.rule.origin})" if d.rule else "",
                 ]
                 for d in decisions
