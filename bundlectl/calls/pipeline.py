@@ -315,18 +315,8 @@ class Pipeline:
     def check_limits(self, decision: Decision) -> None:
         """Refuse (audited) a call a quota would refuse now, counting nothing: an `ask` is
         refused before a person is asked to approve a call that could not run anyway."""
-        if not self.limits:
-            return
-        spec = self.resolution.catalog.spec(decision.server, decision.tool)
-        try:
-            self.limits.check(self.store(), decision.agent, decision.server, decision.tool, spec)
-        except PolicyDenied as exc:
-            self.record(decision, "over-limit", 0.0, None)
-            metrics.over_limit(decision.agent, getattr(exc, "limit", ""))
-            raise
-        except StateError:
-            self.record(decision, "state-error", 0.0, None)
-            raise
+        if self.limits:
+            self._counted(decision, self.limits.check)
 
     def charge(self, decision: Decision) -> list[Counter]:
         """Count the let-through call against the quotas that cover it, or refuse it: over a
@@ -334,11 +324,13 @@ class Pipeline:
         either refusal audited. The counters it was counted on."""
         if not self.limits:
             return []
+        return self._counted(decision, self.limits.charge)
+
+    def _counted(self, decision: Decision, step: Callable[..., T]) -> T:
+        """A quota step (`Limits.check` or `charge`) for the call, its refusal audited."""
         spec = self.resolution.catalog.spec(decision.server, decision.tool)
         try:
-            return self.limits.charge(
-                self.store(), decision.agent, decision.server, decision.tool, spec
-            )
+            return step(self.store(), decision.agent, decision.server, decision.tool, spec)
         except PolicyDenied as exc:
             self.record(decision, "over-limit", 0.0, None)
             metrics.over_limit(decision.agent, getattr(exc, "limit", ""))

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import os
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bundlectl.config.expand import expand
+from bundlectl.config.urls import loopback_host
 from bundlectl.errors import UsageError
 from bundlectl.policy.rules import DEFAULT_AGENT
 from bundlectl.resolve.resolved import Resolution
@@ -61,12 +61,8 @@ def listed(resolution: Resolution) -> set[str]:
 
 
 def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+    """Whether the gateway's address is this machine's alone (`urls.loopback_host`)."""
+    return loopback_host(host)
 
 
 @dataclass(frozen=True)
