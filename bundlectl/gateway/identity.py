@@ -147,7 +147,12 @@ class Verifier:
         if len(found) == 1:
             return Verdict(found[0], 200, subject=subject)
         if not found:
-            reason = "no agent's match: fits its claims"
+            seen = ", ".join(sorted(claims)) or "none"
+            reason = (
+                f"no agent's match: fits its claims (it carries: {seen}); the matches are "
+                "under agents.NAME.match in the gateway's bundlectl.yaml, and `bundlectl policy "
+                "explain --token FILE` says why each does not fit"
+            )
             return Verdict(status=403, reason=reason, subject=subject, unmatched=True)
         return Verdict(
             status=403,
