@@ -362,6 +362,14 @@ def lint(
     exit_zero: Annotated[
         bool, typer.Option("--exit-zero", help="Always exit 0 when lint could run.")
     ] = False,
+    environment: Annotated[
+        bool,
+        typer.Option(
+            "--env",
+            help="Also check that the variables the bundles need are set here (BCL302); "
+            "without it lint reads the project alone, the same on every machine.",
+        ),
+    ] = False,
     config: ConfigOpt = None,
 ) -> int:
     """Validate and analyse config, manifests and lock, with rule ids and positions."""
@@ -376,4 +384,5 @@ def lint(
         select=select or [],
         ignore=ignore or [],
         exit_zero=exit_zero,
+        environment=environment,
     )

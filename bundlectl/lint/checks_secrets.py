@@ -63,19 +63,24 @@ def literal_tokens(ctx: Context) -> Iterator[Finding]:
 
 
 def missing_env(ctx: Context) -> Iterator[Finding]:
-    """BCL302: a resolved bundle's required input that is neither set nor defaulted."""
+    """BCL302 (`lint --env` only: it reads this machine's environment): a resolved bundle's
+    required input that is neither set nor defaulted."""
+    if not ctx.environment:
+        return
     if ctx.resolution is None or ctx.config is None or ctx.config_model is None:
         return
     listed = {requirement_name(r): i for i, r in enumerate(ctx.config_model.bundles)}
-    used: set[str] = set()
-    for server in ctx.resolution.merged.servers.values():
+    used: dict[str, list[str]] = {}  # variable -> the servers that use it
+    for name, server in ctx.resolution.merged.servers.items():
         for value in [
             *server.spec.env.values(),
             *server.spec.args,
             *server.spec.headers.values(),
             server.spec.url or "",
         ]:
-            used.update(references(value))
+            for variable in references(value):
+                if name not in used.setdefault(variable, []):
+                    used[variable].append(name)
     for need in ctx.resolution.merged.env:
         if not need.spec.required or need.spec.default is not None or need.name in os.environ:
             continue
@@ -83,13 +88,15 @@ def missing_env(ctx: Context) -> Iterator[Finding]:
         path: tuple[str | int, ...] = (
             ("bundles", listed[bundle]) if bundle in listed else ("bundles",)
         )
-        where = "used by its servers" if need.name in used else "declared"
+        servers = used.get(need.name)
+        where = f" for server {', '.join(servers)}" if servers else ""
+        what = f" ({need.spec.description})" if need.spec.description else ""
         yield at(
             "BCL302",
             ctx.config.doc,
             path,
-            f"bundle {need.bundle} needs {need.name} "
-            f"({where}: {need.spec.description or 'no description'}), which is not set",
+            f"bundle {need.bundle} needs {need.name}{what}{where}, which is not set in this "
+            "environment",
             anchor=f"{bundle}:{need.name}",
             hint=f"export {need.name}=... before starting the servers",
         )

@@ -36,6 +36,9 @@ class Context:
     resolution: Resolution | None = None
     resolution_error: Exception | None = None
     policy_ok: bool = False  # the agents' extends are sound, so the engine can be built
+    # `lint --env`: also judge this machine's environment (BCL302); lint is otherwise the
+    # project's alone, the same on every machine and in CI.
+    environment: bool = False
 
     @property
     def config(self) -> LintedFile | None:

@@ -76,6 +76,7 @@ class Selection:
     select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
     severity: dict[str, Severity] = field(default_factory=dict)
+    environment: bool = False  # `--env`: the checks that read this machine's environment
 
     def wants(self, rule: str) -> bool:
         if self.select and not any(rule.startswith(p) for p in self.select):
@@ -155,6 +156,7 @@ def run(targets: list[Path], config: Path | None, selection: Selection) -> list[
     texts: dict[str, str] = {}
     for ctx, extra in contexts:
         findings += extra
+        ctx.environment = selection.environment
         for check in CHECKS:
             findings += check(ctx)
         for linted in ctx.files:

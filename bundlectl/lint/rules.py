@@ -334,7 +334,9 @@ RULES = _rules(
         "BCL302",
         "missing-required-env",
         "warning",
-        "A bundle's required input is not set in the environment and has no default.",
+        "A bundle's required input is not set in this environment and has no default "
+        "(`lint --env` only: lint otherwise reads the project alone, the same on every "
+        "machine).",
         "Export the variable before starting the servers.",
     ),
     RuleInfo(

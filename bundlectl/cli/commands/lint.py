@@ -22,9 +22,11 @@ def run(
     select: list[str],
     ignore: list[str],
     exit_zero: bool,
+    environment: bool = False,
 ) -> int:
     level: Severity = fail_level.value
     selection = engine.Selection(engine.check_ids(select), engine.check_ids(ignore))
+    selection.environment = environment
     findings = engine.run(targets, config, selection)
     if output is not None:
         with plain():  # a file gets no terminal colours
