@@ -327,3 +327,30 @@ def test_explain_says_which_agent_a_token_stands_for_and_why(
     both = run("policy", "explain", "--agent", "ci", "--claims", "{}", "files.read_file")
     assert both.code == 2 and "the token says which agent calls" in both.err
     assert run("policy", "explain", "files.read_file").code == 2
+
+
+def test_explain_says_why_a_deny_held_for_a_path_it_does_not_name(project: Path, run: Run) -> None:
+    """#56: explain said a `secrets/**` deny "held" for `../x`, which it does not name: a deny
+    holds for every path without a single reading, and explain says so."""
+    write(
+        project / "bundlectl.yaml",
+        """
+        version: 1
+        bundles: [basic]
+        agents:
+          writer:
+            allow: [{tool: files.write_file, args: {path: {path: "docs/**"}}}]
+            deny: [{tool: files.write_file, args: {path: {path: "secrets/**"}}}]
+        policy: {default: deny}
+        """,
+    )
+    out_of_root = run("policy", "explain", "-a", "writer", "files.write_file", "--args",
+                      '{"path": "../x", "content": "a"}')  # fmt: skip
+    assert out_of_root.code == 3
+    assert (
+        "held (path '../x' climbs out of the root or has more than one meaning, and a deny "
+        "holds for every such path)"
+    ) in out_of_root.out
+    named = run("policy", "explain", "-a", "writer", "files.write_file", "--args",
+                '{"path": "secrets/k", "content": "a"}')  # fmt: skip
+    assert named.out.count(": held\n") == 1 and "climbs out" not in named.out

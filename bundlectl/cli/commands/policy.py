@@ -294,6 +294,8 @@ def _print_why(resolution: Resolution, why: Explanation, arguments: dict[str, An
             state = (
                 "" if failed is None else ": held" if failed == "" else f": {failed} does not hold"
             )
+            if failed == "" and rule.effect == "deny" and arguments is not None:
+                state += _unreadable(resolution, rule, arguments)
             _said(f"    {rule.effect:<5}  {rule.label}  ({rule.origin}){state}")
         if arguments is None:
             _said(
@@ -312,6 +314,26 @@ def _print_why(resolution: Resolution, why: Explanation, arguments: dict[str, An
     deny = ", ".join(r.pattern for r in why.global_deny)
     _said(f"  policy.deny: {('matched ' + deny) if deny else 'no rule matched'}")
     _said(f"  policy.pin_tools: {why.pin_tools}")
+
+
+def _unreadable(resolution: Resolution, rule: Any, arguments: dict[str, Any]) -> str:
+    """Why a deny's `{path: }` condition held for a path it does not name: the path has no
+    single reading (it climbs out of the root, or has more than one meaning), which a deny
+    always matches (#56: explain said "held" for `../x` against `secrets/**`)."""
+    from bundlectl.policy.conditions import MISSING, lookup, normalised  # noqa: PLC0415
+
+    reader = resolution.path_reader(rule.parts[0]) if "*" not in rule.parts[0] else None
+    for key, place, matcher in rule.condition.args if rule.condition is not None else ():
+        value = lookup(arguments, place or (key,), None)
+        if matcher.kind != "path" or value is MISSING or not isinstance(value, str):
+            continue
+        readings = reader(value) if reader is not None else [normalised(value)]
+        if any(reading is None for reading in readings):
+            return (
+                f" ({key} {value!r} climbs out of the root or has more than one meaning, "
+                "and a deny holds for every such path)"
+            )
+    return ""
 
 
 @dataclass(frozen=True)
