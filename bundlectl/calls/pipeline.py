@@ -441,12 +441,6 @@ class Pipeline:
             return After.PROBE
         return After.KEEP
 
-    def not_started(self, decision: Decision, error: BundlectlError) -> None:
-        """An admitted call that failed before its server could be started or reached (an unset
-        variable of its launch, say): its outcome, `not-started`, with why."""
-        self.record(decision, NOT_STARTED, 0.0, None, why=error.message)
-        self._refund(decision, NOT_STARTED)
-
     def _refund(self, decision: Decision, done: str) -> None:
         """The quota count of an admitted call back, when nothing was sent: refused for its
         arguments, or never started."""

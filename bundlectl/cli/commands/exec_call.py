@@ -73,15 +73,16 @@ def one(
 
     # Start a stdio server now: its start-up and our imports of what talks to it overlap.
     stdio = target.spec.transport == "stdio" and not target.builtin
+    launchable = True
     try:
         child = head.settle(target) if stdio else None
-    except BundlectlError as exc:  # its launch could not be made (an unset variable, say)
-        pipeline.not_started(decision, exc)
-        raise
+    except BundlectlError:  # no launch can be made (an unset variable): the call's own start
+        child, launchable = None, False  # fails the same way, and its end records it
     # Whatever happens before the transport owns the child (Ctrl-C while the SDK imports),
     # the server and everything it started must not outlive us.
     with stop_on_failure(child):
-        head.keep(pipeline, decision, target)
+        if launchable:
+            head.keep(pipeline, decision, target)
         from bundlectl.calls.call import CallRequest  # noqa: PLC0415 - see the module's doc
 
         if child is not None:
