@@ -140,10 +140,7 @@ class Pipeline:
     ) -> None:
         """A step of a call — let through (`pending`), refused, or its outcome — to the audit
         log, and to the call's trace span when tracing is on (`telemetry`)."""
-        if why is None:
-            self.audit.record(decision, outcome, duration_ms, arguments)
-        else:
-            self.audit.record(decision, outcome, duration_ms, arguments, why=why)
+        self.audit.record(decision, outcome, duration_ms, arguments, why=why)
         telemetry.record(decision, outcome, duration_ms)  # nothing when tracing is off
         metrics.record(decision, outcome, duration_ms)  # nothing without serve --metrics
 

@@ -27,6 +27,7 @@ from bundlectl.config.fields import (
 )
 from bundlectl.config.urls import HINT as URL_HINT
 from bundlectl.config.urls import url_problem
+from bundlectl.errors import UsageError
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -44,6 +45,17 @@ Duration = Annotated[
 def seconds(duration: str) -> float:
     """A `Duration` in seconds."""
     return float(int(duration[:-1]) * DURATION_UNITS[duration[-1]])
+
+
+def option_seconds(text: str, option: str, examples: str = "15m, 1h or 7d") -> float:
+    """A duration given on the command line (`--for 8h`) in seconds; else a usage error
+    naming the option."""
+    if re.fullmatch(DURATION_RE, text) is None:
+        raise UsageError(
+            f"{option} {text!r} is not a duration",
+            hint=f"a whole number and a unit, s, m, h or d, such as {examples}",
+        )
+    return seconds(text)
 
 
 class ApprovalNotify(StrictModel):

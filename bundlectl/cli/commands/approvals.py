@@ -13,12 +13,10 @@ from bundlectl.calls.approval import decision_text, described, progress_text, se
 from bundlectl.cli.options import Format
 from bundlectl.config.paths import display_path
 from bundlectl.config.project import optional_project
-from bundlectl.config.settings import DURATION_UNITS, seconds
+from bundlectl.config.settings import option_seconds
 from bundlectl.errors import UsageError
 from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, out, span_text, table, visible
 from bundlectl.state import Approval, Store, open_store
-
-DURATION_HELP = "a whole number and a unit, s, m, h or d: 30m, 8h, 1d"
 
 
 def _store(config: Path | None) -> Store:
@@ -121,9 +119,7 @@ def decide(
         raise UsageError("--once and --for exclude each other")
     until = None
     if duration is not None:
-        if not duration[:-1].isdigit() or duration[-1:] not in DURATION_UNITS or duration[0] == "0":
-            raise UsageError(f"--for {duration!r} is not a duration", hint=DURATION_HELP)
-        until = time.time() + seconds(duration)
+        until = time.time() + option_seconds(duration, "--for", "30m, 8h, 1d")
     approval = settle(
         _store(config), approval_id, approve=approve, by=_approver(), reason=reason, until=until
     )

@@ -17,7 +17,7 @@ from bundlectl.calls import auditfile, auditseal, userconfig
 from bundlectl.cli.options import Format, MatrixFormat
 from bundlectl.config.fsio import atomic_write
 from bundlectl.config.paths import display_path
-from bundlectl.config.settings import DURATION_UNITS, seconds
+from bundlectl.config.settings import option_seconds
 from bundlectl.errors import ReportedFailure, UsageError
 from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, out, table, write
 from bundlectl.policy.patterns import matches
@@ -159,9 +159,7 @@ def _continues(path: Path, start: dict[str, Any]) -> tuple[int, str] | None:
 def _since(text: str | None) -> float | None:
     if text is None:
         return None
-    if not text[:-1].isdigit() or text[-1:] not in DURATION_UNITS or text.startswith("0"):
-        raise UsageError(f"--since {text!r} is not a duration", hint="for example 30m, 1h, 7d")
-    return time.time() - seconds(text)
+    return time.time() - option_seconds(text, "--since", "30m, 1h or 7d")
 
 
 def _stamp(text: str) -> float:

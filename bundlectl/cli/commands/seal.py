@@ -8,11 +8,9 @@ from typing import Any
 
 from bundlectl.calls import auditfile, auditseal
 from bundlectl.config.paths import display_path
-from bundlectl.config.settings import DURATION_UNITS, seconds
+from bundlectl.config.settings import option_seconds
 from bundlectl.errors import ReportedFailure, UsageError
 from bundlectl.output import err, out
-
-EVERY_HELP = "a whole number and a unit, s, m, h or d: 15m, 1h, 1d"
 
 
 def seal(log: Path, *, init: bool, every: str | None) -> int:
@@ -47,9 +45,7 @@ def seal(log: Path, *, init: bool, every: str | None) -> int:
 def _interval(every: str | None) -> float:
     if every is None:
         return auditseal.DEFAULT_INTERVAL
-    if not every[:-1].isdigit() or every[-1:] not in DURATION_UNITS or every[0] == "0":
-        raise UsageError(f"--every {every!r} is not a duration", hint=EVERY_HELP)
-    return seconds(every)
+    return option_seconds(every, "--every", "15m, 1h or 1d")
 
 
 def key_from(text: str) -> bytes:
