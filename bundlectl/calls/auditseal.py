@@ -34,6 +34,7 @@ from pathlib import Path
 
 from bundlectl.config import paths
 from bundlectl.errors import UsageError
+from bundlectl.output import err
 
 KEY_PREFIX = "bclseal1-"
 DEFAULT_INTERVAL = 15 * 60.0  # seconds an epoch lasts unless `--every` says otherwise
@@ -85,15 +86,23 @@ class SealState:
         return json.dumps(data).encode()
 
     @classmethod
-    def decoded(cls, data: bytes) -> SealState:
-        value = json.loads(data)
-        return cls(
-            str(value["key_id"]),
-            int(value["epoch"]),
-            bytes.fromhex(value["key"]),
-            float(value["interval"]),
-            float(value["sealed_at"]),
-        )
+    def decoded(cls, data: bytes, where: Path) -> SealState:
+        """The state in a sealing key's file (UsageError: not one, or damaged)."""
+        try:
+            value = json.loads(data)
+            return cls(
+                str(value["key_id"]),
+                int(value["epoch"]),
+                bytes.fromhex(value["key"]),
+                float(value["interval"]),
+                float(value["sealed_at"]),
+            )
+        except (ValueError, KeyError, TypeError):
+            raise UsageError(
+                f"{paths.display_path(where)} is not an audit sealing key (damaged?)",
+                hint="move it aside; `bundlectl audit seal --init` starts a new one (the log's "
+                "later epochs are then sealed with a new verification key)",
+            ) from None
 
     def evolved(self, now: float) -> SealState:
         return SealState(self.ident, self.epoch + 1, evolve(self.key), self.interval, now)
@@ -123,7 +132,7 @@ def initialise(log: Path, interval: float) -> str:
     if where.exists():
         raise UsageError(
             f"the audit log {paths.display_path(log)} is sealed already "
-            f"(key id {SealState.decoded(where.read_bytes()).ident})",
+            f"(key id {SealState.decoded(where.read_bytes(), where).ident})",
             hint="`bundlectl audit verify --key KEY` checks it with the key printed at --init",
         )
     first = secrets.token_bytes(32)
@@ -168,8 +177,12 @@ class Sealer:
             return None
         stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
         if stamp != self._stamp:
-            self._state = SealState.decoded(self.path.read_bytes())
             self._stamp = stamp
+            try:
+                self._state = SealState.decoded(self.path.read_bytes(), self.path)
+            except (UsageError, OSError) as exc:  # the records go on, chained and unsealed
+                err(f"warning: the audit log is not sealed: {getattr(exc, 'message', exc)}")
+                self._state = None
         return self._state
 
     def due(self, now: float) -> SealState | None:

@@ -191,3 +191,18 @@ def test_a_log_that_is_not_sealed_says_how_to_seal_it(tmp_path: Path, run: Run) 
     assert refused.code == 2 and "bundlectl audit seal --init" in refused.err
     plain = run("audit", "verify", str(log))
     assert "Seal the log (`bundlectl audit seal --init`)" in plain.err
+
+
+def test_a_damaged_sealing_key_is_a_warning_for_writers_and_an_error_for_seal(
+    tmp_path: Path, run: Run, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "audit.jsonl"
+    assert run("audit", "seal", "--init", str(log)).code == 0
+    auditseal.state_path(log).write_text("{not json")
+    writer = AuditFile(log)
+    writer.write(record())  # the record is written, chained, unsealed
+    writer.close()
+    assert "warning: the audit log is not sealed" in capsys.readouterr().err
+    assert len(log.read_text().splitlines()) == 1
+    damaged = run("audit", "seal", str(log))
+    assert damaged.code == 2 and "is not an audit sealing key" in damaged.err
