@@ -26,15 +26,24 @@ REPO = Path(__file__).resolve().parent.parent
 TEST_SERVERS = REPO / "tests" / "servers"
 
 
-def on_the_lane(request_id: str) -> bool:
-    """Whether a stdio server saw this request id from the gateway's express lane."""
-    return re.fullmatch(r"bundlectl-\d+", request_id) is not None
-
-
-def on_the_sdk_path(request_id: str) -> bool:
-    """Whether a stdio server saw this request id from a call of the gateway's SDK path, made
-    over its pipes (`gateway/pipe_session.py`)."""
+def over_the_pipes(request_id: str) -> bool:
+    """Whether a stdio server saw this request id from a tool call the gateway made over its
+    pipes (`gateway/pipe_session.py`), whichever door the call came in by."""
     return re.fullmatch(r"bundlectl-pipe-\d+", request_id) is not None
+
+
+def admitted(
+    pipeline: Any, agent: str, server: str, tool: str, arguments: dict[str, Any] | None = None
+) -> Any:
+    """The pipeline's judgement and admission of a call, as the sequence makes them for a
+    door whose confirmations answer at once (`exec`): the decision, or the refusal raised."""
+    from bundlectl.calls.confirm import settled
+
+    interactive = pipeline.confirm is not None or pipeline.approvals is not None
+    decision = pipeline.judge(
+        agent, server, tool, interactive=interactive, arguments=arguments or {}
+    )
+    return settled(pipeline.admission(decision, arguments, pipeline.confirm))
 
 
 # A 2025-11-25 `initialize` request, for tests that speak raw JSON-RPC to a server or gateway.

@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from bundlectl import telemetry
-from tests.conftest import TEST_SERVERS, Run, on_the_lane, write
+from tests.conftest import TEST_SERVERS, Run, over_the_pipes, write
 from tests.gateway.test_gateway import texts
 
 CONFIG = """
@@ -239,10 +239,10 @@ def test_exec_and_serve_export_their_spans_over_otlp_http(
             for _ in range(2):  # warm calls of the built-in server: the SDK path and its own
                 assert not (await client.call_tool("files__read_file", {"path": "a.txt"})).is_error
             await client.call_tool("kitchen__echo", {"text": "warm"})  # starts it: the SDK path
-            for warm in warm_traces:  # on the express lane, which bypasses the SDK's spans
+            for warm in warm_traces:  # at the express door, which bypasses the SDK's spans
                 meta = {"traceparent": f"00-{warm}-00f067aa0ba902b8-01"}
                 result = await client.call_tool("kitchen__request_id", {}, meta=meta)
-                assert on_the_lane(texts(result)[0])  # the lane's own request id
+                assert over_the_pipes(texts(result)[0])
             assert (
                 await client.call_tool("files__write_file", {"path": "x", "content": "y"})
             ).is_error

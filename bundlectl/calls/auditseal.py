@@ -22,6 +22,7 @@ sealed yet (a cut tail shows as an older last seal).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import hmac
 import json
@@ -164,8 +165,9 @@ class Sealer:
     _stamp: tuple[int, int, int] | None = None
     _state: SealState | None = None
 
-    @property
+    @functools.cached_property
     def path(self) -> Path:
+        """Where its sealing key is kept (found once: a digest and the state folder)."""
         return state_path(self.log)
 
     def current(self) -> SealState | None:

@@ -3,25 +3,22 @@ server is started once; results come out in input order, one JSON line each."""
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 
+from bundlectl.calls import sequence
 from bundlectl.calls.arguments import DuplicateKeyError, loads_strict
-from bundlectl.calls.call import (
-    CallOutcome,
-    CallRequest,
-    client_capabilities,
-    completed,
-    perform,
-)
+from bundlectl.calls.call import client_capabilities, perform
+from bundlectl.calls.confirm import Deferred
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.calls.render import result_json
+from bundlectl.calls.sequence import CallOutcome, CallRequest, Door, ToolCall
 from bundlectl.config.bounded import read_bounded
 from bundlectl.errors import BundlectlError, UsageError
 from bundlectl.mcpio.connect import connect
@@ -29,17 +26,51 @@ from bundlectl.mcpio.session import SdkSession
 from bundlectl.mcpio.target import Target
 from bundlectl.output import write
 from bundlectl.policy.patterns import parse_tool_name
-from bundlectl.policy.rules import default_agent
+from bundlectl.policy.rules import Decision, default_agent
 
 
 @dataclass
 class BatchItem:
-    """One input line: a request the policy allowed, or the error that stopped it early."""
+    """One input line: a call to make, or the error that stopped the line early."""
 
     line: int
-    request: CallRequest | None
+    call: ToolCall | None
     error: BundlectlError | None = None
-    call: dict[str, str] | None = None  # agent/server/tool as far as the line said
+    named: dict[str, str] | None = None  # agent/server/tool as far as the line said
+
+
+class _BatchDoor(Door[CallOutcome]):
+    """A batch's door: no one confirms an `ask` (calls run concurrently: none may hold the
+    terminal), only `--yes` or an approver; one connection per server, opened for its first
+    call that is let through and shared by its calls, one at a time."""
+
+    def __init__(self, target: Target, stack: contextlib.AsyncExitStack, timeout: float | None):
+        self.target, self.stack, self.timeout = target, stack, timeout
+        self.connect_timeout = 30.0
+        self.session: SdkSession | None = None
+        self.broken: BundlectlError | None = None  # the connection that could not be made
+
+    def request(self, pipeline: Pipeline, call: ToolCall, decision: Decision) -> CallRequest:
+        request = super().request(pipeline, call, decision)
+        spec = self.target.spec
+        request.timeout = self.timeout if self.timeout is not None else float(spec.timeout)
+        return request
+
+    async def perform(self, request: CallRequest) -> CallOutcome:
+        if self.broken is not None:  # no connection: each call left ends with its error
+            raise self.broken
+        if self.session is None:
+            options = client_capabilities(self.target.root, ask=False)
+            opened = connect(self.target, connect_timeout=self.connect_timeout, options=options)
+            try:
+                self.session = SdkSession(await self.stack.enter_async_context(opened))
+            except BundlectlError as exc:
+                self.broken = exc
+                raise
+        return await perform(self.session, request, self.target)
+
+    async def present(self, outcome: CallOutcome) -> CallOutcome:
+        return outcome
 
 
 async def run_items(
@@ -49,14 +80,16 @@ async def run_items(
     emit: Callable[[BatchItem, CallOutcome | None], None],
     *,
     connect_timeout: float,
+    timeout: float | None = None,
 ) -> list[CallOutcome | None]:
-    """Run the allowed calls (each finished by `completed`), concurrently across servers and
-    one at a time per server; `emit` each line's outcome in input order."""
+    """Run each line's call through the sequence, concurrently across servers and one at a
+    time per server; `emit` each line's outcome in input order (a refused line's error is its
+    item's)."""
     outcomes: list[CallOutcome | None] = [None] * len(items)
     done = [False] * len(items)
     state = {"next": 0}
 
-    def finish(index: int, outcome: CallOutcome | None) -> None:
+    def ended_line(index: int, outcome: CallOutcome | None) -> None:
         outcomes[index] = outcome
         done[index] = True
         while state["next"] < len(items) and done[state["next"]]:
@@ -65,29 +98,26 @@ async def run_items(
 
     by_server: dict[str, list[int]] = {}
     for index, item in enumerate(items):
-        if item.request is None:
-            finish(index, None)
+        if item.call is None:
+            ended_line(index, None)
         else:
-            by_server.setdefault(item.request.server, []).append(index)
+            by_server.setdefault(item.call.server, []).append(index)
 
     async def serve(server: str, indexes: list[int]) -> None:
-        target = targets[server]
-        try:
-            # Calls run concurrently: none of them may hold the terminal for a question.
-            options = client_capabilities(target.root, ask=False)
-            async with connect(target, connect_timeout=connect_timeout, options=options) as client:
-                for index in indexes:
-                    request = items[index].request
-                    assert request is not None
-                    session = SdkSession(client)
-                    made = functools.partial(perform, session, request, target)
-                    finish(index, (await completed(pipeline, request, made))[0])
-        except BundlectlError as exc:  # no connection: each call left ends with its error
+        async with contextlib.AsyncExitStack() as stack:
+            door = _BatchDoor(targets[server], stack, timeout)
+            door.connect_timeout = connect_timeout
             for index in indexes:
-                if not done[index]:
-                    request = items[index].request
-                    assert request is not None
-                    finish(index, (await completed(pipeline, request, _raise(exc)))[0])
+                item = items[index]
+                assert item.call is not None
+                try:
+                    ended = await sequence.run(pipeline, door, item.call)
+                except BundlectlError as exc:  # refused (audited): the line's error
+                    item.error = exc
+                    ended_line(index, None)
+                    continue
+                assert not isinstance(ended, Deferred)  # a held call is refused with its id
+                ended_line(index, ended)
 
     async with anyio.create_task_group() as group:
         for server, indexes in by_server.items():
@@ -95,22 +125,15 @@ async def run_items(
     return outcomes
 
 
-def _raise(error: BundlectlError) -> Callable[[], Awaitable[CallOutcome]]:
-    async def failed() -> CallOutcome:
-        raise error
-
-    return failed
-
-
 def write_line(data: dict[str, Any]) -> None:
     write(json.dumps(data, ensure_ascii=False) + "\n")
 
 
 def read_batch(
-    path: Path, pipeline: Pipeline, *, agent: str | None, timeout: float | None, quiet: bool
+    path: Path, pipeline: Pipeline, *, agent: str | None, quiet: bool
 ) -> tuple[list[BatchItem], dict[str, Target]]:
-    """Each line decided by the policy now; what is allowed becomes a request. A bad line is an
-    error for that line only (with its number), never for the batch."""
+    """Each line read into a call (the sequence judges it when its turn comes); a bad line is
+    an error for that line only (with its number), never for the batch."""
     try:
         lines = read_bounded(path).decode("utf-8").splitlines()
     except OSError as exc:
@@ -121,10 +144,7 @@ def read_batch(
     targets: dict[str, Target] = {}
     for number, line in enumerate(lines, start=1):
         if line.strip():
-            where = (path, number)
-            items.append(
-                _item(where, line, pipeline, targets, agent=agent, timeout=timeout, quiet=quiet)
-            )
+            items.append(_item((path, number), line, pipeline, targets, agent=agent, quiet=quiet))
     return items, targets
 
 
@@ -135,11 +155,10 @@ def _item(
     targets: dict[str, Target],
     *,
     agent: str | None,
-    timeout: float | None,
     quiet: bool,
 ) -> BatchItem:
     path, number = where
-    call: dict[str, str] | None = None
+    named: dict[str, str] | None = None
     try:
         try:
             entry = loads_strict(line)
@@ -152,29 +171,25 @@ def _item(
             raise UsageError('"arguments" must be an object')
         who = default_agent(entry.get("agent") or agent)
         server, name = parse_tool_name(entry["tool"])
-        call = {"agent": who, "server": server, "tool": name}
+        named = {"agent": who, "server": server, "tool": name}
         if server not in targets:
             targets[server] = pipeline.target(server, quiet=quiet)
-        decision = pipeline.decide(who, server, name, arguments)
-        limit = timeout if timeout is not None else float(targets[server].spec.timeout)
-        check = pipeline.pin_check(server)
-        request = CallRequest(who, server, name, decision, [], arguments, limit, check=check)
-        return BatchItem(number, request)
+        return BatchItem(number, ToolCall(who, server, name, arguments), named=named)
     except json.JSONDecodeError as exc:
         error = UsageError(f"{path}:{number}:{exc.colno}: invalid JSON: {exc.msg}")
         return BatchItem(number, None, error)
     except DuplicateKeyError as exc:
         return BatchItem(number, None, UsageError(f"{path}:{number}: {exc}"))
     except BundlectlError as exc:
-        return BatchItem(number, None, exc, call)
+        return BatchItem(number, None, exc, named)
 
 
 def batch_line(item: BatchItem, outcome: CallOutcome | None) -> tuple[dict[str, Any], int]:
     """One output line of a batch, and its exit code."""
     error = item.error if outcome is None else outcome.error
-    data: dict[str, Any] = {"line": item.line, **(item.call or {})}
-    if item.request is not None:
-        req = item.request
+    data: dict[str, Any] = {"line": item.line, **(item.named or {})}
+    if outcome is not None:
+        req = outcome.request
         data.update(
             agent=req.agent,
             server=req.server,

@@ -8,8 +8,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,61 +16,20 @@ import anyio
 
 from bundlectl import servers, telemetry
 from bundlectl.calls.arguments import build_arguments, not_unicode, validate
-from bundlectl.calls.confirm import After, terminal_confirmer
-from bundlectl.calls.pipeline import Pipeline
+from bundlectl.calls.confirm import terminal_confirmer
+from bundlectl.calls.sequence import CallOutcome, CallRequest
 from bundlectl.errors import BundlectlError, PolicyDenied, ToolCallError, UsageError
 from bundlectl.mcpio import plain, runner
 from bundlectl.mcpio.child import Child
 from bundlectl.mcpio.connect import classify, connect, connect_timed_out, missing_tool
 from bundlectl.mcpio.pipes import json_line
 from bundlectl.mcpio.plain import NO_SAMPLING, NO_TERMINAL, BuiltinClient
-from bundlectl.mcpio.session import SdkSession, Session, ToolResult
+from bundlectl.mcpio.session import SdkSession, Session
 from bundlectl.mcpio.stdio import child_transport
 from bundlectl.mcpio.target import Target, start_child
 from bundlectl.output import ask, err, status
 from bundlectl.policy.conditions import unencodable
 from bundlectl.policy.rules import Decision
-
-
-@dataclass
-class CallRequest:
-    """A call the policy has already allowed."""
-
-    agent: str
-    server: str
-    tool: str
-    decision: Decision
-    pairs: list[tuple[str, str]] = field(default_factory=list)
-    base_arguments: dict[str, Any] = field(default_factory=dict)
-    timeout: float = 60.0
-    # A last check on the live tool before anything is sent (`pin_tools`): the refusal, or None.
-    check: Callable[[Any], BundlectlError | None] | None = None
-    # Where the server's progress goes (the gateway: to its client); None: shown on stderr.
-    progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
-    events: bool = False  # progress as JSON events on stderr (`--format json`)
-    # A `detokenize` tool (privacy): the real values behind the agent's tokens, put back only
-    # once the arguments as sent have passed validation, so no message can quote them.
-    restore: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-    # The request's `_meta` for the server (the gateway: the log level its client asked for).
-    meta: dict[str, Any] | None = None
-    # The call went to the server (from then on a failure may follow what it did): set by
-    # `perform` as it sends the request, and by the gateway's express lane.
-    sent: bool = False
-
-    @property
-    def qualified(self) -> str:
-        return f"{self.server}.{self.tool}"
-
-
-@dataclass
-class CallOutcome:
-    """What happened: a result, or the error that ended the call; and how long it took."""
-
-    request: CallRequest
-    result: ToolResult | None = None
-    arguments: dict[str, Any] | None = None
-    error: BundlectlError | None = None
-    duration_ms: float = 0.0
 
 
 class _Progress:
@@ -296,44 +254,6 @@ async def perform(
         progress.done()
         outcome.duration_ms = (time.perf_counter() - started) * 1000
     return outcome
-
-
-async def completed(
-    pipeline: Pipeline, request: CallRequest, perform: Callable[[], Awaitable[CallOutcome]]
-) -> tuple[CallOutcome, After]:
-    """An admitted call performed by its front door's `perform` (on its session: a connection
-    of its own, a batch's shared one, a warm server of the gateway) and finished: a failure
-    before the call could be made (a server that did not start, a lost connection) is its
-    outcome like any other, audited under the call's id, and what the server should do next is
-    said once. Every front door's call ends here."""
-    started = time.perf_counter()
-    try:
-        outcome = await perform()
-    except BundlectlError as exc:
-        outcome = _failed(request, exc, started)
-    return outcome, pipeline.finish(outcome)
-
-
-def completed_now(
-    pipeline: Pipeline, request: CallRequest, perform: Callable[[], Awaitable[CallOutcome]]
-) -> CallOutcome:
-    """`completed` in an event loop of its own (`exec`, code mode): a stop signal (Ctrl-C)
-    that ends the loop under the call is the call's outcome too."""
-    started = time.perf_counter()
-    try:
-        return runner.run(lambda: completed(pipeline, request, perform))[0]
-    except BundlectlError as exc:
-        outcome = _failed(request, exc, started)
-        pipeline.finish(outcome)
-        return outcome
-
-
-def _failed(request: CallRequest, error: BundlectlError, started: float) -> CallOutcome:
-    """The outcome of a call that ended before it was made: the arguments as the agent sent
-    them (for the audit's digest) when they need no typing by the tool's schema."""
-    arguments = None if request.pairs else dict(request.base_arguments)
-    duration = (time.perf_counter() - started) * 1000
-    return CallOutcome(request, arguments=arguments, error=error, duration_ms=duration)
 
 
 async def call_once(

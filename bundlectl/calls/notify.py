@@ -99,7 +99,7 @@ def announce(settings: ApprovalNotify, approval: Approval) -> None:
     )
     thread.start()
     if not _SENDING:
-        atexit.register(finish)
+        atexit.register(drain)
     _SENDING.append(thread)
 
 
@@ -131,7 +131,7 @@ def _send(url: str, key: bytes | None, data: bytes, approval_id: str) -> None:
     )
 
 
-def finish() -> None:
+def drain() -> None:
     """Give the announcements still being sent up to `EXIT_GRACE` seconds (at exit)."""
     deadline = time.monotonic() + EXIT_GRACE
     for thread in _SENDING:

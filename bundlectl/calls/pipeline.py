@@ -49,13 +49,10 @@ from bundlectl.state import Counter, StateError, Store, open_store
 from bundlectl.suggest import tool_suggestions
 
 if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowed the call
-    from bundlectl.calls.call import CallOutcome
     from bundlectl.calls.limits import Limits
+    from bundlectl.calls.sequence import CallOutcome
     from bundlectl.mcpio.target import Target
     from bundlectl.policy.conditions import PathReader
-
-
-# The audit log's outcome of a call that failed, by the error's exit code (SPEC 4.1).
 
 from bundlectl.calls.arguments import not_unicode
 from bundlectl.calls.audit import AuditLog, AuditSink
@@ -64,7 +61,6 @@ from bundlectl.calls.confirm import (
     Answer,
     Confirmation,
     Deferred,
-    settled,
 )
 from bundlectl.calls.shown import Shown
 
@@ -359,31 +355,6 @@ class Pipeline:
         started = dataclasses.replace(decision, call=f"{_RUN}-{next(_CALLS)}")
         self.record(started, "pending", 0.0, None)
         return started
-
-    def decide(
-        self,
-        agent: str,
-        server: str,
-        tool: str,
-        arguments: Mapping[str, Any] | None = None,
-        *,
-        typed: bool = True,
-    ) -> Decision:
-        """`admit` with this pipeline's own confirmer (a terminal, `--yes`, or no one): the
-        decision, or PolicyDenied before anything starts. `arguments`: what the person who
-        confirms an `ask` rule is shown, and (when `typed`: not strings still to be typed by
-        the tool's schema) what the rules' conditions are checked on before anything starts;
-        either way `perform` checks them again on the validated arguments."""
-        decision = self.judge(
-            agent,
-            server,
-            tool,
-            interactive=self.confirm is not None or self.approvals is not None,
-            arguments=(arguments or {}) if typed else None,
-        )
-        admitted = settled(self.admission(decision, arguments or {}, self.confirm))
-        assert isinstance(admitted, Decision)  # a blocking confirmation answers now
-        return admitted
 
     def always_allow(self, decision: Decision) -> None:
         """ "Always allow": an allow rule for exactly this tool — with the conditions of the rule

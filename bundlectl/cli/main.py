@@ -170,7 +170,7 @@ def entry() -> None:
     code = main(fast_exit=True)
     notify = sys.modules.get("bundlectl.calls.notify")
     if notify is not None:  # announcements of approval requests still being sent
-        notify.finish()
+        notify.drain()
     telemetry = sys.modules.get("bundlectl.telemetry")
     if telemetry is not None:  # spans still buffered
         telemetry.shutdown()

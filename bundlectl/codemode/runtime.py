@@ -16,20 +16,23 @@ from typing import Any
 
 import anyio
 
+from bundlectl.calls import sequence
 from bundlectl.calls.audit import AuditLog
-from bundlectl.calls.call import CallRequest, call_once, client_capabilities, completed_now
-from bundlectl.calls.confirm import terminal_confirmer
+from bundlectl.calls.call import call_once, client_capabilities
+from bundlectl.calls.confirm import Deferred, settled, terminal_confirmer
 from bundlectl.calls.pipeline import Pipeline
+from bundlectl.calls.sequence import CallOutcome, CallRequest, Door, ToolCall
 from bundlectl.codemode.outcomes import ToolDenied, ToolFailed
 from bundlectl.codemode.privacy import Privacy
 from bundlectl.config.models import ServerSpec
 from bundlectl.config.project import load_project
 from bundlectl.errors import BundlectlError, PolicyDenied, UsageError
+from bundlectl.mcpio import runner
 from bundlectl.mcpio.connect import connect
 from bundlectl.mcpio.session import SdkSession, ToolResult
 from bundlectl.mcpio.target import Target
 from bundlectl.policy.patterns import gateway_name, parse_tool_name
-from bundlectl.policy.rules import default_agent
+from bundlectl.policy.rules import Decision, default_agent
 from bundlectl.resolve.resolved import resolve_project
 
 _SESSION: dict[str, Any] = {}  # privacy: this process's token map (memory only)
@@ -75,47 +78,21 @@ def _value(name: str, result: ToolResult) -> Any:
 def _in_process(
     name: str, arguments: dict[str, Any], agent: str | None, config: Path | None
 ) -> Any:
-
     try:
         server, tool = parse_tool_name(name)
         resolution = resolve_project(load_project(config))
         privacy = Privacy.of(resolution.project.config)
         tokens = _tokenizer(privacy)
-        restore = privacy is not None and privacy.gets_real_values(server, tool)
+        restore = privacy is not None and tokens is not None
+        restore = restore and privacy is not None and privacy.gets_real_values(server, tool)
         pipeline = Pipeline(resolution, AuditLog(resolution, via="code"), terminal_confirmer())
-        who = default_agent(agent)
         # the conditions judge what the server receives: the real values behind tokens
-        received = tokens.restore(arguments) if tokens is not None and restore else arguments
-        decision = pipeline.decide(who, server, tool, received)
-        target = pipeline.target(server, quiet=True)
-        request = CallRequest(
-            who,
-            server,
-            tool,
-            decision,
-            [],
-            arguments,
-            float(target.spec.timeout),
-            check=pipeline.pin_check(server),
-            restore=tokens.restore if tokens is not None and restore else None,
-        )
-        options = client_capabilities(resolution.project.root, ask=pipeline.confirm is not None)
-
-        async def go() -> Any:
-            return await call_once(
-                target,
-                request,
-                child=None,
-                connect_timeout=30.0,
-                whole=None,
-                show=lambda outcome: None,
-                options=options,
-            )
-
-        try:
-            outcome = completed_now(pipeline, request, go)
-        finally:
-            target.close()
+        received = tokens.restore(arguments) if restore else None
+        call = ToolCall(default_agent(agent), server, tool, arguments, received=received)
+        door = _CodeDoor(pipeline, pipeline.target(server, quiet=True), tokens if restore else None)
+        ran = sequence.run(pipeline, door, call)  # its confirmations block: no event loop yet
+        outcome = settled(ran)
+        assert not isinstance(outcome, Deferred)
     except PolicyDenied as exc:
         raise ToolDenied(exc.message + (f" ({exc.hint})" if exc.hint else "")) from None
     except BundlectlError as exc:
@@ -129,6 +106,43 @@ def _in_process(
     if tokens is None:
         return outcome.result
     return ToolResult(model=tokens.result(outcome.result.as_model()))
+
+
+class _CodeDoor(Door[CallOutcome]):
+    """Code mode's door in this process: confirmed on the terminal when there is one; a
+    connection of its own for the call, in an event loop of its own."""
+
+    def __init__(self, pipeline: Pipeline, target: Target, tokens: Any) -> None:
+        self.target, self.tokens = target, tokens  # tokens: a detokenize tool's map
+        self.ask = pipeline.confirm is not None  # a server's question asked on the terminal
+
+    def request(self, pipeline: Pipeline, call: ToolCall, decision: Decision) -> CallRequest:
+        request = super().request(pipeline, call, decision)
+        request.timeout = float(self.target.spec.timeout)
+        request.restore = self.tokens.restore if self.tokens is not None else None
+        return request
+
+    async def perform(self, request: CallRequest) -> CallOutcome:
+        options = client_capabilities(self.target.root, ask=self.ask)
+
+        async def go() -> CallOutcome:
+            return await call_once(
+                self.target,
+                request,
+                child=None,
+                connect_timeout=30.0,
+                whole=None,
+                show=lambda outcome: None,
+                options=options,
+            )
+
+        try:
+            return runner.run(go)
+        finally:
+            self.target.close()
+
+    async def present(self, outcome: CallOutcome) -> CallOutcome:
+        return outcome
 
 
 def _shown(message: str) -> str:

@@ -3,11 +3,10 @@ runs its calls; crashes counted and backed off in one place (`Downstream.after`)
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -23,7 +22,7 @@ from bundlectl.errors import (
     ServerError,
 )
 from bundlectl.gateway.pipe_session import PipeSession
-from bundlectl.gateway.relay import CallCancelled, Job, Relay
+from bundlectl.gateway.relay import Job, Relay
 from bundlectl.mcpio.connect import classify, connect
 from bundlectl.mcpio.session import SdkSession, ServerSession
 from bundlectl.mcpio.target import Target
@@ -77,21 +76,6 @@ def file_stamp(path: Path | str) -> FileStamp:
     return (info.st_mtime_ns, info.st_size, info.st_ino)
 
 
-# A job's outcome: what it returned, or why it failed.
-_Reply = tuple[object, BundlectlError | None]
-
-
-@dataclass
-class _Work:
-    """A job sent to a server's actor, and where its outcome goes."""
-
-    job: Job[object]
-    reply: MemoryObjectSendStream[_Reply]
-    scope: anyio.CancelScope  # cancelled when the caller is
-    ctx: RequestContext | None  # the client request it serves (see `Relay`)
-    tokens: Tokenizer | None  # that client's privacy token map
-
-
 @dataclass
 class Downstream:
     """One server behind the gateway: started on first use, warm after, one call at a time
@@ -100,7 +84,7 @@ class Downstream:
 
     target: Target
     relay: Relay | None = None
-    _inbox: MemoryObjectSendStream[_Work] | None = None  # the actor's jobs while it runs
+    _inbox: MemoryObjectSendStream[None] | None = None  # open while its actor holds a session
     _lock: anyio.Lock = field(default_factory=anyio.Lock)
     tools: dict[str, types.Tool] | None = None  # the live tools of the session, by name
     failures: int = 0  # crashes in a row
@@ -108,6 +92,8 @@ class Downstream:
     start_error: BundlectlError | None = None  # why its last start failed (None: it started)
     _slots: anyio.Semaphore = field(init=False)
     _watched: tuple[tuple[Path, FileStamp], ...] | None = None  # its `watch:` files at start
+    session: ServerSession | None = None  # the session while its actor holds it
+    _calls: int = 0  # calls on the session now
 
     def __post_init__(self) -> None:
         self._slots = anyio.Semaphore(max(1, self.target.spec.concurrency))
@@ -155,64 +141,61 @@ class Downstream:
         ctx: RequestContext | None = None,
         tokens: Tokenizer | None = None,
     ) -> T:
-        """Run `job(client)` on this server's session, starting the server when needed;
-        `ctx`: the client request it serves (see `Relay`). Cancelling the caller cancels the
-        job, so the server gets `notifications/cancelled`."""
+        """Run `job(session)` on this server's session, in the caller's task, starting the
+        server when needed; `ctx`: the client request it serves (see `Relay`). Cancelling the
+        caller cancels the job, so the server gets `notifications/cancelled`."""
         async with self._slots:
-            async with self._lock:
-                if self._inbox is not None and self.exited():
-                    # It died while idle: start it afresh for this call rather than fail it.
-                    _log_line(f"server {self.target.name!r} exited while idle; starting it again")
-                    await self.stop()
-                elif self._inbox is not None and self.stale() and self._alone():
-                    _log_line(f"server {self.target.name!r}: a watched file changed; restarting it")
-                    await self.stop()
-                if self._inbox is None:
-                    wait = self.retry_at - anyio.current_time()
-                    if wait > 0:
-                        raise self._waiting(wait)
-                    # Stamped before it starts: an edit while it starts restarts it next time.
-                    self._watched = watch_stamp(self.target) if self.target.spec.watch else None
-                    try:
-                        self._inbox = await group.start(self._actor)
-                    except BundlectlError as exc:
-                        self._not_started(exc)
-                        await self.crashed()
-                        raise
-                    self.start_error = None
-                inbox = self._inbox
-            reply_send, reply = anyio.create_memory_object_stream[_Reply](1)
-            scope = anyio.CancelScope()
+            session = await self._session(group)
+            assert session is not None  # set before its actor says it started
+            self._calls += 1
+            key = None
+            if self.relay is not None and ctx is not None:
+                key = self.relay.enter(ctx, tokens)
             try:
-                await inbox.send(_Work(job, reply_send, scope, ctx, tokens))
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                reply_send.close()  # the actor is gone: as if it died under the call
-            try:
-                value, error = await reply.receive()
-            except anyio.EndOfStream:  # the actor died under the call
-                await self.crashed()
-                raise ServerCrashed(
-                    f"server {self.target.name!r} stopped during the call"
-                ) from None
-            except anyio.get_cancelled_exc_class():
-                scope.cancel()  # the client cancelled: so does the downstream call
-                # and its slot is free once the server has stopped working on it.
-                with (
-                    anyio.CancelScope(shield=True),
-                    anyio.move_on_after(5),
-                    contextlib.suppress(anyio.EndOfStream),
-                ):
-                    await reply.receive()
-                raise
+                value, error = await job(session), None
+            except BundlectlError as exc:
+                error = exc
+            except Exception as exc:  # never let one job take the gateway down
+                error = classify(exc, self.target) or ServerCrashed(
+                    f"server {self.target.name!r}: {type(exc).__name__}: {exc}"
+                )
             finally:
-                reply.close()
+                if self.relay is not None and key is not None:
+                    self.relay.leave(key)
+                self._calls -= 1
             if isinstance(error, ServerCrashed):  # the connection is gone: afresh next time
                 await self.crashed()
             elif isinstance(error, ServerError):
                 await self.stop()
             if error is not None:
                 raise error
-            return cast(T, value)  # what `job` returned
+            return value
+
+    async def _session(self, group: TaskGroup) -> ServerSession | None:
+        """Its session: started now when it is not up (or its process died, or a watched file
+        changed while nothing else ran on it)."""
+        async with self._lock:
+            if self._inbox is not None and self.exited():
+                # It died while idle: start it afresh for this call rather than fail it.
+                _log_line(f"server {self.target.name!r} exited while idle; starting it again")
+                await self.stop()
+            elif self._inbox is not None and self.stale() and self._alone():
+                _log_line(f"server {self.target.name!r}: a watched file changed; restarting it")
+                await self.stop()
+            if self._inbox is None:
+                wait = self.retry_at - anyio.current_time()
+                if wait > 0:
+                    raise self._waiting(wait)
+                # Stamped before it starts: an edit while it starts restarts it next time.
+                self._watched = watch_stamp(self.target) if self.target.spec.watch else None
+                try:
+                    self._inbox = await group.start(self._actor)
+                except BundlectlError as exc:
+                    self._not_started(exc)
+                    await self.crashed()
+                    raise
+                self.start_error = None
+        return self.session
 
     def _waiting(self, wait: float) -> ServerError:
         """The error of a call while the server waits to be started again: the real reason
@@ -318,8 +301,8 @@ class Downstream:
         if inbox is not None:
             await inbox.aclose()
 
-    async def _actor(self, *, task_status: TaskStatus[MemoryObjectSendStream[_Work]]) -> None:
-        send, receive = anyio.create_memory_object_stream[_Work](1)
+    async def _actor(self, *, task_status: TaskStatus[MemoryObjectSendStream[None]]) -> None:
+        send, receive = anyio.create_memory_object_stream[None](1)
         options = self.relay.options() if self.relay is not None else None
         started, tee = False, None
         try:
@@ -332,27 +315,30 @@ class Downstream:
                 ) as client,
                 anyio.create_task_group() as jobs,
             ):
-                # what the jobs ask of the server goes through it (tool calls over its pipes)
+                # what the calls ask of the server goes through it (tool calls over its pipes)
                 tap = self.target.tap
                 session = (
                     SdkSession(client)
                     if tap is None
                     else PipeSession(client, tap, self.target, lambda: self.tools)
                 )
+                self.session = session
                 tee = self.target.stderr  # this session's copy of the server's stderr
                 if self.target.tap is not None:  # calls past the SDK, in this session's protocol
                     self.target.tap.version = session.protocol_version
-                task_status.started(send)
-                started = True
                 listening = anyio.CancelScope()
-                if self.relay is not None:
+                if self.relay is not None:  # before any call: they may wait for the listen
                     self.relay.modern, self.relay.settled = None, anyio.Event()  # a new session
                     jobs.start_soon(self.relay.listen, session, listening)
                     jobs.start_soon(self.relay.resubscribe, session)
+                task_status.started(send)
+                started = True
                 async with receive:
-                    async for work in receive:
-                        jobs.start_soon(self._one, work, session)
-                listening.cancel()  # the inbox closed: the calls in flight finish, then we stop
+                    async for _ in receive:
+                        pass  # nothing is sent: the inbox stands for the session until closed
+                while self._calls:  # the calls in flight finish, then we stop
+                    await anyio.sleep(0.01)
+                listening.cancel()
         except BundlectlError as exc:
             if not started:
                 receive.close()
@@ -360,33 +346,12 @@ class Downstream:
             # The calls in flight were answered; the gateway goes on.
             _log_line(f"server {self.target.name!r} stopped: {exc.explained}")
         finally:
+            self.session = None
             if self._inbox is send:  # ended on its own (the server went away): start afresh
                 self._inbox = None
                 self.tools = None
             send.close()
             self.target.close(wait=0, tee=tee)
-
-    async def _one(self, work: _Work, session: ServerSession) -> None:
-        relay, reply, scope, job = self.relay, work.reply, work.scope, work.job
-        key = None
-        if relay is not None and work.ctx is not None:
-            key = relay.enter(work.ctx, work.tokens)
-        async with reply:
-            try:
-                with scope:
-                    await reply.send((await job(session), None))
-                    return
-                await reply.send((None, CallCancelled("the call was cancelled by the client")))
-            except BundlectlError as exc:
-                await reply.send((None, exc))
-            except Exception as exc:  # never let one job take the gateway down
-                error = classify(exc, self.target) or ServerCrashed(
-                    f"server {self.target.name!r}: {type(exc).__name__}: {exc}"
-                )
-                await reply.send((None, error))
-            finally:
-                if relay is not None and key is not None:
-                    relay.leave(key)
 
 
 def _log_line(line: str) -> None:

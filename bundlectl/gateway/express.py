@@ -1,37 +1,30 @@
-"""The gateway's express lane: a warm `tools/call` relayed line to line, past the SDK.
+"""`serve`'s express door on stdio: a warm `tools/call` read from our stdin and answered on our
+stdout past the SDK's server, through the same sequence as every call (`calls.sequence`).
 
-Through the SDK a call is parsed, validated and dispatched by its server on the way in, then
-modelled, validated and dispatched again by its client on the way out, and the same for the
-answer: about as much work as the call itself costs a Python server (SPEC 7's warm-call goal).
-On `serve`'s stdio front door, a call that needs none of what the SDK adds goes instead from our
-stdin reader straight to the downstream server's stdin (`stdio.Tap`), and its answer from the
-server's stdout straight to ours, without a task switch on the way. It passes the same
-pipeline: the policy's decision, argument validation, the server's timeout and concurrency, the
-checks of the result against the tool's output schema and the client's protocol, and the audit
-record (`via: serve`).
+Through the SDK's server a call is parsed, modelled, validated and dispatched on the way in, and
+its result modelled and serialized on the way out: on a warm call that costs about as much as
+the call itself costs a Python server (`bench/bench_serve_raw.py`: 2.3x the byte-copying relay
+without this door, 1.5x with it). This door reads the client's JSON-RPC line itself, runs the
+call through `calls.sequence` (judge, admission, perform on the server's warm session, finish —
+the same steps, records and checks as the SDK path), and writes the result as the SDK's server
+would for the client's protocol (`wire.shaped`). The speed of the call itself is the server's
+session's (`pipe_session.PipeSession`: the request over the server's pipes).
 
-A call takes the lane only when the answer is already certain to be the same: the agent's
-policy allows the tool outright (no `ask`), the config and lock are unchanged since they were
-loaded, nothing is tokenized (privacy), the tool passes `pin_tools`, and its server is a stdio
-process whose session is up, whose tools are listed and which has a free slot (`concurrency`).
-Anything else — the first call, a denied or unknown name, a reload, search mode, a busy server,
-a 2026-07-28 client that can answer elicitation or sampling (its server's questions hold the
-call open across retries: `parking.py`), prompts and resources — goes through the SDK as
-before, so every refusal has one source.
-
-What the server sends during a call goes where it would through the SDK: progress to the
-client's progress token (rewritten here); log messages and elicitation or sampling requests
-through `Relay`, which gets an `ExpressContext` standing for the request. A client's
-`notifications/cancelled` for an express call ends it and is passed on to the server.
+A call comes to this door only when it needs nothing the door cannot present: the agent's policy
+allows the tool outright (no `ask`, no argument condition, no quota), nothing is tokenized
+(privacy), the tool passes `pin_tools`, its server is a warm stdio process, and the client
+cannot be asked questions by retrying (2026-07-28 with elicitation or sampling: those calls
+are held on the SDK path, `parking.py`). Everything else — the first call, a denied or unknown
+name, a reload, search mode, prompts and resources — goes through the SDK's server, so every
+refusal has one source. What the server sends during a call goes where it would through the
+SDK: progress to the client's progress token; log messages and questions through `Relay`,
+which gets an `ExpressContext` standing for the request. A client's `notifications/cancelled`
+for a call here cancels it (its server is told, its record says `interrupted`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import json
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -43,29 +36,23 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from bundlectl import telemetry
-from bundlectl.calls.arguments import structured_problem
-from bundlectl.calls.call import CallOutcome, CallRequest, prepared
-from bundlectl.errors import BundlectlError, Interrupted
+from bundlectl.calls import sequence
+from bundlectl.calls.call import perform
+from bundlectl.calls.confirm import After, Confirmation
+from bundlectl.calls.pipeline import Pipeline
+from bundlectl.calls.sequence import CallOutcome, CallRequest, Door, ToolCall
+from bundlectl.errors import BundlectlError
 from bundlectl.gateway import wire
 from bundlectl.gateway.context import ExpressContext, SdkContext
-from bundlectl.mcpio.connect import (
-    broke_protocol,
-    call_timed_out,
-    connection_closed,
-    returned_error,
-)
+from bundlectl.mcpio.connect import broke_protocol
 from bundlectl.mcpio.pipes import PipeWriter, json_line
-from bundlectl.mcpio.plain import check_result
 from bundlectl.mcpio.requests import JsonObject, Requests
-from bundlectl.mcpio.session import ToolResult
+from bundlectl.mcpio.session import ServerSession
 from bundlectl.policy.rules import Decision
 
 if TYPE_CHECKING:
     from bundlectl.gateway.downstream import Downstream
     from bundlectl.gateway.hub import Hub
-    from bundlectl.mcpio.stdio import Tap
-    from bundlectl.mcpio.target import Target
     from bundlectl.resolve.resolved import Resolution
 
 VERSION_KEY = types.PROTOCOL_VERSION_META_KEY
@@ -79,174 +66,17 @@ def _trace_of(meta: JsonObject) -> dict[str, str]:
 
 
 @dataclass
-class _Call:
-    """A call on the lane, from the client's request to its answer. Every step runs in the
-    callback that brings it (the client's request, the server's answer, the timer, the
-    client's cancellation), so no task is started for it."""
-
-    lane: Express
-    message: JsonObject  # the client's request
-    version: str  # the protocol of the client's request
-    meta: JsonObject  # the request's _meta
-    downstream: Downstream
-    tool: types.Tool  # the live tool
-    outcome: CallOutcome  # its request (the decision, the arguments as sent) and how it ends
-    tap: Tap  # the server's pipes
-    key: str = ""  # our request's id at the server
-    started: float = field(default_factory=time.perf_counter)
-    timer: asyncio.TimerHandle | None = None
-    over: bool = False
-    relay_key: int | None = None  # this call's place among the server's calls in flight
-    step: object | None = None  # its request's trace span on the server (`telemetry`)
-
-    @property
-    def id(self) -> types.RequestId:  # the client's request id
-        request_id: types.RequestId = self.message["id"]
-        return request_id
-
-    @property
-    def target(self) -> Target:
-        return self.downstream.target
-
-    @property
-    def decision(self) -> Decision:
-        return self.outcome.request.decision
-
-    def send(self, arguments: JsonObject) -> bool:
-        """Send the call to the server; False when it cannot go now (then it was not sent)."""
-        tap = self.tap
-        self.key = tap.requests.open(self.arrived)
-        params: JsonObject = {"name": self.tool.name, "arguments": arguments}
-        meta = self.meta
-        if meta.get("progressToken") is not None:
-            params["_meta"] = {"progressToken": self.key}
-        if "traceparent" in meta:  # the server's spans join the client's trace
-            params["_meta"] = {**params.get("_meta", {}), **_trace_of(meta)}
-        request = {"jsonrpc": "2.0", "id": self.key, "method": "tools/call", "params": params}
-        if not tap.post(request):
-            tap.requests.drop(self.key)
-            return False
-        self.outcome.request.sent = True
-        relay = self.downstream.relay
-        if relay is not None:  # what the server sends meanwhile goes to this call's client
-            self.relay_key = relay.enter(
-                ExpressContext(self.lane, self.id, self.version, self.meta)
-            )
-        timeout = self.outcome.request.timeout
-        self.timer = asyncio.get_running_loop().call_later(timeout, self.timed_out)
-        return True
-
-    def arrived(self, message: JsonObject | None) -> None:
-        """The server's answer or progress (None: its connection ended)."""
-        if message is not None and "method" in message:
-            token = self.meta.get("progressToken")
-            if token is not None and not self.over:
-                params = {**message.get("params", {}), "progressToken": token}
-                self.lane.post({"jsonrpc": "2.0", "method": message["method"], "params": params})
-            return
-        if message is None:
-            self.end(error=connection_closed(self.target))
-            return
-        answer = message.get("result")
-        if isinstance(answer, dict) and answer.get("resultType") == "input_required":
-            self.detour()
-            return
-        result, error = self.lane.result(self, message)
-        if error is None and isinstance(answer, dict):
-            self.outcome.result = ToolResult(answer)
-        self.end(result=result, error=error)
-
-    def detour(self) -> None:
-        """The server asks the client something before it answers (2026-07-28): the lane
-        cannot carry that, so the client's request goes through the SDK path instead (the
-        server is asked again there, a call of its own; such a server expects retries), and
-        the tool's later calls go there from the start. The lane's request ends here: its
-        `pending` record gets its outcome (`interrupted`), as every admitted call's does."""
-        self.lane.asks.add((self.decision.server, self.decision.tool))
-        handed_on = Interrupted("its server asked the client first; handed to the SDK path")
-        self.end(error=handed_on, answer=False)
-        self.lane.to_sdk(self.message)
-
-    def timed_out(self) -> None:
-        self.tell_server()
-        self.end(error=call_timed_out(self.target))
-
-    def cancelled(self) -> None:
-        """The client cancelled the call: the server is told; the client gets no answer."""
-        self.tell_server()
-        self.end(error=Interrupted("the client cancelled the call"), answer=False)
-
-    def tell_server(self) -> None:
-        params = {"requestId": self.key, "reason": "the client cancelled the call or it timed out"}
-        self.tap.post({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params})
-
-    def release(self) -> bool:
-        """The call leaves the lane: its server's slot, its timer and its place among the
-        server's calls are given back. False: it had left already."""
-        if self.over:
-            return False
-        self.over = True
-        lane, downstream = self.lane, self.downstream
-        lane.calls.pop(self.id, None)
-        if self.key:
-            self.tap.requests.drop(self.key)
-            downstream.release()
-        if self.timer is not None:
-            self.timer.cancel()
-        if self.relay_key is not None and downstream.relay is not None:
-            downstream.relay.leave(self.relay_key)
-        return True
-
-    def end(
-        self,
-        *,
-        result: bytes | None = None,
-        error: BundlectlError | None = None,
-        answer: bool = True,
-    ) -> None:
-        """Answer the client (`result`: the result as JSON; not with `answer` False: the client
-        cancelled, or the SDK path answers), free the server's slot, finish the call as every
-        call is finished (`Pipeline.finish`: its audit record, what its server should do next).
-        The answer goes first: the rest is not the client's wait."""
-        if self.over:
-            return
-        telemetry.end_step(self.step, None if error is None else error.message)
-        duration = (time.perf_counter() - self.started) * 1000
-        lane, downstream = self.lane, self.downstream
-        if answer:
-            try:
-                shaped = result if error is None else lane.failure(self.version, error)
-                head = b'{"jsonrpc":"2.0","id":' + json.dumps(self.id).encode() + b',"result":'
-                lane.write(head + (shaped or b"{}") + b"}\n")
-            except Exception as exc:  # never leave the client waiting
-                failed = {"code": types.INTERNAL_ERROR, "message": f"bundlectl: {exc}"}
-                lane.post({"jsonrpc": "2.0", "id": self.id, "error": failed})
-        self.release()
-        outcome = self.outcome
-        outcome.error = error
-        outcome.duration_ms = duration
-        after = lane.hub.pipeline.finish(outcome)
-        if not downstream.kept(after):  # `Downstream.after`, in a task only when there is more
-            lane.group.start_soon(downstream.after, after, lane.group)
-
-
-@dataclass
 class Express:
-    """The lane of one stdio client (one agent, direct mode)."""
+    """The express door of one stdio client (one agent, direct mode)."""
 
     hub: Hub
     agent: str
     group: TaskGroup
     writer: PipeWriter  # our stdout
     connection: Connection | None = None  # the client's connection as the SDK holds it
-    # Hands a client's request to the SDK path after all (`_Call.detour`).
-    to_sdk: Callable[[JsonObject], None] = lambda message: None
-    asks: set[tuple[str, str]] = field(default_factory=set)  # tools whose server asked first
-    calls: dict[types.RequestId, _Call] = field(default_factory=dict)  # by the client's id
+    calls: dict[types.RequestId, _ExpressDoor] = field(default_factory=dict)  # by client id
     asked: Requests = field(default_factory=Requests)  # our questions to the client
-    _routes: dict[str, tuple[Resolution, Downstream, types.Tool, Decision]] = field(
-        default_factory=dict
-    )
+    _routes: dict[str, tuple[Resolution, Downstream, types.Tool, str]] = field(default_factory=dict)
 
     def seen(self, ctx: SdkContext) -> None:
         """A request the SDK served: the client's connection (its handshake's protocol and
@@ -264,60 +94,33 @@ class Express:
             self.group.start_soon(self.writer.put, data)
 
     def take(self, message: object) -> bool:
-        """Whether the lane takes this message of the client's (the SDK gets the rest)."""
+        """Whether the door takes this message of the client's (the SDK gets the rest)."""
         if not isinstance(message, dict):
             return False
         method = message.get("method")
         if method == "tools/call" and "id" in message:
             try:
-                return self._call(message)
+                door = self._ready(message)
             except Exception as exc:  # a fault of ours must not lose the call: the SDK has it
-                self.hub.log(f"express lane: {exc!r}; the call goes through the SDK")
+                self.hub.log(f"express door: {exc!r}; the call goes through the SDK")
                 return False
+            if door is None:
+                return False
+            self.calls[door.id] = door
+            self.group.start_soon(door.run)
+            return True
         if method == "notifications/cancelled":
             params = message.get("params")
             cancelled = params.get("requestId") if isinstance(params, dict) else None
-            call = self.calls.get(cancelled) if isinstance(cancelled, (int, str)) else None
-            if call is None:
+            door = self.calls.get(cancelled) if isinstance(cancelled, (int, str)) else None
+            if door is None:
                 return False
-            call.cancelled()
+            door.scope.cancel()
             return True
         return method is None and self.asked.take(message)
 
-    def _call(self, message: JsonObject) -> bool:
-        call = self._ready(message)
-        if call is None:
-            return False
-        request, pipeline = call.outcome.request, self.hub.pipeline
-        if "traceparent" in call.meta:  # the parent of the call's span (no SDK span here)
-            request.decision = dataclasses.replace(request.decision, trace=_trace_of(call.meta))
-        try:
-            # the checks every call passes before it is sent (`_route` made the pin check)
-            sent = prepared(call.outcome, call.tool, call.target)
-        except BundlectlError as exc:
-            request.decision = pipeline.admit(request.decision)  # admitted, then refused
-            call.end(error=exc)
-            return True
-        if not call.downstream.acquire():
-            return False  # busy: the SDK path waits for its turn
-        if not call.send(sent):
-            call.downstream.release()
-            return False
-        # its `pending` audit record: the same admission as every allowed call (a call the
-        # quotas count never takes the lane)
-        request.decision = pipeline.admit(request.decision)
-        qualified = f"{call.decision.server}.{call.decision.tool}"
-        call.step = telemetry.begin_step(
-            call.decision.call,
-            f"tools/call {qualified}",
-            server=call.decision.server,
-            tool=call.decision.tool,
-        )
-        self.calls[call.id] = call
-        return True
-
-    def _ready(self, message: JsonObject) -> _Call | None:
-        """The call, when it may take the lane (see the module's docstring); else None."""
+    def _ready(self, message: JsonObject) -> _ExpressDoor | None:
+        """The call's door, when the call may come this way (see the module); else None."""
         params = message.get("params")
         if not isinstance(params, dict) or "requestState" in params or "inputResponses" in params:
             return None
@@ -338,37 +141,31 @@ class Express:
         route = self._route(name)
         if route is None:
             return None
-        downstream, live, decision = route
-        if (decision.server, decision.tool) in self.asks:
-            return None
+        downstream, server, tool = route
         tap = downstream.target.tap
         if tap is None or not tap.ready:
             return None
-        request = CallRequest(
-            self.agent,
-            decision.server,
-            decision.tool,
-            decision,
-            base_arguments=arguments,
-            timeout=float(downstream.target.spec.timeout),
+        call = ToolCall(self.agent, server, tool, arguments, trace=_trace_of(meta) or None)
+        return _ExpressDoor(
+            self, message["id"], version=version, meta=meta, downstream=downstream, call=call
         )
-        return _Call(self, message, version, meta, downstream, live, CallOutcome(request), tap)
 
-    def _route(self, name: str) -> tuple[Downstream, types.Tool, Decision] | None:
-        """The server, live tool and decision for a tool name, when its calls may take the
-        lane while the loaded policy and the server's listed tools stay what they are (then
-        the answer is remembered: the pin check hashes the definition)."""
+    def _route(self, name: str) -> tuple[Downstream, str, str] | None:
+        """The warm server and the tool a name stands for, when the agent's policy lets its
+        calls through outright while the loaded policy and the server's listed tools stay what
+        they are (then the answer is remembered: the pin check hashes the definition). The
+        sequence judges each call all the same; this only says the door can present it."""
         hub = self.hub
         resolution = hub.pipeline.resolution
         known = self._routes.get(name)
         if known is not None and known[0] is resolution:
-            held, known_tool, decided = known[1:]
+            held, known_tool, server = known[1:]
             if (
-                hub.servers.get(hub.slot(decided.server, self.agent)) is held
+                hub.servers.get(hub.slot(server, self.agent)) is held
                 and held.warm
-                and (held.tools or {}).get(decided.tool) is known_tool
+                and (held.tools or {}).get(known_tool.name) is known_tool
             ):
-                return held, known_tool, decided
+                return held, server, known_tool.name
         if hub.privacy() is not None:
             return None
         found = hub.tool_named(name)
@@ -388,34 +185,14 @@ class Express:
         check = hub.pipeline.pin_check(server)
         if check is not None and check(live) is not None:
             return None
-        decision = hub.pipeline.judge(self.agent, server, tool, interactive=True)
+        compiled = resolution.policy.agent(self.agent)
+        decision = compiled.decide(server, tool, interactive=True)
         if decision.effect != "allow" or decision.conditional:
-            return None  # a decision on the arguments: the SDK path checks the conditions
+            return None  # a decision on the arguments, or a question: the SDK path's
         if len(self._routes) >= 4096:
             self._routes.clear()
-        self._routes[name] = (resolution, downstream, live, decision)
-        return downstream, live, decision
-
-    def result(self, call: _Call, answer: JsonObject) -> tuple[bytes | None, BundlectlError | None]:
-        """The client's result (as JSON) from the server's answer, or why there is none."""
-        target = call.target
-        error = answer.get("error")
-        if error is not None:
-            if not isinstance(error, dict):
-                return None, broke_protocol(target, "its error is not an object")
-            return None, returned_error(target, error.get("message", ""), error.get("code"))
-        result = answer.get("result")
-        problem = check_result(result)
-        if not isinstance(result, dict):
-            return None, broke_protocol(target, problem or "the result is not an object")
-        if problem is None and call.tool.output_schema and not result.get("isError"):
-            problem = structured_problem(result, call.tool.output_schema, call.tool.name)
-        if problem is None:
-            try:
-                return wire.shaped(result, call.version), None
-            except (ValidationError, ValueError) as exc:
-                problem = str(exc).splitlines()[0]
-        return None, broke_protocol(target, problem)
+        self._routes[name] = (resolution, downstream, live, server)
+        return downstream, server, tool
 
     def failure(self, version: str, error: BundlectlError) -> bytes:
         """A failed call as the result the SDK path gives: an error the model can act on."""
@@ -451,3 +228,104 @@ def _may_be_asked(capabilities: object) -> bool:
     return isinstance(capabilities, dict) and bool(
         capabilities.keys() & {"elicitation", "sampling"}
     )
+
+
+class _ExpressDoor(Door[None]):
+    """One call at the express door (see the module): the sequence's adapter for it, and the
+    task that runs it and answers the client."""
+
+    def __init__(
+        self,
+        lane: Express,
+        key: types.RequestId,
+        *,
+        version: str,
+        meta: JsonObject,
+        downstream: Downstream,
+        call: ToolCall,
+    ) -> None:
+        self.lane, self.id, self.version, self.meta = lane, key, version, meta
+        self.downstream, self.call = downstream, call
+        self.scope = anyio.CancelScope()  # the client's `notifications/cancelled`
+        self.raised = False  # a failure `Downstream.run` has already counted
+        self.answered = False
+
+    async def run(self) -> None:
+        lane = self.lane
+        try:
+            with self.scope:  # answered as it is presented (or refused)
+                await sequence.run(lane.hub.pipeline, self, self.call)
+        except Exception as exc:  # never leave the client waiting
+            if self.answered:
+                raise
+            failed = {"code": types.INTERNAL_ERROR, "message": f"bundlectl: {exc}"}
+            lane.post({"jsonrpc": "2.0", "id": self.id, "error": failed})
+        finally:
+            lane.calls.pop(self.id, None)
+
+    def interactive(self, pipeline: Pipeline) -> bool:
+        return True  # as the SDK path: an `ask` no one can confirm is refused as such
+
+    def confirmer(self, pipeline: Pipeline, decision: Decision) -> Confirmation | None:
+        return None  # a call that needs a question does not come this way
+
+    def request(self, pipeline: Pipeline, call: ToolCall, decision: Decision) -> CallRequest:
+        request = super().request(pipeline, call, decision)
+        request.timeout = float(self.downstream.target.spec.timeout)
+        token = self.meta.get("progressToken")
+        if token is not None:  # the server's progress, to the client's token
+            lane = self.lane
+
+            async def progress(done: float, total: float | None, message: str | None) -> None:
+                params: JsonObject = {"progressToken": token, "progress": done}
+                if total is not None:
+                    params["total"] = total
+                if message is not None:
+                    params["message"] = message
+                lane.post({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
+
+            request.progress = progress
+        return request
+
+    async def perform(self, request: CallRequest) -> CallOutcome:
+        downstream, lane = self.downstream, self.lane
+        tools = downstream.tools or {}
+
+        async def call(session: ServerSession) -> CallOutcome:
+            return await perform(session, request, downstream.target, tools)
+
+        ctx = ExpressContext(lane, self.id, self.version, self.meta)
+        try:
+            done: CallOutcome = await downstream.run(lane.group, call, ctx)
+            return done
+        except BundlectlError:
+            self.raised = True
+            raise
+
+    async def present(self, outcome: CallOutcome) -> None:
+        """The answer, written to the client now (before the call's audit record)."""
+        self.answer(self.shaped(outcome))
+
+    def shaped(self, outcome: CallOutcome) -> bytes:
+        if outcome.error is not None:
+            return self.lane.failure(self.version, outcome.error)
+        assert outcome.result is not None
+        try:
+            return wire.shaped(outcome.result.data, self.version)
+        except (ValidationError, ValueError) as exc:
+            problem = str(exc).splitlines()[0]
+            target = self.downstream.target
+            return self.lane.failure(self.version, broke_protocol(target, problem))
+
+    def answer(self, result: bytes) -> None:
+        self.answered = True
+        head = b'{"jsonrpc":"2.0","id":' + json.dumps(self.id).encode() + b',"result":'
+        self.lane.write(head + result + b"}\n")
+
+    async def finished(self, after: After) -> None:
+        lane, downstream = self.lane, self.downstream
+        if not self.raised and not downstream.kept(after):  # in a task: not the client's wait
+            lane.group.start_soon(downstream.after, after, lane.group)
+
+    def refused(self, decision: Decision | None, error: BundlectlError) -> None:
+        self.answer(self.lane.failure(self.version, error))

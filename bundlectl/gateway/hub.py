@@ -186,6 +186,8 @@ class Hub:
                 if relay.modern:
                     relay.watched.add(uri)
                     relay.rewatch()
+                    with anyio.move_on_after(5):  # honoured once the server listens for it
+                        await relay.opened.wait()
                     return True
                 return await session.subscribe(uri)
 

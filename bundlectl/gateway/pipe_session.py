@@ -28,6 +28,7 @@ from opentelemetry.propagate import inject
 from pydantic import ValidationError
 
 from bundlectl.calls.arguments import structured_problem
+from bundlectl.gateway.wire import is_plain
 from bundlectl.mcpio.connect import broke_protocol, connection_closed, returned_error
 from bundlectl.mcpio.plain import exchange
 from bundlectl.mcpio.session import Progress, SdkSession, ToolResult
@@ -107,14 +108,19 @@ class PipeSession(SdkSession):
         if isinstance(result, dict) and result.get("resultType") == "input_required":
             self.asks.add(name)
             return None
-        try:  # the protocol's types first, then the tool's output schema, as the SDK's client
-            model = types.CallToolResult.model_validate(result)
-        except ValidationError as exc:
-            raise broke_protocol(target, str(exc).splitlines()[0]) from None
+        # the protocol's types first (a plain all-text result passes them unchanged: kept as
+        # it came), then the tool's output schema, as the SDK's client checks them
+        if isinstance(result, dict) and is_plain(result):
+            checked = ToolResult(result)
+        else:
+            try:
+                checked = ToolResult(model=types.CallToolResult.model_validate(result))
+            except ValidationError as exc:
+                raise broke_protocol(target, str(exc).splitlines()[0]) from None
         tool = (self._tools() or {}).get(name)
         schema = tool.output_schema if tool is not None else None
-        if schema and not model.is_error and isinstance(result, dict):
+        if schema and not checked.is_error and isinstance(result, dict):
             problem = structured_problem(result, schema, name)
             if problem is not None:
                 raise broke_protocol(target, problem)
-        return ToolResult(model=model)
+        return checked

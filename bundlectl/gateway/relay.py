@@ -66,6 +66,7 @@ class Relay:
         self.modern: bool | None = None  # the session's protocol, once the listen was tried
         self.settled = anyio.Event()  # set once `modern` is known for the current session
         self._listening: anyio.CancelScope | None = None
+        self.opened = anyio.Event()  # the listen stream is open with the `watched` resources
 
     def enter(self, ctx: RequestContext, tokens: Tokenizer | None = None) -> int:
         """A call of the client request `ctx` is in flight on the server (`tokens`: that
@@ -215,6 +216,7 @@ class Relay:
                         ) as events:
                             self.modern = True
                             self.settled.set()
+                            self.opened.set()
                             async for event in events:
                                 if isinstance(event, ResourceUpdated):
                                     await self.hub.resource_updated(
@@ -244,6 +246,8 @@ class Relay:
                 await session.subscribe(uri)
 
     def rewatch(self) -> None:
-        """The subscribed resources changed: open the listen stream again with them."""
+        """The subscribed resources changed: open the listen stream again with them (`opened`
+        is set once it is open)."""
         if self._listening is not None:
+            self.opened = anyio.Event()
             self._listening.cancel()

@@ -3,7 +3,6 @@ lane takes the warm calls, the SDK the rest)."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import sys
@@ -23,11 +22,10 @@ from bundlectl.gateway.express import Express
 from bundlectl.gateway.handlers import mcp_server
 from bundlectl.gateway.hub import Hub
 from bundlectl.mcpio.pipes import Oversized, PipeWriter, json_line, read_pipe
-from bundlectl.mcpio.requests import JsonObject
 from bundlectl.mcpio.stdio import session_message
 
 if TYPE_CHECKING:
-    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+    from anyio.streams.memory import MemoryObjectReceiveStream
 
 
 async def serve_stdio(
@@ -58,13 +56,6 @@ def _invalid_message(exc: Exception) -> str:
         return str(exc).splitlines()[0]
     where = ".".join(str(p) for p in first.get("loc", ()) if not isinstance(p, int) or p)
     return f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
-
-
-async def _quietly_send(
-    stream: MemoryObjectSendStream[SessionMessage | Exception], message: SessionMessage
-) -> None:
-    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-        await stream.send(message)
 
 
 @asynccontextmanager
@@ -128,12 +119,6 @@ async def _stdio() -> AsyncIterator[
 
     def express_to(express: Express | None) -> None:
         lane[0] = express
-        if express is not None:
-
-            def to_sdk(message: JsonObject) -> None:
-                group.start_soon(_quietly_send, read_send, session_message(message))
-
-            express.to_sdk = to_sdk
 
     async with anyio.create_task_group() as group:
         group.start_soon(writer.run)

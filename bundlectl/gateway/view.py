@@ -4,19 +4,21 @@ prompts, each through the pipeline every front door shares."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import functools
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import mcp_types as types
 
 from bundlectl import telemetry
+from bundlectl.calls import sequence
 from bundlectl.calls.approval import ApprovalHeld, DeniedByApprover, OutOfBand
-from bundlectl.calls.call import CallOutcome, CallRequest, completed, perform
-from bundlectl.calls.confirm import Confirmation, Deferred
+from bundlectl.calls.call import perform
+from bundlectl.calls.confirm import After, Confirmation, Deferred
 from bundlectl.calls.limits import LimitReached
+from bundlectl.calls.pipeline import Pipeline
+from bundlectl.calls.sequence import CallOutcome, CallRequest, Door, ToolCall
 from bundlectl.config.models import ToolSpec
 from bundlectl.config.settings import seconds
 from bundlectl.errors import (
@@ -36,7 +38,6 @@ from bundlectl.mcpio.requests import JsonObject
 from bundlectl.mcpio.session import Progress, ServerSession
 from bundlectl.policy.catalog import ToolRef, search
 from bundlectl.policy.rules import Decision
-from bundlectl.state import StateError
 
 if TYPE_CHECKING:
     from bundlectl.config.models import ServerSpec
@@ -168,7 +169,7 @@ class Gateway(ServerContent):
     async def call_tool(
         self, name: str, arguments: JsonObject, confirm: Confirmation | None = None
     ) -> types.CallToolResult | types.InputRequiredResult:
-        """One call through the pipeline, by `server__tool` (direct mode) or `server.tool`
+        """One call through the sequence, by `server__tool` (direct mode) or `server.tool`
         (search mode's `call_tool`); every failure is a result the model can act on.
 
         `confirm` asks the person at the client about an `ask` rule (an MCP elicitation); without
@@ -183,32 +184,17 @@ class Gateway(ServerContent):
             return _error(self._not_started(name) or unknown)
         server, tool = found
         received = self._received(server, tool, arguments)
-        try:
-            decision = self.pipeline.judge(
-                self.agent, server, tool, interactive=True, arguments=received
-            )
-        except BundlectlError as exc:  # arguments refused at the door (NaN)
-            return _error(exc.explained)
-        subject = self._subject()
-        if subject is not None:
-            decision = dataclasses.replace(decision, subject=subject)
-        if confirm is None or decision.by_approver:  # (not the client's elicitation, then)
-            confirm = self._held_for_approval(received)
-        try:
-            admitted = await self.pipeline.admission(
-                decision, arguments, confirm, bound=received if received is not arguments else None
-            )
-        except (LimitReached, StateError) as exc:  # the agent may try later
-            return _error(exc.explained)
-        except PolicyDenied as exc:
-            return _error(self._refusal(name, decision, exc, unknown))
-        if isinstance(admitted, Deferred):
-            return admitted.answer  # the client is asked, then retries
-        decision = admitted
-        perform = functools.partial(self._perform, decision, server, tool, arguments)
-        if self.binding is not None and self.ctx is not None:  # its client answers by retrying
-            return await self.hub.parking.start(self.ctx, self.binding, perform)
-        return await perform()
+        call = ToolCall(
+            self.agent,
+            server,
+            tool,
+            arguments,
+            received=received if received is not arguments else None,
+            subject=self._subject(),
+        )
+        door = _GatewayDoor(self, name, unknown, confirm, received)
+        ended = await sequence.run(self.pipeline, door, call)
+        return ended.answer if isinstance(ended, Deferred) else ended
 
     def _refusal(self, name: str, decision: Decision, exc: PolicyDenied, unknown: str) -> str:
         """What the agent is told of a refused call, by why it was refused (already audited)."""
@@ -293,63 +279,6 @@ class Gateway(ServerContent):
                 )
         return None
 
-    async def _perform(
-        self, decision: Decision, server: str, tool: str, arguments: JsonObject
-    ) -> types.CallToolResult:
-        """An admitted call, performed and finished (audit, restart)."""
-        tokens = self.hub.tokenizer(self.ctx, self.agent)  # None: nothing is tokenized
-        # Every message back to the agent has the real values it may have been given turned
-        # back into tokens (a server's or a validator's error may quote them).
-        shown = tokens.conceal if tokens is not None else _same
-        downstream = self.hub.downstream(server, self.agent)
-        restore = tokens is not None and self._real_values(server, tool)
-        request = CallRequest(
-            self.agent,
-            server,
-            tool,
-            decision,
-            [],
-            arguments,
-            float(downstream.target.spec.timeout),
-            check=self.pipeline.pin_check(server),
-            progress=self._progress(),
-            restore=tokens.restore if restore and tokens is not None else None,
-            meta=self._log_meta(),
-        )
-        raised: list[BaseException] = []  # a failure `Downstream.run` has already counted
-
-        async def on_the_server() -> CallOutcome:
-            try:
-                if downstream.listed:
-                    tools = await downstream.live_tools(self.hub.group)
-                else:  # started (or its tools listed again) for this call
-                    with telemetry.step(decision.call, f"start {server}", server=server):
-                        tools = await downstream.live_tools(self.hub.group)
-
-                async def call(session: ServerSession) -> CallOutcome:
-                    return await perform(session, request, downstream.target, tools)
-
-                done: CallOutcome = await downstream.run(self.hub.group, call, self.ctx, tokens)
-                return done
-            except BundlectlError as exc:
-                raised.append(exc)
-                raise
-
-        outcome, after = await completed(self.pipeline, request, on_the_server)
-        if not raised:
-            await downstream.after(after, self.hub.group)
-        if outcome.error is not None:
-            return _error(shown(outcome.error.explained))
-        assert outcome.result is not None
-        result: types.CallToolResult = outcome.result.as_model()
-        if tokens is None:
-            return result
-        try:
-            tokenized: types.CallToolResult = tokens.result(result)
-        except BundlectlError as exc:  # a shared token map out of reach: nothing leaves as is
-            return _error(exc.explained)
-        return tokenized
-
 
 def _refused_arguments(name: str, decision: Decision, grants: list[str]) -> str:
     """What the model reads when a tool it is offered is refused on these arguments: that the
@@ -367,3 +296,108 @@ def _refused_arguments(name: str, decision: Decision, grants: list[str]) -> str:
 
 def _same(text: str) -> str:
     return text
+
+
+_Answer = types.CallToolResult | types.InputRequiredResult
+
+
+class _GatewayDoor(Door[_Answer]):
+    """The gateway's door for one call of the agent `view`: an `ask` confirmed by the person at
+    the client (an elicitation), or held for an approver; the call made on the server's warm
+    session (`Downstream`); what the model reads presented as a tool result, with the real
+    values it may have been given turned back into its privacy tokens."""
+
+    def __init__(
+        self,
+        view: Gateway,
+        name: str,
+        unknown: str,
+        confirm: Confirmation | None,
+        received: JsonObject,
+    ) -> None:
+        self.view, self.name, self.unknown, self.confirm = view, name, unknown, confirm
+        self.received = received  # the arguments as the server receives them
+        self.tokens = view.hub.tokenizer(view.ctx, view.agent)  # None: nothing is tokenized
+        self.raised = False  # a failure `Downstream.run` has already counted
+
+    def interactive(self, pipeline: Pipeline) -> bool:
+        return True  # an `ask` no one can confirm here is refused as such, not as a deny
+
+    def confirmer(self, pipeline: Pipeline, decision: Decision) -> Confirmation | None:
+        if self.confirm is None or decision.by_approver:  # (not the client's elicitation, then)
+            return self.view._held_for_approval(self.received)
+        return self.confirm
+
+    def request(self, pipeline: Pipeline, call: ToolCall, decision: Decision) -> CallRequest:
+        view, tokens = self.view, self.tokens
+        self.downstream = view.hub.downstream(call.server, view.agent)
+        request = super().request(pipeline, call, decision)
+        request.timeout = float(self.downstream.target.spec.timeout)
+        request.progress = view._progress()
+        if tokens is not None and view._real_values(call.server, call.tool):
+            request.restore = tokens.restore
+        request.meta = view._log_meta()
+        return request
+
+    async def perform(self, request: CallRequest) -> CallOutcome:
+        view, downstream, decision = self.view, self.downstream, request.decision
+        group = view.hub.group
+        try:
+            if downstream.listed:
+                tools = await downstream.live_tools(group)
+            else:  # started (or its tools listed again) for this call
+                with telemetry.step(
+                    decision.call, f"start {request.server}", server=request.server
+                ):
+                    tools = await downstream.live_tools(group)
+
+            async def call(session: ServerSession) -> CallOutcome:
+                return await perform(session, request, downstream.target, tools)
+
+            done: CallOutcome = await downstream.run(group, call, view.ctx, self.tokens)
+            return done
+        except BundlectlError:
+            self.raised = True
+            raise
+
+    async def finished(self, after: After) -> None:
+        if not self.raised:
+            await self.downstream.after(after, self.view.hub.group)
+
+    async def present(self, outcome: CallOutcome) -> _Answer:
+        tokens = self.tokens
+        if outcome.error is not None:
+            # A server's or a validator's error may quote the real values behind tokens.
+            message = outcome.error.explained
+            return _error(tokens.conceal(message) if tokens is not None else message)
+        assert outcome.result is not None
+        result: types.CallToolResult = outcome.result.as_model()
+        if tokens is None:
+            return result
+        try:
+            tokenized: types.CallToolResult = tokens.result(result)
+        except BundlectlError as exc:  # a shared token map out of reach: nothing leaves as is
+            return _error(exc.explained)
+        return tokenized
+
+    def refused(self, decision: Decision | None, error: BundlectlError) -> _Answer:
+        if (
+            decision is None
+            or isinstance(error, LimitReached)
+            or not isinstance(error, PolicyDenied)
+        ):
+            return _error(error.explained)  # arguments refused at the door; or try later
+        return _error(self.view._refusal(self.name, decision, error, self.unknown))
+
+    async def hold(self, job: Callable[[], Awaitable[_Answer]]) -> _Answer:
+        view = self.view
+        if view.binding is None or view.ctx is None:
+            return await job()
+
+        async def result() -> types.CallToolResult:
+            answer = await job()
+            assert isinstance(answer, types.CallToolResult)
+            return answer
+
+        # its client answers its server's questions by retrying: the call is held across them
+        return await view.hub.parking.start(view.ctx, view.binding, result)

@@ -55,11 +55,29 @@ def plain(result: JsonObject, version: str) -> bytes | None:
     2026-07-28 a `resultType` of complete). None: anything else, which the protocol's types
     check. (The types cost the lane's warm call more than anything else it does;
     `test_gateway_express` holds this to what they give, on every protocol.)"""
-    if not result.keys() <= _PLAIN_KEYS:
+    if not is_plain(result):
         return None
+    meta = result.get("_meta", {})
+    if version in MODERN_PROTOCOL_VERSIONS:
+        if result.get("resultType", "complete") != "complete":
+            return None
+        result = {**result, "resultType": "complete"}
+        if SERVER_INFO_KEY not in meta:
+            result["_meta"] = {**meta, SERVER_INFO_KEY: _STAMP}
+    elif "resultType" in result:
+        return None
+    return json_line(result)[:-1]
+
+
+def is_plain(result: JsonObject) -> bool:
+    """Whether a tools/call result is one the protocol's types pass unchanged on every
+    version: text blocks only, and nothing but `content`, `isError`, `structuredContent`,
+    `_meta` and `resultType`, each of its type (what `plain` writes without the types)."""
+    if not result.keys() <= _PLAIN_KEYS:
+        return False
     content, failed = result.get("content"), result.get("isError", False)
     structured, meta = result.get("structuredContent", {}), result.get("_meta", {})
-    if not (
+    return (
         type(content) is list
         and type(failed) is bool
         and type(structured) is dict
@@ -72,17 +90,7 @@ def plain(result: JsonObject, version: str) -> bytes | None:
             and type(block.get("text")) is str
             for block in content
         )
-    ):
-        return None
-    if version in MODERN_PROTOCOL_VERSIONS:
-        if result.get("resultType", "complete") != "complete":
-            return None
-        result = {**result, "resultType": "complete"}
-        if SERVER_INFO_KEY not in meta:
-            result["_meta"] = {**meta, SERVER_INFO_KEY: _STAMP}
-    elif "resultType" in result:
-        return None
-    return json_line(result)[:-1]
+    )
 
 
 @functools.cache

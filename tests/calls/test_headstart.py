@@ -20,7 +20,7 @@ from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config import paths
 from bundlectl.config.project import load_project
 from bundlectl.resolve.resolved import resolve_project
-from tests.conftest import write
+from tests.conftest import admitted, write
 
 SLEEPER = f"{{command: {sys.executable}, args: [-c, 'import sys; sys.stdin.read()']"
 CONFIG = f"""\
@@ -54,7 +54,7 @@ def keep(agent: str, server: str = "sleeper", tool: str = "nap") -> HeadStart:
     head = HeadStart(None, agent, server, tool)
     resolution = resolve_project(load_project())
     pipeline = Pipeline(resolution, AuditLog(resolution), always_yes)
-    decision = pipeline.decide(agent, server, tool, {"minutes": 1})
+    decision = admitted(pipeline, agent, server, tool, {"minutes": 1})
     head.keep(pipeline, decision, pipeline.target(server))
     return head
 

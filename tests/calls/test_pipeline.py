@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from bundlectl.calls.call import CallOutcome, CallRequest
 from bundlectl.calls.confirm import After, always_yes
 from bundlectl.calls.pipeline import Pipeline
+from bundlectl.calls.sequence import CallOutcome, CallRequest
 from bundlectl.config.project import load_project
 from bundlectl.errors import (
     CallTimeout,
@@ -25,7 +25,7 @@ from bundlectl.errors import (
 )
 from bundlectl.policy.rules import Decision, default_agent
 from bundlectl.resolve.resolved import resolve_project
-from tests.conftest import TEST_SERVERS, Run, audit_records, write
+from tests.conftest import TEST_SERVERS, Run, admitted, audit_records, write
 
 
 class Recorded:
@@ -73,11 +73,11 @@ def resolution(project: Path) -> Any:
 def test_denials_are_audited_and_raised(resolution: Any) -> None:
     sink = Recorded()
     pipeline = Pipeline(resolution, sink, confirm=None)
-    assert pipeline.decide("writer", "files", "read_file").effect == "allow"
+    assert admitted(pipeline, "writer", "files", "read_file").effect == "allow"
     with pytest.raises(PolicyDenied):
-        pipeline.decide("stranger", "files", "read_file")
+        admitted(pipeline, "stranger", "files", "read_file")
     with pytest.raises(PolicyDenied, match="no one can confirm"):
-        pipeline.decide("writer", "files", "write_file")  # ask, and no one to ask
+        admitted(pipeline, "writer", "files", "write_file")  # ask, and no one to ask
     assert sink.records == [
         ("stranger", "files.read_file", "denied"),
         ("writer", "files.write_file", "denied"),
@@ -95,13 +95,13 @@ def test_ask_goes_to_the_confirmer(resolution: Any, answer: bool, outcome: str |
 
     pipeline = Pipeline(resolution, sink, confirm)
     if answer:
-        assert pipeline.decide("writer", "files", "write_file").effect == "ask"
+        assert admitted(pipeline, "writer", "files", "write_file").effect == "ask"
     else:
         with pytest.raises(PolicyDenied, match="was not confirmed"):
-            pipeline.decide("writer", "files", "write_file")
+            admitted(pipeline, "writer", "files", "write_file")
     assert asked == ["files.write_file"]
     assert sink.records == ([] if outcome is None else [("writer", "files.write_file", outcome)])
-    assert Pipeline(resolution, sink, always_yes).decide("writer", "files", "write_file")
+    assert admitted(Pipeline(resolution, sink, always_yes), "writer", "files", "write_file")
 
 
 def test_an_ask_no_one_could_answer_is_refused_and_audited(resolution: Any) -> None:
@@ -132,7 +132,7 @@ def test_finish_audits_the_outcome_and_says_what_the_server_needs(
 ) -> None:
     sink = Recorded()
     pipeline = Pipeline(resolution, sink, confirm=None)
-    decision = pipeline.decide("writer", "files", "read_file")
+    decision = admitted(pipeline, "writer", "files", "read_file")
     request = CallRequest("writer", "files", "read_file", decision, sent=True)
     assert pipeline.finish(CallOutcome(request, error=error)) is after
     assert sink.records == [("writer", "files.read_file", outcome)]
@@ -314,10 +314,6 @@ def test_every_front_door_decides_records_and_answers_alike(
 
             take(door, anyio.run(over_http))
 
-    # A batch decides every line before it calls anything: its refusals come first.
-    refused_first = [1, 5, 6, 7]
-    order = refused_first + [i for i in range(len(SAME_CALLS)) if i not in refused_first]
-    doors["batch"] = [doors["batch"][order.index(i)] for i in range(len(SAME_CALLS))]
     for door, rows in doors.items():
         assert [row[:4] for row in rows] == EXPECTED, door
         assert [row[4] is not None for row in rows] == DIGESTED, door

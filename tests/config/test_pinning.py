@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.conftest import TEST_SERVERS, Run, on_the_lane, write
+from tests.conftest import TEST_SERVERS, Run, over_the_pipes, write
 from tests.gateway.test_gateway import connected, texts
 
 PY = sys.executable
@@ -127,7 +127,7 @@ def test_serve_refuses_a_tool_changed_in_the_middle_of_a_session(
             return {"ids": ids, "before": before, "after": after, "names": names}
 
     seen = anyio.run(session)
-    assert on_the_lane(seen["ids"][1]), seen["ids"]  # the lane, pinned and all
+    assert over_the_pipes(seen["ids"][1]), seen["ids"]  # warm, pinned and all
     assert texts(seen["before"]) == ["hi"]
     for refused in seen["after"]:
         assert refused.is_error

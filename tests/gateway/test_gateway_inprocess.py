@@ -584,8 +584,9 @@ def test_a_held_call_takes_its_own_answers_and_ends_when_none_come(project: Path
     server's timeout (as a dismissed elicitation), and the result waits for the retry."""
     import mcp_types as types
 
-    # The server's timeout also bounds its start: 3 s leaves a loaded machine room to start it.
-    _consenting(project, timeout=3)
+    # The server's timeout also bounds its start: 6 s leaves a loaded machine room to start
+    # it (3 s did not, in CI).
+    _consenting(project, timeout=6)
 
     async def elicit(context: Any, params: Any) -> types.ElicitResult:
         raise AssertionError("the script answers by hand")
@@ -606,7 +607,7 @@ def test_a_held_call_takes_its_own_answers_and_ends_when_none_come(project: Path
             )
         except MCPError as exc:
             other = exc.error.message
-        # Nobody answers: the server's question times out (3 s) and the held call ends,
+        # Nobody answers: the server's question times out (6 s) and the held call ends,
         # which its audit record says; only then come the answers.
         log = auditfile.log_path()
         with anyio.fail_after(60):

@@ -8,11 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bundlectl.calls import sequence
 from bundlectl.calls.arguments import build_arguments, preload
 from bundlectl.calls.audit import AuditLog
-from bundlectl.calls.confirm import always_yes, terminal_confirmer
+from bundlectl.calls.confirm import Deferred, always_yes, settled, terminal_confirmer
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.calls.render import OutputDir, render_text, result_json
+from bundlectl.calls.sequence import ToolCall
 from bundlectl.cli.options import Format
 from bundlectl.config.project import load_project
 from bundlectl.errors import BundlectlError
@@ -22,10 +24,10 @@ from bundlectl.resolve.resolved import resolve_project
 
 if TYPE_CHECKING:
     from bundlectl.calls.batch import BatchItem
-    from bundlectl.calls.call import CallOutcome, CallRequest
     from bundlectl.calls.headstart import HeadStart
-    from bundlectl.mcpio.child import Child
+    from bundlectl.calls.sequence import CallOutcome, CallRequest
     from bundlectl.mcpio.target import Target
+    from bundlectl.policy.rules import Decision
 
 
 def _pipeline(config: Path | None, *, yes: bool, prompt: bool, wait: bool = False) -> Pipeline:
@@ -61,46 +63,31 @@ def one(
     follow_links: bool,
     wait: bool,
 ) -> int:
-    """One call: judged, its server started (or the head start's taken over), called."""
+    """One call through the sequence: judged, its server started (or the head start's taken
+    over), called, printed, audited."""
     pipeline = _pipeline(config, yes=yes, prompt=True, wait=wait)
     unlisted = pipeline.resolution.policy.unlisted(who) if agent is not None else None
     if unlisted is not None:  # SPEC 3: it gets policy.default; often a typo, so say so
         note(unlisted)
     target = pipeline.target(server, quiet=quiet)
     target.sign_in = terminal_confirmer() is not None  # a person here: OAuth step-up may ask
-    arguments, typed = _as_typed(target, name, split, base)
-    decision = pipeline.decide(who, server, name, arguments, typed=typed)
-
-    # Start a stdio server now: its start-up and our imports of what talks to it overlap.
-    stdio = target.spec.transport == "stdio" and not target.builtin
-    launchable = True
-    try:
-        child = head.settle(target) if stdio else None
-    except BundlectlError:  # no launch can be made (an unset variable): the call's own start
-        child, launchable = None, False  # fails the same way, and its end records it
-    # Whatever happens before the transport owns the child (Ctrl-C while the SDK imports),
-    # the server and everything it started must not outlive us.
-    with stop_on_failure(child):
-        if launchable:
-            head.keep(pipeline, decision, target)
-        from bundlectl.calls.call import CallRequest  # noqa: PLC0415 - see the module's doc
-
-        if child is not None:
-            preload()
-        limit = timeout if timeout is not None else float(target.spec.timeout)
-        check = pipeline.pin_check(server)
-        request = CallRequest(who, server, name, decision, split, base, limit, check=check)
-        code, links = _call(
-            pipeline,
-            target,
-            child,
-            request,
-            connect_timeout=connect_timeout,
-            whole=timeout,
-            fmt=fmt,
-            output_dir=output_dir,
-            detach=fast_exit,
+    seen, typed = _as_typed(target, name, split, base)
+    call = ToolCall(who, server, name, base, split, seen=seen, typed=typed)
+    door = _ExecDoor(pipeline, head, target, timeout, connect_timeout=connect_timeout)
+    door.fmt, door.output_dir, door.detach = fmt, output_dir, fast_exit
+    ran = sequence.run(pipeline, door, call)  # its confirmations block: no event loop yet
+    outcome = settled(ran)
+    assert not isinstance(outcome, Deferred)  # exec's confirmations answer now
+    if outcome.error is not None:
+        raise outcome.error
+    result = outcome.result
+    links = list(
+        dict.fromkeys(
+            str(block["uri"])
+            for block in (result.content if result is not None and not result.is_error else [])
+            if block.get("type") == "resource_link" and block.get("uri")
         )
+    )
     if links and not follow_links and fmt is Format.text:
         err(
             f"note: the result links {len(links)} resource(s); --follow-links reads them "
@@ -120,63 +107,88 @@ def one(
             output_dir=output_dir,
             timeout=float(timeout or target.spec.timeout),
         )
-    return code
+    return door.code
 
 
-def _call(
-    pipeline: Pipeline,
-    target: Target,
-    child: Child | None,
-    request: CallRequest,
-    *,
-    connect_timeout: float,
-    whole: float | None,
-    fmt: Format,
-    output_dir: Path | None,
-    detach: bool,
-) -> tuple[int, list[str]]:
-    """Connect, call, print (before the server's shutdown), audit; the exit code and the URIs
-    of the resources the result links to."""
-    from bundlectl.calls.call import call_once, client_capabilities, completed_now  # noqa: PLC0415
+class _ExecDoor(sequence.Door["CallOutcome"]):
+    """exec's door: confirmed on the terminal (or --yes, or by an approver it waits for); its
+    stdio server taken over from the head start; the result printed before the server shuts
+    down; its event loop its own (the sequence runs without one until the call is made)."""
 
-    printed: dict[str, int] = {}
-    root = pipeline.resolution.project.root
-    request.events = fmt is Format.json
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        head: HeadStart,
+        target: Target,
+        whole: float | None,
+        *,
+        connect_timeout: float,
+    ) -> None:
+        self.pipeline, self.head, self.target, self.whole = pipeline, head, target, whole
+        self.connect_timeout = connect_timeout
+        self.fmt: Format = Format.text
+        self.output_dir: Path | None = None
+        self.detach = False  # the server's shutdown left to its watchdog (--fast-exit)
+        self.code = 0  # the exit code of what was printed
 
-    if child is not None and detach:
-        # Once exec has its answer (printed) or its error (a timeout, say), the rest of the
-        # server's shutdown is the detached watchdog's: it never holds the user up, and
-        # `--timeout` bounds the whole command (a hung server took 2-4 s more to stop).
-        child.detach = True
+    def request(self, pipeline: Pipeline, call: ToolCall, decision: Decision) -> CallRequest:
+        request = super().request(pipeline, call, decision)
+        spec = self.target.spec
+        request.timeout = self.whole if self.whole is not None else float(spec.timeout)
+        request.events = self.fmt is Format.json
+        return request
 
-    def show(outcome: CallOutcome) -> None:
-        printed["code"] = _print(outcome, fmt, output_dir)
+    async def perform(self, request: CallRequest) -> CallOutcome:
+        """Start the server (a stdio one now: its start-up and our imports of what talks to it
+        overlap), connect, call, print before the server's shutdown."""
+        target, pipeline = self.target, self.pipeline
+        stdio = target.spec.transport == "stdio" and not target.builtin
+        launchable = True
+        try:
+            child = self.head.settle(target) if stdio else None
+        except BundlectlError:  # no launch can be made (an unset variable): the call's own
+            child, launchable = None, False  # start fails the same way, and its end says so
+        if child is not None and self.detach:
+            # Once exec has its answer (printed) or its error (a timeout, say), the rest of the
+            # server's shutdown is the detached watchdog's: it never holds the user up, and
+            # `--timeout` bounds the whole command (a hung server took 2-4 s more to stop).
+            child.detach = True
+        # Whatever happens before the transport owns the child (Ctrl-C while the SDK imports),
+        # the server and everything it started must not outlive us.
+        with stop_on_failure(child):
+            # what talks to the server loads while it starts (see the module's doc)
+            from bundlectl.calls.call import call_once, client_capabilities  # noqa: PLC0415
+            from bundlectl.mcpio import runner  # noqa: PLC0415
 
-    async def go() -> CallOutcome:
-        return await call_once(
-            target,
-            request,
-            child=child,
-            connect_timeout=connect_timeout,
-            whole=whole,
-            show=show,
-            options=client_capabilities(root, ask=terminal_confirmer() is not None),
-            direct=True,
-        )
+            if launchable:
+                self.head.keep(pipeline, request.decision, target)
+            if child is not None:
+                preload()
+            root = pipeline.resolution.project.root
+            options = client_capabilities(root, ask=terminal_confirmer() is not None)
 
-    try:
-        outcome = completed_now(pipeline, request, go)
-    finally:
-        target.close(wait=0 if child is not None and child.detach else 1.0)
-    if outcome.error is not None:
-        raise outcome.error
-    result = outcome.result
-    links = [
-        str(block["uri"])
-        for block in (result.content if result is not None and not result.is_error else [])
-        if block.get("type") == "resource_link" and block.get("uri")
-    ]
-    return printed["code"], list(dict.fromkeys(links))
+            async def go() -> CallOutcome:
+                return await call_once(
+                    target,
+                    request,
+                    child=child,
+                    connect_timeout=self.connect_timeout,
+                    whole=self.whole,
+                    show=self.show,
+                    options=options,
+                    direct=True,
+                )
+
+            try:
+                return runner.run(go)
+            finally:
+                target.close(wait=0 if child is not None and child.detach else 1.0)
+
+    def show(self, outcome: CallOutcome) -> None:
+        self.code = _print(outcome, self.fmt, self.output_dir)
+
+    async def present(self, outcome: CallOutcome) -> CallOutcome:
+        return outcome
 
 
 def _print(outcome: CallOutcome, fmt: Format, output_dir: Path | None) -> int:
@@ -223,7 +235,7 @@ def run_batch(
 
     pipeline = _pipeline(config, yes=yes, prompt=False)
 
-    items, targets = read_batch(batch, pipeline, agent=agent, timeout=timeout, quiet=quiet)
+    items, targets = read_batch(batch, pipeline, agent=agent, quiet=quiet)
     codes: list[int] = []
 
     def emit(item: BatchItem, outcome: CallOutcome | None) -> None:
@@ -232,7 +244,9 @@ def run_batch(
         write_line(data)
 
     async def go() -> Any:
-        return await run_items(pipeline, items, targets, emit, connect_timeout=connect_timeout)
+        return await run_items(
+            pipeline, items, targets, emit, connect_timeout=connect_timeout, timeout=timeout
+        )
 
     try:
         runner.run(go)

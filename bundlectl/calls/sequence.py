@@ -1,0 +1,209 @@
+"""The one place a tool call is composed, for every front door — `exec`, `exec --batch`, code
+mode, and `serve` (its SDK path over stdio and HTTP, and its stdio express door):
+
+    judge → admission (confirmation, approvals, quotas) → perform → present → finish
+
+A front door is an adapter (`Door`): who confirms an `ask` rule there, the request as its
+session needs it (timeout, progress, privacy, the pin check), how the call is performed on a
+session of its choosing, and how the outcome is presented. It never calls the pipeline's steps
+itself (`tests/calls/test_sequence.py` holds every module but this one to that), so a rule that
+must hold for every call is written here, once.
+
+A refusal (denied, not confirmed, over a quota, arguments refused at the door) is already
+audited when the door presents it (`Door.refused`); a call that was let through always ends in
+`finish` (its audit record, what its server's session does next), whatever happened to it, even
+when it was cancelled. Its outcome is presented first: the audit record is not the caller's
+wait (a door that answers as it presents, as the express door does, has answered by then).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from bundlectl.calls.confirm import After, Confirmation, Deferred
+from bundlectl.calls.pipeline import Pipeline
+from bundlectl.errors import BundlectlError, Interrupted
+from bundlectl.policy.rules import Decision
+
+if TYPE_CHECKING:
+    from bundlectl.mcpio.session import ToolResult
+
+R = TypeVar("R")
+
+
+@dataclass
+class ToolCall:
+    """A call as it came in at a front door: who asks for which tool, with what."""
+
+    agent: str
+    server: str
+    tool: str
+    arguments: dict[str, Any]  # as the agent sent them (what the audit digests)
+    # exec's KEY=VALUE pairs, typed by the tool's schema once it is known
+    pairs: list[tuple[str, str]] = field(default_factory=list)
+    # What the policy's conditions and a person asked to confirm see before the tool's schema is
+    # known (exec: KEY=VALUE typed by the declared schema); None: `arguments`.
+    seen: dict[str, Any] | None = None
+    typed: bool = True  # `seen` is typed: the conditions can be checked before anything starts
+    # The arguments as the server will receive them (privacy tokens put back), when they differ:
+    # what the conditions judge and an approver's decision binds.
+    received: dict[str, Any] | None = None
+    subject: str | None = None  # who made it (the identity token's subject, `gateway.auth`)
+    trace: dict[str, str] | None = None  # the W3C trace context it came with
+
+    @property
+    def judged(self) -> dict[str, Any]:
+        """The arguments the policy's conditions judge before the call starts."""
+        if self.received is not None:
+            return self.received
+        return self.seen if self.seen is not None else self.arguments
+
+
+@dataclass
+class CallRequest:
+    """A call the policy has already allowed."""
+
+    agent: str
+    server: str
+    tool: str
+    decision: Decision
+    pairs: list[tuple[str, str]] = field(default_factory=list)
+    base_arguments: dict[str, Any] = field(default_factory=dict)
+    timeout: float = 60.0
+    # A last check on the live tool before anything is sent (`pin_tools`): the refusal, or None.
+    check: Callable[[Any], BundlectlError | None] | None = None
+    # Where the server's progress goes (the gateway: to its client); None: shown on stderr.
+    progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
+    events: bool = False  # progress as JSON events on stderr (`--format json`)
+    # A `detokenize` tool (privacy): the real values behind the agent's tokens, put back only
+    # once the arguments as sent have passed validation, so no message can quote them.
+    restore: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # The request's `_meta` for the server (the gateway: the log level its client asked for).
+    meta: dict[str, Any] | None = None
+    # The call went to the server (from then on a failure may follow what it did): set by
+    # `perform` as it sends the request, and by the gateway's express lane.
+    sent: bool = False
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.server}.{self.tool}"
+
+
+@dataclass
+class CallOutcome:
+    """What happened: a result, or the error that ended the call; and how long it took."""
+
+    request: CallRequest
+    result: ToolResult | None = None
+    arguments: dict[str, Any] | None = None
+    error: BundlectlError | None = None
+    duration_ms: float = 0.0
+
+
+class Door(Generic[R]):
+    """What one front door says about a call; the sequence does the rest (see the module)."""
+
+    def interactive(self, pipeline: Pipeline) -> bool:
+        """Whether an `ask` rule is a question here (someone, or an approver, could answer it);
+        where no one could, the policy decides it as a deny."""
+        return pipeline.confirm is not None or pipeline.approvals is not None
+
+    def confirmer(self, pipeline: Pipeline, decision: Decision) -> Confirmation | None:
+        """Who confirms this call's `ask` rule here (None: no one at this door; an approver when
+        `policy.approvals` is on)."""
+        return pipeline.confirm
+
+    def request(self, pipeline: Pipeline, call: ToolCall, decision: Decision) -> CallRequest:
+        """The admitted call as its session makes it."""
+        return CallRequest(
+            call.agent,
+            call.server,
+            call.tool,
+            decision,
+            call.pairs,
+            call.arguments,
+            check=pipeline.pin_check(call.server),
+            meta=dict(call.trace) if call.trace else None,  # the server's spans join the trace
+        )
+
+    async def perform(self, request: CallRequest) -> CallOutcome:
+        """The call made on a session (`calls.call.perform`); a failure before it could be made
+        (no connection, a server that did not start) raised as a BundlectlError."""
+        raise NotImplementedError
+
+    async def present(self, outcome: CallOutcome) -> R:
+        """What the door answers with (or answers, when it writes its own answer)."""
+        raise NotImplementedError
+
+    async def finished(self, after: After) -> None:
+        """The call is finished (audited): what its server's session should do next."""
+
+    def refused(self, decision: Decision | None, error: BundlectlError) -> R:
+        """What the door answers for a call refused before it started (already audited):
+        denied, not confirmed, over a quota, its arguments refused at the door (then there is
+        no `decision`). By default the refusal is raised."""
+        raise error
+
+    async def hold(self, job: Callable[[], Awaitable[R]]) -> R:
+        """Where the admitted call runs: here and now (the gateway may hold it across a
+        client's retries instead)."""
+        return await job()
+
+
+async def run(pipeline: Pipeline, door: Door[R], call: ToolCall) -> R | Deferred:
+    """The call through every step, in order (see the module): what the door presents, or a
+    `Deferred` answer (an `ask` answered later, by the client's retry), or its refusal."""
+    try:
+        decision = pipeline.judge(
+            call.agent,
+            call.server,
+            call.tool,
+            interactive=door.interactive(pipeline),
+            arguments=call.judged if call.typed else None,
+        )
+    except BundlectlError as exc:  # arguments refused at the door (NaN, lone surrogates)
+        return door.refused(None, exc)
+    if call.subject is not None or call.trace is not None:
+        decision = dataclasses.replace(
+            decision, subject=call.subject or decision.subject, trace=call.trace or decision.trace
+        )
+    try:
+        admitted = await pipeline.admission(
+            decision,
+            call.seen if call.seen is not None else call.arguments,
+            door.confirmer(pipeline, decision),
+            bound=call.received,
+        )
+    except BundlectlError as exc:
+        return door.refused(decision, exc)
+    if isinstance(admitted, Deferred):
+        return admitted
+    request = door.request(pipeline, call, admitted)
+
+    async def job() -> R:
+        started = time.perf_counter()
+        try:
+            outcome = await door.perform(request)
+        except BundlectlError as exc:
+            outcome = _failed(request, exc, started)
+        except BaseException:  # cancelled (the client withdrew it, the process stops)
+            pipeline.finish(_failed(request, Interrupted("the call was cancelled"), started))
+            raise
+        try:
+            return await door.present(outcome)
+        finally:
+            await door.finished(pipeline.finish(outcome))
+
+    return await door.hold(job)
+
+
+def _failed(request: CallRequest, error: BundlectlError, started: float) -> CallOutcome:
+    """The outcome of a call that ended before it was made: the arguments as the agent sent
+    them (for the audit's digest) when they need no typing by the tool's schema."""
+    arguments = None if request.pairs else dict(request.base_arguments)
+    duration = (time.perf_counter() - started) * 1000
+    return CallOutcome(request, arguments=arguments, error=error, duration_ms=duration)
