@@ -60,9 +60,27 @@ class ToolSpec(StrictModel):
 Transport = Literal["stdio", "sse", "streamable-http"]
 
 
+class TokenExchange(StrictModel):
+    """Calls on behalf of the person at the gateway (RFC 8693 token exchange): `serve` over
+    HTTP trades the caller's verified identity token, at its issuer's token endpoint, for one
+    scoped to this server, and the server sees the person."""
+
+    audience: str = Field(
+        min_length=1,
+        description="The `audience` asked for: the server, as its tokens name it "
+        "(e.g. https://mcp.tracker.example).",
+    )
+    scopes: list[str] = Field(
+        default_factory=empty_list, description="The scopes to ask for (default: none named)."
+    )
+
+
 class ServerAuth(StrictModel):
     """How bundlectl signs in to a remote server with OAuth (SPEC 12): absent, everything is
-    discovered from the server's 401 and the client registers itself (dynamic registration)."""
+    discovered from the server's 401 and the client registers itself (dynamic registration).
+    With `exchange`, each call carries a token made for its caller (`serve` over HTTP with
+    `gateway.auth.issuers`); client_id and client_secret are then the gateway's client at the
+    caller's issuer."""
 
     type: Literal["oauth"] = Field(default="oauth", description="oauth (the only kind yet).")
     grant: Literal["authorization_code", "client_credentials"] = Field(
@@ -95,10 +113,21 @@ class ServerAuth(StrictModel):
         "else bundlectl registers itself as without it.",
     )
 
+    exchange: TokenExchange | None = Field(
+        default=None,
+        description="Exchange the caller's identity token for one scoped to this server, per "
+        "person and call (RFC 8693; `serve` over HTTP with gateway.auth.issuers).",
+    )
+
     @model_validator(mode="after")
     def _credentials(self) -> "ServerAuth":
         if self.grant == "client_credentials" and not (self.client_id and self.client_secret):
             raise ValueError("grant client_credentials needs client_id and client_secret")
+        if self.exchange is not None and not self.client_id:
+            raise ValueError(
+                "exchange needs client_id: the gateway's client at the caller's issuer, which "
+                "the exchanged token names as the actor (act)"
+            )
         return self
 
 

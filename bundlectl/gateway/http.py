@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
 AGENT = "bundlectl.agent"  # the ASGI scope key the gate fills in for the handlers
 SUBJECT = "bundlectl.subject"  # and the subject of a verified identity token (None: a static one)
+CALLER = "bundlectl.caller"  # and the person behind it (`identity.Caller`), for token exchange
 
 
 class Gate:
@@ -143,7 +144,13 @@ class Gate:
             return
         # The SDK binds a session to the user that opened it: another agent's token gets 404.
         user = AuthenticatedUser(AccessToken(token="-", client_id=agent, scopes=[]))
-        scoped = {**scope, AGENT: agent, "user": user, SUBJECT: verdict.subject}
+        scoped = {
+            **scope,
+            AGENT: agent,
+            "user": user,
+            SUBJECT: verdict.subject,
+            CALLER: verdict.caller,
+        }
         if self.app is None:
             raise RuntimeError("the gateway's app was not set up")
         with telemetry.from_headers(headers):  # the client's trace, sent as HTTP headers

@@ -31,6 +31,8 @@ from bundlectl.gateway.context import (
     _connection,
 )
 from bundlectl.gateway.downstream import Downstream, FileStamp, file_stamp
+from bundlectl.gateway.exchange import Exchanger, ExchangeRefused
+from bundlectl.gateway.identity import Caller
 from bundlectl.gateway.parking import Parking
 from bundlectl.gateway.relay import Relay
 from bundlectl.gateway.view import Gateway
@@ -95,6 +97,7 @@ class Hub:
     bus: InMemorySubscriptionBus | None = None  # 2026-07-28 clients' listen streams
     _privacy: tuple[Resolution, Privacy | None] | None = None  # (resolution, its Privacy)
     generation: int = 0  # bumped whenever what an agent can list may have changed
+    exchanger: Exchanger = field(default_factory=Exchanger)  # tokens made for callers
     listings: dict[tuple[str, str, int], HandlerResult] = field(default_factory=dict)
     # Subscribed resources: (server, owner, uri) → who to tell, by key (a legacy client's
     # session: its notify function; a 2026-07-28 listen stream: None, told through `bus`).
@@ -121,18 +124,44 @@ class Hub:
             self.listeners[_connection(ctx)] = None
         return Gateway(self, agent, mode, ctx)
 
-    def slot(self, server: str, agent: str) -> tuple[str, str]:
-        """Which process of `server` serves `agent`: its own for a stdio server, so nothing the
-        server sends outside a call (MCP over stdio says not whose it is) can reach another
-        agent; one for every agent over HTTP or SSE and with `share: true`."""
+    def slot(self, server: str, agent: str, caller: Caller | None = None) -> tuple[str, str]:
+        """Which process or session of `server` serves `agent`: its own for a stdio server, so
+        nothing the server sends outside a call (MCP over stdio says not whose it is) can reach
+        another agent; one for every agent over HTTP or SSE and with `share: true`; one per
+        person for a server that takes calls on behalf of people (`auth.exchange`)."""
         merged = self.pipeline.resolution.merged.servers.get(server)
         spec = merged.spec if merged is not None else None
+        if spec is not None and spec.auth is not None and spec.auth.exchange is not None:
+            return (server, f"{caller.issuer} {caller.subject}" if caller is not None else "")
         shared = spec is None or spec.transport != "stdio" or spec.share
         return (server, "" if shared else agent)
 
-    def downstream(self, server: str, agent: str) -> Downstream:
+    async def on_behalf(self, server: str, agent: str, caller: Caller | None) -> Downstream:
+        """`agent`'s downstream of `server` for the person `caller`: for a server with
+        `auth.exchange`, a session of that person's, carrying a token exchanged for them (kept
+        until it expires, then the session starts afresh with a new one); for any other server,
+        `downstream`."""
+        merged = self.pipeline.resolution.merged.servers.get(server)
+        auth = merged.spec.auth if merged is not None else None
+        if auth is None or auth.exchange is None:
+            return self.downstream(server, agent)
+        if caller is None:
+            raise ExchangeRefused(
+                f"server {server!r} takes calls only on behalf of a person, and this request "
+                "came with no verified identity token (a static agent token, or stdio)",
+                hint="call it with a token of one of gateway.auth.issuers",
+            )
+        token = await self.exchanger.token(server, auth, caller)
+        downstream = self.downstream(server, agent, caller)
+        if downstream.target.bearer != token:
+            if downstream.target.bearer is not None:
+                await downstream.stop()  # its token expired: a session with the new one
+            downstream.target.bearer = token
+        return downstream
+
+    def downstream(self, server: str, agent: str, caller: Caller | None = None) -> Downstream:
         """`agent`'s downstream of `server` (see `slot`), made on first use."""
-        key = self.slot(server, agent)
+        key = self.slot(server, agent, caller)
         if key not in self.servers:
             target = self.pipeline.target(server, quiet=self.quiet)
             target.with_parent = True  # no server outlives a gateway that was killed

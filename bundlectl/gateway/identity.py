@@ -53,6 +53,17 @@ class Verdict:
     subject: str | None = None
     until: float | None = None  # a verified token: when it expires
     unmatched: bool = False  # a valid token whose claims fit no agent's match:
+    caller: Caller | None = None  # a verified identity token: the person, for token exchange
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The person behind a request, as a verified identity token says: what a server with
+    `auth.exchange` gets a token for (`gateway/exchange.py`)."""
+
+    subject: str
+    issuer: str
+    token: str = field(repr=False)  # the verified token itself: never shown or logged
 
 
 def looks_like_jwt(token: str) -> bool:
@@ -108,7 +119,8 @@ class Verifier:
         if verified is None:
             return Verdict(reason=reason)
         found = self._agent(verified)
-        return dataclasses.replace(found, until=float(verified["exp"]))
+        caller = Caller(found.subject or "?", str(verified["iss"]), token)
+        return dataclasses.replace(found, until=float(verified["exp"]), caller=caller)
 
     async def claims(self, token: str) -> tuple[JsonObject | None, str]:
         """A token's claims once its signature, issuer, audience and times are checked; else

@@ -33,6 +33,7 @@ from bundlectl.gateway.context import (
     RequestContext,
     _error,
 )
+from bundlectl.gateway.identity import Caller
 from bundlectl.gateway.search import DETAILS, _declared, _describe, _name
 from bundlectl.mcpio.requests import JsonObject
 from bundlectl.mcpio.session import Progress, ServerSession
@@ -69,7 +70,8 @@ class Gateway(ServerContent):
         if spec.tools and not pinned:
             return [_declared(tool) for tool in spec.tools]
         try:
-            live = (await self.hub.downstream(name, self.agent).live_tools(self.hub.group)).values()
+            downstream = await self.hub.on_behalf(name, self.agent, self._caller())
+            live = (await downstream.live_tools(self.hub.group)).values()
         except BundlectlError:
             return []  # a server that cannot start offers nothing (its log line says why)
         self.hub.learn(name, live)
@@ -226,10 +228,18 @@ class Gateway(ServerContent):
 
     def _subject(self) -> str | None:
         """The subject of the identity token this request came with (HTTP, `gateway.auth`)."""
+        subject = self._scope().get("bundlectl.subject")
+        return subject if isinstance(subject, str) else None
+
+    def _caller(self) -> Caller | None:
+        """The person whose verified identity token this request came with (HTTP)."""
+        caller = self._scope().get("bundlectl.caller")
+        return caller if isinstance(caller, Caller) else None
+
+    def _scope(self) -> dict[str, object]:
         request = getattr(self.ctx, "request", None)
         scope = getattr(request, "scope", None)
-        subject = scope.get("bundlectl.subject") if isinstance(scope, dict) else None
-        return subject if isinstance(subject, str) else None
+        return scope if isinstance(scope, dict) else {}
 
     def _listed(self, decision: Decision) -> bool:
         """Whether the agent is offered the tool (`tools/list`): some call of it may pass, so a
@@ -330,7 +340,7 @@ class _GatewayDoor(Door[_Answer]):
 
     def request(self, pipeline: Pipeline, call: ToolCall, decision: Decision) -> CallRequest:
         view, tokens = self.view, self.tokens
-        self.downstream = view.hub.downstream(call.server, view.agent)
+        self.downstream = view.hub.downstream(call.server, view.agent, view._caller())
         request = super().request(pipeline, call, decision)
         request.timeout = float(self.downstream.target.spec.timeout)
         request.progress = view._progress()
@@ -340,9 +350,13 @@ class _GatewayDoor(Door[_Answer]):
         return request
 
     async def perform(self, request: CallRequest) -> CallOutcome:
-        view, downstream, decision = self.view, self.downstream, request.decision
+        view, decision = self.view, request.decision
         group = view.hub.group
         try:
+            # for a server that takes calls on behalf of people, the caller's own session
+            self.downstream = downstream = await view.hub.on_behalf(
+                request.server, view.agent, view._caller()
+            )
             if downstream.listed:
                 tools = await downstream.live_tools(group)
             else:  # started (or its tools listed again) for this call

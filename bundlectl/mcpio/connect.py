@@ -26,6 +26,7 @@ from bundlectl.errors import (
     ServerCrashed,
     ServerError,
     ToolCallError,
+    UsageError,
 )
 from bundlectl.mcpio.child import Child
 from bundlectl.mcpio.stdio import child_transport
@@ -46,6 +47,15 @@ def _client_target(target: Target, child: Child | None) -> Any:
     headers = {
         k: expand(v, environ, where=f"{where} (headers.{k})") for k, v in spec.headers.items()
     }
+    if spec.auth is not None and spec.auth.exchange is not None:  # on behalf of a person
+        if target.bearer is None:
+            raise UsageError(
+                f"server {target.name!r} takes calls only on behalf of a person (its "
+                "auth.exchange trades the caller's identity token for one made for it)",
+                hint="call it through `bundlectl serve --transport streamable-http` with "
+                "gateway.auth.issuers, whose callers' tokens it exchanges",
+            )
+        headers["Authorization"] = f"Bearer {target.bearer}"
     auth = _oauth(target, url, headers)
     if spec.transport == "sse":
         from mcp.client.sse import sse_client

@@ -5,7 +5,7 @@ call through and imports the rest while it starts. Connecting is `connect`'s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,8 @@ class Target:
     auth: Any = None  # the OAuth to use instead of a kept sign-in (`auth login`'s flow)
     with_parent: bool = False  # a stdio child ends when we do, even by SIGKILL (serve)
     sign_in: bool = False  # a person here may sign in again when the server asks (exec)
+    # the token of the person the calls are made for (`auth.exchange`, `serve` over HTTP)
+    bearer: str | None = field(default=None, repr=False)
 
     def new_stderr(self) -> StderrTee:
         """A tee for the stderr of a stdio child about to start. Each start gets its own: the

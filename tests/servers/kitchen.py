@@ -11,6 +11,7 @@ from __future__ import annotations
 import _unmeasured  # noqa: F401  # first: see its docstring
 import argparse
 import base64
+import json
 import contextlib
 import os
 import sys
@@ -241,6 +242,19 @@ def traceheader(ctx: Context) -> str:
     request = ctx.request_context.request
     headers = getattr(request, "headers", None) or {}
     return str(headers.get("traceparent") or "")
+
+
+@server.tool()
+def bearer_claims(ctx: Context) -> dict[str, Any]:
+    """The claims of the bearer token this request came with over HTTP (read, not verified:
+    what a server behind the same identity provider would verify), {} without one."""
+    request = ctx.request_context.request
+    headers = getattr(request, "headers", None) or {}
+    bearer = str(headers.get("authorization") or "").removeprefix("Bearer ")
+    if bearer.count(".") != 2:
+        return {}
+    payload = bearer.split(".")[1]
+    return dict(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))))
 
 
 @server.tool()
