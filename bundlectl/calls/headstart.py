@@ -208,6 +208,8 @@ class HeadStart:
             and not pipeline.limited(decision.agent, decision.server, decision.tool)
         ):
             return
+        if target.launch().sandbox is not None:
+            return  # a sandboxed start is drawn from the loaded policy each time
         registries = pipeline.resolution.project.local_registries()
         launch = target.launch()
         if self._kept is not None and self._kept["calls"].get(self.key) == launch.to_json():

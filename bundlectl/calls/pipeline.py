@@ -483,4 +483,5 @@ class Pipeline:
             merged.spec,
             self.resolution.project.root,
             log_file=paths.server_log(server) if quiet else None,
+            sandbox_mode=self.resolution.project.config.policy.sandbox,
         )

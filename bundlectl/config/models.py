@@ -60,6 +60,49 @@ class ToolSpec(StrictModel):
 Transport = Literal["stdio", "sse", "streamable-http"]
 
 
+MEMORY = r"^[1-9][0-9]*[KMG]$"
+
+
+class SandboxSpec(StrictModel):
+    """A stdio server's sandbox (policy.sandbox: on or required): the system and the project
+    read-only, the user's home and other processes hidden, a private /tmp, no network, no
+    capabilities, limits on memory and CPU time — widened only by what is declared here."""
+
+    read: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=empty_list,
+        description="More paths it may read (relative to the project root, or ~/...: the home "
+        "is hidden otherwise).",
+    )
+    write: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=empty_list,
+        description="Paths it may write (relative to the project root, or ~/...); the "
+        "project's governed files (bundlectl.*, the clients' configs) stay read-only.",
+    )
+    network: Literal["none", "host"] = Field(
+        default="none",
+        description="none: no network at all (not even loopback); host: the machine's network, "
+        "unfiltered.",
+    )
+    memory: str = Field(
+        default="2G",
+        pattern=MEMORY,
+        description="The most memory its processes may allocate each (512M, 2G).",
+    )
+    cpu_seconds: int | None = Field(
+        default=None, ge=1, description="The CPU time each of its processes may use, if bounded."
+    )
+    off: bool = Field(default=False, description="Run it unsandboxed (needs a reason).")
+    reason: str | None = Field(
+        default=None, min_length=1, description="Why it runs unsandboxed (with off: true)."
+    )
+
+    @model_validator(mode="after")
+    def _reasoned(self) -> "SandboxSpec":
+        if self.off and not self.reason:
+            raise ValueError("sandbox off needs a reason: say why this server runs unsandboxed")
+        return self
+
+
 class TokenExchange(StrictModel):
     """Calls on behalf of the person at the gateway (RFC 8693 token exchange): `serve` over
     HTTP trades the caller's verified identity token, at its issuer's token endpoint, for one
@@ -184,6 +227,11 @@ class ServerSpec(StrictModel):
         description="stdio, `serve`: one process for every agent that uses this server, instead "
         "of one per agent. Only for a stateless server: what it sends outside a call (a late log "
         "message) could then reach another agent's call.",
+    )
+    sandbox: SandboxSpec | None = Field(
+        default=None,
+        description="stdio: what the server may reach in its sandbox (policy.sandbox); absent: "
+        "the project read-only, no network, the default limits.",
     )
     disabled: bool = Field(default=False, description="Keep the entry but never start it.")
     tools: list[ToolSpec] = Field(

@@ -183,6 +183,13 @@ class PolicySettings(StrictModel):
         "they are made (CI, batch, code mode, a client that cannot elicit), for an approver; "
         "absent: such calls are refused.",
     )
+    sandbox: Literal["off", "on", "required"] = Field(
+        default="off",
+        description="Run local (stdio) servers in a kernel sandbox (Linux: bubblewrap): on — "
+        "sandboxed where bubblewrap is installed, else a warning and unsandboxed; required — a "
+        "server that cannot be sandboxed is not started; off — none. Each server's profile: "
+        "servers.NAME.sandbox.",
+    )
 
     @field_validator("deny")
     @classmethod

@@ -160,3 +160,29 @@ def container_widening(ctx: Context) -> Iterator[Finding]:
                 f"server {name!r}: {found.why}",
                 anchor=f"{name}:{spec.args[found.index]}",
             )
+
+
+def sandbox_widened(ctx: Context) -> Iterator[Finding]:
+    """BCL407, at a server's `sandbox:` entry that gives it the network or no sandbox."""
+    for doc, name, spec in ctx.servers():
+        sandbox = spec.sandbox
+        if spec.transport != "stdio" or sandbox is None:
+            continue
+        if sandbox.off:
+            yield at(
+                "BCL407",
+                doc,
+                ("servers", name, "sandbox", "off"),
+                f"server {name!r} runs unsandboxed ({sandbox.reason}): it can reach whatever "
+                "the user can",
+                anchor=f"{name}:off",
+            )
+        elif sandbox.network == "host":
+            yield at(
+                "BCL407",
+                doc,
+                ("servers", name, "sandbox", "network"),
+                f"server {name!r} reaches the machine's network from its sandbox: every host, "
+                "unfiltered",
+                anchor=f"{name}:network",
+            )

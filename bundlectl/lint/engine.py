@@ -65,6 +65,7 @@ CHECKS: list[Check] = [
     checks_supply.launcher_options,
     checks_supply.code_loading_env,
     checks_supply.container_widening,
+    checks_supply.sandbox_widened,
     checks_supply.replaced_bundle_servers,
 ]
 

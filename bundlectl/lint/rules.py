@@ -394,6 +394,16 @@ RULES = _rules(
         9.0,
     ),
     RuleInfo(
+        "BCL407",
+        "sandbox-widened",
+        "warning",
+        "A local server's sandbox is widened past the default: `network: host` (every host, "
+        "unfiltered) or `off: true` (no sandbox at all, with the reason given).",
+        "Keep the server without network, or run it unsandboxed only for the reason given; "
+        "review the widening like a grant.",
+        6.0,
+    ),
+    RuleInfo(
         "BCL901",
         "unused-suppression",
         "info",

@@ -46,6 +46,7 @@ class Child:
         cwd: str,
         stderr: IO[str],
         with_parent: bool = False,
+        limits: dict[int, int] | None = None,
     ) -> Child:
         """Start now. A missing executable raises FileNotFoundError, as the SDK would.
         `with_parent`: on Linux the child gets SIGTERM when we die, even by SIGKILL (the
@@ -53,8 +54,13 @@ class Child:
         kwargs: dict[str, Any] = {}
         if sys.platform != "win32":
             kwargs["start_new_session"] = True  # its own process group: we can stop the tree
-        if with_parent and sys.platform.startswith("linux"):
-            kwargs["preexec_fn"] = _parent_death_signal()
+        before = (
+            _parent_death_signal() if with_parent and sys.platform.startswith("linux") else None
+        )
+        if limits:
+            before = _limited(limits, before)
+        if before is not None:
+            kwargs["preexec_fn"] = before
         process = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
@@ -159,6 +165,20 @@ def stop_on_failure(child: Child | None) -> Iterator[None]:
         if child is not None:
             child.terminate_now()
         raise
+
+
+def _limited(limits: dict[int, int], then: Callable[[], None] | None) -> Callable[[], None]:
+    """What the forked child runs before exec: its resource limits (a sandboxed server's),
+    then `then`."""
+    import resource  # noqa: PLC0415 - POSIX only, and only for a sandboxed start
+
+    def set_limits() -> None:
+        for which, amount in limits.items():
+            resource.setrlimit(which, (amount, amount))
+        if then is not None:
+            then()
+
+    return set_limits
 
 
 def _parent_death_signal() -> Callable[[], None] | None:

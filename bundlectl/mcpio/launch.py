@@ -18,6 +18,7 @@ from bundlectl.config.expand import child_environment, expand
 from bundlectl.errors import ServerError
 from bundlectl.mcpio.child import Child
 from bundlectl.mcpio.launchers import resolve_argv
+from bundlectl.mcpio.sandbox import Profile, wrap
 from bundlectl.mcpio.stderr import StderrTee
 
 
@@ -31,6 +32,7 @@ class Launch:
     env: tuple[tuple[str, str], ...]
     cwd: str  # absolute: the project's root joined with the server's `cwd`
     max_message: int  # bytes in one message
+    sandbox: Profile | None = None  # its kernel sandbox (`sandbox.py`), when the policy has one
 
     def start(self, stderr: StderrTee, *, with_parent: bool = False) -> Child:
         """Start it now: references expanded from this process's environment (an unset one is
@@ -40,13 +42,18 @@ class Launch:
         argv = [expand(self.command, environ, where=where)]
         argv += [expand(a, environ, where=where) for a in self.args]
         env = child_environment(dict(self.env), server=self.server)
+        argv = _resolve_command(argv, env)
+        limits: dict[int, int] = {}
+        if self.sandbox is not None:
+            argv, limits = wrap(self.sandbox, argv, cwd=self.cwd, home=env.get("HOME"))
         try:
             child = Child.start(
-                _resolve_command(argv, env),
+                argv,
                 env=env,
                 cwd=self.cwd,
                 stderr=stderr.file,
                 with_parent=with_parent,
+                limits=limits,
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             raise ServerError(
@@ -64,6 +71,7 @@ class Launch:
             "env": dict(self.env),
             "cwd": self.cwd,
             "max_message": self.max_message,
+            **({"sandbox": self.sandbox.to_json()} if self.sandbox is not None else {}),
         }
 
     @classmethod

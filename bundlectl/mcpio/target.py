@@ -13,6 +13,7 @@ from bundlectl import servers
 from bundlectl.config.models import ServerSpec
 from bundlectl.mcpio.child import Child
 from bundlectl.mcpio.launch import Launch
+from bundlectl.mcpio.sandbox import profile_for
 from bundlectl.mcpio.stderr import StderrTee
 from bundlectl.servers import builtin_of
 
@@ -35,6 +36,7 @@ class Target:
     auth: Any = None  # the OAuth to use instead of a kept sign-in (`auth login`'s flow)
     with_parent: bool = False  # a stdio child ends when we do, even by SIGKILL (serve)
     sign_in: bool = False  # a person here may sign in again when the server asks (exec)
+    sandbox_mode: str = "off"  # policy.sandbox: off, on or required (`mcpio.sandbox`)
     # the token of the person the calls are made for (`auth.exchange`, `serve` over HTTP)
     bearer: str | None = field(default=None, repr=False)
 
@@ -77,6 +79,7 @@ class Target:
             tuple(spec.env.items()),
             str(self.root / (spec.cwd or ".")),
             spec.max_message_mb * 1024 * 1024,
+            profile_for(self.name, spec, self.root, self.sandbox_mode),
         )
 
     def adopt(self, child: Child, stderr: StderrTee) -> Child:

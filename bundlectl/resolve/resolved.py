@@ -227,8 +227,9 @@ def inputs_digest(config: ProjectConfig) -> str:
         exclude={"servers": {"__all__": {"concurrency", "max_message_mb", "watch"}}},
     )
     for server in data["servers"].values():  # locks written before `auth:` existed stay fresh
-        if server.get("auth", 0) is None:
-            del server["auth"]
+        for later in ("auth", "sandbox"):
+            if server.get(later, 0) is None:
+                del server[later]
     return digest_json(data)
 
 
@@ -296,7 +297,8 @@ def build_lock(config: ProjectConfig, merged: Merged, policy: PolicySet) -> Lock
                 {
                     k: v
                     for k, v in spec.items()
-                    if k not in UNLOCKED and not (k == "auth" and v is None)  # locks before auth
+                    # (locks written before `auth:` and `sandbox:` existed stay fresh)
+                    if k not in UNLOCKED and not (k in ("auth", "sandbox") and v is None)
                 }
             ),
             tools=tools,

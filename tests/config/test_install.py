@@ -242,6 +242,7 @@ def test_resolve_json_is_stable(configured: Path, run: Run) -> None:
         "command": "./run.sh",
         "args": ["--token", "${API_TOKEN}"],
         "tools": [],
+        "sandbox": {"said": "off (policy.sandbox: off)"},
     }
     assert data["agents"]["reader"]["allow"] == ["files.read_file"]
     assert data["agents"]["reader"]["rules"] == [

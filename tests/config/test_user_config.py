@@ -73,6 +73,7 @@ def test_the_users_entries_merge_under_the_project_which_wins_every_name(
         "default": "deny",
         "deny": ["files.write_file", "kitchen.fail"],
         "pin_tools": False,
+        "sandbox": "off",
     }
     notes = run("resolve").err
     assert "server 'files' of " in notes and "is hidden by the project's" in notes

@@ -9,12 +9,15 @@ from typing import Any
 from bundlectl.cli.describe import endpoint, server_json
 from bundlectl.cli.options import Format
 from bundlectl.config.fields import rule_data
+from bundlectl.config.models import ServerSpec
 from bundlectl.config.project import load_project
 from bundlectl.errors import UsageError
+from bundlectl.mcpio.sandbox import bwrap, profile_for
 from bundlectl.output import JSON_FORMAT_VERSION, Lazy, RawJson, note, out, stream_json
 from bundlectl.policy.catalog import agent_row
 from bundlectl.policy.rules import Rule
 from bundlectl.resolve.resolved import Resolution, resolve_project
+from bundlectl.servers import builtin_of
 
 
 def run(config: Path | None, *, agents: list[str], fmt: Format) -> int:
@@ -101,6 +104,7 @@ def _data(resolution: Resolution, agents: list[str], *, encoded: bool) -> dict[s
                 "endpoint": endpoint(s.spec),
                 **server_json(s.spec),
                 "tools": [t.name for t in s.spec.tools],
+                **_sandbox(name, s.spec, resolution),
             }
             for name, s in merged.servers.items()
         },
@@ -109,9 +113,34 @@ def _data(resolution: Resolution, agents: list[str], *, encoded: bool) -> dict[s
             "default": policy.set.default,
             "deny": [rule_data(entry) for entry in denies],
             "pin_tools": policy.set.pin_tools,
+            "sandbox": resolution.project.config.policy.sandbox,
         },
         "notes": merged.notes,
     }
+
+
+def _sandbox(name: str, spec: ServerSpec, resolution: Resolution) -> dict[str, Any]:
+    """A local server's effective sandbox (`policy.sandbox`, `servers.NAME.sandbox`), as data
+    and as a line a reviewer reads; nothing for a remote or built-in server."""
+    if spec.transport != "stdio" or builtin_of(spec) is not None:
+        return {}
+    mode = resolution.project.config.policy.sandbox
+    profile = profile_for(name, spec, resolution.project.root, mode)
+    if profile is None:
+        why = (
+            f"off ({spec.sandbox.reason})"
+            if spec.sandbox is not None and spec.sandbox.off
+            else "off (policy.sandbox: off)"
+        )
+        return {"sandbox": {"said": why}}
+    said = profile.described()
+    if bwrap() is None:
+        said += (
+            "; bubblewrap is not available here, so it is not started"
+            if profile.required
+            else "; bubblewrap is not available here, so it runs unsandboxed"
+        )
+    return {"sandbox": {**profile.to_json(), "said": said}}
 
 
 def _print(data: dict[str, Any]) -> None:
@@ -129,6 +158,8 @@ def _print(data: dict[str, Any]) -> None:
             if s.get(key):
                 out(f"    {key}: " + ", ".join(f"{k}={v}" for k, v in s[key].items()))
         out(f"    tools: {', '.join(s['tools']) or '(none declared)'}")
+        if "sandbox" in s:
+            out(f"    sandbox: {s['sandbox']['said']}")
     out("agents:")
     for name, a in data["agents"].items:
         chain = f" (extends {', '.join(a['extends'])})" if a["extends"] else ""
@@ -142,7 +173,7 @@ def _print(data: dict[str, Any]) -> None:
     p = data["policy"]
     out(
         f"policy: default {p['default']}; deny {', '.join(map(_entry_text, p['deny'])) or '-'}; "
-        f"pin_tools {str(p['pin_tools']).lower()}"
+        f"pin_tools {str(p['pin_tools']).lower()}; sandbox {p['sandbox']}"
     )
 
 

@@ -1,0 +1,222 @@
+"""A local (stdio) server in a kernel sandbox: Linux namespaces and mounts through bubblewrap
+(Debian's `bubblewrap`, `bwrap`), and resource limits the kernel enforces.
+
+With `policy.sandbox: on` (or `required`), a stdio server starts as
+
+    bwrap <profile> -- COMMAND ARGS...
+
+where the profile is drawn from its config (`servers.NAME.sandbox`): the whole system
+read-only; the user's home and /tmp replaced by empty private ones, so a key in `~/.ssh` is not
+there to read; the project read-only, and writable only where `write:` says (the project's
+governed files — bundlectl's own and the clients' MCP configs — stay read-only even there);
+no other process visible (a PID namespace), no network at all unless `network: host` (not even
+loopback), no capabilities, a new session (no terminal to push input into), ended with us.
+Every path is bound resolved, so a symlink inside a writable folder cannot point the server
+outside it: the kernel refuses the write (`Read-only file system`). Memory (`RLIMIT_DATA`, 2G
+by default) and CPU time (`RLIMIT_CPU`) are limited per process, so a runaway allocation ends
+the server, not the machine.
+
+Without bubblewrap (not installed, or not Linux) a server runs as before, after a one-line
+warning, unless the policy says `required`: then it is not started. `$BUNDLECTL_BWRAP` names
+another bwrap (an empty value: none). No I/O at import, nothing imported but the standard
+library: this runs on `exec`'s way to starting a server.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bundlectl.errors import ServerError
+from bundlectl.output import err
+from bundlectl.policy.governing import CLIENT_FILES, OTHER_FILES, POLICY_FILES
+
+if TYPE_CHECKING:
+    from bundlectl.config.models import ServerSpec
+
+UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+_WARNED: set[str] = set()  # servers warned about this process (once each)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What one server may reach in its sandbox (paths as configured; resolved at start)."""
+
+    server: str
+    root: str  # the project's root
+    read: tuple[str, ...] = ()
+    write: tuple[str, ...] = ()
+    network: str = "none"
+    memory: str = "2G"
+    cpu_seconds: int | None = None
+    required: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "read": list(self.read),
+            "write": list(self.write),
+            "network": self.network,
+            "memory": self.memory,
+            "cpu_seconds": self.cpu_seconds,
+            "required": self.required,
+        }
+
+    def described(self) -> str:
+        """One line a person reads: what the server may write and reach."""
+        writes = ", ".join(self.write) or "nothing"
+        network = "the machine's network" if self.network == "host" else "no network"
+        cpu = f", {self.cpu_seconds} s of CPU" if self.cpu_seconds else ""
+        return f"writes {writes}; {network}; {self.memory} of memory{cpu}"
+
+
+def profile_for(name: str, spec: ServerSpec, root: Path, mode: str) -> Profile | None:
+    """The server's sandbox under `policy.sandbox` `mode`, or None: it runs unsandboxed (the
+    policy is off, it is not a local process, or its entry says `off` with a reason)."""
+    from bundlectl.servers import builtin_of  # noqa: PLC0415 - cheap; keeps this module light
+
+    if mode == "off" or spec.transport != "stdio" or builtin_of(spec) is not None:
+        return None
+    declared = spec.sandbox
+    if declared is not None and declared.off:
+        return None
+    if declared is None:
+        return Profile(name, str(root), required=mode == "required")
+    return Profile(
+        name,
+        str(root),
+        tuple(declared.read),
+        tuple(declared.write),
+        declared.network,
+        declared.memory,
+        declared.cpu_seconds,
+        required=mode == "required",
+    )
+
+
+def bwrap() -> str | None:
+    """The bubblewrap to use: `$BUNDLECTL_BWRAP`, else `bwrap` on PATH; None: there is none
+    (or this is not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    chosen = os.environ.get("BUNDLECTL_BWRAP")
+    if chosen is not None:
+        return chosen or None
+    return shutil.which("bwrap")
+
+
+def wrap(
+    profile: Profile, argv: list[str], *, cwd: str, home: str | None
+) -> tuple[list[str], dict[int, int]]:
+    """`argv` to run inside the sandbox, and the resource limits to set before it starts; the
+    argv unchanged (after a warning) when there is no bubblewrap and the policy allows that."""
+    tool = bwrap()
+    if tool is None:
+        if profile.required:
+            raise ServerError(
+                f"server {profile.server!r} was not started: policy.sandbox is required and "
+                "bubblewrap (bwrap) is not available here",
+                hint="install bubblewrap (Debian, Ubuntu: apt install bubblewrap), or set "
+                "policy.sandbox: on to run servers unsandboxed where it is missing",
+            )
+        if profile.server not in _WARNED:
+            _WARNED.add(profile.server)
+            err(
+                f"warning: server {profile.server!r} runs unsandboxed: bubblewrap (bwrap) is "
+                "not available here (install it, or policy.sandbox: required to refuse)"
+            )
+        return argv, {}
+    return [tool, *_arguments(profile, argv, cwd=cwd, home=home), "--", *argv], _limits(profile)
+
+
+def _arguments(profile: Profile, argv: list[str], *, cwd: str, home: str | None) -> list[str]:
+    root = Path(profile.root).resolve()
+    home_dir = Path(home).resolve() if home and Path(home).is_dir() else None
+    hidden = [Path("/tmp")]
+    if home_dir is not None and home_dir != Path("/"):
+        hidden.append(home_dir)
+    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for place in hidden:
+        args += ["--tmpfs", str(place)]
+
+    def under_hidden(path: Path) -> bool:
+        return any(path == place or place in path.parents for place in hidden)
+
+    shown: list[Path] = []
+    if under_hidden(root):
+        shown.append(root)
+    for program in _programs(argv[0]):
+        if under_hidden(program) and root not in program.parents:
+            shown.append(program.parent.parent)  # its installation (…/bin/x: …)
+    for entry in profile.read:
+        path = _resolved(entry, root, home_dir)
+        if path.exists():
+            shown.append(path)
+    for path in shown:
+        args += ["--ro-bind", str(path), str(path)]
+    for entry in profile.write:
+        path = _resolved(entry, root, home_dir)
+        if not path.exists() and root in path.parents:
+            path.mkdir(parents=True, exist_ok=True)  # a folder it may write in, made for it
+        if path.exists():
+            args += ["--bind", str(path), str(path)]
+            args += _governed_in(path, root)
+    args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    if profile.network != "host":
+        args.append("--unshare-net")
+    args += ["--new-session", "--die-with-parent", "--cap-drop", "ALL", "--chdir", cwd]
+    return args
+
+
+def _programs(command: str) -> list[Path]:
+    """The executable and, for a script, the interpreter its `#!` line names (found on PATH for
+    `/usr/bin/env NAME`), resolved: what must be there for the server to start."""
+    if not os.path.isabs(command):
+        return []
+    found = [Path(command).resolve()]
+    try:
+        with open(command, "rb") as file:
+            first = file.readline(256)
+    except OSError:
+        return found
+    if first.startswith(b"#!"):
+        words = first[2:].decode("utf-8", "replace").split()
+        if words and words[0].endswith("/env") and len(words) > 1:
+            words = [shutil.which(words[1]) or words[1]]
+        if words and os.path.isabs(words[0]):
+            found.append(Path(words[0]).resolve())
+    return found
+
+
+def _resolved(entry: str, root: Path, home: Path | None) -> Path:
+    """A configured path, resolved (links followed): ~/... in the home, else below the root."""
+    if entry == "~" or entry.startswith("~/"):
+        base = home if home is not None else Path.home()
+        return (base / entry[2:]).resolve()
+    return (root / entry).resolve()
+
+
+def _governed_in(folder: Path, root: Path) -> list[str]:
+    """Read-only binds over the governed files inside a writable folder that exist now (one
+    made later cannot replace them: the folder's own governed files are what is bound)."""
+    found: list[str] = []
+    names = [*POLICY_FILES, *CLIENT_FILES.values(), *OTHER_FILES]
+    for name in names:
+        path = root / name
+        if path.exists() and (folder == root or folder in path.parents):
+            found += ["--ro-bind", str(path), str(path)]
+    return found
+
+
+def _limits(profile: Profile) -> dict[int, int]:
+    """The resource limits (`resource.RLIMIT_*`) its processes start with."""
+    import resource  # noqa: PLC0415 - POSIX only, and only for a sandboxed start
+
+    amount = int(profile.memory[:-1]) * UNITS[profile.memory[-1]]
+    limits = {resource.RLIMIT_DATA: amount, resource.RLIMIT_CORE: 0}
+    if profile.cpu_seconds:
+        limits[resource.RLIMIT_CPU] = profile.cpu_seconds
+    return limits

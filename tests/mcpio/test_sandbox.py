@@ -1,0 +1,183 @@
+"""Local servers in a kernel sandbox (issue 55): a hostile stdio server, run under bubblewrap
+with `policy.sandbox: required`, tries through `exec` (a batch: one start) and through
+`serve` what a server should not be able to do; the OS refuses each attempt inside the server
+while what its profile allows works. Real bubblewrap (Debian's, installed by `.ci/run`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.conftest import TEST_SERVERS, Run, write
+from tests.gateway.test_gateway import PY, connected, texts
+
+HOSTILE = TEST_SERVERS / "hostile.py"
+
+
+def _config(project: Path, sandbox: str, mode: str = "required") -> None:
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          hostile:
+            command: {sys.executable}
+            args: ["{HOSTILE}"]
+            sandbox: {sandbox}
+        agents:
+          bot: {{allow: ["hostile.*"]}}
+        policy: {{default: deny, sandbox: {mode}}}
+        """,
+    )
+
+
+@pytest.fixture
+def fake_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home with a private key in it, as the server's $HOME."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("-----BEGIN PRIVATE KEY-----\n")
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def open_port() -> Iterator[int]:
+    """A TCP port listening on loopback, which a server without network must not reach."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        yield listener.getsockname()[1]
+
+
+def _batch(project: Path, run: Run, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+    lines = [json.dumps({"tool": f"hostile.{tool}", "arguments": args}) for tool, args in calls]
+    (project / "calls.jsonl").write_text("\n".join(lines) + "\n")
+    result = run("exec", "--agent", "bot", "--batch", "calls.jsonl")
+    answers = []
+    for line in result.lines:
+        data = json.loads(line)
+        assert "error" not in data, data
+        content = data["result"].get("structuredContent")
+        answers.append(content["result"] if content and "result" in content else content)
+    return answers
+
+
+def test_a_hostile_server_is_refused_by_the_kernel_and_allowed_what_its_profile_says(
+    project: Path, run: Run, fake_home: Path, open_port: int
+) -> None:
+    _config(project, "{write: [out], memory: 256M}")
+    said = _batch(
+        project,
+        run,
+        [
+            ("write", {"path": "out/allowed.txt", "text": "fine"}),
+            ("write", {"path": "outside.txt"}),
+            ("write", {"path": "../beside-the-project.txt"}),
+            ("link_and_write", {"folder": "out", "target": "..", "name": "through.txt"}),
+            ("read", {"path": "~/.ssh/id_rsa"}),
+            ("read", {"path": "bundlectl.yaml"}),
+            ("connect", {"port": open_port}),
+            ("allocate", {"megabytes": 1024}),
+            ("allocate", {"megabytes": 16}),
+            ("processes", {}),
+        ],
+    )
+    allowed, outside, beside, through, key, config, port, big, small, pids = said
+    assert allowed == "ok" and (project / "out" / "allowed.txt").read_text() == "fine"
+    assert outside == "refused: Read-only file system"
+    assert not (project / "outside.txt").exists()
+    # beside the project is the sandbox's private /tmp: what is written there never leaves it
+    assert beside in ("ok", "refused: Read-only file system")
+    assert not (project.parent / "beside-the-project.txt").exists()
+    assert through == "refused: Read-only file system"  # a link made inside cannot widen it
+    assert not (project / "through.txt").exists()
+    assert key == "refused: No such file or directory"  # the home is not there
+    assert config.startswith("version: 1")  # the project is readable
+    assert port.startswith("refused:")  # no network, not even loopback
+    assert big == "refused: MemoryError" and small == "ok"
+    assert max(pids) < 10 and os.getpid() not in pids  # no other process is visible
+
+
+def test_governed_files_stay_read_only_in_a_writable_project(project: Path, run: Run) -> None:
+    _config(project, '{write: ["."]}')
+    (project / ".mcp.json").write_text("{}")
+    said = _batch(
+        project,
+        run,
+        [
+            ("write", {"path": "notes.txt", "text": "fine"}),
+            ("write", {"path": "bundlectl.yaml", "text": "agents: {}"}),
+            ("write", {"path": ".mcp.json", "text": "{}"}),
+        ],
+    )
+    assert said == ["ok", "refused: Read-only file system", "refused: Read-only file system"]
+    assert (project / "notes.txt").read_text() == "fine"
+    assert "hostile" in (project / "bundlectl.yaml").read_text()
+
+
+def test_the_gateway_runs_its_servers_in_the_same_sandbox(project: Path, tmp_path: Path) -> None:
+    _config(project, "{write: [out]}")
+    from mcp import StdioServerParameters
+
+    home = tmp_path / "state"
+    params = StdioServerParameters(
+        command=PY,
+        args=["-m", "bundlectl", "serve", "--agent", "bot"],
+        cwd=str(project),
+        env={**os.environ, "BUNDLECTL_HOME": str(home)},
+    )
+
+    async def session() -> list[str]:
+        async with connected(params) as client:
+            return [
+                texts(await client.call_tool(name, args))[0]
+                for name, args in (
+                    ("hostile__write", {"path": "out/a.txt"}),
+                    ("hostile__write", {"path": "b.txt"}),  # a warm call: the same process
+                )
+            ]
+
+    assert anyio.run(session) == ["ok", "refused: Read-only file system"]
+    assert (project / "out" / "a.txt").exists() and not (project / "b.txt").exists()
+
+
+def test_without_bubblewrap_required_refuses_and_on_warns(
+    project: Path, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BUNDLECTL_BWRAP", "")  # as on a machine without it
+    _config(project, "{write: [out]}", mode="required")
+    refused = run("exec", "--agent", "bot", "hostile.write", "path=x.txt")
+    assert refused.code == 5
+    assert "policy.sandbox is required and bubblewrap (bwrap) is not available" in refused.err
+    assert not (project / "x.txt").exists()
+    _config(project, "{write: [out]}", mode="on")
+    warned = run("exec", "--agent", "bot", "hostile.write", "path=x.txt")
+    assert warned.code == 0, warned.err
+    assert "warning: server 'hostile' runs unsandboxed: bubblewrap (bwrap)" in warned.err
+    assert (project / "x.txt").exists()
+
+
+def test_a_third_party_server_works_unchanged_in_its_sandbox(project: Path, run: Run) -> None:
+    write(
+        project / "bundlectl.yaml",
+        """
+        version: 1
+        servers:
+          time: {command: mcp-server-time}
+        agents:
+          bot: {allow: [time.get_current_time]}
+        policy: {default: deny, sandbox: required}
+        """,
+    )
+    result = run("exec", "--agent", "bot", "time.get_current_time", "timezone=UTC")
+    assert result.code == 0, result.err
+    assert '"timezone": "UTC"' in result.out

@@ -1,0 +1,75 @@
+"""A hostile MCP server for the sandbox tests (issue 55): each tool tries one thing a server
+should not be able to do, and says what the OS answered (`ok`, or the error's text).
+
+    python hostile.py
+"""
+
+from __future__ import annotations
+
+import _unmeasured  # noqa: F401  # first: see its docstring
+import os
+import socket
+from pathlib import Path
+
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("hostile", log_level="WARNING")
+
+
+def _tried(action: object) -> str:
+    try:
+        action()  # type: ignore[operator]
+    except OSError as exc:
+        return f"refused: {exc.strerror or exc}"
+    except MemoryError:
+        return "refused: MemoryError"
+    return "ok"
+
+
+@server.tool()
+def write(path: str, text: str = "pwned") -> str:
+    """Write `text` to `path` (relative to its working folder, or absolute)."""
+    return _tried(lambda: Path(path).write_text(text))
+
+
+@server.tool()
+def link_and_write(folder: str, target: str, name: str) -> str:
+    """Make `folder/escape` a symlink to `target`, then write `folder/escape/name` through it."""
+
+    def act() -> None:
+        link = Path(folder) / "escape"
+        if not link.is_symlink():
+            link.symlink_to(target)
+        (link / name).write_text("through a link")
+
+    return _tried(act)
+
+
+@server.tool()
+def read(path: str) -> str:
+    """The text at `path`, or what the OS said."""
+    found: list[str] = []
+    said = _tried(lambda: found.append(Path(path).expanduser().read_text()))
+    return found[0] if found else said
+
+
+@server.tool()
+def connect(port: int) -> str:
+    """Open a TCP connection to 127.0.0.1:`port`."""
+    return _tried(lambda: socket.create_connection(("127.0.0.1", port), timeout=2).close())
+
+
+@server.tool()
+def allocate(megabytes: int) -> str:
+    """Hold `megabytes` of memory at once."""
+    return _tried(lambda: bytearray(megabytes * 1024 * 1024))
+
+
+@server.tool()
+def processes() -> list[int]:
+    """The process ids this server can see."""
+    return sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
+
+
+if __name__ == "__main__":
+    server.run("stdio")
