@@ -160,8 +160,7 @@ def record(decision: Decision, outcome: str, duration_ms: float) -> None:
     who = {"agent": decision.agent, "server": decision.server, "tool": decision.tool}
     _count("calls", 1, **who, outcome=outcome)
     if outcome.startswith("denied"):
-        rule = decision.rule.pattern if decision.rule is not None else "(default)"
-        _count("denials", 1, agent=decision.agent, rule=rule)
+        _count("denials", 1, agent=decision.agent, rule=decision.decided_by)
     elif outcome != "over-limit" and decision.call is not None:
         _count("duration", duration_ms / 1000, server=decision.server, tool=decision.tool)
 

@@ -184,6 +184,7 @@ class AuditLog:
             decision=decision.effect,
             rule=rule.pattern if rule else None,
             rule_source=str(rule.origin) if rule else None,
+            unlisted=None if decision.listed else True,
             **fields,
         )
 

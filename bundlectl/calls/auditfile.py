@@ -58,6 +58,8 @@ class AuditRecord:
     subject: str | None = None
     # A call let through that never reached its server (`not-started`): why (#56)
     why: str | None = None
+    # The agent is not listed under agents: policy.default decided, when no rule did (#56)
+    unlisted: bool | None = None
 
     def as_json(self, prev: str | None = None) -> str:
         """The record as its line; `prev`: the digest of the line before it in the file (the
@@ -111,6 +113,7 @@ _OPTIONAL = (
     "approver_sub",
     "subject",
     "why",
+    "unlisted",
 )
 _JSON = json.JSONEncoder(ensure_ascii=False).encode
 # Characters that end a line for some readers (`str.splitlines`, JavaScript before ES2019, many

@@ -13,9 +13,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from bundlectl.mcpio.requests import JsonObject
+from bundlectl.policy.rules import no_rule_grants
 
-KINDS = ("ok", "denied", "errors", "held")  # a bar's parts, bottom up
-COLOURS = {"ok": "#1a7f37", "denied": "#b42318", "errors": "#b7791f", "held": "#6e56cf"}
+KINDS = ("ok", "denied", "errors", "held", "unauthenticated")  # a bar's parts, bottom up
+COLOURS = {
+    "ok": "#1a7f37",
+    "denied": "#b42318",
+    "errors": "#b7791f",
+    "held": "#6e56cf",
+    "unauthenticated": "#667085",
+}
+UNAUTHENTICATED = "(unauthenticated)"  # the row of requests that failed authentication
 BAR, GAP, HEIGHT = 18, 6, 120  # pixels
 
 
@@ -31,12 +39,20 @@ class Activity:
         kind = _kind(outcome)
         if kind is None:
             return
-        agent = str(record.get("agent"))
+        agent = UNAUTHENTICATED if kind == "unauthenticated" else str(record.get("agent"))
         day = str(record.get("timestamp", ""))[:10]
         self.days.setdefault(agent, {}).setdefault(day, Counter())[kind] += 1
         if kind == "denied":
             tool = f"{record.get('server')}.{record.get('tool')}"
-            self.denied[(tool, str(record.get("rule") or "policy.default"))] += 1
+            self.denied[(tool, _decided_by(record, agent))] += 1
+
+
+def _decided_by(record: JsonObject, agent: str) -> str:
+    """What decided a denial, as `policy explain` says it (`Decision.decided_by`)."""
+    rule = record.get("rule")
+    if rule:
+        return str(rule)
+    return "policy.default" if record.get("unlisted") else no_rule_grants(agent)
 
 
 def _kind(outcome: str) -> str | None:
@@ -46,7 +62,9 @@ def _kind(outcome: str) -> str | None:
         return "held"
     if outcome == "ok":
         return "ok"
-    if outcome.startswith("denied") or outcome == "unauthorized":
+    if outcome == "unauthorized":
+        return "unauthenticated"  # no agent was named: no policy decided it
+    if outcome.startswith("denied"):
         return "denied"
     return "errors"
 

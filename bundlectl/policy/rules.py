@@ -129,6 +129,11 @@ class PolicySet:
     locked_tools: frozenset[tuple[str, str]] | None = None  # what the lock records
 
 
+def no_rule_grants(agent: str) -> str:
+    """What decided a listed agent's call no rule of it matches (its own rules did: none)."""
+    return f"no rule of agent {agent!r} grants it"
+
+
 @dataclass(frozen=True)
 class Decision:
     """The effect for one call, the rule that decided it (None: a default), and why."""
@@ -174,6 +179,14 @@ class Decision:
     @property
     def qualified(self) -> str:
         return f"{self.server}.{self.tool}"
+
+    @property
+    def decided_by(self) -> str:
+        """What decided, as `policy explain` says it: the rule's pattern, `policy.default` for
+        an agent that is not listed, or that no rule of a listed agent grants the tool."""
+        if self.rule is not None:
+            return self.rule.pattern
+        return "policy.default" if not self.listed else no_rule_grants(self.agent)
 
     @property
     def approvals_needed(self) -> int:
