@@ -26,12 +26,24 @@ from bundlectl.cli.options import (
     SearchFrom,
 )
 
+RefreshOpt = Annotated[
+    bool,
+    typer.Option(
+        "--refresh",
+        help="Ask remote registries for their index again, however fresh the cached one "
+        "(otherwise it is kept 5 minutes).",
+    ),
+]
 
-def _registry_timeout(seconds: float) -> None:
-    """What `--timeout` gives each request to a remote registry in this command."""
+
+def _registry_timeout(seconds: float, *, refresh: bool = False) -> None:
+    """What `--timeout` gives each request to a remote registry in this command; `refresh`:
+    every remote index is asked for again, however fresh the cached one."""
     from bundlectl.config import remote
 
     remote.REQUESTS.timeout = seconds
+    remote.REQUESTS.revalidate = refresh
+    remote.REQUESTS.revalidated.clear()
 
 
 @app.command()
@@ -90,13 +102,14 @@ def install(
     ],
     dry_run: DryRunOpt = False,
     timeout: RegistryTimeoutOpt = 20.0,
+    refresh: RefreshOpt = False,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
     """Add bundles to bundlectl.yaml, resolve, and write the lock."""
     from bundlectl.cli.commands import install as cmd
 
-    _registry_timeout(timeout)
+    _registry_timeout(timeout, refresh=refresh)
     return cmd.install(config, requirements, dry_run=dry_run, fmt=fmt)
 
 
@@ -124,9 +137,14 @@ def lock(
     check: Annotated[bool, typer.Option("--check", help="Exit 1 when the lock is stale.")] = False,
     upgrade: Annotated[
         bool,
-        typer.Option("--upgrade", help="Ignore the lock's pins (of NAME... only, when given)."),
+        typer.Option(
+            "--upgrade",
+            help="Ignore the lock's pins (of NAME... only, when given); remote registries' "
+            "indexes are asked for again.",
+        ),
     ] = False,
     timeout: RegistryTimeoutOpt = 20.0,
+    refresh: RefreshOpt = False,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
@@ -135,7 +153,7 @@ def lock(
     Its policy digest covers the rules, policy.*, and who may act as each agent (docs/config.md)."""
     from bundlectl.cli.commands import install as cmd
 
-    _registry_timeout(timeout)
+    _registry_timeout(timeout, refresh=refresh or upgrade)
     return cmd.lock(config, names or [], check=check, upgrade=upgrade, fmt=fmt)
 
 

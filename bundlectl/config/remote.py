@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -45,6 +45,10 @@ class Requests:
     """How this process asks remote registries (a command sets it from its options)."""
 
     timeout: float = 20.0  # seconds one request may take (`lock`/`install`/`remove --timeout`)
+    # Ask for every index again, however fresh the cached one (`lock --upgrade`, `--refresh`):
+    # once each per process (an unchanged index costs a 304).
+    revalidate: bool = False
+    revalidated: set[str] = field(default_factory=set)
 
 
 REQUESTS = Requests()
@@ -247,6 +251,9 @@ def sync(url: str, folder: Path, fetcher: Fetcher) -> Mirror:
     cached_index = folder / ".index.json"
     etag_file = folder / ".etag"
     fresh = cached_index.exists() and time.time() - cached_index.stat().st_mtime < FRESH
+    if REQUESTS.revalidate and url not in REQUESTS.revalidated:
+        REQUESTS.revalidated.add(url)
+        fresh = False
     data: bytes | None = None
     if not fresh:
         etag = etag_file.read_text() if etag_file.exists() and cached_index.exists() else None
@@ -393,3 +400,17 @@ def build(folder: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
                 _write(out / entry["path"], (folder / entry["path"]).read_bytes())
     _write(target, index_bytes(index))
     return target, index
+
+
+def checked_at(url: str) -> str:
+    """When the cached index of `url` was last fetched or found unchanged, as a person reads
+    it ("just now", "4 min ago"); "never" when nothing is cached."""
+    cached_index = _folder(url) / ".index.json"
+    if not cached_index.exists():
+        return "never"
+    age = max(0.0, time.time() - cached_index.stat().st_mtime)
+    if age < 60:
+        return "just now"
+    if age < 3600:
+        return f"{age // 60:.0f} min ago"
+    return f"{age // 3600:.0f} h ago"

@@ -860,9 +860,10 @@ def test_tools_live_shows_drift_and_record_ends_it(project: Path, run: Run, star
         "(it exited or crashed)"
     )
     assert result.lines[1] == "files: matches the declared catalog (3 tools)"
-    assert result.lines[2:6] == [
+    assert result.lines[2:7] == [
         "kitchen: differs from the declared catalog",
         "  + add (offered, not declared)",
+        "  + bearer_claims (offered, not declared)",
         "  + bump (offered, not declared)",
         "  + consent (offered, not declared)",
     ]
@@ -877,7 +878,10 @@ def test_tools_live_shows_drift_and_record_ends_it(project: Path, run: Run, star
     recorded = run("tools", "--live", "--record", "--server", "kitchen")
     assert recorded.code == 0, recorded.err
     said = recorded.err_lines[0]  # what changed, as lock says it (it said "+0 -0" for a change)
-    assert said.startswith("recorded ") and "tool(s) of kitchen (added add, bump, " in said
+    assert (
+        said.startswith("recorded ")
+        and "tool(s) of kitchen (added add, bearer_claims, bump, " in said
+    )
     assert "; removed retired; changed echo (input schema)" in said
     again = run("tools", "--live", "--record", "--server", "kitchen")
     assert again.err_lines[0].endswith("tool(s) of kitchen (no change)")

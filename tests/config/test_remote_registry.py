@@ -246,3 +246,30 @@ def test_only_the_bundles_a_project_uses_are_fetched(
         assert ("/team/mail/1.0.0.yaml", 200) in served.log
     finally:
         served.stop()
+
+
+def test_upgrade_asks_for_the_index_again_and_lock_says_when_it_was_checked(
+    project: Path, run: Run, served: Served, tmp_path: Path
+) -> None:
+    """#56: `lock --upgrade` right after a version is published sees it (a cached index, 5
+    minutes fresh, hid it), and `lock` says when the index was last checked."""
+    _project(project, served.url)
+    assert run("install", "weather>=1").code == 0
+    source = tmp_path / "src"
+    write(source / "weather" / "1.2.0.yaml", MANIFEST.format(version="1.2.0"))
+    assert run("registry", "build", str(source), "--out", str(served.root / "team")).code == 0
+    kept = run("lock")
+    assert kept.code == 0, kept.err
+    assert kept.out.startswith(
+        f"no bundle versions change (registry index: {served.url} checked just now; "
+        "--refresh checks them again)"
+    )
+    before = len(served.log)
+    upgraded = run("lock", "--upgrade", "weather")
+    assert upgraded.code == 0, upgraded.err
+    assert "~ weather 1.1.0 -> 1.2.0" in upgraded.out
+    assert served.log[before] == ("/team/index.json", 200)  # asked again, though fresh
+    refreshed = run("lock", "--refresh")
+    assert served.log[-1] == ("/team/index.json", 304)  # unchanged since: a 304
+    assert refreshed.out.startswith("no bundle versions change")
+    assert "--refresh checks them again" not in refreshed.out

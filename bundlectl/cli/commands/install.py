@@ -80,10 +80,23 @@ def _report(
         else:
             out(f"~ {change['name']} {change['from']} -> {change['to']}")
     if not changes:
-        out("no bundle versions change")
+        out("no bundle versions change" + _indexes_checked(project))
     files = [project.display] if wrote_config else []
     files.append(project.lock_path.name)
     out(("would write " if dry_run else "wrote ") + " and ".join(files))
+
+
+def _indexes_checked(project: Project) -> str:
+    """When the project's remote registries' indexes were last checked, when it has any: a
+    new version published since is not seen until they are checked again."""
+    urls = [e for e in project.config.registries if e.startswith(("https://", "http://", "oci://"))]
+    if not urls:
+        return ""
+    from bundlectl.config import remote  # noqa: PLC0415 - only for a project with one
+
+    said = "; ".join(f"{url} checked {remote.checked_at(url)}" for url in urls)
+    again = "" if remote.REQUESTS.revalidate else "; --refresh checks them again"
+    return f" (registry index: {said}{again})"
 
 
 def _apply(
