@@ -181,6 +181,16 @@ def connected(client: Client, server: str, project: Path, env: dict[str, str]) -
     """The client's own `mcp list` parses the exported file and (Claude Code, Gemini CLI)
     reaches the server. Codex's list shows the configuration only: its prompt below shows the
     server's tools."""
+    if client is GEMINI:
+        # Gemini's `mcp list` gives a server 5 s to connect unless its entry says `timeout`
+        # (a key export leaves to the user, and keeps): on a loaded machine a Python server's
+        # start under the suite's coverage took longer, so the entry says what a user on a
+        # slow machine would.
+        settings_file = project / ".gemini" / "settings.json"
+        settings = json.loads(settings_file.read_text())
+        for entry in settings["mcpServers"].values():
+            entry["timeout"] = 60_000
+        settings_file.write_text(json.dumps(settings, indent=2))
     listed = client_run(client, ["mcp", "list"], project, env)
     shown = listed.stdout + listed.stderr  # Gemini CLI lists on stderr
     assert listed.returncode == 0, shown
