@@ -40,7 +40,7 @@ def plaintext_secrets(ctx: Context) -> Iterator[Finding]:
                     "BCL301",
                     doc,
                     ("servers", name, *path),
-                    f"{kind} is written in the file (servers.{name}); use a ${{VAR}} reference",
+                    f"{kind} is written in the file; use a ${{VAR}} reference",
                     anchor=f"{name}:{'.'.join(map(str, path))}",
                 )
 
@@ -56,8 +56,7 @@ def literal_tokens(ctx: Context) -> Iterator[Finding]:
                 "BCL301",
                 config.doc,
                 ("agents", name, "token"),
-                f"a literal bearer token is written in the file (agents.{name}.token); "
-                "use a ${VAR} reference",
+                "a literal bearer token is written in the file; use a ${VAR} reference",
                 anchor=f"{name}:token",
             )
 

@@ -48,7 +48,7 @@ RULES = _rules(
         "schema",
         "error",
         "The file does not follow its JSON Schema (unknown key, wrong type, bad value).",
-        "Compare with schemas/*.schema.json; unknown keys usually are typos.",
+        "See what the key takes in docs/config.md (or schemas/*.schema.json).",
     ),
     RuleInfo(
         "BCL004",
