@@ -7,10 +7,12 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -329,3 +331,50 @@ def audit_records(path: Path) -> list[dict[str, Any]]:
         found.append(record)
     assert not open_calls, f"calls let through without an outcome: {open_calls}"
     return found
+
+
+def _redis_server() -> str:
+    found = shutil.which("redis-server") or "/usr/bin/redis-server"
+    if not Path(found).exists():  # .ci/run installs Debian's redis-server
+        raise AssertionError("redis-server is not installed: apt-get install redis-server")
+    return found
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A real redis-server on a Unix socket of this test (no port to race for), no disk."""
+    socket_path = tmp_path / "redis.sock"
+    process = subprocess.Popen(
+        [
+            _redis_server(),
+            "--port",
+            "0",
+            "--unixsocket",
+            str(socket_path),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"unix://{socket_path}"
+    import redis
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if redis.Redis.from_url(url).ping():
+                break
+        except redis.RedisError:
+            pass
+        assert process.poll() is None and time.monotonic() < deadline, "redis did not start"
+        time.sleep(0.01)
+    try:
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)

@@ -141,21 +141,7 @@ def _arguments(profile: Profile, argv: list[str], *, cwd: str, home: str | None)
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for place in hidden:
         args += ["--tmpfs", str(place)]
-
-    def under_hidden(path: Path) -> bool:
-        return any(path == place or place in path.parents for place in hidden)
-
-    shown: list[Path] = []
-    if under_hidden(root):
-        shown.append(root)
-    for program in _programs(argv[0]):
-        if under_hidden(program) and root not in program.parents:
-            shown.append(program.parent.parent)  # its installation (…/bin/x: …)
-    for entry in profile.read:
-        path = _resolved(entry, root, home_dir)
-        if path.exists():
-            shown.append(path)
-    for path in shown:
+    for path in _shown(profile, argv, root, home_dir, hidden):
         args += ["--ro-bind", str(path), str(path)]
     for entry in profile.write:
         path = _resolved(entry, root, home_dir)
@@ -171,12 +157,36 @@ def _arguments(profile: Profile, argv: list[str], *, cwd: str, home: str | None)
     return args
 
 
+def _shown(
+    profile: Profile, argv: list[str], root: Path, home: Path | None, hidden: list[Path]
+) -> list[Path]:
+    """What is bound read-only back into the hidden home and /tmp: the project, the program's
+    installation, a file the command line names (a script) with its folder, and `read:`."""
+
+    def under_hidden(path: Path) -> bool:
+        return any(path == place or place in path.parents for place in hidden)
+
+    shown: list[Path] = [root] if under_hidden(root) else []
+    for program in _programs(argv[0]):
+        if under_hidden(program) and root not in program.parents:
+            shown.append(program.parent.parent)  # its installation (…/bin/x: …)
+    for argument in argv[1:]:
+        named = Path(argument)
+        if named.is_absolute() and named.exists() and under_hidden(named.resolve()):
+            folder = named.resolve() if named.is_dir() else named.resolve().parent
+            if root not in (folder, *folder.parents):
+                shown.append(folder)
+    shown += [p for p in (_resolved(e, root, home) for e in profile.read) if p.exists()]
+    return shown
+
+
 def _programs(command: str) -> list[Path]:
-    """The executable and, for a script, the interpreter its `#!` line names (found on PATH for
-    `/usr/bin/env NAME`), resolved: what must be there for the server to start."""
+    """The executable (as named and resolved) and, for a script, the interpreter its `#!` line
+    names (found on PATH for `/usr/bin/env NAME`): what must be there for it to start."""
     if not os.path.isabs(command):
         return []
-    found = [Path(command).resolve()]
+    # as named (a venv's bin/python) and as resolved (the interpreter it links to)
+    found = [Path(os.path.abspath(command)), Path(command).resolve()]
     try:
         with open(command, "rb") as file:
             first = file.readline(256)

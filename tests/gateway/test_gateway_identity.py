@@ -464,3 +464,67 @@ def test_approvers_are_people_with_their_own_tokens_and_never_approve_their_own_
     assert ("approval-refused", "ana", "ana") in steps
     assert ("approval-counted", "carol", "ana") in steps
     assert ("approved", "dave", "ana") in steps
+
+
+def test_two_people_approve_across_two_stateless_replicas_on_one_redis(
+    project: Path, issuer: Issuer, tmp_path: Path, redis_url: str
+) -> None:
+    """#54: a two-person rule holds across `serve --stateless` replicas sharing one Redis —
+    one approver on each replica, the call then runs on either; the same person on the other
+    replica counts once; the caller cannot approve on any of them."""
+    import httpx2
+
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        bundles: [basic]
+        agents:
+          dev:
+            match: {{groups: [devs]}}
+            ask: [{{tool: files.write_file, approve: out-of-band, approvals: 2}}]
+        gateway:
+          auth:
+            issuers: [{{issuer: "{issuer.url}", audience: [bundlectl-gateway]}}]
+        state: {{url: "{redis_url}"}}
+        policy:
+          default: deny
+          approvals:
+            ttl: 10m
+            approvers: {{match: {{groups: [platform-approvers]}}}}
+        """,
+    )
+    ana = issuer.token(sub="ana", groups=["devs"])
+    carol = issuer.token(sub="carol", groups=["platform-approvers"], name="Carol")
+    dave = issuer.token(sub="dave", groups=["platform-approvers"], name="Dave")
+    arguments = {"path": "deploy.txt", "content": "go"}
+
+    async def write_as(url: str) -> str:
+        async with client(url, ana) as session:
+            answer = await session.call_tool("files__write_file", arguments)
+            return str(answer.content[0].text)
+
+    def decide(url: str, request_id: str, token: str) -> Any:
+        return httpx2.post(
+            f"{url}/approvals/{request_id}.json",
+            json={"decision": "approve"},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+
+    home = tmp_path / "home"
+    with (
+        gateway(project, "--stateless", home=home) as (one, _),
+        gateway(project, "--stateless", home=home) as (two, _),
+    ):
+        held = anyio.run(write_as, one)
+        request_id = held.split("approval request ")[1].split()[0].strip(".:;,")
+        assert decide(two, request_id, ana).status_code == 403  # the caller, on either
+        first = decide(one, request_id, carol)
+        assert first.json()["status"] == "pending", first.text
+        assert decide(two, request_id, carol).status_code == 409  # the same person again
+        assert "approval request" in anyio.run(write_as, two)  # one of two: still held
+        second = decide(two, request_id, dave)
+        assert second.json()["decided_by"] == "Carol, Dave", second.text
+        assert anyio.run(write_as, two).startswith("wrote")
+    assert (project / "deploy.txt").read_text() == "go"
