@@ -51,6 +51,8 @@ def canonical_policy(policy_set: PolicySet) -> tuple[dict[str, object], dict[str
         "deny": sorted({r.key for r in policy_set.global_deny}),
         "pin_tools": policy_set.pin_tools,
     }
+    if policy_set.sandbox != "off":  # (a project without it keeps the digest it had)
+        settings["sandbox"] = policy_set.sandbox
     return settings, agents
 
 

@@ -127,6 +127,7 @@ class PolicySet:
     global_deny: tuple[Rule, ...] = ()
     pin_tools: bool = False
     locked_tools: frozenset[tuple[str, str]] | None = None  # what the lock records
+    sandbox: str = "off"  # policy.sandbox: how local servers run (`mcpio.sandbox`)
 
 
 def no_rule_grants(agent: str) -> str:

@@ -252,4 +252,5 @@ def policy_set(
         global_deny=global_deny,
         pin_tools=pin_tools,
         locked_tools=locked_tools,
+        sandbox=config.policy.sandbox,
     )

@@ -181,3 +181,16 @@ def test_a_third_party_server_works_unchanged_in_its_sandbox(project: Path, run:
     result = run("exec", "--agent", "bot", "time.get_current_time", "timezone=UTC")
     assert result.code == 0, result.err
     assert '"timezone": "UTC"' in result.out
+
+
+def test_the_sandbox_is_under_review_in_the_lock(project: Path, run: Run) -> None:
+    """Turning the sandbox off, or widening a server's, fails `lock --check` like a grant."""
+    _config(project, "{write: [out]}")
+    assert run("lock").code == 0
+    assert run("lock", "--check").code == 0
+    _config(project, "{write: [out]}", mode="off")
+    off = run("lock", "--check")
+    assert off.code == 1 and "policy.sandbox" in off.err
+    _config(project, "{write: [out, .]}")
+    widened = run("lock", "--check")
+    assert widened.code == 1 and "server hostile" in widened.err, widened.err
