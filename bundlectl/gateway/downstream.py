@@ -93,7 +93,8 @@ class Downstream:
     _slots: anyio.Semaphore = field(init=False)
     _watched: tuple[tuple[Path, FileStamp], ...] | None = None  # its `watch:` files at start
     session: ServerSession | None = None  # the session while its actor holds it
-    _calls: int = 0  # calls on the session now
+    # calls in flight on each session (by id): an old session ends once its own have finished
+    _calls: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._slots = anyio.Semaphore(max(1, self.target.spec.concurrency))
@@ -146,8 +147,10 @@ class Downstream:
         caller cancels the job, so the server gets `notifications/cancelled`."""
         async with self._slots:
             session = await self._session(group)
-            assert session is not None  # set before its actor says it started
-            self._calls += 1
+            if session is None:  # its actor ended between the start and now: as a crash
+                await self.crashed()
+                raise ServerCrashed(f"server {self.target.name!r} stopped before the call")
+            self._calls[id(session)] = self._calls.get(id(session), 0) + 1
             key = None
             if self.relay is not None and ctx is not None:
                 key = self.relay.enter(ctx, tokens)
@@ -162,7 +165,11 @@ class Downstream:
             finally:
                 if self.relay is not None and key is not None:
                     self.relay.leave(key)
-                self._calls -= 1
+                left = self._calls.get(id(session), 1) - 1
+                if left:
+                    self._calls[id(session)] = left
+                else:
+                    self._calls.pop(id(session), None)
             if isinstance(error, ServerCrashed):  # the connection is gone: afresh next time
                 await self.crashed()
             elif isinstance(error, ServerError):
@@ -304,7 +311,7 @@ class Downstream:
     async def _actor(self, *, task_status: TaskStatus[MemoryObjectSendStream[None]]) -> None:
         send, receive = anyio.create_memory_object_stream[None](1)
         options = self.relay.options() if self.relay is not None else None
-        started, tee = False, None
+        started, tee, mine = False, None, None
         try:
             async with (
                 connect(
@@ -322,7 +329,7 @@ class Downstream:
                     if tap is None
                     else PipeSession(client, tap, self.target, lambda: self.tools)
                 )
-                self.session = session
+                self.session = mine = session
                 tee = self.target.stderr  # this session's copy of the server's stderr
                 if self.target.tap is not None:  # calls past the SDK, in this session's protocol
                     self.target.tap.version = session.protocol_version
@@ -336,7 +343,7 @@ class Downstream:
                 async with receive:
                     async for _ in receive:
                         pass  # nothing is sent: the inbox stands for the session until closed
-                while self._calls:  # the calls in flight finish, then we stop
+                while self._calls.get(id(session)):  # its calls in flight finish, then it stops
                     await anyio.sleep(0.01)
                 listening.cancel()
         except BundlectlError as exc:
@@ -346,7 +353,8 @@ class Downstream:
             # The calls in flight were answered; the gateway goes on.
             _log_line(f"server {self.target.name!r} stopped: {exc.explained}")
         finally:
-            self.session = None
+            if self.session is mine:  # (a restart's new session may have taken its place)
+                self.session = None
             if self._inbox is send:  # ended on its own (the server went away): start afresh
                 self._inbox = None
                 self.tools = None
