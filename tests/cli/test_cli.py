@@ -190,7 +190,7 @@ def test_the_layers_hold_and_a_lower_layer_importing_a_higher_one_fails(tmp_path
     lint = [_lint_imports()]
     kept = subprocess.run(lint, cwd=root, capture_output=True, text=True, check=False)
     assert kept.returncode == 0, kept.stdout + kept.stderr
-    assert "Contracts: 2 kept, 0 broken." in kept.stdout
+    assert "Contracts: 3 kept, 0 broken." in kept.stdout
     copy = tmp_path / "copy"
     shutil.copytree(root / "bundlectl", copy / "bundlectl", ignore=shutil.ignore_patterns("*.pyc"))
     shutil.copy(root / "pyproject.toml", copy / "pyproject.toml")
@@ -198,10 +198,17 @@ def test_the_layers_hold_and_a_lower_layer_importing_a_higher_one_fails(tmp_path
     session.write_text(
         session.read_text() + "\n\ndef _up() -> None:\n    import bundlectl.gateway.hub\n"
     )
+    # and a front door that reaches past the Session seam into the raw-pipe session (#53)
+    view = copy / "bundlectl" / "gateway" / "view.py"
+    view.write_text(
+        view.read_text() + "\n\ndef _past() -> None:\n    import bundlectl.mcpio.plain\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(copy)}
     broken = subprocess.run(lint, cwd=copy, env=env, capture_output=True, text=True, check=False)
     assert broken.returncode == 1, broken.stdout
     assert "bundlectl.mcpio.session -> bundlectl.gateway.hub" in broken.stdout
+    assert "bundlectl.gateway.view -> bundlectl.mcpio.plain" in broken.stdout
+    assert "Contracts: 1 kept, 2 broken." in broken.stdout
 
 
 def _lint_imports() -> str:
