@@ -44,13 +44,15 @@ class Exchanger:
     """The gateway's exchanged tokens, per server and person, and its issuers' token
     endpoints."""
 
-    _kept: dict[tuple[str, str, str], tuple[str, float]] = field(default_factory=dict, repr=False)
+    # by server, person and what was asked for (a reload that changes the audience or the
+    # scopes asks again)
+    _kept: dict[tuple[str, ...], tuple[str, float]] = field(default_factory=dict, repr=False)
     _endpoints: dict[str, str] = field(default_factory=dict)
     exchanges: int = 0  # made with the issuer (not taken from what was kept)
 
     async def token(self, server: str, auth: ServerAuth, caller: Caller) -> str:
         """A token for `caller`'s calls to `server`: kept, or exchanged now."""
-        key = (server, caller.issuer, caller.subject)
+        key = _key(server, auth, caller)
         kept = self._kept.get(key)
         if kept is not None and time.time() < kept[1]:
             return kept[0]
@@ -65,9 +67,12 @@ class Exchanger:
         self._kept[key] = (token, time.time() + max(0.0, lifetime - EARLY))
         return token
 
-    def forget(self, server: str, caller: Caller) -> None:
-        """The server refused the token it was given: exchange afresh next time."""
-        self._kept.pop((server, caller.issuer, caller.subject), None)
+
+
+def _key(server: str, auth: ServerAuth, caller: Caller) -> tuple[str, ...]:
+    exchange = auth.exchange
+    assert exchange is not None
+    return (server, caller.issuer, caller.subject, exchange.audience, *exchange.scopes)
 
 
 def _token_endpoint(issuer: str) -> str:

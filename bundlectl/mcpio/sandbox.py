@@ -129,7 +129,15 @@ def wrap(
                 "not available here (install it, or policy.sandbox: required to refuse)"
             )
         return argv, {}
-    return [tool, *_arguments(profile, argv, cwd=cwd, home=home), "--", *argv], _limits(profile)
+    try:
+        arguments = _arguments(profile, argv, cwd=cwd, home=home)
+    except OSError as exc:  # a write path that cannot be made (a file stands where it goes)
+        raise ServerError(
+            f"server {profile.server!r} was not started: its sandbox cannot be set up: "
+            f"{exc.strerror or exc}: {exc.filename}",
+            hint=f"check servers.{profile.server}.sandbox (read: and write: paths)",
+        ) from None
+    return [tool, *arguments, "--", *argv], _limits(profile)
 
 
 def _arguments(profile: Profile, argv: list[str], *, cwd: str, home: str | None) -> list[str]:

@@ -239,3 +239,28 @@ def test_exchange_without_a_client_id_is_a_config_error(project: Path, run: Any)
     result = run("lint")
     assert result.code == 1
     assert "bundlectl.yaml:6:5: BCL003 error exchange needs client_id" in result.out
+
+
+def test_a_changed_audience_is_exchanged_for_again(issuer: ExchangingIssuer) -> None:
+    """A reload that changes what a server's token is for never reuses the kept one."""
+    from bundlectl.config.models import ServerAuth
+    from bundlectl.gateway.exchange import Exchanger
+    from bundlectl.gateway.identity import Caller
+
+    caller = Caller("ana@example.test", issuer.url, issuer.token(sub="ana@example.test"))
+    exchanger = Exchanger()
+
+    def auth(audience: str) -> ServerAuth:
+        return ServerAuth.model_validate(
+            {"client_id": CLIENT, "client_secret": SECRET, "exchange": {"audience": audience}}
+        )
+
+    async def tokens() -> list[str]:
+        return [
+            await exchanger.token("kitchen", auth(audience), caller)
+            for audience in (AUDIENCE, AUDIENCE, "https://other.example")
+        ]
+
+    first, kept, other = anyio.run(tokens)
+    assert kept == first and other != first
+    assert [form["audience"] for form in issuer.exchanged] == [AUDIENCE, "https://other.example"]

@@ -194,3 +194,13 @@ def test_the_sandbox_is_under_review_in_the_lock(project: Path, run: Run) -> Non
     _config(project, "{write: [out, .]}")
     widened = run("lock", "--check")
     assert widened.code == 1 and "server hostile" in widened.err, widened.err
+
+
+def test_a_write_path_that_cannot_be_made_is_a_clear_error(project: Path, run: Run) -> None:
+    (project / "notes").write_text("a file where the folder would go")
+    _config(project, "{write: [notes/today]}")
+    result = run("exec", "--agent", "bot", "hostile.write", "path=notes/today/x.txt")
+    assert result.code == 5, result.err
+    assert "server 'hostile' was not started: its sandbox cannot be set up" in result.err
+    assert "check servers.hostile.sandbox" in result.err
+    assert "Traceback" not in result.err
