@@ -358,6 +358,19 @@ class TokenIssuer(StrictModel):
         default_factory=_signing_default,
         description="The signature algorithms accepted (never `none` or a shared secret).",
     )
+    client_id: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The gateway's OAuth client at this issuer: the approvers' page then signs "
+        "people in through it (OpenID Connect authorization code with PKCE; register "
+        "`<gateway>/approvals/callback` as its redirect URI).",
+    )
+    client_secret: str | None = Field(
+        default=None,
+        pattern=r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$",
+        description="That client's secret, as a ${VAR} reference, for an issuer that makes the "
+        "gateway a confidential client (sent with HTTP Basic); none: a public client (PKCE).",
+    )
 
 
 class GatewayAuth(StrictModel):

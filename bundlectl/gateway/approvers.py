@@ -20,6 +20,7 @@ import html
 import json
 import secrets
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from bundlectl.calls.approval import (
 from bundlectl.calls.auditfile import lines, log_path, records
 from bundlectl.config.settings import seconds
 from bundlectl.gateway.activity import counted, rendered
+from bundlectl.gateway.signin import SignIn, SignInFailed
 from bundlectl.mcpio.requests import JsonObject
 from bundlectl.output import span_text, visible
 from bundlectl.policy.claims import why_not
@@ -46,46 +48,14 @@ if TYPE_CHECKING:
     from starlette.responses import Response
     from starlette.routing import Route
 
+    from bundlectl.config.settings import TokenIssuer
     from bundlectl.gateway.identity import Verifier
 
 COOKIE = "bundlectl_approver"
+SIGNING_IN = "bundlectl_signing_in"  # binds a sign-in at the identity provider to one browser
 DURATIONS = ("15m", "1h", "8h", "1d")  # "Approve for ..." choices
 FOLD = 200  # characters of an argument's value shown before the rest is folded away
 SESSIONS = 64  # approver sessions kept; the oldest is dropped beyond that
-
-
-@dataclass
-class Approvers:
-    """Who may use the page: the approver token (`once`: good for one sign-in, as `approvals ui`
-    prints it) and the signed-in sessions, each with its CSRF token."""
-
-    token: str
-    once: bool = False
-    sessions: dict[str, str] = field(default_factory=dict)  # session id -> CSRF token
-
-    def sign_in(self, given: str) -> str | None:
-        """A new session for the right token (None: wrong, or a one-time token used)."""
-        if not self.token or not hmac.compare_digest(given.encode(), self.token.encode()):
-            return None
-        if self.once:
-            self.token = ""
-        session = secrets.token_urlsafe(32)
-        self.sessions[session] = secrets.token_urlsafe(32)
-        while len(self.sessions) > SESSIONS:
-            del self.sessions[next(iter(self.sessions))]
-        return session
-
-    def csrf(self, request: Request) -> str | None:
-        """The CSRF token of the request's session; None: not signed in."""
-        return self.sessions.get(request.cookies.get(COOKIE, ""))
-
-    def bearer(self, request: Request) -> bool:
-        """The request carries the approver token itself (`Authorization: Bearer ...`): a
-        program's request (a chat bot, a CI job). Never a one-time token, which signs in once."""
-        given = request.headers.get("authorization", "")
-        if self.once or not self.token or given[:7].lower() != "bearer ":
-            return False
-        return hmac.compare_digest(given[7:].strip().encode(), self.token.encode())
 
 
 @dataclass(frozen=True)
@@ -97,19 +67,79 @@ class Person:
     name: str
 
 
+@dataclass(frozen=True)
+class _Session:
+    csrf: str
+    person: Person | None  # None: signed in with the approver token
+
+
+@dataclass
+class Approvers:
+    """Who may use the page: the approver token (`once`: good for one sign-in, as `approvals ui`
+    prints it), and the signed-in sessions, each with its CSRF token and the person an
+    identity provider signed in."""
+
+    token: str
+    once: bool = False
+    sessions: dict[str, _Session] = field(default_factory=dict)  # by session id
+
+    def sign_in(self, given: str) -> str | None:
+        """A new session for the right token (None: wrong, or a one-time token used)."""
+        if not self.token or not hmac.compare_digest(given.encode(), self.token.encode()):
+            return None
+        if self.once:
+            self.token = ""
+        return self.opened(None)
+
+    def opened(self, person: Person | None) -> str:
+        """A new session (for `person`, whom their identity provider signed in)."""
+        session = secrets.token_urlsafe(32)
+        self.sessions[session] = _Session(secrets.token_urlsafe(32), person)
+        while len(self.sessions) > SESSIONS:
+            del self.sessions[next(iter(self.sessions))]
+        return session
+
+    def csrf(self, request: Request) -> str | None:
+        """The CSRF token of the request's session; None: not signed in."""
+        found = self.sessions.get(request.cookies.get(COOKIE, ""))
+        return found.csrf if found is not None else None
+
+    def person(self, request: Request) -> Person | None:
+        """The person the request's session was signed in for (None: the approver token's
+        holder, or not signed in)."""
+        found = self.sessions.get(request.cookies.get(COOKIE, ""))
+        return found.person if found is not None else None
+
+    def bearer(self, request: Request) -> bool:
+        """The request carries the approver token itself (`Authorization: Bearer ...`): a
+        program's request (a chat bot, a CI job). Never a one-time token, which signs in once."""
+        given = request.headers.get("authorization", "")
+        if self.once or not self.token or given[:7].lower() != "bearer ":
+            return False
+        return hmac.compare_digest(given[7:].strip().encode(), self.token.encode())
+
+
 @dataclass
 class People:
     """Approvers as people (`policy.approvals.approvers`): their own access tokens, verified as
-    the agents' are (`verifier`: gateway.auth.issuers), fitting `match`."""
+    the agents' are (`verifier`: gateway.auth.issuers), or the ID token of a sign-in through
+    an issuer with a `client_id` (`signing_in`), fitting `match`. `public`: the gateway's
+    public URL (from gateway.auth.resource), where the issuer sends a signed-in person back."""
 
     verifier: Verifier
     match: dict[str, str | list[str]]
+    signing_in: list[TokenIssuer] = field(default_factory=list)
+    public: str | None = None
 
     async def who(self, token: str) -> tuple[Person | None, int, str]:
         """The approver a token names; else None, the HTTP status and why."""
         claims, reason = await self.verifier.claims(token)
         if claims is None:
             return None, 401, f"unauthorized: the token is {reason}"
+        return self.person(claims)
+
+    def person(self, claims: JsonObject) -> tuple[Person | None, int, str]:
+        """The approver verified claims name; else None, the HTTP status and why."""
         lacking = why_not(claims, self.match)
         if lacking is not None:
             wanted = ", ".join(f"{k}: {v}" for k, v in self.match.items())
@@ -151,12 +181,15 @@ class ApprovalsPage:
     trusted: Callable[[Request], bool]
     log: Callable[[], Path] = field(default=lambda: log_path(userconfig.load().audit.path))
     people: Callable[[], People | None] = field(default=lambda: None)  # approvers as people
+    signin: SignIn = field(default_factory=SignIn)
 
     def routes(self) -> list[Route]:
         from starlette.routing import Route
 
         return [
             Route("/approvals", self.listing),
+            Route("/approvals/sign-in", self.signing_in),
+            Route("/approvals/callback", self.signed_in),
             Route("/approvals/requests.json", self.listed_json),
             Route("/approvals/{approval}.json", self.one_json),
             Route("/approvals/{approval}.json", self.decide_json, methods=["POST"]),
@@ -207,12 +240,95 @@ class ApprovalsPage:
 
                 return JSONResponse({"error": why}, status)
             return None
-        body = (
+        people = self.people()
+        offered = "".join(
+            f'<p><a id="sign-in-{n}" href="/approvals/sign-in?issuer={n}">Sign in with '
+            f"{_shown(issuer.issuer)}</a></p>"
+            for n, issuer in enumerate(people.signing_in if people is not None else [])
+        )
+        body = offered + (
             "<p>Sign in with the approver token: open the link <code>bundlectl approvals "
             "ui</code> printed, or <code>/approvals?token=...</code> with the gateway's "
             "<code>BUNDLECTL_APPROVER_TOKEN</code>.</p>"
         )
         return _html(_page("Sign in", body), 401)
+
+    async def signing_in(self, request: Request) -> Response:
+        """To the identity provider: `?issuer=N` of those with a client_id (default the
+        first), the way back bound to this browser by a cookie."""
+        from starlette.responses import RedirectResponse
+
+        if not self.trusted(request):
+            return _html(_page("Not allowed", "<p>Host or Origin not allowed.</p>"), 421)
+        people = self.people()
+        offered = people.signing_in if people is not None else []
+        try:
+            issuer = offered[int(request.query_params.get("issuer", "0"))]
+        except (ValueError, IndexError):
+            body = (
+                "<p>No identity provider to sign in with: give one of gateway.auth.issuers a "
+                "<code>client_id</code>, and policy.approvals.approvers a match.</p>"
+            )
+            return _html(_page("Sign in", body), 404)
+        assert people is not None
+        try:
+            where, state = await self.signin.start(issuer, _back(request, people))
+        except SignInFailed as exc:
+            return _html(_page("Sign in", f"<p>{_shown(exc.message)}</p>"), 502)
+        answer = RedirectResponse(where, status_code=303)
+        # Lax: the identity provider's redirect back is a navigation from another site.
+        answer.set_cookie(
+            SIGNING_IN,
+            state,
+            max_age=600,
+            httponly=True,
+            samesite="lax",
+            path="/approvals/callback",
+            secure=request.url.scheme == "https",
+        )
+        return answer
+
+    async def signed_in(self, request: Request) -> Response:
+        """Back from the identity provider: the person its ID token names, signed in when they
+        fit the approvers' match (a page that says why not, otherwise)."""
+        if not self.trusted(request):
+            return _html(_page("Not allowed", "<p>Host or Origin not allowed.</p>"), 421)
+        again = '<p><a href="/approvals">Start again</a></p>'
+        query = request.query_params
+        if "error" in query:
+            said = query["error"] + (
+                f" ({query['error_description']})" if "error_description" in query else ""
+            )
+            return _html(
+                _page("Sign in", f"<p>The identity provider said: {_shown(said)}</p>{again}"), 401
+            )
+        state, code = query.get("state", ""), query.get("code", "")
+        bound = request.cookies.get(SIGNING_IN, "")
+        people = self.people()
+        if not state or not code or not hmac.compare_digest(state.encode(), bound.encode()):
+            body = f"<p>This sign-in was not started in this browser, or it has expired.</p>{again}"
+            return _html(_page("Sign in", body), 400)
+        if people is None:
+            return _html(_page("Sign in", "<p>Approvers are not people here.</p>"), 404)
+        try:
+            claims = await self.signin.finish(state, code, people.verifier)
+        except SignInFailed as exc:
+            return _html(_page("Sign in", f"<p>{_shown(exc.message)}</p>{again}"), 401)
+        person, status, why = people.person(claims)
+        if person is None:
+            return _html(_page("Not an approver", f"<p>{_shown(why)}</p>"), status)
+        # A page, not a redirect: the session cookie (SameSite=Strict) is sent with the next
+        # request only when that request starts on this site.
+        body = (
+            f"<p>Signed in as {_shown(person.name)}. "
+            '<a id=continue href="/approvals">Continue to the approvals</a></p>'
+        )
+        page, nonce = _page("Signed in", body, "location.replace('/approvals');")
+        answer = _html((page, nonce))
+        session = self.approvers.opened(person)
+        answer.set_cookie(COOKIE, session, httponly=True, samesite="strict", path="/")
+        answer.delete_cookie(SIGNING_IN, path="/approvals/callback")
+        return answer
 
     def mine(self, approval: Approval) -> bool:
         root = self.project()
@@ -236,7 +352,7 @@ class ApprovalsPage:
             return answer
         if (no := await self.refused(request)) is not None:
             return no
-        return _html(_list_page())
+        return _html(_list_page(self.approvers.person(request)))
 
     async def listed_json(self, request: Request) -> Response:
         from starlette.responses import JSONResponse
@@ -372,8 +488,20 @@ class ApprovalsPage:
         reason = str(form.get("reason", "")).strip()
         if action not in ("approve", "deny") or (span != "once" and span not in DURATIONS):
             return _html(_page("Refused", "<p>Unknown decision.</p>"), 400)
+        person = self.approvers.person(request)
         try:
-            self._settle(request, approval, action, span=span, reason=reason, door="approvals page")
+            self._settle(
+                request,
+                approval,
+                action,
+                span=span,
+                reason=reason,
+                door="approvals page",
+                person=person,
+            )
+        except SelfApproval as exc:
+            back = f'<p><a href="/approvals/{html.escape(approval.id)}">← the request</a></p>'
+            return _html(_page("Refused", f"<p>{_shown(exc.message)}</p>{back}"), 403)
         except UnknownApproval:
             pass  # decided, withdrawn or expired meanwhile: the page shows what it became
         except StateError as exc:
@@ -448,9 +576,20 @@ def _page(title: str, body: str, script: str = "") -> tuple[str, str]:
     return text, nonce
 
 
-def _list_page() -> tuple[str, str]:
+def _back(request: Request, people: People) -> str:
+    """Where the identity provider sends a signed-in person back: the gateway's public URL
+    (gateway.auth.resource) when set, else this request's own (its Host was checked)."""
+    if people.public:
+        parts = urllib.parse.urlsplit(people.public)
+        return f"{parts.scheme}://{parts.netloc}/approvals/callback"
+    return f"{request.url.scheme}://{request.url.netloc}/approvals/callback"
+
+
+def _list_page(person: Person | None) -> tuple[str, str]:
+    who = f"Signed in as <strong id=me>{_shown(person.name)}</strong> · " if person else ""
     body = (
-        '<p><a href="/activity">Activity →</a></p><h1>Calls waiting for approval</h1>'
+        f'<p class=muted>{who}<a href="/activity">Activity →</a></p>'
+        "<h1>Calls waiting for approval</h1>"
         "<p class=muted id=note>Loading…</p>"
         "<table><thead><tr><th>Agent</th><th>Tool</th><th>Asked by</th><th>Age</th>"
         "<th>Status</th></tr></thead><tbody id=rows></tbody></table>"

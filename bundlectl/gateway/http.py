@@ -400,7 +400,13 @@ def approvers_page(gate: Gate, access: Access, host: str) -> ApprovalsPage | Non
         approvers = approvals.approvers if approvals is not None else None
         if approvers is None or not gate.verifier:
             return None
-        return People(gate.verifier, dict(approvers.match))
+        auth = hub.resolution.project.config.gateway.auth
+        return People(
+            gate.verifier,
+            dict(approvers.match),
+            signing_in=[i for i in (auth.issuers if auth else []) if i.client_id],
+            public=auth.resource if auth else None,
+        )
 
     if not token and people() is None:
         return None

@@ -13,6 +13,7 @@ the claims: none, or more than one, is a refusal that says so (403), never a gue
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import json
 import time
 import urllib.request
@@ -32,11 +33,9 @@ if TYPE_CHECKING:
     from jwt.algorithms import AllowedPublicKeys
 
 JWKS_TTL = 600.0  # seconds a fetched key set is used before it is fetched again
-REFETCH_EVERY = 30.0
+REFETCH_EVERY = 30.0  # at most one fetch per issuer this often for an unknown key id
 REMEMBER = 60.0  # seconds a verified token's verdict is reused (never past its `exp`)
-REMEMBERED = (
-    4096  # verdicts kept at most  # at most one fetch per issuer this often for an unknown key id
-)
+REMEMBERED = 4096  # verdicts kept at most
 FETCH_TIMEOUT = 5.0
 METADATA = ("/.well-known/openid-configuration", "/.well-known/oauth-authorization-server")
 LEEWAY = 60  # seconds of clock difference tolerated for exp and nbf
@@ -126,13 +125,37 @@ class Verifier:
         """A token's claims once its signature, issuer, audience and times are checked; else
         None and why (the agents' tokens and the approvers' are checked alike)."""
         try:
-            header = jwt.get_unverified_header(token)
             claims = jwt.decode(token, options={"verify_signature": False})
         except jwt.PyJWTError as exc:
             return None, f"not a JWT: {exc}"
         issuer = self.issuers.get(str(claims.get("iss", "")))
         if issuer is None:
             return None, "its issuer is not one this gateway accepts"
+        return await self._decoded(token, issuer, list(issuer.audience))
+
+    async def id_token(
+        self, token: str, issuer: str, client_id: str, nonce: str
+    ) -> tuple[JsonObject | None, str]:
+        """An OpenID Connect ID token's claims, for a sign-in the gateway started at `issuer`
+        as its client `client_id` with `nonce`: signed by the issuer's keys, for that client,
+        carrying that nonce; else None and why."""
+        known = self.issuers.get(issuer)
+        if known is None:
+            return None, "its issuer is not one this gateway accepts"
+        claims, reason = await self._decoded(token, known, [client_id])
+        if claims is None:
+            return None, reason
+        if not hmac.compare_digest(str(claims.get("nonce", "")).encode(), nonce.encode()):
+            return None, "not the answer to this sign-in (its nonce differs)"
+        return claims, ""
+
+    async def _decoded(
+        self, token: str, issuer: TokenIssuer, audience: list[str]
+    ) -> tuple[JsonObject | None, str]:
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError as exc:
+            return None, f"not a JWT: {exc}"
         algorithm = header.get("alg")
         if algorithm not in issuer.algorithms:
             return None, f"algorithm {algorithm!r} is not accepted for this issuer"
@@ -144,7 +167,7 @@ class Verifier:
                 token,
                 key,
                 algorithms=list(issuer.algorithms),
-                audience=list(issuer.audience),
+                audience=audience,
                 issuer=issuer.issuer,
                 leeway=LEEWAY,
                 options={"require": ["exp", "iss", "aud"]},

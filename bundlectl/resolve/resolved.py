@@ -266,7 +266,12 @@ def identity_digests(config: ProjectConfig) -> dict[str, str]:
         found[name] = digest_json({"match": match, "token": rules.token})
     auth = config.gateway.auth
     if auth is not None:
-        found[GATEWAY_AUTH] = digest_json(auth.model_dump(mode="json"))
+        dumped = auth.model_dump(mode="json")
+        for issuer in dumped["issuers"]:  # (digests made before the page's sign-in stay)
+            for added in ("client_id", "client_secret"):
+                if issuer[added] is None:
+                    del issuer[added]
+        found[GATEWAY_AUTH] = digest_json(dumped)
     return found
 
 
