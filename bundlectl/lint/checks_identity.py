@@ -1,5 +1,6 @@
-"""2xx: who may act as an agent — `match:` rules that any authenticated user fits, and agents
-whose matches one token can fit at once (the gateway then refuses it: 403) (#54)."""
+"""2xx: who may act as an agent — `match:` rules that any authenticated user fits, agents whose
+matches one token can fit at once (the gateway then refuses it: 403), and approvers whose match
+an agent's token can fit (#54)."""
 
 from __future__ import annotations
 
@@ -50,4 +51,24 @@ def overlapping_matches(ctx: Context) -> Iterator[Finding]:
                 f"one token can fit the match: of both {first!r} and {second!r}; the gateway "
                 "refuses such a token (403)",
                 anchor=f"{first}:{second}",
+            )
+
+
+def approvers_as_agents(ctx: Context) -> Iterator[Finding]:
+    """BCL219, at `policy.approvals.approvers.match` when one token can fit it and an agent's."""
+    config, model = ctx.config, ctx.config_model
+    if config is None or model is None or model.policy.approvals is None:
+        return
+    approvers = model.policy.approvals.approvers
+    if approvers is None:
+        return
+    for name, match in _matched(ctx):
+        if can_share(approvers.match, match):
+            yield at(
+                "BCL219",
+                config.doc,
+                ("policy", "approvals", "approvers", "match"),
+                f"one token can fit both the approvers' match: and agent {name!r}'s: whoever "
+                f"holds it may make calls as {name!r} and approve the calls of others",
+                anchor=name,
             )

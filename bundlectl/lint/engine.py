@@ -55,6 +55,7 @@ CHECKS: list[Check] = [
     checks_policy.local_rules,
     checks_identity.broad_matches,
     checks_identity.overlapping_matches,
+    checks_identity.approvers_as_agents,
     checks_conditions.condition_arguments,
     checks_conditions.condition_expressions,
     checks_secrets.plaintext_secrets,

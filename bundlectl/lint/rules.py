@@ -323,6 +323,17 @@ RULES = _rules(
         5.0,
     ),
     RuleInfo(
+        "BCL219",
+        "approver-is-agent",
+        "warning",
+        "The approvers' `match:` (policy.approvals.approvers) and an agent's can fit one token: "
+        "the same credential then makes calls as the agent and decides on held calls, so an "
+        "agent holding a person's token approves another agent's call.",
+        "Tell them apart by a claim a token carries once (client_id, azp, sub) with different "
+        "values for approvers and agents, so no token fits both.",
+        5.0,
+    ),
+    RuleInfo(
         "BCL301",
         "plaintext-secret",
         "error",
