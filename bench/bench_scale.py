@@ -10,7 +10,8 @@ Shapes (50 servers x 100 tools each, `policy.default: deny`, a global `*.delete_
   conditions  as random, a fifth of the rules with an argument condition ({path: docs3/**})
 Each command runs as the installed `bundlectl` script in a fresh process; the figures are its
 wall time and its own peak RSS.
-Goal: each command <= 2 s and <= 300 MiB for every shape, growing linearly with the size.
+Goal: each command <= 2 s and <= 300 MiB for every shape, growing linearly with the size;
+`policy diff` of two revisions <= 4 s (#59).
 """
 
 from __future__ import annotations
@@ -35,7 +36,35 @@ COMMANDS = {
     "resolve": ["resolve", "--format", "json"],
     "matrix": ["policy", "matrix", "--format", "json"],
     "lint": ["lint", "--format", "json", "--exit-zero"],
+    # against the committed project, after an edit: a new agent, and the global deny
+    # (which every agent inherits: each of them is decided again over every tool)
+    "diff-one": ["policy", "diff", "HEAD", "--format", "json"],
+    "diff-all": ["policy", "diff", "HEAD", "--format", "json"],
 }
+EDITS = {
+    "diff-one": ("agents:\n", "agents:\n  newcomer:\n    allow: ['*']\n"),
+    "diff-all": (
+        "policy: {default: deny, deny: ['*.delete_*']}",
+        "policy: {default: deny, deny: ['*.delete_*', '*.get_*']}",
+    ),
+}
+
+
+def committed(root: Path) -> None:
+    """The project (and its lock) as a git commit: what `policy diff` compares with."""
+    (root / ".gitignore").write_text("home/\n")
+    git = ["git", "-c", "user.email=b@example.com", "-c", "user.name=b"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "base"]):
+        subprocess.run([*git, *args], cwd=root, check=True, stdout=subprocess.DEVNULL)
+
+
+def edited(root: Path, command: str) -> None:
+    config = root / "bundlectl.yaml"
+    subprocess.run(["git", "checkout", "-q", "--", "bundlectl.yaml"], cwd=root, check=True)
+    old, new = EDITS[command]
+    text = config.read_text()
+    assert old in text, old
+    config.write_text(text.replace(old, new, 1))
 
 
 def typo(rng: random.Random, tool: str) -> str:
@@ -105,7 +134,11 @@ def main() -> None:
             root = Path(tmp)
             write_project(root, policy(shape, args.agents, random.Random(7)))
             run(root, ["lock"])  # warm the cache and write the lock
+            if any(c in EDITS for c in args.commands):
+                committed(root)
             for command in args.commands:
+                if command in EDITS:
+                    edited(root, command)
                 elapsed, peak = run(root, COMMANDS[command])
                 print(f"{shape:>8} {args.agents} agents  {command:>8}  {elapsed:6.2f} s  {peak}")
 

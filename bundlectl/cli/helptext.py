@@ -127,6 +127,15 @@ HELP: dict[str, tuple[list[str], str]] = {
         ],
         _READS,
     ),
+    "policy diff": (
+        [
+            "bundlectl policy diff",
+            "bundlectl policy diff origin/main --format markdown",
+            "bundlectl policy diff ../other-project --agent deployer",
+        ],
+        "0 nothing changes in who may do what; 1 something does; 2 bad usage (BASE neither a "
+        "path nor a git revision) or an input file with problems",
+    ),
     "policy matrix": (
         ["bundlectl policy matrix", "bundlectl policy matrix --agent reader --format csv"],
         _READS,

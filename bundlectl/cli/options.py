@@ -28,6 +28,15 @@ class MatrixFormat(str, Enum):
     csv = "csv"
 
 
+class DiffFormat(str, Enum):
+    """`policy diff --format`."""
+
+    text = "text"
+    markdown = "markdown"
+    json = "json"
+    sarif = "sarif"
+
+
 class LintFormat(str, Enum):
     """`lint --format`: the reporters of `lint.formats.FORMATS`."""
 

@@ -29,6 +29,7 @@ from bundlectl.cli.app import (
     policy_app,
 )
 from bundlectl.cli.options import (
+    DiffFormat,
     FailLevel,
     Format,
     LintFormat,
@@ -306,6 +307,37 @@ def policy_explain(
         claims=claims,
         token=token,
     )
+
+
+@policy_app.command("diff")
+def policy_diff(
+    base: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[BASE]",
+            help="A git revision (default: the merge base with the default branch) or the path "
+            "of another project.",
+        ),
+    ] = None,
+    agent: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--agent",
+            "-a",
+            help="Only these agents (repeatable).",
+            autocompletion=completion.agents,
+        ),
+    ] = None,
+    config: ConfigOpt = None,
+    fmt: Annotated[DiffFormat, typer.Option("--format", help="Output format.")] = (DiffFormat.text),
+) -> int:
+    """What a change does to who may do what, against a git revision or another project.
+
+    Per agent the tools gained and lost, with the deciding rule and its line on each side, then
+    changes to identities, quotas, the sandbox and servers."""
+    from bundlectl.cli.commands import policy_diff as cmd
+
+    return cmd.diff(config, base, fmt=fmt.value, agents=agent or [])
 
 
 @policy_app.command("matrix")

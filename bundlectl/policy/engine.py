@@ -273,7 +273,6 @@ class CompiledAgent:
         """The decision for a call of `server.tool`; with `arguments` (and the tool's input
         `schema`, for defaults) the rules' argument conditions are checked, path arguments as
         `paths` reads them (the server's own reading; default lexical)."""
-        pol = self.policy
         if any(self._conditional.values()) and any(self._conditional_of(server, tool).values()):
             given = (server, tool, arguments, schema, paths)
             deny, d_cond, _ = self._applies("deny", given)
@@ -286,16 +285,7 @@ class CompiledAgent:
             ask = self._matchers["ask"].first(server, tool)
             allow = self._matchers["allow"].first(server, tool)
             conditional, failed = False, []
-        unpinned = (
-            pol.pin_tools
-            and pol.locked_tools is not None
-            and (server, tool) not in pol.locked_tools
-        )
-        allowed, asked = self.grant(
-            int(deny is not None), int(ask is not None), int(allow is not None), int(unpinned), 1
-        )
-        effect: Effect = "ask" if asked else "allow" if allowed else "deny"
-        rule, reason = self._why(effect, deny, ask, allow, unpinned)
+        effect, rule, reason = self.settled(server, tool, deny, ask, allow)
         final: Effect = effect
         if effect == "ask" and not interactive:
             final = "deny"
@@ -331,6 +321,36 @@ class CompiledAgent:
             failed=failed_shown,
             listed=self.listed,
         )
+
+    def unconditional(self, server: str, tool: str) -> tuple[Effect, Rule | None, str]:
+        """What `decide` says of a tool no rule with argument conditions names (an ask as
+        asked), without making a Decision: `policy diff` reads millions of cells."""
+        return self.settled(
+            server,
+            tool,
+            self._matchers["deny"].first(server, tool),
+            self._matchers["ask"].first(server, tool),
+            self._matchers["allow"].first(server, tool),
+        )
+
+    def settled(
+        self, server: str, tool: str, deny: Rule | None, ask: Rule | None, allow: Rule | None
+    ) -> tuple[Effect, Rule | None, str]:
+        """The effect given the first rule of each effect that matches the tool (found here, or
+        over a catalog's masks by `policy diff`), the rule that decided, and why (pinning and
+        precedence: `grant`)."""
+        pol = self.policy
+        unpinned = (
+            pol.pin_tools
+            and pol.locked_tools is not None
+            and (server, tool) not in pol.locked_tools
+        )
+        allowed, asked = self.grant(
+            int(deny is not None), int(ask is not None), int(allow is not None), int(unpinned), 1
+        )
+        effect: Effect = "ask" if asked else "allow" if allowed else "deny"
+        rule, reason = self._why(effect, deny, ask, allow, unpinned)
+        return effect, rule, reason
 
     def _why(
         self,

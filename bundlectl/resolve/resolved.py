@@ -281,6 +281,19 @@ def identity_digests(config: ProjectConfig) -> dict[str, str]:
 UNLOCKED = frozenset({"tools", "concurrency", "max_message_mb", "watch", "share"})
 
 
+def server_digest(spec: dict[str, Any]) -> str:
+    """What a server is, digested (its `spec` as JSON): how it starts or is reached, its
+    environment, auth and sandbox — not its tools, which are digested one by one."""
+    return digest_json(
+        {
+            k: v
+            for k, v in spec.items()
+            # (locks written before `auth:` and `sandbox:` existed stay fresh)
+            if k not in UNLOCKED and not (k in ("auth", "sandbox") and v is None)
+        }
+    )
+
+
 def build_lock(config: ProjectConfig, merged: Merged, policy: PolicySet) -> LockFile:
     bundles = {
         loaded.manifest.name: LockedBundle(
@@ -298,14 +311,7 @@ def build_lock(config: ProjectConfig, merged: Merged, policy: PolicySet) -> Lock
         servers[name] = LockedServer(
             bundle=server.bundle.split("@")[0] if server.bundle else None,
             transport=server.spec.transport,
-            digest=digest_json(
-                {
-                    k: v
-                    for k, v in spec.items()
-                    # (locks written before `auth:` and `sandbox:` existed stay fresh)
-                    if k not in UNLOCKED and not (k in ("auth", "sandbox") and v is None)
-                }
-            ),
+            digest=server_digest(spec),
             tools=tools,
         )
     identities = identity_digests(config)
