@@ -14,13 +14,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bundlectl.config.lockfile import digest_json
 from bundlectl.config.models import ToolSpec
 from bundlectl.config.settings import LimitRule, seconds
 from bundlectl.errors import PolicyDenied
 from bundlectl.output import span_text
+from bundlectl.policy.catalog import in_class
 from bundlectl.policy.patterns import matches
 from bundlectl.state import Counter
 
@@ -33,18 +34,6 @@ class LimitReached(PolicyDenied):
     (`limits[N]`)."""
 
     limit = ""
-
-
-def in_class(spec: ToolSpec | None, kind: str) -> bool:
-    """Whether a tool is of an annotation class; a tool without the annotation (or without a
-    declared definition) counts as the unsafe side: not read-only, destructive, open-world."""
-    notes: dict[str, Any] = spec.annotations if spec is not None else {}
-    read_only = notes.get("readOnlyHint") is True
-    if kind == "read-only":
-        return read_only
-    if kind == "destructive":
-        return not read_only and notes.get("destructiveHint") is not False
-    return notes.get("openWorldHint") is not False  # open-world
 
 
 @dataclass(frozen=True)

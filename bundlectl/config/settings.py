@@ -163,6 +163,68 @@ class StateSettings(StrictModel):
     )
 
 
+class ToolsOfClass(StrictModel):
+    """The tools of an annotation class."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True, populate_by_name=True)
+
+    tool_class: ToolClass = Field(
+        alias="class",
+        description="read-only (readOnlyHint), destructive (not read-only, destructiveHint not "
+        "false, or a name such as delete_* without annotations), open-world (openWorldHint not "
+        "false).",
+    )
+
+
+class Invariant(StrictModel):
+    """A property the policy must have for every agent it names and every catalogued tool,
+    proved by `bundlectl lint` (BCL220); exactly one of never, only, require, approve."""
+
+    agents: list[AgentPattern] = Field(
+        default_factory=lambda: ["*"],
+        description="The listed agents it holds for (patterns; default: all).",
+    )
+    tools: list[Rule] | ToolsOfClass | None = Field(
+        default=None,
+        description="The tools `require` and `approve` speak of: server.tool patterns, or "
+        "{class: destructive|read-only|open-world}.",
+    )
+    never: list[Rule] = Field(
+        default_factory=empty_list,
+        description="Tools none of the agents may call or be asked about (a grant with "
+        "conditions counts: some calls would pass).",
+    )
+    only: list[Rule] = Field(
+        default_factory=empty_list,
+        description="The agents may call or be asked about these tools and no others.",
+    )
+    require: list[Literal["allow", "ask", "deny"]] = Field(
+        default_factory=empty_list,
+        description="Each of `tools` must be one of these for each agent (e.g. [ask, deny]: "
+        "never allowed outright).",
+    )
+    approve: Literal["out-of-band"] | None = Field(
+        default=None,
+        description="Each of `tools` an agent may call needs an approver (an ask rule with "
+        "approve: out-of-band), never an allow or an in-band ask.",
+    )
+    reason: str | None = Field(
+        default=None, description="Why it must hold, shown with each breach."
+    )
+
+    @model_validator(mode="after")
+    def _one_property(self) -> "Invariant":
+        given = [k for k in ("never", "only", "require", "approve") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError(
+                "an invariant says exactly one of never, only, require, approve (it says "
+                f"{', '.join(given) or 'none'})"
+            )
+        if given[0] in ("require", "approve") and self.tools is None:
+            raise ValueError(f"{given[0]} needs tools: patterns, or {{class: ...}}")
+        return self
+
+
 class PolicySettings(StrictModel):
     """Project-wide policy."""
 
@@ -189,6 +251,12 @@ class PolicySettings(StrictModel):
         "sandboxed where bubblewrap is installed, else a warning and unsandboxed; required — a "
         "server that cannot be sandboxed is not started; off — none. Each server's profile: "
         "servers.NAME.sandbox.",
+    )
+
+    invariants: list[Invariant] = Field(
+        default_factory=empty_list,
+        description="Properties the policy must have, proved by lint over every agent and "
+        "catalogued tool (BCL220): never, only, require, approve: out-of-band.",
     )
 
     @field_validator("deny")

@@ -334,6 +334,17 @@ RULES = _rules(
         5.0,
     ),
     RuleInfo(
+        "BCL220",
+        "invariant-broken",
+        "error",
+        "A property `policy.invariants` says the policy must have does not hold for an agent and "
+        "a catalogued tool (checked exactly over the whole catalog; a grant with argument "
+        "conditions counts as a grant).",
+        "Change the rule it names (deny the tools, ask with approve: out-of-band), or the "
+        "invariant if the team agrees it no longer holds.",
+        8.0,
+    ),
+    RuleInfo(
         "BCL301",
         "plaintext-secret",
         "error",

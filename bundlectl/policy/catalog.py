@@ -38,6 +38,18 @@ def is_destructive(spec: ToolSpec) -> bool:
     return bool(_DESTRUCTIVE_NAME.search(spec.name))
 
 
+def in_class(spec: ToolSpec | None, kind: str) -> bool:
+    """Whether a tool is of an annotation class; a tool without the annotation (or without a
+    declared definition) counts as the unsafe side: not read-only, destructive, open-world."""
+    notes: dict[str, Any] = spec.annotations if spec is not None else {}
+    read_only = notes.get("readOnlyHint") is True
+    if kind == "read-only":
+        return read_only
+    if kind == "destructive":
+        return not read_only and notes.get("destructiveHint") is not False
+    return notes.get("openWorldHint") is not False  # open-world
+
+
 @dataclass(frozen=True)
 class ToolRef:
     """One tool of the catalog: its qualified name and its declared definition."""
@@ -128,6 +140,17 @@ class Catalog:
         bits = 0
         for i, ref in enumerate(self.tools):
             if ref.spec is not None and is_destructive(ref.spec):
+                bits |= 1 << i
+        return bits
+
+    def class_mask(self, kind: str) -> int:
+        """Bitmask of the tools of an annotation class (`in_class`); for `destructive` also
+        those `is_destructive` judges so by name: a policy's invariants fail closed."""
+        bits = 0
+        for i, ref in enumerate(self.tools):
+            if in_class(ref.spec, kind) or (
+                kind == "destructive" and ref.spec is not None and is_destructive(ref.spec)
+            ):
                 bits |= 1 << i
         return bits
 
