@@ -11,8 +11,8 @@ from typing import Any
 import anyio
 import pytest
 
-from bundlectl.policy.catalog import in_class
 from bundlectl.config.models import ToolSpec
+from bundlectl.policy.catalog import in_class
 from tests.conftest import TEST_SERVERS, Run, audit_records, write
 from tests.gateway.test_gateway import PY, connected, texts
 
