@@ -136,6 +136,14 @@ HELP: dict[str, tuple[list[str], str]] = {
         "0 nothing changes in who may do what; 1 something does; 2 bad usage (BASE neither a "
         "path nor a git revision) or an input file with problems",
     ),
+    "policy replay": (
+        [
+            "bundlectl policy replay",
+            "bundlectl policy replay audit-2026-11.jsonl --agent deployer --format json",
+        ],
+        "0 every call is decided as it was; 1 some are decided differently now; 2 bad usage, "
+        "no such log, or an input file with problems",
+    ),
     "policy matrix": (
         ["bundlectl policy matrix", "bundlectl policy matrix --agent reader --format csv"],
         _READS,

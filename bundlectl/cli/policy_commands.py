@@ -340,6 +340,37 @@ def policy_diff(
     return cmd.diff(config, base, fmt=fmt.value, agents=agent or [])
 
 
+@policy_app.command("replay")
+def policy_replay(
+    file: Annotated[
+        Path | None,
+        typer.Argument(
+            metavar="[AUDIT_LOG]",
+            dir_okay=False,
+            help="The log to replay (default: this machine's audit log).",
+        ),
+    ] = None,
+    agent: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--agent",
+            "-a",
+            help="Only these agents (repeatable).",
+            autocompletion=completion.agents,
+        ),
+    ] = None,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """The calls an audit log records, decided again under the working policy.
+
+    Counted per agent and tool with the rule that decides them now; calls a rule with argument
+    conditions names are listed as needing their arguments (the log keeps no values)."""
+    from bundlectl.cli.commands import policy_replay as cmd
+
+    return cmd.run(config, file, agents=agent or [], fmt=fmt)
+
+
 @policy_app.command("matrix")
 def policy_matrix(
     agent: Annotated[
