@@ -311,7 +311,7 @@ class ApprovalsPage:
         if people is None:
             return _html(_page("Sign in", "<p>Approvers are not people here.</p>"), 404)
         try:
-            claims = await self.signin.finish(state, code, people.verifier)
+            claims = await self.signin.redeemed(state, code, people.verifier)
         except SignInFailed as exc:
             return _html(_page("Sign in", f"<p>{_shown(exc.message)}</p>{again}"), 401)
         person, status, why = people.person(claims)

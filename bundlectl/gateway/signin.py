@@ -100,7 +100,7 @@ class SignIn:
         joiner = "&" if "?" in authorize else "?"
         return authorize + joiner + urllib.parse.urlencode(query), state
 
-    async def finish(self, state: str, code: str, verifier: Verifier) -> JsonObject:
+    async def redeemed(self, state: str, code: str, verifier: Verifier) -> JsonObject:
         """The claims of the person the issuer signed in for the sign-in `state` (good once),
         from its verified ID token; else SignInFailed saying why."""
         flow = self._flows.pop(state, None)
