@@ -144,6 +144,14 @@ HELP: dict[str, tuple[list[str], str]] = {
         "0 every call is decided as it was; 1 some are decided differently now; 2 bad usage, "
         "no such log, or an input file with problems",
     ),
+    "policy export": (
+        [
+            "bundlectl policy export --format cedar",
+            "bundlectl policy export --format cedar --out cedar/",
+        ],
+        "0 written; 2 bad usage, a rule Cedar cannot say exactly (argument conditions, `?`), "
+        "or an input file with problems",
+    ),
     "policy matrix": (
         ["bundlectl policy matrix", "bundlectl policy matrix --agent reader --format csv"],
         _READS,

@@ -28,6 +28,12 @@ class MatrixFormat(str, Enum):
     csv = "csv"
 
 
+class CedarFormat(str, Enum):
+    """`policy export --format`."""
+
+    cedar = "cedar"
+
+
 class DiffFormat(str, Enum):
     """`policy diff --format`."""
 

@@ -29,6 +29,7 @@ from bundlectl.cli.app import (
     policy_app,
 )
 from bundlectl.cli.options import (
+    CedarFormat,
     DiffFormat,
     FailLevel,
     Format,
@@ -369,6 +370,32 @@ def policy_replay(
     from bundlectl.cli.commands import policy_replay as cmd
 
     return cmd.run(config, file, agents=agent or [], fmt=fmt)
+
+
+@policy_app.command("export")
+def policy_export(
+    fmt: Annotated[
+        CedarFormat, typer.Option("--format", help="The policy language.")
+    ] = CedarFormat.cedar,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            file_okay=False,
+            help="Write policies.cedar, schema.cedarschema.json and entities.json here "
+            "(default: the policies on stdout).",
+        ),
+    ] = None,
+    config: ConfigOpt = None,
+) -> int:
+    """The policy in Cedar: a schema, the catalog's entities and policies that decide as bundlectl.
+
+    Refused, naming each rule, when a rule has argument conditions or a `?` in its pattern:
+    Cedar cannot say those exactly."""
+    from bundlectl.cli.commands import policy_export as cmd
+
+    del fmt  # cedar, the only one yet
+    return cmd.run(config, out)
 
 
 @policy_app.command("matrix")

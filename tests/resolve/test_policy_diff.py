@@ -38,7 +38,7 @@ def _git(cwd: Path, *args: str) -> str:
 
 
 @st.composite
-def configs(draw: st.DrawFn) -> str:
+def configs(draw: st.DrawFn, conditions: bool = True) -> str:
     """A project: two servers with a drawn catalog, agents with drawn rules (some asked out of
     band, some with argument conditions, some inherited), a default and global denies."""
     servers = []
@@ -62,7 +62,7 @@ def configs(draw: st.DrawFn) -> str:
                     rules.append(f'{{tool: "{pattern}", approve: out-of-band}}')
                 elif shape == "two" and effect == "ask":
                     rules.append(f'{{tool: "{pattern}", approve: out-of-band, approvals: 2}}')
-                elif shape == "condition" and "*" not in pattern.split(".")[0]:
+                elif shape == "condition" and conditions and "*" not in pattern.split(".")[0]:
                     rules.append(f'{{tool: "{pattern}", args: {{path: {{path: "docs/**"}}}}}}')
                 else:
                     rules.append(f'"{pattern}"')
