@@ -452,6 +452,13 @@ def lint(
     exit_zero: Annotated[
         bool, typer.Option("--exit-zero", help="Always exit 0 when lint could run.")
     ] = False,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="Every warning is an error (the scored description rules among them).",
+        ),
+    ] = False,
     environment: Annotated[
         bool,
         typer.Option(
@@ -475,4 +482,5 @@ def lint(
         ignore=ignore or [],
         exit_zero=exit_zero,
         environment=environment,
+        strict=strict,
     )

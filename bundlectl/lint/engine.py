@@ -16,6 +16,7 @@ from bundlectl.config.yamlio import read_yaml
 from bundlectl.errors import BundlectlError, InputFileError, UsageError
 from bundlectl.lint import (
     checks_conditions,
+    checks_descriptions,
     checks_files,
     checks_identity,
     checks_invariants,
@@ -70,6 +71,7 @@ CHECKS: list[Check] = [
     checks_supply.container_widening,
     checks_supply.sandbox_widened,
     checks_supply.replaced_bundle_servers,
+    checks_descriptions.descriptions,
 ]
 
 

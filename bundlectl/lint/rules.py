@@ -426,6 +426,62 @@ RULES = _rules(
         6.0,
     ),
     RuleInfo(
+        "BCL601",
+        "hidden-text",
+        "error",
+        "A tool's name, description or parameter holds characters a person cannot see (Unicode "
+        "tags, zero-width, bidi controls, other format characters): the model reads text the "
+        "reviewer never saw.",
+        "Remove them from the definition, or ask the server's author why they are there.",
+        9.0,
+    ),
+    RuleInfo(
+        "BCL602",
+        "mixed-script-name",
+        "error",
+        "A tool or parameter name mixes letters of two scripts (a Cyrillic a, U+0430, in "
+        "read_file): it can pass for another tool in a listing and in a policy review.",
+        "Use the name in one script; a rule written for the real name does not match it.",
+        8.0,
+    ),
+    RuleInfo(
+        "BCL603",
+        "model-instructions",
+        "warning",
+        "A description addresses the model instead of describing the tool — to ignore its "
+        "instructions, keep things from the user, act around other tools, read or pass secrets "
+        "(the message gives the confidence, from the weights of the phrases found).",
+        "Read the description as the model would; do not list the tool (deny it, or lint "
+        "--strict in CI) until its author explains.",
+        8.0,
+    ),
+    RuleInfo(
+        "BCL604",
+        "shadows-tools",
+        "warning",
+        "A description speaks of another server's tools: a server can steer how the model uses "
+        'tools it does not own ("when sending email, always bcc ...").',
+        "A tool describes itself; ask why it names another server's tools.",
+        7.0,
+    ),
+    RuleInfo(
+        "BCL605",
+        "links-in-descriptions",
+        "info",
+        "A description carries a URL or a long encoded run (base64, hex): the model may follow "
+        "or decode what no reviewer read.",
+        "Check what the link or the blob holds; a documentation link is usually harmless.",
+    ),
+    RuleInfo(
+        "BCL606",
+        "secret-parameter",
+        "warning",
+        "A parameter asks the model for a secret (api_key, password, ssh_key) or a catch-all "
+        "parameter asks for file contents or credentials: the model would have to hold them.",
+        "Give the server its credential through env or auth, never through the model.",
+        7.0,
+    ),
+    RuleInfo(
         "BCL901",
         "unused-suppression",
         "info",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from bundlectl.cli.options import FailLevel, LintFormat
@@ -23,11 +24,17 @@ def run(
     ignore: list[str],
     exit_zero: bool,
     environment: bool = False,
+    strict: bool = False,
 ) -> int:
     level: Severity = fail_level.value
     selection = engine.Selection(engine.check_ids(select), engine.check_ids(ignore))
     selection.environment = environment
     findings = engine.run(targets, config, selection)
+    if strict:  # every warning is an error (what a hostile description gets in CI)
+        findings = [
+            dataclasses.replace(f, severity="error") if f.severity == "warning" else f
+            for f in findings
+        ]
     if output is not None:
         with plain():  # a file gets no terminal colours
             atomic_write(output, FORMATS[fmt.value](findings))
