@@ -32,11 +32,9 @@ def test_the_corpus_is_told_apart_with_precision_and_recall_of_at_least_0_9() ->
 
 
 def test_strict_makes_every_warning_an_error(project: Path, run: Run) -> None:
+    example = REPO / "tests" / "examples" / "bcl601-602-603-604-605-606-descriptions"
     (project / "bundlectl.yaml").write_text(
-        (REPO / "tests" / "examples" / "bcl601-602-603-604-605-606-descriptions" / "bundlectl.yaml").read_text(
-            encoding="utf-8"
-        ),
-        encoding="utf-8",
+        (example / "bundlectl.yaml").read_text(encoding="utf-8"), encoding="utf-8"
     )
     warned = run("lint", "--select", "BCL603,BCL604,BCL606")
     assert warned.code == 0 and " warning " in warned.out
