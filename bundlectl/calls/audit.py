@@ -106,6 +106,9 @@ class AuditSink(Protocol):
         """A request to the gateway without a valid token (no agent, no tool); `repeated`:
         that many more from `remote`, counted instead of recorded one by one."""
 
+    def withheld(self, agent: str, server: str, tool: str, why: str) -> None:
+        """A tool whose description was withheld from the agent's client (#60)."""
+
     def approval(self, decision: Decision, step: str, approval: str, approver: str | None) -> None:
         """A step of an out-of-band approval (SPEC 11): `approval-requested`, `-used`,
         `-withdrawn` (an approver's decision is recorded by `bundlectl approvals`)."""
@@ -202,6 +205,10 @@ class AuditLog:
             outcome=outcome,
             arguments_sha256=self._digest(key),
         )
+
+    def withheld(self, agent: str, server: str, tool: str, why: str) -> None:
+        """A tool whose description was withheld from the agent's client (#60)."""
+        self._append(agent, server, tool, decision="allow", outcome="withheld", why=why[:300])
 
     def approval(self, decision: Decision, step: str, approval: str, approver: str | None) -> None:
         self._decided(decision, outcome=step, approval=approval, approver=approver)

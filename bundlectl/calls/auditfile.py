@@ -99,6 +99,7 @@ OUTCOMES = (
     "approval-refused",
     "approval-counted",
     "approved",
+    "withheld",  # a tool's description withheld from a client (#60)
 )
 
 

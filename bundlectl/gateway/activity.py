@@ -56,7 +56,7 @@ def _decided_by(record: JsonObject, agent: str) -> str:
 
 
 def _kind(outcome: str) -> str | None:
-    if outcome in ("pending", "approved", "approval-used", "approval-withdrawn"):
+    if outcome in ("pending", "approved", "approval-used", "approval-withdrawn", "withheld"):
         return None  # a step of a call counted by its outcome, or an approver's
     if outcome == "approval-requested":
         return "held"

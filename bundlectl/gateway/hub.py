@@ -98,6 +98,8 @@ class Hub:
     _privacy: tuple[Resolution, Privacy | None] | None = None  # (resolution, its Privacy)
     generation: int = 0  # bumped whenever what an agent can list may have changed
     exchanger: Exchanger = field(default_factory=Exchanger)  # tokens made for callers
+    # tool definitions whose descriptions were withheld from clients (#60), audited once each
+    withheld: set[tuple[str | None, ...]] = field(default_factory=set)
     listings: dict[tuple[str, str, int], HandlerResult] = field(default_factory=dict)
     # Subscribed resources: (server, owner, uri) → who to tell, by key (a legacy client's
     # session: its notify function; a 2026-07-28 listen stream: None, told through `bus`).

@@ -37,7 +37,9 @@ from bundlectl.gateway.identity import Caller
 from bundlectl.gateway.search import DETAILS, _declared, _describe, _name
 from bundlectl.mcpio.requests import JsonObject
 from bundlectl.mcpio.session import Progress, ServerSession
+from bundlectl.output import err
 from bundlectl.policy.catalog import ToolRef, search
+from bundlectl.policy.descriptions import WITHHELD, unseen, withheld_schema
 from bundlectl.policy.rules import Decision
 
 if TYPE_CHECKING:
@@ -85,8 +87,30 @@ class Gateway(ServerContent):
             if merged.spec.disabled or not compiled.may_reach(name):
                 continue  # never started, connected to or sent a credential for this agent
             offered = await self._offered(name, merged.spec)
-            usable.extend((name, tool) for tool in compiled.usable(name, offered, _name))
+            usable.extend(
+                (name, self._shown(name, t)) for t in compiled.usable(name, offered, _name)
+            )
         return usable
+
+    def _shown(self, server: str, tool: types.Tool) -> types.Tool:
+        """The tool as the agent's client sees it: a definition with text a person cannot see
+        (#60: Unicode tags, bidi and zero-width characters) goes out with its description and
+        its parameters' withheld — name, types and annotations kept, for the policy and the
+        call — and the first time, audited and said."""
+        why = unseen(tool.name, tool.description or "", tool.input_schema)
+        if why is None:
+            return tool
+        key = (server, tool.name, tool.description, json.dumps(tool.input_schema, sort_keys=True))
+        if key not in self.hub.withheld:
+            self.hub.withheld.add(key)
+            self.pipeline.audit.withheld(self.agent, server, tool.name, why)
+            err(f"warning: {server}.{tool.name}: description withheld from clients: {why}")
+        return tool.model_copy(
+            update={
+                "description": WITHHELD.format(why=why),
+                "input_schema": withheld_schema(tool.input_schema),
+            }
+        )
 
     async def list_tools(self) -> list[types.Tool]:
         """Direct mode: the usable tools, named `server__tool`, definitions passed through."""

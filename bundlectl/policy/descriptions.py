@@ -306,3 +306,36 @@ def scan_tool(
                     )
                 )
     return hits
+
+
+WITHHELD = "(bundlectl withheld this description: {why}; `bundlectl lint` shows it)"
+
+
+def unseen(name: str, description: str, schema: Mapping[str, Any] | None) -> str | None:
+    """Why a tool's definition must not reach a model as it is — text a person cannot see in
+    its description or a parameter's, or a name that mixes scripts (BCL601, BCL602) — or None."""
+    if _hidden(name) or len(_scripts(name)) > 1:
+        return "its name has hidden or mixed-script characters"
+    if _hidden(description):  # what they spell is never repeated to the model
+        return "it holds characters a person cannot see"
+    properties = (schema or {}).get("properties")
+    for key, spec in properties.items() if isinstance(properties, dict) else ():
+        text = spec.get("description", "") if isinstance(spec, dict) else ""
+        if _hidden(str(key)) or (isinstance(text, str) and _hidden(text)):
+            return f"its parameter {str(key)!r} holds characters a person cannot see"
+    return None
+
+
+def withheld_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """An input schema whose parameters' descriptions are withheld (types and names kept: the
+    policy and the call need them)."""
+    copy = dict(schema)
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        copy["properties"] = {
+            key: {k: v for k, v in spec.items() if k not in ("description", "title")}
+            if isinstance(spec, dict)
+            else spec
+            for key, spec in properties.items()
+        }
+    return copy

@@ -1,0 +1,56 @@
+"""What the agent's client is shown of a tool (#60): a definition with text a person cannot see
+(Unicode tags in the description, a right-to-left override in a parameter's) goes out through
+`serve` with its descriptions withheld — name, types and annotations kept — audited once;
+tools with honest definitions are passed through as they are."""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from tests.conftest import TEST_SERVERS, audit_records, write
+from tests.gateway.test_gateway import PY, _session, texts
+
+
+def test_a_definition_hiding_text_reaches_the_client_without_it(
+    project: Path, isolated_home: Path
+) -> None:
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          hostile: {{command: {PY}, args: ["{TEST_SERVERS / "hostile.py"}"]}}
+        agents:
+          reader: {{allow: [hostile.sneaky, hostile.read]}}
+        policy: {{default: deny}}
+        """,
+    )
+
+    async def script(client: Any) -> dict[str, Any]:
+        first = await client.list_tools()
+        again = await client.list_tools()
+        called = await client.call_tool("hostile__sneaky", {"note": "hi"})
+        return {"tools": first.tools, "again": again.tools, "called": called}
+
+    seen = anyio.run(_session, project, isolated_home, script)
+    tools = {tool.name: tool for tool in seen["tools"]}
+    sneaky, honest = tools["hostile__sneaky"], tools["hostile__read"]
+    assert sneaky.description.startswith("(bundlectl withheld this description: it holds")
+    assert "ignore" not in sneaky.description  # what the tags spell never reaches the model
+    assert "description" not in sneaky.input_schema["properties"]["note"]
+    assert sneaky.input_schema["properties"]["note"]["type"] == "string"
+    shown = json.dumps([t.model_dump(mode="json") for t in seen["tools"]], ensure_ascii=False)
+    assert not [c for c in shown if unicodedata.category(c) == "Cf"]
+    assert honest.description == "The text at `path`, or what the OS said."
+    assert texts(seen["called"]) == ["noted"]  # withheld from the model, still callable
+    withheld = [
+        r
+        for r in audit_records(isolated_home / "state" / "audit.jsonl")
+        if r["outcome"] == "withheld"
+    ]
+    assert [(r["server"], r["tool"]) for r in withheld] == [("hostile", "sneaky")]
