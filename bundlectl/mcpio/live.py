@@ -17,6 +17,7 @@ from bundlectl.mcpio import runner
 from bundlectl.mcpio.connect import connect
 from bundlectl.mcpio.session import list_all_tools
 from bundlectl.mcpio.target import Target
+from bundlectl.policy.descriptions import scan_tool
 
 
 @dataclass
@@ -29,10 +30,13 @@ class Drift:
     removed: list[str] = field(default_factory=list)  # declared, not offered
     changed: list[tuple[str, list[str]]] = field(default_factory=list)  # name, what differs
     live_count: int = 0
+    # What the live definitions tell the model that a reviewer should read (#60): tool, rule,
+    # what was found (the lint rules BCL601-604 and 606 on what the server says now).
+    told: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
-        return self.error is None and not (self.added or self.removed or self.changed)
+        return self.error is None and not (self.added or self.removed or self.changed or self.told)
 
 
 def compare(server: str, declared: list[ToolSpec], live: list[Any]) -> Drift:
@@ -58,6 +62,10 @@ def compare(server: str, declared: list[ToolSpec], live: list[Any]) -> Drift:
             what.append("annotations")
         if what:
             drift.changed.append((name, what))
+    for tool in live:
+        for hit in scan_tool(tool.name, tool.description or "", tool.input_schema):
+            if hit.rule != "BCL605":  # a link alone is for lint's info, not a difference
+                drift.told.append((tool.name, hit.rule, hit.message))
     return drift
 
 

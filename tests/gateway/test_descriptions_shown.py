@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 
-from tests.conftest import TEST_SERVERS, audit_records, write
+from tests.conftest import TEST_SERVERS, Run, audit_records, write
 from tests.gateway.test_gateway import PY, _session, texts
 
 
@@ -54,3 +54,22 @@ def test_a_definition_hiding_text_reaches_the_client_without_it(
         if r["outcome"] == "withheld"
     ]
     assert [(r["server"], r["tool"]) for r in withheld] == [("hostile", "sneaky")]
+
+
+def test_tools_live_says_what_the_live_definitions_tell_the_model(project: Path, run: Run) -> None:
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          hostile: {{command: {PY}, args: ["{TEST_SERVERS / "hostile.py"}"]}}
+        """,
+    )
+    done = run("tools", "--live", "--server", "hostile")
+    assert done.code == 1, done.err
+    assert (
+        "  ! sneaky: BCL601 holds characters a person cannot see: Unicode tags spelling" in done.out
+    )
+    found = json.loads(run("tools", "--live", "--server", "hostile", "--format", "json").out)
+    told = found["servers"]["hostile"]["descriptions"]
+    assert {(t["tool"], t["rule"]) for t in told} == {("sneaky", "BCL601")}

@@ -18,7 +18,7 @@ from bundlectl.errors import UsageError
 from bundlectl.mcpio import runner
 from bundlectl.mcpio.live import catalog_entry, catalogs, compare, survey
 from bundlectl.mcpio.target import Target
-from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, note, out
+from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, note, out, visible
 from bundlectl.policy.catalog import ToolRef, agent_row, search
 from bundlectl.policy.patterns import gateway_name
 from bundlectl.policy.rules import Rule
@@ -260,6 +260,7 @@ def _drift_json(d: Drift) -> dict[str, Any]:
         "added": d.added,
         "removed": d.removed,
         "changed": [{"tool": n, "differs": w} for n, w in d.changed],
+        "descriptions": [{"tool": n, "rule": r, "message": m} for n, r, m in d.told],
     }
 
 
@@ -270,7 +271,12 @@ def _print_drift(d: Drift) -> None:
     if d.clean:
         out(f"{d.server}: matches the declared catalog ({d.live_count} tools)")
         return
-    out(f"{d.server}: differs from the declared catalog")
+    if d.added or d.removed or d.changed:
+        out(f"{d.server}: differs from the declared catalog")
+    else:
+        out(f"{d.server}: matches the declared catalog ({d.live_count} tools), but read this:")
+    for name, rule, message in d.told:
+        out(f"  ! {visible(name)}: {rule} {message}")
     for name in d.added:
         out(f"  + {name} (offered, not declared)")
     for name in d.removed:
