@@ -78,6 +78,8 @@ class Export:
     absolute: bool = False  # the file lives outside the project: paths in it are absolute
     # The rules with argument conditions (labels): no client can express them (SPEC 10).
     conditional: list[str] = field(default_factory=list)
+    # Servers this machine cannot start as written (what each needs): the client cannot either.
+    cannot_start: list[str] = field(default_factory=list)
 
     @property
     def variables(self) -> list[str]:

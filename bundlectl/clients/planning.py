@@ -9,6 +9,7 @@ from typing import Any
 from bundlectl.clients.base import Export, ServerPlan
 from bundlectl.config.models import ServerSpec
 from bundlectl.config.secretscan import secret_variables
+from bundlectl.mcpio.launchers import as_exec_runs
 from bundlectl.resolve.resolved import Resolution
 from bundlectl.servers import builtin_of
 
@@ -44,6 +45,7 @@ def plan(resolution: Resolution, agent: str, live: Mapping[str, list[Any]] | Non
     secret_inputs = {need.name for need in resolution.merged.env if need.spec.secret}
     servers = []
     conditional: list[str] = []
+    cannot: list[str] = []
     for name, merged in resolution.merged.servers.items():
         spec = merged.spec
         if spec.disabled or not compiled.may_reach(name):
@@ -57,6 +59,9 @@ def plan(resolution: Resolution, agent: str, live: Mapping[str, list[Any]] | Non
         conditional.extend(
             f"{rule.label} ({rule.origin})" for rule in compiled.conditional_rules(name)
         )
+        spec, missing = as_exec_runs(spec)  # as `exec` starts it here (#56)
+        if missing is not None:
+            cannot.append(f"server {name!r} needs {missing} on this machine")
         secret = secret_variables([*spec.env.items(), *spec.headers.items()], secret_inputs)
         plan = ServerPlan(
             name,
@@ -70,4 +75,11 @@ def plan(resolution: Resolution, agent: str, live: Mapping[str, list[Any]] | Non
         )
         servers.append(plan)
     project = resolution.project
-    return Export(agent, servers, project.config_path, project.root, conditional=conditional)
+    return Export(
+        agent,
+        servers,
+        project.config_path,
+        project.root,
+        conditional=conditional,
+        cannot_start=cannot,
+    )

@@ -9,8 +9,10 @@ environment instead, so the bundle works offline and without uv. Anything else r
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -87,3 +89,19 @@ def needs(spec: ServerSpec) -> str:
             return f"nothing more: {release} is installed beside bundlectl and runs offline"
         return f"{_NEEDS['uvx']}; or `pip install {release}` beside bundlectl to run it offline"
     return _NEEDS.get(spec.command or "", f"the {spec.command!r} command on PATH")
+
+
+def as_exec_runs(spec: ServerSpec) -> tuple[ServerSpec, str | None]:
+    """The server's entry for a client's file, started as `exec` would start it on this
+    machine: as written when that works here (`uvx` on PATH: the portable form a team shares),
+    else a pinned release installed beside bundlectl from this environment (its console script,
+    else this Python); and, when this machine cannot start it at all, what it needs."""
+    pinned = pinned_uvx(spec.command or "", spec.args) if spec.transport == "stdio" else None
+    if pinned is None or shutil.which("uvx") is not None:
+        return spec, None
+    local = local_command(pinned)
+    if local is None:
+        return spec, needs(spec)
+    script = Path(sys.executable).parent / pinned.script
+    argv = [str(script), *pinned.args] if script.is_file() else local
+    return spec.model_copy(update={"command": argv[0], "args": argv[1:]}), None

@@ -810,3 +810,45 @@ def test_a_re_export_keeps_what_the_user_set_by_hand(exported: Path, run: Run) -
     settings["permissions"]["allow"].append("Bash(ls:*)")
     claude.write_text(json.dumps(settings, indent=2))
     assert run("export", "claude-code", "-a", "reader", "--via", "direct", "--check").code == 0
+
+
+def test_export_starts_a_server_as_exec_would_on_this_machine(
+    project: Path, run: Run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """#56: the code-review bundle pins `uvx mcp-server-git==V`; without uv, exec runs that
+    release from bundlectl's environment (`bundlectl[git]`), and so does the exported entry;
+    with uv on PATH the entry stays as written (the form a team shares); a release neither can
+    start is said."""
+    import shutil as _shutil
+
+    write(
+        project / "bundlectl.yaml",
+        """
+        version: 1
+        bundles: [code-review]
+        servers:
+          gone: {command: uvx, args: ["no-such-mcp-server==1.0.0"], tools: [{name: go}]}
+        agents:
+          rev: {allow: ["git.*", "gone.*"]}
+        policy: {default: deny}
+        """,
+    )
+    bare = tmp_path / "bare-bin"
+    bare.mkdir()
+    monkeypatch.setenv("PATH", f"{bare}")
+    assert _shutil.which("uvx") is None
+    done = run("export", "codex", "--agent", "rev")
+    assert done.code == 0, done.err
+    written = (project / ".codex" / "config.toml").read_text()
+    script = Path(sys.executable).parent / "mcp-server-git"
+    assert f'command = "{script}"' in written
+    assert (
+        "server 'gone' needs uv (uvx)" in done.err
+        and "pip install no-such-mcp-server==1.0.0" in done.err
+    )
+    (bare / "uvx").write_text("#!/bin/sh\n")
+    (bare / "uvx").chmod(0o755)
+    again = run("export", "codex", "--agent", "rev")
+    assert again.code == 0, again.err
+    assert 'command = "uvx"' in (project / ".codex" / "config.toml").read_text()
+    assert "needs uv" not in again.err

@@ -50,6 +50,8 @@ def run(
 
         catalogs = live_catalogs(unchecked(resolution, who), project.root)
     export = plan(resolution, who, catalogs)
+    for line in export.cannot_start:
+        err(f"note: {line}: the client will not start it either")
     target = (output or client.default_path(project.root)).absolute()
     export.absolute = absolute or not target.is_relative_to(project.root)
     managed = set(resolution.merged.servers)
