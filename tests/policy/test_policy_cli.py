@@ -98,6 +98,11 @@ def test_check_json_and_notes(configured: Path, run: Run) -> None:
         "error: 'no_dot' is not a qualified tool name",
         "hint: write SERVER.TOOL, for example files.read_file",
     ]
+    # Beside names that are fine, a malformed one is reported with them, not instead (#56).
+    mixed = run("policy", "check", "--agent", "reader", "gh.get_issue", "no_dot", "gh.typo")
+    assert mixed.code == 2
+    assert "gh.get_issue" in mixed.out and "gh.typo" in mixed.out
+    assert "error: 'no_dot' is not a qualified tool name" in mixed.err_lines
 
 
 def test_explain_names_winner_losers_chain_and_defaults(configured: Path, run: Run) -> None:

@@ -16,6 +16,7 @@ from bundlectl.output import (
     Lazy,
     RawJson,
     emit_json,
+    err,
     note,
     out,
     stream_json,
@@ -92,7 +93,15 @@ def check(
 ) -> int:
     """One line per tool; exit 0 when none is denied, 3 when any is. With `args`, each tool is
     decided on a call with those arguments (its rules' conditions checked)."""
-    names = [parse_tool_name(t) for t in tools]
+    names: list[tuple[str, str]] = []
+    malformed: list[tuple[str, UsageError]] = []  # reported with the rest, never alone (#56)
+    for given in tools:
+        try:
+            names.append(parse_tool_name(given))
+        except UsageError as exc:
+            malformed.append((given, exc))
+    if malformed and not names:
+        raise malformed[0][1]
     arguments = _arguments(args)
     resolution = _load(config)
     resolution.policy.require_listed([agent], unlisted=unlisted)
@@ -132,6 +141,7 @@ def check(
                     }
                     for d in decisions
                 ],
+                "errors": [{"tool": name, "error": e.message} for name, e in malformed],
             }
         )
     else:
@@ -152,6 +162,10 @@ def check(
                 "no one can confirm an ask rule here, so such a call is refused; --interactive "
                 "decides as if a person could (exit 3 while any call is refused)"
             )
+    for _, problem in malformed:
+        err(f"error: {problem.message}" + (f"\nhint: {problem.hint}" if problem.hint else ""))
+    if malformed:
+        return 2
     return 3 if any(d.effect == "deny" for d in decisions) else 0
 
 
