@@ -234,6 +234,17 @@ CallerOpt = Annotated[
 ]
 
 
+AgentsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--agent",
+        "-a",
+        help="Only these agents (repeatable).",
+        autocompletion=completion.agents,
+    ),
+]
+
+
 UnlistedOpt = Annotated[
     bool,
     typer.Option(

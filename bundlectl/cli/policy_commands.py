@@ -14,6 +14,7 @@ import typer
 from bundlectl.cli import completion
 from bundlectl.cli.app import (
     AgentOpt,
+    AgentsOpt,
     ApprovalIdArg,
     AuditFileOpt,
     ConfigOpt,
@@ -320,15 +321,7 @@ def policy_diff(
             "of another project.",
         ),
     ] = None,
-    agent: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--agent",
-            "-a",
-            help="Only these agents (repeatable).",
-            autocompletion=completion.agents,
-        ),
-    ] = None,
+    agent: AgentsOpt = None,
     config: ConfigOpt = None,
     fmt: Annotated[DiffFormat, typer.Option("--format", help="Output format.")] = (DiffFormat.text),
 ) -> int:
@@ -351,15 +344,7 @@ def policy_replay(
             help="The log to replay (default: this machine's audit log).",
         ),
     ] = None,
-    agent: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--agent",
-            "-a",
-            help="Only these agents (repeatable).",
-            autocompletion=completion.agents,
-        ),
-    ] = None,
+    agent: AgentsOpt = None,
     config: ConfigOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> int:
@@ -400,15 +385,7 @@ def policy_export(
 
 @policy_app.command("matrix")
 def policy_matrix(
-    agent: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--agent",
-            "-a",
-            help="Only these agents (repeatable).",
-            autocompletion=completion.agents,
-        ),
-    ] = None,
+    agent: AgentsOpt = None,
     unlisted: UnlistedOpt = False,
     config: ConfigOpt = None,
     fmt: Annotated[MatrixFormat, typer.Option("--format", help="Output format.")] = (

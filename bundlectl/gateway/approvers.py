@@ -326,7 +326,10 @@ class ApprovalsPage:
         page, nonce = _page("Signed in", body, "location.replace('/approvals');")
         answer = _html((page, nonce))
         session = self.approvers.opened(person)
-        answer.set_cookie(COOKIE, session, httponly=True, samesite="strict", path="/")
+        secure = request.url.scheme == "https"
+        answer.set_cookie(
+            COOKIE, session, httponly=True, samesite="strict", path="/", secure=secure
+        )
         answer.delete_cookie(SIGNING_IN, path="/approvals/callback")
         return answer
 
