@@ -21,7 +21,7 @@ import json
 import secrets
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -71,6 +71,8 @@ class Person:
 class _Session:
     csrf: str
     person: Person | None  # None: signed in with the approver token
+    claims: JsonObject | None = None  # a person's: matched again on every request
+    until: float | None = None  # a person's: when their ID token expires
 
 
 @dataclass
@@ -91,23 +93,35 @@ class Approvers:
             self.token = ""
         return self.opened(None)
 
-    def opened(self, person: Person | None) -> str:
-        """A new session (for `person`, whom their identity provider signed in)."""
+    def opened(self, person: Person | None, claims: JsonObject | None = None) -> str:
+        """A new session (for `person`, whom their identity provider signed in with `claims`:
+        good until their ID token expires)."""
         session = secrets.token_urlsafe(32)
-        self.sessions[session] = _Session(secrets.token_urlsafe(32), person)
+        expires = claims.get("exp") if claims is not None else None
+        until = float(expires) if isinstance(expires, int | float) else None
+        self.sessions[session] = _Session(secrets.token_urlsafe(32), person, claims, until)
         while len(self.sessions) > SESSIONS:
             del self.sessions[next(iter(self.sessions))]
         return session
 
+    def session(self, request: Request) -> _Session | None:
+        """The request's session while it holds (a person's ends when their ID token does)."""
+        key = request.cookies.get(COOKIE, "")
+        found = self.sessions.get(key)
+        if found is not None and found.until is not None and time.time() >= found.until:
+            del self.sessions[key]
+            return None
+        return found
+
     def csrf(self, request: Request) -> str | None:
         """The CSRF token of the request's session; None: not signed in."""
-        found = self.sessions.get(request.cookies.get(COOKIE, ""))
+        found = self.session(request)
         return found.csrf if found is not None else None
 
     def person(self, request: Request) -> Person | None:
         """The person the request's session was signed in for (None: the approver token's
         holder, or not signed in)."""
-        found = self.sessions.get(request.cookies.get(COOKIE, ""))
+        found = self.session(request)
         return found.person if found is not None else None
 
     def bearer(self, request: Request) -> bool:
@@ -182,6 +196,8 @@ class ApprovalsPage:
     log: Callable[[], Path] = field(default=lambda: log_path(userconfig.load().audit.path))
     people: Callable[[], People | None] = field(default=lambda: None)  # approvers as people
     signin: SignIn = field(default_factory=SignIn)
+    # The gateway's reload (an edited config or lock applies from this request on, here too)
+    refresh: Callable[[], Awaitable[None]] | None = None
 
     def routes(self) -> list[Route]:
         from starlette.routing import Route
@@ -229,9 +245,21 @@ class ApprovalsPage:
         return None, 401, "send Authorization: Bearer <the approver token, or your own token>"
 
     async def refused(self, request: Request) -> Response | None:
+        if self.refresh is not None:
+            await self.refresh()
         if not self.trusted(request):
             return _html(_page("Not allowed", "<p>Host or Origin not allowed.</p>"), 421)
-        if self.approvers.csrf(request) is not None or self.approvers.bearer(request):
+        session = self.approvers.session(request)
+        if session is not None and session.claims is not None:
+            # A person's sign-in holds only while they fit the approvers' match (a reload
+            # that takes them out of it ends what they may decide).
+            people = self.people()
+            person = people.person(session.claims)[0] if people is not None else None
+            if person is None:
+                body = "<p>You are no longer an approver here; sign in again.</p>"
+                return _html(_page("Not an approver", body), 403)
+            return None
+        if session is not None or self.approvers.bearer(request):
             return None
         if request.headers.get("authorization") and self.people() is not None:
             person, status, why = await self.approver(request)
@@ -325,7 +353,7 @@ class ApprovalsPage:
         )
         page, nonce = _page("Signed in", body, "location.replace('/approvals');")
         answer = _html((page, nonce))
-        session = self.approvers.opened(person)
+        session = self.approvers.opened(person, claims)
         secure = request.url.scheme == "https"
         answer.set_cookie(
             COOKIE, session, httponly=True, samesite="strict", path="/", secure=secure
@@ -436,6 +464,8 @@ class ApprovalsPage:
 
         if not self.trusted(request):
             return JSONResponse({"error": "Host or Origin not allowed"}, 421)
+        if self.refresh is not None:
+            await self.refresh()
         person, status, why = await self.approver(request)
         if person is None:
             return JSONResponse({"error": why}, status)

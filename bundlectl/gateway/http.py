@@ -416,6 +416,7 @@ def approvers_page(gate: Gate, access: Access, host: str) -> ApprovalsPage | Non
         project=lambda: str(hub.resolution.project.root),
         trusted=lambda request: trusted(request, host),
         people=people,
+        refresh=hub.refresh,
     )
 
 

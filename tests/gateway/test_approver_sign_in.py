@@ -150,6 +150,16 @@ def test_an_approver_signs_in_through_the_identity_provider_and_is_named_everywh
         _clicked(ana, By.ID, "approve-once")
         until(ana, lambda w: "ana@acme.example made this call" in text_of(w))
         assert open_store().get(held.id).status == "pending"  # type: ignore[union-attr]
+        # A sign-in holds only while its person fits the approvers' match: a reload that takes
+        # them out of it ends what they may decide, without waiting for their token to expire.
+        config = held_project / "bundlectl.yaml"
+        config.write_text(config.read_text().replace("[platform-approvers]", "[release-managers]"))
+
+        def refused(window: Any) -> bool:
+            window.get(f"{url}/approvals")
+            return "no longer an approver" in text_of(window)
+
+        until(ana, refused)
         # The way back from the provider is good once, and only in the browser that left.
         for replay in (back, f"{url}/approvals/callback?code=x&state=y"):
             with pytest.raises(urllib.error.HTTPError) as refused:
