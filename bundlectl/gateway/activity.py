@@ -108,7 +108,7 @@ def chart(per_day: dict[str, Counter[str]], days: list[str]) -> str:
 
 def document(body: str, title: str) -> str:
     """A page on its own (`audit summary --html`): the approvers' page's style, no script."""
-    from bundlectl.gateway.approvers import STYLE  # noqa: PLC0415 - its sibling; no cycle
+    from bundlectl.gateway.approvals_html import STYLE  # noqa: PLC0415 - its sibling; no cycle
 
     return (
         f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}"

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hmac
 import html
-import json
 import secrets
 import time
 import urllib.parse
@@ -29,17 +28,24 @@ from typing import TYPE_CHECKING
 from bundlectl.calls import userconfig
 from bundlectl.calls.approval import (
     SelfApproval,
-    decision_text,
     described,
-    progress_text,
     settle,
 )
 from bundlectl.calls.auditfile import lines, log_path, records
 from bundlectl.config.settings import seconds
 from bundlectl.gateway.activity import counted, rendered
+from bundlectl.gateway.approvals_html import (
+    DURATIONS,
+    HEADERS,
+    detail_page,
+    html_response,
+    list_page,
+    page,
+    row,
+    shown,
+)
 from bundlectl.gateway.signin import SignIn, SignInFailed
 from bundlectl.mcpio.requests import JsonObject
-from bundlectl.output import span_text, visible
 from bundlectl.policy.claims import why_not
 from bundlectl.state import Approval, StateError, Store, UnknownApproval
 
@@ -53,8 +59,6 @@ if TYPE_CHECKING:
 
 COOKIE = "bundlectl_approver"
 SIGNING_IN = "bundlectl_signing_in"  # binds a sign-in at the identity provider to one browser
-DURATIONS = ("15m", "1h", "8h", "1d")  # "Approve for ..." choices
-FOLD = 200  # characters of an argument's value shown before the rest is folded away
 SESSIONS = 64  # approver sessions kept; the oldest is dropped beyond that
 
 
@@ -229,7 +233,7 @@ class ApprovalsPage:
         except OSError:
             found = []
         body = '<p><a href="/approvals">← approvals</a></p>' + rendered(counted(found))
-        return _html(_page("Activity", body))
+        return html_response(page("Activity", body))
 
     async def approver(self, request: Request) -> tuple[Person | None, int, str]:
         """Who a request with a bearer token comes from: the approver token's holder, or a
@@ -248,7 +252,7 @@ class ApprovalsPage:
         if self.refresh is not None:
             await self.refresh()
         if not self.trusted(request):
-            return _html(_page("Not allowed", "<p>Host or Origin not allowed.</p>"), 421)
+            return html_response(page("Not allowed", "<p>Host or Origin not allowed.</p>"), 421)
         session = self.approvers.session(request)
         if session is not None and session.claims is not None:
             # A person's sign-in holds only while they fit the approvers' match (a reload
@@ -257,7 +261,7 @@ class ApprovalsPage:
             person = people.person(session.claims)[0] if people is not None else None
             if person is None:
                 body = "<p>You are no longer an approver here; sign in again.</p>"
-                return _html(_page("Not an approver", body), 403)
+                return html_response(page("Not an approver", body), 403)
             return None
         if session is not None or self.approvers.bearer(request):
             return None
@@ -271,7 +275,7 @@ class ApprovalsPage:
         people = self.people()
         offered = "".join(
             f'<p><a id="sign-in-{n}" href="/approvals/sign-in?issuer={n}">Sign in with '
-            f"{_shown(issuer.issuer)}</a></p>"
+            f"{shown(issuer.issuer)}</a></p>"
             for n, issuer in enumerate(people.signing_in if people is not None else [])
         )
         body = offered + (
@@ -279,7 +283,7 @@ class ApprovalsPage:
             "ui</code> printed, or <code>/approvals?token=...</code> with the gateway's "
             "<code>BUNDLECTL_APPROVER_TOKEN</code>.</p>"
         )
-        return _html(_page("Sign in", body), 401)
+        return html_response(page("Sign in", body), 401)
 
     async def signing_in(self, request: Request) -> Response:
         """To the identity provider: `?issuer=N` of those with a client_id (default the
@@ -287,7 +291,7 @@ class ApprovalsPage:
         from starlette.responses import RedirectResponse
 
         if not self.trusted(request):
-            return _html(_page("Not allowed", "<p>Host or Origin not allowed.</p>"), 421)
+            return html_response(page("Not allowed", "<p>Host or Origin not allowed.</p>"), 421)
         people = self.people()
         offered = people.signing_in if people is not None else []
         try:
@@ -297,12 +301,12 @@ class ApprovalsPage:
                 "<p>No identity provider to sign in with: give one of gateway.auth.issuers a "
                 "<code>client_id</code>, and policy.approvals.approvers a match.</p>"
             )
-            return _html(_page("Sign in", body), 404)
+            return html_response(page("Sign in", body), 404)
         assert people is not None
         try:
             where, state = await self.signin.start(issuer, _back(request, people))
         except SignInFailed as exc:
-            return _html(_page("Sign in", f"<p>{_shown(exc.message)}</p>"), 502)
+            return html_response(page("Sign in", f"<p>{shown(exc.message)}</p>"), 502)
         answer = RedirectResponse(where, status_code=303)
         # Lax: the identity provider's redirect back is a navigation from another site.
         answer.set_cookie(
@@ -320,39 +324,38 @@ class ApprovalsPage:
         """Back from the identity provider: the person its ID token names, signed in when they
         fit the approvers' match (a page that says why not, otherwise)."""
         if not self.trusted(request):
-            return _html(_page("Not allowed", "<p>Host or Origin not allowed.</p>"), 421)
+            return html_response(page("Not allowed", "<p>Host or Origin not allowed.</p>"), 421)
         again = '<p><a href="/approvals">Start again</a></p>'
         query = request.query_params
         if "error" in query:
             said = query["error"] + (
                 f" ({query['error_description']})" if "error_description" in query else ""
             )
-            return _html(
-                _page("Sign in", f"<p>The identity provider said: {_shown(said)}</p>{again}"), 401
+            return html_response(
+                page("Sign in", f"<p>The identity provider said: {shown(said)}</p>{again}"), 401
             )
         state, code = query.get("state", ""), query.get("code", "")
         bound = request.cookies.get(SIGNING_IN, "")
         people = self.people()
         if not state or not code or not hmac.compare_digest(state.encode(), bound.encode()):
             body = f"<p>This sign-in was not started in this browser, or it has expired.</p>{again}"
-            return _html(_page("Sign in", body), 400)
+            return html_response(page("Sign in", body), 400)
         if people is None:
-            return _html(_page("Sign in", "<p>Approvers are not people here.</p>"), 404)
+            return html_response(page("Sign in", "<p>Approvers are not people here.</p>"), 404)
         try:
             claims = await self.signin.redeemed(state, code, people.verifier)
         except SignInFailed as exc:
-            return _html(_page("Sign in", f"<p>{_shown(exc.message)}</p>{again}"), 401)
+            return html_response(page("Sign in", f"<p>{shown(exc.message)}</p>{again}"), 401)
         person, status, why = people.person(claims)
         if person is None:
-            return _html(_page("Not an approver", f"<p>{_shown(why)}</p>"), status)
+            return html_response(page("Not an approver", f"<p>{shown(why)}</p>"), status)
         # A page, not a redirect: the session cookie (SameSite=Strict) is sent with the next
         # request only when that request starts on this site.
         body = (
-            f"<p>Signed in as {_shown(person.name)}. "
+            f"<p>Signed in as {shown(person.name)}. "
             '<a id=continue href="/approvals">Continue to the approvals</a></p>'
         )
-        page, nonce = _page("Signed in", body, "location.replace('/approvals');")
-        answer = _html((page, nonce))
+        answer = html_response(page("Signed in", body, "location.replace('/approvals');"))
         session = self.approvers.opened(person, claims)
         secure = request.url.scheme == "https"
         answer.set_cookie(
@@ -376,14 +379,16 @@ class ApprovalsPage:
         if given is not None and self.trusted(request):
             session = self.approvers.sign_in(given)
             if session is None:
-                return _html(_page("Sign in", "<p>That token is not good (any more).</p>"), 401)
+                return html_response(
+                    page("Sign in", "<p>That token is not good (any more).</p>"), 401
+                )
             # The token leaves the address bar (and the history) at once.
             answer = RedirectResponse("/approvals", status_code=303)
             answer.set_cookie(COOKIE, session, httponly=True, samesite="strict", path="/")
             return answer
         if (no := await self.refused(request)) is not None:
             return no
-        return _html(_list_page(self.approvers.person(request)))
+        return html_response(list_page(self.approvers.person(request)))
 
     async def listed_json(self, request: Request) -> Response:
         from starlette.responses import JSONResponse
@@ -392,20 +397,20 @@ class ApprovalsPage:
             return no
         now = time.time()
         try:
-            rows = [_row(a, now) for a in self.store().listed(everything=True) if self.mine(a)]
+            rows = [row(a, now) for a in self.store().listed(everything=True) if self.mine(a)]
         except StateError as exc:
             return JSONResponse({"error": str(exc)}, 503)
         recent = [r for r in rows if r["status"] == "pending" or now - r["at"] < 3600]
-        return JSONResponse({"approvals": recent[::-1]}, headers=_HEADERS)
+        return JSONResponse({"approvals": recent[::-1]}, headers=HEADERS)
 
     async def one(self, request: Request) -> Response:
         if (no := await self.refused(request)) is not None:
             return no
         approval = self.found(request)
         if approval is None:
-            return _html(_page("Not found", "<p>No such approval request.</p>"), 404)
+            return html_response(page("Not found", "<p>No such approval request.</p>"), 404)
         csrf = self.approvers.csrf(request) or ""
-        return _html(_detail_page(approval, csrf))
+        return html_response(detail_page(approval, csrf))
 
     async def one_json(self, request: Request) -> Response:
         from starlette.responses import JSONResponse
@@ -415,7 +420,7 @@ class ApprovalsPage:
         approval = self.found(request)
         if approval is None:
             return JSONResponse({"error": "no such approval request"}, 404)
-        return JSONResponse(described(approval, time.time()), headers=_HEADERS)
+        return JSONResponse(described(approval, time.time()), headers=HEADERS)
 
     async def status_json(self, request: Request) -> Response:
         """A request's row as the page shows it (its texts through `visible`): what the
@@ -427,7 +432,7 @@ class ApprovalsPage:
         approval = self.found(request)
         if approval is None:
             return JSONResponse({"error": "no such approval request"}, 404)
-        return JSONResponse(_row(approval, time.time()), headers=_HEADERS)
+        return JSONResponse(row(approval, time.time()), headers=HEADERS)
 
     def _settle(
         self,
@@ -502,7 +507,7 @@ class ApprovalsPage:
         except StateError as exc:
             return JSONResponse({"error": str(exc)}, 503)
         settled = self.store().get(approval.id) or approval
-        return JSONResponse(described(settled, time.time()), headers=_HEADERS)
+        return JSONResponse(described(settled, time.time()), headers=HEADERS)
 
     async def decide(self, request: Request) -> Response:
         from starlette.responses import RedirectResponse
@@ -512,15 +517,15 @@ class ApprovalsPage:
         form = await request.form()
         csrf = self.approvers.csrf(request) or ""
         if not hmac.compare_digest(str(form.get("csrf", "")).encode(), csrf.encode()):
-            return _html(_page("Refused", "<p>The form is stale: reload the page.</p>"), 403)
+            return html_response(page("Refused", "<p>The form is stale: reload the page.</p>"), 403)
         approval = self.found(request)
         if approval is None:
-            return _html(_page("Not found", "<p>No such approval request.</p>"), 404)
+            return html_response(page("Not found", "<p>No such approval request.</p>"), 404)
         action = str(form.get("action", ""))
         span = str(form.get("for", "once"))
         reason = str(form.get("reason", "")).strip()
         if action not in ("approve", "deny") or (span != "once" and span not in DURATIONS):
-            return _html(_page("Refused", "<p>Unknown decision.</p>"), 400)
+            return html_response(page("Refused", "<p>Unknown decision.</p>"), 400)
         person = self.approvers.person(request)
         try:
             self._settle(
@@ -534,79 +539,12 @@ class ApprovalsPage:
             )
         except SelfApproval as exc:
             back = f'<p><a href="/approvals/{html.escape(approval.id)}">← the request</a></p>'
-            return _html(_page("Refused", f"<p>{_shown(exc.message)}</p>{back}"), 403)
+            return html_response(page("Refused", f"<p>{shown(exc.message)}</p>{back}"), 403)
         except UnknownApproval:
             pass  # decided, withdrawn or expired meanwhile: the page shows what it became
         except StateError as exc:
-            return _html(_page("Store unavailable", f"<p>{html.escape(str(exc))}</p>"), 503)
+            return html_response(page("Store unavailable", f"<p>{html.escape(str(exc))}</p>"), 503)
         return RedirectResponse(f"/approvals/{approval.id}", status_code=303)
-
-
-# No caching, no framing by another site.
-_HEADERS = {
-    "Cache-Control": "no-store",
-    "X-Frame-Options": "DENY",
-    "Referrer-Policy": "same-origin",  # no-referrer would make a form's Origin `null`
-}
-
-
-def _html(page: tuple[str, str], status: int = 200) -> Response:
-    """A page with its script's nonce: no other script runs in it, whatever a value holds."""
-    from starlette.responses import HTMLResponse
-
-    text, nonce = page
-    policy = (
-        f"default-src 'self'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; "
-        "img-src 'none'; frame-ancestors 'none'; form-action 'self'"
-    )
-    return HTMLResponse(text, status, headers={**_HEADERS, "Content-Security-Policy": policy})
-
-
-def _row(approval: Approval, now: float) -> JsonObject:
-    """A request as the page's script shows it: every text as `visible` makes it."""
-    b = approval.binding
-    state = approval.state(now)
-    return {
-        "id": approval.id,
-        "status": state,
-        "agent": visible(b.agent),
-        "tool": visible(b.qualified),
-        "rule": visible(approval.rule),
-        "age": span_text(now - approval.created),
-        "expires": span_text(approval.expires - now) if state == "pending" else "",
-        "decided_by": visible(approval.decided_by or ""),
-        "reason": visible(approval.reason or "", FOLD),
-        "decision": visible(decision_text(approval), FOLD),
-        "progress": visible(progress_text(approval), FOLD),
-        "at": approval.created,
-    }
-
-
-STYLE = """
-body{font:15px/1.45 system-ui,sans-serif;margin:2rem auto;max-width:64rem;padding:0 1rem;
-  color:#1d2430}
-h1{font-size:1.4rem}table{border-collapse:collapse;width:100%}
-th,td{text-align:left;padding:.4rem .6rem;border-bottom:1px solid #dde2ea;vertical-align:top}
-th{font-weight:600;color:#5a6472}code,pre{font:13px/1.4 ui-monospace,monospace}
-pre{background:#f4f6f9;padding:.6rem;border-radius:4px;white-space:pre-wrap;word-break:break-all}
-.pending{color:#8a5a00;font-weight:600}.approved{color:#1a7f37}.denied{color:#b42318}
-.muted{color:#6b7480}form{display:inline-block;margin:.4rem .8rem .4rem 0}
-button{font:inherit;padding:.35rem .9rem;border-radius:4px;border:1px solid #9aa4b2;cursor:pointer}
-button.ok{background:#1a7f37;color:#fff;border-color:#1a7f37}
-button.no{background:#b42318;color:#fff;border-color:#b42318}
-"""
-
-
-def _page(title: str, body: str, script: str = "") -> tuple[str, str]:
-    nonce = secrets.token_urlsafe(16)
-    text = (
-        "<!doctype html><html lang=en><head><meta charset=utf-8>"
-        f"<title>{_shown(title)} · bundlectl approvals</title>"
-        f"<style>{STYLE}</style></head><body>{body}"
-        + (f"<script nonce={nonce}>{script}</script>" if script else "")
-        + "</body></html>"
-    )
-    return text, nonce
 
 
 def _back(request: Request, people: People) -> str:
@@ -616,145 +554,3 @@ def _back(request: Request, people: People) -> str:
         parts = urllib.parse.urlsplit(people.public)
         return f"{parts.scheme}://{parts.netloc}/approvals/callback"
     return f"{request.url.scheme}://{request.url.netloc}/approvals/callback"
-
-
-def _list_page(person: Person | None) -> tuple[str, str]:
-    who = f"Signed in as <strong id=me>{_shown(person.name)}</strong> · " if person else ""
-    body = (
-        f'<p class=muted>{who}<a href="/activity">Activity →</a></p>'
-        "<h1>Calls waiting for approval</h1>"
-        "<p class=muted id=note>Loading…</p>"
-        "<table><thead><tr><th>Agent</th><th>Tool</th><th>Asked by</th><th>Age</th>"
-        "<th>Status</th></tr></thead><tbody id=rows></tbody></table>"
-    )
-    return _page("Calls waiting", body, _LIST_SCRIPT)
-
-
-# The list, refreshed every second: every value set as text, never as markup.
-_LIST_SCRIPT = """
-const rows = document.getElementById('rows'), note = document.getElementById('note');
-const shown = new Map();  // request id -> its row, kept: a refresh updates it in place
-function set(td, text, cls) {
-  if (td.textContent !== text) td.textContent = text;
-  if (cls !== undefined && td.className !== cls) td.className = cls;
-}
-function row(a) {
-  let tr = shown.get(a.id);
-  if (!tr) {
-    tr = document.createElement('tr'); tr.dataset.id = a.id;
-    for (let i = 0; i < 5; i++) tr.appendChild(document.createElement('td'));
-    const link = document.createElement('a');
-    link.href = '/approvals/' + encodeURIComponent(a.id);
-    tr.children[1].appendChild(link);
-    shown.set(a.id, tr);
-  }
-  const cells = tr.children;
-  set(cells[0], a.agent); set(cells[1].firstChild, a.tool);
-  set(cells[2], a.rule, 'muted'); set(cells[3], a.age);
-  let status = a.status;
-  if (a.status === 'pending') {
-    status += ' (expires in ' + a.expires + ')' + (a.progress ? ', ' + a.progress : '');
-  }
-  else if (a.decision && !a.decision.startsWith(a.status)) status += ': ' + a.decision;
-  else if (a.decision) status = a.decision;
-  set(cells[4], status, a.status);
-  return tr;
-}
-async function refresh() {
-  try {
-    const got = await fetch('/approvals/requests.json', {cache: 'no-store'});
-    if (!got.ok) { note.textContent = 'Signed out or unavailable: ' + got.status; return; }
-    const data = await got.json(), now = data.approvals.map(row);
-    const ids = new Set(data.approvals.map(a => a.id));
-    for (const id of [...shown.keys()]) {
-      if (!ids.has(id)) { shown.get(id).remove(); shown.delete(id); }
-    }
-    // Rows are moved only when the order changed: a row a person is about to click stays.
-    if (now.some((tr, i) => rows.children[i] !== tr)) rows.replaceChildren(...now);
-    const waiting = data.approvals.filter(a => a.status === 'pending').length;
-    note.textContent = waiting ? waiting + ' call(s) waiting' : 'No calls are waiting.';
-  } catch (e) { note.textContent = 'Cannot reach the gateway: ' + e; }
-}
-refresh(); setInterval(refresh, 1000);
-"""
-
-
-def _value(value: object) -> str:
-    """One argument's value as formatted JSON, a long one folded after `FOLD` characters."""
-    raw = json.dumps(value, ensure_ascii=False, indent=2)
-    # JSON breaks lines only between members (it escapes a value's own line breaks).
-    text = "\n".join(visible(line) for line in raw.split("\n"))
-    if len(text) <= FOLD:
-        return f"<pre>{html.escape(text)}</pre>"
-    return (
-        f"<details><summary><code>{_shown(text, FOLD, size=len(raw))}</code></summary>"
-        f"<pre>{html.escape(text)}</pre></details>"
-    )
-
-
-def _shown(text: str, fold: int | None = None, *, size: int | None = None) -> str:
-    """Text an agent, a server or a person wrote, as HTML: `visible`, then escaped."""
-    return html.escape(visible(text, fold, size=size))
-
-
-def _detail_page(approval: Approval, csrf: str) -> tuple[str, str]:
-    now = time.time()
-    b = approval.binding
-    state = approval.state(now)
-    try:
-        arguments = json.loads(approval.shown)
-    except ValueError:
-        arguments = approval.shown
-    if isinstance(arguments, dict) and arguments:
-        shown = "".join(
-            f"<tr><th><code>{_shown(str(k))}</code></th><td>{_value(v)}</td></tr>"
-            for k, v in arguments.items()
-        )
-        args = f"<table>{shown}</table>"
-    else:
-        args = _value(arguments)
-    e = _shown
-    token = f'<input type=hidden name=csrf value="{e(csrf)}">'
-    options = "".join(f"<option value={d}>{d}</option>" for d in DURATIONS)
-    forms = (
-        f"<div id=decide {'' if state == 'pending' else 'hidden'}>"
-        f"<form method=post>{token}<input type=hidden name=action value=approve>"
-        "<button class=ok id=approve-once>Approve once</button></form>"
-        f"<form method=post>{token}<input type=hidden name=action value=approve>"
-        f'<select name=for aria-label="for how long">{options}</select> '
-        "<button id=approve-for>Approve for…</button></form>"
-        f"<form method=post>{token}<input type=hidden name=action value=deny>"
-        '<input name=reason placeholder="reason (shown to the caller)" size=32> '
-        "<button class=no id=deny>Deny</button></form></div>"
-    )
-    decided = decision_text(approval) or progress_text(approval)
-    body = (
-        '<p><a href="/approvals">← all requests</a></p>'
-        f"<h1>Agent <code>{e(b.agent)}</code> wants to call <code>{e(b.qualified)}</code></h1>"
-        f'<p>Status: <strong id=status class="{e(state)}">{e(state)}</strong> '
-        f"<span id=decided class=muted>{e(decided)}</span></p>"
-        f"<table><tr><th>Request</th><td><code>{e(approval.id)}</code></td></tr>"
-        f"<tr><th>Asked by</th><td>{e(approval.rule)}</td></tr>"
-        f"<tr><th>Requested</th><td>{e(span_text(now - approval.created))} ago</td></tr>"
-        f"<tr><th>Arguments</th><td class=muted>{e(b.digest[:23])}…; secrets shown as "
-        "<code>${NAME}</code></td></tr></table>"
-        f"<h2>Arguments</h2>{args}{forms}"
-    )
-    script = _DETAIL_SCRIPT.replace("ID", json.dumps(approval.id))
-    return _page(f"{b.qualified} for {b.agent}", body, script)
-
-
-# A request's status, refreshed every second: a decision made elsewhere shows up.
-_DETAIL_SCRIPT = """
-const id = ID;
-async function refresh() {
-  const got = await fetch('/approvals/' + encodeURIComponent(id) + '/status.json',
-                          {cache: 'no-store'});
-  if (!got.ok) return;
-  const a = await got.json(), status = document.getElementById('status');
-  status.textContent = a.status; status.className = a.status;
-  document.getElementById('decided').textContent = a.decision || a.progress;
-  document.getElementById('decide').hidden = a.status !== 'pending';
-}
-setInterval(refresh, 1000);
-"""
