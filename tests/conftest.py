@@ -223,6 +223,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     _throwaway_home(config)
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        _fork_server()
     if not hasattr(config, "workerinput"):  # once, in the process that runs the workers
         _bytecode()
         if getattr(config.option, "numprocesses", None):
@@ -239,6 +241,46 @@ def pytest_configure(config: pytest.Config) -> None:
 
     settings.register_profile("bundlectl", derandomize=True, database=None, deadline=None)
     settings.load_profile("bundlectl")
+
+
+def _fork_server() -> None:
+    """The test servers' fork server (tests/servers/_forkserver.py says why), one for every
+    pytest process of this checkout and environment: started by the first, kept while any of
+    them lives (each registers its pid)."""
+    import fcntl
+    import socket
+
+    sys.path.insert(0, str(TEST_SERVERS))
+    try:
+        from _forkserver import place
+    finally:
+        sys.path.remove(str(TEST_SERVERS))
+    folder = place()
+    (folder / "users").mkdir(parents=True, exist_ok=True)
+    (folder / "users" / str(os.getpid())).touch()
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(folder / "socket"))
+            return  # running
+        except OSError:
+            pass
+        finally:
+            probe.close()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_")}
+        subprocess.Popen(
+            [sys.executable, str(TEST_SERVERS / "_forkserver.py"), str(folder)],
+            cwd=TEST_SERVERS,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 30
+        while not (folder / "socket").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 def _rewritten_tests(config: pytest.Config) -> None:

@@ -5,6 +5,9 @@ pyproject.toml) so that `bundlectl serve` and the console script count. A test s
 bundlectl, yet tracing it — above all its import of the MCP SDK — costs ~0.4 s of CPU a start,
 and the suite starts hundreds: coverage stops here, before those imports. Only in a process
 whose main script is a test server: a test that imports one (test_pinning) stays measured.
+
+Such a process then hands itself over to the fork server when one runs (`_forkserver.py`): the
+server runs in a warm copy that already imported the SDK, on this process's pipes.
 """
 
 import sys
@@ -17,3 +20,9 @@ if "coverage" in sys.modules and Path(_main).resolve().parent == Path(__file__).
     _current = coverage.Coverage.current()
     if _current is not None:
         _current.stop()
+
+if Path(_main).resolve().parent == Path(__file__).resolve().parent:
+    from _forkserver import SERVERS, hand_over
+
+    if Path(_main).name in SERVERS:  # a server started as a script: run it forked, warm
+        hand_over()
