@@ -8,8 +8,9 @@ own command line, environment, folder and pipes), and `_unmeasured`, which every
 imports first, calls `hand_over()`: that process — the launcher — passes its stdin, stdout and
 stderr, arguments, folder, environment and resource limits over a Unix socket, and the fork
 server forks a copy that runs the script with them. The launcher stays as the server's process
-for whoever started it: a signal it gets is passed on, and it exits as the server did (its code,
-or the same signal). The copy is killed when the launcher dies, however it dies.
+for whoever started it: a signal it gets is passed on, it exits as the server did (its code, or
+the same signal), and the copy's `os.getpid()` names it. The copy is killed when the launcher
+dies, however it dies.
 
 Nothing is handed over — the launcher runs the server itself, as before — when no fork server
 runs, or when the launcher is not in the fork server's namespaces (a server in bundlectl's
@@ -95,6 +96,7 @@ def hand_over() -> None:
         sock.close()
         return  # sandboxed (or a stale fork server): start here
     request = {
+        "pid": os.getpid(),
         "argv": sys.argv,
         "path0": sys.path[0],
         "cwd": os.getcwd(),
@@ -268,7 +270,7 @@ def _watch(conn: socket.socket, pid: int) -> dict[str, int]:
 
 def _run(request: dict[str, object], fds: list[int]) -> None:
     """The copy: become the launcher's test server, and run its script."""
-    code, by_signal = 0, 0
+    code, by_signal, own = 0, 0, os.getpid()
     try:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
@@ -302,6 +304,10 @@ def _run(request: dict[str, object], fds: list[int]) -> None:
         sys.argv = [str(a) for a in argv]
         sys.path[0] = str(request["path0"])
         sys._forkserver_copy = True  # type: ignore[attr-defined]
+        # The server's process, as whoever started it knows it, is the launcher: a pid the
+        # server records (KITCHEN_STARTS) is the one that is signalled, and gone when it ends.
+        launcher = int(request["pid"])  # type: ignore[call-overload]
+        os.getpid = lambda: launcher
         import runpy
 
         runpy.run_path(sys.argv[0], run_name="__main__")
@@ -326,7 +332,7 @@ def _run(request: dict[str, object], fds: list[int]) -> None:
         pass
     if by_signal:
         signal.signal(by_signal, signal.SIG_DFL)
-        os.kill(os.getpid(), by_signal)
+        os.kill(own, by_signal)
     os._exit(code)
 
 
