@@ -94,7 +94,7 @@ def config_md() -> str:
         "",
         "Every key of the three files bundlectl reads, generated from the models (the same",
         "models give `schemas/*.schema.json`, which editors use to complete and check them).",
-        "The meaning of the policy is in the README and SPEC 3; names are lowercase letters,",
+        "The meaning of the policy is in [Writing policy](policy.md); names are lowercase letters,",
         "digits, `-` and `_`.",
         "",
     ]

@@ -4,8 +4,13 @@ bundle workflow of docs/bundles.md works as written."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import REPO, Run, write
 
@@ -90,3 +95,66 @@ def test_every_test_docs_security_names_exists() -> None:
         elif function and not re.search(rf"^(async )?def {function}\(", target.read_text(), re.M):
             missing.append(f"{path}::{function}")
     assert missing == []
+
+
+def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
+    """mkdocs.yml's site: every page in the nav, every link and anchor resolves (strict)."""
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr[-4000:]
+    assert (tmp_path / "site" / "getting-started" / "index.html").exists()
+
+
+def test_the_readme_stays_a_front_door() -> None:
+    """README.md is the way in (at most ~200 lines); the rest is in the guides under docs/."""
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    linked = set(re.findall(r"\]\(docs/([a-z-]+\.md)\)", text))
+    nav = set(re.findall(r": ([a-z-]+\.md)$", (REPO / "mkdocs.yml").read_text(), re.MULTILINE))
+    assert nav - {"index.md"} <= linked, f"guides the README does not link: {nav - linked}"
+
+
+RUNNABLE = re.compile(r"<!-- runnable -->\n```sh\n(.*?)```", re.DOTALL)
+EXPECTED = re.compile(r"#.*?\bexit (\d+)")
+
+
+def runnable_blocks(path: Path) -> list[str]:
+    """The lines of the `sh` blocks marked `<!-- runnable -->`, in order."""
+    return [
+        line
+        for block in RUNNABLE.findall(path.read_text())
+        for line in block.splitlines()
+        if line.strip()
+    ]
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md"])
+def test_the_runnable_blocks_of_the_docs_run_as_written(tmp_path: Path, page: str) -> None:
+    """Each line of a runnable block runs in an empty folder with a fresh HOME, in order, and
+    exits as its comment says (`# exit 3`; 0 without one). The README's run where its Quick
+    start leaves the reader: in `demo/`, after the main command's steps there."""
+    lines = runnable_blocks(REPO / page)
+    assert lines, f"{page} has no runnable block"
+    folder, home = tmp_path / "demo", tmp_path / "home"
+    folder.mkdir()
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "BUNDLECTL_", "COV"))}
+    env["HOME"] = str(home)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    if page == "README.md":
+        text = (REPO / "README.md").read_text()
+        main = re.search(r"<!-- main command -->\n```sh\n(.*?)\n```", text, re.DOTALL)
+        assert main and "cd demo && " in main.group(1)
+        lines = [main.group(1).split("cd demo && ", 1)[1], *lines]
+    for line in lines:
+        ran = subprocess.run(
+            ["bash", "-c", line], cwd=folder, env=env, capture_output=True, text=True, check=False
+        )
+        said = EXPECTED.search(line)
+        expected = int(said.group(1)) if said else 0
+        assert ran.returncode == expected, f"{line}\n{ran.stdout}{ran.stderr}"

@@ -61,7 +61,7 @@ Rule = Annotated[
 
 
 class ConditionalRule(BaseModel):
-    """A rule that covers only the calls whose arguments meet its conditions (SPEC 10)."""
+    """A rule that covers only the calls whose arguments meet its conditions (docs/policy.md)."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
 

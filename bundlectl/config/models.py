@@ -119,7 +119,7 @@ class TokenExchange(StrictModel):
 
 
 class ServerAuth(StrictModel):
-    """How bundlectl signs in to a remote server with OAuth (SPEC 12): absent, everything is
+    """How bundlectl signs in to a remote server with OAuth (docs/team.md): absent, everything is
     discovered from the server's 401 and the client registers itself (dynamic registration).
     With `exchange`, each call carries a token made for its caller (`serve` over HTTP with
     `gateway.auth.issuers`); client_id and client_secret are then the gateway's client at the
@@ -369,7 +369,7 @@ class ProjectConfig(StrictModel):
     )
     lint: LintSettings = Field(default_factory=LintSettings, description="Lint settings.")
     privacy: PrivacySettings = Field(
-        default_factory=PrivacySettings, description="Tokenization of personal data (SPEC 9)."
+        default_factory=PrivacySettings, description="Tokenization of personal data (docs/codemode.md)."
     )
     state: StateSettings | None = Field(
         default=None,

@@ -59,7 +59,7 @@ def option_seconds(text: str, option: str, examples: str = "15m, 1h or 7d") -> f
 
 
 class ApprovalNotify(StrictModel):
-    """Where new approval requests are announced (SPEC 11)."""
+    """Where new approval requests are announced (docs/team.md)."""
 
     url: str = Field(
         pattern=r"^(https?://|\$\{)",
@@ -84,7 +84,7 @@ class ApproverSettings(StrictModel):
 
 
 class ApprovalSettings(StrictModel):
-    """Out-of-band approvals (SPEC 11): a call an `ask` rule holds that no one can confirm where
+    """Out-of-band approvals (docs/team.md): a call an `ask` rule holds that no one can confirm where
     it was made waits for an approver (`bundlectl approvals approve ID`)."""
 
     ttl: Duration = Field(
@@ -121,7 +121,7 @@ ToolClass = Literal["read-only", "destructive", "open-world"]
 
 
 class LimitRule(StrictModel):
-    """A quota (SPEC 11): how many calls the matching agents may make of the matching tools per
+    """A quota (docs/team.md): how many calls the matching agents may make of the matching tools per
     window. Each agent is counted on its own; a call over any limit is refused before anything
     starts."""
 
@@ -153,7 +153,7 @@ class LimitRule(StrictModel):
 
 
 class StateSettings(StrictModel):
-    """Where held calls, approvals and quota counters live (SPEC 11)."""
+    """Where held calls, approvals and quota counters live (docs/team.md)."""
 
     url: str = Field(
         pattern=r"^(redis|rediss|unix)://",
@@ -230,7 +230,7 @@ class PolicySettings(StrictModel):
 
     default: Literal["allow", "deny"] = Field(
         default="allow",
-        description="What agents not listed under `agents` get (absent: allow, as agix does).",
+        description="What agents not listed under `agents` get (absent: allow).",
     )
     deny: list[RuleEntry] = Field(
         default_factory=empty_list,
@@ -411,7 +411,7 @@ def _signing_default() -> list[SigningAlgorithm]:
 
 class TokenIssuer(StrictModel):
     """An OIDC provider or OAuth authorization server whose access tokens (JWTs) the gateway
-    accepts (SPEC 12)."""
+    accepts (docs/gateway.md)."""
 
     issuer: IssuerUrl = Field(description="Its `iss`, exactly as the tokens carry it.")
     audience: list[str] = Field(
