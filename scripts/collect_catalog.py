@@ -3,9 +3,10 @@
     python scripts/collect_catalog.py -- npx -y @modelcontextprotocol/server-github@2025.4.8
     python scripts/collect_catalog.py --builtin files
 
-Used to write the `tools:` lists of the built-in manifests from what the servers really expose.
-A project's own servers: `bundlectl tools --live --record` writes their catalogs into
-bundlectl.yaml.
+Used to write the `tools:` lists of the built-in manifests from what the servers really expose
+(the maintainers' tool: their comments name the command that collected each). Bundle authors:
+`bundlectl registry catalog MANIFEST` writes the catalogs into a manifest; a project's own
+servers: `bundlectl tools --live --record` writes theirs into bundlectl.yaml.
 """
 
 from __future__ import annotations
@@ -43,8 +44,14 @@ async def collect(command: list[str]) -> list[dict[str, object]]:
 
 def main() -> None:
     args = sys.argv[1:]
-    if args and args[0] == "--":
+    if not args or args[0] in ("-h", "--help"):
+        print((__doc__ or "").strip())
+        sys.exit(0 if args else 2)
+    if args[0] == "--":
         args = args[1:]
+    if not args or (args[0] == "--builtin" and len(args) != 2):
+        print("usage: collect_catalog.py -- COMMAND [ARG...] | --builtin NAME", file=sys.stderr)
+        sys.exit(2)
     tools = anyio.run(collect, args)
     yaml = YAML()
     yaml.width = 100

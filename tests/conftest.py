@@ -269,7 +269,7 @@ def _fork_server() -> None:
         finally:
             probe.close()
         env = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_")}
-        subprocess.Popen(
+        subprocess.run(  # it detaches at once
             [sys.executable, str(TEST_SERVERS / "_forkserver.py"), str(folder)],
             cwd=TEST_SERVERS,
             env=env,
@@ -277,6 +277,7 @@ def _fork_server() -> None:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            check=False,
         )
         deadline = time.monotonic() + 30
         while not (folder / "socket").exists() and time.monotonic() < deadline:

@@ -39,6 +39,14 @@ HELP: dict[str, tuple[list[str], str]] = {
     "schema": (["bundlectl schema --out schemas", "bundlectl schema --check"], _CHECKS),
     "registry add": (["bundlectl registry add weather/1.0.0.yaml"], _READS),
     "registry list": (["bundlectl registry list"], _READS),
+    "registry catalog": (
+        [
+            "bundlectl registry catalog weather/1.0.0.yaml",
+            "bundlectl registry catalog weather/1.0.0.yaml --server weather",
+        ],
+        "0 written; 2 bad usage or a manifest with problems (each with its position); 5 a "
+        "server could not start or be asked",
+    ),
     "registry build": (
         ["bundlectl registry build team-registry", "bundlectl registry build src --out public"],
         _READS,

@@ -201,6 +201,20 @@ def registry_add(
     return cmd.add(path, fmt=fmt)
 
 
+@registry_app.command("catalog")
+def registry_catalog(
+    path: Annotated[Path, typer.Argument(metavar="MANIFEST", help="A bundle manifest file.")],
+    server: Annotated[
+        list[str] | None,
+        typer.Option("--server", help="Only this server of the manifest (repeatable)."),
+    ] = None,
+) -> int:
+    """Start a manifest's servers and write the tools they offer into it as `tools:` catalogs."""
+    from bundlectl.cli.commands import registry as cmd
+
+    return cmd.catalog(path, servers=server or [])
+
+
 @registry_app.command("build")
 def registry_build(
     folder: Annotated[

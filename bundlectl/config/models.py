@@ -369,7 +369,8 @@ class ProjectConfig(StrictModel):
     )
     lint: LintSettings = Field(default_factory=LintSettings, description="Lint settings.")
     privacy: PrivacySettings = Field(
-        default_factory=PrivacySettings, description="Tokenization of personal data (docs/codemode.md)."
+        default_factory=PrivacySettings,
+        description="Tokenization of personal data (docs/codemode.md).",
     )
     state: StateSettings | None = Field(
         default=None,

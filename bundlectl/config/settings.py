@@ -84,8 +84,8 @@ class ApproverSettings(StrictModel):
 
 
 class ApprovalSettings(StrictModel):
-    """Out-of-band approvals (docs/team.md): a call an `ask` rule holds that no one can confirm where
-    it was made waits for an approver (`bundlectl approvals approve ID`)."""
+    """Out-of-band approvals (docs/team.md): a call an `ask` rule holds that no one can confirm
+    where it was made waits for an approver (`bundlectl approvals approve ID`)."""
 
     ttl: Duration = Field(
         default="15m", description="How long a held call waits for an approver before it expires."

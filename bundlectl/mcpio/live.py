@@ -89,6 +89,18 @@ async def survey(
     return [results[t.name] for t in targets]
 
 
+def changes(server: str, declared: list[ToolSpec], live: list[Any]) -> str:
+    """What recording the live catalog over `declared` changes, as `lock` says it: tools added,
+    removed, and changed (with what changed of each)."""
+    if not declared:
+        return "new"
+    drift = compare(server, declared, live)
+    said = [f"added {', '.join(drift.added)}"] if drift.added else []
+    said += [f"removed {', '.join(drift.removed)}"] if drift.removed else []
+    said += [f"changed {name} ({', '.join(what)})" for name, what in drift.changed]
+    return "; ".join(said) or "no change"
+
+
 def catalog_entry(tool: Any) -> dict[str, Any]:
     """A live tool (the SDK's `Tool`) as an entry of a `tools:` catalog (`ToolSpec`'s form)."""
     entry: dict[str, Any] = {"name": tool.name}

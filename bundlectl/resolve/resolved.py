@@ -20,7 +20,7 @@ from bundlectl.config.lockfile import digest_json, dump_lock, locked_tools
 from bundlectl.config.models import LockedBundle, LockedServer, LockFile, ProjectConfig
 from bundlectl.config.project import Project
 from bundlectl.config.requirements import requirement_name
-from bundlectl.errors import InputFileError, ResolutionError, UsageError
+from bundlectl.errors import InputFileError, UsageError
 from bundlectl.policy.catalog import Catalog, ToolRef
 from bundlectl.policy.engine import Policy
 from bundlectl.policy.inheritance import canonical_policy, check_extends
@@ -162,8 +162,8 @@ def resolve_project(
         if problems:
             raise InputFileError(problems, hint="fix the registries and run the command again")
         unknown = project.unknown_bundles()
-        if unknown:
-            raise ResolutionError(unknown[0].render(), problems=unknown)
+        if unknown:  # the file names what is not there: bad input (exit 2), every one listed
+            raise InputFileError(unknown)
     prefer: dict[str, Version] = {}
     if use_lock and project.lock is not None:
         prefer = {name: Version(b.version) for name, b in project.lock.bundles.items()}

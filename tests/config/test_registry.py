@@ -1,11 +1,13 @@
 """Registry sources, precedence, identity checks and publishing."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from bundlectl.config import paths
-from tests.conftest import Run, make_registry, write
+from tests.conftest import REPO, TEST_SERVERS, Run, load_yaml, make_registry, write
 
 
 def test_project_registry_wins_over_user_and_builtin_without_mixing(
@@ -150,7 +152,7 @@ def test_missing_project_registry_is_an_error_at_its_entry(project: Path, run: R
 def test_unknown_bundles_have_positions_in_resolve_as_in_lint(project: Path, run: Run) -> None:
     write(project / "bundlectl.yaml", "version: 1\nbundles:\n  - basic\n  - githib>=1\n")
     result = run("resolve")
-    assert result.code == 1
+    assert result.code == 2  # bad input (SPEC 4.1), as any other problem of the file
     assert result.err_lines == [
         "error: bundlectl.yaml:4:5: bundles[1]: no bundle named 'githib' in any registry",
         "  hint: did you mean github?",
@@ -197,3 +199,63 @@ def test_a_published_copy_of_a_builtin_bundle_is_named_as_the_change(
     assert "~ basic 1.1.0 (builtin) -> 1.1.0 (user)" in relocked.out
     assert "hides the built-in bundle 'basic'" in relocked.err
     assert run("lock", "--check").code == 0
+
+
+def test_registry_catalog_writes_the_tools_a_manifests_servers_offer(
+    tmp_path: Path, run: Run
+) -> None:
+    """A bundle author's catalog comes from the running server: `registry catalog` starts the
+    manifest's servers, writes what they offer into it (comments kept, a stale entry gone) and
+    says what changed; the result lints clean. A server that cannot start changes nothing."""
+    manifest = write(
+        tmp_path / "kitchen" / "1.0.0.yaml",
+        f"""
+        # our team's kitchen bundle
+        name: kitchen
+        version: 1.0.0
+        description: Everything a server can send
+        servers:
+          kitchen:   # the real one
+            command: {sys.executable}
+            args: ["{TEST_SERVERS / "kitchen.py"}"]
+            tools:
+              - {{name: stale, description: gone, input_schema: {{type: object}}}}
+          broken:
+            command: {tmp_path / "no-such-server"}
+        """,
+    )
+    refused = run("registry", "catalog", str(manifest), "--server", "kitchn")
+    assert refused.code == 2
+    assert refused.err_lines[-1] == "hint: its servers: kitchen, broken"
+    before = manifest.read_text()
+    failed = run("registry", "catalog", str(manifest))
+    assert failed.code == 5, failed.err
+    assert manifest.read_text() == before  # nothing written when a server cannot be asked
+
+    done = run("registry", "catalog", str(manifest), "--server", "kitchen")
+    assert done.code == 0, done.err
+    said = done.err_lines[0]
+    assert said.startswith("recorded 26 tool(s) of kitchen (added add, ") and said.endswith(
+        "; removed stale)"
+    )
+    text = manifest.read_text()
+    assert "# our team's kitchen bundle" in text and "# the real one" in text
+    tools = {t["name"]: t for t in load_yaml(manifest)["servers"]["kitchen"]["tools"]}
+    assert "stale" not in tools and tools["echo"]["description"] == "Repeat text."
+    assert tools["echo"]["input_schema"]["required"] == ["text"]
+    linted = run("lint", str(manifest))
+    assert linted.code == 0, linted.out
+    again = run("registry", "catalog", str(manifest), "--server", "kitchen")
+    assert again.err_lines[0] == "recorded 26 tool(s) of kitchen (no change)"
+
+
+def test_the_maintainers_catalog_script_answers_help() -> None:
+    script = REPO / "scripts" / "collect_catalog.py"
+    helped = subprocess.run(
+        [sys.executable, str(script), "--help"], capture_output=True, text=True, check=False
+    )
+    assert helped.returncode == 0 and "registry catalog MANIFEST" in helped.stdout
+    bare = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, check=False
+    )
+    assert bare.returncode == 2 and "Traceback" not in bare.stderr

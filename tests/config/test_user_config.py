@@ -165,7 +165,7 @@ def test_a_bad_user_file_is_an_error_with_its_position_and_a_way_out(
     assert run("--no-user-config", "resolve").code == 0
     write(user_file, "version: 1\nbundles: [githib]\n")
     typo = run("resolve")
-    assert typo.code == 1 and "config/bundlectl.yaml:2:11" in typo.err
+    assert typo.code == 2 and "config/bundlectl.yaml:2:11" in typo.err
     assert "did you mean github?" in typo.err
     write(user_file, "version: 1\nagents: {me: {allow: [files.read_file]\n")
     broken = run("resolve")

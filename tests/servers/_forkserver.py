@@ -337,4 +337,6 @@ def _run(request: dict[str, object], fds: list[int]) -> None:
 
 
 if __name__ == "__main__":
+    if os.fork() > 0:
+        os._exit(0)  # detached: whoever started it does not wait for it
     serve(Path(sys.argv[1]))

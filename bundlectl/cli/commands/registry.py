@@ -1,5 +1,6 @@
-"""`bundlectl registry add|build|push|list`: publish manifests (into the user registry, as a
-static index, to an OCI registry) and list the registries a project sees."""
+"""`bundlectl registry add|build|push|list|catalog`: publish manifests (into the user registry, as
+a static index, to an OCI registry), list the registries a project sees, and write a manifest's
+tool catalogs from its running servers."""
 
 from __future__ import annotations
 
@@ -9,11 +10,15 @@ from typing import Any
 from bundlectl.cli.options import Format
 from bundlectl.config import paths
 from bundlectl.config.bounded import read_bounded
+from bundlectl.config.edits import set_entries
 from bundlectl.config.fsio import atomic_write, project_lock
+from bundlectl.config.models import BundleManifest
 from bundlectl.config.project import optional_project
 from bundlectl.config.registry import Registry, Source, load_manifest_file
+from bundlectl.config.validation import validate_doc
+from bundlectl.config.yamlio import parse_bytes, read_text
 from bundlectl.errors import ReportedFailure, UsageError
-from bundlectl.output import JSON_FORMAT_VERSION, emit_json, note, out, table
+from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, note, out, table
 
 
 def add(path: Path, *, fmt: Format) -> int:
@@ -51,6 +56,37 @@ def add(path: Path, *, fmt: Format) -> int:
             f"bundle {m.name!r} now hides the built-in bundle {m.name!r} in every project that "
             "uses it: their locks are stale until `bundlectl lock` (lint reports BCL402)"
         )
+    return 0
+
+
+def catalog(path: Path, *, servers: list[str]) -> int:
+    """Start the manifest's servers (or those named), ask each for its tools, and write them
+    into the manifest as their `tools:` catalogs: comments kept, the file replaced whole and
+    only when the result is still a valid manifest."""
+    from bundlectl.mcpio.live import catalog_entry, catalogs, changes  # noqa: PLC0415 - anyio
+
+    shown = str(path)
+    loaded = load_manifest_file(path, Source("manifest", path.parent), shown)
+    every = {n: s for n, s in loaded.manifest.servers.items() if not s.disabled}
+    unknown = [name for name in servers if name not in every]
+    if unknown:
+        raise UsageError(
+            f"{shown} has no enabled server {unknown[0]!r}",
+            hint="its servers: " + (", ".join(every) or "none"),
+        )
+    chosen = {name: every[name] for name in servers} if servers else every
+    if not chosen:
+        raise UsageError(f"{shown} has no enabled servers to ask", hint="add one under servers:")
+    found = catalogs(chosen, path.resolve().parent)
+    after = read_text(path, shown)
+    for name, tools in found.items():
+        after = set_entries(after, ("servers", name), {"tools": [catalog_entry(t) for t in tools]})
+    validate_doc(parse_bytes(after.encode(), shown), BundleManifest, what="bundle manifest")
+    with project_lock(path):
+        atomic_write(path, after)
+    for name, tools in found.items():
+        err(f"recorded {len(tools)} tool(s) of {name} ({changes(name, chosen[name].tools, tools)})")
+    err(f"wrote {shown}; check it with `bundlectl lint {shown}`, then publish it")
     return 0
 
 

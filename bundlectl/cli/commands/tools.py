@@ -16,7 +16,7 @@ from bundlectl.config.project import load_project, project_from_text
 from bundlectl.config.yamlio import read_text
 from bundlectl.errors import UsageError
 from bundlectl.mcpio import runner
-from bundlectl.mcpio.live import catalog_entry, catalogs, compare, survey
+from bundlectl.mcpio.live import catalog_entry, catalogs, changes, survey
 from bundlectl.mcpio.target import Target
 from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, note, out, visible
 from bundlectl.policy.catalog import ToolRef, agent_row, search
@@ -180,9 +180,8 @@ def run_record(resolution: Resolution, *, servers: list[str] | None) -> int:
             raise UsageError(
                 f"server {server!r} {origin}: --record writes the catalogs of the project's own "
                 "servers",
-                hint="a bundle's catalog belongs to its manifest (python "
-                "scripts/collect_catalog.py prints one); servers here: "
-                + (", ".join(every) or "none"),
+                hint="a bundle's catalog belongs to its manifest (`bundlectl registry catalog "
+                "MANIFEST` writes one); servers here: " + (", ".join(every) or "none"),
             )
         own[server] = every[server]
     if not own:
@@ -201,21 +200,9 @@ def run_record(resolution: Resolution, *, servers: list[str] | None) -> int:
         write_project_file(target, after)
         fresh.write_lock()
     for name, tools in found.items():
-        err(f"recorded {len(tools)} tool(s) of {name} ({_changes(name, own[name].tools, tools)})")
+        err(f"recorded {len(tools)} tool(s) of {name} ({changes(name, own[name].tools, tools)})")
     err(f"wrote {display_path(target)} and {display_path(project.lock_path)}")
     return 0
-
-
-def _changes(server: str, declared: list[Any], live: list[Any]) -> str:
-    """What recording the live catalog changed, as `lock` says it: tools added, removed, and
-    changed (with what changed of each)."""
-    if not declared:
-        return "new"
-    drift = compare(server, declared, live)
-    said = [f"added {', '.join(drift.added)}"] if drift.added else []
-    said += [f"removed {', '.join(drift.removed)}"] if drift.removed else []
-    said += [f"changed {name} ({', '.join(what)})" for name, what in drift.changed]
-    return "; ".join(said) or "no change"
 
 
 def run_live(resolution: Resolution, *, server: str | None, fmt: Format) -> int:
