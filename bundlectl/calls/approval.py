@@ -285,6 +285,33 @@ def described(approval: Approval, now: float) -> dict[str, Any]:
     }
 
 
+def undeclared(approval: Approval, schema: Mapping[str, Any] | None) -> list[str]:
+    """The arguments of a held call that the tool's input schema (`schema`: the catalog's) does
+    not declare: an approver is told, since the tool may ignore them or a server misuse them.
+    None known when the schema is not (nothing is marked then)."""
+    declared = (schema or {}).get("properties")
+    if not isinstance(declared, Mapping):
+        return []
+    try:
+        shown = json.loads(approval.shown)
+    except ValueError:
+        return []
+    return [key for key in shown if key not in declared] if isinstance(shown, dict) else []
+
+
+def argument_summary(approval: Approval, width: int = 90) -> str:
+    """A held call's arguments on one line, `key=value, ...`, each value as JSON, cut to
+    `width` characters (the list of requests: three writes of one tool tell apart)."""
+    try:
+        shown = json.loads(approval.shown)
+    except ValueError:
+        return approval.shown[:width]
+    if not isinstance(shown, dict):
+        return json.dumps(shown, ensure_ascii=False)[:width]
+    text = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in shown.items())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def decision_text(approval: Approval) -> str:
     """Who decided and how — `approved by X`, `denied by X: why` — whatever became of the
     request since (its status says `used` or `expired`); empty while no one has."""

@@ -11,7 +11,7 @@ import secrets
 import time
 from typing import TYPE_CHECKING
 
-from bundlectl.calls.approval import decision_text, progress_text
+from bundlectl.calls.approval import argument_summary, decision_text, progress_text
 from bundlectl.mcpio.requests import JsonObject
 from bundlectl.output import span_text, visible
 
@@ -54,6 +54,8 @@ def row(approval: Approval, now: float) -> JsonObject:
         "status": state,
         "agent": visible(b.agent),
         "tool": visible(b.qualified),
+        "arguments": visible(argument_summary(approval)),
+        "requester": visible(approval.requester or ""),
         "rule": visible(approval.rule),
         "age": span_text(now - approval.created),
         "expires": span_text(approval.expires - now) if state == "pending" else "",
@@ -77,6 +79,8 @@ pre{background:#f4f6f9;padding:.6rem;border-radius:4px;white-space:pre-wrap;word
 button{font:inherit;padding:.35rem .9rem;border-radius:4px;border:1px solid #9aa4b2;cursor:pointer}
 button.ok{background:#1a7f37;color:#fff;border-color:#1a7f37}
 button.no{background:#b42318;color:#fff;border-color:#b42318}
+td.args{font:13px/1.4 ui-monospace,monospace;max-width:22rem;overflow-wrap:anywhere}
+.undeclared{color:#b42318;font-weight:400;font-size:13px;display:block}
 """
 
 
@@ -98,8 +102,8 @@ def list_page(person: Person | None) -> tuple[str, str]:
         f'<p class=muted>{who}<a href="/activity">Activity →</a></p>'
         "<h1>Calls waiting for approval</h1>"
         "<p class=muted id=note>Loading…</p>"
-        "<table><thead><tr><th>Agent</th><th>Tool</th><th>Asked by</th><th>Age</th>"
-        "<th>Status</th></tr></thead><tbody id=rows></tbody></table>"
+        "<table><thead><tr><th>Agent</th><th>Tool</th><th>Arguments</th><th>Requested by</th>"
+        "<th>Asked by</th><th>Age</th><th>Status</th></tr></thead><tbody id=rows></tbody></table>"
     )
     return page("Calls waiting", body, _LIST_SCRIPT)
 
@@ -116,7 +120,7 @@ function row(a) {
   let tr = shown.get(a.id);
   if (!tr) {
     tr = document.createElement('tr'); tr.dataset.id = a.id;
-    for (let i = 0; i < 5; i++) tr.appendChild(document.createElement('td'));
+    for (let i = 0; i < 7; i++) tr.appendChild(document.createElement('td'));
     const link = document.createElement('a');
     link.href = '/approvals/' + encodeURIComponent(a.id);
     tr.children[1].appendChild(link);
@@ -124,14 +128,15 @@ function row(a) {
   }
   const cells = tr.children;
   set(cells[0], a.agent); set(cells[1].firstChild, a.tool);
-  set(cells[2], a.rule, 'muted'); set(cells[3], a.age);
+  set(cells[2], a.arguments, 'args'); set(cells[3], a.requester || '-', 'muted');
+  set(cells[4], a.rule, 'muted'); set(cells[5], a.age);
   let status = a.status;
   if (a.status === 'pending') {
     status += ' (expires in ' + a.expires + ')' + (a.progress ? ', ' + a.progress : '');
   }
   else if (a.decision && !a.decision.startsWith(a.status)) status += ': ' + a.decision;
   else if (a.decision) status = a.decision;
-  set(cells[4], status, a.status);
+  set(cells[6], status, a.status);
   return tr;
 }
 async function refresh() {
@@ -171,7 +176,9 @@ def shown(text: str, fold: int | None = None, *, size: int | None = None) -> str
     return html.escape(visible(text, fold, size=size))
 
 
-def detail_page(approval: Approval, csrf: str) -> tuple[str, str]:
+def detail_page(approval: Approval, csrf: str, undeclared: list[str]) -> tuple[str, str]:
+    """A request, its arguments (those the tool declares first; `undeclared` marked), and the
+    decision's forms."""
     now = time.time()
     b = approval.binding
     state = approval.state(now)
@@ -180,9 +187,14 @@ def detail_page(approval: Approval, csrf: str) -> tuple[str, str]:
     except ValueError:
         arguments = approval.shown
     if isinstance(arguments, dict) and arguments:
+        mark = "<span class=undeclared>not declared by the tool</span>"
+        order = [k for k in arguments if k not in undeclared] + [
+            k for k in arguments if k in undeclared
+        ]
         listed = "".join(
-            f"<tr><th><code>{shown(str(k))}</code></th><td>{value_html(v)}</td></tr>"
-            for k, v in arguments.items()
+            f"<tr><th><code>{shown(str(k))}</code>{mark if k in undeclared else ''}</th>"
+            f"<td>{value_html(arguments[k])}</td></tr>"
+            for k in order
         )
         args = f"<table>{listed}</table>"
     else:

@@ -20,16 +20,17 @@ import html
 import secrets
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bundlectl.calls import userconfig
 from bundlectl.calls.approval import (
     SelfApproval,
     described,
     settle,
+    undeclared,
 )
 from bundlectl.calls.auditfile import lines, log_path, records
 from bundlectl.config.settings import seconds
@@ -47,7 +48,7 @@ from bundlectl.gateway.approvals_html import (
 from bundlectl.gateway.signin import SignIn, SignInFailed
 from bundlectl.mcpio.requests import JsonObject
 from bundlectl.policy.claims import why_not
-from bundlectl.state import Approval, StateError, Store, UnknownApproval
+from bundlectl.state import Approval, Binding, StateError, Store, UnknownApproval
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -202,6 +203,9 @@ class ApprovalsPage:
     signin: SignIn = field(default_factory=SignIn)
     # The gateway's reload (an edited config or lock applies from this request on, here too)
     refresh: Callable[[], Awaitable[None]] | None = None
+    # The declared input schema of a request's tool (None: unknown), to mark the arguments the
+    # tool does not declare
+    schema: Callable[[Binding], Mapping[str, Any] | None] = field(default=lambda binding: None)
 
     def routes(self) -> list[Route]:
         from starlette.routing import Route
@@ -410,7 +414,8 @@ class ApprovalsPage:
         if approval is None:
             return html_response(page("Not found", "<p>No such approval request.</p>"), 404)
         csrf = self.approvers.csrf(request) or ""
-        return html_response(detail_page(approval, csrf))
+        marked = undeclared(approval, self.schema(approval.binding))
+        return html_response(detail_page(approval, csrf, marked))
 
     async def one_json(self, request: Request) -> Response:
         from starlette.responses import JSONResponse

@@ -417,6 +417,7 @@ def approvers_page(gate: Gate, access: Access, host: str) -> ApprovalsPage | Non
         trusted=lambda request: trusted(request, host),
         people=people,
         refresh=hub.refresh,
+        schema=lambda b: hub.resolution.catalog.input_schema(b.server, b.tool),
     )
 
 

@@ -5,6 +5,7 @@ selenium, against `bundlectl approvals ui` and `serve --transport streamable-htt
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -306,3 +307,46 @@ def test_a_program_decides_through_the_approvers_api_with_the_approver_token(
         if r["outcome"] == "approved"
     ]
     assert steps == [("approved", "approvers API (127.0.0.1)")]
+
+
+def test_an_approver_sees_the_arguments_a_tool_does_not_declare_and_each_requests_arguments(
+    held_project: Path, run: Run, page_ui: str
+) -> None:
+    """`note` is no argument of files.write_file: `approvals show` and the page mark it (the
+    tool may ignore it, a server misuse it), after the declared ones; the list shows each
+    request's arguments, so two held writes of one tool tell apart (#56)."""
+    import http.cookiejar
+
+    for path in ("notes/todo.txt", "deploy.sh"):
+        held = run(
+            "exec", "-a", "writer", "files.write_file", f"path={path}", "content=hi",
+            "note=buy milk", "--no-wait",
+        )  # fmt: skip
+        assert held.code == 75, held.err
+    requests = json.loads(run("approvals", "list", "--format", "json").out)["approvals"]
+    first = requests[0]["id"]
+    shown = run("approvals", "show", first)
+    assert shown.lines[-1] == (
+        "  not declared by the tool (it may ignore them, or a server misuse them): note"
+    )
+    assert json.loads(run("approvals", "show", first, "--format", "json").out)["undeclared"] == [
+        "note"
+    ]
+    browser = urllib.request.build_opener(
+        urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())
+    )
+    with browser.open(page_ui, timeout=WAIT) as signed_in:  # the session cookie is kept
+        assert signed_in.status == 200
+    base = page_ui.split("/approvals?", maxsplit=1)[0]
+    with browser.open(f"{base}/approvals/requests.json", timeout=WAIT) as listed:
+        rows = json.load(listed)["approvals"]
+    assert sorted(r["arguments"] for r in rows) == [
+        'path="deploy.sh", content="hi", note="buy milk"',
+        'path="notes/todo.txt", content="hi", note="buy milk"',
+    ]
+    with browser.open(f"{base}/approvals/{first}", timeout=WAIT) as page:
+        detail = page.read().decode()
+    marked = detail.split("<h2>Arguments</h2>")[1]
+    assert marked.index("<code>content</code></th>") < marked.index("<code>note</code>")
+    assert "<code>note</code><span class=undeclared>not declared by the tool</span>" in marked
+    assert "<code>path</code><span class=undeclared>" not in marked

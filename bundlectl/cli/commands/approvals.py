@@ -7,16 +7,27 @@ import getpass
 import secrets
 import socket
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from bundlectl.calls.approval import decision_text, described, progress_text, settle
+from bundlectl.calls.approval import (
+    decision_text,
+    described,
+    progress_text,
+    settle,
+    undeclared,
+)
 from bundlectl.cli.options import Format
-from bundlectl.config.paths import display_path
-from bundlectl.config.project import optional_project
+from bundlectl.config.paths import CONFIG_NAME, display_path
+from bundlectl.config.project import load_project, optional_project
 from bundlectl.config.settings import option_seconds
-from bundlectl.errors import UsageError
+from bundlectl.errors import BundlectlError, UsageError
 from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, out, span_text, table, visible
-from bundlectl.state import Approval, Store, open_store
+from bundlectl.state import Approval, Binding, Store, open_store
+
+if TYPE_CHECKING:
+    from bundlectl.resolve.resolved import Resolution
 
 
 def _store(config: Path | None) -> Store:
@@ -34,6 +45,26 @@ def _approver() -> str:
     except (KeyError, OSError):
         user = "unknown"
     return f"{user}@{socket.gethostname()} (cli)"
+
+
+def declared_schemas() -> Callable[[Binding], Mapping[str, Any] | None]:
+    """The declared input schema of a request's tool, from its project as configured now (each
+    project loaded once); None when that project does not load or lacks the tool."""
+    from bundlectl.resolve.resolved import resolve_project  # noqa: PLC0415 - show and ui only
+
+    loaded: dict[str, Resolution | None] = {}
+
+    def schema(binding: Binding) -> Mapping[str, Any] | None:
+        if binding.project not in loaded:
+            try:
+                config = Path(binding.project) / CONFIG_NAME
+                loaded[binding.project] = resolve_project(load_project(config))
+            except BundlectlError:
+                loaded[binding.project] = None
+        resolution = loaded[binding.project]
+        return resolution.catalog.input_schema(binding.server, binding.tool) if resolution else None
+
+    return schema
 
 
 def _ago(stamp: float, now: float) -> str:
@@ -79,8 +110,10 @@ def _found(config: Path | None, approval_id: str) -> Approval:
 def show(config: Path | None, approval_id: str, *, fmt: Format) -> int:
     now = time.time()
     approval = _found(config, approval_id)
+    marked = undeclared(approval, declared_schemas()(approval.binding))
     if fmt is Format.json:
-        emit_json({"format_version": JSON_FORMAT_VERSION, **described(approval, now)})
+        described_ = {**described(approval, now), "undeclared": marked}
+        emit_json({"format_version": JSON_FORMAT_VERSION, **described_})
         return 0
     b = approval.binding
     state = approval.state(now)
@@ -103,6 +136,9 @@ def show(config: Path | None, approval_id: str, *, fmt: Format) -> int:
     # overrides), so no value can start a line of its own or redraw the ones before it.
     for line in approval.shown.split("\n"):
         out(f"    {visible(line)}")
+    if marked:
+        names = ", ".join(visible(name) for name in marked)
+        out(f"  not declared by the tool (it may ignore them, or a server misuse them): {names}")
     return 0
 
 
@@ -157,6 +193,7 @@ def ui(config: Path | None, *, port: int, browser: bool) -> int:
         lambda: store,
         project=lambda: root,
         trusted=lambda request: trusted(request, "127.0.0.1"),
+        schema=declared_schemas(),
     )
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/approvals?token={token}"
     out(url)
