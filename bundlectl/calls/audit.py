@@ -227,6 +227,7 @@ class AuditLog:
             # The policy that decided: the config as loaded now, whether or not the lock is fresh.
             policy_digest=self.resolution.lock.policy_digest,
             via=self.via,
+            project=str(self.resolution.project.root),
             **fields,
         )
         try:

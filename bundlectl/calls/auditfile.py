@@ -60,6 +60,8 @@ class AuditRecord:
     why: str | None = None
     # The agent is not listed under agents: policy.default decided, when no rule did (#56)
     unlisted: bool | None = None
+    # The project whose policy decided (its folder): one user's log holds every project's (#56)
+    project: str | None = None
 
     def as_json(self, prev: str | None = None) -> str:
         """The record as its line; `prev`: the digest of the line before it in the file (the
@@ -115,6 +117,7 @@ _OPTIONAL = (
     "subject",
     "why",
     "unlisted",
+    "project",
 )
 _JSON = json.JSONEncoder(ensure_ascii=False).encode
 # Characters that end a line for some readers (`str.splitlines`, JavaScript before ES2019, many

@@ -111,6 +111,17 @@ def approvals_ui(
     return cmd.ui(config, port=port, browser=not no_browser)
 
 
+# The user's audit log holds the records of every project they work in.
+ProjectFilterOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--project",
+        file_okay=False,
+        help="Only the records of the project in this folder (`--project .`: this one).",
+    ),
+]
+
+
 @audit_app.callback()
 def audit_records(
     ctx: typer.Context,
@@ -123,6 +134,7 @@ def audit_records(
         typer.Option("--outcome", help="Only these outcomes: ok, denied, tool-error, ... (a,b)."),
     ] = None,
     since: SinceOpt = None,
+    project: ProjectFilterOpt = None,
     file: AuditFileOpt = None,
     fmt: Annotated[
         MatrixFormat, typer.Option("--format", help="Output format.")
@@ -133,7 +145,9 @@ def audit_records(
         return None
     from bundlectl.cli.commands import audit as cmd
 
-    code = cmd.query(file, agent=agent, tool=tool, outcome=outcome, since=since, fmt=fmt)
+    code = cmd.query(
+        file, agent=agent, tool=tool, outcome=outcome, since=since, fmt=fmt, project=project
+    )
     raise typer.Exit(code)
 
 
@@ -141,6 +155,7 @@ def audit_records(
 def audit_summary(
     agent: Annotated[str | None, typer.Option("--agent", "-a", help="Only this agent.")] = None,
     since: SinceOpt = None,
+    project: ProjectFilterOpt = None,
     file: AuditFileOpt = None,
     fmt: FormatOpt = Format.text,
     html: Annotated[
@@ -156,7 +171,7 @@ def audit_summary(
     """Calls per agent and tool: how many, how they ended, their median time."""
     from bundlectl.cli.commands import audit as cmd
 
-    return cmd.summary(file, agent=agent, since=since, fmt=fmt, html=html)
+    return cmd.summary(file, agent=agent, since=since, fmt=fmt, html=html, project=project)
 
 
 @audit_app.command("verify")

@@ -1,6 +1,8 @@
 """A picture of the week (issue 41): calls, denials, errors and held approvals per agent and day
 as server-rendered SVG bars, and the tools denied most with the rule that denied them — at
-`/activity` beside `/approvals` (the same sign-in) and in `bundlectl audit summary --html FILE`.
+`/activity` beside `/approvals` (the same sign-in: `?token=` or the identity provider) and in
+`bundlectl audit summary --html FILE`. Every agent's bars share one scale; each outcome has its
+colour.
 
 Built from the audit log read as a stream; every name in it is escaped.
 """
@@ -15,10 +17,12 @@ from dataclasses import dataclass, field
 from bundlectl.mcpio.requests import JsonObject
 from bundlectl.policy.rules import no_rule_grants
 
-KINDS = ("ok", "denied", "errors", "held", "unauthenticated")  # a bar's parts, bottom up
+# a bar's parts, bottom up
+KINDS = ("ok", "denied", "over limit", "errors", "held", "unauthenticated")
 COLOURS = {
     "ok": "#1a7f37",
     "denied": "#b42318",
+    "over limit": "#0e7490",  # a quota refused it: neither the policy nor a failure
     "errors": "#b7791f",
     "held": "#6e56cf",
     "unauthenticated": "#667085",
@@ -62,6 +66,8 @@ def _kind(outcome: str) -> str | None:
         return "held"
     if outcome == "ok":
         return "ok"
+    if outcome == "over-limit":
+        return "over limit"
     if outcome == "unauthorized":
         return "unauthenticated"  # no agent was named: no policy decided it
     if outcome.startswith("denied"):
@@ -76,9 +82,10 @@ def counted(records: Iterable[JsonObject]) -> Activity:
     return activity
 
 
-def chart(per_day: dict[str, Counter[str]], days: list[str]) -> str:
-    """One agent's days as stacked bars (SVG)."""
-    top = max((sum(c.values()) for c in per_day.values()), default=0) or 1
+def chart(per_day: dict[str, Counter[str]], days: list[str], top: int) -> str:
+    """One agent's days as stacked bars (SVG), `top` calls a full bar (the same for every
+    agent: a bar's height compares across agents)."""
+    top = top or 1
     width = len(days) * (BAR + GAP) + GAP
     parts = [
         f'<svg class=chart role=img width="{width}" height="{HEIGHT + 18}" '
@@ -121,6 +128,10 @@ def rendered(activity: Activity, *, title: str = "Activity") -> str:
     e = html.escape
     days = sorted({day for per in activity.days.values() for day in per})[-31:]
     legend = " ".join(f'<span style="color:{COLOURS[k]}">■</span> {k}' for k in KINDS)
+    top = max(
+        (sum(c.values()) for per in activity.days.values() for d, c in per.items() if d in days),
+        default=0,
+    )
     rows = []
     for agent in sorted(activity.days):
         per_day = activity.days[agent]
@@ -130,7 +141,7 @@ def rendered(activity: Activity, *, title: str = "Activity") -> str:
         sums = " · ".join(f"{total.get(k, 0)} {k}" for k in KINDS)
         rows.append(
             f"<tr><th><code>{e(agent)}</code><br><span class=muted>{e(sums)}</span></th>"
-            f"<td>{chart(per_day, days)}</td></tr>"
+            f"<td>{chart(per_day, days, top)}</td></tr>"
         )
     denied = "".join(
         f"<tr><td><code>{e(tool)}</code></td><td>{e(rule)}</td><td>{n}</td></tr>"

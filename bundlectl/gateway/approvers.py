@@ -225,6 +225,8 @@ class ApprovalsPage:
 
     async def activity(self, request: Request) -> Response:
         """Calls, denials, errors and held approvals per agent and day, from the audit log."""
+        if (signed := self.token_sign_in(request, "/activity")) is not None:
+            return signed
         if (no := await self.refused(request)) is not None:
             return no
         root = self.project()
@@ -377,22 +379,27 @@ class ApprovalsPage:
         return approval if approval is not None and self.mine(approval) else None
 
     async def listing(self, request: Request) -> Response:
-        from starlette.responses import RedirectResponse
 
-        given = request.query_params.get("token")
-        if given is not None and self.trusted(request):
-            session = self.approvers.sign_in(given)
-            if session is None:
-                return html_response(
-                    page("Sign in", "<p>That token is not good (any more).</p>"), 401
-                )
-            # The token leaves the address bar (and the history) at once.
-            answer = RedirectResponse("/approvals", status_code=303)
-            answer.set_cookie(COOKIE, session, httponly=True, samesite="strict", path="/")
-            return answer
+        if (signed := self.token_sign_in(request, "/approvals")) is not None:
+            return signed
         if (no := await self.refused(request)) is not None:
             return no
         return html_response(list_page(self.approvers.person(request)))
+
+    def token_sign_in(self, request: Request, to: str) -> Response | None:
+        """A `?token=` link (`approvals ui`, the approver token): a session cookie, and on to
+        `to` without the token in the address bar (or the history); None: no token given."""
+        from starlette.responses import RedirectResponse
+
+        given = request.query_params.get("token")
+        if given is None or not self.trusted(request):
+            return None
+        session = self.approvers.sign_in(given)
+        if session is None:
+            return html_response(page("Sign in", "<p>That token is not good (any more).</p>"), 401)
+        answer = RedirectResponse(to, status_code=303)
+        answer.set_cookie(COOKIE, session, httponly=True, samesite="strict", path="/")
+        return answer
 
     async def listed_json(self, request: Request) -> Response:
         from starlette.responses import JSONResponse

@@ -209,3 +209,30 @@ def test_a_call_that_never_reached_its_server_says_so_and_why(
     assert len(json.loads(listed.out)["records"]) == 2
     typo = run("audit", "--outcome", "deniedd")
     assert typo.code == 2 and "did you mean 'denied'?" in typo.err
+
+
+def test_every_record_names_its_project_and_audit_filters_by_it(
+    tmp_path: Path, run: Run, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One user's log holds every project's records: each names its project's folder, and
+    `audit --project` (`audit summary --project`) keeps one project's (#56)."""
+    folders = [tmp_path / "shop", tmp_path / "blog"]
+    for folder in folders:
+        folder.mkdir()
+        monkeypatch.chdir(folder)
+        assert run("init").code == 0
+        (folder / "hello.txt").write_text("hi\n")
+        assert run("exec", "--agent", "reader", "files.read_file", "path=hello.txt").code == 0
+        assert run("exec", "--agent", "reader", "files.write_file", "path=x", "content=y").code == 3
+    every = json.loads(run("audit", "--format", "json").out)["records"]
+    assert {r["project"] for r in every} == {str(f.resolve()) for f in folders}
+    monkeypatch.chdir(folders[1])
+    mine = json.loads(run("audit", "--project", ".", "--format", "json").out)["records"]
+    assert [(r["tool"], r["outcome"]) for r in mine] == [
+        ("read_file", "pending"), ("read_file", "ok"), ("write_file", "denied")
+    ]  # fmt: skip
+    assert {r["project"] for r in mine} == {str(folders[1].resolve())}
+    summed = json.loads(run("audit", "summary", "--project", "../shop", "--format", "json").out)
+    assert [(r["tool"], r["records"]) for r in summed["summary"]] == [
+        ("files.read_file", 1), ("files.write_file", 1)
+    ]  # fmt: skip

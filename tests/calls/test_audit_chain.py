@@ -194,6 +194,7 @@ def test_summary_draws_the_week_as_a_page(tmp_path: Path, run: Run) -> None:
         ("2026-11-24", "<b>evil</b>", "ok", None),
         ("2026-11-24", "<b>evil</b>", "denied", "agents.x.deny: github.*"),
         ("2026-11-25", "<b>evil</b>", "approval-requested", None),
+        ("2026-11-25", "<b>evil</b>", "over-limit", None),
         ("2026-11-25", "docs", "pending", None),
         ("2026-11-25", "docs", "tool-error", None),
     ]
@@ -211,9 +212,14 @@ def test_summary_draws_the_week_as_a_page(tmp_path: Path, run: Run) -> None:
     assert done.code == 0, done.err
     text = page.read_text()
     assert text.count("<svg") == 2 and "<b>evil" not in text and "&lt;b&gt;evil" in text
-    assert "1 ok · 1 denied · 0 errors · 1 held" in text and "0 ok · 0 denied · 1 errors" in text
-    assert "<td>agents.x.deny: github.*</td><td>1</td>" in text
+    assert "1 ok · 1 denied · 1 over limit · 0 errors · 1 held" in text
+    assert "0 ok · 0 denied · 0 over limit · 1 errors" in text
+    assert "<td>agents.x.deny: github.*</td><td>1</td>" in text  # a quota is no denial
     assert "2026-11-24: 1 denied" in text  # each bar part says what it counts
+    # One scale for every agent (#56): docs' one call is half as tall as evil's days of two,
+    # and a quota's refusal has a colour of its own.
+    assert 'height="60" fill="#b7791f"><title>2026-11-25: 1 errors' in text
+    assert 'fill="#0e7490"><title>2026-11-25: 1 over limit' in text
 
 
 def _log(tmp_path: Path, count: int = 6) -> tuple[Path, list[str]]:

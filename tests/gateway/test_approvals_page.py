@@ -139,7 +139,7 @@ def test_a_held_call_is_approved_in_the_browser_and_its_arguments_stay_text(
     window.find_element(By.LINK_TEXT, "← all requests").click()
     until(window, lambda w: w.find_element(By.LINK_TEXT, "Activity →")).click()
     chart = until(window, lambda w: w.find_element(By.CSS_SELECTOR, "svg.chart"))
-    assert "1 ok · 0 denied · 0 errors · 1 held" in text_of(window)
+    assert "1 ok · 0 denied · 0 over limit · 0 errors · 1 held" in text_of(window)
     parts = chart.find_elements(By.TAG_NAME, "rect")
     assert len(parts) == 2 and chart.size["height"] > 100
     # The sign-in link was good once: a second browser cannot use it.
@@ -350,3 +350,18 @@ def test_an_approver_sees_the_arguments_a_tool_does_not_declare_and_each_request
     assert marked.index("<code>content</code></th>") < marked.index("<code>note</code>")
     assert "<code>note</code><span class=undeclared>not declared by the tool</span>" in marked
     assert "<code>path</code><span class=undeclared>" not in marked
+
+
+def test_the_activity_page_signs_in_with_its_link_as_the_approvals_page_does(
+    page_ui: str,
+) -> None:
+    """`/activity?token=` signs in (it showed a sign-in page) and drops the token from the
+    address bar, as `/approvals?token=` does (#56)."""
+    import http.cookiejar
+
+    browser = urllib.request.build_opener(
+        urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())
+    )
+    with browser.open(page_ui.replace("/approvals?", "/activity?"), timeout=WAIT) as landed:
+        assert landed.status == 200 and landed.geturl().endswith("/activity")
+        assert "<h1>Activity</h1>" in landed.read().decode()

@@ -192,12 +192,16 @@ def _selected(
     since: str | None,
     *,
     pending: bool = True,
+    project: Path | None = None,
 ) -> Iterator[dict[str, Any]]:
     """The records that pass the filters, one at a time (`pending`: see `_records`)."""
     after = _since(since)
     outcomes = _outcomes(outcome)
+    root = str(project.resolve()) if project is not None else None
     for _, record in _records(path, pending=pending):
         if agent is not None and record.get("agent") != agent:
+            continue
+        if root is not None and record.get("project") != root:
             continue
         if tool is not None and not matches(
             tool, str(record.get("server")), str(record.get("tool"))
@@ -218,8 +222,9 @@ def query(
     outcome: str | None,
     since: str | None,
     fmt: MatrixFormat,
+    project: Path | None = None,
 ) -> int:
-    records = list(_selected(_log(file), agent, tool, outcome, since))
+    records = list(_selected(_log(file), agent, tool, outcome, since, project=project))
     if fmt is MatrixFormat.json:
         emit_json({"format_version": JSON_FORMAT_VERSION, "records": records})
         return 0
@@ -258,6 +263,7 @@ def summary(
     since: str | None,
     fmt: Format,
     html: Path | None = None,
+    project: Path | None = None,
 ) -> int:
     """Calls per agent and tool: how many, how they ended, how long they took (pending records,
     which pair with their outcome, are not counted)."""
@@ -271,7 +277,7 @@ def summary(
 
         picture = Activity()
     # pending records pair with their outcome, which is counted
-    for record in _selected(_log(file), agent, None, None, since, pending=False):
+    for record in _selected(_log(file), agent, None, None, since, pending=False, project=project):
         if picture is not None:
             picture.add(record)
         ended = str(record.get("outcome"))
