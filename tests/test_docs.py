@@ -3,9 +3,11 @@ bundle workflow of docs/bundles.md works as written."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -119,27 +121,32 @@ def test_the_readme_stays_a_front_door() -> None:
     assert nav - {"index.md"} <= linked, f"guides the README does not link: {nav - linked}"
 
 
-RUNNABLE = re.compile(r"<!-- runnable -->\n```sh\n(.*?)```", re.DOTALL)
+RUNNABLE = re.compile(r"<!-- runnable(?:: (\S+))? -->\n```\w*\n(.*?)```", re.DOTALL)
 EXPECTED = re.compile(r"#.*?\bexit (\d+)")
 
 
-def runnable_blocks(path: Path) -> list[str]:
-    """The lines of the `sh` blocks marked `<!-- runnable -->`, in order."""
-    return [
-        line
-        for block in RUNNABLE.findall(path.read_text())
-        for line in block.splitlines()
-        if line.strip()
-    ]
+def runnable_steps(path: Path) -> list[tuple[str | None, str]]:
+    """The page's runnable blocks in order: (None, a line of a `sh` block to run) or (FILE,
+    the text to write there) for a block marked `<!-- runnable: FILE -->`."""
+    steps: list[tuple[str | None, str]] = []
+    for name, block in RUNNABLE.findall(path.read_text()):
+        if name:
+            steps.append((name, block))
+        else:
+            steps += [(None, line) for line in block.splitlines() if line.strip()]
+    return steps
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md"])
+@pytest.mark.parametrize(
+    "page", ["README.md", "docs/getting-started.md", "docs/identities-locally.md"]
+)
 def test_the_runnable_blocks_of_the_docs_run_as_written(tmp_path: Path, page: str) -> None:
     """Each line of a runnable block runs in an empty folder with a fresh HOME, in order, and
-    exits as its comment says (`# exit 3`; 0 without one). The README's run where its Quick
-    start leaves the reader: in `demo/`, after the main command's steps there."""
-    lines = runnable_blocks(REPO / page)
-    assert lines, f"{page} has no runnable block"
+    exits as its comment says (`# exit 3`; 0 without one); a block marked with a file name is
+    written to that file first. The README's run where its Quick start leaves the reader: in
+    `demo/`, after the main command's steps there."""
+    steps = runnable_steps(REPO / page)
+    assert steps, f"{page} has no runnable block"
     folder, home = tmp_path / "demo", tmp_path / "home"
     folder.mkdir()
     home.mkdir()
@@ -150,11 +157,25 @@ def test_the_runnable_blocks_of_the_docs_run_as_written(tmp_path: Path, page: st
         text = (REPO / "README.md").read_text()
         main = re.search(r"<!-- main command -->\n```sh\n(.*?)\n```", text, re.DOTALL)
         assert main and "cd demo && " in main.group(1)
-        lines = [main.group(1).split("cd demo && ", 1)[1], *lines]
-    for line in lines:
-        ran = subprocess.run(
-            ["bash", "-c", line], cwd=folder, env=env, capture_output=True, text=True, check=False
-        )
-        said = EXPECTED.search(line)
-        expected = int(said.group(1)) if said else 0
-        assert ran.returncode == expected, f"{line}\n{ran.stdout}{ran.stderr}"
+        steps = [(None, main.group(1).split("cd demo && ", 1)[1]), *steps]
+    try:
+        for name, text in steps:
+            if name is not None:
+                (folder / name).write_text(text)
+                continue
+            ran = subprocess.run(
+                ["bash", "-c", text],
+                cwd=folder,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=120,
+            )
+            said = EXPECTED.search(text)
+            expected = int(said.group(1)) if said else 0
+            assert ran.returncode == expected, f"{text}\n{ran.stdout}{ran.stderr}"
+    finally:  # what a page started in the background (`& echo $! > NAME.pid`) is stopped
+        for pid in folder.glob("*.pid"):
+            with contextlib.suppress(ValueError, OSError):
+                os.kill(int(pid.read_text()), signal.SIGKILL)
