@@ -20,7 +20,7 @@ from bundlectl.config.lockfile import digest_json
 from bundlectl.config.settings import seconds
 from bundlectl.errors import Declined, PolicyDenied, Unconfirmable
 from bundlectl.output import err, span_text, status
-from bundlectl.state import Approval, Binding, Store
+from bundlectl.state import WAITED_EVERY, Approval, Binding, Store
 
 if TYPE_CHECKING:
     from bundlectl.calls.pipeline import Pipeline
@@ -65,6 +65,7 @@ class OutOfBand:
     # binds; None: those shown. Per-session token maps make `[EMAIL_1]` stand for different
     # values in different sessions: the approval of one must not let the other through.
     bound: Mapping[str, Any] | None = None
+    _said_waiting: float = float("-inf")  # when this wait last told the store (monotonic)
 
     async def __call__(
         self, pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]
@@ -146,6 +147,9 @@ class OutOfBand:
         """One look at the request: True once approved (and taken, audited); raises for a
         denial (`Declined`) or a request that ended (`Unconfirmable`); False: still pending."""
         assert self.store is not None
+        if time.monotonic() - self._said_waiting >= WAITED_EVERY:  # for the approvers' lists
+            self._said_waiting = time.monotonic()
+            self.store.waiting(approval.id)
         current = self.store.get(approval.id) or approval
         state = current.state()
         if state == "approved":
@@ -282,6 +286,7 @@ def described(approval: Approval, now: float) -> dict[str, Any]:
         "approved_by": [name for _, name in approval.approved_by],
         "reason": approval.reason,
         "until": stamp(approval.until) if approval.until is not None else None,
+        "waited_on": approval.state(now) == "pending" and approval.waited_on(now),
     }
 
 

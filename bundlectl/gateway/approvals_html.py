@@ -56,6 +56,7 @@ def row(approval: Approval, now: float) -> JsonObject:
         "tool": visible(b.qualified),
         "arguments": visible(argument_summary(approval)),
         "requester": visible(approval.requester or ""),
+        "waiting": state == "pending" and approval.waited_on(now),
         "rule": visible(approval.rule),
         "age": span_text(now - approval.created),
         "expires": span_text(approval.expires - now) if state == "pending" else "",
@@ -133,6 +134,7 @@ function row(a) {
   let status = a.status;
   if (a.status === 'pending') {
     status += ' (expires in ' + a.expires + ')' + (a.progress ? ', ' + a.progress : '');
+    if (a.waiting) status += ' · a caller is waiting';
   }
   else if (a.decision && !a.decision.startsWith(a.status)) status += ': ' + a.decision;
   else if (a.decision) status = a.decision;

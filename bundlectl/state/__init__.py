@@ -54,6 +54,9 @@ class Binding:
         return f"{self.server}.{self.tool}"
 
 
+WAITED_EVERY = 2.0  # seconds between a waiting caller's "still waiting"
+
+
 @dataclass(frozen=True)
 class Approval:
     """One request for approval, and what became of it."""
@@ -75,6 +78,14 @@ class Approval:
     # Who has approved so far while more are needed: (their key — `sub`, else their name —
     # and the name shown), in order.
     approved_by: tuple[tuple[str, str], ...] = ()
+    # When a caller last said it waits for the answer (`exec`, a client held open by the
+    # gateway; every WAITED_EVERY seconds while it does); None: no one has.
+    waited: float | None = None
+
+    def waited_on(self, now: float | None = None) -> bool:
+        """Whether a caller waits for the answer now (it said so lately)."""
+        now = time.time() if now is None else now
+        return self.waited is not None and now - self.waited < 3 * WAITED_EVERY
 
     @property
     def progress(self) -> str:
@@ -152,6 +163,10 @@ class Store(Protocol):
 
     def withdraw(self, approval_id: str) -> None:
         """The caller stopped waiting: a pending request is withdrawn."""
+        ...
+
+    def waiting(self, approval_id: str) -> None:
+        """A caller waits for the answer to this request (said every WAITED_EVERY seconds)."""
         ...
 
     def charge(self, counters: list[Counter]) -> Counter | None:

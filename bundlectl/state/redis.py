@@ -102,6 +102,14 @@ end
 return 1
 """
 
+# A waiting caller's mark, on a pending request only (one that expired away stays gone)
+_WAITING = """
+if redis.call('HGET', KEYS[1], 'status') == 'pending' then
+  redis.call('HSET', KEYS[1], 'waited', ARGV[1])
+end
+return 1
+"""
+
 _CHARGE = """
 for i, key in ipairs(KEYS) do
   local count = tonumber(redis.call('GET', key) or '0')
@@ -209,6 +217,7 @@ class RedisStore:
             data.get("requester") or None,
             int(data.get("needed") or 1),
             tuple((str(k), str(n)) for k, n in json.loads(data.get("approved_by") or "[]")),
+            float(data["waited"]) if data.get("waited") else None,
         )
 
     def request(
@@ -327,6 +336,9 @@ class RedisStore:
         b = _binding_key(approval.binding)
         keys = [PREFIX + "approval:" + approval_id, PREFIX + "pending:" + b]
         self._run("withdraw", _WITHDRAW, keys, [])
+
+    def waiting(self, approval_id: str) -> None:
+        self._run("waiting", _WAITING, [PREFIX + "approval:" + approval_id], [repr(time.time())])
 
     def charge(self, counters: list[Counter]) -> Counter | None:
         if not counters:

@@ -35,7 +35,8 @@ CREATE TABLE IF NOT EXISTS approvals (
     until REAL,
     requester TEXT,
     needed INTEGER NOT NULL DEFAULT 1,
-    approved_by TEXT NOT NULL DEFAULT '[]'
+    approved_by TEXT NOT NULL DEFAULT '[]',
+    waited REAL
 );
 CREATE INDEX IF NOT EXISTS approvals_binding
     ON approvals (project, agent, server, tool, digest, status);
@@ -47,7 +48,7 @@ CREATE TABLE IF NOT EXISTS counters (
 """
 KEPT = 7 * 86400.0  # seconds a request that is over is kept (for `approvals list --all`)
 _COLUMNS = "id, project, agent, server, tool, digest, rule, shown, created, expires, status, "
-_COLUMNS += "decided_by, reason, until, requester, needed, approved_by"
+_COLUMNS += "decided_by, reason, until, requester, needed, approved_by, waited"
 
 
 class SqliteStore:
@@ -147,7 +148,7 @@ class SqliteStore:
                 needed=needed,
             )
             db.execute(
-                f"INSERT INTO approvals ({_COLUMNS}) VALUES ({', '.join('?' * 17)})",
+                f"INSERT INTO approvals ({_COLUMNS}) VALUES ({', '.join('?' * 18)})",
                 (
                     approval.id,
                     *_key(binding),
@@ -162,6 +163,7 @@ class SqliteStore:
                     requester,
                     needed,
                     "[]",
+                    None,
                 ),
             )
         return approval, True
@@ -247,6 +249,13 @@ class SqliteStore:
                 (approval_id,),
             )
 
+    def waiting(self, approval_id: str) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE approvals SET waited = ? WHERE id = ? AND status = 'pending'",
+                (time.time(), approval_id),
+            )
+
     def charge(self, counters: list[Counter]) -> Counter | None:
         if not counters:
             return None
@@ -301,7 +310,7 @@ def _key(binding: Binding) -> tuple[str, str, str, str, str]:
 
 def _approval(row: tuple[Any, ...]) -> Approval:
     (id_, project, agent, server, tool, digest, rule, shown, created, expires, status,
-     decided_by, reason, until, requester, needed, approved_by) = row  # fmt: skip
+     decided_by, reason, until, requester, needed, approved_by, waited) = row  # fmt: skip
     binding = Binding(project, agent, server, tool, digest)
     given = tuple((str(k), str(n)) for k, n in json.loads(approved_by or "[]"))
     return Approval(
@@ -318,6 +327,7 @@ def _approval(row: tuple[Any, ...]) -> Approval:
         requester,
         int(needed or 1),
         given,
+        waited,
     )
 
 
@@ -341,3 +351,5 @@ def _migrated(db: sqlite3.Connection) -> None:
     if "needed" not in columns:
         db.execute("ALTER TABLE approvals ADD COLUMN needed INTEGER NOT NULL DEFAULT 1")
         db.execute("ALTER TABLE approvals ADD COLUMN approved_by TEXT NOT NULL DEFAULT '[]'")
+    if "waited" not in columns:
+        db.execute("ALTER TABLE approvals ADD COLUMN waited REAL")

@@ -155,8 +155,25 @@ def _first_pending(run: Run, process: subprocess.Popen[str]) -> dict[str, Any]:
 def test_exec_waits_for_the_approver_and_goes_on_when_approved(
     held_project: Path, run: Run
 ) -> None:
+    held = run(
+        "exec", "-a", "writer", "files.write_file", "path=later.txt", "content=x", "--no-wait"
+    )
+    assert held.code == 75  # a request no one waits on
     process = _exec_waiting(held_project, "path=w.txt", "content=waited")
-    request = _first_pending(run, process)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        waited = [r for r in pending(run) if r["waited_on"]]
+        if waited:
+            break
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    # An approver sees which request a caller waits on (#56): the waiting exec's alone.
+    [request] = waited
+    statuses = {line.split()[0]: line.split()[1:3] for line in run("approvals", "list").lines[1:]}
+    assert sorted(statuses.values()) == [["pending", "(waited"], ["pending", "writer"]]
+    assert statuses[request["id"]] == ["pending", "(waited"]
+    shown = run("approvals", "show", request["id"])
+    assert "  a caller is waiting for the answer (it makes the call once approved)" in shown.lines
     assert run("approvals", "approve", request["id"]).code == 0
     out, err = process.communicate(timeout=60)
     assert process.returncode == 0, err

@@ -473,9 +473,10 @@ def test_audit_never_holds_argument_values_or_secrets(
         "arguments_sha256",
         "via",
         "call",
+        "project",  # the folder of the project whose policy decided (#56)
         "prev",  # the sha256 of the line before: the log's hash chain
     }
-    assert record["via"] == "exec"
+    assert record["via"] == "exec" and record["project"] == str(Path.cwd().resolve())
     assert record["outcome"] == "ok" and str(record["arguments_sha256"]).startswith("hmac-sha256:")
 
 

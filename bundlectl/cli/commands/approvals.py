@@ -67,6 +67,11 @@ def declared_schemas() -> Callable[[Binding], Mapping[str, Any] | None]:
     return schema
 
 
+def _waited_on(approval: Approval, now: float) -> bool:
+    """A pending request whose caller waits for the answer now."""
+    return approval.state(now) == "pending" and approval.waited_on(now)
+
+
 def _ago(stamp: float, now: float) -> str:
     return span_text(now - stamp)
 
@@ -84,7 +89,7 @@ def list_requests(config: Path | None, *, everything: bool, fmt: Format) -> int:
     rows = [
         [
             a.id,
-            a.state(now),
+            a.state(now) + (" (waited on)" if _waited_on(a, now) else ""),
             a.binding.agent,
             a.binding.qualified,
             _ago(a.created, now),
@@ -126,6 +131,8 @@ def show(config: Path | None, approval_id: str, *, fmt: Format) -> int:
     out(f"  requested {_ago(approval.created, now)} ago")
     if state == "pending":
         out(f"  expires in {span_text(approval.expires - now)}")
+        if _waited_on(approval, now):
+            out("  a caller is waiting for the answer (it makes the call once approved)")
         if progress_text(approval):
             out(f"  {visible(progress_text(approval))}")
     if approval.decided_by:
