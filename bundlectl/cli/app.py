@@ -90,7 +90,7 @@ class Invocation:
     fast_exit: bool = False  # the console script leaves with os._exit (see `entry`)
 
 
-def _invocation(ctx: typer.Context) -> Invocation:
+def invocation_of(ctx: typer.Context) -> Invocation:
     found = ctx.find_object(Invocation)
     return found if found is not None else Invocation()
 
@@ -100,7 +100,7 @@ def _config(ctx: typer.Context, value: Path | None) -> Path | None:
     $BUNDLECTL_CONFIG, else None (the nearest bundlectl.yaml upwards)."""
     source = ctx.get_parameter_source("config")  # typer vendors click: compare by name
     given = source is not None and source.name == "COMMANDLINE"
-    root = _invocation(ctx).config
+    root = invocation_of(ctx).config
     return value if given or root is None else root
 
 
@@ -181,7 +181,7 @@ def _root(
     ] = False,
 ) -> None:
     paths.use_user_config(not no_user_config)
-    invocation = _invocation(ctx)
+    invocation = invocation_of(ctx)
     invocation.debug = debug
     invocation.config = config  # `bundlectl -c FILE cmd` works like `bundlectl cmd -c FILE`
 

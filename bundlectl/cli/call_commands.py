@@ -19,8 +19,8 @@ from bundlectl.cli.app import (
     FormatOpt,
     SavedOpt,
     UnlistedOpt,
-    _invocation,
     app,
+    invocation_of,
 )
 from bundlectl.cli.options import (
     CodegenLang,
@@ -190,7 +190,7 @@ def exec_(
         output_dir=output_dir,
         quiet=quiet,
         batch=batch,
-        fast_exit=_invocation(ctx).fast_exit,
+        fast_exit=invocation_of(ctx).fast_exit,
         follow_links=follow_links,
         wait=not no_wait,
     )

@@ -14,7 +14,7 @@ from mcp.shared.exceptions import MCPError
 
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.errors import BundlectlError
-from bundlectl.gateway.context import RequestContext, _connection, _not_found
+from bundlectl.gateway.context import RequestContext, connection_of, not_found
 from bundlectl.gateway.relay import Job
 from bundlectl.mcpio.session import ServerSession
 
@@ -105,7 +105,7 @@ class ServerContent:
             tokens = self.hub.tokenizer(self.ctx, self.agent)
             return tokens.prompt(got) if tokens is not None else got
         self.pipeline.access(self.agent, "-", "prompts/get", {"name": name}, "not-found")
-        raise _not_found(f"unknown prompt {name!r}; prompts/list shows the prompts you can use")
+        raise not_found(f"unknown prompt {name!r}; prompts/list shows the prompts you can use")
 
     async def complete(
         self,
@@ -130,7 +130,7 @@ class ServerContent:
             found = [(s, ref) for s, t in templates if t.uri_template == ref.uri]
             what = f"template {ref.uri!r}"
         if not found:
-            raise _not_found(f"unknown {what}; nothing to complete")
+            raise not_found(f"unknown {what}; nothing to complete")
         server, real = found[0]
 
         async def job(session: ServerSession) -> types.CompleteResult:
@@ -184,7 +184,7 @@ class ServerContent:
                 tokens = self.hub.tokenizer(self.ctx, self.agent)
                 return tokens.read(result) if tokens is not None else result
         self.pipeline.access(self.agent, "-", "resources/read", {"uri": uri}, "not-found")
-        raise _not_found(f"unknown resource {uri!r}; resources/list shows what you can read")
+        raise not_found(f"unknown resource {uri!r}; resources/list shows what you can read")
 
     async def subscribe(
         self, uri: str, key: WatcherKey, notify: Notify, ctx: RequestContext | None = None
@@ -197,9 +197,9 @@ class ServerContent:
         for server in owners or await self._servers_in_use():
             if await self.hub.watch(server, self.agent, uri, key, notify):
                 if ctx is not None:
-                    self.hub.release_at_end(_connection(ctx), key)
+                    self.hub.release_at_end(connection_of(ctx), key)
                 return
-        raise _not_found(f"unknown resource {uri!r}; resources/list shows what you can read")
+        raise not_found(f"unknown resource {uri!r}; resources/list shows what you can read")
 
 
 async def _PROMPTS(session: ServerSession) -> list[types.Prompt]:

@@ -90,7 +90,7 @@ LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert"
 
 
 @contextlib.contextmanager
-def _as_protocol_error() -> Iterator[None]:
+def as_protocol_error() -> Iterator[None]:
     """Our errors as JSON-RPC errors with our message (prompts and resources have no error
     results; the SDK would say only "internal error")."""
 
@@ -100,40 +100,40 @@ def _as_protocol_error() -> Iterator[None]:
         raise MCPError(code=types.INTERNAL_ERROR, message=exc.explained) from None
 
 
-def _not_found(message: str) -> Exception:
+def not_found(message: str) -> Exception:
     """A JSON-RPC error for an unknown prompt or resource (those have no error results)."""
     return MCPError(code=types.INVALID_PARAMS, message=message)
 
 
-def _error(message: str) -> types.CallToolResult:
+def error_result(message: str) -> types.CallToolResult:
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=message)], is_error=True
     )
 
 
-def _connection(ctx: RequestContext) -> ConnectionKey:
+def connection_of(ctx: RequestContext) -> ConnectionKey:
     """The client connection a request context belongs to (the SDK's `Connection`; for a call
     on the express lane, the connection the lane learnt, else the lane itself)."""
     if isinstance(ctx, ExpressContext):
         lane = ctx.lane
         return lane.connection if lane.connection is not None else lane
-    return getattr(ctx.session, "_connection", ctx.session)
+    return getattr(ctx.session, "connection_of", ctx.session)
 
 
-def _owner(ctx: RequestContext) -> object:
+def owner_of(ctx: RequestContext) -> object:
     """Which client connection a request context belongs to (the express lane's calls: the
     lane, which is one stdio client)."""
     if isinstance(ctx, ExpressContext):
         return ("lane", id(ctx.lane))
-    return _session_key(ctx.session)
+    return session_key(ctx.session)
 
 
-def _session_key(session: ServerSession) -> int:
+def session_key(session: ServerSession) -> int:
     """One key per client connection (a session object may be made per request)."""
-    return id(getattr(session, "_connection", session))
+    return id(getattr(session, "connection_of", session))
 
 
-def _answers_by_retry(ctx: SdkContext) -> bool:
+def answers_by_retry(ctx: SdkContext) -> bool:
     """Whether the client of request `ctx` answers a server's elicitation or sampling by
     retrying its call (2026-07-28, declared) rather than on its session."""
     if ctx.session.can_send_request or ctx.protocol_version < MODERN:

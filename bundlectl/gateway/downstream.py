@@ -184,10 +184,10 @@ class Downstream:
         async with self._lock:
             if self._inbox is not None and self.exited():
                 # It died while idle: start it afresh for this call rather than fail it.
-                _log_line(f"server {self.target.name!r} exited while idle; starting it again")
+                log_line(f"server {self.target.name!r} exited while idle; starting it again")
                 await self.stop()
             elif self._inbox is not None and self.stale() and self._alone():
-                _log_line(f"server {self.target.name!r}: a watched file changed; restarting it")
+                log_line(f"server {self.target.name!r}: a watched file changed; restarting it")
                 await self.stop()
             if self._inbox is None:
                 wait = self.retry_at - anyio.current_time()
@@ -224,7 +224,7 @@ class Downstream:
         """Say on stderr (the gateway's log) why the server could not start, once per reason:
         its tools are missing from every list until it starts."""
         if self.start_error is None or self.start_error.message != exc.message:
-            _log_line(
+            log_line(
                 f"server {self.target.name!r} could not start, so its tools are not offered: "
                 f"{exc.explained}"
             )
@@ -276,7 +276,7 @@ class Downstream:
             with anyio.fail_after(PROBE_TIMEOUT):
                 await self.run(group, ping)
         except (TimeoutError, BundlectlError):
-            _log_line(
+            log_line(
                 f"server {self.target.name!r} did not answer after a call timed out; it is "
                 "stopped and started again on the next call"
             )
@@ -351,7 +351,7 @@ class Downstream:
                 receive.close()
                 raise  # the caller that started it says why
             # The calls in flight were answered; the gateway goes on.
-            _log_line(f"server {self.target.name!r} stopped: {exc.explained}")
+            log_line(f"server {self.target.name!r} stopped: {exc.explained}")
         finally:
             if self.session is mine:  # (a restart's new session may have taken its place)
                 self.session = None
@@ -362,7 +362,7 @@ class Downstream:
             self.target.close(wait=0, tee=tee)
 
 
-def _log_line(line: str) -> None:
+def log_line(line: str) -> None:
     """The gateway's own log: stderr, which MCP clients keep as the server's log."""
     err(f"bundlectl serve: {line}")
 

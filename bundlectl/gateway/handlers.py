@@ -43,15 +43,15 @@ from bundlectl.config.lockfile import digest_json
 from bundlectl.gateway.context import (
     MODERN,
     SdkContext,
-    _answers_by_retry,
-    _as_protocol_error,
-    _connection,
-    _error,
-    _session_key,
+    answers_by_retry,
+    as_protocol_error,
+    connection_of,
+    error_result,
+    session_key,
 )
 from bundlectl.gateway.hub import Hub
 from bundlectl.gateway.parking import unseal
-from bundlectl.gateway.search import _search_mode_call, search_mode_tools
+from bundlectl.gateway.search import search_mode_call, search_mode_tools
 from bundlectl.gateway.view import Gateway
 from bundlectl.mcpio.requests import JsonObject
 from bundlectl.policy.rules import Decision
@@ -95,14 +95,14 @@ def mcp_server(
     ) -> types.CallToolResult | types.InputRequiredResult:
         gateway = await view(ctx)
         arguments = dict(params.arguments or {})
-        if _answers_by_retry(ctx):
+        if answers_by_retry(ctx):
             resumed = await _held(gateway, params, arguments)
             if resumed is not None:
                 return resumed
         confirm = _elicitation(ctx, gateway, params)
         if mode != "search":
             return await gateway.call_tool(params.name, arguments, confirm)
-        return await _search_mode_call(gateway, params.name, arguments, confirm)
+        return await search_mode_call(gateway, params.name, arguments, confirm)
 
     async def on_list_prompts(ctx: SdkContext, params: Paginated) -> types.ListPromptsResult:
         return types.ListPromptsResult(prompts=await (await view(ctx)).list_prompts())
@@ -110,7 +110,7 @@ def mcp_server(
     async def on_get_prompt(
         ctx: SdkContext, params: types.GetPromptRequestParams
     ) -> types.GetPromptResult:
-        with _as_protocol_error():
+        with as_protocol_error():
             return await (await view(ctx)).get_prompt(params.name, params.arguments)
 
     async def on_completion(
@@ -119,7 +119,7 @@ def mcp_server(
         """`completion/complete` for the prompts and templates of the servers in use."""
         context = params.context.arguments if params.context is not None else None
         argument = {"name": params.argument.name, "value": params.argument.value}
-        with _as_protocol_error():
+        with as_protocol_error():
             return await (await view(ctx)).complete(params.ref, argument, context)
 
     async def on_list_resources(ctx: SdkContext, params: Paginated) -> types.ListResourcesResult:
@@ -134,16 +134,16 @@ def mcp_server(
     async def on_read_resource(
         ctx: SdkContext, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
-        with _as_protocol_error():
+        with as_protocol_error():
             return await (await view(ctx)).read_resource(str(params.uri))
 
     async def on_subscribe_resource(
         ctx: SdkContext, params: types.SubscribeRequestParams
     ) -> types.EmptyResult:
         session = ctx.session
-        with _as_protocol_error():
+        with as_protocol_error():
             await (await view(ctx)).subscribe(
-                str(params.uri), _session_key(session), session.send_resource_updated, ctx
+                str(params.uri), session_key(session), session.send_resource_updated, ctx
             )
         return types.EmptyResult()
 
@@ -153,13 +153,13 @@ def mcp_server(
         """The client's log level, applied by the gateway to what it forwards (downstream
         servers are shared by every client, so their own level is left as it is)."""
         if not hub.stateless:
-            hub.log_levels[_connection(ctx)] = params.level
+            hub.log_levels[connection_of(ctx)] = params.level
         return types.EmptyResult()
 
     async def on_unsubscribe_resource(
         ctx: SdkContext, params: types.UnsubscribeRequestParams
     ) -> types.EmptyResult:
-        await hub.unwatch(str(params.uri), _session_key(ctx.session))
+        await hub.unwatch(str(params.uri), session_key(ctx.session))
         return types.EmptyResult()
 
     # logging/setLevel is deprecated from 2026-07-28 (SEP-2577); 2025-11-25 clients use it.
@@ -258,7 +258,7 @@ class _Sessions:
         self.seen: weakref.WeakSet[object] = weakref.WeakSet()
 
     async def __call__(self, ctx: SdkContext, call_next: CallNext) -> HandlerResult:
-        connection = _connection(ctx)
+        connection = connection_of(ctx)
         stack = getattr(connection, "exit_stack", None)
         if stack is not None and connection not in self.seen:
             self.seen.add(connection)
@@ -305,7 +305,7 @@ async def _held(
     answer = await gateway.hub.parking.resume(held, binding, responses)
     if answer is not None:
         return answer
-    return _error(
+    return error_result(
         f"{params.name}: the call these answers belong to is no longer waiting (it ended, or "
         "another gateway process holds it); call the tool again"
     )

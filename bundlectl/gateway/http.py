@@ -37,7 +37,7 @@ from bundlectl.gateway.access import (
 )
 from bundlectl.gateway.approvers import ApprovalsPage, Approvers, People
 from bundlectl.gateway.context import SdkContext
-from bundlectl.gateway.downstream import _log_line
+from bundlectl.gateway.downstream import log_line
 from bundlectl.gateway.handlers import mcp_server
 from bundlectl.gateway.hub import Hub
 from bundlectl.gateway.identity import Verdict, Verifier, looks_like_jwt
@@ -306,7 +306,7 @@ async def serve_http(
 
     host, port = sock.getsockname()[:2]
     async with anyio.create_task_group() as group:
-        hub = Hub(pipeline, group, log=_log_line, stateless=stateless, naming=names)
+        hub = Hub(pipeline, group, log=log_line, stateless=stateless, naming=names)
         gate = Gate(None, access, hub, agent, str(host))
         server = mcp_server(hub, mode, _agent_of, codec=gate.keys)
         manager = StreamableHTTPSessionManager(
@@ -372,12 +372,12 @@ async def serve_http(
             return True
 
         shown = f"[{host}]" if ":" in str(host) else host
-        _log_line(
+        log_line(
             f"serving {mode} mode on http://{shown}:{port}/mcp"
             f"{' (stateless)' if stateless else ''}; agents: {', '.join(sorted(access.agents))}"
         )
         if approvers is not None:
-            _log_line(f"approvals page on http://{shown}:{port}/approvals (the approver token)")
+            log_line(f"approvals page on http://{shown}:{port}/approvals (the approver token)")
         try:
             with runner.on_stop(stop):
                 await web.serve(sockets=[sock])

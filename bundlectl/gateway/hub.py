@@ -28,7 +28,7 @@ from bundlectl.gateway.context import (
     ConnectionKey,
     ExpressContext,
     RequestContext,
-    _connection,
+    connection_of,
 )
 from bundlectl.gateway.downstream import Downstream, FileStamp, file_stamp
 from bundlectl.gateway.exchange import Exchanger, ExchangeRefused
@@ -123,7 +123,7 @@ class Hub:
     def view(self, agent: str, mode: str = "direct", ctx: RequestContext | None = None) -> Gateway:
         """Agent `agent`'s view, answering the client request `ctx`."""
         if ctx is not None and not self.stateless:  # who to tell when a server's tools change
-            self.listeners[_connection(ctx)] = None
+            self.listeners[connection_of(ctx)] = None
         return Gateway(self, agent, mode, ctx)
 
     def slot(self, server: str, agent: str, caller: Caller | None = None) -> tuple[str, str]:
@@ -316,7 +316,7 @@ class Hub:
             asked = (getattr(ctx, "meta", None) or {}).get(types.LOG_LEVEL_META_KEY)
             return asked if asked in LOG_LEVELS else None
         try:
-            floor = self.log_levels.get(_connection(ctx)) if not self.stateless else None
+            floor = self.log_levels.get(connection_of(ctx)) if not self.stateless else None
         except TypeError:  # a connection that cannot be weakly referenced: never set a level
             floor = None
         return floor or LOG_LEVELS[0]
@@ -354,7 +354,7 @@ class Hub:
                 shared = self._shared_tokens(agent, privacy.ttl)
                 self.agent_tokenizers[agent] = privacy.session(shared)
             return self.agent_tokenizers[agent]
-        maps = self.tokenizers.setdefault(_connection(ctx), {})
+        maps = self.tokenizers.setdefault(connection_of(ctx), {})
         if agent not in maps:
             maps[agent] = privacy.session()
         return maps[agent]

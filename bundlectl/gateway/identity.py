@@ -215,7 +215,7 @@ class Verifier:
         return None
 
 
-def _get_json(url: str) -> JsonObject:
+def get_json(url: str) -> JsonObject:
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     with urls.fetch(request, timeout=FETCH_TIMEOUT) as response:
         data = json.loads(response.read(1 << 20))
@@ -234,7 +234,7 @@ def _fetch_keys(issuer: TokenIssuer) -> dict[str, AllowedPublicKeys]:
             "/.well-known/oauth-authorization-server",
         ):
             try:
-                url = _get_json(base + where).get("jwks_uri")
+                url = get_json(base + where).get("jwks_uri")
             except (OSError, ValueError):
                 continue
             if url:
@@ -242,5 +242,5 @@ def _fetch_keys(issuer: TokenIssuer) -> dict[str, AllowedPublicKeys]:
         if not isinstance(url, str) or not url:
             raise ValueError(f"no jwks_uri in the metadata of {issuer.issuer}")
         urls.checked(url, f"the jwks_uri of {issuer.issuer},")  # a URL the metadata hands us
-    keys = jwt.PyJWKSet.from_dict(_get_json(url))
+    keys = jwt.PyJWKSet.from_dict(get_json(url))
     return {str(key.key_id or ""): key.key for key in keys.keys}

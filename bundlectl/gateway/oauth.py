@@ -15,7 +15,7 @@ from typing import Literal
 from bundlectl.config import urls
 from bundlectl.config.expand import expand
 from bundlectl.errors import BundlectlError, ServerError
-from bundlectl.gateway.identity import FETCH_TIMEOUT, METADATA, _get_json
+from bundlectl.gateway.identity import FETCH_TIMEOUT, METADATA, get_json
 from bundlectl.mcpio.requests import JsonObject
 
 AuthMethod = Literal["client_secret_basic", "client_secret_post", "none"]
@@ -27,7 +27,7 @@ def endpoint(issuer: str, name: str, refused: type[ServerError] = ServerError) -
     base = issuer.rstrip("/")
     for where in METADATA:
         try:
-            found = _get_json(base + where).get(name)
+            found = get_json(base + where).get(name)
         except (OSError, ValueError):
             continue
         if isinstance(found, str):

@@ -19,7 +19,7 @@ from mcp.shared.subscriptions import ResourceUpdated
 from bundlectl.errors import (
     Interrupted,
 )
-from bundlectl.gateway.context import RequestContext, _owner
+from bundlectl.gateway.context import RequestContext, owner_of
 from bundlectl.mcpio.session import ServerSession
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ class Relay:
             return (contexts[-1] if contexts else self.last), None
         if not contexts:
             return None, f"no client's call is in flight on server {self.server!r}"
-        if len({_owner(ctx) for ctx in contexts}) > 1:
+        if len({owner_of(ctx) for ctx in contexts}) > 1:
             return None, (
                 f"calls of several clients are in flight on server {self.server!r} at once "
                 "(its concurrency is above 1), and MCP does not say whose call this is; set "

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import mcp_types as types
 
 from bundlectl.calls.confirm import Confirmation
-from bundlectl.gateway.context import _error
+from bundlectl.gateway.context import error_result
 from bundlectl.mcpio.requests import JsonObject
 
 if TYPE_CHECKING:
@@ -16,14 +16,14 @@ if TYPE_CHECKING:
     from bundlectl.gateway.view import Gateway
 
 
-def _name(tool: types.Tool) -> str:
+def listed_name(tool: types.Tool) -> str:
     return tool.name
 
 
 DETAILS = ("name", "summary", "full")
 
 
-def _describe(server: str, tool: types.Tool, detail: str) -> str | JsonObject:
+def described(server: str, tool: types.Tool, detail: str) -> str | JsonObject:
     """One search result: the qualified name, with the first line of the description
     (`summary`) or the whole definition (`full`)."""
     name = f"{server}.{tool.name}"
@@ -77,7 +77,7 @@ def search_mode_tools() -> list[types.Tool]:
     ]
 
 
-def _declared(spec: ToolSpec) -> types.Tool:
+def declared_tool(spec: ToolSpec) -> types.Tool:
     annotations = spec.annotations or None
     return types.Tool(
         name=spec.name,
@@ -89,7 +89,7 @@ def _declared(spec: ToolSpec) -> types.Tool:
     )
 
 
-async def _search_mode_call(
+async def search_mode_call(
     gateway: Gateway, name: str, arguments: JsonObject, confirm: Confirmation | None
 ) -> types.CallToolResult | types.InputRequiredResult:
     """Search mode's two tools; any other name is unknown, as in direct mode."""
@@ -97,13 +97,15 @@ async def _search_mode_call(
         query, server = arguments.get("query", ""), arguments.get("server")
         detail, limit = arguments.get("detail", "summary"), arguments.get("limit", 20)
         if not isinstance(query, str) or not (server is None or isinstance(server, str)):
-            return _error("query and server are strings")
+            return error_result("query and server are strings")
         if not isinstance(limit, int) or not isinstance(detail, str):
-            return _error("limit is an integer and detail one of name, summary, full")
+            return error_result("limit is an integer and detail one of name, summary, full")
         return await gateway.search(query, server, detail, limit)
     if name == "call_tool":
         target, inner = arguments.get("name"), arguments.get("arguments") or {}
         if not isinstance(target, str) or "." not in target or not isinstance(inner, dict):
-            return _error("call_tool takes name (server.tool, from search_tools) and arguments")
+            return error_result(
+                "call_tool takes name (server.tool, from search_tools) and arguments"
+            )
         return await gateway.call_tool(target, inner, confirm)
-    return _error(f"unknown tool {name!r}; use search_tools, then call_tool")
+    return error_result(f"unknown tool {name!r}; use search_tools, then call_tool")

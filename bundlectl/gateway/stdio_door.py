@@ -17,7 +17,7 @@ from mcp.shared.message import SessionMessage
 
 from bundlectl.calls.arguments import refuse_constant
 from bundlectl.calls.pipeline import Pipeline
-from bundlectl.gateway.downstream import _log_line
+from bundlectl.gateway.downstream import log_line
 from bundlectl.gateway.express import Express
 from bundlectl.gateway.handlers import mcp_server
 from bundlectl.gateway.hub import Hub
@@ -33,7 +33,7 @@ async def serve_stdio(
 ) -> None:
     """Serve the agent over stdin/stdout until the client closes them (or a stop signal)."""
     async with anyio.create_task_group() as group:
-        hub = Hub(pipeline, group, log=_log_line, agents={agent}, one_client=True, naming=names)
+        hub = Hub(pipeline, group, log=log_line, agents={agent}, one_client=True, naming=names)
         async with _stdio() as (read, writer, express_to):
             # Warm calls of direct mode skip the SDK on both sides (`express.py`).
             lane = Express(hub, agent, group, writer) if mode == "direct" else None
@@ -106,7 +106,7 @@ async def _stdio() -> AsyncIterator[
             key = key if isinstance(key, str | int) and not isinstance(key, bool) else None
             error = {"code": code, "message": f"{what}: {why}"}
             writer.post(json_line({"jsonrpc": "2.0", "id": key, "error": error}))
-            _log_line(
+            log_line(
                 f"message {number} from the client is not JSON-RPC 2.0 ({why}); it was answered "
                 "with an error and ignored — the client must send one JSON-RPC message per line"
             )

@@ -31,10 +31,10 @@ from bundlectl.gateway.content import ServerContent
 from bundlectl.gateway.context import (
     ExpressContext,
     RequestContext,
-    _error,
+    error_result,
 )
 from bundlectl.gateway.identity import Caller
-from bundlectl.gateway.search import DETAILS, _declared, _describe, _name
+from bundlectl.gateway.search import DETAILS, declared_tool, described, listed_name
 from bundlectl.mcpio.requests import JsonObject
 from bundlectl.mcpio.session import Progress, ServerSession
 from bundlectl.output import err
@@ -70,7 +70,7 @@ class Gateway(ServerContent):
         `pin_tools` holds (then a live tool that differs from the lock is withheld)."""
         pinned = self.pipeline.resolution.policy.set.pin_tools
         if spec.tools and not pinned:
-            return [_declared(tool) for tool in spec.tools]
+            return [declared_tool(tool) for tool in spec.tools]
         try:
             downstream = await self.hub.on_behalf(name, self.agent, self._caller())
             live = (await downstream.live_tools(self.hub.group)).values()
@@ -88,7 +88,7 @@ class Gateway(ServerContent):
                 continue  # never started, connected to or sent a credential for this agent
             offered = await self._offered(name, merged.spec)
             usable.extend(
-                (name, self._shown(name, t)) for t in compiled.usable(name, offered, _name)
+                (name, self._shown(name, t)) for t in compiled.usable(name, offered, listed_name)
             )
         return usable
 
@@ -129,7 +129,7 @@ class Gateway(ServerContent):
         ranks them, at the detail asked for."""
 
         if detail not in DETAILS:
-            return _error(f"detail must be one of {', '.join(DETAILS)}, not {detail!r}")
+            return error_result(f"detail must be one of {', '.join(DETAILS)}, not {detail!r}")
         found = {
             (name, tool.name): tool
             for name, tool in await self._catalog()
@@ -145,7 +145,7 @@ class Gateway(ServerContent):
         compiled = self.pipeline.resolution.policy.agent(self.agent)
         items = []
         for ref in ranked:
-            item = _describe(ref.server, found[(ref.server, ref.tool)], detail)
+            item = described(ref.server, found[(ref.server, ref.tool)], detail)
             rules = compiled.conditional_matching(ref.server, ref.tool)
             if rules and isinstance(item, dict):  # which calls the policy lets through
                 item["conditions"] = [
@@ -207,7 +207,7 @@ class Gateway(ServerContent):
             await self._catalog()  # servers without declared tools: learn their live names
             found = self._find(name)
         if found is None:
-            return _error(self._not_started(name) or unknown)
+            return error_result(self._not_started(name) or unknown)
         server, tool = found
         received = self._received(server, tool, arguments)
         call = ToolCall(
@@ -407,7 +407,7 @@ class _GatewayDoor(Door[_Answer]):
         if outcome.error is not None:
             # A server's or a validator's error may quote the real values behind tokens.
             message = outcome.error.explained
-            return _error(tokens.conceal(message) if tokens is not None else message)
+            return error_result(tokens.conceal(message) if tokens is not None else message)
         assert outcome.result is not None
         result: types.CallToolResult = outcome.result.as_model()
         if tokens is None:
@@ -415,7 +415,7 @@ class _GatewayDoor(Door[_Answer]):
         try:
             tokenized: types.CallToolResult = tokens.result(result)
         except BundlectlError as exc:  # a shared token map out of reach: nothing leaves as is
-            return _error(exc.explained)
+            return error_result(exc.explained)
         return tokenized
 
     def refused(self, decision: Decision | None, error: BundlectlError) -> _Answer:
@@ -424,8 +424,8 @@ class _GatewayDoor(Door[_Answer]):
             or isinstance(error, LimitReached)
             or not isinstance(error, PolicyDenied)
         ):
-            return _error(error.explained)  # arguments refused at the door; or try later
-        return _error(self.view._refusal(self.name, decision, error, self.unknown))
+            return error_result(error.explained)  # arguments refused at the door; or try later
+        return error_result(self.view._refusal(self.name, decision, error, self.unknown))
 
     async def hold(self, job: Callable[[], Awaitable[_Answer]]) -> _Answer:
         view = self.view

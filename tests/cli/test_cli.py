@@ -211,6 +211,34 @@ def test_the_layers_hold_and_a_lower_layer_importing_a_higher_one_fails(tmp_path
     assert "Contracts: 1 kept, 2 broken." in broken.stdout
 
 
+def private_imports(package: Path) -> list[str]:
+    """Every `from bundlectl.X import _name` in the package: a module's private name used by
+    another module (each such name is public under a name a reader can find, #53)."""
+    import ast
+
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bundlectl"):
+                found += [
+                    f"{path.relative_to(package.parent)}: {node.module}.{alias.name}"
+                    for alias in node.names
+                    if alias.name.startswith("_") and not alias.name.startswith("__")
+                ]
+    return found
+
+
+def test_no_module_imports_another_modules_private_name(tmp_path: Path) -> None:
+    package = Path(__file__).resolve().parents[2] / "bundlectl"
+    assert private_imports(package) == []
+    leak = tmp_path / "bundlectl" / "gateway"
+    leak.mkdir(parents=True)
+    (leak / "view.py").write_text("from bundlectl.gateway.context import _secret\n")
+    assert private_imports(tmp_path / "bundlectl") == [
+        "bundlectl/gateway/view.py: bundlectl.gateway.context._secret"
+    ]
+
+
 def _lint_imports() -> str:
     """import-linter's command, beside this Python (the venv's) or on PATH."""
     beside = Path(sys.executable).parent / "lint-imports"

@@ -26,11 +26,11 @@ from bundlectl.suggest import Suggester
 COLUMNS = ["timestamp", "agent", "server", "tool", "decision", "outcome", "duration_ms", "via"]
 
 
-def _log(file: Path | None) -> Path:
+def log_file(file: Path | None) -> Path:
     return file if file is not None else auditfile.log_path(userconfig.load().audit.path)
 
 
-def _lines(path: Path) -> Iterator[bytes]:
+def log_lines(path: Path) -> Iterator[bytes]:
     try:
         yield from auditfile.lines(path)
     except FileNotFoundError:
@@ -44,7 +44,7 @@ def _lines(path: Path) -> Iterator[bytes]:
 
 def _records(path: Path, *, pending: bool = True) -> Iterator[tuple[int, dict[str, Any]]]:
     """Each call record with its line number; `pending`: see `auditfile.records`."""
-    for number, record in auditfile.records(_lines(path), pending=pending):
+    for number, record in auditfile.records(log_lines(path), pending=pending):
         if record is None:
             err(f"warning: {display_path(path)}:{number}: not a JSON record; skipped")
             continue
@@ -56,7 +56,7 @@ def _walk(path: Path) -> tuple[tuple[int, str] | None, int, int, int]:
     problem: tuple[int, str] | None = None
     unchained = chained = records = 0
     before: bytes | None = None  # the line before the one being checked
-    for number, raw in enumerate(_lines(path), start=1):
+    for number, raw in enumerate(log_lines(path), start=1):
         records = number
         line, before = before, raw
         try:
@@ -96,7 +96,7 @@ def verify(file: Path | None, *, fmt: Format, key: str | None = None) -> int:
     sealed log (`audit seal --init`): every seal is checked too (`seal.verify_sealed`)."""
     from bundlectl.cli.commands import seal  # noqa: PLC0415 - a small module of its own
 
-    path = _log(file)
+    path = log_file(file)
     first = seal.key_from(key) if key is not None else None
     problem, records, chained, unchained = _walk(path)
     if problem is None and not chained and unchained > 1:
@@ -150,7 +150,7 @@ def _continues(path: Path, start: dict[str, Any]) -> tuple[int, str] | None:
     rotated = path.with_name(earlier)
     if not rotated.is_file():
         return None  # the earlier file was removed (`keep` of them are kept): nothing to check
-    tail = deque(_lines(rotated), maxlen=1)
+    tail = deque(log_lines(rotated), maxlen=1)
     if not tail or start.get("prev") != auditfile.link(tail[0]):
         return (1, f"does not link to the last record of {earlier}, the log it continues")
     return None
@@ -224,7 +224,7 @@ def query(
     fmt: MatrixFormat,
     project: Path | None = None,
 ) -> int:
-    records = list(_selected(_log(file), agent, tool, outcome, since, project=project))
+    records = list(_selected(log_file(file), agent, tool, outcome, since, project=project))
     if fmt is MatrixFormat.json:
         emit_json({"format_version": JSON_FORMAT_VERSION, "records": records})
         return 0
@@ -277,7 +277,8 @@ def summary(
 
         picture = Activity()
     # pending records pair with their outcome, which is counted
-    for record in _selected(_log(file), agent, None, None, since, pending=False, project=project):
+    chosen = _selected(log_file(file), agent, None, None, since, pending=False, project=project)
+    for record in chosen:
         if picture is not None:
             picture.add(record)
         ended = str(record.get("outcome"))
@@ -350,4 +351,4 @@ def seal(file: Path | None, *, init: bool, every: str | None) -> int:
     """`bundlectl audit seal`: see `seal.seal`."""
     from bundlectl.cli.commands import seal as sealing  # noqa: PLC0415
 
-    return sealing.seal(_log(file), init=init, every=every)
+    return sealing.seal(log_file(file), init=init, every=every)

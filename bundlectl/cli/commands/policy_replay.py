@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from bundlectl.calls.replay import Replayed, replay
-from bundlectl.cli.commands.audit import _lines, _log
+from bundlectl.cli.commands.audit import log_file, log_lines
 from bundlectl.cli.options import Format
 from bundlectl.config.project import load_project
 from bundlectl.errors import UsageError
@@ -24,7 +24,7 @@ def run(config: Path | None, file: Path | None, *, agents: list[str], fmt: Forma
                 f"agent {agent!r} is not listed under agents",
                 hint="agents: " + (", ".join(policy.agents) or "none"),
             )
-    found = replay(_lines(_log(file)), policy, set(agents) if agents else None)
+    found = replay(log_lines(log_file(file)), policy, set(agents) if agents else None)
     if fmt == Format.json:
         emit_json(_as_json(found))
     else:
