@@ -65,7 +65,8 @@ class OutOfBand:
     # binds; None: those shown. Per-session token maps make `[EMAIL_1]` stand for different
     # values in different sessions: the approval of one must not let the other through.
     bound: Mapping[str, Any] | None = None
-    _said_waiting: float = float("-inf")  # when this wait last told the store (monotonic)
+    # The request this wait last told the store it waits on, and when (monotonic)
+    _said_waiting: tuple[str, float] = ("", float("-inf"))
 
     async def __call__(
         self, pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]
@@ -147,8 +148,9 @@ class OutOfBand:
         """One look at the request: True once approved (and taken, audited); raises for a
         denial (`Declined`) or a request that ended (`Unconfirmable`); False: still pending."""
         assert self.store is not None
-        if time.monotonic() - self._said_waiting >= WAITED_EVERY:  # for the approvers' lists
-            self._said_waiting = time.monotonic()
+        said, when = self._said_waiting
+        if said != approval.id or time.monotonic() - when >= WAITED_EVERY:  # approvers see it
+            self._said_waiting = (approval.id, time.monotonic())
             self.store.waiting(approval.id)
         current = self.store.get(approval.id) or approval
         state = current.state()

@@ -117,7 +117,7 @@ def connection_of(ctx: RequestContext) -> ConnectionKey:
     if isinstance(ctx, ExpressContext):
         lane = ctx.lane
         return lane.connection if lane.connection is not None else lane
-    return getattr(ctx.session, "connection_of", ctx.session)
+    return getattr(ctx.session, "_connection", ctx.session)
 
 
 def owner_of(ctx: RequestContext) -> object:
@@ -130,7 +130,7 @@ def owner_of(ctx: RequestContext) -> object:
 
 def session_key(session: ServerSession) -> int:
     """One key per client connection (a session object may be made per request)."""
-    return id(getattr(session, "connection_of", session))
+    return id(getattr(session, "_connection", session))
 
 
 def answers_by_retry(ctx: SdkContext) -> bool:
