@@ -69,15 +69,15 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def bundlectl_serve(folder: Path, time_server: str) -> Iterator[tuple[str, str, int]]:
-    """`serve` over HTTP in front of mcp-server-time: (url, tool name, process id)."""
+def bundlectl_serve(folder: Path, time_server: str, *flags: str) -> Iterator[tuple[str, str, int]]:
+    """`serve` over HTTP (with `flags`) in front of mcp-server-time: (url, tool name, pid)."""
     (folder / "bundlectl.yaml").write_text(
         f"version: 1\nservers:\n  time: {{command: {time_server}, concurrency: 16}}\n"
         "agents:\n  bench: {allow: ['time.*']}\npolicy: {default: deny}\n"
     )
     argv = [sys.executable, "-m", "bundlectl", "serve", "--transport", "streamable-http"]
     proc = subprocess.Popen(
-        [*argv, "--port", "0", "--agent", "bench"],
+        [*argv, "--port", "0", "--agent", "bench", *flags],
         cwd=folder,
         stdin=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

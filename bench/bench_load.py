@@ -45,11 +45,11 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_http import INIT, _answer, _free_port, _wait_listening
+from bench_http import bundlectl_serve as http_serve
 
 REPO = Path(__file__).resolve().parent.parent
 NPM = REPO / "tests" / "npm" / "node_modules"
 VERSION = "2025-11-25"
-SERVE = [sys.executable, "-m", "bundlectl", "serve", "--transport", "streamable-http"]
 
 
 @dataclass
@@ -66,28 +66,9 @@ class Target:
 @contextlib.contextmanager
 def bundlectl_serve(folder: Path, time_server: str, *flags: str) -> Iterator[Target]:
     """`serve` over streamable HTTP (with `flags`) in front of mcp-server-time."""
-    (folder / "bundlectl.yaml").write_text(
-        f"version: 1\nservers:\n  time: {{command: {time_server}, concurrency: 16}}\n"
-        "agents:\n  bench: {allow: ['time.*']}\npolicy: {default: deny}\n"
-    )
-    proc = subprocess.Popen(
-        [*SERVE, "--port", "0", "--agent", "bench", *flags],
-        cwd=folder,
-        stdin=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "BUNDLECTL_HOME": str(folder / "home")},
-    )
-    assert proc.stderr is not None
-    line = proc.stderr.readline().decode()
-    found = re.search(r"on (http://\S+/mcp)", line)
-    try:
-        if not found:
-            raise RuntimeError(f"serve did not start: {line}{proc.stderr.read().decode()}")
+    with http_serve(folder, time_server, *flags) as (url, tool, pid):
         name = "bundlectl serve" + (" --stateless" if "--stateless" in flags else "")
-        yield Target(name, found.group(1), "time__get_current_time", proc.pid)
-    finally:
-        proc.terminate()
-        proc.wait(10)
+        yield Target(name, url, tool, pid)
 
 
 PEER = """
