@@ -244,11 +244,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _fork_server() -> None:
-    """The test servers' fork server (tests/servers/_forkserver.py says why), one for every
-    pytest process of this checkout and environment: started by the first, kept while any of
-    them lives (each registers its pid)."""
+    """The fork server of the test servers and bundlectl's commands that talk to servers
+    (tests/servers/_forkserver.py says why), one for every pytest process of this checkout and
+    environment: started by the first, kept while any of them lives (each registers its pid)."""
     import fcntl
-    import socket
 
     sys.path.insert(0, str(TEST_SERVERS))
     try:
@@ -260,14 +259,9 @@ def _fork_server() -> None:
     (folder / "users" / str(os.getpid())).touch()
     with open(folder / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(str(folder / "socket"))
+        if _answers(folder / "socket"):
             return  # running
-        except OSError:
-            pass
-        finally:
-            probe.close()
+        (folder / "socket").unlink(missing_ok=True)  # one whose server was killed
         env = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_")}
         subprocess.run(  # it detaches at once
             [sys.executable, str(TEST_SERVERS / "_forkserver.py"), str(folder)],
@@ -279,9 +273,22 @@ def _fork_server() -> None:
             start_new_session=True,
             check=False,
         )
-        deadline = time.monotonic() + 30
-        while not (folder / "socket").exists() and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30  # under the lock: the other workers wait for it
+        while not _answers(folder / "socket") and time.monotonic() < deadline:
             time.sleep(0.05)
+
+
+def _answers(path: Path) -> bool:
+    import socket
+
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
 
 
 def _rewritten_tests(config: pytest.Config) -> None:

@@ -1,42 +1,52 @@
-"""Put on PYTHONPATH for the processes the suite starts (conftest.py), only while it measures them.
+"""Put on PYTHONPATH for the processes the suite starts (conftest.py).
 
 The suite measures the Python processes it starts (`[tool.coverage.run] patch` in
 pyproject.toml): `bundlectl serve`, the console script. On Python 3.11 coverage traces every line
 of every module, and tracing the third-party packages such a process imports — the MCP SDK's
 above all — took half a second of CPU a start (`import mcp`: 0.8 s untraced, 1.2-1.4 s traced).
-Only bundlectl is measured (`source`), so those imports run untraced: the same lines of bundlectl
-are counted, and a start costs what it costs without coverage. Python runs this after the `.pth`
-file that started coverage.
+Only bundlectl is measured (`source`), so those imports run untraced (`_untraced.py`): the same
+lines of bundlectl are counted, and a start costs what it costs without coverage. Python runs
+this after the `.pth` file that started coverage.
+
+Then a bundlectl command that talks to servers (`WARM`), started as `python -m bundlectl ...` or
+as the console script with no interpreter options, is handed over to the suite's fork server
+(tests/servers/_forkserver.py): it runs in a copy that has the SDK and the other third-party
+packages imported already, on this process's pipes, arguments, folder and environment, with
+bundlectl imported and measured in the copy. Each such start spent ~1.5 s of CPU on imports,
+~100 of them a run.
 """
 
-import builtins
 import sys
-from typing import Any
+from pathlib import Path
 
-_OURS = frozenset({"bundlectl", "tests"})
+from _untraced import untraced_third_party_imports
 
-
-def _untraced_third_party_imports() -> None:
-    if "coverage" not in sys.modules or sys.gettrace() is None:
-        return  # not measured: nothing to do
-    imported = builtins.__import__
-    modules = sys.modules
-
-    def load(
-        name: str, globs: Any = None, locs: Any = None, fromlist: Any = (), level: int = 0
-    ) -> Any:
-        if level or name in modules or name.partition(".")[0] in _OURS:
-            return imported(name, globs, locs, fromlist, level)
-        tracer = sys.gettrace()
-        if tracer is None:
-            return imported(name, globs, locs, fromlist, level)
-        sys.settrace(None)
-        try:
-            return imported(name, globs, locs, fromlist, level)
-        finally:
-            sys.settrace(tracer)
-
-    builtins.__import__ = load
+# The commands that import the MCP SDK (the others start in ~0.2 s and some tests read which
+# modules they import: they start as they are).
+WARM = frozenset({"serve", "exec", "auth", "tools"})
 
 
-_untraced_third_party_imports()
+def _warm_start() -> None:
+    argv = sys.orig_argv
+    if argv[1:3] == ["-m", "bundlectl"]:
+        command, run, path0 = argv[3:4], {"module": "bundlectl"}, None
+    elif len(argv) > 1 and Path(argv[1]).name == "bundlectl":
+        command, run, path0 = argv[2:3], {"script": argv[1]}, None
+    else:
+        return
+    if not command or command[0] not in WARM:
+        return
+    import os
+
+    path0 = os.getcwd() if "module" in run else str(Path(argv[1]).resolve().parent)
+    servers = str(Path(__file__).resolve().parent.parent / "servers")
+    sys.path.insert(0, servers)
+    try:
+        from _forkserver import hand_over
+    finally:
+        sys.path.remove(servers)
+    hand_over({**run, "measure": "1"}, path0=path0)
+
+
+untraced_third_party_imports()
+_warm_start()

@@ -625,3 +625,47 @@ def test_over_http_a_clients_always_allow_is_not_offered_or_kept(
     assert [r.is_error for r in results] == [False, False]
     assert [schema["properties"] for schema in asked] == [{}, {}]  # asked each time
     assert not (project / "bundlectl.local.yaml").exists()
+
+
+def test_a_stateless_gateway_answers_128_connections_at_once(http_project: Path) -> None:
+    """#57: 128 clients each open a connection at the same moment and send a call: every one
+    is answered with its result, none is reset or refused (bounded: a few seconds)."""
+    import asyncio
+
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "tools/call",
+            "params": {"name": "files__read_file", "arguments": {"path": "hello.txt"}},
+        }
+    ).encode()
+
+    async def one(host: str, port: int, start: asyncio.Event) -> str:
+        reader, writer = await asyncio.open_connection(host, port)
+        await start.wait()
+        head = (
+            f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            "Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-11-25\r\n"
+            f"Authorization: Bearer {READER_TOKEN}\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n"
+        )
+        writer.write(head.encode() + body)
+        await writer.drain()
+        answer = (await reader.read()).decode()
+        writer.close()
+        return answer
+
+    async def many(url: str) -> list[str]:
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        start = asyncio.Event()
+        calls = [asyncio.create_task(one(host, int(port), start)) for _ in range(128)]
+        await asyncio.sleep(0.2)  # every connection open before any call is sent
+        start.set()
+        return await asyncio.wait_for(asyncio.gather(*calls), 120)
+
+    with gateway(http_project, "--stateless") as (url, _):
+        answers = asyncio.run(many(url))
+    statuses = [a.split(" ", 2)[1] for a in answers]
+    assert statuses == ["200"] * 128, sorted(set(statuses))
+    assert all('"hello\\n"' in a or "hello\\n" in a for a in answers), answers[0][-400:]

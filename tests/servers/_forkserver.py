@@ -1,4 +1,4 @@
-"""A fork server for the test servers: each starts in ~0.05 s of CPU instead of ~1.5 s.
+"""A fork server for the test servers and bundlectl's own commands: each starts warm.
 
 The suite starts a test server (kitchen, conformance, hostile, ...) some 250 times, as a real
 process on real pipes, and nearly all of each start was importing the MCP SDK (~1.3 s of CPU:
@@ -12,9 +12,18 @@ for whoever started it: a signal it gets is passed on, it exits as the server di
 the same signal), and the copy's `os.getpid()` names it. The copy is killed when the launcher
 dies, however it dies.
 
-Nothing is handed over — the launcher runs the server itself, as before — when no fork server
-runs, or when the launcher is not in the fork server's namespaces (a server in bundlectl's
-sandbox: bubblewrap gives it its own mounts and processes; the copy would be outside them).
+bundlectl's commands that talk to servers (`serve`, `exec`, ...: `tests/_site/sitecustomize.py`
+names them) start ~100 times each run and spent ~1.5 s of CPU a start importing the SDK, the
+HTTP server and the rest before running a line of bundlectl: they are handed over the same way,
+with two differences. bundlectl itself is never imported by the fork server (the copy imports
+it, measured by coverage like any process the suite starts), and a signal — or the kill when the
+launcher dies — goes to the copy alone, not to its process group: the servers the gateway starts
+must stop because the gateway stops them, as they must when it runs on its own.
+
+Nothing is handed over — the launcher runs the program itself, as before — when no fork server
+runs, when the launcher runs with other interpreter flags, or when it is not in the fork
+server's namespaces (a server in bundlectl's sandbox: bubblewrap gives it its own mounts and
+processes; the copy would be outside them).
 
     python _forkserver.py SOCKET   # conftest.py: runs until no registered pytest process lives
 """
@@ -32,6 +41,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 # The test servers that import the SDK (the others start in a few tens of milliseconds, and some
@@ -65,6 +75,27 @@ def _namespaces() -> dict[str, str]:
     return found
 
 
+def _interpreter() -> dict[str, object]:
+    """What a launcher and the fork server must share for the copy to run as the launcher would:
+    the namespaces always; for bundlectl also the interpreter options that change what its code
+    does (a test server runs alike under all of them)."""
+    flags = sys.flags
+    return {
+        "namespaces": _namespaces(),
+        "prefix": sys.prefix,
+        "options": [
+            flags.optimize,
+            flags.dev_mode,
+            flags.utf8_mode,
+            flags.bytes_warning,
+            flags.safe_path,
+            flags.warn_default_encoding,
+            sorted(map(str, sys._xoptions.items())),
+            sys.warnoptions,
+        ],
+    }
+
+
 def _line(sock: socket.socket) -> dict[str, object] | None:
     data = b""
     while not data.endswith(b"\n"):
@@ -80,9 +111,13 @@ def _line(sock: socket.socket) -> dict[str, object] | None:
 # The launcher: the test server's own process
 
 
-def hand_over() -> None:
-    """Run this test server in a copy of the fork server, and exit as it does; return (and
-    start the server here) when there is no fork server to hand over to."""
+def hand_over(run: dict[str, str] | None = None, path0: str | None = None) -> None:
+    """Run this program in a copy of the fork server, and exit as it does; return (and start it
+    here) when there is no fork server to hand over to.
+
+    `run`: `{"script": PATH}` (the default: this test server's script, its signals passed to
+    its process group) or `{"module": NAME}`; both with `"measure": "1"` for bundlectl, which
+    the copy measures when the launcher would have, and whose signals reach the copy alone."""
     if getattr(sys, "_forkserver_copy", False):
         return  # the copy itself, running the script
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -92,17 +127,33 @@ def hand_over() -> None:
     except OSError:
         sock.close()
         return
-    if hello is None or hello.get("namespaces") != _namespaces():
+    run = run or {"script": sys.argv[0]}
+    group = "measure" not in run
+    ours = _interpreter()
+    if group:
+        del ours["options"]
+    elif any(os.isatty(fd) for fd in (0, 1, 2)):
         sock.close()
-        return  # sandboxed (or a stale fork server): start here
+        return  # on a terminal: its own session and controlling terminal matter; start here
+    if hello is None or {k: hello.get(k) for k in ours} != ours:
+        sock.close()
+        return  # sandboxed, other interpreter options, or a stale fork server: start here
     request = {
         "pid": os.getpid(),
         "argv": sys.argv,
-        "path0": sys.path[0],
+        "orig_argv": sys.orig_argv,
+        "executable": sys.executable,
+        "run": run,
+        "path0": sys.path[0] if path0 is None else path0,
+        "path": [path0, *sys.path] if path0 is not None else None,  # as Python will make it
         "cwd": os.getcwd(),
         "env": dict(os.environ),
         "umask": _umask(),
         "unbuffered": bool(getattr(sys.stdout, "write_through", False)),
+        "streams": [
+            [s.encoding, s.errors] if s is not None else ["utf-8", "strict"]
+            for s in (sys.stdin, sys.stdout, sys.stderr)
+        ],
         "limits": {str(r): resource.getrlimit(r) for r in _LIMITS},
     }
     try:
@@ -113,7 +164,7 @@ def hand_over() -> None:
     if started is None or not isinstance(started.get("pid"), int):
         sock.close()
         return
-    _wait_as_launcher(sock, started["pid"])
+    _wait_as_launcher(sock, started["pid"], group=group)
 
 
 def _umask() -> int:
@@ -122,30 +173,37 @@ def _umask() -> int:
     return mask
 
 
-def _wait_as_launcher(sock: socket.socket, pid: int) -> None:
-    """Stand for the copy `pid` until it ends; then end as it did."""
+def _wait_as_launcher(sock: socket.socket, pid: int, *, group: bool) -> None:
+    """Stand for the copy `pid` until it ends; then end as it did — through the system's exit
+    (`posix._exit`), never coverage's patched `os._exit`: the copy's data file is named by this
+    process's pid (its `os.getpid()`), and this one, which measured nothing, would overwrite it."""
+    import posix
+
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # the copy holds the pipes now: their ends close when it ends
         os.dup2(null, fd)
     for sig in _FORWARDED:
-        signal.signal(sig, lambda number, _frame: _signal(pid, number))
+        signal.signal(sig, lambda number, _frame: _signal(pid, number, group=group))
     try:
         ended = _line(sock)
     except (OSError, ValueError):
         ended = None
     if ended is None:
-        os._exit(70)
+        posix._exit(70)
     if isinstance(ended.get("signal"), int):
         number = ended["signal"]
         signal.signal(number, signal.SIG_DFL)
         os.kill(os.getpid(), number)
     code = ended.get("exit")
-    os._exit(code if isinstance(code, int) else 70)
+    posix._exit(code if isinstance(code, int) else 70)
 
 
-def _signal(pid: int, number: int) -> None:
+def _signal(pid: int, number: int, *, group: bool) -> None:
     with contextlib.suppress(OSError):
-        os.killpg(pid, number)  # the copy leads a process group of its own
+        if group:
+            os.killpg(pid, number)  # the copy leads a process group of its own
+        else:
+            os.kill(pid, number)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,11 +217,24 @@ def serve(folder: Path) -> None:
     import mcp.server.mcpserver
     import mcp.server.mcpserver.resolve
     import mcp.server.stdio
-    import mcp.server.streamable_http  # noqa: F401
+    import mcp.server.streamable_http
     import mcp_types  # noqa: F401
     import pydantic  # noqa: F401
     import starlette.applications  # noqa: F401
     import uvicorn  # noqa: F401
+
+    # ... and what bundlectl's commands import besides (never bundlectl itself: the copy imports
+    # it with the launcher's environment, measured when the launcher would be).
+    import coverage  # noqa: F401
+    import cryptography.x509  # noqa: F401
+    import httpx2  # noqa: F401
+    import jwt  # noqa: F401
+    import mcp.client.sse
+    import mcp.client.streamable_http  # noqa: F401
+    import packaging.version  # noqa: F401
+    import platformdirs  # noqa: F401
+    import ruamel.yaml  # noqa: F401
+    import typer  # noqa: F401
 
     signal.signal(signal.SIGCHLD, _reap)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -172,7 +243,7 @@ def serve(folder: Path) -> None:
     listener.bind(str(temporary))
     listener.listen(64)
     os.replace(temporary, path)  # whole, or not there
-    namespaces = _namespaces()
+    interpreter = _interpreter()
     checked = 0.0
     try:
         while True:
@@ -188,7 +259,7 @@ def serve(folder: Path) -> None:
                 if os.fork() == 0:
                     listener.close()
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                    _monitor(conn, namespaces)  # never returns
+                    _monitor(conn, interpreter)  # never returns
                 conn.close()
             if time.monotonic() - checked >= 1.0:
                 checked = time.monotonic()
@@ -224,12 +295,12 @@ def _reap(_number: int, _frame: object) -> None:
             return
 
 
-def _monitor(conn: socket.socket, namespaces: dict[str, str]) -> None:
+def _monitor(conn: socket.socket, interpreter: dict[str, object]) -> None:
     """One launcher's side of the fork server: take its request, fork the copy, report how the
     copy ended (or kill it when the launcher is gone)."""
     code = 0
     try:
-        conn.sendall(json.dumps({"namespaces": namespaces}).encode() + b"\n")
+        conn.sendall(json.dumps(interpreter).encode() + b"\n")
         message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
         while not message.endswith(b"\n"):
             more = conn.recv(1 << 20)
@@ -246,13 +317,14 @@ def _monitor(conn: socket.socket, namespaces: dict[str, str]) -> None:
         for fd in fds:
             os.close(fd)
         conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-        conn.sendall(json.dumps(_watch(conn, pid)).encode() + b"\n")
+        group = "measure" not in request["run"]
+        conn.sendall(json.dumps(_watch(conn, pid, group=group)).encode() + b"\n")
     except (OSError, ValueError):
         code = 1
     os._exit(code)
 
 
-def _watch(conn: socket.socket, pid: int) -> dict[str, int]:
+def _watch(conn: socket.socket, pid: int, *, group: bool) -> dict[str, int]:
     """Wait for the copy to end; kill it if the launcher goes first."""
     ended = os.pidfd_open(pid)
     while True:
@@ -260,7 +332,8 @@ def _watch(conn: socket.socket, pid: int) -> dict[str, int]:
         if ended in ready:
             break
         if conn in ready and not conn.recv(1):
-            os.killpg(pid, signal.SIGKILL)  # the launcher died (killed): the copy goes with it
+            # the launcher died (killed): the copy goes with it
+            (os.killpg if group else os.kill)(pid, signal.SIGKILL)
             break
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
@@ -269,48 +342,20 @@ def _watch(conn: socket.socket, pid: int) -> dict[str, int]:
 
 
 def _run(request: dict[str, object], fds: list[int]) -> None:
-    """The copy: become the launcher's test server, and run its script."""
+    """The copy: become the launcher's program, and run it."""
     code, by_signal, own = 0, 0, os.getpid()
     try:
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-            os.close(fd)
-        for sig in _FORWARDED:
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        os.setsid()
-        limits = request["limits"]
-        assert isinstance(limits, dict)
-        for which, (soft, hard) in limits.items():
-            with contextlib.suppress(ValueError, OSError):
-                resource.setrlimit(int(which), (soft, hard))
-        os.umask(int(request["umask"]))  # type: ignore[call-overload]
-        os.chdir(str(request["cwd"]))
-        env = request["env"]
-        assert isinstance(env, dict)
-        os.environ.clear()
-        os.environ.update(env)
-        unbuffered = bool(request["unbuffered"])
-        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
-        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
-        sys.stderr = open(  # noqa: SIM115
-            2, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1
-        )
-        if unbuffered:
-            sys.stdout.reconfigure(write_through=True)
-            sys.stderr.reconfigure(write_through=True)
-        argv = request["argv"]
-        assert isinstance(argv, list)
-        sys.argv = [str(a) for a in argv]
-        sys.path[0] = str(request["path0"])
-        sys._forkserver_copy = True  # type: ignore[attr-defined]
-        # The server's process, as whoever started it knows it, is the launcher: a pid the
-        # server records (KITCHEN_STARTS) is the one that is signalled, and gone when it ends.
-        launcher = int(request["pid"])  # type: ignore[call-overload]
-        os.getpid = lambda: launcher
+        _become(request, fds)
+        run = request["run"]
+        assert isinstance(run, dict)
+        if "measure" in run:
+            _measured()
         import runpy
 
-        runpy.run_path(sys.argv[0], run_name="__main__")
+        if "module" in run:
+            runpy.run_module(str(run["module"]), run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(str(run["script"]), run_name="__main__")
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if not isinstance(exc.code, int | None):
@@ -334,6 +379,82 @@ def _run(request: dict[str, object], fds: list[int]) -> None:
         signal.signal(by_signal, signal.SIG_DFL)
         os.kill(own, by_signal)
     os._exit(code)
+
+
+def _become(request: dict[str, object], fds: list[int]) -> None:
+    """Take the launcher's pipes, signals, limits, folder, environment, streams, arguments and
+    path, and its pid as this process's `os.getpid()`."""
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    for sig in _FORWARDED:
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.setsid()
+    limits = request["limits"]
+    assert isinstance(limits, dict)
+    for which, (soft, hard) in limits.items():
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(int(which), (soft, hard))
+    os.umask(int(request["umask"]))  # type: ignore[call-overload]
+    os.chdir(str(request["cwd"]))
+    env = request["env"]
+    assert isinstance(env, dict)
+    os.environ.clear()
+    os.environ.update(env)
+    streams = request.get("streams") or [["utf-8", "strict"]] * 3
+    assert isinstance(streams, list)
+    unbuffered = bool(request["unbuffered"])
+    sys.stdin, sys.stdout, sys.stderr = (
+        _stdio(fd, encoding, errors, unbuffered=unbuffered)
+        for fd, (encoding, errors) in enumerate(streams)
+    )
+    argv = request["argv"]
+    assert isinstance(argv, list)
+    sys.argv = [str(a) for a in argv]
+    sys.orig_argv = [str(a) for a in request.get("orig_argv") or argv]  # type: ignore[union-attr]
+    sys.executable = str(request.get("executable") or sys.executable)
+    if isinstance(request.get("path"), list):
+        sys.path[:] = [str(p) for p in request["path"]]  # type: ignore[union-attr]
+    else:
+        sys.path[0] = str(request["path0"])
+    sys._forkserver_copy = True  # type: ignore[attr-defined]
+    # The program's process, as whoever started it knows it, is the launcher: a pid the
+    # program records (KITCHEN_STARTS, a temporary file's name) is the one that is signalled,
+    # and gone when it ends.
+    launcher = int(request["pid"])  # type: ignore[call-overload]
+    os.getpid = lambda: launcher
+
+
+def _stdio(fd: int, encoding: str, errors: str, *, unbuffered: bool) -> Any:
+    """The standard stream `fd` as Python makes it at start (pylifecycle.c, create_stdio): with
+    PYTHONUNBUFFERED, stdout's and stderr's bytes unbuffered too; stderr line-buffered."""
+    import io
+
+    if fd == 0:
+        return io.TextIOWrapper(open(0, "rb", closefd=False), encoding, errors)
+    raw = open(fd, "wb", buffering=0 if unbuffered else -1, closefd=False)  # noqa: SIM115
+    return io.TextIOWrapper(
+        raw,
+        encoding,
+        "backslashreplace" if fd == 2 else errors,
+        line_buffering=fd == 2 and not unbuffered,
+        write_through=unbuffered,
+    )
+
+
+def _measured() -> None:
+    """Start coverage in the copy as the launcher's `.pth` file would have (it reads the
+    launcher's environment), with the suite's hook for untraced third-party imports."""
+    import coverage
+
+    if coverage.process_startup() is None:
+        return  # not measured
+    site = str(HERE.parent / "_site")
+    if site in sys.path:
+        import _untraced  # tests/_site
+
+        _untraced.untraced_third_party_imports()
 
 
 if __name__ == "__main__":
