@@ -119,6 +119,10 @@ def environment(home: Path, model: FakeModel) -> dict[str, str]:
         "ANTHROPIC_API_KEY": "sk-ant-test",
         "ENABLE_TOOL_SEARCH": "false",
         "MCP_CONNECTION_NONBLOCKING": "0",
+        # ... and given a minute to connect (its default, 5 s, is what a server's start took
+        # on a loaded machine: the listing came back empty), as a user on a slow machine would.
+        "MCP_CONNECT_TIMEOUT_MS": "60000",
+        "MCP_TIMEOUT": "60000",
         "DISABLE_AUTOUPDATER": "1",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         # Gemini CLI
