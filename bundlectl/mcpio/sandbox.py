@@ -16,6 +16,12 @@ outside it: the kernel refuses the write (`Read-only file system`). Memory (`RLI
 by default) and CPU time (`RLIMIT_CPU`) are limited per process, so a runaway allocation ends
 the server, not the machine.
 
+A server started as a container (`docker run ...`, `podman run ...`) keeps its runtime's own
+isolation instead of bubblewrap around the container client: its `run` gets the same profile as
+the runtime's options — `--network none` (unless `network: host`), `--read-only` with a private
+`/tmp` (`--tmpfs /tmp`), `--memory`, and `write:`/`read:` paths mounted at the same place —
+each only where the configured arguments do not already say it (they are the declaration).
+
 Without bubblewrap (not installed, or not Linux) a server runs as before, after a one-line
 warning, unless the policy says `required`: then it is not started. `$BUNDLECTL_BWRAP` names
 another bwrap (an empty value: none). No I/O at import, nothing imported but the standard
@@ -39,6 +45,27 @@ if TYPE_CHECKING:
     from bundlectl.config.models import ServerSpec
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+CONTAINER_RUNTIMES = frozenset({"docker", "podman"})
+# `docker run`'s options that take no value (every other option takes the next word, or `=`).
+_RUN_FLAGS = frozenset(
+    {
+        "--detach",
+        "--interactive",
+        "--tty",
+        "--rm",
+        "--init",
+        "--privileged",
+        "--read-only",
+        "--publish-all",
+        "--no-healthcheck",
+        "--oom-kill-disable",
+        "--sig-proxy",
+        "--quiet",
+        "--disable-content-trust",
+        "--help",
+    }
+)
+_RUN_SHORT_FLAGS = frozenset("ditPq")
 _WARNED: set[str] = set()  # servers warned about this process (once each)
 
 
@@ -54,6 +81,7 @@ class Profile:
     memory: str = "2G"
     cpu_seconds: int | None = None
     required: bool = False
+    container: bool = False  # `docker run ...`: the runtime's isolation, with these options
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -63,6 +91,7 @@ class Profile:
             "memory": self.memory,
             "cpu_seconds": self.cpu_seconds,
             "required": self.required,
+            **({"container": True} if self.container else {}),
         }
 
     def described(self) -> str:
@@ -70,7 +99,8 @@ class Profile:
         writes = ", ".join(self.write) or "nothing"
         network = "the machine's network" if self.network == "host" else "no network"
         cpu = f", {self.cpu_seconds} s of CPU" if self.cpu_seconds else ""
-        return f"writes {writes}; {network}; {self.memory} of memory{cpu}"
+        said = f"writes {writes}; {network}; {self.memory} of memory{cpu}"
+        return said + ("; in its container (the runtime's isolation)" if self.container else "")
 
 
 def profile_for(name: str, spec: ServerSpec, root: Path, mode: str) -> Profile | None:
@@ -83,8 +113,9 @@ def profile_for(name: str, spec: ServerSpec, root: Path, mode: str) -> Profile |
     declared = spec.sandbox
     if declared is not None and declared.off:
         return None
+    container = runs_container(spec.command or "", spec.args)
     if declared is None:
-        return Profile(name, str(root), required=mode == "required")
+        return Profile(name, str(root), required=mode == "required", container=container)
     return Profile(
         name,
         str(root),
@@ -94,7 +125,13 @@ def profile_for(name: str, spec: ServerSpec, root: Path, mode: str) -> Profile |
         declared.memory,
         declared.cpu_seconds,
         required=mode == "required",
+        container=container,
     )
+
+
+def runs_container(command: str, args: list[str] | tuple[str, ...]) -> bool:
+    """Whether a server's command starts a container (`docker run ...`, `podman run ...`)."""
+    return Path(command).name in CONTAINER_RUNTIMES and bool(args) and args[0] == "run"
 
 
 def bwrap() -> str | None:
@@ -112,7 +149,10 @@ def wrap(
     profile: Profile, argv: list[str], *, cwd: str, home: str | None
 ) -> tuple[list[str], dict[int, int]]:
     """`argv` to run inside the sandbox, and the resource limits to set before it starts; the
-    argv unchanged (after a warning) when there is no bubblewrap and the policy allows that."""
+    argv unchanged (after a warning) when there is no bubblewrap and the policy allows that;
+    a container's `run` with the profile as the runtime's options."""
+    if profile.container and runs_container(argv[0], argv[1:]):
+        return contained(profile, argv), {}
     tool = bwrap()
     if tool is None:
         if profile.required:
@@ -227,6 +267,49 @@ def _governed_in(folder: Path, root: Path) -> list[str]:
         if path.exists() and (folder == root or folder in path.parents):
             found += ["--ro-bind", str(path), str(path)]
     return found
+
+
+def contained(profile: Profile, argv: list[str]) -> list[str]:
+    """`docker run ...` with the profile's options added after `run`, each one only where the
+    configured options before the image do not already name it."""
+    named = _run_options(argv[2:])
+    root = Path(profile.root).resolve()
+    added: list[str] = []
+    if profile.network != "host" and not named & {"--network", "--net"}:
+        added += ["--network", "none"]
+    if "--read-only" not in named:
+        added += ["--read-only"]
+        if "--tmpfs" not in named:
+            added += ["--tmpfs", "/tmp"]
+    if not named & {"--memory", "-m"}:
+        added += ["--memory", profile.memory.lower()]
+    for entry, suffix in [*((e, "") for e in profile.write), *((e, ":ro") for e in profile.read)]:
+        path = _resolved(entry, root, None)
+        if path.exists():
+            added += ["--volume", f"{path}:{path}{suffix}"]
+    return [argv[0], argv[1], *added, *argv[2:]]
+
+
+def _run_options(words: list[str]) -> set[str]:
+    """The options given to `run` before the image (the first word that is no option or an
+    option's value), by name (`--network`, `-m`)."""
+    named: set[str] = set()
+    index = 0
+    while index < len(words) and words[index].startswith("-") and words[index] != "--":
+        word = words[index]
+        if word.startswith("--"):
+            name = word.split("=", 1)[0]
+            named.add(name)
+            takes_value = "=" not in word and name not in _RUN_FLAGS
+        else:  # -it, -m 512m, -m512m, -itv a:b
+            takes_value = False
+            for at, letter in enumerate(word[1:]):
+                named.add(f"-{letter}")
+                if letter not in _RUN_SHORT_FLAGS:  # it takes a value: the rest, or the next
+                    takes_value = at == len(word) - 2
+                    break
+        index += 2 if takes_value else 1
+    return named
 
 
 def _limits(profile: Profile) -> dict[int, int]:

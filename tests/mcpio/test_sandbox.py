@@ -183,6 +183,71 @@ def test_a_third_party_server_works_unchanged_in_its_sandbox(project: Path, run:
     assert '"timezone": "UTC"' in result.out
 
 
+def _container_runtime(tmp_path: Path) -> tuple[Path, Path]:
+    """A `docker` on the machine: it writes the arguments its `run` was given, then runs the
+    kitchen server in the foreground as `docker run -i` would (the suite has no container
+    runtime; what is checked is what bundlectl asks of one)."""
+    runtime, said = tmp_path / "bin" / "docker", tmp_path / "docker-argv.txt"
+    runtime.parent.mkdir()
+    runtime.write_text(
+        f"#!/bin/sh\nprintf '%s\\n' \"$@\" > '{said}'\nexec '{sys.executable}' "
+        f"'{TEST_SERVERS / 'kitchen.py'}'\n"
+    )
+    runtime.chmod(0o755)
+    return runtime, said
+
+
+@pytest.mark.parametrize("mode", ["on", "required"])
+def test_a_container_keeps_its_runtimes_isolation_with_the_profile_as_its_options(
+    project: Path, run: Run, tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#55 item 6: a server started by `docker run` is not put under bubblewrap (the client is
+    not the server): its `run` gets no network, a read-only root with a private /tmp, the
+    memory limit and the declared paths — where the configured options do not already say
+    otherwise. Bubblewrap's absence changes nothing for it."""
+    runtime, said = _container_runtime(tmp_path)
+    (project / "docs").mkdir()
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          boxed:
+            command: {runtime}
+            args: [run, -i, --rm, -e, "MODE=1", mcp/kitchen, --network, inside]
+            sandbox: {{write: [docs], memory: 512M}}
+          declared:
+            command: {runtime}
+            args: [run, -it, --read-only=false, "--memory=1g", mcp/kitchen]
+            sandbox: {{network: host}}
+        agents:
+          bot: {{allow: ["boxed.*", "declared.*"]}}
+        policy: {{default: deny, sandbox: {mode}}}
+        """,
+    )
+    monkeypatch.setenv("BUNDLECTL_BWRAP", "")  # no bubblewrap here: containers do not need it
+    result = run("exec", "--agent", "bot", "boxed.echo", "text=hi")
+    assert result.code == 0, result.err
+    assert "hi" in result.out and "unsandboxed" not in result.err
+    docs = (project / "docs").resolve()
+    assert said.read_text().split("\n")[:-1] == [
+        "run",
+        *["--network", "none", "--read-only", "--tmpfs", "/tmp", "--memory", "512m"],
+        *["--volume", f"{docs}:{docs}"],
+        *["-i", "--rm", "-e", "MODE=1", "mcp/kitchen", "--network", "inside"],
+    ]
+    result = run("exec", "--agent", "bot", "declared.echo", "text=hi")
+    assert result.code == 0, result.err
+    assert said.read_text().split() == [
+        *["run", "-it", "--read-only=false", "--memory=1g", "mcp/kitchen"]
+    ]
+    shown = run("resolve", "--format", "json")
+    assert shown.code == 0, shown.err
+    sandbox = json.loads(shown.out)["servers"]["boxed"]["sandbox"]
+    assert sandbox["container"] is True
+    assert sandbox["said"].endswith("in its container (the runtime's isolation)"), sandbox
+
+
 def test_the_sandbox_is_under_review_in_the_lock(project: Path, run: Run) -> None:
     """Turning the sandbox off, or widening a server's, fails `lock --check` like a grant."""
     _config(project, "{write: [out]}")

@@ -134,7 +134,7 @@ def _sandbox(name: str, spec: ServerSpec, resolution: Resolution) -> dict[str, A
         )
         return {"sandbox": {"said": why}}
     said = profile.described()
-    if bwrap() is None:
+    if bwrap() is None and not profile.container:
         said += (
             "; bubblewrap is not available here, so it is not started"
             if profile.required
