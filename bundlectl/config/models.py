@@ -66,7 +66,8 @@ MEMORY = r"^[1-9][0-9]*[KMG]$"
 class SandboxSpec(StrictModel):
     """A stdio server's sandbox (policy.sandbox: on or required): the system and the project
     read-only, the user's home and other processes hidden, a private /tmp, no network, no
-    capabilities, limits on memory and CPU time — widened only by what is declared here."""
+    capabilities, limits on memory, CPU time and processes — widened only by what is declared
+    here."""
 
     read: list[Annotated[str, Field(min_length=1)]] = Field(
         default_factory=empty_list,
@@ -90,6 +91,13 @@ class SandboxSpec(StrictModel):
     )
     cpu_seconds: int | None = Field(
         default=None, ge=1, description="The CPU time each of its processes may use, if bounded."
+    )
+    processes: int = Field(
+        default=256,
+        ge=1,
+        le=100_000,
+        description="How many processes it may run at once, itself included (a fork bomb ends "
+        "the server, not the machine; Linux, where a pids cgroup can be made).",
     )
     off: bool = Field(default=False, description="Run it unsandboxed (needs a reason).")
     reason: str | None = Field(

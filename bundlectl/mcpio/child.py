@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 from bundlectl.mcpio import watchdog
@@ -36,6 +37,7 @@ class Child:
     # Set once the result is printed: the rest of the shutdown need not hold the user up.
     detach: bool = False
     max_message: int = MAX_MESSAGE  # bytes in one message (`servers.NAME.max_message_mb`)
+    group: Path | None = None  # the pids cgroup it joined (`cgroup.procs`), removed when done
 
     @classmethod
     def start(
@@ -47,6 +49,7 @@ class Child:
         stderr: IO[str],
         with_parent: bool = False,
         limits: dict[int, int] | None = None,
+        group: Path | None = None,
     ) -> Child:
         """Start now. A missing executable raises FileNotFoundError, as the SDK would.
         `with_parent`: on Linux the child gets SIGTERM when we die, even by SIGKILL (the
@@ -57,8 +60,8 @@ class Child:
         before = (
             _parent_death_signal() if with_parent and sys.platform.startswith("linux") else None
         )
-        if limits:
-            before = _limited(limits, before)
+        if limits or group is not None:
+            before = _limited(limits or {}, group, before)
         if before is not None:
             kwargs["preexec_fn"] = before
         process = subprocess.Popen(
@@ -71,7 +74,7 @@ class Child:
             bufsize=0,
             **kwargs,
         )
-        return cls(process)
+        return cls(process, group=group)
 
     async def stop(self) -> None:
         """Close stdin, wait, then terminate and kill the whole process group.
@@ -81,6 +84,12 @@ class Child:
         after EOF is left to a detached watchdog that applies the same escalation, so bundlectl
         can exit as soon as the result is out.
         """
+        try:
+            await self._stop()
+        finally:
+            self._release()
+
+    async def _stop(self) -> None:
         proc = self.process
         with contextlib.suppress(OSError):
             if proc.stdin is not None:
@@ -112,9 +121,17 @@ class Child:
             self._signal(signal.SIGTERM)
             stop_group(self.process.pid, GRACE)
         self.process.poll()
+        self._release()
         with contextlib.suppress(OSError):
             if self.process.stdout is not None:
                 self.process.stdout.close()  # no one reads it any more
+
+    def _release(self) -> None:
+        """Remove its pids cgroup, once empty (a detached server's stays until the next start
+        sweeps it)."""
+        if self.group is not None:
+            with contextlib.suppress(OSError):
+                self.group.parent.rmdir()
 
     async def _stop_windows(self) -> None:
         if await self._wait(GRACE):
@@ -167,12 +184,17 @@ def stop_on_failure(child: Child | None) -> Iterator[None]:
         raise
 
 
-def _limited(limits: dict[int, int], then: Callable[[], None] | None) -> Callable[[], None]:
-    """What the forked child runs before exec: its resource limits (a sandboxed server's),
-    then `then`."""
+def _limited(
+    limits: dict[int, int], group: Path | None, then: Callable[[], None] | None
+) -> Callable[[], None]:
+    """What the forked child runs before exec: joining its pids cgroup and its resource limits
+    (a sandboxed server's), then `then`."""
     import resource  # noqa: PLC0415 - POSIX only, and only for a sandboxed start
 
     def set_limits() -> None:
+        if group is not None:
+            with open(group, "w") as procs:
+                procs.write("0")  # this process: what it starts is counted from now on
         for which, amount in limits.items():
             resource.setrlimit(which, (amount, amount))
         if then is not None:

@@ -18,7 +18,7 @@ from bundlectl.config.expand import child_environment, expand
 from bundlectl.errors import ServerError
 from bundlectl.mcpio.child import Child
 from bundlectl.mcpio.launchers import resolve_argv
-from bundlectl.mcpio.sandbox import Profile, wrap
+from bundlectl.mcpio.sandbox import Confined, Profile, release_group, wrap
 from bundlectl.mcpio.stderr import StderrTee
 
 
@@ -43,19 +43,21 @@ class Launch:
         argv += [expand(a, environ, where=where) for a in self.args]
         env = child_environment(dict(self.env), server=self.server)
         argv = _resolve_command(argv, env)
-        limits: dict[int, int] = {}
+        confined = Confined(argv, {})
         if self.sandbox is not None:
-            argv, limits = wrap(self.sandbox, argv, cwd=self.cwd, home=env.get("HOME"))
+            confined = wrap(self.sandbox, argv, cwd=self.cwd, home=env.get("HOME"))
         try:
             child = Child.start(
-                argv,
+                confined.argv,
                 env=env,
                 cwd=self.cwd,
                 stderr=stderr.file,
                 with_parent=with_parent,
-                limits=limits,
+                limits=confined.limits,
+                group=confined.group,
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+            release_group(confined.group)
             raise ServerError(
                 f"could not start server {self.server!r}: {self.command!r}: {exc.strerror}",
                 hint=f"install {self.command!r} or fix servers.{self.server}.command (and cwd)",

@@ -14,7 +14,10 @@ loopback), no capabilities, a new session (no terminal to push input into), ende
 Every path is bound resolved, so a symlink inside a writable folder cannot point the server
 outside it: the kernel refuses the write (`Read-only file system`). Memory (`RLIMIT_DATA`, 2G
 by default) and CPU time (`RLIMIT_CPU`) are limited per process, so a runaway allocation ends
-the server, not the machine.
+the server, not the machine; and the number of its processes (256 by default) through a pids
+cgroup made for each start, which it joins before bubblewrap starts — where the machine lets us
+make one (cgroup v1, as root; v2 where the pids controller is delegated to us), else it is not
+limited and `resolve` says so.
 
 A server started as a container (`docker run ...`, `podman run ...`) keeps its runtime's own
 isolation instead of bubblewrap around the container client: its `run` gets the same profile as
@@ -30,7 +33,10 @@ library: this runs on `exec`'s way to starting a server.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -67,6 +73,8 @@ _RUN_FLAGS = frozenset(
 )
 _RUN_SHORT_FLAGS = frozenset("ditPq")
 _WARNED: set[str] = set()  # servers warned about this process (once each)
+_GROUPS = itertools.count(1)  # the pids cgroups made by this process
+CGROUPS = Path("/sys/fs/cgroup")
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,7 @@ class Profile:
     memory: str = "2G"
     cpu_seconds: int | None = None
     required: bool = False
+    processes: int = 256
     container: bool = False  # `docker run ...`: the runtime's isolation, with these options
 
     def to_json(self) -> dict[str, Any]:
@@ -90,6 +99,7 @@ class Profile:
             "network": self.network,
             "memory": self.memory,
             "cpu_seconds": self.cpu_seconds,
+            "processes": self.processes,
             "required": self.required,
             **({"container": True} if self.container else {}),
         }
@@ -100,6 +110,9 @@ class Profile:
         network = "the machine's network" if self.network == "host" else "no network"
         cpu = f", {self.cpu_seconds} s of CPU" if self.cpu_seconds else ""
         said = f"writes {writes}; {network}; {self.memory} of memory{cpu}"
+        if not self.container:
+            limited = "" if pids_base() is not None else " (not limited here: no pids cgroup)"
+            said += f"; {self.processes} processes{limited}"
         return said + ("; in its container (the runtime's isolation)" if self.container else "")
 
 
@@ -125,6 +138,7 @@ def profile_for(name: str, spec: ServerSpec, root: Path, mode: str) -> Profile |
         declared.memory,
         declared.cpu_seconds,
         required=mode == "required",
+        processes=declared.processes,
         container=container,
     )
 
@@ -145,14 +159,22 @@ def bwrap() -> str | None:
     return shutil.which("bwrap")
 
 
-def wrap(
-    profile: Profile, argv: list[str], *, cwd: str, home: str | None
-) -> tuple[list[str], dict[int, int]]:
-    """`argv` to run inside the sandbox, and the resource limits to set before it starts; the
-    argv unchanged (after a warning) when there is no bubblewrap and the policy allows that;
-    a container's `run` with the profile as the runtime's options."""
+@dataclass(frozen=True)
+class Confined:
+    """How a sandboxed server starts: its argv, the resource limits its process sets, and the
+    pids cgroup it joins (its `cgroup.procs`), before it runs `argv`."""
+
+    argv: list[str]
+    limits: dict[int, int]
+    group: Path | None = None
+
+
+def wrap(profile: Profile, argv: list[str], *, cwd: str, home: str | None) -> Confined:
+    """`argv` to run inside the sandbox, with its limits; the argv unchanged (after a warning)
+    when there is no bubblewrap and the policy allows that; a container's `run` with the
+    profile as the runtime's options."""
     if profile.container and runs_container(argv[0], argv[1:]):
-        return contained(profile, argv), {}
+        return Confined(contained(profile, argv), {})
     tool = bwrap()
     if tool is None:
         if profile.required:
@@ -168,7 +190,7 @@ def wrap(
                 f"warning: server {profile.server!r} runs unsandboxed: bubblewrap (bwrap) is "
                 "not available here (install it, or policy.sandbox: required to refuse)"
             )
-        return argv, {}
+        return Confined(argv, {})
     try:
         arguments = _arguments(profile, argv, cwd=cwd, home=home)
     except OSError as exc:  # a write path that cannot be made (a file stands where it goes)
@@ -177,7 +199,7 @@ def wrap(
             f"{exc.strerror or exc}: {exc.filename}",
             hint=f"check servers.{profile.server}.sandbox (read: and write: paths)",
         ) from None
-    return [tool, *arguments, "--", *argv], _limits(profile)
+    return Confined([tool, *arguments, "--", *argv], _limits(profile), pids_group(profile))
 
 
 def _arguments(profile: Profile, argv: list[str], *, cwd: str, home: str | None) -> list[str]:
@@ -321,3 +343,63 @@ def _limits(profile: Profile) -> dict[int, int]:
     if profile.cpu_seconds:
         limits[resource.RLIMIT_CPU] = profile.cpu_seconds
     return limits
+
+
+def pids_base() -> Path | None:
+    """The pids cgroup this process is in, where a group for a server can be made: cgroup v1's
+    pids hierarchy, or a v2 group that delegates the pids controller; None: neither (or not
+    writable by us)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, where = line.split(":", 2)
+        if "pids" in controllers.split(","):  # v1
+            base = CGROUPS / "pids" / where.lstrip("/")
+            return base if os.access(base, os.W_OK) else None
+    for line in lines:
+        if line.startswith("0::"):  # v2
+            base = CGROUPS / line[3:].lstrip("/")
+            try:
+                delegated = "pids" in (base / "cgroup.subtree_control").read_text().split()
+            except OSError:
+                return None
+            return base if delegated and os.access(base, os.W_OK) else None
+    return None
+
+
+def pids_group(profile: Profile) -> Path | None:
+    """A pids cgroup for one start of the server, allowing `profile.processes`: the file its
+    process writes itself into (`cgroup.procs`). Groups left empty by earlier starts — by
+    processes that were killed before removing theirs — are removed first. None: no group
+    can be made here; the server starts unlimited (`resolve` says so)."""
+    base = pids_base()
+    if base is None:
+        return None
+    sweep_groups(base)
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", profile.server)[:40]
+    group = base / f"bundlectl-{os.getpid()}-{next(_GROUPS)}-{name}"
+    try:
+        group.mkdir()
+        (group / "pids.max").write_text(str(profile.processes))
+    except OSError:
+        with contextlib.suppress(OSError):
+            group.rmdir()
+        return None
+    return group / "cgroup.procs"
+
+
+def sweep_groups(base: Path) -> None:
+    """Remove the empty groups bundlectl made under `base` (a group with a process in it
+    cannot be removed: the kernel says busy)."""
+    for found in base.glob("bundlectl-*"):
+        with contextlib.suppress(OSError):
+            found.rmdir()
+
+
+def release_group(procs: Path | None) -> None:
+    """Remove a server's pids cgroup once it is empty (its processes ended)."""
+    if procs is not None:
+        with contextlib.suppress(OSError):
+            procs.parent.rmdir()

@@ -74,7 +74,7 @@ def _batch(project: Path, run: Run, calls: list[tuple[str, dict[str, Any]]]) -> 
 def test_a_hostile_server_is_refused_by_the_kernel_and_allowed_what_its_profile_says(
     project: Path, run: Run, fake_home: Path, open_port: int
 ) -> None:
-    _config(project, "{write: [out], memory: 256M}")
+    _config(project, "{write: [out], memory: 256M, processes: 24}")
     said = _batch(
         project,
         run,
@@ -89,9 +89,11 @@ def test_a_hostile_server_is_refused_by_the_kernel_and_allowed_what_its_profile_
             ("allocate", {"megabytes": 1024}),
             ("allocate", {"megabytes": 16}),
             ("processes", {}),
+            ("fork", {"count": 10_000}),
+            ("fork", {"count": 8}),
         ],
     )
-    allowed, outside, beside, through, key, config, port, big, small, pids = said
+    allowed, outside, beside, through, key, config, port, big, small, pids, bomb, few = said
     assert allowed == "ok" and (project / "out" / "allowed.txt").read_text() == "fine"
     assert outside == "refused: Read-only file system"
     assert not (project / "outside.txt").exists()
@@ -105,6 +107,10 @@ def test_a_hostile_server_is_refused_by_the_kernel_and_allowed_what_its_profile_
     assert port.startswith("refused:")  # no network, not even loopback
     assert big == "refused: MemoryError" and small == "ok"
     assert max(pids) < 10 and os.getpid() not in pids  # no other process is visible
+    # a fork bomb ends at the server's process limit (its pids cgroup), not the machine's
+    started = int(bomb.split(";")[0].removeprefix("started "))
+    assert bomb.endswith("refused: Resource temporarily unavailable") and started < 24, bomb
+    assert few == "started 8"  # what it started has ended: the limit counts what runs
 
 
 def test_governed_files_stay_read_only_in_a_writable_project(project: Path, run: Run) -> None:
