@@ -80,6 +80,9 @@ class Export:
     conditional: list[str] = field(default_factory=list)
     # Servers this machine cannot start as written (what each needs): the client cannot either.
     cannot_start: list[str] = field(default_factory=list)
+    # Servers that run in bundlectl's sandbox (`policy.sandbox`): a client starting them itself
+    # would start them outside it.
+    sandboxed: list[str] = field(default_factory=list)
 
     @property
     def variables(self) -> list[str]:

@@ -10,6 +10,7 @@ from bundlectl.clients.base import Export, ServerPlan
 from bundlectl.config.models import ServerSpec
 from bundlectl.config.secretscan import secret_variables
 from bundlectl.mcpio.launchers import as_exec_runs
+from bundlectl.mcpio.sandbox import contained, profile_for
 from bundlectl.resolve.resolved import Resolution
 from bundlectl.servers import builtin_of
 
@@ -46,6 +47,8 @@ def plan(resolution: Resolution, agent: str, live: Mapping[str, list[Any]] | Non
     servers = []
     conditional: list[str] = []
     cannot: list[str] = []
+    sandboxed: list[str] = []
+    sandbox = resolution.project.config.policy.sandbox
     for name, merged in resolution.merged.servers.items():
         spec = merged.spec
         if spec.disabled or not compiled.may_reach(name):
@@ -62,6 +65,12 @@ def plan(resolution: Resolution, agent: str, live: Mapping[str, list[Any]] | Non
         spec, missing = as_exec_runs(spec)  # as `exec` starts it here (#56)
         if missing is not None:
             cannot.append(f"server {name!r} needs {missing} on this machine")
+        profile = profile_for(name, spec, resolution.project.root, sandbox)
+        if profile is not None and profile.container:  # its runtime isolates it: the client's
+            command = spec.command or ""  # entry starts it with the profile's options
+            spec = spec.model_copy(update={"args": contained(profile, [command, *spec.args])[1:]})
+        elif profile is not None:
+            sandboxed.append(name)
         secret = secret_variables([*spec.env.items(), *spec.headers.items()], secret_inputs)
         plan = ServerPlan(
             name,
@@ -82,4 +91,5 @@ def plan(resolution: Resolution, agent: str, live: Mapping[str, list[Any]] | Non
         project.root,
         conditional=conditional,
         cannot_start=cannot,
+        sandboxed=sandboxed,
     )

@@ -254,6 +254,44 @@ def test_a_container_keeps_its_runtimes_isolation_with_the_profile_as_its_option
     assert sandbox["said"].endswith("in its container (the runtime's isolation)"), sandbox
 
 
+def test_an_export_gives_a_sandboxed_server_to_the_gateway_and_a_container_its_options(
+    project: Path, run: Run, tmp_path: Path
+) -> None:
+    """#55 item 5: a client that starts a server itself starts it outside bundlectl's sandbox,
+    so `export` sends an agent with a sandboxed server through the gateway (and `--via direct`
+    says why not); a container's entry carries the profile as its `run` options."""
+    runtime, _ = _container_runtime(tmp_path)
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          hostile:
+            command: {sys.executable}
+            args: ["{HOSTILE}"]
+          boxed:
+            command: {runtime}
+            args: [run, -i, --rm, mcp/kitchen]
+        agents:
+          bot: {{allow: ["hostile.*"]}}
+          boxer: {{allow: ["boxed.*"]}}
+        policy: {{default: deny, sandbox: on}}
+        """,
+    )
+    refused = run("export", "claude-code", "--agent", "bot", "--via", "direct")
+    assert refused.code != 0
+    assert "server 'hostile' (policy.sandbox): a client starts its servers itself" in refused.err
+    auto = run("export", "claude-code", "--agent", "bot")
+    assert auto.code == 0, auto.err
+    entries = json.loads((project / ".mcp.json").read_text())["mcpServers"]
+    assert list(entries) == ["bundlectl"] and "outside bundlectl's sandbox" in auto.err + auto.out
+    direct = run("export", "claude-code", "--agent", "boxer", "--via", "direct")
+    assert direct.code == 0, direct.err
+    boxed = json.loads((project / ".mcp.json").read_text())["mcpServers"]["boxed"]
+    assert boxed["args"][:6] == ["run", "--network", "none", "--read-only", "--tmpfs", "/tmp"]
+    assert boxed["args"][-3:] == ["-i", "--rm", "mcp/kitchen"]
+
+
 def test_the_sandbox_is_under_review_in_the_lock(project: Path, run: Run) -> None:
     """Turning the sandbox off, or widening a server's, fails `lock --check` like a grant."""
     _config(project, "{write: [out]}")

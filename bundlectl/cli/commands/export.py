@@ -70,6 +70,13 @@ def run(
             Misfit(label, "no client file can express a rule's argument conditions")
             for label in export.conditional
         ]
+        misfits += [
+            Misfit(
+                f"server {name!r} (policy.sandbox)",
+                "a client starts its servers itself, outside bundlectl's sandbox",
+            )
+            for name in export.sandboxed
+        ]
         if misfits and via is ExportVia.direct:
             lines = "\n".join(f"  {m.what}: {m.why}" for m in misfits)
             raise ReportedFailure(
