@@ -105,7 +105,7 @@ def throughput(mb: int) -> None:
 
 def _tokenized(text: str) -> tuple[str, float, float]:
     """`text` tokenized with every built-in detector: the result, seconds taken, and MB."""
-    from bundlectl.codemode.privacy import Tokenizer, detectors
+    from bundlectl.privacy.tokenize import Tokenizer, detectors
 
     tokens = Tokenizer(detectors(["email", "phone", "credit_card", "iban", "ip_address"]))
     # Once per process, not per result: phonenumbers' import and its regions' metadata.
@@ -117,7 +117,7 @@ def _tokenized(text: str) -> tuple[str, float, float]:
 
 def _card(number: int) -> str:
     """A Visa-like number that passes Luhn (a distinct one per `number`)."""
-    from bundlectl.codemode.checks import luhn
+    from bundlectl.privacy.checks import luhn
 
     body = f"4{number:014d}"
     return next(body + digit for digit in "0123456789" if luhn(body + digit))

@@ -18,9 +18,8 @@ except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
 from bundlectl import telemetry
-from bundlectl.calls import userconfig
 from bundlectl.calls.auditfile import AuditFile, AuditRecord
-from bundlectl.config import paths
+from bundlectl.config import paths, userconfig
 from bundlectl.output import err
 
 if TYPE_CHECKING:  # the sink records what the pipeline decided

@@ -22,9 +22,8 @@ try:
 except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
-from bundlectl.calls import userconfig
 from bundlectl.calls.auditseal import Sealer
-from bundlectl.config import paths
+from bundlectl.config import paths, userconfig
 
 
 @dataclass

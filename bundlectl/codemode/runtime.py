@@ -23,7 +23,6 @@ from bundlectl.calls.confirm import Deferred, settled, terminal_confirmer
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.calls.sequence import CallOutcome, CallRequest, Door, ToolCall
 from bundlectl.codemode.outcomes import ToolDenied, ToolFailed
-from bundlectl.codemode.privacy import Privacy
 from bundlectl.config.models import ServerSpec
 from bundlectl.config.project import load_project
 from bundlectl.errors import BundlectlError, PolicyDenied, UsageError
@@ -33,6 +32,7 @@ from bundlectl.mcpio.session import SdkSession, ToolResult
 from bundlectl.mcpio.target import Target
 from bundlectl.policy.patterns import gateway_name, parse_tool_name
 from bundlectl.policy.rules import Decision, default_agent
+from bundlectl.privacy.tokenize import Privacy
 from bundlectl.resolve.resolved import resolve_project
 
 _SESSION: dict[str, Any] = {}  # privacy: this process's token map (memory only)

@@ -246,3 +246,11 @@ async function refresh() {
 }
 setInterval(refresh, 1000);
 """
+
+
+def document(body: str, title: str) -> str:
+    """A page on its own (`audit summary --html`): the approvers' page's style, no script."""
+    return (
+        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}"
+        f"</title><style>{STYLE}</style></head><body>{body}</body></html>"
+    )

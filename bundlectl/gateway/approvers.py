@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bundlectl.calls import userconfig
+from bundlectl.calls.activity import counted, rendered
 from bundlectl.calls.approval import (
     SelfApproval,
     described,
@@ -33,8 +33,8 @@ from bundlectl.calls.approval import (
     undeclared,
 )
 from bundlectl.calls.auditfile import lines, log_path, records
+from bundlectl.config import userconfig
 from bundlectl.config.settings import seconds
-from bundlectl.gateway.activity import counted, rendered
 from bundlectl.gateway.approvals_html import (
     DURATIONS,
     HEADERS,

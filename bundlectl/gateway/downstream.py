@@ -29,8 +29,8 @@ from bundlectl.mcpio.target import Target
 from bundlectl.output import err
 
 if TYPE_CHECKING:
-    from bundlectl.codemode.privacy import Tokenizer
     from bundlectl.gateway.context import RequestContext
+    from bundlectl.privacy.tokenize import Tokenizer
 
 CONNECT_TIMEOUT = 30.0
 

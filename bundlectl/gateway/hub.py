@@ -18,8 +18,6 @@ from mcp.server.context import HandlerResult
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 from bundlectl.calls.pipeline import Pipeline
-from bundlectl.codemode.privacy import Privacy, Tokenizer
-from bundlectl.codemode.tokens import SharedTokens, key_from
 from bundlectl.config.project import load_project
 from bundlectl.errors import BundlectlError, UsageError
 from bundlectl.gateway.context import (
@@ -39,6 +37,8 @@ from bundlectl.gateway.view import Gateway
 from bundlectl.mcpio.session import ListedTool, ServerSession
 from bundlectl.mcpio.stdio import Tap
 from bundlectl.policy.patterns import gateway_name
+from bundlectl.privacy.tokenize import Privacy, Tokenizer
+from bundlectl.privacy.tokens import SharedTokens, key_from
 from bundlectl.resolve.resolved import Resolution, resolve_project
 from bundlectl.state.redis import RedisStore
 

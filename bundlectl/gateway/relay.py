@@ -25,8 +25,8 @@ from bundlectl.mcpio.session import ServerSession
 if TYPE_CHECKING:
     from mcp.client.session import ClientRequestContext, IncomingMessage
 
-    from bundlectl.codemode.privacy import Tokenizer
     from bundlectl.gateway.hub import Hub
+    from bundlectl.privacy.tokenize import Tokenizer
 
 T = TypeVar("T")
 Answer = TypeVar("Answer", types.ElicitResult, types.CreateMessageResult)

@@ -185,7 +185,7 @@ class Store(Protocol):
 
 
 class TokenStore(Protocol):
-    """Where replicas share the privacy token maps of agents (`codemode.tokens`): Redis."""
+    """Where replicas share the privacy token maps of agents (`privacy.tokens`): Redis."""
 
     def token(self, scope: str, index: str, label: str, sealed: str, ttl: int) -> str:
         """The token of a value (by its keyed digest `index`), given it now if it has none."""

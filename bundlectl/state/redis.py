@@ -8,7 +8,7 @@ after it was made).
 Keys, under `bundlectl:` — `approval:ID` (a hash), `pending:B` and `grant:B` (the id of a
 binding's pending request and of its approval; B is the sha256 of the binding), `approvals` (a
 sorted set of ids by creation), `count:KEY` (a counter); the privacy token maps of agents
-shared by replicas (`codemode.tokens`): `tokens:S:index` (keyed digest of a value → its token),
+shared by replicas (`privacy.tokens`): `tokens:S:index` (keyed digest of a value → its token),
 `tokens:S:sealed` (token → the value, encrypted by the gateway), both expiring a while after
 their last use, and `tokens:S:counts` (the last number of each label, kept: a number is never
 given to a second value).

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from bundlectl.calls import auditfile
+from bundlectl.calls.activity import UNAUTHENTICATED, counted, rendered
 from bundlectl.calls.audit import AuditLog
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config.project import load_project
 from bundlectl.errors import PolicyDenied
-from bundlectl.gateway.activity import UNAUTHENTICATED, counted, rendered
 from bundlectl.resolve.resolved import resolve_project
 from tests.conftest import admitted, write
 

@@ -285,7 +285,7 @@ def test_the_gateway_over_stdio_answers_nan_with_a_parse_error(project: Path) ->
 def test_conditions_judge_the_values_behind_privacy_tokens(project: Path, tmp_path: Path) -> None:
     """A deny on an address caught `alice@example.com` but let `[EMAIL_1]` through, which the
     `detokenize` tool then received as `alice@example.com`."""
-    from tests.codemode.test_privacy import _in_process
+    from tests.privacy.test_privacy import _in_process
 
     write(
         project / "bundlectl.yaml",

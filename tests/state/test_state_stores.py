@@ -279,7 +279,7 @@ def test_a_shared_token_is_never_given_to_a_second_value(redis_url: str) -> None
     """A map that expired in the store starts again without reusing a number, so a token a
     replica still remembers can never be turned into another value; a wrong key reads
     nothing."""
-    from bundlectl.codemode.tokens import SharedTokens
+    from bundlectl.privacy.tokens import SharedTokens
 
     store = RedisStore(redis_url)
     one = SharedTokens(store, PRIVACY_KEY, "/project\x1fbot", 60)

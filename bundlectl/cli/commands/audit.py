@@ -13,8 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bundlectl.calls import auditfile, auditseal, userconfig
+from bundlectl.calls import auditfile, auditseal
 from bundlectl.cli.options import Format, MatrixFormat
+from bundlectl.config import userconfig
 from bundlectl.config.fsio import atomic_write
 from bundlectl.config.paths import display_path
 from bundlectl.config.settings import option_seconds
@@ -273,7 +274,7 @@ def summary(
     durations: dict[tuple[str, str], array[float]] = {}
     picture = None
     if html is not None:  # the page's counts too
-        from bundlectl.gateway.activity import Activity  # noqa: PLC0415 - only for --html
+        from bundlectl.calls.activity import Activity  # noqa: PLC0415 - only for --html
 
         picture = Activity()
     # pending records pair with their outcome, which is counted
@@ -293,7 +294,8 @@ def summary(
                 took = durations[key] = array("d")
             took.append(float(record.get("duration_ms") or 0))
     if picture is not None and html is not None:
-        from bundlectl.gateway.activity import document, rendered  # noqa: PLC0415
+        from bundlectl.calls.activity import rendered  # noqa: PLC0415
+        from bundlectl.gateway.approvals_html import document  # noqa: PLC0415 - its style
 
         page = document(rendered(picture, title="Activity"), "bundlectl activity")
         try:

@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from bundlectl import metrics
-from bundlectl.calls import userconfig
 from bundlectl.calls.audit import AuditLog
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.cli.options import ServeMode, ServeTransport
-from bundlectl.codemode.tokens import key_from
+from bundlectl.config import userconfig
 from bundlectl.config.project import load_project
 from bundlectl.errors import UsageError
 from bundlectl.gateway.access import access_for
@@ -17,6 +16,7 @@ from bundlectl.gateway.stdio_door import serve_stdio
 from bundlectl.mcpio import runner
 from bundlectl.output import note
 from bundlectl.policy.rules import default_agent
+from bundlectl.privacy.tokens import key_from
 from bundlectl.resolve.resolved import Resolution, resolve_project
 
 

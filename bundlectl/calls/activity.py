@@ -113,16 +113,6 @@ def chart(per_day: dict[str, Counter[str]], days: list[str], top: int) -> str:
     return "".join(parts)
 
 
-def document(body: str, title: str) -> str:
-    """A page on its own (`audit summary --html`): the approvers' page's style, no script."""
-    from bundlectl.gateway.approvals_html import STYLE  # noqa: PLC0415 - its sibling; no cycle
-
-    return (
-        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}"
-        f"</title><style>{STYLE}</style></head><body>{body}</body></html>"
-    )
-
-
 def rendered(activity: Activity, *, title: str = "Activity") -> str:
     """The page's body: a legend, one chart and a total per agent, and the top denials."""
     e = html.escape

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bundlectl.codemode.checks import CHECKS, iban_ok
-from bundlectl.codemode.tokens import SharedTokens
 from bundlectl.config.settings import seconds
 from bundlectl.policy.patterns import part_matches, split_rule
+from bundlectl.privacy.checks import CHECKS, iban_ok
+from bundlectl.privacy.tokens import SharedTokens
 
 BUILTIN = ("email", "phone", "credit_card", "iban", "ip_address")
 # Tried in this order at each position: the strictest checks first, phone (any digits) last.
@@ -112,7 +112,7 @@ def _shorter(text: str, first: int, last: int) -> int:
 @dataclass
 class Tokenizer:
     """One session's tokens: value ↔ token, in memory; with `shared`, an agent's map that
-    replicas share through the state store (`codemode.tokens`), which gives the tokens and
+    replicas share through the state store (`privacy.tokens`), which gives the tokens and
     keeps the values, this one caching what it learnt.
 
     Fast on large results: e-mail addresses are found from each `@` (a C-speed search), digits

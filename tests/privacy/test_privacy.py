@@ -13,9 +13,9 @@ from typing import Any
 import anyio
 import pytest
 
-from bundlectl.codemode.checks import _parsed_phone, _phone, iban_ok, luhn
-from bundlectl.codemode.privacy import Tokenizer, detectors
 from bundlectl.config.settings import NamedPattern
+from bundlectl.privacy.checks import _parsed_phone, _phone, iban_ok, luhn
+from bundlectl.privacy.tokenize import Tokenizer, detectors
 from tests.conftest import TEST_SERVERS, write
 from tests.gateway.test_gateway import connected, texts
 
