@@ -318,6 +318,16 @@ def serve(
             "BUNDLECTL_METRICS_TOKEN).",
         ),
     ] = False,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            min=1,
+            max=256,
+            help="streamable-http --stateless: processes serving the port (each with its own "
+            "servers; shared state in the store, as between replicas).",
+        ),
+    ] = 1,
     config: ConfigOpt = None,
 ) -> int:
     """Serve the resolved servers' tools over MCP, each agent's policy enforced per call.
@@ -336,6 +346,7 @@ def serve(
         names=names.value if names else None,
         unlisted=unlisted,
         with_metrics=with_metrics,
+        workers=workers,
     )
 
 

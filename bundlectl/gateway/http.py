@@ -241,10 +241,13 @@ class HostChecked:
         await self.app(scope, receive, send)
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """The listening socket, bound before anything else starts (a busy port: exit 2)."""
+def bind(host: str, port: int, *, shared: bool = False, listen: bool = True) -> socket.socket:
+    """The listening socket, bound before anything else starts (a busy port: exit 2).
+    `shared`: one of several (`SO_REUSEPORT`), each worker's own, among which the kernel
+    spreads the connections; `listen=False`: the port claimed (and learned, for port 0) by the
+    workers' supervisor, which takes no connection itself."""
     try:
-        sock = _listening(host.strip("[]"), port)
+        sock = _listening(host.strip("[]"), port, shared=shared, listen=listen)
     except OSError as exc:
         raise UsageError(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}",
@@ -254,7 +257,7 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _listening(host: str, port: int) -> socket.socket:
+def _listening(host: str, port: int, *, shared: bool, listen: bool) -> socket.socket:
     """A TCP listening socket made with its protocol named (`IPPROTO_TCP`). asyncio turns Nagle
     off (TCP_NODELAY) on accepted connections only for sockets whose `proto` says TCP, and
     `socket.create_server` leaves it 0: each response on a kept-alive connection then waited
@@ -268,8 +271,11 @@ def _listening(host: str, port: int) -> socket.socket:
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if shared:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
-        sock.listen(512)
+        if listen:
+            sock.listen(512)
     except BaseException:
         sock.close()
         raise

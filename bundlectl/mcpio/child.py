@@ -57,9 +57,7 @@ class Child:
         kwargs: dict[str, Any] = {}
         if sys.platform != "win32":
             kwargs["start_new_session"] = True  # its own process group: we can stop the tree
-        before = (
-            _parent_death_signal() if with_parent and sys.platform.startswith("linux") else None
-        )
+        before = parent_death_signal() if with_parent and sys.platform.startswith("linux") else None
         if limits or group is not None:
             before = _limited(limits or {}, group, before)
         if before is not None:
@@ -203,7 +201,7 @@ def _limited(
     return set_limits
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
+def parent_death_signal() -> Callable[[], None] | None:
     """What the forked child runs before exec: `prctl(PR_SET_PDEATHSIG, SIGTERM)`. The libc
     function is looked up here, in the parent, so the child only makes one C call."""
     try:

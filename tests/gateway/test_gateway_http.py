@@ -627,22 +627,17 @@ def test_over_http_a_clients_always_allow_is_not_offered_or_kept(
     assert not (project / "bundlectl.local.yaml").exists()
 
 
-def test_a_stateless_gateway_answers_128_connections_at_once(http_project: Path) -> None:
-    """#57: 128 clients each open a connection at the same moment and send a call: every one
-    is answered with its result, none is reset or refused (bounded: a few seconds)."""
+def _at_once(url: str, count: int, tool: str, arguments: dict[str, Any]) -> list[str]:
+    """`count` clients, each on a connection of its own opened before any sends, call `tool`
+    at the same moment (stateless: no session); the raw HTTP answers."""
     import asyncio
 
-    body = json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": 7,
-            "method": "tools/call",
-            "params": {"name": "files__read_file", "arguments": {"path": "hello.txt"}},
-        }
-    ).encode()
+    message = {"name": tool, "arguments": arguments}
+    body = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": message})
+    host, port = url.removeprefix("http://").rsplit(":", 1)
 
-    async def one(host: str, port: int, start: asyncio.Event) -> str:
-        reader, writer = await asyncio.open_connection(host, port)
+    async def one(start: asyncio.Event) -> str:
+        reader, writer = await asyncio.open_connection(host, int(port))
         await start.wait()
         head = (
             f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
@@ -650,22 +645,49 @@ def test_a_stateless_gateway_answers_128_connections_at_once(http_project: Path)
             f"Authorization: Bearer {READER_TOKEN}\r\nContent-Length: {len(body)}\r\n"
             "Connection: close\r\n\r\n"
         )
-        writer.write(head.encode() + body)
+        writer.write(head.encode() + body.encode())
         await writer.drain()
         answer = (await reader.read()).decode()
         writer.close()
         return answer
 
-    async def many(url: str) -> list[str]:
-        host, port = url.removeprefix("http://").rsplit(":", 1)
+    async def many() -> list[str]:
         start = asyncio.Event()
-        calls = [asyncio.create_task(one(host, int(port), start)) for _ in range(128)]
+        calls = [asyncio.create_task(one(start)) for _ in range(count)]
         await asyncio.sleep(0.2)  # every connection open before any call is sent
         start.set()
         return await asyncio.wait_for(asyncio.gather(*calls), 120)
 
+    return asyncio.run(many())
+
+
+def test_a_stateless_gateway_answers_128_connections_at_once(http_project: Path) -> None:
+    """#57: 128 clients each open a connection at the same moment and send a call: every one
+    is answered with its result, none is reset or refused (bounded: a few seconds)."""
     with gateway(http_project, "--stateless") as (url, _):
-        answers = asyncio.run(many(url))
+        answers = _at_once(url, 128, "files__read_file", {"path": "hello.txt"})
     statuses = [a.split(" ", 2)[1] for a in answers]
     assert statuses == ["200"] * 128, sorted(set(statuses))
-    assert all('"hello\\n"' in a or "hello\\n" in a for a in answers), answers[0][-400:]
+    assert all("hello\\n" in a for a in answers), answers[0][-400:]
+
+
+def test_workers_serve_one_port_each_with_its_own_servers_and_stop_together(
+    http_project: Path, tmp_path: Path, run: Run
+) -> None:
+    """#57 goal 5: `--workers 2` — two processes take the port's connections, each starts its
+    own downstream server; SIGTERM stops both and their servers. A session lives in one
+    process, so stateful serving with workers is refused."""
+    with gateway(http_project, "--stateless", "--workers", "2") as (url, proc):
+        second = proc.stderr.readline().decode()  # the other worker listens too, by now
+        assert re.search(r"on http://\S+/mcp \(stateless\)", second), second
+        answers = _at_once(url, 64, "kitchen__echo", {"text": "both"})
+        assert [a.split(" ", 2)[1] for a in answers] == ["200"] * 64
+        assert all('"both"' in a for a in answers), answers[0][-400:]
+        kitchens = pids(tmp_path / "starts.txt")
+        assert len(kitchens) == 2, kitchens  # one per worker: the connections reached both
+        proc.terminate()
+        _, said = proc.communicate(timeout=10)
+        assert proc.returncode == 130, said.decode()
+    assert all(gone(pid) for pid in kitchens)
+    refused = run("serve", "--transport", "streamable-http", "--workers", "2")
+    assert refused.code == 2 and "--stateless" in refused.err

@@ -422,8 +422,10 @@ def _become(request: dict[str, object], fds: list[int]) -> None:
     # The program's process, as whoever started it knows it, is the launcher: a pid the
     # program records (KITCHEN_STARTS, a temporary file's name) is the one that is signalled,
     # and gone when it ends.
-    launcher = int(request["pid"])  # type: ignore[call-overload]
-    os.getpid = lambda: launcher
+    # A process it forks (a gateway's workers) has a pid of its own, as it would have.
+    launcher, real_getpid = int(request["pid"]), os.getpid  # type: ignore[call-overload]
+    copy = real_getpid()
+    os.getpid = lambda: launcher if real_getpid() == copy else real_getpid()
 
 
 def _stdio(fd: int, encoding: str, errors: str, *, unbuffered: bool) -> Any:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from bundlectl import metrics
@@ -12,8 +16,10 @@ from bundlectl.config import userconfig
 from bundlectl.config.project import load_project
 from bundlectl.errors import UsageError
 from bundlectl.gateway.access import access_for
+from bundlectl.gateway.downstream import log_line
 from bundlectl.gateway.stdio_door import serve_stdio
 from bundlectl.mcpio import runner
+from bundlectl.mcpio.child import parent_death_signal
 from bundlectl.output import note
 from bundlectl.policy.rules import default_agent
 from bundlectl.privacy.tokens import key_from
@@ -32,10 +38,12 @@ def run(
     names: str | None = None,
     unlisted: bool = False,
     with_metrics: bool = False,
+    workers: int = 1,
 ) -> int:
     """`unlisted`: serve an agent named with --agent that is not listed under `agents:` (it
     gets `policy.default`); without it such a name — usually a typo in a client's config, which
-    the client hides behind an empty tool list — is refused before anything is served."""
+    the client hides behind an empty tool list — is refused before anything is served.
+    `workers`: processes serving one port (`--stateless` over HTTP; see `_supervised`)."""
     resolution = resolve_project(load_project(config))
     if agent is not None:
         resolution.policy.require_listed([agent], unlisted=unlisted)
@@ -44,10 +52,11 @@ def run(
     settings = resolution.project.config
     if settings.privacy.tokenize and settings.state is not None and settings.state.url:
         key_from()  # the agents' token maps are shared through the store, encrypted with it
-    pipeline = Pipeline(resolution, AuditLog(resolution, via="serve"), confirm=None)
-    metrics.pending(pipeline.pending_approvals)  # read when metrics are collected, if ever
+    if workers > 1:
+        _check_workers(resolution, transport=transport, stateless=stateless)
 
     if transport is ServeTransport.stdio:
+        pipeline = _pipeline(resolution)
         if "stdout" in userconfig.load().audit.sinks:
             raise UsageError(
                 "audit.sinks names stdout, and serve over stdio speaks MCP on stdout: a record "
@@ -71,20 +80,9 @@ def run(
     if agent is not None:
         _warn_unlisted(resolution, agent)
     access = access_for(resolution, agent, host)
-    sock = bind(host, port)
-
-    async def http() -> None:
-        await serve_http(
-            pipeline,
-            access=access,
-            agent=agent,
-            sock=sock,
-            mode=mode.value,
-            stateless=stateless,
-            names=names,
-            with_metrics=with_metrics,
-        )
-
+    # With workers each has a socket of its own on the port (the kernel spreads connections
+    # over them; one shared socket went to whichever worker woke first, backlog and all).
+    claimed = bind(host, port, shared=workers > 1, listen=workers == 1)
     if with_metrics:
         try:
             metrics.enable()
@@ -93,8 +91,113 @@ def run(
                 "--metrics needs the prometheus-client package",
                 hint="pip install 'bundlectl[metrics]'",
             ) from None
-    runner.run(http)
-    return 0
+
+    def serve_one() -> int:
+        pipeline = _pipeline(resolution)  # its own stores and audit writer in each worker
+        sock = claimed if workers == 1 else bind(host, claimed.getsockname()[1], shared=True)
+
+        async def http() -> None:
+            await serve_http(
+                pipeline,
+                access=access,
+                agent=agent,
+                sock=sock,
+                mode=mode.value,
+                stateless=stateless,
+                names=names,
+                with_metrics=with_metrics,
+            )
+
+        runner.run(http)
+        return 0
+
+    if workers > 1:
+        return _supervised(workers, serve_one)
+    return serve_one()
+
+
+def _pipeline(resolution: Resolution) -> Pipeline:
+    pipeline = Pipeline(resolution, AuditLog(resolution, via="serve"), confirm=None)
+    metrics.pending(pipeline.pending_approvals)  # read when metrics are collected, if ever
+    return pipeline
+
+
+def _check_workers(resolution: Resolution, *, transport: ServeTransport, stateless: bool) -> None:
+    """More than one worker: only over HTTP, only `--stateless` (a session lives in the process
+    that opened it, and the next request may reach another), and privacy only with a shared
+    store (each worker would have its own token map)."""
+    if transport is not ServeTransport.streamable_http or not stateless:
+        raise UsageError(
+            "--workers serves one port from several processes, and a session lives in the "
+            "process that opened it: it needs --transport streamable-http --stateless",
+            hint="add --transport streamable-http --stateless, or serve with one worker",
+        )
+    settings = resolution.project.config
+    if settings.privacy.tokenize and (settings.state is None or not settings.state.url):
+        raise UsageError(
+            "privacy tokenizes values per agent, and each worker would keep its own token map: "
+            "a token made by one worker would mean nothing to another",
+            hint="share the maps through a store (state.url: redis://...), or serve with one "
+            "worker",
+        )
+
+
+def _supervised(workers: int, serve_one: Callable[[], int]) -> int:
+    """`workers` processes serving the one listening socket (the kernel hands each connection
+    to one of them), each with its own downstream servers and event loop; state they share —
+    held calls, quotas, the audit chain — is in the store and the audit file, as between
+    replicas. This process only watches them: a signal is passed on to every worker, and when
+    one ends on its own the others are stopped (the process manager restarts the gateway)."""
+    import signal  # noqa: PLC0415 - only with --workers
+
+    from bundlectl.cli.error_handler import crash, failure  # noqa: PLC0415
+    from bundlectl.errors import BundlectlError  # noqa: PLC0415
+
+    children: set[int] = set()
+    for _ in range(workers):
+        pid = os.fork()
+        if pid == 0:  # a worker: serve until stopped, then leave as the command would
+            code = 70
+            try:
+                set_signal = parent_death_signal()  # never outlive a killed supervisor
+                if set_signal is not None:
+                    set_signal()
+                code = serve_one()
+            except BundlectlError as exc:
+                code = failure(exc)
+            except BaseException as exc:
+                code = crash(exc)
+            finally:
+                for stream in (sys.stdout, sys.stderr):
+                    stream.flush()
+                os._exit(code)
+        children.add(pid)
+    signalled: list[int] = []
+
+    def forward(number: int) -> None:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, number)
+
+    def stop(number: int, _frame: object) -> None:
+        signalled.append(number)
+        forward(number)
+
+    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(number, stop)
+    code = 0
+    while children:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        children.discard(pid)
+        if not signalled and not code:  # a worker ended on its own: the gateway is not whole
+            ended = os.waitstatus_to_exitcode(status)
+            log_line(f"worker {pid} ended ({ended}): stopping the others")
+            code = ended if ended > 0 else 1
+            forward(signal.SIGTERM)
+    return 130 if signalled else code  # stopped by a signal, as one process would say
 
 
 def _warn_unlisted(resolution: Resolution, agent: str) -> None:
