@@ -68,6 +68,8 @@ def bundlectl_serve(folder: Path, time_server: str, *flags: str) -> Iterator[Tar
     """`serve` over streamable HTTP (with `flags`) in front of mcp-server-time."""
     with http_serve(folder, time_server, *flags) as (url, tool, pid):
         name = "bundlectl serve" + (" --stateless" if "--stateless" in flags else "")
+        if "--workers" in flags and flags[flags.index("--workers") + 1] != "1":
+            name += f" --workers {flags[flags.index('--workers') + 1]}"
         yield Target(name, url, tool, pid)
 
 
@@ -307,6 +309,8 @@ def main() -> None:
     parser.add_argument("--token", help="with --url: the bearer token to send")
     parser.add_argument("--tool", default="time__get_current_time", help="with --url")
     parser.add_argument("--pid", type=int, help="with --url: its process, for RSS and fds")
+    parser.add_argument("--workers", type=int, default=1, help="serve --stateless --workers N")
+    parser.add_argument("--no-stateful", action="store_true", help="the stateless runs only")
     args = parser.parse_args()
     if args.url:
         headers = {"authorization": f"Bearer {args.token}"} if args.token else {}
@@ -325,10 +329,10 @@ def main() -> None:
     if peer.returncode != 0:
         print(f"note: {args.peer_python} has no fastmcp (pip install fastmcp): no peer")
     with tempfile.TemporaryDirectory() as tmp:
-        for stateless in (True, False):  # each proxy, one after the other, per kind
+        for stateless in (True, False)[: 1 if args.no_stateful else 2]:  # one after the other
             folder = Path(tmp) / ("stateless" if stateless else "stateful")
             folder.mkdir()
-            flags = ["--stateless"] if stateless else []
+            flags = ["--stateless", "--workers", str(args.workers)] if stateless else []
             with bundlectl_serve(folder, time_server, *flags) as target:
                 run_target(target, args, stateless=stateless, stateful=not stateless)
             if peer.returncode == 0:
