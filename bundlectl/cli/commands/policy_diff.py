@@ -11,6 +11,7 @@ for a BASE that is neither.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import json
 import shutil
@@ -46,10 +47,20 @@ class Side:
         """`text` (a position, a reason) with the copy's paths as `REVISION:path`."""
         if text is None or self.root is None:
             return text
-        shown = self.label.split(" ")[0]
-        for prefix in {str(self.root) + "/", display_path(self.root) + "/"}:
-            text = text.replace(prefix, f"{shown}:")
+        shown = self._shown
+        for prefix in self._prefixes:
+            text = text.replace(prefix, shown)
         return text
+
+    @functools.cached_property
+    def _shown(self) -> str:
+        return self.label.split(" ")[0] + ":"
+
+    @functools.cached_property
+    def _prefixes(self) -> tuple[str, ...]:
+        """How the copy's paths appear in positions (asked once: a diff has thousands)."""
+        assert self.root is not None
+        return tuple({str(self.root) + "/", display_path(self.root) + "/"})
 
 
 def diff(config: Path | None, base: str | None, *, fmt: str, agents: list[str]) -> int:
