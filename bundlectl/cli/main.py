@@ -10,6 +10,7 @@ import contextlib
 import gc
 import os
 import sys
+from typing import NoReturn
 
 import typer
 
@@ -167,7 +168,12 @@ def entry() -> None:
     log with `os.write`, a server's stderr copy is closed by the call), so once stdout and
     stderr are flushed we leave at once.
     """
-    code = main(fast_exit=True)
+    leave(main(fast_exit=True))
+
+
+def leave(code: int) -> NoReturn:
+    """End the process now with `code`, once what is still on its way out is out (`entry`;
+    each of `serve --workers`' workers)."""
     notify = sys.modules.get("bundlectl.calls.notify")
     if notify is not None:  # announcements of approval requests still being sent
         notify.drain()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from bundlectl.gateway.downstream import log_line
 from bundlectl.gateway.stdio_door import serve_stdio
 from bundlectl.mcpio import runner
 from bundlectl.mcpio.child import parent_death_signal
-from bundlectl.output import note
+from bundlectl.output import err, note
 from bundlectl.policy.rules import default_agent
 from bundlectl.privacy.tokens import key_from
 from bundlectl.resolve.resolved import Resolution, resolve_project
@@ -83,6 +82,7 @@ def run(
     # With workers each has a socket of its own on the port (the kernel spreads connections
     # over them; one shared socket went to whichever worker woke first, backlog and all).
     claimed = bind(host, port, shared=workers > 1, listen=workers == 1)
+    port_claimed = claimed.getsockname()[1]
     if with_metrics:
         try:
             metrics.enable()
@@ -94,7 +94,10 @@ def run(
 
     def serve_one() -> int:
         pipeline = _pipeline(resolution)  # its own stores and audit writer in each worker
-        sock = claimed if workers == 1 else bind(host, claimed.getsockname()[1], shared=True)
+        sock = claimed
+        if workers > 1:  # the supervisor's claim on the port stays with it
+            claimed.close()
+            sock = bind(host, port_claimed, shared=True)
 
         async def http() -> None:
             await serve_http(
@@ -143,14 +146,16 @@ def _check_workers(resolution: Resolution, *, transport: ServeTransport, statele
 
 
 def _supervised(workers: int, serve_one: Callable[[], int]) -> int:
-    """`workers` processes serving the one listening socket (the kernel hands each connection
-    to one of them), each with its own downstream servers and event loop; state they share —
+    """`workers` processes serving one port, each with a listening socket of its own (the
+    kernel spreads the connections over them), its own downstream servers and event loop; state
+    they share —
     held calls, quotas, the audit chain — is in the store and the audit file, as between
     replicas. This process only watches them: a signal is passed on to every worker, and when
     one ends on its own the others are stopped (the process manager restarts the gateway)."""
     import signal  # noqa: PLC0415 - only with --workers
 
     from bundlectl.cli.error_handler import crash, failure  # noqa: PLC0415
+    from bundlectl.cli.main import leave  # noqa: PLC0415
     from bundlectl.errors import BundlectlError  # noqa: PLC0415
 
     children: set[int] = set()
@@ -165,12 +170,13 @@ def _supervised(workers: int, serve_one: Callable[[], int]) -> int:
                 code = serve_one()
             except BundlectlError as exc:
                 code = failure(exc)
-            except BaseException as exc:
+            except KeyboardInterrupt:
+                err("interrupted")
+                code = 130
+            except Exception as exc:
                 code = crash(exc)
             finally:
-                for stream in (sys.stdout, sys.stderr):
-                    stream.flush()
-                os._exit(code)
+                leave(code)
         children.add(pid)
     signalled: list[int] = []
 
