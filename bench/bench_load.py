@@ -61,6 +61,7 @@ class Target:
     tool: str
     pid: int | None
     headers: dict[str, str] = field(default_factory=dict)
+    audit: Path | None = None  # its audit log, when ours: the soak counts what reached it
 
 
 @contextlib.contextmanager
@@ -70,7 +71,7 @@ def bundlectl_serve(folder: Path, time_server: str, *flags: str) -> Iterator[Tar
         name = "bundlectl serve" + (" --stateless" if "--stateless" in flags else "")
         if "--workers" in flags and flags[flags.index("--workers") + 1] != "1":
             name += f" --workers {flags[flags.index('--workers') + 1]}"
-        yield Target(name, url, tool, pid)
+        yield Target(name, url, tool, pid, audit=folder / "home" / "state" / "audit.jsonl")
 
 
 PEER = """
@@ -227,6 +228,7 @@ def _rss_and_fds(pid: int | None) -> tuple[str, str]:
 async def soak(target: Target, count: int, minutes: float, every: float) -> None:
     """`count` sessions calling for `minutes`; a line every `every` seconds."""
     tally = Tally()
+    audited = _ok_records(target.audit)
     began = time.monotonic()
     until = began + minutes * 60
     print(f"  {'t s':>6} {'calls/s':>8} {'p99 ms':>8} {'failed':>7} {'rss MB':>7} {'fds':>5}")
@@ -256,6 +258,17 @@ async def soak(target: Target, count: int, minutes: float, every: float) -> None
         f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, p99.9 {p999:.1f} ms, {len(tally.failures)} "
         "sessions failed" + (f" (first: {tally.failures[0]})" if tally.failures else "")
     )
+    if target.audit is not None:  # every call answered is one `ok` record, none lost
+        records = _ok_records(target.audit) - audited
+        print(f"  audit: {records} ok records for {len(ordered)} calls answered", flush=True)
+
+
+def _ok_records(log: Path | None) -> int:
+    """The records of calls that ended `ok` in an audit log (0: none, or not ours)."""
+    if log is None or not log.exists():
+        return 0
+    with log.open("rb") as lines:
+        return sum(1 for line in lines if b'"outcome": "ok"' in line)
 
 
 # --- the run -----------------------------------------------------------------------------------
