@@ -175,8 +175,8 @@ def _umask() -> int:
 
 def _wait_as_launcher(sock: socket.socket, pid: int, *, group: bool) -> None:
     """Stand for the copy `pid` until it ends; then end as it did — through the system's exit
-    (`posix._exit`), never coverage's patched `os._exit`: the copy's data file is named by this
-    process's pid (its `os.getpid()`), and this one, which measured nothing, would overwrite it."""
+    (`posix._exit`), not coverage's patched `os._exit`: this process measured nothing, and
+    leaves no empty data file for the run to combine."""
     import posix
 
     null = os.open(os.devnull, os.O_RDWR)
