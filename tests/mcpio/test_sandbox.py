@@ -252,6 +252,10 @@ def test_a_container_keeps_its_runtimes_isolation_with_the_profile_as_its_option
     sandbox = json.loads(shown.out)["servers"]["boxed"]["sandbox"]
     assert sandbox["container"] is True
     assert sandbox["said"].endswith("in its container (the runtime's isolation)"), sandbox
+    explained = run("policy", "explain", "--agent", "bot", "boxed.echo")  # where a call runs
+    assert f"  sandbox: {sandbox['said']}" in explained.out.splitlines(), explained.out
+    as_json = run("policy", "explain", "--agent", "bot", "boxed.echo", "--format", "json")
+    assert json.loads(as_json.out)["sandbox"] == sandbox
 
 
 def test_an_export_gives_a_sandboxed_server_to_the_gateway_and_a_container_its_options(

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bundlectl.cli.commands.resolve import sandbox_of
 from bundlectl.cli.describe import uncatalogued_note
 from bundlectl.cli.options import Format, MatrixFormat
 from bundlectl.config.project import load_project
@@ -219,6 +220,8 @@ def explain_one(
     agent_spec = resolution.policy.set.agents.get(agent)
     agent_from = agent_spec.origin if agent_spec is not None else None
     here = resolution.confirmed_in_advance(d, arguments, resolution.path_reader(server))
+    # where the call would run: the server's effective sandbox (a local server's; #55)
+    boxed = sandbox_of(server, found.spec, resolution).get("sandbox") if found else None
     if fmt is Format.json:
         emit_json(
             {
@@ -255,6 +258,7 @@ def explain_one(
                 ],
                 "depends_on": why.depends_on if arguments is None else [],
                 "confirmed_by_local_rule": str(here.origin) if here is not None else None,
+                "sandbox": boxed,
             }
         )
         return 3 if d.effect == "deny" and here is None else 0
@@ -264,6 +268,8 @@ def explain_one(
     else:
         _said(_header(d, agent, arguments))
     _said(f"  server {server}: {source or 'not configured'}")
+    if boxed is not None:
+        _said(f"  sandbox: {boxed['said']}")
     if agent_from is not None:
         _said(f"  agent {agent}: {agent_from}")
     _print_why(resolution, why, arguments)

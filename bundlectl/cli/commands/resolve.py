@@ -104,7 +104,7 @@ def _data(resolution: Resolution, agents: list[str], *, encoded: bool) -> dict[s
                 "endpoint": endpoint(s.spec),
                 **server_json(s.spec),
                 "tools": [t.name for t in s.spec.tools],
-                **_sandbox(name, s.spec, resolution),
+                **sandbox_of(name, s.spec, resolution),
             }
             for name, s in merged.servers.items()
         },
@@ -119,7 +119,7 @@ def _data(resolution: Resolution, agents: list[str], *, encoded: bool) -> dict[s
     }
 
 
-def _sandbox(name: str, spec: ServerSpec, resolution: Resolution) -> dict[str, Any]:
+def sandbox_of(name: str, spec: ServerSpec, resolution: Resolution) -> dict[str, Any]:
     """A local server's effective sandbox (`policy.sandbox`, `servers.NAME.sandbox`), as data
     and as a line a reviewer reads; nothing for a remote or built-in server."""
     if spec.transport != "stdio" or builtin_of(spec) is not None:
