@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from bundlectl.mcpio import watchdog
+from bundlectl.mcpio.sandbox import release_group
 from bundlectl.mcpio.watchdog import group_alive, stop_group
 
 MAX_MESSAGE = 128 * 1024 * 1024  # bytes in one message, unless a server's spec says otherwise
@@ -127,9 +128,7 @@ class Child:
     def _release(self) -> None:
         """Remove its pids cgroup, once empty (a detached server's stays until the next start
         sweeps it)."""
-        if self.group is not None:
-            with contextlib.suppress(OSError):
-                self.group.parent.rmdir()
+        release_group(self.group)
 
     async def _stop_windows(self) -> None:
         if await self._wait(GRACE):
