@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -206,6 +207,20 @@ async def inject_headers(request: Any) -> None:
     from opentelemetry import propagate  # noqa: PLC0415
 
     propagate.inject(request.headers)
+
+
+def traced(meta: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A request's `_meta` with the current W3C trace context added (`traceparent`,
+    `tracestate`), as the SDK's client adds it to every request, so a server joins the call's
+    trace. Without OpenTelemetry loaded there is no current context: `meta` as it is (and the
+    import, ~80 ms, is not paid by a call that traces nothing)."""
+    if "opentelemetry.context" not in sys.modules:
+        return dict(meta) if meta else None
+    from opentelemetry import propagate  # noqa: PLC0415
+
+    carrier = dict(meta) if meta else {}
+    propagate.inject(carrier)
+    return carrier or None
 
 
 def _parent(carrier: Mapping[str, Any]) -> Any:

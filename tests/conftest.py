@@ -30,7 +30,7 @@ TEST_SERVERS = REPO / "tests" / "servers"
 
 def over_the_pipes(request_id: str) -> bool:
     """Whether a stdio server saw this request id from a tool call the gateway made over its
-    pipes (`gateway/pipe_session.py`), whichever door the call came in by."""
+    pipes (`mcpio/pipe_session.py`), whichever door the call came in by."""
     return re.fullmatch(r"bundlectl-pipe-\d+", request_id) is not None
 
 

@@ -6,8 +6,6 @@ schema type, JSON for arrays and objects, strings as given. Validation reports e
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import json
 import math
 import sys
@@ -16,6 +14,7 @@ from typing import Any
 
 from bundlectl.config.bounded import MAX_INPUT, read_bounded
 from bundlectl.errors import ToolCallError, UsageError
+from bundlectl.mcpio.schemas import checker
 from bundlectl.policy.conditions import unencodable
 
 _TRUE = {"true", "1", "yes", "on"}
@@ -250,81 +249,6 @@ def build_arguments(
     return args
 
 
-def preload() -> None:
-    """Import the validator now, while a stdio server we just started gets ready (hundreds of
-    milliseconds): the import (~20 ms) then costs nothing on the way to the call."""
-    with contextlib.suppress(ImportError):
-        import jsonschema_rs  # noqa: F401
-
-
-class Checker:
-    """A schema's validators, made once per schema object (a warm gateway checks every call of
-    a tool against the same one; writing the schema out as a key cost more than checking small
-    arguments).
-
-    `jsonschema_rs` (Rust) answers whether an instance is valid in about a microsecond; when it
-    says no, or cannot take the schema, Python's `jsonschema` decides and words the errors, so
-    every message and every refusal is jsonschema's, as the SDK's own servers report them.
-    Neither fetches a `$ref` from the network or a file."""
-
-    def __init__(self, schema: dict[str, Any]) -> None:
-        self.schema = schema
-        self.fast: Any = None
-        # A schema it refuses goes to jsonschema; so does every schema where it is not
-        # installed (it is a CPython-only dependency).
-        with contextlib.suppress(Exception):
-            import jsonschema_rs
-
-            self.fast = jsonschema_rs.validator_for(schema, validate_formats=False, offline=True)
-
-    def valid(self, instance: Any) -> bool:
-        """True when `instance` is certainly valid (False: ask `full`)."""
-        try:
-            return self.fast is not None and bool(self.fast.is_valid(instance))
-        except Exception:  # numbers beyond 64 bits, and anything else it cannot take
-            return False
-
-    @functools.cached_property
-    def full(self) -> Any:
-        """jsonschema's validator (raises what jsonschema raises on a schema it cannot use)."""
-        return _validator(json.dumps(self.schema, sort_keys=True))
-
-
-_CHECKERS: dict[int, Checker] = {}
-
-
-def checker(schema: dict[str, Any]) -> Checker:
-    """The schema object's checker: found by identity while the object lives."""
-    hit = _CHECKERS.get(id(schema))
-    if hit is not None and hit.schema is schema:
-        return hit
-    if len(_CHECKERS) >= 1024:
-        _CHECKERS.clear()
-    made = _CHECKERS[id(schema)] = Checker(schema)  # it keeps the object, and so its id
-    return made
-
-
-@functools.lru_cache(maxsize=256)
-def _validator(schema: str) -> Any:
-    """jsonschema's validator for a schema (as canonical JSON), made once. Its registry
-    retrieves nothing: left alone, jsonschema fetches a `$ref` that names a URL (a server's
-    schema could make us send requests anywhere)."""
-    from jsonschema import Draft202012Validator
-    from jsonschema.validators import validator_for
-    from referencing import Registry
-
-    parsed = json.loads(schema)
-    cls = validator_for(parsed, default=Draft202012Validator)
-    nothing = Registry(retrieve=_retrieve_nothing)  # type: ignore[call-arg]  # attrs-made
-    return cls(parsed, registry=nothing)
-
-
-def _retrieve_nothing(uri: str) -> Any:
-    from referencing.exceptions import NoSuchResource
-
-    raise NoSuchResource(ref=uri)  # type: ignore[call-arg]  # attrs-made __init__
-
-
 def validate(arguments: dict[str, Any], input_schema: dict[str, Any], tool: str) -> None:
     """Every violation of the input schema, listed (exit 4). A schema the validator cannot use
     (an unknown type, a `$ref` that leads nowhere) says so instead of failing inside it; a
@@ -348,24 +272,3 @@ def validate(arguments: dict[str, Any], input_schema: dict[str, Any], tool: str)
         name = tool.split(".", 1)[-1]
         hint = f"`bundlectl tools --detail full --search {name}` shows the schema"
         raise ToolCallError("\n".join(lines), hint=hint)
-
-
-def structured_problem(
-    result: dict[str, Any], output_schema: dict[str, Any], tool: str
-) -> str | None:
-    """What is wrong with a successful result of a tool that declares an output schema (the
-    check the SDK's client makes, with its words), or None."""
-    if "structuredContent" not in result:
-        return f"Tool {tool} has an output schema but did not return structured content"
-    check = checker(output_schema)
-    if check.valid(result["structuredContent"]):
-        return None
-    from jsonschema.exceptions import best_match
-
-    try:
-        error = best_match(check.full.iter_errors(result["structuredContent"]))
-    except Exception as exc:  # jsonschema's and referencing's errors on the server's schema
-        return f"Invalid schema for tool {tool}: {exc}".splitlines()[0]
-    if error is None:
-        return None
-    return f"Invalid structured content returned by tool {tool}: {error}".splitlines()[0]

@@ -21,9 +21,9 @@ from bundlectl.errors import (
     ServerCrashed,
     ServerError,
 )
-from bundlectl.gateway.pipe_session import PipeSession
 from bundlectl.gateway.relay import Job, Relay
 from bundlectl.mcpio.connect import classify, connect
+from bundlectl.mcpio.pipe_session import PipeSession
 from bundlectl.mcpio.session import SdkSession, ServerSession
 from bundlectl.mcpio.target import Target
 from bundlectl.output import err

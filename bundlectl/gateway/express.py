@@ -8,7 +8,7 @@ without this door, 1.5x with it). This door reads the client's JSON-RPC line its
 call through `calls.sequence` (judge, admission, perform on the server's warm session, finish —
 the same steps, records and checks as the SDK path), and writes the result as the SDK's server
 would for the client's protocol (`wire.shaped`). The speed of the call itself is the server's
-session's (`pipe_session.PipeSession`: the request over the server's pipes).
+session's (`mcpio.pipe_session.PipeSession`: the request over the server's pipes).
 
 A call comes to this door only when it needs nothing the door cannot present: the agent's policy
 allows the tool outright (no `ask`, no argument condition, no quota), nothing is tokenized

@@ -16,6 +16,7 @@ from pydantic import TypeAdapter
 from bundlectl import __version__
 from bundlectl.mcpio.pipes import json_line
 from bundlectl.mcpio.requests import JsonObject
+from bundlectl.mcpio.results import is_plain
 
 SERVER_INFO_KEY = types.SERVER_INFO_META_KEY
 
@@ -46,7 +47,6 @@ def _typed(result: JsonObject, version: str) -> bytes:
 
 
 _STAMP = {"name": "bundlectl", "version": __version__}
-_PLAIN_KEYS = frozenset({"content", "isError", "structuredContent", "resultType", "_meta"})
 
 
 def plain(result: JsonObject, version: str) -> bytes | None:
@@ -67,30 +67,6 @@ def plain(result: JsonObject, version: str) -> bytes | None:
     elif "resultType" in result:
         return None
     return json_line(result)[:-1]
-
-
-def is_plain(result: JsonObject) -> bool:
-    """Whether a tools/call result is one the protocol's types pass unchanged on every
-    version: text blocks only, and nothing but `content`, `isError`, `structuredContent`,
-    `_meta` and `resultType`, each of its type (what `plain` writes without the types)."""
-    if not result.keys() <= _PLAIN_KEYS:
-        return False
-    content, failed = result.get("content"), result.get("isError", False)
-    structured, meta = result.get("structuredContent", {}), result.get("_meta", {})
-    return (
-        type(content) is list
-        and type(failed) is bool
-        and type(structured) is dict
-        and type(meta) is dict
-        and None not in meta.values()
-        and all(
-            type(block) is dict
-            and len(block) == 2
-            and block.get("type") == "text"
-            and type(block.get("text")) is str
-            for block in content
-        )
-    )
 
 
 @functools.cache

@@ -24,8 +24,9 @@ from typing import Any
 
 import anyio
 
-from bundlectl import __version__
+from bundlectl import __version__, telemetry
 from bundlectl.errors import BundlectlError, CallTimeout, ServerError
+from bundlectl.mcpio import results
 from bundlectl.mcpio.connect import (
     broke_protocol,
     call_timed_out,
@@ -82,18 +83,6 @@ def _type_first(block: dict[str, Any]) -> dict[str, Any]:
     return {"type": block.get("type"), **{k: v for k, v in block.items() if v is not None}}
 
 
-def check_result(data: Any) -> str | None:
-    """What is wrong with a tools/call result's shape, or None."""
-    if not isinstance(data, dict):
-        return "the result is not an object"
-    content = data.get("content", [])
-    if not isinstance(content, list) or not all(
-        isinstance(block, dict) and isinstance(block.get("type"), str) for block in content
-    ):
-        return "the result's content is not a list of typed blocks"
-    return None
-
-
 @dataclass
 class PlainTool:
     """A listed tool, read as the SDK's Tool is by `perform`."""
@@ -108,6 +97,11 @@ class PlainTool:
     def input_schema(self) -> dict[str, Any]:
         schema = self.data.get("inputSchema")
         return schema if isinstance(schema, dict) else {"type": "object"}
+
+    @property
+    def output_schema(self) -> dict[str, Any] | None:
+        schema = self.data.get("outputSchema")
+        return schema if isinstance(schema, dict) else None
 
     @property
     def execution(self) -> Execution:
@@ -149,6 +143,7 @@ class StdioClient:
     ended: Callable[[], None] = lambda: None  # its stdout closed: let it exit (for the tail)
     server_info: dict[str, Any] = field(default_factory=dict)
     requests: Requests = field(default_factory=Requests)
+    listed: dict[str, PlainTool] = field(default_factory=dict)  # its last tools/list, by name
     _gone: BundlectlError | None = None
 
     @classmethod
@@ -201,6 +196,7 @@ class StdioClient:
             tools.extend(PlainTool(t) for t in listed)
             cursor = result.get("nextCursor")
             if not isinstance(cursor, str) or not cursor:
+                self.listed = {t.name: t for t in tools}
                 return tools
 
     async def call(
@@ -212,14 +208,27 @@ class StdioClient:
         progress: Progress | None,
         meta: dict[str, Any] | None = None,
     ) -> ToolResult:
-        params: dict[str, Any] = {"name": name, "arguments": arguments}
-        if meta:
-            params["_meta"] = dict(meta)
-        result = await self._request("tools/call", params, timeout, progress=progress)
-        problem = check_result(result)
-        if problem is not None:
-            raise broke_protocol(self.target, problem)
-        return result_of(result, self.server_info)
+        if self._gone is not None:
+            raise self._gone
+        answer = await call_tool(
+            self.requests,
+            self._send,
+            self.target,
+            name,
+            arguments,
+            meta=meta,
+            timeout=timeout,
+            progress=progress,
+            stopped="the user stopped the call",
+        )
+        if answer is None:
+            raise self._gone or self._closed()
+        listed = self.listed.get(name)
+        schema = listed.output_schema if listed is not None else None
+        result = results.checked(self.target, name, answer, schema)
+        if result is None:  # a 2026-07-28 question: not on the 2025-11-25 handshake it made
+            raise broke_protocol(self.target, "it answered input_required on 2025-11-25")
+        return result_of(result.data, self.server_info)
 
     async def _request(
         self,
@@ -294,6 +303,31 @@ class StdioClient:
 
     def _closed(self) -> ServerError:
         return connection_closed(self.target)
+
+
+async def call_tool(
+    requests: Requests,
+    send: Callable[[dict[str, Any]], Awaitable[None]],
+    target: Target,
+    name: str,
+    arguments: dict[str, Any],
+    *,
+    meta: dict[str, Any] | None,
+    timeout: float | None,
+    progress: Progress | None,
+    stopped: str,
+) -> dict[str, Any] | None:
+    """The one `tools/call` written on a server's pipes (`exchange`), for every raw-pipe
+    session: the caller's `_meta` with the call's W3C trace context (as the SDK's client adds
+    it). The answer, unread (`results.checked` reads it), or None: the connection ended."""
+    params: dict[str, Any] = {"name": name, "arguments": arguments}
+    carrier = telemetry.traced(meta)
+    if carrier:
+        params["_meta"] = carrier
+    request = {"method": "tools/call", "params": params}
+    return await exchange(
+        requests, send, target, request, timeout, progress=progress, stopped=stopped
+    )
 
 
 async def exchange(

@@ -41,7 +41,7 @@ class Tap:
     One tap serves a server across restarts: each session opens it and closes it; closing
     answers every request still waiting with None (the connection is gone). Its requests are
     tracked by `requests` (the express lane's; ids the SDK never uses, each also the request's
-    progress token) and `in_order` (the SDK path's tool calls, `gateway/pipe_session.py`).
+    progress token) and `in_order` (the SDK path's tool calls, `mcpio/pipe_session.py`).
     Their answers and progress are taken as soon as they are read — unless the SDK's client has
     not yet read everything the server sent before them (a log message during the call): then
     they wait in its stream and are taken as it reads on, so what the server said first reaches

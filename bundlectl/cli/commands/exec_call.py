@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bundlectl.calls import sequence
-from bundlectl.calls.arguments import build_arguments, preload
+from bundlectl.calls.arguments import build_arguments
 from bundlectl.calls.audit import AuditLog
 from bundlectl.calls.confirm import Deferred, always_yes, settled, terminal_confirmer
 from bundlectl.calls.pipeline import Pipeline
@@ -19,6 +19,7 @@ from bundlectl.cli.options import Format
 from bundlectl.config.project import load_project
 from bundlectl.errors import BundlectlError
 from bundlectl.mcpio.child import stop_on_failure
+from bundlectl.mcpio.schemas import preload
 from bundlectl.output import emit_json, err, note, out
 from bundlectl.resolve.resolved import resolve_project
 

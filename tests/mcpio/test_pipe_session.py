@@ -1,5 +1,5 @@
 """A stdio server's tool calls on the gateway's SDK path go over its pipes
-(`gateway/pipe_session.py`), and end as the SDK's client ends them: each call here is made both
+(`mcpio/pipe_session.py`), and end as the SDK's client ends them: each call here is made both
 ways on one session with the server — through the SDK's client (`SdkSession`) and over the pipes
 (`PipeSession`) — and the two compared."""
 
@@ -19,11 +19,13 @@ from bundlectl.calls.confirm import always_yes
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config.project import load_project
 from bundlectl.errors import BundlectlError
-from bundlectl.gateway.pipe_session import PipeSession
+from bundlectl.mcpio import plain
 from bundlectl.mcpio.connect import classify, connect
+from bundlectl.mcpio.pipe_session import PipeSession
+from bundlectl.mcpio.pipes import json_line
 from bundlectl.mcpio.session import SdkSession
-from bundlectl.mcpio.stdio import Tap
-from bundlectl.mcpio.target import Target
+from bundlectl.mcpio.stdio import Tap, child_transport
+from bundlectl.mcpio.target import Target, start_child
 from bundlectl.resolve.resolved import resolve_project
 from tests.conftest import TEST_SERVERS, write
 from tests.gateway.test_gateway import PY
@@ -183,3 +185,28 @@ def test_what_the_server_said_before_its_answer_reaches_the_sdks_client_first(
         return seen
 
     assert anyio.run(run) == [["said before the answer"]] * 3
+
+
+def test_execs_sdk_free_client_ends_a_servers_failures_as_the_sdks_client(servers: Path) -> None:
+    """`exec`'s own client on a stdio server (`plain.StdioClient`) makes the same raw-pipe call
+    and the same checks of its answer: structured content against the tool's output schema, a
+    result the protocol's types refuse, the server's error — each ends as through the SDK."""
+
+    async def run() -> tuple[list[Any], list[Any]]:
+        async with both("flaky") as (sdk, _pipe, target):
+            through_sdk = [await ended(target, sdk, name, {}) for name in FAILURES]
+        resolution = resolve_project(load_project())
+        target = Pipeline(resolution, AuditLog(resolution), always_yes).target("flaky")
+        async with (
+            child_transport(start_child(target), decode=plain.decode, encode=json_line) as streams,
+            plain.StdioClient.session(target, streams, root=Path.cwd(), ask=None) as client,
+        ):
+            await client.initialize()
+            await client.tools()  # as `perform` lists them: the output schemas are known
+            own = [await ended(target, client, name, {}) for name in FAILURES]  # type: ignore[arg-type]
+        return through_sdk, own
+
+    through_sdk, own = anyio.run(run)
+    assert own == through_sdk
+    assert "Invalid structured content returned by tool shape" in own[0][1]
+    assert own[2][0] == "ServerCrashed" and "broke the protocol" in own[2][1]
