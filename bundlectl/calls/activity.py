@@ -60,7 +60,14 @@ def _decided_by(record: JsonObject, agent: str) -> str:
 
 
 def _kind(outcome: str) -> str | None:
-    if outcome in ("pending", "approved", "approval-used", "approval-withdrawn", "withheld"):
+    if outcome in (
+        "pending",
+        "approved",
+        "approval-used",
+        "approval-withdrawn",
+        "withheld",
+        "tool-changed",
+    ):
         return None  # a step of a call counted by its outcome, or an approver's
     if outcome == "approval-requested":
         return "held"

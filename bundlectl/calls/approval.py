@@ -3,24 +3,34 @@ can confirm where it is made. The call is held as a request bound to its agent, 
 sha256 of its arguments; a person approves or denies it with `bundlectl approvals` (never the
 agent: it has no way to). `exec` waits for the answer (polling the store every `POLL` seconds;
 Ctrl-C withdraws the request); batch, code mode and `serve` answer at once with the request's id
-(`ApprovalHeld`, exit 75), and the same call made again once it is approved goes through."""
+(`ApprovalHeld`, exit 75), and the same call made again once it is approved goes through.
+
+A "tool changed" request (`pin_tools`, #60: `Binding.tool_change`) holds no call: a tool whose
+live definition differs from the reviewed one (or that was renamed, or moved to another server)
+waits for a person who reads the difference (`change_lines`); approving it pins the new
+definition on the approver's machine (`bundlectl.local.yaml`), until `bundlectl pins update`
+moves it into the reviewed file."""
 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from bundlectl.calls import auditfile
+from bundlectl.config.local import pin
 from bundlectl.config.lockfile import digest_json
+from bundlectl.config.paths import CONFIG_NAME
 from bundlectl.config.settings import seconds
 from bundlectl.errors import Declined, PolicyDenied, Unconfirmable
 from bundlectl.output import err, span_text, status
-from bundlectl.state import WAITED_EVERY, Approval, Binding, Store
+from bundlectl.state import TOOL_CHANGE, WAITED_EVERY, Approval, Binding, Store
 
 if TYPE_CHECKING:
     from bundlectl.calls.pipeline import Pipeline
@@ -265,13 +275,75 @@ def settle(
     )
     step = "approved" if approval.status == "approved" else "approval-counted"
     _audited(approval, step if approve else "denied-by-approver", by, sub=sub)
+    b = approval.binding
+    if b.tool_change and approval.status == "approved":
+        pin(Path(b.project) / CONFIG_NAME, b.qualified, b.digest.removeprefix(TOOL_CHANGE))
     return approval
 
 
+def change_of(approval: Approval) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A "tool changed" request's definitions: (as reviewed, as the server gives it now)."""
+    try:
+        data = json.loads(approval.shown)
+        return dict(data["before"]), dict(data["after"])
+    except (ValueError, KeyError, TypeError):
+        return {}, {}
+
+
+_PARTS = (
+    ("description", "description"),
+    ("input_schema", "input schema"),
+    ("annotations", "annotations"),
+)
+
+
+def changed_parts(approval: Approval) -> list[str]:
+    """What differs in a "tool changed" request: `name`, `description`, `input schema`..."""
+    before, after = change_of(approval)
+    parts = ["name"] if before.get("name") != after.get("name") else []
+    return parts + [label for key, label in _PARTS if before.get(key) != after.get(key)]
+
+
+def change_lines(approval: Approval) -> list[str]:
+    """A "tool changed" request as a person reads it: a renamed or moved tool's names, then
+    each part that differs as a unified diff (`-` as reviewed, `+` now) — the description by
+    its lines, schemas and annotations as indented JSON. Raw text: a caller shows each line
+    through `output.visible` (lines are split at `\n` alone, so a server's U+2028 cannot start
+    one)."""
+    before, after = change_of(approval)
+    lines = []
+    if before.get("name") != after.get("name"):
+        lines.append(f"name: {before.get('name')} → {after.get('name')}")
+    for key, label in _PARTS:
+        old, new = before.get(key), after.get(key)
+        if old == new:
+            continue
+        lines.append(f"{label}:")
+        diff = difflib.unified_diff(_text_lines(old), _text_lines(new), lineterm="", n=3)
+        lines.extend(f"  {line}" for line in diff if not line.startswith(("---", "+++")))
+    return lines
+
+
+def _text_lines(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return value.split("\n")
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False).split("\n")
+
+
 def described(approval: Approval, now: float) -> dict[str, Any]:
-    """A request as JSON (`approvals show --format json`, the approvers' page)."""
+    """A request as JSON (`approvals show --format json`, the approvers' page); a "tool
+    changed" one has no arguments, its `definitions` instead."""
     b = approval.binding
+    change: dict[str, Any] = {"kind": "call"}
+    if b.tool_change:
+        before, after = change_of(approval)
+        change = {
+            "kind": "tool-changed",
+            "changed": changed_parts(approval),
+            "definitions": {"before": before, "after": after},
+        }
     return {
+        **change,
         "id": approval.id,
         "status": approval.state(now),
         "agent": b.agent,
@@ -279,7 +351,7 @@ def described(approval: Approval, now: float) -> dict[str, Any]:
         "project": b.project,
         "rule": approval.rule,
         "arguments_sha256": b.digest,
-        "arguments": json.loads(approval.shown),
+        "arguments": None if b.tool_change else json.loads(approval.shown),
         "created": stamp(approval.created),
         "expires": stamp(approval.expires),
         "decided_by": approval.decided_by,
@@ -297,7 +369,7 @@ def undeclared(approval: Approval, schema: Mapping[str, Any] | None) -> list[str
     not declare: an approver is told, since the tool may ignore them or a server misuse them.
     None known when the schema is not (nothing is marked then)."""
     declared = (schema or {}).get("properties")
-    if not isinstance(declared, Mapping):
+    if not isinstance(declared, Mapping) or approval.binding.tool_change:
         return []
     try:
         shown = json.loads(approval.shown)
@@ -308,7 +380,10 @@ def undeclared(approval: Approval, schema: Mapping[str, Any] | None) -> list[str
 
 def argument_summary(approval: Approval, width: int = 90) -> str:
     """A held call's arguments on one line, `key=value, ...`, each value as JSON, cut to
-    `width` characters (the list of requests: three writes of one tool tell apart)."""
+    `width` characters (the list of requests: three writes of one tool tell apart); for a
+    "tool changed" request, what changed."""
+    if approval.binding.tool_change:
+        return "tool changed: " + ", ".join(changed_parts(approval))
     try:
         shown = json.loads(approval.shown)
     except ValueError:

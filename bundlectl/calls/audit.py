@@ -112,6 +112,10 @@ class AuditSink(Protocol):
         """A step of an out-of-band approval (SPEC 11): `approval-requested`, `-used`,
         `-withdrawn` (an approver's decision is recorded by `bundlectl approvals`)."""
 
+    def tool_changed(self, server: str, tool: str, approval: str | None, why: str) -> None:
+        """A tool whose live definition differs from the reviewed one, held for a person
+        (`pin_tools`, #60): once per definition and process."""
+
 
 # The stream sinks of `audit.sinks`: JSON lines for a container's log collector.
 STREAMS = {"stdout": 1, "stderr": 2}
@@ -211,6 +215,11 @@ class AuditLog:
 
     def approval(self, decision: Decision, step: str, approval: str, approver: str | None) -> None:
         self._decided(decision, outcome=step, approval=approval, approver=approver)
+
+    def tool_changed(self, server: str, tool: str, approval: str | None, why: str) -> None:
+        self._append(
+            "-", server, tool, decision="deny", outcome="tool-changed", approval=approval, why=why
+        )
 
     def unauthorized(self, remote: str, *, repeated: int | None = None) -> None:
         self._append(

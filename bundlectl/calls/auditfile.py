@@ -101,6 +101,7 @@ OUTCOMES = (
     "approval-counted",
     "approved",
     "withheld",  # a tool's description withheld from a client (#60)
+    "tool-changed",  # a changed tool held for a person (`pin_tools`, #60)
 )
 
 

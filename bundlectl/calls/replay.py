@@ -28,7 +28,7 @@ _OUTCOME = b'"outcome": "'
 _RULE_END = b', "rule_source": '
 _APPROVALS = b'"via": "approvals"'
 _APPROVAL = b'"approval": '
-NOT_CALLS = frozenset({"pending", "unauthorized", "unauthenticated", "withheld"})
+NOT_CALLS = frozenset({"pending", "unauthorized", "unauthenticated", "withheld", "tool-changed"})
 
 
 @dataclass

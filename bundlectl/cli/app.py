@@ -80,6 +80,15 @@ limits_app = typer.Typer(help="See how much of each quota (limits:) is used.", n
 app.add_typer(limits_app, name="limits")
 
 
+pins_app = typer.Typer(
+    help="Record changed tool definitions approved on this machine for review (policy.pins).",
+    no_args_is_help=True,
+)
+
+
+app.add_typer(pins_app, name="pins")
+
+
 @dataclass
 class Invocation:
     """What one run of the CLI was asked for before the command: carried in typer's context

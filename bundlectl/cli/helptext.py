@@ -104,6 +104,10 @@ HELP: dict[str, tuple[list[str], str]] = {
         _STORE,
     ),
     "approvals show": (["bundlectl approvals show k3m9x2a7bq4e"], _STORE),
+    "pins update": (
+        ["bundlectl pins update", "bundlectl pins update --dry-run"],
+        "0 done (or nothing to record); 1 a resolution conflict; 2 bad usage or input",
+    ),
     "approvals approve": (
         [
             "bundlectl approvals approve k3m9x2a7bq4e",

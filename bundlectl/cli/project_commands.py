@@ -19,6 +19,7 @@ from bundlectl.cli.app import (
     FormatOpt,
     RegistryTimeoutOpt,
     app,
+    pins_app,
     registry_app,
 )
 from bundlectl.cli.options import (
@@ -155,6 +156,22 @@ def lock(
 
     _registry_timeout(timeout, refresh=refresh or upgrade)
     return cmd.lock(config, names or [], check=check, upgrade=upgrade, fmt=fmt)
+
+
+@pins_app.command("update")
+def pins_update(
+    dry_run: DryRunOpt = False,
+    timeout: RegistryTimeoutOpt = 20.0,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> int:
+    """Record the tool definitions approved on this machine in bundlectl.yaml, and re-lock.
+
+    Moves bundlectl.local.yaml's pins into policy.pins: the change to commit for review."""
+    from bundlectl.cli.commands import install as cmd
+
+    _registry_timeout(timeout)
+    return cmd.pins_update(config, dry_run=dry_run, fmt=fmt)
 
 
 @app.command()

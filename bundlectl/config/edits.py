@@ -7,6 +7,7 @@ block style. The result is parsed again and checked before anyone writes it.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -185,6 +186,38 @@ def set_entries(text: str, section: str | tuple[str, ...], entries: Mapping[str,
         raise BundlectlError(
             f"could not edit the {where}: mapping of bundlectl.yaml safely",
             hint=f"edit {where}: by hand; nothing was written",
+        )
+    return new
+
+
+def remove_entries(text: str, section: str, keys: Collection[str]) -> str:
+    """`text` without the top-level mapping `section`'s entries `keys` (an emptied or
+    flow-style mapping is written `{...}` on its key's line). Every other byte stays, comments
+    included; the result is parsed again and compared with the intended data."""
+    doc = parse_yaml(text, "bundlectl.yaml")
+    data = doc.data if isinstance(doc.data, dict) else {}
+    current = data.get(section)
+    gone = [key for key in keys if isinstance(current, dict) and key in current]
+    if not isinstance(current, dict) or not gone:
+        return text
+    left = {k: v for k, v in current.items() if k not in gone}
+    buf = _Text(text)
+    if not left or _is_flow(buf, doc, (section,)):
+        where = doc.keys[(section,)]
+        start = text.index(":", buf.at(where.end_line, where.end_column)) + 1
+        end = _value_end(buf, doc, (section,))
+        new = text[:start] + " " + json.dumps(left, ensure_ascii=False) + "\n" + text[end:]
+    else:
+        new = text
+        for key in sorted(gone, key=lambda k: doc.keys[(section, k)].line, reverse=True):
+            start = buf.starts[doc.keys[(section, key)].line - 1]
+            end = _value_end(buf, doc, (section, key))
+            new = new[:start] + new[end:]
+    check = parse_yaml(new, "bundlectl.yaml")
+    if check.problems or check.data != {**data, section: left}:
+        raise BundlectlError(
+            f"could not edit the {section}: mapping safely",
+            hint=f"edit {section}: by hand; nothing was written",
         )
     return new
 

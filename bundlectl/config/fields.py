@@ -22,6 +22,12 @@ from bundlectl.config.expand import malformed_reference
 from bundlectl.config.requirements import NAME_HELP, NAME_RE, parse_requirement
 
 Name = Annotated[str, Field(pattern=NAME_RE, description=f"A name: {NAME_HELP}.")]
+# A reviewed definition of a tool (`policy.pins`, `bundlectl.local.yaml` pins): `server.tool`
+# to the sha256 of its live definition (description, input schema, annotations).
+PinnedTools = dict[
+    Annotated[str, Field(pattern=r"^[^.\s]+\.[^\s]+$", description="server.tool")],
+    Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$", description="sha256:<hex>")],
+]
 
 
 EnvVarName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]

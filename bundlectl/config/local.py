@@ -2,31 +2,39 @@
 "always allow" to an `ask` — beside the project's `bundlectl.yaml`, git-ignored, never written
 into the reviewed config.
 
-The file holds `agents: {NAME: {allow: [...]}}` only: it can let an agent call without asking
-what the reviewed policy asks about, never more (a deny still wins, and `policy.deny` holds).
+The file holds `agents: {NAME: {allow: [...]}}`: it can let an agent call without asking what
+the reviewed policy asks about, never more (a deny still wins, and `policy.deny` holds). And
+`pins: {server.tool: sha256:...}`: changed tool definitions a person approved on this machine
+(`policy.pin_tools`, an approval of a "tool changed" request), until `bundlectl pins update`
+moves them into the reviewed file (`lock --check` fails meanwhile).
 Its rules count for every call on this machine (`policy explain` names their file and line,
 `lint` notes them); the lock's policy digest covers the reviewed policy only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
 from bundlectl.config import paths
-from bundlectl.config.edits import set_entries
-from bundlectl.config.fields import Name, RuleEntry, StrictModel
+from bundlectl.config.edits import remove_entries, set_entries
+from bundlectl.config.fields import Name, PinnedTools, RuleEntry, StrictModel, empty_dict
 from bundlectl.config.fsio import atomic_write, project_lock
 from bundlectl.config.paths import display_path
 from bundlectl.config.validation import validate_doc
 from bundlectl.config.yamlio import YamlDoc, parse_yaml, read_text, read_yaml
 
+if TYPE_CHECKING:
+    from bundlectl.config.project import Project
+
 LOCAL_FILE = paths.LOCAL_NAME
 HEADER = (
-    "# Allow rules added on this machine by answering 'always allow' (bundlectl, SPEC 11).\n"
+    "# Allow rules added on this machine by answering 'always allow', and changed tools\n"
+    "# approved on this machine (bundlectl, SPEC 11).\n"
     "# Not reviewed and not locked: keep this file out of version control.\n"
     "version: 1\n"
 )
@@ -41,6 +49,11 @@ class LocalConfig(StrictModel):
 
     version: Literal[1] = 1
     agents: dict[Name, LocalAgent] = Field(default_factory=dict)
+    pins: PinnedTools = Field(
+        default_factory=empty_dict,
+        description="Changed tool definitions approved on this machine (`policy.pin_tools`); "
+        "`bundlectl pins update` moves them into the reviewed bundlectl.yaml.",
+    )
 
 
 @dataclass(frozen=True)
@@ -85,6 +98,39 @@ def always_allow(project_file: Path, agent: str, entry: str | dict[str, Any]) ->
         atomic_write(path, text)
         _ignored(project_file.parent)
     return path
+
+
+def pin(project_file: Path, qualified: str, digest: str) -> Path:
+    """Accept `digest` as `qualified`'s definition on this machine (an approved "tool
+    changed" request): written as `always_allow` writes, the file created when needed."""
+    path = local_path(project_file)
+    with project_lock(project_file):
+        text = read_text(path, display_path(path)) if path.is_file() else HEADER
+        text = set_entries(text, "pins", {qualified: digest})
+        validate_doc(parse_yaml(text, display_path(path)), LocalConfig, what="local rules")
+        atomic_write(path, text)
+        _ignored(project_file.parent)
+    return path
+
+
+def unpin(project_file: Path, names: Collection[str]) -> None:
+    """Forget this machine's pins of `names` (moved into the reviewed file)."""
+    path = local_path(project_file)
+    with project_lock(project_file):
+        if not path.is_file():
+            return
+        text = remove_entries(read_text(path, display_path(path)), "pins", names)
+        validate_doc(parse_yaml(text, display_path(path)), LocalConfig, what="local rules")
+        atomic_write(path, text)
+
+
+def unreviewed_pins(project: Project) -> dict[str, str]:
+    """This machine's pins (`project`'s local layer) that its reviewed `policy.pins` lacks."""
+    local = project.local
+    if local is None:
+        return {}
+    reviewed = project.config.policy.pins
+    return {name: d for name, d in local.config.pins.items() if reviewed.get(name) != d}
 
 
 def _ignored(root: Path) -> None:

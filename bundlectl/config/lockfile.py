@@ -197,7 +197,10 @@ def _policy_change(old: LockFile, new: LockFile) -> str:
         else:
             said.append(f"who may act as {name} changed (its match: or token)")
     if not said:
-        return "policy changed: policy.default, policy.deny, policy.pin_tools or policy.sandbox"
+        return (
+            "policy changed: policy.default, policy.deny, policy.pin_tools, policy.pins or "
+            "policy.sandbox"
+        )
     return "; ".join(said)
 
 

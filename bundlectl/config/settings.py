@@ -18,6 +18,7 @@ from pydantic import (
 
 from bundlectl.config.fields import (
     Name,
+    PinnedTools,
     Rule,
     RuleEntry,
     StrictModel,
@@ -238,6 +239,13 @@ class PolicySettings(StrictModel):
     )
     pin_tools: bool = Field(
         default=False, description="Deny tools that the lock file does not record."
+    )
+    pins: PinnedTools = Field(
+        default_factory=empty_dict,
+        description="With pin_tools: live tool definitions a person reviewed after they changed "
+        "(or a tool was renamed or moved): `server.tool: sha256:…` of the definition "
+        "(description, input schema, annotations) approved (`bundlectl pins update` writes "
+        "them from the approvals of this machine).",
     )
     approvals: ApprovalSettings | None = Field(
         default=None,

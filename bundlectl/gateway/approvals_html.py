@@ -11,7 +11,12 @@ import secrets
 import time
 from typing import TYPE_CHECKING
 
-from bundlectl.calls.approval import argument_summary, decision_text, progress_text
+from bundlectl.calls.approval import (
+    argument_summary,
+    change_lines,
+    decision_text,
+    progress_text,
+)
 from bundlectl.mcpio.requests import JsonObject
 from bundlectl.output import span_text, visible
 
@@ -52,7 +57,7 @@ def row(approval: Approval, now: float) -> JsonObject:
     return {
         "id": approval.id,
         "status": state,
-        "agent": visible(b.agent),
+        "agent": visible(b.agent or "-"),
         "tool": visible(b.qualified),
         "arguments": visible(argument_summary(approval)),
         "requester": visible(approval.requester or ""),
@@ -181,6 +186,8 @@ def shown(text: str, fold: int | None = None, *, size: int | None = None) -> str
 def detail_page(approval: Approval, csrf: str, undeclared: list[str]) -> tuple[str, str]:
     """A request, its arguments (those the tool declares first; `undeclared` marked), and the
     decision's forms."""
+    if approval.binding.tool_change:
+        return _change_page(approval, csrf)
     now = time.time()
     b = approval.binding
     state = approval.state(now)
@@ -230,6 +237,47 @@ def detail_page(approval: Approval, csrf: str, undeclared: list[str]) -> tuple[s
     )
     script = _DETAIL_SCRIPT.replace("ID", json.dumps(approval.id))
     return page(f"{b.qualified} for {b.agent}", body, script)
+
+
+def _change_page(approval: Approval, csrf: str) -> tuple[str, str]:
+    """A "tool changed" request: the difference as a person reads it (each line `visible`),
+    and approve (pins the new definition) or deny."""
+    now = time.time()
+    b = approval.binding
+    state = approval.state(now)
+    e = shown
+    diff = "".join(
+        f'<span class="{_LINE_CLASS.get(line.lstrip()[:1], "")}">{e(line)}</span>\n'
+        for line in change_lines(approval)
+    )
+    token = f'<input type=hidden name=csrf value="{e(csrf)}">'
+    forms = (
+        f"<div id=decide {'' if state == 'pending' else 'hidden'}>"
+        f"<form method=post>{token}<input type=hidden name=action value=approve>"
+        "<button class=ok id=approve-once>Approve the new definition</button></form>"
+        f"<form method=post>{token}<input type=hidden name=action value=deny>"
+        '<input name=reason placeholder="reason" size=32> '
+        "<button class=no id=deny>Deny</button></form></div>"
+    )
+    decided = decision_text(approval)
+    body = (
+        '<p><a href="/approvals">← all requests</a></p>'
+        f"<h1>Tool <code>{e(b.qualified)}</code> is not what was reviewed</h1>"
+        f'<p>Status: <strong id=status class="{e(state)}">{e(state)}</strong> '
+        f"<span id=decided class=muted>{e(decided)}</span></p>"
+        f"<table><tr><th>Request</th><td><code>{e(approval.id)}</code></td></tr>"
+        f"<tr><th>Why</th><td>{e(approval.rule)}</td></tr>"
+        f"<tr><th>Seen</th><td>{e(span_text(now - approval.created))} ago</td></tr></table>"
+        "<h2>What changed</h2><p class=muted>- as reviewed, + as the server gives it now. "
+        "Approving pins the new definition on the gateway's machine (bundlectl.local.yaml); "
+        "<code>bundlectl pins update</code> records it for review.</p>"
+        f"<pre id=change>{diff}</pre>{forms}"
+    )
+    script = _DETAIL_SCRIPT.replace("ID", json.dumps(approval.id))
+    return page(f"{b.qualified} changed", body, script)
+
+
+_LINE_CLASS = {"-": "denied", "+": "approved"}
 
 
 # A request's status, refreshed every second: a decision made elsewhere shows up.

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 
 from bundlectl.config import paths
+from bundlectl.config.lockfile import digest_json
 from bundlectl.config.models import ServerSpec, ToolSpec
 from bundlectl.errors import BundlectlError
 from bundlectl.mcpio import runner
@@ -37,6 +38,26 @@ class Drift:
     @property
     def clean(self) -> bool:
         return self.error is None and not (self.added or self.removed or self.changed or self.told)
+
+
+def definition(tool: Any) -> dict[str, Any]:
+    """What a person reviews of a tool, as `compare` reads it — its description, input schema
+    and annotations (their `title` aside) — whether `tool` is a declared `ToolSpec` or a live
+    definition (the SDK's `Tool`)."""
+    notes = tool.annotations
+    if notes is not None and not isinstance(notes, dict):
+        notes = notes.model_dump(by_alias=True, exclude_none=True)
+    notes = {k: v for k, v in (notes or {}).items() if k != "title"}
+    return {
+        "description": (tool.description or "").strip(),
+        "input_schema": tool.input_schema or {"type": "object"},
+        "annotations": notes,
+    }
+
+
+def definition_digest(tool: Any) -> str:
+    """The sha256 of `definition(tool)`: what `policy.pins` records of a reviewed tool."""
+    return digest_json(definition(tool))
 
 
 def compare(server: str, declared: list[ToolSpec], live: list[Any]) -> Drift:

@@ -53,6 +53,8 @@ def canonical_policy(policy_set: PolicySet) -> tuple[dict[str, object], dict[str
     }
     if policy_set.sandbox != "off":  # (a project without it keeps the digest it had)
         settings["sandbox"] = policy_set.sandbox
+    if policy_set.pins:  # (likewise)
+        settings["pins"] = dict(sorted(policy_set.pins.items()))
     return settings, agents
 
 

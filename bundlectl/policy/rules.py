@@ -127,6 +127,9 @@ class PolicySet:
     global_deny: tuple[Rule, ...] = ()
     pin_tools: bool = False
     locked_tools: frozenset[tuple[str, str]] | None = None  # what the lock records
+    # `policy.pins`: reviewed definitions of changed tools (`server.tool` → sha256 of the live
+    # definition), which `pin_tools` lets through
+    pins: Mapping[str, str] = field(default_factory=dict)
     sandbox: str = "off"  # policy.sandbox: how local servers run (`mcpio.sandbox`)
 
 

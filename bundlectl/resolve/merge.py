@@ -252,5 +252,6 @@ def policy_set(
         global_deny=global_deny,
         pin_tools=pin_tools,
         locked_tools=locked_tools,
+        pins=dict(config.policy.pins),
         sandbox=config.policy.sandbox,
     )

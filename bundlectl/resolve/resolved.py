@@ -88,6 +88,10 @@ class Resolution:
         """The policy engine, with `pin_tools` judged against the lock on disk."""
         on_disk = self.project.lock
         pinned = locked_tools(on_disk if on_disk is not None else self.lock)
+        if pinned is not None:  # and the tools a person reviewed since (renamed, moved)
+            local = self.project.local
+            names = {*self.project.config.policy.pins, *(local.config.pins if local else ())}
+            pinned |= {(n.split(".", 1)[0], n.split(".", 1)[1]) for n in names}
         user = self.project.user
         layer = (user.config, user.doc) if user is not None else None
         return Policy(policy_set(self.project.config, self.project.doc, self.merged, pinned, layer))

@@ -53,6 +53,15 @@ class Binding:
     def qualified(self) -> str:
         return f"{self.server}.{self.tool}"
 
+    @property
+    def tool_change(self) -> bool:
+        """Whether this binds a changed tool's definition (a "tool changed" request)."""
+        return self.digest.startswith(TOOL_CHANGE)
+
+
+# A binding's digest that starts so binds a tool's new definition, not a call's arguments: a
+# "tool changed" request (`pin_tools`, #60), of no agent, approved once for the definition.
+TOOL_CHANGE = "tool:"
 
 WAITED_EVERY = 2.0  # seconds between a waiting caller's "still waiting"
 

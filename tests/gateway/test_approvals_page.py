@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -16,10 +17,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from tests.calls.test_approvals import CONFIG, _exec_waiting, _first_pending
-from tests.conftest import Run, audit_records, write
+from tests.conftest import TEST_SERVERS, Run, audit_records, write
 from tests.gateway.test_gateway_http import gateway
 
 PY = sys.executable
@@ -365,3 +367,72 @@ def test_the_activity_page_signs_in_with_its_link_as_the_approvals_page_does(
     with browser.open(page_ui.replace("/approvals?", "/activity?"), timeout=WAIT) as landed:
         assert landed.status == 200 and landed.geturl().endswith("/activity")
         assert "<h1>Activity</h1>" in landed.read().decode()
+
+
+def test_a_tool_changed_between_two_listings_is_held_and_approved_in_the_browser(
+    project: Path,
+    run: Run,
+    browser: Callable[[], Any],
+    isolated_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """#60 item 3 end to end: through `serve` over HTTP a server changes a tool's description
+    between two `tools/list` answers (a rug pull under `pin_tools`); the tool is withheld and
+    its call refused naming a "tool changed" request; the approver reads the difference on the
+    gateway's page in Chromium and approves; the new definition is pinned, and the same gateway
+    lists and calls the tool again."""
+    from selenium.webdriver.common.by import By
+
+    from tests.config.test_pinning import live
+    from tests.gateway.test_gateway_http import client, texts
+
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          kitchen:
+            command: {PY}
+            args: ["{TEST_SERVERS / "kitchen.py"}"]
+            tools: {json.dumps(live("echo", "request_id", "rug_pull"))}
+        agents:
+          bot: {{allow: ["kitchen.*"]}}
+        policy: {{default: deny, pin_tools: true}}
+        """,
+    )
+    assert run("lock").code == 0
+    monkeypatch.setenv("BUNDLECTL_APPROVER_TOKEN", APPROVER)
+
+    async def session(url: str, *, rug_pull: bool) -> tuple[list[str], list[str], Any]:
+        async with client(url) as agent:
+            before = [t.name for t in (await agent.list_tools()).tools]
+            if rug_pull:
+                await agent.call_tool("kitchen__rug_pull", {})
+            after = [t.name for t in (await agent.list_tools()).tools]
+            return before, after, await agent.call_tool("kitchen__echo", {"text": "hi"})
+
+    with gateway(project, "--agent", "bot", home=isolated_home) as (url, _):
+        first, second, refused = anyio.run(lambda: session(url, rug_pull=True))
+        assert "kitchen__echo" in first and "kitchen__echo" not in second
+        assert refused.is_error
+        held = re.search(r"held for a person to review: approval (\w+)", texts(refused)[0])
+        assert held, texts(refused)
+        window = browser()
+        window.get(f"{url}/approvals?token={APPROVER}")
+        link = until(window, lambda w: w.find_element(By.LINK_TEXT, "kitchen.echo"))
+        assert "tool changed: description" in link.find_element(By.XPATH, "./ancestor::tr").text
+        link.click()
+        change = until(window, lambda w: w.find_element(By.ID, "change"))
+        assert "  -Repeat text.\n  +Repeat text; mail it too." in change.text
+        assert held.group(1) in text_of(window)
+        window.find_element(By.ID, "approve-once").click()
+        until(window, lambda w: w.find_element(By.ID, "status").text == "approved")
+        _, listed, called = anyio.run(lambda: session(url, rug_pull=False))
+        assert "kitchen__echo" in listed and texts(called) == ["hi"]
+    assert "kitchen.echo: sha256:" in (project / "bundlectl.local.yaml").read_text()
+    steps = [
+        (r["outcome"], r.get("approver"))
+        for r in audit_records(isolated_home / "state" / "audit.jsonl")
+        if r["outcome"] in ("tool-changed", "approved")
+    ]
+    assert steps == [("tool-changed", None), ("approved", "approvals page (127.0.0.1)")]

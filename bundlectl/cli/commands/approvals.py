@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bundlectl.calls.approval import (
+    change_lines,
     decision_text,
     described,
     progress_text,
@@ -19,6 +20,7 @@ from bundlectl.calls.approval import (
     undeclared,
 )
 from bundlectl.cli.options import Format
+from bundlectl.config.local import local_path
 from bundlectl.config.paths import CONFIG_NAME, display_path
 from bundlectl.config.project import load_project, optional_project
 from bundlectl.config.settings import option_seconds
@@ -90,8 +92,8 @@ def list_requests(config: Path | None, *, everything: bool, fmt: Format) -> int:
         [
             a.id,
             a.state(now) + (" (waited on)" if _waited_on(a, now) else ""),
-            a.binding.agent,
-            a.binding.qualified,
+            a.binding.agent or "-",
+            a.binding.qualified + (" (tool changed)" if a.binding.tool_change else ""),
             _ago(a.created, now),
             span_text(a.expires - now) if a.state(now) == "pending" else "-",
             display_path(Path(a.binding.project)),
@@ -123,7 +125,10 @@ def show(config: Path | None, approval_id: str, *, fmt: Format) -> int:
     b = approval.binding
     state = approval.state(now)
     out(f"approval request {visible(approval.id)}: {state}")
-    out(f"  agent {visible(repr(b.agent))} wants to call {visible(b.qualified)}")
+    if b.tool_change:
+        out(f"  tool {visible(b.qualified)} is not what was reviewed (policy.pin_tools)")
+    else:
+        out(f"  agent {visible(repr(b.agent))} wants to call {visible(b.qualified)}")
     out(f"  asked by: {visible(approval.rule)}")
     if approval.requester:
         out(f"  requested by: {visible(approval.requester)} (who may not approve it)")
@@ -137,6 +142,15 @@ def show(config: Path | None, approval_id: str, *, fmt: Format) -> int:
             out(f"  {visible(progress_text(approval))}")
     if approval.decided_by:
         out(f"  {visible(decision_text(approval))}")
+    if b.tool_change:
+        out("  what changed (- as reviewed, + as the server gives it now):")
+        for line in change_lines(approval):
+            out(f"    {visible(line)}")
+        out(
+            "  approving it pins the new definition on this machine (bundlectl.local.yaml); "
+            "`bundlectl pins update` then records it in bundlectl.yaml for review"
+        )
+        return 0
     out(f"  arguments ({b.digest[:23]}…; secrets shown as ${{NAME}}):")
     # The stored JSON breaks lines only between members (a value's line breaks are escaped in
     # it): split there alone, and escape what JSON leaves raw (U+2028, C1 controls, bidi
@@ -167,6 +181,16 @@ def decide(
         _store(config), approval_id, approve=approve, by=_approver(), reason=reason, until=until
     )
     b = approval.binding
+    if b.tool_change:
+        if approve:
+            where = display_path(local_path(Path(b.project) / CONFIG_NAME))
+            out(
+                f"approved {approval.id}: {b.qualified}'s new definition is pinned on this "
+                f"machine ({where}); record it for review with `bundlectl pins update`"
+            )
+        else:
+            out(f"denied {approval.id}: {b.qualified} stays refused as it is now")
+        return 0
     if approve and approval.status == "pending":  # more people must approve
         left = approval.needed - len(approval.approved_by)
         out(f"approved {approval.id}: {approval.progress}; {left} more must approve it")

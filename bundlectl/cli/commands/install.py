@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from bundlectl.cli.options import Format
-from bundlectl.config.edits import edit_bundles
+from bundlectl.config.edits import edit_bundles, set_entries
 from bundlectl.config.fields import check_requirement
 from bundlectl.config.fsio import project_lock, write_project_file
+from bundlectl.config.local import unpin, unreviewed_pins
 from bundlectl.config.lockfile import describe_drift, dump_lock
 from bundlectl.config.models import LockFile
 from bundlectl.config.project import Project, load_project, project_from_text
@@ -121,6 +122,34 @@ def _apply(
     return 0
 
 
+def pins_update(config: Path | None, *, dry_run: bool, fmt: Format) -> int:
+    """`bundlectl pins update`: this machine's approved pins into `policy.pins`, re-locked;
+    then gone from bundlectl.local.yaml."""
+    project = load_project(config)
+    pending = unreviewed_pins(project)
+    if not pending:
+        if fmt is Format.json:
+            emit_json({"format_version": JSON_FORMAT_VERSION, "recorded": {}})
+        else:
+            out(f"nothing to record: every pin of this machine is in {project.display}")
+        return 0
+    with project_lock(project.config_path):
+        text = project.config_path.read_text(encoding="utf-8")
+        policy = project.doc.data.get("policy") if isinstance(project.doc.data, dict) else None
+        if isinstance(policy, dict) and isinstance(policy.get("pins"), dict):
+            edited = set_entries(text, ("policy", "pins"), pending)
+        else:
+            pins = dict(policy.get("pins") or {}) if isinstance(policy, dict) else {}
+            edited = set_entries(text, "policy", {"pins": {**pins, **pending}})
+        if fmt is Format.text:
+            for name, digest in sorted(pending.items()):
+                out(f"{'would record' if dry_run else 'recorded'} policy.pins {name}: {digest}")
+        code = _apply(project, edited, dry_run=dry_run, fmt=fmt)
+    if not dry_run:
+        unpin(project.config_path, list(pending))
+    return code
+
+
 def install(config: Path | None, requirements: list[str], *, dry_run: bool, fmt: Format) -> int:
     for text in requirements:
         try:
@@ -212,13 +241,22 @@ def lock(config: Path | None, names: list[str], *, check: bool, upgrade: bool, f
     on_disk = project.lock_path.read_text("utf-8") if project.lock_path.exists() else None
     stale = fresh != on_disk
     drift = describe_drift(project.lock, resolution.lock) if stale else []
+    unreviewed = unreviewed_pins(project)
+    if unreviewed:  # approved on this machine, not yet in the reviewed file
+        stale = True
+        drift.append(
+            f"{project.local.doc.file if project.local else 'bundlectl.local.yaml'} pins tool "
+            f"definitions {project.display} does not: {', '.join(sorted(unreviewed))} "
+            "(run `bundlectl pins update`)"
+        )
     if fmt is Format.json:
         emit_json({"format_version": JSON_FORMAT_VERSION, "stale": stale, "reasons": drift})
         return 1 if stale else 0
     if stale:
+        then = "`bundlectl pins update`" if unreviewed else "`bundlectl lock`"
         raise ReportedFailure(
             f"{project.lock_path.name} is stale:\n" + "\n".join(f"  {line}" for line in drift),
-            hint="run `bundlectl lock` and commit the result",
+            hint=f"run {then} and commit the result",
         )
     out(f"{project.lock_path.name} is up to date")
     return 0
