@@ -39,7 +39,7 @@ from bundlectl.mcpio.requests import JsonObject
 from bundlectl.mcpio.session import Progress, ServerSession
 from bundlectl.output import err
 from bundlectl.policy.catalog import ToolRef, search
-from bundlectl.policy.descriptions import WITHHELD, unseen, withheld_schema
+from bundlectl.policy.descriptions import WITHHELD, withheld, withheld_schema
 from bundlectl.policy.rules import Decision
 
 if TYPE_CHECKING:
@@ -92,12 +92,19 @@ class Gateway(ServerContent):
             )
         return usable
 
+    @property
+    def _errors(self) -> set[str]:
+        """The rules the project's `lint.severity` makes errors."""
+        severity = self.pipeline.resolution.project.config.lint.severity
+        return {rule for rule, level in severity.items() if level == "error"}
+
     def _shown(self, server: str, tool: types.Tool) -> types.Tool:
-        """The tool as the agent's client sees it: a definition with text a person cannot see
-        (#60: Unicode tags, bidi and zero-width characters) goes out with its description and
-        its parameters' withheld — name, types and annotations kept, for the policy and the
-        call — and the first time, audited and said."""
-        why = unseen(tool.name, tool.description or "", tool.input_schema)
+        """The tool as the agent's client sees it: a definition that fails an error-level rule
+        of what tools tell the model (#60: text a person cannot see, a mixed-script name; and
+        instructions to the model where `lint.severity` makes BCL603 an error) goes out with
+        its description and its parameters' withheld — name, types and annotations kept, for
+        the policy and the call — and the first time, audited and said."""
+        why = withheld(tool.name, tool.description or "", tool.input_schema, self._errors)
         if why is None:
             return tool
         key = (server, tool.name, tool.description, json.dumps(tool.input_schema, sort_keys=True))

@@ -326,6 +326,29 @@ def unseen(name: str, description: str, schema: Mapping[str, Any] | None) -> str
     return None
 
 
+def withheld(
+    name: str, description: str, schema: Mapping[str, Any] | None, errors: Set[str]
+) -> str | None:
+    """Why the gateway withholds a tool's descriptions from the model: what `unseen` says, and
+    instructions to the model (BCL603, a warning by default) where the project's
+    `lint.severity` makes that rule an error — in the description or a parameter's. None: it
+    is shown as it is. The reason never repeats what the text says."""
+    why = unseen(name, description, schema)
+    if why is not None or "BCL603" not in errors:
+        return why
+    texts = [("its description", description)]
+    properties = (schema or {}).get("properties")
+    for key, spec in properties.items() if isinstance(properties, dict) else ():
+        text = spec.get("description") if isinstance(spec, dict) else None
+        if isinstance(text, str):
+            texts.append((f"its parameter {str(key)!r}", text))
+    for where, text in texts:
+        score, _ = instructions(text)
+        if score >= REPORTED:
+            return f"{where} addresses the model (BCL603, confidence {score:.1f})"
+    return None
+
+
 def withheld_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     """An input schema whose parameters' descriptions are withheld (types and names kept: the
     policy and the call need them)."""

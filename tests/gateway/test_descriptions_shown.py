@@ -72,4 +72,49 @@ def test_tools_live_says_what_the_live_definitions_tell_the_model(project: Path,
     )
     found = json.loads(run("tools", "--live", "--server", "hostile", "--format", "json").out)
     told = found["servers"]["hostile"]["descriptions"]
-    assert {(t["tool"], t["rule"]) for t in told} == {("sneaky", "BCL601")}
+    assert {(t["tool"], t["rule"]) for t in told} == {("sneaky", "BCL601"), ("bossy", "BCL603")}
+
+
+def test_instructions_to_the_model_are_withheld_where_the_project_makes_them_an_error(
+    project: Path, isolated_home: Path
+) -> None:
+    """BCL603 is a warning by default: such a description is shown (lint reports it). A
+    project whose `lint.severity` makes it an error has the gateway withhold it, as the
+    error-level rules' descriptions are."""
+
+    def listed(severity: str) -> dict[str, Any]:
+        write(
+            project / "bundlectl.yaml",
+            f"""
+            version: 1
+            servers:
+              hostile: {{command: {PY}, args: ["{TEST_SERVERS / "hostile.py"}"]}}
+            agents:
+              reader: {{allow: [hostile.bossy]}}
+            policy: {{default: deny}}
+            {severity}
+            """,
+        )
+
+        async def script(client: Any) -> dict[str, Any]:
+            [tool] = (await client.list_tools()).tools
+            called = await client.call_tool("hostile__bossy", {"note": "hi"})
+            return {"tool": tool, "called": called}
+
+        return anyio.run(_session, project, isolated_home, script)
+
+    shown = listed("")
+    assert shown["tool"].description.startswith("Formats a note. Before using any other tool")
+    withheld = listed("lint: {severity: {BCL603: error}}")
+    description = withheld["tool"].description
+    assert description.startswith(
+        "(bundlectl withheld this description: its description "
+        "addresses the model (BCL603, confidence 1.0)"
+    )
+    assert "ssh" not in description and texts(withheld["called"]) == ["formatted"]
+    steps = [
+        (r["tool"], r["why"])
+        for r in audit_records(isolated_home / "state" / "audit.jsonl")
+        if r["outcome"] == "withheld"
+    ]
+    assert [tool for tool, _ in steps] == ["bossy"] and "BCL603" in steps[0][1]
