@@ -169,11 +169,24 @@ class ServerAuth(StrictModel):
         description="Exchange the caller's identity token for one scoped to this server, per "
         "person and call (RFC 8693; `serve` over HTTP with gateway.auth.issuers).",
     )
+    per_person: bool = Field(
+        default=False,
+        description="Each person signs in to this server themselves (its own authorization "
+        "server): `serve` over HTTP answers a person's first call with a link to sign in "
+        "(an MCP URL-mode elicitation), keeps their tokens apart from everyone else's and "
+        "sends their calls with them. Needs gateway.auth.issuers with a client_id, to check "
+        "who opens the link.",
+    )
 
     @model_validator(mode="after")
     def _credentials(self) -> "ServerAuth":
         if self.grant == "client_credentials" and not (self.client_id and self.client_secret):
             raise ValueError("grant client_credentials needs client_id and client_secret")
+        if self.per_person and (self.exchange is not None or self.grant != "authorization_code"):
+            raise ValueError(
+                "per_person is a person's own sign-in (authorization_code): not with exchange "
+                "or client_credentials"
+            )
         if self.exchange is not None and not self.client_id:
             raise ValueError(
                 "exchange needs client_id: the gateway's client at the caller's issuer, which "

@@ -190,6 +190,15 @@ def access_for(resolution: Resolution, agent: str | None, host: str) -> Access:
         )
     people_tokens(tokens)
     auth = config.gateway.auth
+    for name, merged in resolution.merged.servers.items():
+        wanted = merged.spec.auth is not None and merged.spec.auth.per_person
+        if wanted and not any(issuer.client_id for issuer in (auth.issuers if auth else [])):
+            raise UsageError(
+                f"servers.{name}.auth.per_person: each person signs in through a link, and "
+                "the gateway checks who opens it with their identity provider: give one of "
+                "gateway.auth.issuers a client_id",
+                hint="docs/team.md: each person's own sign-in",
+            )
     if auth is not None and auth.unmatched == "default" and DEFAULT_AGENT in listed(resolution):
         # The project's own file is refused at load; this is the user-level file's agent.
         raise UsageError(

@@ -41,6 +41,7 @@ from bundlectl.gateway.downstream import log_line
 from bundlectl.gateway.handlers import mcp_server
 from bundlectl.gateway.hub import Hub
 from bundlectl.gateway.identity import Verdict, Verifier, looks_like_jwt
+from bundlectl.gateway.personal import PersonalSignIns
 from bundlectl.mcpio import runner
 from bundlectl.policy.rules import DEFAULT_AGENT
 from bundlectl.resolve.resolved import Resolution
@@ -352,6 +353,7 @@ async def serve_http(
 
         well_known = "/.well-known/oauth-protected-resource"
         approvers = approvers_page(gate, access, str(host))
+        hub.personal = PersonalSignIns(hub, lambda: gate.verifier)
         app = Starlette(
             routes=[
                 Route("/mcp", endpoint=gate),
@@ -360,6 +362,7 @@ async def serve_http(
                 Route(well_known, protected_resource),
                 Route(well_known + "/mcp", protected_resource),
                 *(approvers.routes() if approvers is not None else []),
+                *hub.personal.routes(),
             ],
             lifespan=lambda app: manager.run(),
         )

@@ -19,7 +19,7 @@ from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config.project import load_project
-from bundlectl.errors import BundlectlError, UsageError
+from bundlectl.errors import BundlectlError, ServerError, UsageError
 from bundlectl.gateway.context import (
     LOG_LEVELS,
     MODERN,
@@ -32,6 +32,7 @@ from bundlectl.gateway.downstream import Downstream, FileStamp, file_stamp
 from bundlectl.gateway.exchange import Exchanger, ExchangeRefused
 from bundlectl.gateway.identity import Caller
 from bundlectl.gateway.parking import Parking
+from bundlectl.gateway.personal import PersonalSignIns, SignInNeeded, person_key, signed_in
 from bundlectl.gateway.relay import Relay
 from bundlectl.gateway.view import Gateway
 from bundlectl.mcpio.session import ListedTool, ServerSession
@@ -98,6 +99,8 @@ class Hub:
     _privacy: tuple[Resolution, Privacy | None] | None = None  # (resolution, its Privacy)
     generation: int = 0  # bumped whenever what an agent can list may have changed
     exchanger: Exchanger = field(default_factory=Exchanger)  # tokens made for callers
+    # people's own sign-ins to servers with `auth.per_person` (`serve` over HTTP)
+    personal: PersonalSignIns | None = None
     # tool definitions whose descriptions were withheld from clients (#60), audited once each
     withheld: set[tuple[str | None, ...]] = field(default_factory=set)
     listings: dict[tuple[str, str, int], HandlerResult] = field(default_factory=dict)
@@ -133,7 +136,11 @@ class Hub:
         person for a server that takes calls on behalf of people (`auth.exchange`)."""
         merged = self.pipeline.resolution.merged.servers.get(server)
         spec = merged.spec if merged is not None else None
-        if spec is not None and spec.auth is not None and spec.auth.exchange is not None:
+        if (
+            spec is not None
+            and spec.auth is not None
+            and (spec.auth.exchange is not None or spec.auth.per_person)
+        ):
             return (server, f"{caller.issuer} {caller.subject}" if caller is not None else "")
         shared = spec is None or spec.transport != "stdio" or spec.share
         return (server, "" if shared else agent)
@@ -145,6 +152,8 @@ class Hub:
         `downstream`."""
         merged = self.pipeline.resolution.merged.servers.get(server)
         auth = merged.spec.auth if merged is not None else None
+        if auth is not None and auth.per_person:
+            return self._signed_in(server, agent, caller)
         if auth is None or auth.exchange is None:
             return self.downstream(server, agent)
         if caller is None:
@@ -159,6 +168,21 @@ class Hub:
             if downstream.target.bearer is not None:
                 await downstream.stop()  # its token expired: a session with the new one
             downstream.target.bearer = token
+        return downstream
+
+    def _signed_in(self, server: str, agent: str, caller: Caller | None) -> Downstream:
+        """A session of the person `caller` with a server they sign in to themselves
+        (`auth.per_person`, `personal.py`); SignInNeeded when they have not yet."""
+        if caller is None:
+            raise ServerError(
+                f"server {server!r} takes calls only from a person signed in to it, and this "
+                "request came with no verified identity token (a static agent token, or stdio)",
+                hint="call it with a token of one of gateway.auth.issuers",
+            )
+        downstream = self.downstream(server, agent, caller)
+        downstream.target.person = person_key(caller)
+        if not signed_in(downstream.target):
+            raise SignInNeeded(server, caller)
         return downstream
 
     def downstream(self, server: str, agent: str, caller: Caller | None = None) -> Downstream:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import mcp_types as types
+from mcp.shared.exceptions import UrlElicitationRequiredError
 
 from bundlectl import telemetry
 from bundlectl.calls import sequence
@@ -34,6 +36,7 @@ from bundlectl.gateway.context import (
     error_result,
 )
 from bundlectl.gateway.identity import Caller
+from bundlectl.gateway.personal import SignInNeeded, public_base
 from bundlectl.gateway.search import DETAILS, declared_tool, described, listed_name
 from bundlectl.mcpio.requests import JsonObject
 from bundlectl.mcpio.session import Progress, ServerSession
@@ -227,7 +230,34 @@ class Gateway(ServerContent):
         )
         door = _GatewayDoor(self, name, unknown, confirm, received)
         ended = await sequence.run(self.pipeline, door, call)
+        if door.sign_in is not None:
+            return self._sign_in_first(door.sign_in)
         return ended.answer if isinstance(ended, Deferred) else ended
+
+    def _sign_in_first(self, needed: SignInNeeded) -> types.CallToolResult:
+        """A call whose caller has not signed in to its server yet (`auth.per_person`): a URL
+        elicitation (`-32042`) with the link, for a client that declared URL-mode elicitation;
+        else the link in the result the model reads."""
+        personal = self.hub.personal
+        request = getattr(self.ctx, "request", None)
+        if personal is None or request is None:
+            return error_result(needed.explained)
+        url = personal.link(needed, public_base(self.hub, request.url.scheme, request.url.netloc))
+        message = f"Sign in to {needed.server} to use its tools, then call the tool again."
+        if self._elicits_urls():
+            elicitation = types.ElicitRequestURLParams(
+                message=message, url=url, elicitation_id=secrets.token_urlsafe(12)
+            )
+            raise UrlElicitationRequiredError([elicitation], message)
+        return error_result(f"{message} Ask the user to open {url}")
+
+    def _elicits_urls(self) -> bool:
+        """Whether this client declared URL-mode elicitation (MCP 2025-11-25)."""
+        session = getattr(self.ctx, "session", None)
+        params = getattr(session, "client_params", None)
+        capabilities = getattr(params, "capabilities", None)
+        elicitation = getattr(capabilities, "elicitation", None)
+        return getattr(elicitation, "url", None) is not None
 
     def _refusal(self, name: str, decision: Decision, exc: PolicyDenied, unknown: str) -> str:
         """What the agent is told of a refused call, by why it was refused (already audited)."""
@@ -360,6 +390,7 @@ class _GatewayDoor(Door[_Answer]):
         self.received = received  # the arguments as the server receives them
         self.tokens = view.hub.tokenizer(view.ctx, view.agent)  # None: nothing is tokenized
         self.raised = False  # a failure `Downstream.run` has already counted
+        self.sign_in: SignInNeeded | None = None  # the caller must sign in to the server first
 
     def interactive(self, pipeline: Pipeline) -> bool:
         return True  # an `ask` no one can confirm here is refused as such, not as a deny
@@ -401,6 +432,10 @@ class _GatewayDoor(Door[_Answer]):
 
             done: CallOutcome = await downstream.run(group, call, view.ctx, self.tokens)
             return done
+        except SignInNeeded as exc:  # the caller signs in first (`personal.py`)
+            self.sign_in = exc
+            self.raised = True
+            raise
         except BundlectlError:
             self.raised = True
             raise

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -46,10 +46,22 @@ class LoginNeeded(ServerError):
 
 
 def login_needed(target: Target) -> LoginNeeded:
+    if target.person is not None:  # a person's own sign-in through the gateway
+        credentials.forget(kept_as(target), target.spec.url or "")
+        return LoginNeeded(
+            f"server {target.name!r} needs you to sign in again",
+            hint="call the tool again: the gateway answers with a link to sign in",
+        )
     return LoginNeeded(
         f"server {target.name!r} needs you to sign in (OAuth), and this command cannot ask you",
         hint=f"run `bundlectl auth login {target.name}`, then try again",
     )
+
+
+def kept_as(target: Target) -> str:
+    """The name a sign-in to `target` is kept under: the server's, or with `auth.per_person`
+    the server's and the person's (`Target.person`), apart from everyone else's."""
+    return target.name if target.person is None else f"{target.name}@{target.person}"
 
 
 class KeptSignIn(TokenStorage):
@@ -163,7 +175,7 @@ def kept_auth(target: Target, url: str) -> Any:
     token has (step-up on `insufficient_scope`): then they sign in again in the browser, on the
     loopback redirect the sign-in was registered with, and the call goes on. None: no sign-in
     kept for it (a 401 then says how to sign in)."""
-    kept = credentials.load(target.name, url)
+    kept = credentials.load(kept_as(target), url)
     if not kept.tokens:
         return None
     redirect = ((kept.client or {}).get("redirect_uris") or ["http://127.0.0.1/callback"])[0]
@@ -190,7 +202,7 @@ def kept_auth(target: Target, url: str) -> Any:
     return _Provider(
         url,
         _metadata(target, redirect),
-        KeptSignIn(target.name, url),
+        KeptSignIn(kept_as(target), url),
         redirect_handler=cannot_ask,
         callback_handler=no_callback,
         client_metadata_url=_metadata_url(target),
@@ -270,6 +282,31 @@ class _Loopback:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def person_auth(
+    target: Target,
+    url: str,
+    redirect: str,
+    show: Callable[[str], Awaitable[None]],
+    back: Callable[[], Awaitable[AuthorizationCodeResult]],
+) -> Any:
+    """The OAuth of one person's sign-in through the gateway (`auth.per_person`): a fresh
+    registration (or the pre-registered client) with the gateway's `redirect`; the
+    authorization URL handed to `show` (the gateway sends that person's browser there) and the
+    code awaited from `back` (the gateway's callback route). Kept under `kept_as(target)`."""
+    kept = credentials.load(kept_as(target), url)
+    kept.tokens, kept.expires_at, kept.signed_in_at = None, None, None
+    kept.client = _pre_registered(target, redirect)
+    credentials.save(kept)
+    return _Provider(
+        url,
+        _metadata(target, redirect),
+        KeptSignIn(kept_as(target), url),
+        redirect_handler=show,
+        callback_handler=back,
+        client_metadata_url=_metadata_url(target),
+    )
 
 
 @contextlib.contextmanager

@@ -39,6 +39,9 @@ class Target:
     sandbox_mode: str = "off"  # policy.sandbox: off, on or required (`mcpio.sandbox`)
     # the token of the person the calls are made for (`auth.exchange`, `serve` over HTTP)
     bearer: str | None = field(default=None, repr=False)
+    # whose sign-in the calls use (`auth.per_person`, `serve` over HTTP): their key (a digest
+    # of issuer and subject); None: the sign-in kept for this machine (`auth login`)
+    person: str | None = None
 
     def new_stderr(self) -> StderrTee:
         """A tee for the stderr of a stdio child about to start. Each start gets its own: the

@@ -49,6 +49,8 @@ class Provider:
         self.codes: dict[str, AuthorizationCode] = {}
         self.refresh: dict[str, RefreshToken] = {}
         self.access: dict[str, AccessToken] = {}
+        self.sign_ins = 0  # authorization codes redeemed: each a sign-in, numbered
+        self.of_refresh: dict[str, str] = {}  # refresh token → the sign-in it belongs to
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
         return self.clients.get(client_id)
@@ -79,8 +81,11 @@ class Provider:
     ) -> AuthorizationCode | None:
         return self.codes.get(authorization_code)
 
-    def _issue(self, client_id: str, scopes: list[str], resource: str | None) -> OAuthToken:
+    def _issue(
+        self, client_id: str, scopes: list[str], resource: str | None, subject: str
+    ) -> OAuthToken:
         access, refresh = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+        self.of_refresh[refresh] = subject
         expires = int(time.time()) + self.token_seconds
         self.access[access] = AccessToken(
             token=access,
@@ -88,7 +93,7 @@ class Provider:
             scopes=scopes,
             expires_at=expires,
             resource=resource,
-            subject="alice@example.test",
+            subject=subject,
         )
         self.refresh[refresh] = RefreshToken(
             token=refresh, client_id=client_id, scopes=scopes, resource=resource
@@ -105,8 +110,12 @@ class Provider:
     ) -> OAuthToken:
         self.codes.pop(authorization_code.code, None)
         log("code")
+        self.sign_ins += 1
         return self._issue(
-            client.client_id or "", authorization_code.scopes, authorization_code.resource
+            client.client_id or "",
+            authorization_code.scopes,
+            authorization_code.resource,
+            f"sign-in {self.sign_ins}",
         )
 
     async def load_refresh_token(
@@ -120,7 +129,10 @@ class Provider:
         self.refresh.pop(refresh_token.token, None)
         log("refresh")
         return self._issue(
-            client.client_id or "", scopes or refresh_token.scopes, refresh_token.resource
+            client.client_id or "",
+            scopes or refresh_token.scopes,
+            refresh_token.resource,
+            self.of_refresh.get(refresh_token.token, "sign-in ?"),
         )
 
     async def load_access_token(self, token: str) -> AccessToken | None:
@@ -157,6 +169,14 @@ def main() -> None:
     def whoami(ctx: Context) -> str:
         """Who the bearer token says the caller is."""
         return "alice@example.test"
+
+    @server.tool()
+    def sign_in() -> str:
+        """Which sign-in (authorization code redeemed here, numbered) the bearer token is of."""
+        from mcp.server.auth.middleware.auth_context import get_access_token
+
+        token = get_access_token()
+        return token.subject if token is not None and token.subject else "none"
 
     server.run("streamable-http", host="127.0.0.1", port=args.port)
 
