@@ -166,6 +166,22 @@ class Refusals:
             state[2] = 0
 
 
+def _links_checkable(resolution: Resolution) -> None:
+    """A server people sign in to themselves (`auth.per_person`) needs an issuer the gateway
+    is a client of: who opens a sign-in link is checked there."""
+    auth = resolution.project.config.gateway.auth
+    if any(issuer.client_id for issuer in (auth.issuers if auth else [])):
+        return
+    for name, merged in resolution.merged.servers.items():
+        if merged.spec.auth is not None and merged.spec.auth.per_person:
+            raise UsageError(
+                f"servers.{name}.auth.per_person: each person signs in through a link, and "
+                "the gateway checks who opens it with their identity provider: give one of "
+                "gateway.auth.issuers a client_id",
+                hint="docs/gateway.md: each person's own sign-in",
+            )
+
+
 def access_for(resolution: Resolution, agent: str | None, host: str) -> Access:
     """Read the agents' tokens (references expanded now; never logged), check the address, and
     that every agent served has a sound policy."""
@@ -189,16 +205,8 @@ def access_for(resolution: Resolution, agent: str | None, host: str) -> Access:
             hint="give each agent its own token",
         )
     people_tokens(tokens)
+    _links_checkable(resolution)
     auth = config.gateway.auth
-    for name, merged in resolution.merged.servers.items():
-        wanted = merged.spec.auth is not None and merged.spec.auth.per_person
-        if wanted and not any(issuer.client_id for issuer in (auth.issuers if auth else [])):
-            raise UsageError(
-                f"servers.{name}.auth.per_person: each person signs in through a link, and "
-                "the gateway checks who opens it with their identity provider: give one of "
-                "gateway.auth.issuers a client_id",
-                hint="docs/team.md: each person's own sign-in",
-            )
     if auth is not None and auth.unmatched == "default" and DEFAULT_AGENT in listed(resolution):
         # The project's own file is refused at load; this is the user-level file's agent.
         raise UsageError(
