@@ -142,9 +142,16 @@ def read_batch(
         raise UsageError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     items: list[BatchItem] = []
     targets: dict[str, Target] = {}
+    callers: dict[str, set[str]] = {}  # per server, the agents whose calls it serves
     for number, line in enumerate(lines, start=1):
         if line.strip():
-            items.append(_item((path, number), line, pipeline, targets, agent=agent, quiet=quiet))
+            item = _item((path, number), line, pipeline, targets, agent=agent, quiet=quiet)
+            items.append(item)
+            if item.call is not None and item.call.agent not in callers.get(item.call.server, ()):
+                server = item.call.server  # one process for its calls: their agents' sandbox
+                callers.setdefault(server, set()).add(item.call.agent)
+                agents = sorted(callers[server])
+                targets[server] = pipeline.target(server, quiet=quiet, agents=agents)
     return items, targets
 
 

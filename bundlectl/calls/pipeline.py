@@ -20,7 +20,7 @@ import dataclasses
 import itertools
 import json
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -46,6 +46,7 @@ from bundlectl.output import err
 from bundlectl.policy.conditions import non_finite, unencodable
 from bundlectl.policy.rules import Decision
 from bundlectl.resolve.resolved import Resolution
+from bundlectl.resolve.sandboxing import writes_from_policy
 from bundlectl.state import TOOL_CHANGE, Binding, Counter, StateError, Store, open_store
 from bundlectl.suggest import tool_suggestions
 
@@ -585,18 +586,25 @@ class Pipeline:
 
         return check
 
-    def target(self, server: str, *, quiet: bool = False) -> Target:
-        """The configured server to call (its stderr to a log file when `quiet`)."""
+    def target(
+        self, server: str, *, quiet: bool = False, agents: Collection[str] | None = None
+    ) -> Target:
+        """The configured server to call (its stderr to a log file when `quiet`), for `agents`
+        (None: every listed agent): in a sandbox, they decide where it may write."""
         merged = self.resolution.server(server)
         if merged.spec.disabled:
             raise UsageError(
                 f"server {server!r} is disabled",
                 hint=f"set servers.{server}.disabled: false to use it",
             )
+        mode = self.resolution.project.config.policy.sandbox
         return Target(
             server,
             merged.spec,
             self.resolution.project.root,
             log_file=paths.server_log(server) if quiet else None,
-            sandbox_mode=self.resolution.project.config.policy.sandbox,
+            sandbox_mode=mode,
+            sandbox_writes=(
+                writes_from_policy(self.resolution, server, agents) if mode != "off" else ()
+            ),
         )

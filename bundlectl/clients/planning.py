@@ -12,6 +12,7 @@ from bundlectl.config.secretscan import secret_variables
 from bundlectl.mcpio.launchers import as_exec_runs
 from bundlectl.mcpio.sandbox import contained, profile_for
 from bundlectl.resolve.resolved import Resolution
+from bundlectl.resolve.sandboxing import writes_from_policy
 from bundlectl.servers import builtin_of
 
 
@@ -65,7 +66,8 @@ def plan(resolution: Resolution, agent: str, live: Mapping[str, list[Any]] | Non
         spec, missing = as_exec_runs(spec)  # as `exec` starts it here (#56)
         if missing is not None:
             cannot.append(f"server {name!r} needs {missing} on this machine")
-        profile = profile_for(name, spec, resolution.project.root, sandbox)
+        drawn = writes_from_policy(resolution, name, [agent]) if sandbox != "off" else ()
+        profile = profile_for(name, spec, resolution.project.root, sandbox, drawn)
         if profile is not None and profile.container:  # its runtime isolates it: the client's
             command = spec.command or ""  # entry starts it with the profile's options
             spec = spec.model_copy(update={"args": contained(profile, [command, *spec.args])[1:]})

@@ -89,7 +89,8 @@ def _in_process(
         # the conditions judge what the server receives: the real values behind tokens
         received = tokens.restore(arguments) if restore else None
         call = ToolCall(default_agent(agent), server, tool, arguments, received=received)
-        door = _CodeDoor(pipeline, pipeline.target(server, quiet=True), tokens if restore else None)
+        target = pipeline.target(server, quiet=True, agents=[call.agent])
+        door = _CodeDoor(pipeline, target, tokens if restore else None)
         ran = sequence.run(pipeline, door, call)  # its confirmations block: no event loop yet
         outcome = settled(ran)
         assert not isinstance(outcome, Deferred)

@@ -189,7 +189,9 @@ class Hub:
         """`agent`'s downstream of `server` (see `slot`), made on first use."""
         key = self.slot(server, agent, caller)
         if key not in self.servers:
-            target = self.pipeline.target(server, quiet=self.quiet)
+            # its own agent's process (`slot`): that agent's rules say where it may write
+            agents = [agent] if key[1] == agent else None
+            target = self.pipeline.target(server, quiet=self.quiet, agents=agents)
             target.with_parent = True  # no server outlives a gateway that was killed
             downstream = Downstream(target, Relay(server, self, key[1]))
             if target.spec.transport == "stdio" and not target.builtin:

@@ -7,8 +7,10 @@ With `policy.sandbox: on` (or `required`), a stdio server starts as
 
 where the profile is drawn from its config (`servers.NAME.sandbox`): the whole system
 read-only; the user's home and /tmp replaced by empty private ones, so a key in `~/.ssh` is not
-there to read; the project read-only, and writable only where `write:` says (the project's
-governed files — bundlectl's own and the clients' MCP configs — stay read-only even there);
+there to read; the project read-only, and writable only where the policy lets the calls of the
+agents it serves write (`resolve.sandboxing`: a `{path: docs/**}` condition makes `docs`
+writable, a tool that only reads nothing) and where `write:` adds (the project's governed files
+— bundlectl's own and the clients' MCP configs — stay read-only even there);
 no other process visible (a PID namespace), no network at all unless `network: host` (not even
 loopback), no capabilities, a new session (no terminal to push input into), ended with us.
 Every path is bound resolved, so a symlink inside a writable folder cannot point the server
@@ -116,9 +118,13 @@ class Profile:
         return said + ("; in its container (the runtime's isolation)" if self.container else "")
 
 
-def profile_for(name: str, spec: ServerSpec, root: Path, mode: str) -> Profile | None:
+def profile_for(
+    name: str, spec: ServerSpec, root: Path, mode: str, drawn: tuple[str, ...] = ()
+) -> Profile | None:
     """The server's sandbox under `policy.sandbox` `mode`, or None: it runs unsandboxed (the
-    policy is off, it is not a local process, or its entry says `off` with a reason)."""
+    policy is off, it is not a local process, or its entry says `off` with a reason). It may
+    write where the policy lets its calls write (`drawn`: `resolve.sandboxing`) and where its
+    entry's `write:` says."""
     from bundlectl.servers import builtin_of  # noqa: PLC0415 - cheap; keeps this module light
 
     if mode == "off" or spec.transport != "stdio" or builtin_of(spec) is not None:
@@ -128,12 +134,14 @@ def profile_for(name: str, spec: ServerSpec, root: Path, mode: str) -> Profile |
         return None
     container = runs_container(spec.command or "", spec.args)
     if declared is None:
-        return Profile(name, str(root), required=mode == "required", container=container)
+        return Profile(
+            name, str(root), write=drawn, required=mode == "required", container=container
+        )
     return Profile(
         name,
         str(root),
         tuple(declared.read),
-        tuple(declared.write),
+        tuple(dict.fromkeys((*drawn, *declared.write))),
         declared.network,
         declared.memory,
         declared.cpu_seconds,

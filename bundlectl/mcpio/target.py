@@ -37,6 +37,8 @@ class Target:
     with_parent: bool = False  # a stdio child ends when we do, even by SIGKILL (serve)
     sign_in: bool = False  # a person here may sign in again when the server asks (exec)
     sandbox_mode: str = "off"  # policy.sandbox: off, on or required (`mcpio.sandbox`)
+    # in a sandbox, where the policy lets its calls write (`resolve.sandboxing`)
+    sandbox_writes: tuple[str, ...] = ()
     # the token of the person the calls are made for (`auth.exchange`, `serve` over HTTP)
     bearer: str | None = field(default=None, repr=False)
     # whose sign-in the calls use (`auth.per_person`, `serve` over HTTP): their key (a digest
@@ -82,7 +84,7 @@ class Target:
             tuple(spec.env.items()),
             str(self.root / (spec.cwd or ".")),
             spec.max_message_mb * 1024 * 1024,
-            profile_for(self.name, spec, self.root, self.sandbox_mode),
+            profile_for(self.name, spec, self.root, self.sandbox_mode, self.sandbox_writes),
         )
 
     def adopt(self, child: Child, stderr: StderrTee) -> Child:

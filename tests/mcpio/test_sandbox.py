@@ -58,10 +58,12 @@ def open_port() -> Iterator[int]:
         yield listener.getsockname()[1]
 
 
-def _batch(project: Path, run: Run, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+def _batch(
+    project: Path, run: Run, calls: list[tuple[str, dict[str, Any]]], agent: str = "bot"
+) -> list[Any]:
     lines = [json.dumps({"tool": f"hostile.{tool}", "arguments": args}) for tool, args in calls]
     (project / "calls.jsonl").write_text("\n".join(lines) + "\n")
-    result = run("exec", "--agent", "bot", "--batch", "calls.jsonl")
+    result = run("exec", "--agent", agent, "--batch", "calls.jsonl")
     answers = []
     for line in result.lines:
         data = json.loads(line)
@@ -111,6 +113,41 @@ def test_a_hostile_server_is_refused_by_the_kernel_and_allowed_what_its_profile_
     started = int(bomb.split(";")[0].removeprefix("started "))
     assert bomb.endswith("refused: Resource temporarily unavailable") and started < 24, bomb
     assert few == "started 8"  # what it started has ended: the limit counts what runs
+
+
+def test_a_server_writes_where_its_agents_rules_bound_the_paths_and_nowhere_else(
+    project: Path, run: Run
+) -> None:
+    """No `write:` declared: an agent allowed `hostile.write` on `drawn/**` only gives the
+    server `drawn/` to write in; a link made there cannot lead out; an agent allowed the same
+    tool without a path bound gives it nothing (the project stays read-only)."""
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          hostile: {{command: {sys.executable}, args: ["{HOSTILE}"]}}
+        agents:
+          bounded:
+            allow:
+              - {{tool: hostile.write, args: {{path: {{path: "drawn/**"}}}}}}
+              - hostile.link_and_write
+          unbounded: {{allow: [hostile.write]}}
+        policy: {{default: deny, sandbox: required}}
+        """,
+    )
+    calls = [
+        ("write", {"path": "drawn/ok.txt", "text": "fine"}),
+        ("link_and_write", {"folder": "drawn", "target": "..", "name": "through.txt"}),
+    ]
+    written, through = _batch(project, run, calls, agent="bounded")
+    assert written == "ok" and (project / "drawn" / "ok.txt").read_text() == "fine"
+    assert through == "refused: Read-only file system"
+    assert not (project / "through.txt").exists()
+    [unbounded] = _batch(project, run, calls[:1], agent="unbounded")
+    assert unbounded == "refused: Read-only file system"
+    explained = run("policy", "explain", "--agent", "bounded", "hostile.write")
+    assert "sandbox: writes drawn;" in explained.out, explained.out
 
 
 def test_governed_files_stay_read_only_in_a_writable_project(project: Path, run: Run) -> None:

@@ -70,7 +70,7 @@ def one(
     unlisted = pipeline.resolution.policy.unlisted(who) if agent is not None else None
     if unlisted is not None:  # SPEC 3: it gets policy.default; often a typo, so say so
         note(unlisted)
-    target = pipeline.target(server, quiet=quiet)
+    target = pipeline.target(server, quiet=quiet, agents=[who])
     target.sign_in = terminal_confirmer() is not None  # a person here: OAuth step-up may ask
     seen, typed = _as_typed(target, name, split, base)
     call = ToolCall(who, server, name, base, split, seen=seen, typed=typed)

@@ -221,7 +221,7 @@ def explain_one(
     agent_from = agent_spec.origin if agent_spec is not None else None
     here = resolution.confirmed_in_advance(d, arguments, resolution.path_reader(server))
     # where the call would run: the server's effective sandbox (a local server's; #55)
-    boxed = sandbox_of(server, found.spec, resolution).get("sandbox") if found else None
+    boxed = sandbox_of(server, found.spec, resolution, [agent]).get("sandbox") if found else None
     if fmt is Format.json:
         emit_json(
             {

@@ -17,6 +17,7 @@ from bundlectl.output import JSON_FORMAT_VERSION, Lazy, RawJson, note, out, stre
 from bundlectl.policy.catalog import agent_row
 from bundlectl.policy.rules import Rule
 from bundlectl.resolve.resolved import Resolution, resolve_project
+from bundlectl.resolve.sandboxing import writes_from_policy
 from bundlectl.servers import builtin_of
 
 
@@ -119,13 +120,17 @@ def _data(resolution: Resolution, agents: list[str], *, encoded: bool) -> dict[s
     }
 
 
-def sandbox_of(name: str, spec: ServerSpec, resolution: Resolution) -> dict[str, Any]:
-    """A local server's effective sandbox (`policy.sandbox`, `servers.NAME.sandbox`), as data
-    and as a line a reviewer reads; nothing for a remote or built-in server."""
+def sandbox_of(
+    name: str, spec: ServerSpec, resolution: Resolution, agents: list[str] | None = None
+) -> dict[str, Any]:
+    """A local server's effective sandbox (`policy.sandbox`, `servers.NAME.sandbox`) for
+    `agents` (None: every listed agent), as data and as a line a reviewer reads; nothing for a
+    remote or built-in server."""
     if spec.transport != "stdio" or builtin_of(spec) is not None:
         return {}
     mode = resolution.project.config.policy.sandbox
-    profile = profile_for(name, spec, resolution.project.root, mode)
+    drawn = writes_from_policy(resolution, name, agents) if mode != "off" else ()
+    profile = profile_for(name, spec, resolution.project.root, mode, drawn)
     if profile is None:
         why = (
             f"off ({spec.sandbox.reason})"

@@ -159,7 +159,7 @@ def _ask(
     if not compiled.may_reach(server) or (declared and not compiled.opens(server, declared)):
         pipeline.access(who, server, method, key, "denied")
         raise refusal
-    target = pipeline.target(server)
+    target = pipeline.target(server, agents=[who])
     what = key.get("uri") or key.get("name")
 
     async def go() -> dict[str, Any]:

@@ -1,0 +1,105 @@
+"""Where a sandboxed server may write, drawn from the policy (#55 item 2).
+
+A local server in its sandbox may write where the rules of the agents it serves bound their
+calls' paths, plus what `servers.NAME.sandbox.write` adds (`mcpio.sandbox.profile_for`). A rule
+that allows or asks for a tool of the server that is not read-only (`readOnlyHint`; every
+tool, for a server without a catalog) with a `{path: }` condition lets it write below that
+glob's fixed part: `docs/**` → `docs`, `notes/*.md` → `notes`, `docs/todo.txt` → `docs` (a
+file's folder: it may not exist yet). A rule without such a bound — no condition, or
+conditions on other arguments — says nothing of where its calls write, so it adds nothing:
+the project stays read-only for it unless `write:` says more (a sandbox that guessed "the
+whole project" from `github.*` would be no sandbox). An agent with no such rule gives the
+server nothing to write. The project's governed files stay read-only whatever this says
+(`mcpio.sandbox`); the calls are still judged one by one.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING
+
+from bundlectl.policy.conditions import Condition, Matcher
+from bundlectl.policy.patterns import part_matches
+
+if TYPE_CHECKING:
+    from bundlectl.resolve.resolved import Resolution
+
+ANYWHERE = "."
+_GLOB = frozenset("*?[{")
+
+
+def writes_from_policy(
+    resolution: Resolution, server: str, agents: Collection[str] | None = None
+) -> tuple[str, ...]:
+    """The project-relative folders the rules of `agents` (None: every listed agent) let
+    `server`'s calls write in; `(".",)` for the whole project (a `**` bound), `()` for none."""
+    merged = resolution.merged.servers.get(server)
+    if merged is None:
+        return ()
+    catalog = merged.spec.tools
+    writers = [t.name for t in catalog if not (t.annotations or {}).get("readOnlyHint")]
+    if catalog and not writers:
+        return ()  # every tool of it only reads
+    found: set[str] = set()
+    for agent in resolution.policy.agents if agents is None else agents:
+        compiled = resolution.policy.agent(agent)
+        for rule in compiled.rules:
+            server_part, tool_part = rule.parts
+            if rule.effect == "deny" or not part_matches(server_part, server):
+                continue
+            if catalog and not any(part_matches(tool_part, tool) for tool in writers):
+                continue
+            found |= _bounds(rule.condition) or set()
+    return _outermost(found)
+
+
+def _bounds(condition: Condition | None) -> set[str] | None:
+    """The folders a rule's `{path: }` conditions keep its calls' paths in; None: unbounded."""
+    if condition is None:
+        return None
+    for _, _, matcher in condition.args:
+        folders = _folders(matcher)
+        if folders is not None:
+            return folders
+    return None
+
+
+def _folders(matcher: Matcher) -> set[str] | None:
+    if matcher.kind == "path":
+        return {_fixed_part(str(matcher.operand))}
+    if matcher.kind == "any":
+        found: set[str] = set()
+        for alternative in matcher.operand:
+            folders = _folders(alternative)
+            if folders is None:
+                return None  # one alternative is not a path bound
+            found |= folders
+        return found
+    return None
+
+
+def _fixed_part(pattern: str) -> str:
+    """The folder a path glob stays in: its leading parts without glob characters (a literal
+    path's folder)."""
+    parts = [p for p in posixpath.normpath(pattern).split("/") if p not in ("", ".")]
+    fixed: list[str] = []
+    for part in parts:
+        if _GLOB & set(part):
+            break
+        fixed.append(part)
+    else:
+        fixed = fixed[:-1]  # a file: the folder it is in (it may not exist yet)
+    return "/".join(fixed) or ANYWHERE
+
+
+def _outermost(folders: Iterable[str]) -> tuple[str, ...]:
+    """`folders` without those inside another of them, sorted."""
+    ordered = sorted(set(folders), key=lambda f: (f.count("/"), f))
+    kept: list[str] = []
+    for folder in ordered:
+        if folder == ANYWHERE:
+            return (ANYWHERE,)
+        if not any(folder == k or folder.startswith(k + "/") for k in kept):
+            kept.append(folder)
+    return tuple(sorted(kept))
