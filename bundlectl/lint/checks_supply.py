@@ -162,6 +162,35 @@ def container_widening(ctx: Context) -> Iterator[Finding]:
             )
 
 
+def sandbox_write_unneeded(ctx: Context) -> Iterator[Finding]:
+    """BCL408, at a `sandbox.write` entry outside every folder the policy's rules need."""
+    resolution = ctx.resolution
+    if resolution is None:
+        return
+    from bundlectl.resolve.sandboxing import writes_needed  # noqa: PLC0415
+
+    for doc, name, spec in ctx.servers():
+        sandbox = spec.sandbox
+        if spec.transport != "stdio" or sandbox is None or not sandbox.write:
+            continue
+        needed = writes_needed(resolution, name)
+        if needed is None or "." in needed:
+            continue
+        for index, entry in enumerate(sandbox.write):
+            folder = entry.strip("/") or "."
+            if any(folder == n or folder.startswith(n + "/") for n in needed):
+                continue
+            where = ", ".join(needed) if needed else "nowhere"
+            yield at(
+                "BCL408",
+                doc,
+                ("servers", name, "sandbox", "write", index),
+                f"server {name!r} may write in {entry!r}, but the rules of its agents let "
+                f"its calls write {where}",
+                anchor=f"{name}:write:{entry}",
+            )
+
+
 def sandbox_widened(ctx: Context) -> Iterator[Finding]:
     """BCL407, at a server's `sandbox:` entry that gives it the network or no sandbox."""
     for doc, name, spec in ctx.servers():

@@ -70,6 +70,7 @@ CHECKS: list[Check] = [
     checks_supply.code_loading_env,
     checks_supply.container_widening,
     checks_supply.sandbox_widened,
+    checks_supply.sandbox_write_unneeded,
     checks_supply.replaced_bundle_servers,
     checks_descriptions.descriptions,
 ]

@@ -426,6 +426,17 @@ RULES = _rules(
         6.0,
     ),
     RuleInfo(
+        "BCL408",
+        "sandbox-write-unneeded",
+        "warning",
+        "A local server's `sandbox.write` opens a folder no call its agents may make could write "
+        "in: every rule granting one of its writing tools bounds the path elsewhere, or none "
+        "grants one (its catalog says which tools only read).",
+        "Remove the entry (the sandbox already opens where the rules bound the paths), or widen "
+        "the rule that needs it.",
+        5.0,
+    ),
+    RuleInfo(
         "BCL601",
         "hidden-text",
         "error",

@@ -34,24 +34,49 @@ def writes_from_policy(
 ) -> tuple[str, ...]:
     """The project-relative folders the rules of `agents` (None: every listed agent) let
     `server`'s calls write in; `(".",)` for the whole project (a `**` bound), `()` for none."""
+    found, _ = _drawn(resolution, server, agents)
+    return _outermost(found)
+
+
+def writes_needed(resolution: Resolution, server: str) -> tuple[str, ...] | None:
+    """Where the calls the policy grants on `server` could write, when every rule that grants
+    one of its writing tools bounds its path (a known catalog); None when that cannot be
+    told (a rule without a path bound, or no catalog): what lint holds `write:` to."""
+    merged = resolution.merged.servers.get(server)
+    if merged is None or not merged.spec.tools:
+        return None
+    found, unbounded = _drawn(resolution, server, None)
+    return None if unbounded else _outermost(found)
+
+
+def _drawn(
+    resolution: Resolution, server: str, agents: Collection[str] | None
+) -> tuple[set[str], bool]:
+    """The folders the granting rules bound, and whether some granting rule is unbounded."""
     merged = resolution.merged.servers.get(server)
     if merged is None:
-        return ()
+        return set(), False
     catalog = merged.spec.tools
     writers = [t.name for t in catalog if not (t.annotations or {}).get("readOnlyHint")]
     if catalog and not writers:
-        return ()  # every tool of it only reads
+        return set(), False  # every tool of it only reads
     found: set[str] = set()
+    unbounded = False
     for agent in resolution.policy.agents if agents is None else agents:
         compiled = resolution.policy.agent(agent)
+        unbounded |= compiled.falls_open and compiled.may_reach(server)
         for rule in compiled.rules:
             server_part, tool_part = rule.parts
             if rule.effect == "deny" or not part_matches(server_part, server):
                 continue
             if catalog and not any(part_matches(tool_part, tool) for tool in writers):
                 continue
-            found |= _bounds(rule.condition) or set()
-    return _outermost(found)
+            bounds = _bounds(rule.condition)
+            if bounds is None:
+                unbounded = True
+            else:
+                found |= bounds
+    return found, unbounded
 
 
 def _bounds(condition: Condition | None) -> set[str] | None:
