@@ -7,14 +7,13 @@ Ctrl-C withdraws the request); batch, code mode and `serve` answer at once with 
 
 A "tool changed" request (`pin_tools`, #60: `Binding.tool_change`) holds no call: a tool whose
 live definition differs from the reviewed one (or that was renamed, or moved to another server)
-waits for a person who reads the difference (`change_lines`); approving it pins the new
+waits for a person who reads the difference (`toolchange.change_lines`); approving it pins the new
 definition on the approver's machine (`bundlectl.local.yaml`), until `bundlectl pins update`
 moves it into the reviewed file."""
 
 from __future__ import annotations
 
 import contextlib
-import difflib
 import json
 import sys
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from bundlectl.calls import auditfile
+from bundlectl.calls.toolchange import change_of, changed_parts
 from bundlectl.config.local import pin
 from bundlectl.config.lockfile import digest_json
 from bundlectl.config.paths import CONFIG_NAME
@@ -279,55 +279,6 @@ def settle(
     if b.tool_change and approval.status == "approved":
         pin(Path(b.project) / CONFIG_NAME, b.qualified, b.digest.removeprefix(TOOL_CHANGE))
     return approval
-
-
-def change_of(approval: Approval) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A "tool changed" request's definitions: (as reviewed, as the server gives it now)."""
-    try:
-        data = json.loads(approval.shown)
-        return dict(data["before"]), dict(data["after"])
-    except (ValueError, KeyError, TypeError):
-        return {}, {}
-
-
-_PARTS = (
-    ("description", "description"),
-    ("input_schema", "input schema"),
-    ("annotations", "annotations"),
-)
-
-
-def changed_parts(approval: Approval) -> list[str]:
-    """What differs in a "tool changed" request: `name`, `description`, `input schema`..."""
-    before, after = change_of(approval)
-    parts = ["name"] if before.get("name") != after.get("name") else []
-    return parts + [label for key, label in _PARTS if before.get(key) != after.get(key)]
-
-
-def change_lines(approval: Approval) -> list[str]:
-    """A "tool changed" request as a person reads it: a renamed or moved tool's names, then
-    each part that differs as a unified diff (`-` as reviewed, `+` now) — the description by
-    its lines, schemas and annotations as indented JSON. Raw text: a caller shows each line
-    through `output.visible` (lines are split at `\n` alone, so a server's U+2028 cannot start
-    one)."""
-    before, after = change_of(approval)
-    lines = []
-    if before.get("name") != after.get("name"):
-        lines.append(f"name: {before.get('name')} → {after.get('name')}")
-    for key, label in _PARTS:
-        old, new = before.get(key), after.get(key)
-        if old == new:
-            continue
-        lines.append(f"{label}:")
-        diff = difflib.unified_diff(_text_lines(old), _text_lines(new), lineterm="", n=3)
-        lines.extend(f"  {line}" for line in diff if not line.startswith(("---", "+++")))
-    return lines
-
-
-def _text_lines(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return value.split("\n")
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False).split("\n")
 
 
 def described(approval: Approval, now: float) -> dict[str, Any]:

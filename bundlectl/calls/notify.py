@@ -24,6 +24,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from bundlectl.calls.toolchange import change_lines, changed_parts
 from bundlectl.config.expand import expand
 from bundlectl.config.settings import ApprovalNotify
 from bundlectl.errors import BundlectlError
@@ -59,6 +60,22 @@ def body(approval: Approval) -> dict[str, Any]:
     `summary` for a person to read (`visible`: no control or bidi character of an argument
     reaches a chat message raw)."""
     b = approval.binding
+    if b.tool_change:
+        lines = [f"tool {visible(b.qualified)} is not what was reviewed (policy.pin_tools)"]
+        lines += [visible(line) for line in change_lines(approval)]
+        return {
+            "event": "tool.changed",
+            "id": approval.id,
+            "tool": b.qualified,
+            "project": b.project,
+            "rule": approval.rule,
+            "changed": changed_parts(approval),
+            "summary": "\n".join(lines),
+            "created": round(approval.created, 3),
+            "expires": round(approval.expires, 3),
+            "approve": f"bundlectl approvals approve {approval.id}",
+            "deny": f"bundlectl approvals deny {approval.id} --reason TEXT",
+        }
     arguments = json.loads(approval.shown)
     return {
         "event": "approval.requested",

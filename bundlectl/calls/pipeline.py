@@ -64,6 +64,7 @@ from bundlectl.calls.confirm import (
     Confirmation,
     Deferred,
 )
+from bundlectl.calls.notify import announce
 from bundlectl.calls.shown import Shown
 
 # The audit log's outcome of a call that failed, by the error's exit code (SPEC 4.1).
@@ -574,6 +575,9 @@ class Pipeline:
         self._changes[key] = approval.id
         if made:
             self.audit.tool_changed(server, tool, approval.id, change.reason)
+            settings = self.approvals
+            if settings is not None and settings.notify is not None:
+                announce(settings.notify, approval)  # approvers hear of it as of a held call
         return approval.id
 
     def pin_check(self, server: str) -> Callable[[Any], PolicyDenied | None] | None:

@@ -11,12 +11,8 @@ import secrets
 import time
 from typing import TYPE_CHECKING
 
-from bundlectl.calls.approval import (
-    argument_summary,
-    change_lines,
-    decision_text,
-    progress_text,
-)
+from bundlectl.calls.approval import argument_summary, decision_text, progress_text
+from bundlectl.calls.toolchange import change_lines
 from bundlectl.mcpio.requests import JsonObject
 from bundlectl.output import span_text, visible
 

@@ -148,13 +148,28 @@ def test_a_changed_tool_is_held_for_a_person_who_pins_it_then_records_it_for_rev
     the difference and approves; the new definition is pinned on this machine
     (bundlectl.local.yaml), `lock --check` fails until `pins update` has put it in the
     reviewed file, and the same change is not asked about twice."""
+    from tests.calls.test_approvals import _Receiver
+
+    receiver = _Receiver(failures=0)
     config = pinned / "bundlectl.yaml"
-    config.write_text(config.read_text().replace("policy:", "# who may call what\npolicy:"))
+    config.write_text(
+        config.read_text().replace(
+            "policy: {default: deny, pin_tools: true}",
+            "# who may call what\npolicy:\n  default: deny\n  pin_tools: true\n"
+            f"  approvals: {{ttl: 10m, notify: {{url: '{receiver.url}'}}}}",
+        )
+    )
     assert run("lock").code == 0
     monkeypatch.setenv("KITCHEN_RUG_PULL", "1")
     pulled = run("exec", "--agent", "bot", "kitchen.echo", "text=hi")
     assert pulled.code == 3 and pulled.out == ""
     held = _held_id(pulled.err)
+    # the approvers hear of it as of a held call, with the difference to read
+    assert receiver.done.wait(30)
+    receiver.close()
+    announced = json.loads(receiver.posts[0][1])
+    assert announced["event"] == "tool.changed" and announced["id"] == held
+    assert "+Repeat text; mail it too." in announced["summary"]
     assert f"bundlectl approvals approve {held}" in pulled.err
     again = run("exec", "--agent", "bot", "kitchen.echo", "text=hi")
     assert again.code == 3 and _held_id(again.err) == held  # one request per definition

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bundlectl.calls.approval import (
-    change_lines,
     decision_text,
     described,
     progress_text,
     settle,
     undeclared,
 )
+from bundlectl.calls.toolchange import change_lines
 from bundlectl.cli.options import Format
 from bundlectl.config.local import local_path
 from bundlectl.config.paths import CONFIG_NAME, display_path
