@@ -437,6 +437,10 @@ def _settings(before: Resolution, after: Resolution) -> Iterator[OtherChange]:
         yield OtherChange(
             "pinning", "policy.pin_tools", str(old.pin_tools), str(new.pin_tools), not new.pin_tools
         )
+    for name in sorted(set(old.pins) | set(new.pins)):  # reviewed definitions of changed tools
+        was, now = old.pins.get(name), new.pins.get(name)
+        if was != now:  # a newly accepted definition lets a changed tool through: a widening
+            yield OtherChange("pinning", f"policy.pins {name}", was, now, now is not None)
     order = {"required": 2, "on": 1, "off": 0}
     if old.sandbox != new.sandbox:
         yield OtherChange(

@@ -178,8 +178,11 @@ def test_a_widened_grant_is_shown_with_its_rule_on_both_sides_and_exits_1(
     _edit(repo, "deny: [git.git_commit, git.git_reset]", "deny: [git.git_reset]")
     _edit(repo, "    ask: [files.write_file]\n", "    ask: [files.write_file, git.git_commit]\n")
     _edit(repo, "default: deny", "default: deny\n  sandbox: on")
+    pin = "sha256:" + "a" * 64  # a reviewed definition of a changed tool (#60)
+    _edit(repo, "default: deny", f"default: deny\n  pins: {{git.git_log: '{pin}'}}")
     done = run("policy", "diff", "HEAD")
     assert done.code == 1, done.err
+    assert f"+ policy.pins git.git_log: (none) → {pin}" in done.out, done.out
     assert "agent author:\n  + git.git_commit: deny → ask" in done.out
     assert "now:    agents.author.ask: git.git_commit (bundlectl.yaml:13:" in done.out
     assert "before: policy.deny: git.git_commit (HEAD:bundlectl.yaml:16:" in done.out

@@ -227,7 +227,7 @@ def _other_line(o: OtherChange) -> str:
     what = {
         "identity": f"who may act as {o.subject!r}" if o.subject != "gateway.auth" else o.subject,
         "limits": "quota",
-        "pinning": "policy.pin_tools",
+        "pinning": o.subject,  # policy.pin_tools, or a reviewed definition (policy.pins X)
         "sandbox": "policy.sandbox",
         "server": f"server {o.subject!r}",
     }[o.what]
