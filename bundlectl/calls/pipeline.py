@@ -64,7 +64,6 @@ from bundlectl.calls.confirm import (
     Confirmation,
     Deferred,
 )
-from bundlectl.calls.notify import announce
 from bundlectl.calls.shown import Shown
 
 # The audit log's outcome of a call that failed, by the error's exit code (SPEC 4.1).
@@ -577,6 +576,8 @@ class Pipeline:
             self.audit.tool_changed(server, tool, approval.id, change.reason)
             settings = self.approvals
             if settings is not None and settings.notify is not None:
+                from bundlectl.calls.notify import announce  # noqa: PLC0415 - HTTP: only then
+
                 announce(settings.notify, approval)  # approvers hear of it as of a held call
         return approval.id
 

@@ -4,7 +4,6 @@ announcement sent to `policy.approvals.notify`."""
 
 from __future__ import annotations
 
-import difflib
 import json
 from typing import Any
 
@@ -40,6 +39,8 @@ def change_lines(approval: Approval) -> list[str]:
     its lines, schemas and annotations as indented JSON. Raw text: a caller shows each line
     through `output.visible` (lines are split at `\n` alone, so a server's U+2028 cannot start
     one)."""
+    import difflib  # noqa: PLC0415 - only where a person reads a change
+
     before, after = change_of(approval)
     lines = []
     if before.get("name") != after.get("name"):
