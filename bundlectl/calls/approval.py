@@ -30,7 +30,7 @@ from bundlectl.config.paths import CONFIG_NAME
 from bundlectl.config.settings import seconds
 from bundlectl.errors import Declined, PolicyDenied, Unconfirmable
 from bundlectl.output import err, span_text, status
-from bundlectl.state import TOOL_CHANGE, WAITED_EVERY, Approval, Binding, Store
+from bundlectl.state import TOOL_CHANGE, WAITED_EVERY, Approval, Binding, StateError, Store
 
 if TYPE_CHECKING:
     from bundlectl.calls.pipeline import Pipeline
@@ -277,7 +277,15 @@ def settle(
     _audited(approval, step if approve else "denied-by-approver", by, sub=sub)
     b = approval.binding
     if b.tool_change and approval.status == "approved":
-        pin(Path(b.project) / CONFIG_NAME, b.qualified, b.digest.removeprefix(TOOL_CHANGE))
+        try:
+            pin(Path(b.project) / CONFIG_NAME, b.qualified, b.digest.removeprefix(TOOL_CHANGE))
+        except OSError as exc:  # approved, and said so; the tool stays refused until pinned
+            raise StateError(
+                f"approved {approval.id}, but the pin of {b.qualified} could not be written "
+                f"to the project's bundlectl.local.yaml: {exc.strerror or exc}",
+                hint="check the project folder's permissions, then record it with "
+                "`bundlectl pins update` after pinning by hand, or approve a new request",
+            ) from None
     return approval
 
 

@@ -552,13 +552,18 @@ class Pipeline:
         return local.config.pins if local is not None else {}
 
     def _held_change(self, change: ToolChange) -> str | None:
-        """The "tool changed" approval request of `change` (looked up once per definition and
-        process; audited when it is made): its id; None when the state store cannot be used (a
-        warning; the tool stays refused)."""
+        """The "tool changed" approval request of `change` (one per definition; audited when it
+        is made, made again once one expires unanswered): its id; None when the state store
+        cannot be used (a warning; the tool stays refused)."""
         key = (change.qualified, change.digest)
         known = self._changes.get(key)
         if known is not None:
-            return known
+            try:
+                kept = self.store().get(known)
+            except StateError:
+                return known
+            if kept is not None and kept.state() not in ("expired", "withdrawn"):
+                return known  # pending, or decided (a denial stands: it is not asked again)
         server, tool = change.qualified.split(".", 1)
         binding = Binding(
             str(self.resolution.project.root), "", server, tool, TOOL_CHANGE + change.digest
