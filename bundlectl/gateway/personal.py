@@ -221,12 +221,12 @@ class PersonalSignIns:
         flow = _Flow(link)
         try:
             target = self._target(link)
-            from bundlectl.mcpio.oauth import person_auth  # noqa: PLC0415
+            from bundlectl.mcpio.oauth import fresh_auth  # noqa: PLC0415
 
             url = expand(target.spec.url or "", os.environ, where=f"server {link.server!r}")
             back = public_base(self.hub, request.url.scheme, request.url.netloc)
             back += "/connect/callback"
-            target.auth = person_auth(target, url, back, flow.show, flow.back)
+            target.auth = fresh_auth(target, url, back, flow.show, flow.back)
         except BundlectlError as exc:
             return _said("Sign in", exc.message, 502)
         self.hub.group.start_soon(self._run, flow, target)

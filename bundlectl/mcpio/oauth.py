@@ -284,17 +284,17 @@ class _Loopback:
         self.server.server_close()
 
 
-def person_auth(
+def fresh_auth(
     target: Target,
     url: str,
     redirect: str,
     show: Callable[[str], Awaitable[None]],
     back: Callable[[], Awaitable[AuthorizationCodeResult]],
 ) -> Any:
-    """The OAuth of one person's sign-in through the gateway (`auth.per_person`): a fresh
-    registration (or the pre-registered client) with the gateway's `redirect`; the
-    authorization URL handed to `show` (the gateway sends that person's browser there) and the
-    code awaited from `back` (the gateway's callback route). Kept under `kept_as(target)`."""
+    """The OAuth of a new sign-in, kept under `kept_as(target)`: what was kept is dropped, and
+    the client registers anew (or as pre-registered) with `redirect`; the authorization URL is
+    handed to `show` and the code awaited from `back` — `auth login`'s loopback, or the
+    gateway's callback route for one person's sign-in (`auth.per_person`)."""
     kept = credentials.load(kept_as(target), url)
     kept.tokens, kept.expires_at, kept.signed_in_at = None, None, None
     kept.client = _pre_registered(target, redirect)
@@ -316,11 +316,6 @@ def login_auth(
     """The OAuth of `bundlectl auth login`: a loopback redirect on 127.0.0.1, the authorization
     URL printed (and opened in the browser when `browser`), a fresh registration and sign-in."""
     loopback = _Loopback()
-    kept = credentials.load(target.name, url)
-    kept.tokens, kept.expires_at, kept.signed_in_at = None, None, None
-    # A new sign-in: the redirect URI is this one's, so register anew (or as pre-registered).
-    kept.client = _pre_registered(target, loopback.redirect)
-    credentials.save(kept)
 
     async def show(authorization_url: str) -> None:
         await loopback.show(target, authorization_url, browser=browser)
@@ -329,13 +324,6 @@ def login_auth(
         return await loopback.code(target, wait)
 
     try:
-        yield _Provider(
-            url,
-            _metadata(target, loopback.redirect),
-            KeptSignIn(target.name, url),
-            redirect_handler=show,
-            callback_handler=back,
-            client_metadata_url=_metadata_url(target),
-        )
+        yield fresh_auth(target, url, loopback.redirect, show, back)
     finally:
         loopback.close()
