@@ -252,10 +252,10 @@ class Gateway(ServerContent):
         return error_result(f"{message} Ask the user to open {url}")
 
     def _elicits_urls(self) -> bool:
-        """Whether this client declared URL-mode elicitation (MCP 2025-11-25)."""
+        """Whether this client declared URL-mode elicitation (MCP 2025-11-25: in its
+        handshake, or on 2026-07-28 in the request's own capabilities)."""
         session = getattr(self.ctx, "session", None)
-        params = getattr(session, "client_params", None)
-        capabilities = getattr(params, "capabilities", None)
+        capabilities = getattr(session, "client_capabilities", None)
         elicitation = getattr(capabilities, "elicitation", None)
         return getattr(elicitation, "url", None) is not None
 

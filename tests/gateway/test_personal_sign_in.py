@@ -152,7 +152,9 @@ def _opened(link: str) -> tuple[int, str]:
             return exc.code, exc.read().decode()
 
 
-async def _call(url: str, token: str, *, elicits: bool = True) -> tuple[str | None, str]:
+async def _call(
+    url: str, token: str, *, elicits: bool = True, mode: str = "auto"
+) -> tuple[str | None, str]:
     """One call of linear.sign_in as the token's person: (the sign-in link it was answered
     with, or None; what the result says)."""
     from mcp.shared.exceptions import MCPError
@@ -160,7 +162,9 @@ async def _call(url: str, token: str, *, elicits: bool = True) -> tuple[str | No
     async def never(context: Any, params: Any) -> Any:
         raise AssertionError("the gateway sends no elicitation request: it answers -32042")
 
-    options = {"elicitation_callback": never} if elicits else {}
+    options: dict[str, Any] = {"mode": mode}
+    if elicits:
+        options["elicitation_callback"] = never
     async with client(url, token, **options) as agent:
         try:
             result = await agent.call_tool("linear__sign_in", {})
@@ -188,7 +192,9 @@ def test_each_person_signs_in_to_the_server_through_a_link_only_they_can_use(
         status, page = _opened(link)
         assert status == 200 and "Signed in to linear as ana@example.test" in page, page
         assert anyio.run(lambda: _call(url, ana)) == (None, "sign-in 1")
-        # bo has a sign-in of his own to make; his link, forwarded to mallory, is no use to her
+        # bo has a sign-in of his own to make (asked the same on the handshake protocol); his
+        # link, forwarded to mallory, is no use to her
+        assert anyio.run(lambda: _call(url, bo, mode="legacy"))[0] is not None
         bo_link, _ = anyio.run(lambda: _call(url, bo))
         assert bo_link is not None and bo_link != link
         issuer.at_browser = "mallory@example.test"
