@@ -178,21 +178,23 @@ def exec_(
     from bundlectl.cli.commands import exec as cmd
 
     return cmd.run(
-        config,
-        tool,
-        arguments or [],
-        agent=agent,
-        args_json=args_json,
-        timeout=timeout,
-        connect_timeout=connect_timeout,
-        yes=yes,
-        fmt=fmt,
-        output_dir=output_dir,
-        quiet=quiet,
-        batch=batch,
-        fast_exit=invocation_of(ctx).fast_exit,
-        follow_links=follow_links,
-        wait=not no_wait,
+        cmd.ExecOptions(
+            config,
+            tool,
+            tuple(arguments or []),
+            agent=agent,
+            args_json=args_json,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            yes=yes,
+            fmt=fmt,
+            output_dir=output_dir,
+            quiet=quiet,
+            batch=batch,
+            fast_exit=invocation_of(ctx).fast_exit,
+            follow_links=follow_links,
+            wait=not no_wait,
+        )
     )
 
 

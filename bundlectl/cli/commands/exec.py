@@ -15,7 +15,9 @@ pydantic, an event loop or the MCP SDK; the rest is imported while the server st
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bundlectl.calls.arguments import load_json_args, split_pairs
 from bundlectl.calls.headstart import HeadStart
@@ -25,78 +27,76 @@ from bundlectl.policy.patterns import parse_tool_name
 from bundlectl.policy.rules import default_agent
 
 
-def run(
-    config: Path | None,
-    tool: str | None,
-    pairs: list[str],
-    *,
-    agent: str | None,
-    args_json: str | None,
-    timeout: float | None,
-    connect_timeout: float,
-    yes: bool,
-    fmt: Format,
-    output_dir: Path | None,
-    quiet: bool,
-    batch: Path | None,
-    fast_exit: bool = False,
-    follow_links: bool = False,
-    wait: bool = True,
-) -> int:
-    """`fast_exit`: the process leaves with os._exit once the command returns, so a finished
-    stdio server's shutdown may be left to the detached watchdog."""
-    for option, value in (("--timeout", timeout), ("--connect-timeout", connect_timeout)):
+@dataclass(frozen=True)
+class ExecOptions:
+    """`bundlectl exec`'s command line as typer parsed it: declared once, in
+    `call_commands.exec_`, and read here and by `exec_call` (never passed on option by option).
+    `fast_exit`: the process leaves with os._exit once the command returns, so a finished stdio
+    server's shutdown may be left to the detached watchdog."""
+
+    config: Path | None
+    tool: str | None
+    pairs: tuple[str, ...]
+    agent: str | None
+    args_json: str | None
+    timeout: float | None
+    connect_timeout: float
+    yes: bool
+    fmt: Format
+    output_dir: Path | None
+    quiet: bool
+    batch: Path | None
+    fast_exit: bool = False
+    follow_links: bool = False
+    wait: bool = True
+
+
+def run(options: ExecOptions) -> int:
+    """One call (or a batch): the command line checked, then the call's server started ahead
+    when it may be (`HeadStart`) while the rest is imported."""
+    o = options
+    for option, value in (("--timeout", o.timeout), ("--connect-timeout", o.connect_timeout)):
         if value is not None and not math.isfinite(value):  # nan passes click's range check
             raise UsageError(f"{option} must be a number of seconds, not {value}")
-    if batch is not None:
-        if tool or pairs or args_json:
+    if o.batch is not None:
+        if o.tool or o.pairs or o.args_json:
             raise UsageError("--batch takes its calls from the file; give no tool or arguments")
-        if follow_links:
+        if o.follow_links:
             raise UsageError("--follow-links is for one call; read a batch's links with `read`")
         from bundlectl.cli.commands import exec_call  # noqa: PLC0415 - see the module's doc
 
-        return exec_call.run_batch(
-            config,
-            batch,
-            yes=yes,
-            agent=agent,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            quiet=quiet,
-        )
-    if not tool:
+        return exec_call.run_batch(o, o.batch)
+    if not o.tool:
         raise UsageError(
             "missing SERVER.TOOL", hint="bundlectl exec files.read_file path=README.md"
         )
-    if follow_links and fmt is Format.json:
+    if o.follow_links and o.fmt is Format.json:
         raise UsageError(
             "--follow-links prints the linked resources as text",
             hint="with --format json, read each link: bundlectl read SERVER URI --format json",
         )
-    server, name = parse_tool_name(tool)
-    split = split_pairs(pairs)
-    base = load_json_args(args_json) if args_json else {}
-    who = default_agent(agent)
-    with HeadStart(config, who, server, name) as head:
-        head.start(quiet=quiet)
+    server, name = parse_tool_name(o.tool)
+    call = Parsed(
+        server,
+        name,
+        split_pairs(list(o.pairs)),
+        load_json_args(o.args_json) if o.args_json else {},
+        default_agent(o.agent),
+    )
+    with HeadStart(o.config, call.who, server, name) as head:
+        head.start(quiet=o.quiet)
         from bundlectl.cli.commands import exec_call  # noqa: PLC0415 - see the module's doc
 
-        return exec_call.one(
-            head,
-            config,
-            server=server,
-            name=name,
-            split=split,
-            base=base,
-            agent=agent,
-            who=who,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            yes=yes,
-            fmt=fmt,
-            output_dir=output_dir,
-            quiet=quiet,
-            fast_exit=fast_exit,
-            follow_links=follow_links,
-            wait=wait,
-        )
+        return exec_call.one(head, o, call)
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """The call the command line names: its tool, its arguments (KEY=VALUE pairs, and the JSON
+    object of --args), and the agent that makes it."""
+
+    server: str
+    name: str
+    split: list[tuple[str, str]]
+    base: dict[str, Any]
+    who: str

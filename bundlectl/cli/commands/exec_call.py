@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from bundlectl.calls.batch import BatchItem
     from bundlectl.calls.headstart import HeadStart
     from bundlectl.calls.sequence import CallOutcome, CallRequest
+    from bundlectl.cli.commands.exec import ExecOptions, Parsed
     from bundlectl.mcpio.target import Target
     from bundlectl.policy.rules import Decision
 
@@ -44,38 +45,20 @@ def _pipeline(config: Path | None, *, yes: bool, prompt: bool, wait: bool = Fals
     return pipeline
 
 
-def one(
-    head: HeadStart,
-    config: Path | None,
-    *,
-    server: str,
-    name: str,
-    split: list[tuple[str, str]],
-    base: dict[str, Any],
-    agent: str | None,
-    who: str,
-    timeout: float | None,
-    connect_timeout: float,
-    yes: bool,
-    fmt: Format,
-    output_dir: Path | None,
-    quiet: bool,
-    fast_exit: bool,
-    follow_links: bool,
-    wait: bool,
-) -> int:
+def one(head: HeadStart, options: ExecOptions, parsed: Parsed) -> int:
     """One call through the sequence: judged, its server started (or the head start's taken
     over), called, printed, audited."""
-    pipeline = _pipeline(config, yes=yes, prompt=True, wait=wait)
-    unlisted = pipeline.resolution.policy.unlisted(who) if agent is not None else None
+    o, server, who = options, parsed.server, parsed.who
+    pipeline = _pipeline(o.config, yes=o.yes, prompt=True, wait=o.wait)
+    unlisted = pipeline.resolution.policy.unlisted(who) if o.agent is not None else None
     if unlisted is not None:  # SPEC 3: it gets policy.default; often a typo, so say so
         note(unlisted)
-    target = pipeline.target(server, quiet=quiet, agents=[who])
+    target = pipeline.target(server, quiet=o.quiet, agents=[who])
     target.sign_in = terminal_confirmer() is not None  # a person here: OAuth step-up may ask
-    seen, typed = _as_typed(target, name, split, base)
-    call = ToolCall(who, server, name, base, split, seen=seen, typed=typed)
-    door = _ExecDoor(pipeline, head, target, timeout, connect_timeout=connect_timeout)
-    door.fmt, door.output_dir, door.detach = fmt, output_dir, fast_exit
+    seen, typed = _as_typed(target, parsed.name, parsed.split, parsed.base)
+    call = ToolCall(who, server, parsed.name, parsed.base, parsed.split, seen=seen, typed=typed)
+    door = _ExecDoor(pipeline, head, target, o.timeout, connect_timeout=o.connect_timeout)
+    door.fmt, door.output_dir, door.detach = o.fmt, o.output_dir, o.fast_exit
     ran = sequence.run(pipeline, door, call)  # its confirmations block: no event loop yet
     outcome = settled(ran)
     assert not isinstance(outcome, Deferred)  # exec's confirmations answer now
@@ -89,24 +72,24 @@ def one(
             if block.get("type") == "resource_link" and block.get("uri")
         )
     )
-    if links and not follow_links and fmt is Format.text:
+    if links and not o.follow_links and o.fmt is Format.text:
         err(
             f"note: the result links {len(links)} resource(s); --follow-links reads them "
             f"(or: bundlectl read {server} {links[0]})"
         )
-    for uri in links if follow_links else []:
+    for uri in links if o.follow_links else []:
         # The same rule, audit and output as `bundlectl read` (the linked resource is the
         # server's: read where the tool that named it runs).
         from bundlectl.cli.commands.resources import run_read  # noqa: PLC0415 - only with links
 
         run_read(
-            config,
+            o.config,
             server=server,
             uri=uri,
             agent=who,
-            fmt=fmt,
-            output_dir=output_dir,
-            timeout=float(timeout or target.spec.timeout),
+            fmt=o.fmt,
+            output_dir=o.output_dir,
+            timeout=float(o.timeout or target.spec.timeout),
         )
     return door.code
 
@@ -220,23 +203,14 @@ def _print(outcome: CallOutcome, fmt: Format, output_dir: Path | None) -> int:
     return 0
 
 
-def run_batch(
-    config: Path | None,
-    batch: Path,
-    *,
-    yes: bool,
-    agent: str | None,
-    timeout: float | None,
-    connect_timeout: float,
-    quiet: bool,
-) -> int:
+def run_batch(options: ExecOptions, batch: Path) -> int:
     """Run a batch; exit with the code of the first call that did not succeed (0 if none)."""
     from bundlectl.calls.batch import batch_line, read_batch, run_items, write_line  # noqa: PLC0415
     from bundlectl.mcpio import runner  # noqa: PLC0415
 
-    pipeline = _pipeline(config, yes=yes, prompt=False)
-
-    items, targets = read_batch(batch, pipeline, agent=agent, quiet=quiet)
+    o = options
+    pipeline = _pipeline(o.config, yes=o.yes, prompt=False)
+    items, targets = read_batch(batch, pipeline, agent=o.agent, quiet=o.quiet)
     codes: list[int] = []
 
     def emit(item: BatchItem, outcome: CallOutcome | None) -> None:
@@ -246,7 +220,7 @@ def run_batch(
 
     async def go() -> Any:
         return await run_items(
-            pipeline, items, targets, emit, connect_timeout=connect_timeout, timeout=timeout
+            pipeline, items, targets, emit, connect_timeout=o.connect_timeout, timeout=o.timeout
         )
 
     try:
