@@ -1,5 +1,5 @@
 """An agent's view of its servers' resources and prompts (`ServerContent`, a part of
-`Gateway`): listed from the servers in use — those with a tool the agent may call outright —,
+`AgentView`): listed from the servers in use — those with a tool the agent may call outright —,
 read, filled in, completed and watched, every text through the agent's privacy tokenizer and
 every read audited (`Pipeline.access`)."""
 
@@ -26,7 +26,7 @@ T = TypeVar("T")
 
 
 class ServerContent:
-    """Resources, templates, prompts and completion for one agent (see `Gateway`)."""
+    """Resources, templates, prompts and completion for one agent (see `AgentView`)."""
 
     hub: Hub
     agent: str
@@ -37,7 +37,7 @@ class ServerContent:
         return self.hub.pipeline
 
     async def _catalog(self) -> list[tuple[str, types.Tool]]:
-        """(server, tool) for every tool the agent may call (`Gateway._catalog`)."""
+        """(server, tool) for every tool the agent may call (`AgentView._catalog`)."""
         raise NotImplementedError
 
     async def _servers_in_use(self) -> list[str]:

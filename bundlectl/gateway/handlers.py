@@ -13,7 +13,7 @@ The `Hub` holds what all sessions share: the policy (reloaded when the config or
 changes; a file that does not load keeps the last good one) and the downstream servers. Each
 downstream server is an actor: a task that starts the server on first use, holds its client
 session (entered and left in that one task, as the SDK requires) and runs one call at a time; a
-server whose connection broke is started again on the next call. A `Gateway` is one agent's view.
+server whose connection broke is started again on the next call. An `AgentView` is one agent's view.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from bundlectl.gateway.context import (
 from bundlectl.gateway.hub import Hub
 from bundlectl.gateway.parking import unseal
 from bundlectl.gateway.search import search_mode_call, search_mode_tools
-from bundlectl.gateway.view import Gateway
+from bundlectl.gateway.view import AgentView
 from bundlectl.mcpio.requests import JsonObject
 from bundlectl.policy.rules import Decision
 
@@ -79,7 +79,7 @@ def mcp_server(
     if hub.bus is None:
         hub.bus = InMemorySubscriptionBus()
 
-    async def view(ctx: SdkContext) -> Gateway:
+    async def view(ctx: SdkContext) -> AgentView:
         if seen is not None:
             seen(ctx)
         await hub.refresh()
@@ -221,7 +221,7 @@ class _Listen:
     the agent may read, each watched on its server for as long as the stream is open."""
 
     def __init__(
-        self, inner: ListenHandler, hub: Hub, view: Callable[[SdkContext], Awaitable[Gateway]]
+        self, inner: ListenHandler, hub: Hub, view: Callable[[SdkContext], Awaitable[AgentView]]
     ) -> None:
         self.inner, self.hub, self.view = inner, hub, view
 
@@ -291,10 +291,10 @@ class _ListingCache:
 
 
 async def _held(
-    gateway: Gateway, params: types.CallToolRequestParams, arguments: JsonObject
+    gateway: AgentView, params: types.CallToolRequestParams, arguments: JsonObject
 ) -> types.CallToolResult | types.InputRequiredResult | None:
     """A 2026-07-28 client's call, whose server's questions are answered by retries: the
-    call is bound to its agent, tool and arguments (`Gateway.binding`); a retry with answers
+    call is bound to its agent, tool and arguments (`AgentView.binding`); a retry with answers
     resumes the held call (its next question or its result). None: a new call."""
     binding = {"agent": gateway.agent, "tool": params.name, "arguments": digest_json(arguments)}
     gateway.binding = binding
@@ -329,7 +329,7 @@ _ALWAYS: JsonObject = {
 }
 
 
-def _accepted(answer: object, pipeline: Pipeline, decision: Decision, gateway: Gateway) -> bool:
+def _accepted(answer: object, pipeline: Pipeline, decision: Decision, gateway: AgentView) -> bool:
     """Whether the client's user accepted; an accepted "always" keeps the local rule."""
     if not (isinstance(answer, types.ElicitResult) and answer.action == "accept"):
         return False
@@ -339,7 +339,7 @@ def _accepted(answer: object, pipeline: Pipeline, decision: Decision, gateway: G
 
 
 def _elicitation(
-    ctx: SdkContext, gateway: Gateway, params: types.CallToolRequestParams
+    ctx: SdkContext, gateway: AgentView, params: types.CallToolRequestParams
 ) -> Confirmation | None:
     """A confirmer that asks the client's user with an MCP elicitation, when the client declared
     it can elicit: a request sent back to the client (2025-11-25 sessions), or, on the 2026-07-28

@@ -34,7 +34,7 @@ from bundlectl.gateway.identity import Caller
 from bundlectl.gateway.parking import Parking
 from bundlectl.gateway.personal import PersonalSignIns, SignInNeeded, person_key, signed_in
 from bundlectl.gateway.relay import Relay
-from bundlectl.gateway.view import Gateway
+from bundlectl.gateway.view import AgentView
 from bundlectl.mcpio.session import ListedTool, ServerSession
 from bundlectl.mcpio.stdio import Tap
 from bundlectl.policy.patterns import gateway_name
@@ -123,11 +123,13 @@ class Hub:
     def resolution(self) -> Resolution:
         return self.pipeline.resolution
 
-    def view(self, agent: str, mode: str = "direct", ctx: RequestContext | None = None) -> Gateway:
+    def view(
+        self, agent: str, mode: str = "direct", ctx: RequestContext | None = None
+    ) -> AgentView:
         """Agent `agent`'s view, answering the client request `ctx`."""
         if ctx is not None and not self.stateless:  # who to tell when a server's tools change
             self.listeners[connection_of(ctx)] = None
-        return Gateway(self, agent, mode, ctx)
+        return AgentView(self, agent, mode, ctx)
 
     def slot(self, server: str, agent: str, caller: Caller | None = None) -> tuple[str, str]:
         """Which process or session of `server` serves `agent`: its own for a stdio server, so

@@ -51,7 +51,7 @@ class Relay:
     a log message is dropped and a request refused, rather than risk another agent's client
     seeing it. Outside any call (a late message) nothing is forwarded, except by a stdio
     gateway, which has one client. Progress is routed by each call's own token
-    (`Gateway._progress`)."""
+    (`AgentView._progress`)."""
 
     def __init__(self, server: str, hub: Hub, owner: str = "") -> None:
         self.server, self.hub = server, hub

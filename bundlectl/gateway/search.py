@@ -13,7 +13,7 @@ from bundlectl.mcpio.requests import JsonObject
 
 if TYPE_CHECKING:
     from bundlectl.config.models import ToolSpec
-    from bundlectl.gateway.view import Gateway
+    from bundlectl.gateway.view import AgentView
 
 
 def listed_name(tool: types.Tool) -> str:
@@ -90,7 +90,7 @@ def declared_tool(spec: ToolSpec) -> types.Tool:
 
 
 async def search_mode_call(
-    gateway: Gateway, name: str, arguments: JsonObject, confirm: Confirmation | None
+    gateway: AgentView, name: str, arguments: JsonObject, confirm: Confirmation | None
 ) -> types.CallToolResult | types.InputRequiredResult:
     """Search mode's two tools; any other name is unknown, as in direct mode."""
     if name == "search_tools":

@@ -1,4 +1,4 @@
-"""One agent's view of the gateway (`Gateway`): the tools it is offered, and its calls, reads and
+"""One agent's view of the gateway (`AgentView`): the tools it is offered, and its calls, reads and
 prompts, each through the pipeline every front door shares."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Gateway(ServerContent):
+class AgentView(ServerContent):
     """One agent's view of every resolved server, and the calls it makes through them (its
     resources and prompts: `ServerContent`)."""
 
@@ -380,7 +380,7 @@ class _GatewayDoor(Door[_Answer]):
 
     def __init__(
         self,
-        view: Gateway,
+        view: AgentView,
         name: str,
         unknown: str,
         confirm: Confirmation | None,
