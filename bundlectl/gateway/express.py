@@ -14,7 +14,7 @@ A call comes to this door only when it needs nothing the door cannot present: th
 allows the tool outright (no `ask`, no argument condition, no quota), nothing is tokenized
 (privacy), the tool passes `pin_tools`, its server is a warm stdio process, and the client
 cannot be asked questions by retrying (2026-07-28 with elicitation or sampling: those calls
-are held on the SDK path, `parking.py`). Everything else — the first call, a denied or unknown
+are held on the SDK path, `input_rounds.py`). Everything else — the first call, a denied or unknown
 name, a reload, search mode, prompts and resources — goes through the SDK's server, so every
 refusal has one source. What the server sends during a call goes where it would through the
 SDK: progress to the client's progress token; log messages and questions through `Relay`,

@@ -50,7 +50,7 @@ from bundlectl.gateway.context import (
     session_key,
 )
 from bundlectl.gateway.hub import Hub
-from bundlectl.gateway.parking import unseal
+from bundlectl.gateway.input_rounds import unseal
 from bundlectl.gateway.search import search_mode_call, search_mode_tools
 from bundlectl.gateway.view import AgentView
 from bundlectl.mcpio.requests import JsonObject
@@ -302,7 +302,7 @@ async def _held(
     if held is None:
         return None
     responses = dict(params.input_responses or {})
-    answer = await gateway.hub.parking.resume(held, binding, responses)
+    answer = await gateway.hub.input_rounds.resume(held, binding, responses)
     if answer is not None:
         return answer
     return error_result(

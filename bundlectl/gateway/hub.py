@@ -31,7 +31,7 @@ from bundlectl.gateway.context import (
 from bundlectl.gateway.downstream import Downstream, FileStamp, file_stamp
 from bundlectl.gateway.exchange import Exchanger, ExchangeRefused
 from bundlectl.gateway.identity import Caller
-from bundlectl.gateway.parking import Parking
+from bundlectl.gateway.input_rounds import InputRounds
 from bundlectl.gateway.personal import PersonalSignIns, SignInNeeded, person_key, signed_in
 from bundlectl.gateway.relay import Relay
 from bundlectl.gateway.view import AgentView
@@ -111,11 +111,11 @@ class Hub:
     _watched: tuple[str, ...] = ()  # the files `_stamp` stamps (the same ones across reloads)
     _reloading: anyio.Lock = field(default_factory=anyio.Lock)
     _released: set[WatcherKey] = field(default_factory=set)  # what `release_at_end` watches
-    # 2026-07-28 clients' calls held while their server asks them something (`parking.py`)
-    parking: Parking = field(init=False)
+    # 2026-07-28 clients' calls held while their server asks them something (`input_rounds.py`)
+    input_rounds: InputRounds = field(init=False)
 
     def __post_init__(self) -> None:
-        self.parking = Parking(self.group)
+        self.input_rounds = InputRounds(self.group)
         self._watched = tuple(map(str, self.pipeline.resolution.project.watched_files()))
         self._stamp = self._files()
 

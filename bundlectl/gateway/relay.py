@@ -128,7 +128,7 @@ class Relay:
     ) -> object:
         """A server's request to the client of the call it belongs to: sent on the client's
         session (2025-11-25), or parked for a 2026-07-28 client to answer by retrying
-        (`parking.py`). What the client answered, an error, or None: no answer in time."""
+        (`input_rounds.py`). What the client answered, an error, or None: no answer in time."""
         ctx, why = self.current()
         if ctx is None:
             return self._refuse(capability, why)
@@ -138,15 +138,15 @@ class Relay:
             return self._refuse(capability, why)
         if ctx.session.can_send_request:
             return await ctx.session.send_request(request, answer)
-        parking = self.hub.parking
-        if not parking.holds(ctx):
+        rounds = self.hub.input_rounds
+        if not rounds.holds(ctx):
             return self._refuse(
                 capability,
                 "the client's request came over stateless HTTP on the 2025-11-25 protocol, "
                 "which has no way to send a request back to the client during a call; serve "
                 "without --stateless, or use a client on the 2026-07-28 protocol",
             )
-        return await parking.ask(ctx, request, self._timeout())
+        return await rounds.ask(ctx, request, self._timeout())
 
     def _timeout(self) -> float:
         return float(self.hub.downstream(self.server, self.owner).target.spec.timeout)

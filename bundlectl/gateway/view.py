@@ -59,7 +59,7 @@ class AgentView(ServerContent):
     agent: str
     mode: str = "direct"  # direct | search
     ctx: RequestContext | None = None  # the request it answers (progress, questions, logs)
-    # What binds a held call (`parking.py`) when this request's client can answer a server's
+    # What binds a held call (`input_rounds.py`) when this request's client can answer a server's
     # question only by retrying (2026-07-28); None: it is asked directly, or cannot be.
     binding: dict[str, str] | None = None
 
@@ -480,4 +480,4 @@ class _GatewayDoor(Door[_Answer]):
             return answer
 
         # its client answers its server's questions by retrying: the call is held across them
-        return await view.hub.parking.start(view.ctx, view.binding, result)
+        return await view.hub.input_rounds.start(view.ctx, view.binding, result)

@@ -4,9 +4,9 @@ A downstream server may ask the client something during a call: an elicitation, 
 request. On 2025-11-25 the gateway sends that request on to its client over the same session
 (`Relay`). A client on 2026-07-28 takes no requests during a call; it is sent an
 `InputRequiredResult` and retries the call with its answers. So when such a client's call
-starts, `Parking.start` runs it in the background: each question the server asks becomes an
+starts, `InputRounds.start` runs it in the background: each question the server asks becomes an
 `InputRequiredResult` (its `requestState` names the held call), and the retry
-(`Parking.resume`) gives the answers to the waiting server and returns the next question or,
+(`InputRounds.resume`) gives the answers to the waiting server and returns the next question or,
 once the server finishes, the call's result. The server's side never changes: a 2025-11-25
 server is answered mid-call, a 2026-07-28 one through the SDK client's own retries.
 
@@ -67,7 +67,7 @@ class Held:
         return json.dumps({**self.binding, "held": self.key})
 
 
-class Parking:
+class InputRounds:
     """The calls of 2026-07-28 clients, held while their server waits for an answer."""
 
     def __init__(self, group: TaskGroup) -> None:
