@@ -7,7 +7,7 @@ the call itself costs a Python server (`bench/bench_serve_raw.py`: 2.3x the byte
 without this door, 1.5x with it). This door reads the client's JSON-RPC line itself, runs the
 call through `calls.sequence` (judge, admission, perform on the server's warm session, finish —
 the same steps, records and checks as the SDK path), and writes the result as the SDK's server
-would for the client's protocol (`wire.shaped`). The speed of the call itself is the server's
+would for the client's protocol (`results_out.shaped`). The speed of the call itself is the server's
 session's (`mcpio.pipe_session.PipeSession`: the request over the server's pipes).
 
 A call comes to this door only when it needs nothing the door cannot present: the agent's policy
@@ -42,7 +42,7 @@ from bundlectl.calls.confirm import After, Confirmation
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.calls.sequence import CallOutcome, CallRequest, Door, ToolCall
 from bundlectl.errors import BundlectlError
-from bundlectl.gateway import wire
+from bundlectl.gateway import results_out
 from bundlectl.gateway.context import ExpressContext, SdkContext
 from bundlectl.mcpio.connect import broke_protocol
 from bundlectl.mcpio.pipes import PipeWriter, json_line
@@ -197,7 +197,7 @@ class Express:
     def failure(self, version: str, error: BundlectlError) -> bytes:
         """A failed call as the result the SDK path gives: an error the model can act on."""
         text = {"type": "text", "text": error.explained}
-        return wire.shaped({"content": [text], "isError": True}, version)
+        return results_out.shaped({"content": [text], "isError": True}, version)
 
     async def ask(self, method: str, params: JsonObject) -> JsonObject:
         """A request to the client (an elicitation, a sampling) and its result."""
@@ -311,7 +311,7 @@ class _ExpressDoor(Door[None]):
             return self.lane.failure(self.version, outcome.error)
         assert outcome.result is not None
         try:
-            return wire.shaped(outcome.result.data, self.version)
+            return results_out.shaped(outcome.result.data, self.version)
         except (ValidationError, ValueError) as exc:
             problem = str(exc).splitlines()[0]
             target = self.downstream.target

@@ -255,7 +255,7 @@ def test_the_lanes_shortcut_for_plain_results_gives_what_the_protocols_types_giv
 ) -> None:
     """`plain` skips the protocol's types for text-only results; whatever it answers is what
     the types give, and it leaves everything else (and what the version lacks) to them."""
-    from bundlectl.gateway.wire import _typed, plain, shaped
+    from bundlectl.gateway.results_out import _typed, plain, shaped
 
     for result in PLAIN:
         if "resultType" in result and version not in MODERN_PROTOCOL_VERSIONS:
