@@ -117,7 +117,10 @@ class _Flow:
         if "code" not in self.code:
             why = self.code.get("error_description") or self.code.get("error") or "no code"
             raise ServerError(f"the server's authorization server refused the sign-in: {why}")
-        return AuthorizationCodeResult(code=self.code["code"], state=self.code.get("state"))
+        # `iss` (RFC 9207): the SDK checks it names the authorization server it asked
+        return AuthorizationCodeResult(
+            code=self.code["code"], state=self.code.get("state"), iss=self.code.get("iss")
+        )
 
 
 @dataclass

@@ -277,7 +277,11 @@ class _Loopback:
         if "code" not in result:
             why = result.get("error_description") or result.get("error") or "no code"
             raise ServerError(f"the authorization server refused the sign-in: {why}")
-        return AuthorizationCodeResult(code=result["code"], state=result.get("state"))
+        # `iss` (RFC 9207): which authorization server sent the browser back; the SDK checks it
+        # against the one it asked, where that server says it sends one (mix-up attacks)
+        return AuthorizationCodeResult(
+            code=result["code"], state=result.get("state"), iss=result.get("iss")
+        )
 
     def close(self) -> None:
         self.server.shutdown()

@@ -5,7 +5,8 @@ auth: protected resource metadata, RFC 8414 metadata, dynamic registration, PKCE
     python oauth_server.py --port N [--token-seconds S]
 
 Authorization is granted at once (no login page): `/authorize` redirects straight back to the
-client's redirect URI with a code, as a signed-in user who clicks "allow" would. Access tokens
+client's redirect URI with a code (and `iss`, RFC 9207), as a signed-in user who clicks "allow"
+would. Access tokens
 live `--token-seconds` (default 3600), so a test can see one refreshed. Every token endpoint
 grant is appended to $OAUTH_LOG (when set): `code` or `refresh`.
 """
@@ -43,8 +44,8 @@ def log(event: str) -> None:
 class Provider:
     """An in-memory authorization server: every client is welcome, every request granted."""
 
-    def __init__(self, token_seconds: int) -> None:
-        self.token_seconds = token_seconds
+    def __init__(self, token_seconds: int, issuer: str) -> None:
+        self.token_seconds, self.issuer = token_seconds, issuer
         self.clients: dict[str, OAuthClientInformationFull] = {}
         self.codes: dict[str, AuthorizationCode] = {}
         self.refresh: dict[str, RefreshToken] = {}
@@ -74,7 +75,10 @@ class Provider:
             resource=params.resource,
             subject="alice@example.test",
         )
-        return construct_redirect_uri(str(params.redirect_uri), code=code, state=params.state)
+        # RFC 9207: the authorization server names itself in its answer (its metadata says so)
+        return construct_redirect_uri(
+            str(params.redirect_uri), code=code, state=params.state, iss=self.issuer
+        )
 
     async def load_authorization_code(
         self, client: OAuthClientInformationFull, authorization_code: str
@@ -145,15 +149,32 @@ class Provider:
         self.access.pop(getattr(token, "token", ""), None)
 
 
+def _issuer_identified() -> None:
+    """The authorization server's metadata says it names itself in authorization responses
+    (RFC 9207, `authorization_response_iss_parameter_supported`), as current ones do: a client
+    must then pass the `iss` it was sent back to its OAuth flow, which checks it."""
+    from mcp.server.auth import routes
+
+    build = routes.build_metadata
+
+    def with_iss(*args: Any, **kwargs: Any) -> Any:
+        metadata = build(*args, **kwargs)
+        metadata.authorization_response_iss_parameter_supported = True
+        return metadata
+
+    routes.build_metadata = with_iss
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--token-seconds", type=int, default=3600)
     args = parser.parse_args()
     base = f"http://127.0.0.1:{args.port}"
+    _issuer_identified()
     server = MCPServer(
         "oauth-kitchen",
-        auth_server_provider=Provider(args.token_seconds),
+        auth_server_provider=Provider(args.token_seconds, base),
         auth=AuthSettings(
             issuer_url=base,
             resource_server_url=f"{base}/mcp",
