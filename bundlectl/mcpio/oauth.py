@@ -273,7 +273,10 @@ class _Loopback:
                 hint=f"run `bundlectl auth login {target.name}` again (--no-browser prints the "
                 "URL to open yourself)",
             )
-        result = self.server.result
+        # taken: a second authorization in the same sign-in (the server moved to another
+        # authorization server, or asks for more scope) waits for its own answer
+        result, self.server.result = self.server.result, {}
+        self.server.arrived.clear()
         if "code" not in result:
             why = result.get("error_description") or result.get("error") or "no code"
             raise ServerError(f"the authorization server refused the sign-in: {why}")
