@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import secrets
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -27,7 +26,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from bundlectl import metrics, telemetry
 from bundlectl.config import paths
 from bundlectl.config.local import always_allow
-from bundlectl.config.lockfile import digest_json
 from bundlectl.config.paths import display_path
 from bundlectl.config.settings import ApprovalSettings
 from bundlectl.errors import (
@@ -47,7 +45,7 @@ from bundlectl.policy.conditions import non_finite, unencodable
 from bundlectl.policy.rules import Decision
 from bundlectl.resolve.resolved import Resolution
 from bundlectl.resolve.sandboxing import writes_from_policy
-from bundlectl.state import TOOL_CHANGE, Binding, Counter, StateError, Store, open_store
+from bundlectl.state import Counter, StateError, Store, open_store
 from bundlectl.suggest import tool_suggestions
 
 if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowed the call
@@ -56,6 +54,7 @@ if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowe
     from bundlectl.mcpio.target import Target
     from bundlectl.policy.conditions import PathReader
 
+from bundlectl.calls import pins
 from bundlectl.calls.arguments import not_unicode
 from bundlectl.calls.audit import AuditLog, AuditSink
 from bundlectl.calls.confirm import (
@@ -97,21 +96,6 @@ _RUN = secrets.token_hex(4)
 _CALLS = itertools.count(1)
 
 
-TOOL_CHANGE_TTL = 86400.0  # seconds a "tool changed" request waits for a person
-
-
-@dataclass(frozen=True)
-class ToolChange:
-    """How a live tool differs from what was reviewed (`pin_tools`): `before` None for a tool
-    nothing was recorded of (refused, not held); else the definitions a person compares."""
-
-    qualified: str
-    digest: str  # of the live definition (`live.definition_digest`)
-    reason: str
-    before: dict[str, Any] | None = None
-    after: dict[str, Any] | None = None
-
-
 @dataclass
 class Pipeline:
     """The policy side of every call: decisions, confirmation, targets, audit."""
@@ -128,7 +112,7 @@ class Pipeline:
     # call refused for its arguments before anything was sent gets its count back.
     _charged: dict[str, list[Counter]] = field(default_factory=dict, repr=False)
     # "tool changed" requests opened by this process: (server.tool, digest) → approval id
-    _changes: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
+    changes: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
     # An approver's answer is waited for (`exec` on a terminal), else the caller gets the id.
     wait_for_approver: bool = False
 
@@ -447,144 +431,10 @@ class Pipeline:
             self.audit.resolution = resolution
 
     def unpinned(self, server: str, live: Any) -> str | None:
-        """Why `pin_tools` refuses the server's live tool `live` (None: it may be used): its
-        definition differs from the one the lock recorded (and from every reviewed pin), or the
-        lock records none. A changed, renamed or moved tool is held for a person: a "tool
-        changed" approval request (`tool_change`) is opened, and the reason names it."""
-        refusal = self._pin_refusal(server, live)
+        """Why `pin_tools` refuses the server's live tool `live` (None: it may be used); a
+        changed, renamed or moved tool is held for a person (`pins`)."""
+        refusal = pins.refusal(self, server, live)
         return None if refusal is None else refusal.message
-
-    def _pin_refusal(self, server: str, live: Any) -> PolicyDenied | None:
-        if not self.resolution.policy.set.pin_tools:
-            return None
-        change = self.tool_change(server, live)
-        if change is None:
-            return None
-        held = self._held_change(change) if change.before is not None else None
-        if held is None:
-            return PolicyDenied(change.reason)
-        return PolicyDenied(
-            f"{change.reason}; held for a person to review: approval {held} "
-            f"(`bundlectl approvals show {held}`)",
-            hint=f"an approver pins the new definition with `bundlectl approvals approve {held}`",
-        )
-
-    def tool_change(self, server: str, live: Any) -> ToolChange | None:
-        """How the live tool differs from what was reviewed, under `pin_tools`; None: it is
-        what the lock records, or a definition a person approved (`policy.pins`, or this
-        machine's `bundlectl.local.yaml` pins)."""
-        from bundlectl.mcpio import live as live_tools  # noqa: PLC0415 - with pin_tools only
-
-        resolution = self.resolution
-        lock = resolution.project.lock
-        locked = lock.servers.get(server) if lock is not None else None
-        merged = resolution.merged.servers.get(server)
-        declared = next(
-            (t for t in (merged.spec.tools if merged else []) if t.name == live.name), None
-        )
-        qualified = f"{server}.{live.name}"
-        recorded = None  # the reviewed definition, when the lock records the tool
-        if locked is not None and declared is not None and live.name in locked.tools:
-            if (
-                digest_json(declared.model_dump(mode="json")) == locked.tools[live.name]
-                and not live_tools.compare(server, [declared], [live]).changed
-            ):
-                return None
-            recorded = declared
-        digest = live_tools.definition_digest(live)
-        if digest in (resolution.policy.set.pins.get(qualified), self._local_pins.get(qualified)):
-            return None
-        after = {"name": qualified, **live_tools.definition(live)}
-        if recorded is not None:
-            # What ends it depends on where the catalog lives: the project's own servers record
-            # theirs in bundlectl.yaml, a bundle's comes with a new version of the bundle.
-            then = (
-                f"`bundlectl tools --live --record --server {server}`"
-                if merged is not None and merged.bundle is None
-                else "`bundlectl lock --upgrade`"
-            )
-            before = {"name": qualified, **live_tools.definition(recorded)}
-            return ToolChange(
-                qualified,
-                digest,
-                f"{qualified} changed since it was locked — review with "
-                f"`bundlectl tools --live --server {server}` and record it with {then}",
-                before,
-                after,
-            )
-        origin = self._origin_of(live_tools.definition(live), qualified)
-        if origin is None:
-            return ToolChange(
-                qualified, digest, f"{qualified} is not recorded in the lock (policy.pin_tools)"
-            )
-        old, spec = origin
-        how = "renamed" if old.split(".")[0] == server else f"moved to server {server!r}"
-        return ToolChange(
-            qualified,
-            digest,
-            f"{qualified} is not recorded in the lock: it is {old}, {how} (policy.pin_tools)",
-            {"name": old, **live_tools.definition(spec)},
-            after,
-        )
-
-    def _origin_of(self, definition: dict[str, Any], qualified: str) -> tuple[str, Any] | None:
-        """A locked tool of another name (on this server or another) with the very definition
-        a live tool has: the tool was renamed, or moved to another server."""
-        from bundlectl.mcpio import live as live_tools  # noqa: PLC0415 - with pin_tools only
-
-        lock = self.resolution.project.lock
-        for name, merged in self.resolution.merged.servers.items():
-            locked = lock.servers.get(name) if lock is not None else None
-            for spec in merged.spec.tools:
-                old = f"{name}.{spec.name}"
-                if (
-                    old != qualified
-                    and locked is not None
-                    and spec.name in locked.tools
-                    and live_tools.definition(spec) == definition
-                ):
-                    return old, spec
-        return None
-
-    @property
-    def _local_pins(self) -> Mapping[str, str]:
-        local = self.resolution.project.local
-        return local.config.pins if local is not None else {}
-
-    def _held_change(self, change: ToolChange) -> str | None:
-        """The "tool changed" approval request of `change` (one per definition; audited when it
-        is made, made again once one expires unanswered): its id; None when the state store
-        cannot be used (a warning; the tool stays refused)."""
-        key = (change.qualified, change.digest)
-        known = self._changes.get(key)
-        if known is not None:
-            try:
-                kept = self.store().get(known)
-            except StateError:
-                return known
-            if kept is not None and kept.state() not in ("expired", "withdrawn"):
-                return known  # pending, or decided (a denial stands: it is not asked again)
-        server, tool = change.qualified.split(".", 1)
-        binding = Binding(
-            str(self.resolution.project.root), "", server, tool, TOOL_CHANGE + change.digest
-        )
-        shown = json.dumps({"before": change.before, "after": change.after}, ensure_ascii=False)
-        try:
-            approval, made = self.store().request(
-                binding, rule=change.reason, shown=shown, ttl=TOOL_CHANGE_TTL
-            )
-        except StateError as exc:
-            err(f"warning: {exc.message}")
-            return None
-        self._changes[key] = approval.id
-        if made:
-            self.audit.tool_changed(server, tool, approval.id, change.reason)
-            settings = self.approvals
-            if settings is not None and settings.notify is not None:
-                from bundlectl.calls.notify import announce  # noqa: PLC0415 - HTTP: only then
-
-                announce(settings.notify, approval)  # approvers hear of it as of a held call
-        return approval.id
 
     def pin_check(self, server: str) -> Callable[[Any], PolicyDenied | None] | None:
         """The check a call makes on the live tool before sending anything (`pin_tools`)."""
@@ -592,7 +442,7 @@ class Pipeline:
             return None
 
         def check(live: Any) -> PolicyDenied | None:
-            return self._pin_refusal(server, live)
+            return pins.refusal(self, server, live)
 
         return check
 
