@@ -67,6 +67,7 @@ def _isolated_home(
 ) -> Path:
     """Point every bundlectl location at a temp dir and make platformdirs unusable."""
     home = tmp_path_factory.mktemp("bundlectl-home")
+    _coverage_under_the_suites_name()
     monkeypatch.setenv("BUNDLECTL_HOME", str(home))
     for var in ("BUNDLECTL_CONFIG", "BUNDLECTL_AUDIT_LOG", "BUNDLECTL_DEBUG"):
         monkeypatch.delenv(var, raising=False)
@@ -221,8 +222,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def _coverage_under_the_suites_name() -> None:
+    """The processes the suite starts find coverage's configuration under the suite's name
+    (tests/_site/_untraced.py says why), each time coverage has put it back (it does when it
+    starts)."""
+    config = os.environ.pop("COVERAGE_PROCESS_CONFIG", None)
+    if config:
+        os.environ["BUNDLECTL_SUITE_COVERAGE"] = config
+
+
 def pytest_configure(config: pytest.Config) -> None:
     _throwaway_home(config)
+    _coverage_under_the_suites_name()
     if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
         _fork_server()
     if not hasattr(config, "workerinput"):  # once, in the process that runs the workers
@@ -255,6 +266,7 @@ def _fork_server() -> None:
     finally:
         sys.path.remove(str(TEST_SERVERS))
     folder = place()
+    os.environ["BUNDLECTL_SUITE_FORKSERVER"] = str(folder)  # for the processes the tests start
     (folder / "users").mkdir(parents=True, exist_ok=True)
     (folder / "users" / str(os.getpid())).touch()
     with open(folder / "lock", "w") as lock:
@@ -262,7 +274,11 @@ def _fork_server() -> None:
         if _answers(folder / "socket"):
             return  # running
         (folder / "socket").unlink(missing_ok=True)  # one whose server was killed
-        env = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("COVERAGE_") and k != "BUNDLECTL_SUITE_COVERAGE"
+        }
         subprocess.run(  # it detaches at once
             [sys.executable, str(TEST_SERVERS / "_forkserver.py"), str(folder)],
             cwd=TEST_SERVERS,

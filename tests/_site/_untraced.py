@@ -1,11 +1,60 @@
-"""Third-party imports untraced by coverage, in the processes the suite measures
-(sitecustomize.py says why; the fork server's measured copies call it too)."""
+"""Coverage started where it measures something, and third-party imports untraced by it, in
+the processes the suite starts (sitecustomize.py says why; the fork server's measured copies
+call it too)."""
 
 import builtins
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 _OURS = frozenset({"bundlectl", "tests"})
+# The suite's coverage configuration, under a name coverage's own `.pth` file does not read
+# (conftest.py moves it there): that file imports coverage in every Python process it sees
+# the configuration in (~0.25 s of CPU), the launchers handed over to the fork server and the
+# test servers included, which measure nothing.
+SUITE_COVERAGE = "BUNDLECTL_SUITE_COVERAGE"
+_TESTS = Path(__file__).resolve().parent.parent
+
+
+def measures_bundlectl(argv: list[str]) -> bool:
+    """Whether the program `argv` (`sys.orig_argv`) may run bundlectl's code: code given with
+    `-c`, bundlectl's modules and console script, any script outside the suite's own folder
+    (a code-mode example, a docs example); not the suite's scripts (test servers, the
+    conformance client, the scripted browser) nor other packages' modules and console scripts
+    (mypy, mkdocs, lint-imports)."""
+    arguments = iter(argv[1:])
+    for argument in arguments:
+        if argument == "-c":
+            return True
+        if argument == "-m":
+            return next(arguments, "").partition(".")[0] == "bundlectl"
+        if argument in ("-X", "-W"):
+            next(arguments, None)
+        elif not argument.startswith("-"):
+            script = Path(argument).resolve()
+            if script.parent == Path(sys.prefix, "bin").resolve():  # a console script
+                return script.name == "bundlectl"
+            return not script.is_relative_to(_TESTS)
+    return False
+
+
+def start_coverage() -> None:
+    """Start measuring this process as coverage's `.pth` file would have, when the suite
+    measures it."""
+    config = os.environ.get(SUITE_COVERAGE)
+    if not config:
+        return
+    os.environ["COVERAGE_PROCESS_CONFIG"] = config
+    try:
+        import coverage
+
+        coverage.process_startup()
+    finally:
+        # Coverage put its configuration back for this process's children: they read it from
+        # the suite's name, and start it when they measure something.
+        os.environ.pop("COVERAGE_PROCESS_CONFIG", None)
+    untraced_third_party_imports()
 
 
 def untraced_third_party_imports() -> None:

@@ -6,8 +6,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from bundlectl.cli.main import main
 from tests.conftest import Run, write
 
 CONFIG = """
@@ -20,14 +24,18 @@ policy: {default: deny}
 """
 
 
-def complete(project: Path, words: str) -> list[str]:
-    """What the shell gets for the last word of `words` (bash, as typer speaks it)."""
-    env = {
-        **os.environ,
+def shell(words: str) -> dict[str, str]:
+    """What bash tells the program when the user presses Tab after `words` (as typer reads it)."""
+    return {
         "_BUNDLECTL_COMPLETE": "complete_bash",
         "COMP_WORDS": words,
         "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1)),
     }
+
+
+def complete(project: Path, words: str) -> list[str]:
+    """What the shell gets for the last word of `words` from the console script."""
+    env = {**os.environ, **shell(words)}
     done = subprocess.run(
         [sys.executable, "-c", "from bundlectl.cli.main import entry; entry()"],
         cwd=project,
@@ -40,9 +48,31 @@ def complete(project: Path, words: str) -> list[str]:
     return done.stdout.split()
 
 
-def test_names_from_the_project_complete(project: Path, run: Run) -> None:
+def completing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[[Path, str], list[str]]:
+    """`complete`, by the same entry point in this process: what the shell would get."""
+
+    def here(project: Path, words: str) -> list[str]:
+        monkeypatch.chdir(project)
+        for name, value in shell(words).items():
+            monkeypatch.setenv(name, value)
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as ended:
+            main([])
+        assert ended.value.code == 0
+        return capsys.readouterr().out.split()
+
+    return here
+
+
+def test_names_from_the_project_complete(
+    project: Path, run: Run, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """(The console script's own process answers the shell in the next test.)"""
     write(project / "bundlectl.yaml", CONFIG)
     assert run("lock").code == 0
+    complete = completing(monkeypatch, capsys)
     agents = complete(project, "bundlectl exec --agent ")
     assert {"reader", "writer", "file-reader"} <= set(agents)  # the bundle's agents too
     assert complete(project, "bundlectl exec files.re") == ["files.read_file"]

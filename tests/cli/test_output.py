@@ -62,6 +62,7 @@ def test_raw_json_members_are_written_as_they_are() -> None:
         rows = Lazy(iter([("x", RawJson('["deny", "ask"]'))]), mapping=True)
 
 
+@pytest.mark.no_cover  # reads the sources: runs none of them
 def test_only_the_output_module_writes_to_the_terminal() -> None:
     """One place decides how bundlectl writes to stdout and stderr (flushing, prompts, the
     error funnel): no other module calls print or writes to sys.stdout/sys.stderr itself."""

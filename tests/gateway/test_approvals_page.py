@@ -74,9 +74,15 @@ def browser(tmp_path: Path) -> Iterator[Callable[[], Any]]:
 
 
 def until(driver: Any, check: Callable[[Any], Any]) -> Any:
+    """Wait for `check`; an element the page replaced while it was read (it redraws the
+    status as answers come) is looked up again."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, WAIT, poll_frequency=0.05).until(check)
+    wait = WebDriverWait(
+        driver, WAIT, poll_frequency=0.05, ignored_exceptions=(StaleElementReferenceException,)
+    )
+    return wait.until(check)
 
 
 def text_of(driver: Any) -> str:

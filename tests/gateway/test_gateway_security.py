@@ -120,24 +120,10 @@ def test_servers_an_agent_may_use_nothing_on_are_never_started(
     assert pids(tmp_path / "secret-starts.txt") == []  # never started, never given the token
 
 
-NAMED = """
-import sys
-from mcp.server.mcpserver import MCPServer
-
-server = MCPServer("named", log_level="WARNING")
-who = sys.argv[1]
-
-for name in sys.argv[2:]:
-    server.add_tool(lambda who=who, name=name: f"{who}.{name}", name=name, description=name)
-server.run("stdio")
-"""
-
-
-def test_gateway_names_never_stand_for_two_tools(project: Path, tmp_path: Path) -> None:
+def test_gateway_names_never_stand_for_two_tools(project: Path) -> None:
     # Servers `a` (tool `b__echo`) and `a__b` (tool `echo`) both gave `a__b__echo`: agent y,
     # allowed only a.b__echo, ran a__b.echo.
-    script = tmp_path / "named.py"
-    script.write_text(NAMED)
+    script = TEST_SERVERS / "named.py"
     write(
         project / "bundlectl.yaml",
         f"""

@@ -15,10 +15,11 @@ dies, however it dies.
 bundlectl's commands that talk to servers (`serve`, `exec`, ...: `tests/_site/sitecustomize.py`
 names them) start ~100 times each run and spent ~1.5 s of CPU a start importing the SDK, the
 HTTP server and the rest before running a line of bundlectl: they are handed over the same way,
-with two differences. bundlectl itself is never imported by the fork server (the copy imports
-it, measured by coverage like any process the suite starts), and a signal — or the kill when the
-launcher dies — goes to the copy alone, not to its process group: the servers the gateway starts
-must stop because the gateway stops them, as they must when it runs on its own.
+with two differences. The copy is measured by coverage like any process the suite starts (the
+fork server imported the modules of bundlectl these commands start with, unmeasured: it is
+started anew when a source file changes), and a signal — or the kill when the launcher dies —
+goes to the copy alone, not to its process group: the servers the gateway starts must stop
+because the gateway stops them, as they must when it runs on its own.
 
 Nothing is handed over — the launcher runs the program itself, as before — when no fork server
 runs, when the launcher runs with other interpreter flags, or when it is not in the fork
@@ -44,9 +45,12 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+BUNDLECTL = HERE.parent.parent / "bundlectl"
 # The test servers that import the SDK (the others start in a few tens of milliseconds, and some
 # start processes of their own, whose process group the tests follow: they start as they are).
-SERVERS = frozenset({"kitchen.py", "conformance.py", "hostile.py", "oauth_server.py", "pantry.py"})
+SERVERS = frozenset(
+    {"kitchen.py", "conformance.py", "hostile.py", "oauth_server.py", "pantry.py", "named.py"}
+)
 _NAMESPACES = ("mnt", "pid", "net", "user", "ipc", "uts")
 _LIMITS = [getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_")]
 _FORWARDED = (
@@ -60,9 +64,26 @@ _FORWARDED = (
 
 
 def place() -> Path:
-    """The fork server's socket for this checkout and this Python environment."""
-    key = hashlib.sha256(f"{HERE}\0{sys.prefix}".encode()).hexdigest()[:16]
+    """The fork server's socket for this checkout, this Python environment and bundlectl's
+    sources as they are (it holds them imported: after an edit, a run gets a new one). The
+    suite's processes are told it (conftest.py); others find it (~7 ms)."""
+    told = os.environ.get("BUNDLECTL_SUITE_FORKSERVER")
+    if told:
+        return Path(told)
+    key = hashlib.sha256(f"{HERE}\0{sys.prefix}\0{_sources()}".encode()).hexdigest()[:16]
     return Path("/tmp") / f"bundlectl-forkserver-{os.getuid()}-{key}"
+
+
+def _sources() -> str:
+    """Each of bundlectl's source files with its size and time of change."""
+    stamps = []
+    for folder, dirs, files in os.walk(BUNDLECTL):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files:
+            if name.endswith(".py"):
+                found = os.stat(os.path.join(folder, name))
+                stamps.append(f"{folder}/{name} {found.st_mtime_ns} {found.st_size}")
+    return "\n".join(sorted(stamps))
 
 
 def _namespaces() -> dict[str, str]:
@@ -223,8 +244,7 @@ def serve(folder: Path) -> None:
     import starlette.applications  # noqa: F401
     import uvicorn  # noqa: F401
 
-    # ... and what bundlectl's commands import besides (never bundlectl itself: the copy imports
-    # it with the launcher's environment, measured when the launcher would be).
+    # ... and what bundlectl's commands import besides,
     import coverage  # noqa: F401
     import cryptography.x509  # noqa: F401
     import httpx2  # noqa: F401
@@ -235,6 +255,20 @@ def serve(folder: Path) -> None:
     import platformdirs  # noqa: F401
     import ruamel.yaml  # noqa: F401
     import typer  # noqa: F401
+
+    # ... and the modules of bundlectl that `exec` and `serve` import as they start (~0.3 s of
+    # CPU a start, measured). A copy measures what it runs of them: coverage follows a
+    # function by its file when it is called, whenever its module was imported; only their
+    # top-level lines run here, unmeasured, and the suite imports every module measured
+    # elsewhere. None reads the environment or the folder as it is imported.
+    import bundlectl.calls.headstart
+    import bundlectl.cli.commands.exec
+    import bundlectl.cli.commands.exec_call
+    import bundlectl.cli.commands.serve
+    import bundlectl.cli.main
+    import bundlectl.gateway.handlers
+    import bundlectl.gateway.stdio_door
+    import bundlectl.mcpio.pipe_session  # noqa: F401
 
     signal.signal(signal.SIGCHLD, _reap)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -446,17 +480,14 @@ def _stdio(fd: int, encoding: str, errors: str, *, unbuffered: bool) -> Any:
 
 
 def _measured() -> None:
-    """Start coverage in the copy as the launcher's `.pth` file would have (it reads the
-    launcher's environment), with the suite's hook for untraced third-party imports."""
-    import coverage
-
-    if coverage.process_startup() is None:
-        return  # not measured
+    """Start coverage in the copy as the launcher would have (`tests/_site/_untraced.py`
+    reads the launcher's environment), with the suite's hook for untraced third-party
+    imports."""
     site = str(HERE.parent / "_site")
     if site in sys.path:
         import _untraced  # tests/_site
 
-        _untraced.untraced_third_party_imports()
+        _untraced.start_coverage()
 
 
 if __name__ == "__main__":
