@@ -60,6 +60,7 @@ _SERVER = st.from_regex(r"[a-z0-9][a-z0-9_-]{0,12}", fullmatch=True)
 _TOOL = st.from_regex(r"[A-Za-z0-9_.-]{1,12}", fullmatch=True)
 
 
+@pytest.mark.no_cover  # generated examples: the unit tests cover the lines
 @given(st.lists(st.tuples(_SERVER, _TOOL), min_size=2, max_size=6, unique=True))
 def test_gateway_names_of_distinct_tools_differ(pairs: list[tuple[str, str]]) -> None:
     names = [gateway_name(server, tool) for server, tool in pairs]
@@ -67,6 +68,7 @@ def test_gateway_names_of_distinct_tools_differ(pairs: list[tuple[str, str]]) ->
     assert gateway_name("a", "b__echo") != gateway_name("a__b", "echo")
 
 
+@pytest.mark.no_cover  # as above
 @given(st.lists(st.tuples(_SERVER, _TOOL), min_size=1, max_size=8, unique=True))
 def test_name_clashes_are_exactly_the_names_shared(pairs: list[tuple[str, str]]) -> None:
     for naming in ("prefixed", "bare"):

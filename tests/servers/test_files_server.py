@@ -182,6 +182,7 @@ def test_reads_never_escape_while_a_file_is_swapped_for_a_symlink(project: Path)
     assert "inside" in seen
 
 
+@pytest.mark.no_cover  # 1,500 writes against a racing thread: the tests above cover the lines
 def test_writes_never_land_outside_while_a_folder_is_swapped_for_a_symlink(
     project: Path, tmp_path: Path
 ) -> None:
