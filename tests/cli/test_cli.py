@@ -81,13 +81,28 @@ QUIET_COMMANDS = [
 ]
 
 
+def reported(
+    project: Path, script: str, cases: list[list[str]], tag: str
+) -> tuple[list[list[str]], str]:
+    """Run `script` with the JSON list of `cases` as its argument, in one new Python process in
+    `project`: the words after `tag` of each line it prints starting so, and the end of what it
+    said (for a failing assert)."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(cases)],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = [line.split()[1:] for line in done.stdout.splitlines() if line.split()[:1] == [tag]]
+    return lines, done.stdout[-500:] + done.stderr[-500:]
+
+
 def test_commands_that_do_not_talk_to_servers_never_import_mcp(project: Path) -> None:
     """`import mcp` costs about a second; only exec, tools --live and server may pay it. Nor is
     `importlib.metadata` (~10 ms) imported: pydantic's plugin loader would, to find none.
     One process runs the commands in turn and reports after each: the first that imports
     either is the one named (a module, once imported, stays)."""
-    import subprocess
-    import sys
 
     (project / "bundlectl.yaml").write_text(
         "version: 1\nbundles: [basic]\nagents:\n  reader: {allow: [files.read_file]}\n"
@@ -98,15 +113,8 @@ def test_commands_that_do_not_talk_to_servers_never_import_mcp(project: Path) ->
         "    code = main(args)\n"
         "    print('RESULT', code, 'mcp' in sys.modules, 'importlib.metadata' in sys.modules)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script, json.dumps(QUIET_COMMANDS)],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    results = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("RESULT")]
-    assert len(results) == len(QUIET_COMMANDS), (done.stdout[-500:], done.stderr[-500:])
+    results, said = reported(project, script, QUIET_COMMANDS, "RESULT")
+    assert len(results) == len(QUIET_COMMANDS), said
     for args, (code, mcp, metadata) in zip(QUIET_COMMANDS, results, strict=True):
         assert (mcp, metadata) == ("False", "False"), f"{args} imported it (exit {code})"
 
@@ -116,8 +124,6 @@ def test_the_console_script_collects_garbage_only_in_long_running_commands(
 ) -> None:
     """One-shot commands run without the cyclic collector (a quarter of lint's time at 3,000
     agents); `serve` and `exec` may run for hours and keep it. `main()` as a library keeps it."""
-    import subprocess
-    import sys
 
     cases = [
         ["script", "list"],
@@ -135,15 +141,8 @@ def test_the_console_script_collects_garbage_only_in_long_running_commands(
         "    main(args, fast_exit=how == 'script')\n"
         "    print('GC', gc.isenabled())\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script, json.dumps(cases)],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    collecting = [line == "GC True" for line in done.stdout.splitlines() if line.startswith("GC ")]
-    assert collecting == [False, False, True, True, True, True], done.stdout + done.stderr
+    collecting, said = reported(project, script, cases, "GC")
+    assert collecting == [["False"], ["False"], ["True"], ["True"], ["True"], ["True"]], said
 
 
 def test_config_option_before_or_after_the_command(
