@@ -199,20 +199,28 @@ def kept_auth(target: Target, url: str) -> Any:
         finally:
             opened.pop().close()
 
+    return _signing_in(target, url, redirect, cannot_ask, no_callback)
+
+
+def _signing_in(
+    target: Target,
+    url: str,
+    redirect: str,
+    show: Callable[[str], Awaitable[None]],
+    back: Callable[[], Awaitable[AuthorizationCodeResult]],
+) -> Any:
+    """The SDK's authorization-code flow for `target`'s sign-in kept under `kept_as(target)`:
+    the authorization URL handed to `show`, the code awaited from `back`, and
+    `auth.client_metadata_url` as the client id where the server takes metadata documents."""
+    auth = target.spec.auth
     return _Provider(
         url,
         _metadata(target, redirect),
         KeptSignIn(kept_as(target), url),
-        redirect_handler=cannot_ask,
-        callback_handler=no_callback,
-        client_metadata_url=_metadata_url(target),
+        redirect_handler=show,
+        callback_handler=back,
+        client_metadata_url=auth.client_metadata_url if auth is not None else None,
     )
-
-
-def _metadata_url(target: Target) -> str | None:
-    """`auth.client_metadata_url`: the client id where the server takes metadata documents."""
-    auth = target.spec.auth
-    return auth.client_metadata_url if auth is not None else None
 
 
 class _Callback(http.server.BaseHTTPRequestHandler):
@@ -306,14 +314,7 @@ def fresh_auth(
     kept.tokens, kept.expires_at, kept.signed_in_at = None, None, None
     kept.client = _pre_registered(target, redirect)
     credentials.save(kept)
-    return _Provider(
-        url,
-        _metadata(target, redirect),
-        KeptSignIn(kept_as(target), url),
-        redirect_handler=show,
-        callback_handler=back,
-        client_metadata_url=_metadata_url(target),
-    )
+    return _signing_in(target, url, redirect, show, back)
 
 
 @contextlib.contextmanager

@@ -81,6 +81,21 @@ def gateway(project: Path, *args: str, home: Path | None = None) -> Iterator[tup
         proc.communicate(timeout=10)
 
 
+def refused_at_start(project: Path) -> str:
+    """`serve --transport streamable-http` ending at start with exit 2 (a config it cannot
+    serve): what it said."""
+    done = subprocess.run(
+        [PY, "-m", "bundlectl", "serve", "--transport", "streamable-http"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    return done.stderr
+
+
 @asynccontextmanager
 async def client(
     url: str, token: str | None = None, *, headers: dict[str, str] | None = None, **options: Any

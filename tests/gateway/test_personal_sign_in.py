@@ -31,7 +31,7 @@ import pytest
 
 from tests.cli.test_exec import free_port, listening
 from tests.conftest import TEST_SERVERS, audit_records, send_json, write
-from tests.gateway.test_gateway_http import client, gateway, texts
+from tests.gateway.test_gateway_http import client, gateway, refused_at_start, texts
 from tests.gateway.test_gateway_identity import Issuer
 
 WEB_CLIENT = "bundlectl-gateway-web"
@@ -226,15 +226,5 @@ def test_a_server_people_sign_in_to_needs_an_issuer_that_can_check_who_opens_the
     _config(project, issuer, linear)
     config = project / "bundlectl.yaml"
     config.write_text(config.read_text().replace(f"client_id: {WEB_CLIENT}", ""))
-    import subprocess
-
-    done = subprocess.run(
-        [sys.executable, "-m", "bundlectl", "serve", "--transport", "streamable-http"],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 2
-    assert "servers.linear.auth.per_person" in done.stderr and "client_id" in done.stderr
+    said = refused_at_start(project)
+    assert "servers.linear.auth.per_person" in said and "client_id" in said
