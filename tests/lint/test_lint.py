@@ -205,12 +205,3 @@ def test_the_projects_own_examples_lint_clean(example: str, project: Path, run: 
 def test_builtin_manifests_lint_without_errors(run: Run) -> None:
     result = run("lint", str(REPO / "registry"))
     assert " error " not in result.out, result.out
-
-
-def test_pre_commit_hook_definition() -> None:
-    from ruamel.yaml import YAML
-
-    hooks = YAML(typ="safe", pure=True).load((REPO / ".pre-commit-hooks.yaml").read_text())
-    lint = next(h for h in hooks if h["id"] == "bundlectl-lint")
-    assert lint["entry"] == "bundlectl lint" and lint["language"] == "python"
-    assert lint["pass_filenames"] is False
