@@ -33,7 +33,7 @@ from bundlectl.output import err, span_text, status
 from bundlectl.state import TOOL_CHANGE, WAITED_EVERY, Approval, Binding, StateError, Store
 
 if TYPE_CHECKING:
-    from bundlectl.calls.pipeline import Pipeline
+    from bundlectl.calls.confirm import Admitting
     from bundlectl.policy.rules import Decision
 
 _ENDED = {"expired": "expired with no answer", "withdrawn": "was withdrawn", "used": "was used"}
@@ -79,7 +79,7 @@ class OutOfBand:
     _said_waiting: tuple[str, float] = ("", float("-inf"))
 
     async def __call__(
-        self, pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]
+        self, pipeline: Admitting, decision: Decision, arguments: Mapping[str, Any]
     ) -> bool:
         settings = pipeline.approvals
         ttl = seconds(settings.ttl if settings is not None else "15m")
@@ -126,7 +126,7 @@ class OutOfBand:
         return self._waited(pipeline, decision, approval, how)
 
     async def _held(
-        self, pipeline: Pipeline, decision: Decision, approval: Approval, how: str
+        self, pipeline: Admitting, decision: Decision, approval: Approval, how: str
     ) -> bool:
         """The gateway's wait (`hold` seconds at most): True once approved (and taken); a
         denial or an expiry refuse the call; False when the wait is over (the caller is told
@@ -154,7 +154,7 @@ class OutOfBand:
             raise
         return False
 
-    def _settled(self, pipeline: Pipeline, decision: Decision, approval: Approval) -> bool:
+    def _settled(self, pipeline: Admitting, decision: Decision, approval: Approval) -> bool:
         """One look at the request: True once approved (and taken, audited); raises for a
         denial (`Declined`) or a request that ended (`Unconfirmable`); False: still pending."""
         assert self.store is not None
@@ -185,7 +185,9 @@ class OutOfBand:
             )
         return False
 
-    def _waited(self, pipeline: Pipeline, decision: Decision, approval: Approval, how: str) -> bool:
+    def _waited(
+        self, pipeline: Admitting, decision: Decision, approval: Approval, how: str
+    ) -> bool:
         """Wait for the approver's answer: True once approved (and taken); a denial, an expiry
         or Ctrl-C refuse the call (audited)."""
         assert self.store is not None

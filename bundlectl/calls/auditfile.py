@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import os
 import secrets
@@ -22,6 +21,7 @@ try:
 except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
+from bundlectl.calls.auditchain import link
 from bundlectl.calls.auditseal import Sealer
 from bundlectl.config import paths, userconfig
 
@@ -170,12 +170,6 @@ def records(
             continue
         if isinstance(record, dict) and "event" not in record:
             yield number, record
-
-
-def link(line: bytes) -> str:
-    """What the next record's `prev` holds: the sha256 of this record's line as written (its
-    bytes, without the line break)."""
-    return "sha256:" + hashlib.sha256(line.rstrip(b"\n")).hexdigest()
 
 
 TAIL = 1 << 16  # bytes read back from the end of the log to find its last line

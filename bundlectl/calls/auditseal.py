@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bundlectl.calls.auditchain import link
 from bundlectl.config import paths
 from bundlectl.errors import UsageError
 from bundlectl.output import err
@@ -256,8 +257,6 @@ def check_seals(lines: Iterable[bytes], first: bytes, *, rotated: bool) -> SealR
     """Check every seal in `lines` (the log's lines, oldest first, across rotations) with the
     keys derived from `first`. `rotated`: the stream begins with a rotation's start (earlier
     files are gone), so its first seal may be of a later epoch."""
-    from bundlectl.calls.auditfile import link  # noqa: PLC0415 - a cycle at import time
-
     report = SealReport()
     ident = key_id(first)
     key, key_epoch = first, 0

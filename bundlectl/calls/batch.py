@@ -15,10 +15,11 @@ import anyio
 from bundlectl.calls import sequence
 from bundlectl.calls.arguments import DuplicateKeyError, loads_strict
 from bundlectl.calls.call import client_capabilities, perform
+from bundlectl.calls.calldata import CallOutcome, CallRequest, ToolCall
 from bundlectl.calls.confirm import Deferred
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.calls.render import result_json
-from bundlectl.calls.sequence import CallOutcome, CallRequest, Door, ToolCall
+from bundlectl.calls.sequence import Door
 from bundlectl.config.bounded import read_bounded
 from bundlectl.errors import BundlectlError, UsageError
 from bundlectl.mcpio.connect import connect

@@ -16,8 +16,8 @@ import anyio
 
 from bundlectl import servers, telemetry
 from bundlectl.calls.arguments import build_arguments, not_unicode, validate
+from bundlectl.calls.calldata import CallOutcome, CallRequest
 from bundlectl.calls.confirm import terminal_confirmer
-from bundlectl.calls.sequence import CallOutcome, CallRequest
 from bundlectl.errors import BundlectlError, PolicyDenied, ToolCallError, UsageError
 from bundlectl.mcpio import plain, runner
 from bundlectl.mcpio.child import Child

@@ -19,9 +19,11 @@ from bundlectl.policy.rules import Decision
 if TYPE_CHECKING:
     import mcp_types
 
-    from bundlectl.calls.pipeline import (
-        Pipeline,  # the transports load anyio: not before the policy has allowed the call
-    )
+    from bundlectl.calls.audit import AuditSink
+    from bundlectl.calls.shown import Shown
+    from bundlectl.config.settings import ApprovalSettings
+    from bundlectl.resolve.resolved import Resolution
+    from bundlectl.state import Store
 
 
 # The audit log's outcome of a call that failed, by the error's exit code (SPEC 4.1).
@@ -52,23 +54,48 @@ class Deferred:
 Answer = bool | None | Deferred
 
 
+class Admitting(Protocol):
+    """What a confirmation reads of the admission it serves, and what it may record there
+    (`Pipeline` is the one admission; the strategies need no more of it)."""
+
+    @property
+    def resolution(self) -> Resolution: ...
+
+    @property
+    def audit(self) -> AuditSink: ...
+
+    @property
+    def approvals(self) -> ApprovalSettings | None: ...
+
+    @property
+    def shown(self) -> Shown: ...
+
+    @property
+    def changes(self) -> dict[tuple[str, str], str]: ...
+
+    def store(self) -> Store: ...
+
+    def record(
+        self,
+        decision: Decision,
+        outcome: str,
+        duration_ms: float,
+        arguments: dict[str, Any] | None,
+        *,
+        why: str | None = None,
+    ) -> None: ...
+
+    def always_allow(self, decision: Decision) -> None: ...
+
+
 class Confirmation(Protocol):
     """Who confirms a call an `ask` rule holds: one strategy of `Pipeline.admission` per front
     door — a terminal prompt (`OnTerminal`), `--yes` (`always_yes`), an MCP elicitation (the
     gateway), or no one (None: the call is refused)."""
 
     async def __call__(
-        self, pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]
+        self, pipeline: Admitting, decision: Decision, arguments: Mapping[str, Any]
     ) -> Answer: ...
-
-
-SHOWN_VALUE = 120  # characters of one argument's value a question shows
-
-
-SHOWN_KEYS = 20  # undeclared arguments a question lists (every declared one is shown)
-
-
-SHOWN_UNKNOWN = 100  # arguments a question lists when the tool's schema is not known
 
 
 def terminal_confirmer() -> Confirmation | None:
@@ -79,7 +106,9 @@ def terminal_confirmer() -> Confirmation | None:
     return on_terminal
 
 
-async def on_terminal(pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]) -> bool:
+async def on_terminal(
+    pipeline: Admitting, decision: Decision, arguments: Mapping[str, Any]
+) -> bool:
     """The question, and the answer read on the terminal (blocking: `exec`, code mode): yes
     once, no, or always — an allow rule for this tool (with the conditions of the rule that
     asked) written to `bundlectl.local.yaml`, never to the reviewed config."""
@@ -94,7 +123,7 @@ async def on_terminal(pipeline: Pipeline, decision: Decision, arguments: Mapping
     return choice in ("y", "yes")
 
 
-async def always_yes(pipeline: Pipeline, decision: Decision, arguments: Mapping[str, Any]) -> bool:
+async def always_yes(pipeline: Admitting, decision: Decision, arguments: Mapping[str, Any]) -> bool:
     """`--yes`: every `ask` rule is confirmed in advance."""
     return True
 

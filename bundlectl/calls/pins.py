@@ -22,7 +22,7 @@ from bundlectl.output import err
 from bundlectl.state import TOOL_CHANGE, Binding, StateError
 
 if TYPE_CHECKING:
-    from bundlectl.calls.pipeline import Pipeline
+    from bundlectl.calls.confirm import Admitting
     from bundlectl.resolve.resolved import Resolution
 
 CHANGE_TTL = 86400.0  # seconds a "tool changed" request waits for a person
@@ -40,7 +40,7 @@ class DefinitionChange:
     after: dict[str, Any] | None = None
 
 
-def refusal(pipeline: Pipeline, server: str, live: Any) -> PolicyDenied | None:
+def refusal(pipeline: Admitting, server: str, live: Any) -> PolicyDenied | None:
     """Why `pin_tools` refuses `server`'s live tool `live` (None: it may be used); a change a
     person can review is held for them, and the refusal names the request."""
     if not pipeline.resolution.policy.set.pin_tools:
@@ -143,7 +143,7 @@ def _local_pins(resolution: Resolution) -> Mapping[str, str]:
     return local.config.pins if local is not None else {}
 
 
-def _held(pipeline: Pipeline, change: DefinitionChange) -> str | None:
+def _held(pipeline: Admitting, change: DefinitionChange) -> str | None:
     """The "tool changed" approval request of `change` (one per definition; audited when it is
     made, made again once one expires unanswered): its id; None when the state store cannot
     be used (a warning; the tool stays refused)."""

@@ -49,8 +49,8 @@ from bundlectl.state import Counter, StateError, Store, open_store
 from bundlectl.suggest import tool_suggestions
 
 if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowed the call
+    from bundlectl.calls.calldata import CallOutcome
     from bundlectl.calls.limits import Limits
-    from bundlectl.calls.sequence import CallOutcome
     from bundlectl.mcpio.target import Target
     from bundlectl.policy.conditions import PathReader
 

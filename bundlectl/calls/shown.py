@@ -11,11 +11,14 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
-from bundlectl.calls.confirm import SHOWN_KEYS, SHOWN_UNKNOWN, SHOWN_VALUE
 from bundlectl.config.secretscan import secret_kind, secret_variables
 from bundlectl.output import visible
 from bundlectl.policy.rules import Decision
 from bundlectl.resolve.resolved import Resolution
+
+SHOWN_VALUE = 120  # characters of one argument's value a question shows
+SHOWN_KEYS = 20  # undeclared arguments a question lists (every declared one is shown)
+SHOWN_UNKNOWN = 100  # arguments a question lists when the tool's schema is not known
 
 
 class Shown:

@@ -19,9 +19,10 @@ import anyio
 from bundlectl.calls import sequence
 from bundlectl.calls.audit import AuditLog
 from bundlectl.calls.call import call_once, client_capabilities
+from bundlectl.calls.calldata import CallOutcome, CallRequest, ToolCall
 from bundlectl.calls.confirm import Deferred, settled, terminal_confirmer
 from bundlectl.calls.pipeline import Pipeline
-from bundlectl.calls.sequence import CallOutcome, CallRequest, Door, ToolCall
+from bundlectl.calls.sequence import Door
 from bundlectl.codemode.outcomes import ToolDenied, ToolFailed
 from bundlectl.config.models import ServerSpec
 from bundlectl.config.project import load_project

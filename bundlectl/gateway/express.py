@@ -38,9 +38,10 @@ from pydantic import ValidationError
 
 from bundlectl.calls import sequence
 from bundlectl.calls.call import perform
+from bundlectl.calls.calldata import CallOutcome, CallRequest, ToolCall
 from bundlectl.calls.confirm import After, Confirmation
 from bundlectl.calls.pipeline import Pipeline
-from bundlectl.calls.sequence import CallOutcome, CallRequest, Door, ToolCall
+from bundlectl.calls.sequence import Door
 from bundlectl.errors import BundlectlError
 from bundlectl.gateway import results_out
 from bundlectl.gateway.context import ExpressContext, SdkContext

@@ -37,8 +37,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from bundlectl import __version__, metrics
-from bundlectl.calls.confirm import Confirmation, Deferred
-from bundlectl.calls.pipeline import Pipeline
+from bundlectl.calls.confirm import Admitting, Confirmation, Deferred
 from bundlectl.config.lockfile import digest_json
 from bundlectl.gateway.context import (
     MODERN,
@@ -329,7 +328,7 @@ _ALWAYS: JsonObject = {
 }
 
 
-def _accepted(answer: object, pipeline: Pipeline, decision: Decision, gateway: AgentView) -> bool:
+def _accepted(answer: object, pipeline: Admitting, decision: Decision, gateway: AgentView) -> bool:
     """Whether the client's user accepted; an accepted "always" keeps the local rule."""
     if not (isinstance(answer, types.ElicitResult) and answer.action == "accept"):
         return False
@@ -360,7 +359,7 @@ def _elicitation(
         if gateway.hub.accepted(params.request_state, gateway.agent, params.name, digest()):
 
             async def answered(
-                pipeline: Pipeline, decision: Decision, arguments: Mapping[str, object]
+                pipeline: Admitting, decision: Decision, arguments: Mapping[str, object]
             ) -> bool:
                 return _accepted(reply, pipeline, decision, gateway)
 
@@ -369,7 +368,7 @@ def _elicitation(
         return None  # a stateless HTTP session on the old protocol: no way back to the client
 
     async def confirm(
-        pipeline: Pipeline, decision: Decision, arguments: Mapping[str, object]
+        pipeline: Admitting, decision: Decision, arguments: Mapping[str, object]
     ) -> bool | Deferred:
         downstream = gateway.hub.servers.get(gateway.hub.slot(decision.server, gateway.agent))
         live = (downstream.tools if downstream is not None else None) or {}

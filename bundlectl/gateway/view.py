@@ -17,10 +17,11 @@ from bundlectl import telemetry
 from bundlectl.calls import sequence
 from bundlectl.calls.approval import ApprovalHeld, DeniedByApprover, OutOfBand
 from bundlectl.calls.call import perform
+from bundlectl.calls.calldata import CallOutcome, CallRequest, ToolCall
 from bundlectl.calls.confirm import After, Confirmation, Deferred
 from bundlectl.calls.limits import LimitReached
 from bundlectl.calls.pipeline import Pipeline
-from bundlectl.calls.sequence import CallOutcome, CallRequest, Door, ToolCall
+from bundlectl.calls.sequence import Door
 from bundlectl.config.models import ToolSpec
 from bundlectl.config.settings import seconds
 from bundlectl.errors import (

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from bundlectl.calls.calldata import CallOutcome, CallRequest
 from bundlectl.calls.confirm import After, always_yes
 from bundlectl.calls.pipeline import Pipeline
-from bundlectl.calls.sequence import CallOutcome, CallRequest
 from bundlectl.config.project import load_project
 from bundlectl.errors import (
     CallTimeout,

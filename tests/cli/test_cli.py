@@ -243,6 +243,63 @@ def test_no_module_imports_another_modules_private_name(tmp_path: Path) -> None:
     ]
 
 
+def import_circles(package: Path, folder: str) -> list[list[str]]:
+    """The circles of imports among the modules of `package/folder` — every import counted,
+    also those made only for type checking or inside a function: a circle of types is a
+    circle a reader walks all the same (#53)."""
+    import ast
+
+    prefix = f"{package.name}.{folder.replace('/', '.')}."
+    modules = {path.stem: path for path in (package / folder).glob("*.py")}
+    edges: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            for target in targets:
+                other = target.removeprefix(prefix).split(".")[0]
+                if target.startswith(prefix) and other in modules and other != name:
+                    edges[name].add(other)
+    circles = []
+    for start in sorted(edges):
+        reached, todo = set(), [start]
+        while todo:  # every module `start` reaches
+            for other in edges[todo.pop()] - reached:
+                reached.add(other)
+                todo.append(other)
+        if start in reached:
+            circle = sorted(m for m in reached if start in _reach(edges, m))
+            if circle not in circles:
+                circles.append(circle)
+    return circles
+
+
+def _reach(edges: dict[str, set[str]], start: str) -> set[str]:
+    reached, todo = {start}, [start]
+    while todo:
+        for other in edges[todo.pop()] - reached:
+            reached.add(other)
+            todo.append(other)
+    return reached
+
+
+@pytest.mark.no_cover  # reads the sources: runs none of them
+def test_the_call_modules_import_one_another_in_one_direction(tmp_path: Path) -> None:
+    package = Path(__file__).resolve().parents[2] / "bundlectl"
+    assert import_circles(package, "calls") == []
+    copy = tmp_path / "bundlectl"
+    shutil.copytree(package / "calls", copy / "calls", ignore=shutil.ignore_patterns("*.pyc"))
+    confirm = copy / "calls" / "confirm.py"  # a confirmation typed by the whole pipeline again
+    confirm.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from bundlectl.calls.pipeline import Pipeline\n" + confirm.read_text()
+    )
+    assert import_circles(copy, "calls") == [["approval", "confirm", "pins", "pipeline"]]
+
+
 def _lint_imports() -> str:
     """import-linter's command, beside this Python (the venv's) or on PATH."""
     beside = Path(sys.executable).parent / "lint-imports"

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 from bundlectl.calls import sequence
 from bundlectl.calls.arguments import build_arguments
 from bundlectl.calls.audit import AuditLog
+from bundlectl.calls.calldata import ToolCall
 from bundlectl.calls.confirm import Deferred, always_yes, settled, terminal_confirmer
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.calls.render import OutputDir, render_text, result_json
-from bundlectl.calls.sequence import ToolCall
 from bundlectl.cli.options import Format
 from bundlectl.config.project import load_project
 from bundlectl.errors import BundlectlError
@@ -25,8 +25,8 @@ from bundlectl.resolve.resolved import resolve_project
 
 if TYPE_CHECKING:
     from bundlectl.calls.batch import BatchItem
+    from bundlectl.calls.calldata import CallOutcome, CallRequest
     from bundlectl.calls.headstart import HeadStart
-    from bundlectl.calls.sequence import CallOutcome, CallRequest
     from bundlectl.cli.commands.exec import ExecOptions, Parsed
     from bundlectl.mcpio.target import Target
     from bundlectl.policy.rules import Decision
