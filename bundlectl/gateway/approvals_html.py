@@ -19,7 +19,6 @@ from bundlectl.output import span_text, visible
 if TYPE_CHECKING:
     from starlette.responses import Response
 
-    from bundlectl.gateway.approvers import Person
     from bundlectl.state import Approval
 
 DURATIONS = ("15m", "1h", "8h", "1d")  # "Approve for ..." choices
@@ -98,8 +97,10 @@ def page(title: str, body: str, script: str = "") -> tuple[str, str]:
     return text, nonce
 
 
-def list_page(person: Person | None) -> tuple[str, str]:
-    who = f"Signed in as <strong id=me>{shown(person.name)}</strong> · " if person else ""
+def list_page(signed_in: str | None) -> tuple[str, str]:
+    """The list of held calls; `signed_in`: the name of the person signed in (None: the
+    holder of the approver token)."""
+    who = f"Signed in as <strong id=me>{shown(signed_in)}</strong> · " if signed_in else ""
     body = (
         f'<p class=muted>{who}<a href="/activity">Activity →</a></p>'
         "<h1>Calls waiting for approval</h1>"

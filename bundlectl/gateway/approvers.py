@@ -384,7 +384,8 @@ class ApprovalsPage:
             return signed
         if (no := await self.refused(request)) is not None:
             return no
-        return html_response(list_page(self.approvers.person(request)))
+        person = self.approvers.person(request)
+        return html_response(list_page(person.name if person is not None else None))
 
     def token_sign_in(self, request: Request, to: str) -> Response | None:
         """A `?token=` link (`approvals ui`, the approver token): a session cookie, and on to

@@ -7,10 +7,10 @@ import contextlib
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import mcp_types as types
-from mcp.server.connection import allowed_log_levels
+from mcp.server.connection import Connection, allowed_log_levels
 from mcp.server.context import ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
@@ -20,13 +20,23 @@ from pydantic import BaseModel, ValidationError
 from bundlectl.errors import BundlectlError
 from bundlectl.mcpio.requests import JsonObject
 
-if TYPE_CHECKING:
-    from bundlectl.gateway.express import Express
-
 # The context the SDK gives a request handler (its lifespan and transport request unused but
 # for `request.scope`, which HTTP's front door reads).
 SdkContext = ServerRequestContext[dict[str, Any], Any]
 _Result = TypeVar("_Result", bound=BaseModel)
+
+
+class Lane(Protocol):
+    """The stdio client's line as a request on the express lane reads it (`express.Express`):
+    the client's connection once the SDK served one of its requests, a request sent to the
+    client and its answer, a notification posted to it."""
+
+    @property
+    def connection(self) -> Connection | None: ...
+
+    async def ask(self, method: str, params: JsonObject) -> JsonObject: ...
+
+    def post(self, message: JsonObject) -> None: ...
 
 
 @dataclass
@@ -35,7 +45,7 @@ class ExpressContext:
     client's capabilities, its log level opt-in (2026-07-28), and requests to the client
     (possible on older protocols only, as through the SDK)."""
 
-    lane: Express
+    lane: Lane
     request_id: types.RequestId | None
     protocol_version: str
     meta: JsonObject

@@ -33,7 +33,7 @@ from mcp.server.context import CallNext, HandlerResult
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.request_state import RequestStateBoundary, RequestStateCodec, RequestStateSecurity
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
+from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from bundlectl import __version__, metrics
@@ -50,7 +50,7 @@ from bundlectl.gateway.context import (
 )
 from bundlectl.gateway.hub import Hub
 from bundlectl.gateway.input_rounds import unseal
-from bundlectl.gateway.search import search_mode_call, search_mode_tools
+from bundlectl.gateway.search import search_mode_tools
 from bundlectl.gateway.view import AgentView
 from bundlectl.mcpio.requests import JsonObject
 from bundlectl.policy.rules import Decision
@@ -75,14 +75,12 @@ def mcp_server(
     (`access.StateKeys`); None: a key of this process only.
     """
 
-    if hub.bus is None:
-        hub.bus = InMemorySubscriptionBus()
-
     async def view(ctx: SdkContext) -> AgentView:
         if seen is not None:
             seen(ctx)
         await hub.refresh()
-        return hub.view(agent_of(ctx), mode, ctx)
+        hub.listening(ctx)
+        return AgentView(hub, agent_of(ctx), mode, ctx)
 
     async def on_list_tools(ctx: SdkContext, params: Paginated) -> types.ListToolsResult:
         if mode == "search":
@@ -101,7 +99,7 @@ def mcp_server(
         confirm = _elicitation(ctx, gateway, params)
         if mode != "search":
             return await gateway.call_tool(params.name, arguments, confirm)
-        return await search_mode_call(gateway, params.name, arguments, confirm)
+        return await gateway.call_in_search_mode(params.name, arguments, confirm)
 
     async def on_list_prompts(ctx: SdkContext, params: Paginated) -> types.ListPromptsResult:
         return types.ListPromptsResult(prompts=await (await view(ctx)).list_prompts())

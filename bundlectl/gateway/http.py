@@ -353,7 +353,7 @@ async def serve_http(
 
         well_known = "/.well-known/oauth-protected-resource"
         approvers = approvers_page(gate, access, str(host))
-        hub.personal = PersonalSignIns(hub, lambda: gate.verifier)
+        hub.personal = PersonalSignIns(hub.pipeline, group, hub.log, lambda: gate.verifier)
         app = Starlette(
             routes=[
                 Route("/mcp", endpoint=gate),

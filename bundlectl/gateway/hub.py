@@ -15,6 +15,7 @@ import anyio.lowlevel
 import mcp_types as types
 from anyio.abc import TaskGroup
 from mcp.server.context import HandlerResult
+from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 from bundlectl.calls.pipeline import Pipeline
@@ -34,7 +35,6 @@ from bundlectl.gateway.identity import Caller
 from bundlectl.gateway.input_rounds import InputRounds
 from bundlectl.gateway.personal import PersonalSignIns, SignInNeeded, person_key, signed_in
 from bundlectl.gateway.relay import Relay
-from bundlectl.gateway.view import AgentView
 from bundlectl.mcpio.session import ListedTool, ServerSession
 from bundlectl.mcpio.stdio import Tap
 from bundlectl.policy.patterns import gateway_name
@@ -44,8 +44,6 @@ from bundlectl.resolve.resolved import Resolution, resolve_project
 from bundlectl.state.redis import RedisStore
 
 if TYPE_CHECKING:
-    from mcp.server.subscriptions import InMemorySubscriptionBus
-
     from bundlectl.config.models import ToolSpec
 
 # Who a resource's watcher is (a legacy client's session, a listen stream) and how it is told:
@@ -95,7 +93,8 @@ class Hub:
     stateless: bool = False
     one_client: bool = False  # stdio: a single client, so nothing can reach the wrong one
     naming: str | None = None  # `serve --names`; None: the config's `gateway.names`
-    bus: InMemorySubscriptionBus | None = None  # 2026-07-28 clients' listen streams
+    # 2026-07-28 clients' listen streams
+    bus: InMemorySubscriptionBus = field(default_factory=InMemorySubscriptionBus)
     _privacy: tuple[Resolution, Privacy | None] | None = None  # (resolution, its Privacy)
     generation: int = 0  # bumped whenever what an agent can list may have changed
     exchanger: Exchanger = field(default_factory=Exchanger)  # tokens made for callers
@@ -123,13 +122,11 @@ class Hub:
     def resolution(self) -> Resolution:
         return self.pipeline.resolution
 
-    def view(
-        self, agent: str, mode: str = "direct", ctx: RequestContext | None = None
-    ) -> AgentView:
-        """Agent `agent`'s view, answering the client request `ctx`."""
-        if ctx is not None and not self.stateless:  # who to tell when a server's tools change
+    def listening(self, ctx: RequestContext) -> None:
+        """The client of request `ctx` is told when a server's tools change (a session's
+        connection, held weakly; a stateless request has none to tell)."""
+        if not self.stateless:
             self.listeners[connection_of(ctx)] = None
-        return AgentView(self, agent, mode, ctx)
 
     def slot(self, server: str, agent: str, caller: Caller | None = None) -> tuple[str, str]:
         """Which process or session of `server` serves `agent`: its own for a stdio server, so
@@ -195,7 +192,8 @@ class Hub:
             agents = [agent] if key[1] == agent else None
             target = self.pipeline.target(server, quiet=self.quiet, agents=agents)
             target.with_parent = True  # no server outlives a gateway that was killed
-            downstream = Downstream(target, Relay(server, self, key[1]))
+            relay = Relay(server, self, key[1], timeout=float(target.spec.timeout))
+            downstream = Downstream(target, relay)
             if target.spec.transport == "stdio" and not target.builtin:
                 target.tap = Tap()  # the express lane's way to it (`express.py`)
                 target.tap.changed = downstream.forget_tools
@@ -213,8 +211,7 @@ class Hub:
             downstream.tools = None
         self._names = None
         self.changed()
-        if self.bus is not None:  # clients listening (2026-07-28)
-            await self.bus.publish(ToolsListChanged())
+        await self.bus.publish(ToolsListChanged())  # clients listening (2026-07-28)
         await self.tell_listeners("send_tool_list_changed")  # older clients: a notification
 
     async def tell_listeners(self, send: str) -> None:
@@ -311,8 +308,12 @@ class Hub:
                 await notify(uri)
             except Exception:  # a client that went away
                 watchers.pop(key, None)
-        if listening and self.bus is not None:
+        if listening:
             await self.bus.publish(ResourceUpdated(uri=uri))
+
+    def watched(self) -> Iterable[tuple[str, str, str]]:
+        """Every resource a client watches: (server, owner, uri)."""
+        return self.watchers.keys()
 
     def accepted(self, state: str, agent: str, tool: str, arguments: str) -> bool:
         """Whether `state` (the unsealed `requestState` of a confirmation) binds this agent,

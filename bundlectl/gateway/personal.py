@@ -42,14 +42,18 @@ from bundlectl.gateway.approvals_html import html_response, page, shown
 from bundlectl.gateway.signin import SignIn, SignInFailed
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from anyio.abc import TaskGroup
     from starlette.requests import Request
     from starlette.responses import Response
     from starlette.routing import Route
 
+    from bundlectl.calls.pipeline import Pipeline
     from bundlectl.config.settings import TokenIssuer
-    from bundlectl.gateway.hub import Hub
     from bundlectl.gateway.identity import Caller
     from bundlectl.mcpio.target import Target
+    from bundlectl.resolve.resolved import Resolution
 
 LINK_TTL = 600.0  # seconds a sign-in link is good for
 LINKS = 256  # links kept at most; the oldest is dropped beyond that
@@ -127,7 +131,9 @@ class _Flow:
 class PersonalSignIns:
     """The gateway's sign-in links and the sign-ins they lead to (see the module)."""
 
-    hub: Hub
+    pipeline: Pipeline  # the policy in force (its config, as reloaded) and its servers' targets
+    group: TaskGroup  # where a sign-in's OAuth runs
+    log: Callable[[str], None]
     verifier: Any  # () -> Verifier: the gateway's, as reloaded
     _links: dict[str, _Link] = field(default_factory=dict)
     _identifying: dict[str, str] = field(default_factory=dict)  # issuer state → link id
@@ -156,7 +162,7 @@ class PersonalSignIns:
         ]
 
     def _issuer(self, name: str) -> TokenIssuer | None:
-        auth = self.hub.resolution.project.config.gateway.auth
+        auth = self.pipeline.resolution.project.config.gateway.auth
         for issuer in auth.issuers if auth is not None else []:
             if issuer.issuer.rstrip("/") == name.rstrip("/") and issuer.client_id:
                 return issuer
@@ -176,7 +182,7 @@ class PersonalSignIns:
         try:
             where, state = await self.signin.start(
                 issuer,
-                public_base(self.hub, request.url.scheme, request.url.netloc)
+                public_base(self.pipeline.resolution, request.url.scheme, request.url.netloc)
                 + "/connect/identified",
             )
         except SignInFailed as exc:
@@ -227,12 +233,12 @@ class PersonalSignIns:
             from bundlectl.mcpio.oauth import fresh_auth  # noqa: PLC0415
 
             url = expand(target.spec.url or "", os.environ, where=f"server {link.server!r}")
-            back = public_base(self.hub, request.url.scheme, request.url.netloc)
+            back = public_base(self.pipeline.resolution, request.url.scheme, request.url.netloc)
             back += "/connect/callback"
             target.auth = fresh_auth(target, url, back, flow.show, flow.back)
         except BundlectlError as exc:
             return _said("Sign in", exc.message, 502)
-        self.hub.group.start_soon(self._run, flow, target)
+        self.group.start_soon(self._run, flow, target)
         with anyio.move_on_after(FLOW_WAIT):
             await _first(flow.opened, flow.done)
         if flow.url is None:
@@ -258,7 +264,7 @@ class PersonalSignIns:
         if flow.failed is not None or not flow.done.is_set():
             why = flow.failed.message if flow.failed else "it did not finish in time"
             return _said("Sign in", f"The sign-in to {server!r} failed: {why}", 502)
-        self.hub.log(f"{flow.link.subject} signed in to server {server!r}")
+        self.log(f"{flow.link.subject} signed in to server {server!r}")
         return _said(
             "Signed in",
             f"Signed in to {server} as {flow.link.subject}. Go back to your agent: the tool can "
@@ -269,7 +275,7 @@ class PersonalSignIns:
     def _target(self, link: _Link) -> Target:
         from bundlectl.gateway.identity import Caller  # noqa: PLC0415
 
-        target = self.hub.pipeline.target(link.server, quiet=True)
+        target = self.pipeline.target(link.server, quiet=True)
         target.person = person_key(Caller(link.subject, link.issuer, ""))
         return target
 
@@ -304,10 +310,10 @@ async def _first(*events: anyio.Event) -> None:
             group.start_soon(wait, event)
 
 
-def public_base(hub: Hub, scheme: str, host: str) -> str:
+def public_base(resolution: Resolution, scheme: str, host: str) -> str:
     """The gateway's public origin: gateway.auth.resource's when set (behind a proxy), else
     the request's own scheme and Host (checked on the way in)."""
-    auth = hub.resolution.project.config.gateway.auth
+    auth = resolution.project.config.gateway.auth
     if auth is not None and auth.resource:
         parts = urllib.parse.urlsplit(str(auth.resource))
         return f"{parts.scheme}://{parts.netloc}"

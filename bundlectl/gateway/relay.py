@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import warnings
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Literal, TypeVar
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -25,11 +25,35 @@ from bundlectl.mcpio.session import ServerSession
 if TYPE_CHECKING:
     from mcp.client.session import ClientRequestContext, IncomingMessage
 
-    from bundlectl.gateway.hub import Hub
+    from bundlectl.gateway.input_rounds import InputRounds
     from bundlectl.privacy.tokenize import Tokenizer
 
 T = TypeVar("T")
 Answer = TypeVar("Answer", types.ElicitResult, types.CreateMessageResult)
+
+
+class Listeners(Protocol):
+    """The gateway as a relay sees it: the clients that hear what a server says outside a
+    call's result (its list changes, the resources they watch, the log levels they asked for),
+    and where a 2026-07-28 client's call waits while the server asks it something."""
+
+    @property
+    def one_client(self) -> bool: ...  # stdio: one client, whose everything this is
+
+    @property
+    def input_rounds(self) -> InputRounds: ...
+
+    def watched(self) -> Iterable[tuple[str, str, str]]: ...  # (server, owner, uri) watched
+
+    def wants_log(self, ctx: RequestContext, level: str) -> bool: ...
+
+    def changed(self) -> None: ...  # what agents can list may differ: listings made afresh
+
+    async def tools_changed(self, server: str) -> None: ...
+
+    async def tell_listeners(self, send: str) -> None: ...
+
+    async def resource_updated(self, server: str, owner: str, uri: str) -> None: ...
 
 
 class CallCancelled(Interrupted):
@@ -53,8 +77,11 @@ class Relay:
     gateway, which has one client. Progress is routed by each call's own token
     (`AgentView._progress`)."""
 
-    def __init__(self, server: str, hub: Hub, owner: str = "") -> None:
-        self.server, self.hub = server, hub
+    def __init__(
+        self, server: str, listeners: Listeners, owner: str = "", *, timeout: float = 60.0
+    ) -> None:
+        self.server, self.listeners = server, listeners
+        self.timeout = timeout  # the server's `timeout`: how long a client has to answer it
         self.owner = owner  # the agent whose process of the server this is ("": shared)
         self.inflight: dict[int, RequestContext] = {}  # the request of each call in flight
         self.tokens: dict[int, Tokenizer | None] = {}  # the token map of each call in flight
@@ -74,7 +101,7 @@ class Relay:
         key = next(self._keys)
         self.inflight[key] = ctx
         self.tokens[key] = tokens
-        if self.hub.one_client:
+        if self.listeners.one_client:
             self.last, self.last_tokens = ctx, tokens
         return key
 
@@ -92,7 +119,7 @@ class Relay:
     def current(self) -> tuple[RequestContext | None, str | None]:
         """The client request a server's message belongs to, or None and why not."""
         contexts = list(self.inflight.values())
-        if self.hub.one_client and (contexts or self.last is not None):
+        if self.listeners.one_client and (contexts or self.last is not None):
             # stdio: one client, whose calls may be on the express lane and the SDK path at
             # once; whatever the server says, during a call or between calls, is that client's.
             return (contexts[-1] if contexts else self.last), None
@@ -138,7 +165,7 @@ class Relay:
             return self._refuse(capability, why)
         if ctx.session.can_send_request:
             return await ctx.session.send_request(request, answer)
-        rounds = self.hub.input_rounds
+        rounds = self.listeners.input_rounds
         if not rounds.holds(ctx):
             return self._refuse(
                 capability,
@@ -146,10 +173,7 @@ class Relay:
                 "which has no way to send a request back to the client during a call; serve "
                 "without --stateless, or use a client on the 2026-07-28 protocol",
             )
-        return await rounds.ask(ctx, request, self._timeout())
-
-    def _timeout(self) -> float:
-        return float(self.hub.downstream(self.server, self.owner).target.spec.timeout)
+        return await rounds.ask(ctx, request, self.timeout)
 
     async def elicit(
         self, context: ClientRequestContext, params: types.ElicitRequestParams
@@ -168,7 +192,7 @@ class Relay:
         request = types.CreateMessageRequest(params=params)
         reply = await self._ask("sampling", request, types.CreateMessageResult)
         if reply is None:
-            why = f"the client did not answer within {self._timeout():g} s"
+            why = f"the client did not answer within {self.timeout:g} s"
             return self._refuse("sampling", why)
         sampled = types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData
         if isinstance(reply, sampled):
@@ -177,7 +201,7 @@ class Relay:
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         ctx, _ = self.current()
-        if ctx is None or not self.hub.wants_log(ctx, params.level):
+        if ctx is None or not self.listeners.wants_log(ctx, params.level):
             return
         tokens = self.tokens_of(ctx)
         if tokens is not None:  # what a server logs passes the tokenizer like its results
@@ -191,13 +215,13 @@ class Relay:
 
     async def message(self, message: IncomingMessage) -> None:
         if isinstance(message, types.ToolListChangedNotification):
-            await self.hub.tools_changed(self.server)
+            await self.listeners.tools_changed(self.server)
         elif isinstance(message, types.PromptListChangedNotification):
-            await self.hub.tell_listeners("send_prompt_list_changed")
+            await self.listeners.tell_listeners("send_prompt_list_changed")
         elif isinstance(message, types.ResourceListChangedNotification):
-            await self.hub.tell_listeners("send_resource_list_changed")
+            await self.listeners.tell_listeners("send_resource_list_changed")
         elif isinstance(message, types.ResourceUpdatedNotification) and not self.modern:
-            await self.hub.resource_updated(self.server, self.owner, str(message.params.uri))
+            await self.listeners.resource_updated(self.server, self.owner, str(message.params.uri))
 
     async def listen(self, session: ServerSession, scope: anyio.CancelScope) -> None:
         """On the 2026-07-28 protocol a server's changes come only to a client that listens for
@@ -219,11 +243,11 @@ class Relay:
                             self.opened.set()
                             async for event in events:
                                 if isinstance(event, ResourceUpdated):
-                                    await self.hub.resource_updated(
+                                    await self.listeners.resource_updated(
                                         self.server, self.owner, event.uri
                                     )
                                 else:
-                                    await self.hub.tools_changed(self.server)
+                                    await self.listeners.tools_changed(self.server)
                             return  # the server ended the stream
                     if not self._listening.cancel_called:
                         return
@@ -241,7 +265,7 @@ class Relay:
             await self.settled.wait()
         if self.modern:
             return
-        for server, owner, uri in list(self.hub.watchers):
+        for server, owner, uri in list(self.listeners.watched()):
             if (server, owner) == (self.server, self.owner):
                 await session.subscribe(uri)
 

@@ -7,13 +7,10 @@ from typing import TYPE_CHECKING
 
 import mcp_types as types
 
-from bundlectl.calls.confirm import Confirmation
-from bundlectl.gateway.context import error_result
 from bundlectl.mcpio.requests import JsonObject
 
 if TYPE_CHECKING:
     from bundlectl.config.models import ToolSpec
-    from bundlectl.gateway.view import AgentView
 
 
 def listed_name(tool: types.Tool) -> str:
@@ -87,25 +84,3 @@ def declared_tool(spec: ToolSpec) -> types.Tool:
         output_schema=spec.output_schema,
         annotations=types.ToolAnnotations(**annotations) if annotations else None,
     )
-
-
-async def search_mode_call(
-    gateway: AgentView, name: str, arguments: JsonObject, confirm: Confirmation | None
-) -> types.CallToolResult | types.InputRequiredResult:
-    """Search mode's two tools; any other name is unknown, as in direct mode."""
-    if name == "search_tools":
-        query, server = arguments.get("query", ""), arguments.get("server")
-        detail, limit = arguments.get("detail", "summary"), arguments.get("limit", 20)
-        if not isinstance(query, str) or not (server is None or isinstance(server, str)):
-            return error_result("query and server are strings")
-        if not isinstance(limit, int) or not isinstance(detail, str):
-            return error_result("limit is an integer and detail one of name, summary, full")
-        return await gateway.search(query, server, detail, limit)
-    if name == "call_tool":
-        target, inner = arguments.get("name"), arguments.get("arguments") or {}
-        if not isinstance(target, str) or "." not in target or not isinstance(inner, dict):
-            return error_result(
-                "call_tool takes name (server.tool, from search_tools) and arguments"
-            )
-        return await gateway.call_tool(target, inner, confirm)
-    return error_result(f"unknown tool {name!r}; use search_tools, then call_tool")

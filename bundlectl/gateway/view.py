@@ -133,6 +133,27 @@ class AgentView(ServerContent):
         ]
         return sorted(tools, key=lambda t: t.name)
 
+    async def call_in_search_mode(
+        self, name: str, arguments: JsonObject, confirm: Confirmation | None
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """Search mode's two tools; any other name is unknown, as in direct mode."""
+        if name == "search_tools":
+            query, server = arguments.get("query", ""), arguments.get("server")
+            detail, limit = arguments.get("detail", "summary"), arguments.get("limit", 20)
+            if not isinstance(query, str) or not (server is None or isinstance(server, str)):
+                return error_result("query and server are strings")
+            if not isinstance(limit, int) or not isinstance(detail, str):
+                return error_result("limit is an integer and detail one of name, summary, full")
+            return await self.search(query, server, detail, limit)
+        if name == "call_tool":
+            target, inner = arguments.get("name"), arguments.get("arguments") or {}
+            if not isinstance(target, str) or "." not in target or not isinstance(inner, dict):
+                return error_result(
+                    "call_tool takes name (server.tool, from search_tools) and arguments"
+                )
+            return await self.call_tool(target, inner, confirm)
+        return error_result(f"unknown tool {name!r}; use search_tools, then call_tool")
+
     async def search(
         self, query: str, server: str | None, detail: str, limit: int
     ) -> types.CallToolResult:
@@ -243,7 +264,8 @@ class AgentView(ServerContent):
         request = getattr(self.ctx, "request", None)
         if personal is None or request is None:
             return error_result(needed.explained)
-        url = personal.link(needed, public_base(self.hub, request.url.scheme, request.url.netloc))
+        base = public_base(self.hub.resolution, request.url.scheme, request.url.netloc)
+        url = personal.link(needed, base)
         message = f"Sign in to {needed.server} to use its tools, then call the tool again."
         if self._elicits_urls():
             elicitation = types.ElicitRequestURLParams(

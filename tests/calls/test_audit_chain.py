@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bundlectl.calls.auditfile import AuditFile, AuditRecord, link
+from bundlectl.calls.auditchain import link
+from bundlectl.calls.auditfile import AuditFile, AuditRecord
 from tests.conftest import Run, write
 
 

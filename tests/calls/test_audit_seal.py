@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from bundlectl.calls import auditseal
-from bundlectl.calls.auditfile import AuditFile, AuditRecord, link
+from bundlectl.calls.auditchain import link
+from bundlectl.calls.auditfile import AuditFile, AuditRecord
 from tests.conftest import Run
 
 

@@ -287,9 +287,12 @@ def _reach(edges: dict[str, set[str]], start: str) -> set[str]:
 
 
 @pytest.mark.no_cover  # reads the sources: runs none of them
-def test_the_call_modules_import_one_another_in_one_direction(tmp_path: Path) -> None:
+def test_the_call_and_gateway_modules_import_one_another_in_one_direction(
+    tmp_path: Path,
+) -> None:
     package = Path(__file__).resolve().parents[2] / "bundlectl"
     assert import_circles(package, "calls") == []
+    assert import_circles(package, "gateway") == []
     copy = tmp_path / "bundlectl"
     shutil.copytree(package / "calls", copy / "calls", ignore=shutil.ignore_patterns("*.pyc"))
     confirm = copy / "calls" / "confirm.py"  # a confirmation typed by the whole pipeline again

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bundlectl.calls import auditfile, auditseal
+from bundlectl.calls import auditchain, auditfile, auditseal
 from bundlectl.cli.options import Format, MatrixFormat
 from bundlectl.config import userconfig
 from bundlectl.config.fsio import atomic_write
@@ -83,7 +83,7 @@ def _walk(path: Path) -> tuple[tuple[int, str] | None, int, int, int]:
                        "log was removed)")  # fmt: skip
             break
         assert line is not None
-        if prev != auditfile.link(line):
+        if prev != auditchain.link(line):
             problem = (number, f"does not link to line {number - 1}: one of the two was "
                        "changed, or records between them were removed or inserted")  # fmt: skip
             break
@@ -152,7 +152,7 @@ def _continues(path: Path, start: dict[str, Any]) -> tuple[int, str] | None:
     if not rotated.is_file():
         return None  # the earlier file was removed (`keep` of them are kept): nothing to check
     tail = deque(log_lines(rotated), maxlen=1)
-    if not tail or start.get("prev") != auditfile.link(tail[0]):
+    if not tail or start.get("prev") != auditchain.link(tail[0]):
         return (1, f"does not link to the last record of {earlier}, the log it continues")
     return None
 
