@@ -19,7 +19,8 @@ from bundlectl.gateway.relay import Job
 from bundlectl.mcpio.session import ServerSession
 
 if TYPE_CHECKING:
-    from bundlectl.gateway.hub import Hub, Notify, WatcherKey
+    from bundlectl.gateway.hub import Hub
+    from bundlectl.gateway.subscriptions import Notify, WatcherKey
 
 L = TypeVar("L")
 T = TypeVar("T")
@@ -71,14 +72,14 @@ class ServerContent:
         """The prompts of the servers in use, named `server__prompt` (descriptions through the
         tokenizer, as what `prompts/get` returns)."""
         prompts = [
-            prompt.model_copy(update={"name": self.hub.name_of(server, prompt.name)})
+            prompt.model_copy(update={"name": self.hub.listings.name_of(server, prompt.name)})
             for server, prompt in await self._gather(_PROMPTS)
         ]
         return self._tokenized(prompts, "title", "description")
 
     def _tokenized(self, items: list[T], *fields: str) -> list[T]:
         """Listed items with the text of `fields` tokenized (privacy), as reads of them are."""
-        tokens = self.hub.tokenizer(self.ctx, self.agent)
+        tokens = self.hub.privacy.tokenizer(self.ctx, self.agent)
         if tokens is None:
             return items
         return [tokens.listed(item, *fields) for item in items]
@@ -87,7 +88,7 @@ class ServerContent:
         self, name: str, arguments: dict[str, str] | None
     ) -> types.GetPromptResult:
         listed = await self._gather(_PROMPTS)
-        found = [(s, p.name) for s, p in listed if self.hub.name_of(s, p.name) == name]
+        found = [(s, p.name) for s, p in listed if self.hub.listings.name_of(s, p.name) == name]
         if found:
             server, prompt = found[0]
 
@@ -102,7 +103,7 @@ class ServerContent:
                 self.pipeline.access(self.agent, server, "prompts/get", key, "server-error")
                 raise
             self.pipeline.access(self.agent, server, "prompts/get", key, "ok")
-            tokens = self.hub.tokenizer(self.ctx, self.agent)
+            tokens = self.hub.privacy.tokenizer(self.ctx, self.agent)
             return tokens.prompt(got) if tokens is not None else got
         self.pipeline.access(self.agent, "-", "prompts/get", {"name": name}, "not-found")
         raise not_found(f"unknown prompt {name!r}; prompts/list shows the prompts you can use")
@@ -122,7 +123,7 @@ class ServerContent:
             found = [
                 (s, types.PromptReference(name=p.name))
                 for s, p in prompts
-                if self.hub.name_of(s, p.name) == ref.name
+                if self.hub.listings.name_of(s, p.name) == ref.name
             ]
             what = f"prompt {ref.name!r}"
         else:
@@ -140,7 +141,7 @@ class ServerContent:
         result: types.CompleteResult = await self.hub.downstream(server, self.agent).run(
             self.hub.group, job, self.ctx
         )
-        tokens = self.hub.tokenizer(self.ctx, self.agent)
+        tokens = self.hub.privacy.tokenizer(self.ctx, self.agent)
         if tokens is None:
             return result
         values = [tokens.text(value) for value in result.completion.values]
@@ -161,7 +162,7 @@ class ServerContent:
         real value, from the server that listed it only (no token is put back elsewhere)."""
 
         listed = await self._gather(_RESOURCES)
-        tokens = self.hub.tokenizer(self.ctx, self.agent)
+        tokens = self.hub.privacy.tokenizer(self.ctx, self.agent)
         real = tokens.restore(uri) if tokens is not None else uri
         owners = [server for server, item in listed if str(item.uri) == real]
         uri = real if owners else uri
@@ -181,7 +182,7 @@ class ServerContent:
                 continue
             if result is not None:
                 self.pipeline.access(self.agent, server, "resources/read", {"uri": uri}, "ok")
-                tokens = self.hub.tokenizer(self.ctx, self.agent)
+                tokens = self.hub.privacy.tokenizer(self.ctx, self.agent)
                 return tokens.read(result) if tokens is not None else result
         self.pipeline.access(self.agent, "-", "resources/read", {"uri": uri}, "not-found")
         raise not_found(f"unknown resource {uri!r}; resources/list shows what you can read")

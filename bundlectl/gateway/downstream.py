@@ -288,7 +288,7 @@ class Downstream:
             listed = await self.run(group, _listed_tools)
             fresh = {tool.name: tool for tool in listed}
             if self.relay is not None and fresh != self.tools:
-                self.relay.listeners.changed()
+                self.relay.listings_changed()
             self.tools = fresh
         return self.tools
 

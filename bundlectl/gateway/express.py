@@ -167,9 +167,9 @@ class Express:
                 and (held.tools or {}).get(known_tool.name) is known_tool
             ):
                 return held, server, known_tool.name
-        if hub.privacy() is not None:
+        if hub.privacy.settings() is not None:
             return None
-        found = hub.tool_named(name)
+        found = hub.listings.tool_named(name)
         if found is None:
             return None
         downstream = hub.servers.get(hub.slot(found[0], self.agent))

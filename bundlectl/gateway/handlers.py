@@ -79,7 +79,7 @@ def mcp_server(
         if seen is not None:
             seen(ctx)
         await hub.refresh()
-        hub.listening(ctx)
+        hub.subscriptions.listening(ctx)
         return AgentView(hub, agent_of(ctx), mode, ctx)
 
     async def on_list_tools(ctx: SdkContext, params: Paginated) -> types.ListToolsResult:
@@ -149,8 +149,7 @@ def mcp_server(
     ) -> types.EmptyResult:
         """The client's log level, applied by the gateway to what it forwards (downstream
         servers are shared by every client, so their own level is left as it is)."""
-        if not hub.stateless:
-            hub.log_levels[connection_of(ctx)] = params.level
+        hub.subscriptions.set_level(ctx, params.level)
         return types.EmptyResult()
 
     async def on_unsubscribe_resource(
@@ -179,7 +178,7 @@ def mcp_server(
             on_subscribe_resource=None if hub.stateless else on_subscribe_resource,
             on_unsubscribe_resource=None if hub.stateless else on_unsubscribe_resource,
             on_set_logging_level=on_set_logging_level,
-            on_subscriptions_listen=_Listen(ListenHandler(hub.bus), hub, view),
+            on_subscriptions_listen=_Listen(ListenHandler(hub.subscriptions.bus), hub, view),
         )
     security = (
         RequestStateSecurity(codec=codec) if codec is not None else RequestStateSecurity.ephemeral()
@@ -277,13 +276,13 @@ class _ListingCache:
         if ctx.method != "tools/list" or (ctx.params or {}).get("cursor"):
             return await call_next(ctx)
         await self.hub.refresh()
-        key = (self.agent_of(ctx), ctx.protocol_version, self.hub.generation)
-        cached = self.hub.listings.get(key)
+        key = (self.agent_of(ctx), ctx.protocol_version, self.hub.listings.generation)
+        cached = self.hub.listings.made.get(key)
         if cached is None:
-            generation = self.hub.generation
+            generation = self.hub.listings.generation
             cached = await call_next(ctx)
-            if self.hub.generation == generation:  # nothing changed while it was built
-                self.hub.listings[key] = cached
+            if self.hub.listings.generation == generation:  # nothing changed while it was built
+                self.hub.listings.made[key] = cached
         return cached
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import warnings
-from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -26,34 +26,11 @@ if TYPE_CHECKING:
     from mcp.client.session import ClientRequestContext, IncomingMessage
 
     from bundlectl.gateway.input_rounds import InputRounds
+    from bundlectl.gateway.subscriptions import Subscriptions
     from bundlectl.privacy.tokenize import Tokenizer
 
 T = TypeVar("T")
 Answer = TypeVar("Answer", types.ElicitResult, types.CreateMessageResult)
-
-
-class Listeners(Protocol):
-    """The gateway as a relay sees it: the clients that hear what a server says outside a
-    call's result (its list changes, the resources they watch, the log levels they asked for),
-    and where a 2026-07-28 client's call waits while the server asks it something."""
-
-    @property
-    def one_client(self) -> bool: ...  # stdio: one client, whose everything this is
-
-    @property
-    def input_rounds(self) -> InputRounds: ...
-
-    def watched(self) -> Iterable[tuple[str, str, str]]: ...  # (server, owner, uri) watched
-
-    def wants_log(self, ctx: RequestContext, level: str) -> bool: ...
-
-    def changed(self) -> None: ...  # what agents can list may differ: listings made afresh
-
-    async def tools_changed(self, server: str) -> None: ...
-
-    async def tell_listeners(self, send: str) -> None: ...
-
-    async def resource_updated(self, server: str, owner: str, uri: str) -> None: ...
 
 
 class CallCancelled(Interrupted):
@@ -78,11 +55,25 @@ class Relay:
     (`AgentView._progress`)."""
 
     def __init__(
-        self, server: str, listeners: Listeners, owner: str = "", *, timeout: float = 60.0
+        self,
+        server: str,
+        owner: str,
+        subscriptions: Subscriptions,
+        rounds: InputRounds,
+        *,
+        tools_changed: Callable[[str], Awaitable[None]],
+        listings_changed: Callable[[], None],
+        one_client: bool = False,
+        timeout: float = 60.0,
     ) -> None:
-        self.server, self.listeners = server, listeners
-        self.timeout = timeout  # the server's `timeout`: how long a client has to answer it
+        self.server = server
         self.owner = owner  # the agent whose process of the server this is ("": shared)
+        self.subscriptions = subscriptions  # who hears what the server says outside a call
+        self.rounds = rounds  # where a 2026-07-28 client's call waits while it is asked
+        self.tools_changed = tools_changed  # the server said its tools changed
+        self.listings_changed = listings_changed  # its live tools differ from those listed
+        self.one_client = one_client  # stdio: one client, whose everything the server says is
+        self.timeout = timeout  # the server's `timeout`: how long a client has to answer it
         self.inflight: dict[int, RequestContext] = {}  # the request of each call in flight
         self.tokens: dict[int, Tokenizer | None] = {}  # the token map of each call in flight
         self.last: RequestContext | None = None  # the latest call's (a gateway with one client)
@@ -101,7 +92,7 @@ class Relay:
         key = next(self._keys)
         self.inflight[key] = ctx
         self.tokens[key] = tokens
-        if self.listeners.one_client:
+        if self.one_client:
             self.last, self.last_tokens = ctx, tokens
         return key
 
@@ -119,7 +110,7 @@ class Relay:
     def current(self) -> tuple[RequestContext | None, str | None]:
         """The client request a server's message belongs to, or None and why not."""
         contexts = list(self.inflight.values())
-        if self.listeners.one_client and (contexts or self.last is not None):
+        if self.one_client and (contexts or self.last is not None):
             # stdio: one client, whose calls may be on the express lane and the SDK path at
             # once; whatever the server says, during a call or between calls, is that client's.
             return (contexts[-1] if contexts else self.last), None
@@ -165,7 +156,7 @@ class Relay:
             return self._refuse(capability, why)
         if ctx.session.can_send_request:
             return await ctx.session.send_request(request, answer)
-        rounds = self.listeners.input_rounds
+        rounds = self.rounds
         if not rounds.holds(ctx):
             return self._refuse(
                 capability,
@@ -201,7 +192,7 @@ class Relay:
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         ctx, _ = self.current()
-        if ctx is None or not self.listeners.wants_log(ctx, params.level):
+        if ctx is None or not self.subscriptions.wants_log(ctx, params.level):
             return
         tokens = self.tokens_of(ctx)
         if tokens is not None:  # what a server logs passes the tokenizer like its results
@@ -215,13 +206,14 @@ class Relay:
 
     async def message(self, message: IncomingMessage) -> None:
         if isinstance(message, types.ToolListChangedNotification):
-            await self.listeners.tools_changed(self.server)
+            await self.tools_changed(self.server)
         elif isinstance(message, types.PromptListChangedNotification):
-            await self.listeners.tell_listeners("send_prompt_list_changed")
+            await self.subscriptions.tell_listeners("send_prompt_list_changed")
         elif isinstance(message, types.ResourceListChangedNotification):
-            await self.listeners.tell_listeners("send_resource_list_changed")
+            await self.subscriptions.tell_listeners("send_resource_list_changed")
         elif isinstance(message, types.ResourceUpdatedNotification) and not self.modern:
-            await self.listeners.resource_updated(self.server, self.owner, str(message.params.uri))
+            uri = str(message.params.uri)
+            await self.subscriptions.resource_updated(self.server, self.owner, uri)
 
     async def listen(self, session: ServerSession, scope: anyio.CancelScope) -> None:
         """On the 2026-07-28 protocol a server's changes come only to a client that listens for
@@ -243,11 +235,11 @@ class Relay:
                             self.opened.set()
                             async for event in events:
                                 if isinstance(event, ResourceUpdated):
-                                    await self.listeners.resource_updated(
+                                    await self.subscriptions.resource_updated(
                                         self.server, self.owner, event.uri
                                     )
                                 else:
-                                    await self.listeners.tools_changed(self.server)
+                                    await self.tools_changed(self.server)
                             return  # the server ended the stream
                     if not self._listening.cancel_called:
                         return
@@ -265,7 +257,7 @@ class Relay:
             await self.settled.wait()
         if self.modern:
             return
-        for server, owner, uri in list(self.listeners.watched()):
+        for server, owner, uri in list(self.subscriptions.watched()):
             if (server, owner) == (self.server, self.owner):
                 await session.subscribe(uri)
 

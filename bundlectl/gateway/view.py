@@ -80,7 +80,7 @@ class AgentView(ServerContent):
             live = (await downstream.live_tools(self.hub.group)).values()
         except BundlectlError:
             return []  # a server that cannot start offers nothing (its log line says why)
-        self.hub.learn(name, live)
+        self.hub.listings.learn(name, live)
         return [tool for tool in live if self.pipeline.unpinned(name, tool) is None]
 
     async def _catalog(self) -> list[tuple[str, types.Tool]]:
@@ -112,8 +112,8 @@ class AgentView(ServerContent):
         if why is None:
             return tool
         key = (server, tool.name, tool.description, json.dumps(tool.input_schema, sort_keys=True))
-        if key not in self.hub.withheld:
-            self.hub.withheld.add(key)
+        if key not in self.hub.listings.withheld:
+            self.hub.listings.withheld.add(key)
             self.pipeline.audit.withheld(self.agent, server, tool.name, why)
             err(f"warning: {server}.{tool.name}: description withheld from clients: {why}")
         return tool.model_copy(
@@ -127,9 +127,9 @@ class AgentView(ServerContent):
         """Direct mode: the usable tools, named `server__tool`, definitions passed through."""
         catalog = await self._catalog()
         tools = [
-            tool.model_copy(update={"name": self.hub.name_of(server, tool.name)})
+            tool.model_copy(update={"name": self.hub.listings.name_of(server, tool.name)})
             for server, tool in catalog
-            if self.hub.name_of(server, tool.name) not in self.hub.ambiguous
+            if self.hub.listings.name_of(server, tool.name) not in self.hub.listings.ambiguous
         ]
         return sorted(tools, key=lambda t: t.name)
 
@@ -194,14 +194,14 @@ class AgentView(ServerContent):
         (search mode); None: no configured server has that tool."""
         if "." in name:  # the pair itself, never through a gateway name that may stand for another
             server, _, tool = name.partition(".")
-            self.hub.names()
-            return (server, tool) if (server, tool) in self.hub.pairs else None
-        return self.hub.tool_named(name)
+            self.hub.listings.known()
+            return (server, tool) if (server, tool) in self.hub.listings.pairs else None
+        return self.hub.listings.tool_named(name)
 
     def _log_meta(self) -> JsonObject | None:
         """The call's `_meta` for the server: the log level the client wants (a 2026-07-28
         server sends log messages only to requests that ask; older ones ignore the key)."""
-        floor = self.hub.log_floor(self.ctx) if self.ctx is not None else None
+        floor = self.hub.subscriptions.log_floor(self.ctx) if self.ctx is not None else None
         return None if floor is None else {types.LOG_LEVEL_META_KEY: floor}
 
     def _progress(self) -> Progress | None:
@@ -214,7 +214,7 @@ class AgentView(ServerContent):
         ):
             return None  # (the express lane passes progress on itself)
 
-        tokens = self.hub.tokenizer(ctx, self.agent)
+        tokens = self.hub.privacy.tokenizer(ctx, self.agent)
 
         async def report(progress: float, total: float | None, message: str | None) -> None:
             if tokens is not None and message is not None:
@@ -345,7 +345,7 @@ class AgentView(ServerContent):
     def _received(self, server: str, tool: str, arguments: JsonObject) -> JsonObject:
         """The arguments as `server.tool` will receive them: the real values behind the agent's
         privacy tokens for a `detokenize` tool (the conditions judge those, SPEC 10)."""
-        tokens = self.hub.tokenizer(self.ctx, self.agent)
+        tokens = self.hub.privacy.tokenizer(self.ctx, self.agent)
         if tokens is None or not self._real_values(server, tool):
             return arguments
         restored: JsonObject = tokens.restore(arguments)
@@ -353,7 +353,7 @@ class AgentView(ServerContent):
 
     def _real_values(self, server: str, tool: str) -> bool:
         """Whether `server.tool` gets the real values behind privacy tokens (`detokenize`)."""
-        privacy = self.hub.privacy()
+        privacy = self.hub.privacy.settings()
         return privacy is not None and privacy.gets_real_values(server, tool)
 
     def _not_started(self, name: str) -> str | None:
@@ -411,7 +411,7 @@ class _GatewayDoor(Door[_Answer]):
     ) -> None:
         self.view, self.name, self.unknown, self.confirm = view, name, unknown, confirm
         self.received = received  # the arguments as the server receives them
-        self.tokens = view.hub.tokenizer(view.ctx, view.agent)  # None: nothing is tokenized
+        self.tokens = view.hub.privacy.tokenizer(view.ctx, view.agent)  # None: nothing is tokenized
         self.raised = False  # a failure `Downstream.run` has already counted
         self.sign_in: SignInNeeded | None = None  # the caller must sign in to the server first
 

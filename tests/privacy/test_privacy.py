@@ -295,8 +295,8 @@ def test_sessions_leave_nothing_behind_and_one_agent_has_one_map(private: Path) 
     seen, hub = _in_process(private, "clerk", [script] * 20)
     assert all("[EMAIL_1]" in s for s in seen)
     gc.collect()
-    assert len(hub.listeners) == 0 and len(hub.tokenizers) == 0
-    assert list(hub.agent_tokenizers) == ["clerk"]  # no session outlives a request here
+    assert len(hub.subscriptions.listeners) == 0 and len(hub.privacy.tokenizers) == 0
+    assert list(hub.privacy.agent_tokenizers) == ["clerk"]  # no session outlives a request here
 
 
 def test_a_session_id_header_never_picks_another_agents_token_map(
