@@ -8,7 +8,8 @@ import hmac
 import json
 import os
 import secrets
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -116,6 +117,10 @@ class AuditSink(Protocol):
         """A tool whose live definition differs from the reviewed one, held for a person
         (`pin_tools`, #60): once per definition and process."""
 
+    def egress_denied(self, server: str, host: str) -> None:
+        """A sandboxed server's connection to a host its `sandbox.network` does not list,
+        refused by its egress proxy (the host alone: no path, no port, nothing sent)."""
+
 
 # The stream sinks of `audit.sinks`: JSON lines for a container's log collector.
 STREAMS = {"stdout": 1, "stderr": 2}
@@ -133,6 +138,8 @@ class AuditLog:
     _streams: tuple[int, ...] | None = None  # stdout/stderr sinks (file descriptors)
     _otlp: bool = False  # the `otlp` sink: each record an OpenTelemetry log record too
     _key: bytes | None = None  # the installation's audit key, read on the first digest
+    # one record at a time: a sandboxed server's egress proxy writes from a thread of its own
+    _writing: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def _digest(self, arguments: dict[str, Any] | None) -> str | None:
         if arguments is None:
@@ -221,6 +228,9 @@ class AuditLog:
             "-", server, tool, decision="deny", outcome="tool-changed", approval=approval, why=why
         )
 
+    def egress_denied(self, server: str, host: str) -> None:
+        self._append("-", server, "-", decision="deny", outcome="egress-denied", remote=host)
+
     def unauthorized(self, remote: str, *, repeated: int | None = None) -> None:
         self._append(
             "-", "-", "-", decision="deny", outcome="unauthorized", remote=remote, repeated=repeated
@@ -238,6 +248,10 @@ class AuditLog:
             project=str(self.resolution.project.root),
             **fields,
         )
+        with self._writing:
+            self._write(entry)
+
+    def _write(self, entry: AuditRecord) -> None:
         try:
             if self._streams is None:
                 sinks = userconfig.load().audit.sinks

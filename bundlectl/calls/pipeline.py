@@ -467,4 +467,5 @@ class Pipeline:
             sandbox_writes=(
                 writes_from_policy(self.resolution, server, agents) if mode != "off" else ()
             ),
+            egress_refused=lambda host: self.audit.egress_denied(server, host),
         )

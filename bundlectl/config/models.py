@@ -24,6 +24,7 @@ from bundlectl.config.fields import (
     empty_dict,
     empty_list,
 )
+from bundlectl.config.hosts import valid_pattern
 from bundlectl.config.settings import (
     GatewaySettings,
     LimitRule,
@@ -79,10 +80,12 @@ class SandboxSpec(StrictModel):
         description="Paths it may write (relative to the project root, or ~/...); the "
         "project's governed files (bundlectl.*, the clients' configs) stay read-only.",
     )
-    network: Literal["none", "host"] = Field(
+    network: Literal["none", "host"] | list[Annotated[str, Field(min_length=1)]] = Field(
         default="none",
         description="none: no network at all (not even loopback); host: the machine's network, "
-        "unfiltered.",
+        "unfiltered; a list of hosts (api.github.com, *.githubusercontent.com:443, "
+        "127.0.0.1:8080): those alone, through bundlectl's egress proxy (HTTPS_PROXY), every "
+        "other refused and audited (egress-denied). A host without a port: 443 and 80.",
     )
     memory: str = Field(
         default="2G",
@@ -103,6 +106,16 @@ class SandboxSpec(StrictModel):
     reason: str | None = Field(
         default=None, min_length=1, description="Why it runs unsandboxed (with off: true)."
     )
+
+    @field_validator("network")
+    @classmethod
+    def _hosts(cls, value: str | list[str]) -> str | list[str]:
+        if isinstance(value, list):
+            for host in value:
+                why = valid_pattern(host)
+                if why is not None:
+                    raise ValueError(f"{host!r}: {why}")
+        return value
 
     @model_validator(mode="after")
     def _reasoned(self) -> "SandboxSpec":

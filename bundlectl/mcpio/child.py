@@ -18,11 +18,14 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from bundlectl.mcpio import watchdog
 from bundlectl.mcpio.sandbox import release_group
 from bundlectl.mcpio.watchdog import group_alive, stop_group
+
+if TYPE_CHECKING:
+    from bundlectl.mcpio.egress import Egress
 
 MAX_MESSAGE = 128 * 1024 * 1024  # bytes in one message, unless a server's spec says otherwise
 GRACE = 2.0  # seconds after closing stdin, and again after SIGTERM
@@ -39,6 +42,7 @@ class Child:
     detach: bool = False
     max_message: int = MAX_MESSAGE  # bytes in one message (`servers.NAME.max_message_mb`)
     group: Path | None = None  # the pids cgroup it joined (`cgroup.procs`), removed when done
+    egress: Egress | None = None  # its egress proxy (`sandbox.network` hosts), closed when done
 
     @classmethod
     def start(
@@ -51,6 +55,7 @@ class Child:
         with_parent: bool = False,
         limits: dict[int, int] | None = None,
         group: Path | None = None,
+        egress: Egress | None = None,
     ) -> Child:
         """Start now. A missing executable raises FileNotFoundError, as the SDK would.
         `with_parent`: on Linux the child gets SIGTERM when we die, even by SIGKILL (the
@@ -73,7 +78,7 @@ class Child:
             bufsize=0,
             **kwargs,
         )
-        return cls(process, group=group)
+        return cls(process, group=group, egress=egress)
 
     async def stop(self) -> None:
         """Close stdin, wait, then terminate and kill the whole process group.
@@ -127,8 +132,10 @@ class Child:
 
     def _release(self) -> None:
         """Remove its pids cgroup, once empty (a detached server's stays until the next start
-        sweeps it)."""
+        sweeps it), and stop its egress proxy."""
         release_group(self.group)
+        if self.egress is not None:
+            self.egress.close()
 
     async def _stop_windows(self) -> None:
         if await self._wait(GRACE):

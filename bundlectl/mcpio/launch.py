@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,8 @@ class Launch:
     cwd: str  # absolute: the project's root joined with the server's `cwd`
     max_message: int  # bytes in one message
     sandbox: Profile | None = None  # its kernel sandbox (`sandbox.py`), when the policy has one
+    # told each host its sandbox's egress proxy refuses (the audit log's `egress-denied`)
+    egress_refused: Callable[[str], None] | None = field(default=None, compare=False)
 
     def start(self, stderr: StderrTee, *, with_parent: bool = False) -> Child:
         """Start it now: references expanded from this process's environment (an unset one is
@@ -45,7 +47,9 @@ class Launch:
         argv = _resolve_command(argv, env)
         confined = Confined(argv, {})
         if self.sandbox is not None:
-            confined = wrap(self.sandbox, argv, cwd=self.cwd, home=env.get("HOME"))
+            confined = wrap(
+                self.sandbox, argv, cwd=self.cwd, home=env.get("HOME"), refused=self.egress_refused
+            )
         try:
             child = Child.start(
                 confined.argv,
@@ -55,9 +59,12 @@ class Launch:
                 with_parent=with_parent,
                 limits=confined.limits,
                 group=confined.group,
+                egress=confined.egress,
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             release_group(confined.group)
+            if confined.egress is not None:
+                confined.egress.close()
             raise ServerError(
                 f"could not start server {self.server!r}: {self.command!r}: {exc.strerror}",
                 hint=f"install {self.command!r} or fix servers.{self.server}.command (and cwd)",

@@ -11,8 +11,10 @@ there to read; the project read-only, and writable only where the policy lets th
 agents it serves write (`resolve.sandboxing`: a `{path: docs/**}` condition makes `docs`
 writable, a tool that only reads nothing) and where `write:` adds (the project's governed files
 — bundlectl's own and the clients' MCP configs — stay read-only even there);
-no other process visible (a PID namespace), no network at all unless `network: host` (not even
-loopback), no capabilities, a new session (no terminal to push input into), ended with us.
+no other process visible (a PID namespace), no network at all (not even loopback) unless
+`network: host`, or `network: [hosts...]`: those hosts alone, through an egress proxy bundlectl
+runs on the host (`egress.py`), no capabilities, a new session (no terminal to push input
+into), ended with us.
 Every path is bound resolved, so a symlink inside a writable folder cannot point the server
 outside it: the kernel refuses the write (`Read-only file system`). Memory (`RLIMIT_DATA`, 2G
 by default) and CPU time (`RLIMIT_CPU`) are limited per process, so a runaway allocation ends
@@ -41,6 +43,7 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,6 +54,7 @@ from bundlectl.policy.governing import CLIENT_FILES, OTHER_FILES, POLICY_FILES
 
 if TYPE_CHECKING:
     from bundlectl.config.models import ServerSpec
+    from bundlectl.mcpio.egress import Egress
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 CONTAINER_RUNTIMES = frozenset({"docker", "podman"})
@@ -87,7 +91,7 @@ class Profile:
     root: str  # the project's root
     read: tuple[str, ...] = ()
     write: tuple[str, ...] = ()
-    network: str = "none"
+    network: str | tuple[str, ...] = "none"  # none, host, or the hosts it may reach
     memory: str = "2G"
     cpu_seconds: int | None = None
     required: bool = False
@@ -98,7 +102,7 @@ class Profile:
         return {
             "read": list(self.read),
             "write": list(self.write),
-            "network": self.network,
+            "network": self.network if isinstance(self.network, str) else list(self.network),
             "memory": self.memory,
             "cpu_seconds": self.cpu_seconds,
             "processes": self.processes,
@@ -106,10 +110,17 @@ class Profile:
             **({"container": True} if self.container else {}),
         }
 
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """The hosts it may reach through its egress proxy (none: no proxy)."""
+        return () if isinstance(self.network, str) else self.network
+
     def described(self) -> str:
         """One line a person reads: what the server may write and reach."""
         writes = ", ".join(self.write) or "nothing"
         network = "the machine's network" if self.network == "host" else "no network"
+        if self.hosts:
+            network = "the network to " + ", ".join(self.hosts) + " (through its proxy)"
         cpu = f", {self.cpu_seconds} s of CPU" if self.cpu_seconds else ""
         said = f"writes {writes}; {network}; {self.memory} of memory{cpu}"
         if not self.container:
@@ -142,7 +153,7 @@ def profile_for(
         str(root),
         tuple(declared.read),
         tuple(dict.fromkeys((*drawn, *declared.write))),
-        declared.network,
+        declared.network if isinstance(declared.network, str) else tuple(declared.network),
         declared.memory,
         declared.cpu_seconds,
         required=mode == "required",
@@ -175,13 +186,30 @@ class Confined:
     argv: list[str]
     limits: dict[int, int]
     group: Path | None = None
+    egress: Egress | None = None  # its egress proxy, closed when it ends
 
 
-def wrap(profile: Profile, argv: list[str], *, cwd: str, home: str | None) -> Confined:
+def wrap(
+    profile: Profile,
+    argv: list[str],
+    *,
+    cwd: str,
+    home: str | None,
+    refused: Callable[[str], None] | None = None,
+) -> Confined:
     """`argv` to run inside the sandbox, with its limits; the argv unchanged (after a warning)
     when there is no bubblewrap and the policy allows that; a container's `run` with the
-    profile as the runtime's options."""
+    profile as the runtime's options. With hosts to reach, an egress proxy is started for it
+    (`refused(host)`: told of each host it refuses)."""
     if profile.container and runs_container(argv[0], argv[1:]):
+        if profile.hosts:
+            raise ServerError(
+                f"server {profile.server!r} was not started: a container reaches no network or "
+                "the runtime's (`network: none` or `host`); a list of hosts is for servers "
+                "bubblewrap runs",
+                hint=f"set servers.{profile.server}.sandbox.network to none or host, or give "
+                "the container a network of your own in its `run` arguments",
+            )
         return Confined(contained(profile, argv), {})
     tool = bwrap()
     if tool is None:
@@ -199,23 +227,56 @@ def wrap(profile: Profile, argv: list[str], *, cwd: str, home: str | None) -> Co
                 "not available here (install it, or policy.sandbox: required to refuse)"
             )
         return Confined(argv, {})
+    egress = None
     try:
         arguments = _arguments(profile, argv, cwd=cwd, home=home)
+        if profile.hosts:
+            from bundlectl.mcpio import egress as proxy  # noqa: PLC0415 - only with hosts
+
+            egress = proxy.Egress(profile.server, profile.hosts, refused)
+            arguments += ["--bind", egress.path, proxy.INSIDE]
+            for name, value in egress.environment().items():
+                arguments += ["--setenv", name, value]
+            # the bridge runs on this Python, its standard library alone (-I -S)
+            bridge = str(Path(sys.executable).resolve())
+            for folder in _installations(bridge, _hidden(home)):
+                arguments += ["--ro-bind", str(folder), str(folder)]
+            inside = [proxy.INSIDE, str(proxy.PORT), "--"]
+            argv = [bridge, "-I", "-S", "-c", proxy.BRIDGE, *inside, *argv]
     except OSError as exc:  # a write path that cannot be made (a file stands where it goes)
+        if egress is not None:
+            egress.close()
         raise ServerError(
             f"server {profile.server!r} was not started: its sandbox cannot be set up: "
             f"{exc.strerror or exc}: {exc.filename}",
             hint=f"check servers.{profile.server}.sandbox (read: and write: paths)",
         ) from None
-    return Confined([tool, *arguments, "--", *argv], _limits(profile), pids_group(profile))
+    return Confined([tool, *arguments, "--", *argv], _limits(profile), pids_group(profile), egress)
+
+
+def _hidden(home: str | None) -> list[Path]:
+    """What the sandbox replaces with empty folders: /tmp, and the user's home."""
+    home_dir = Path(home).resolve() if home and Path(home).is_dir() else None
+    hidden = [Path("/tmp")]
+    if home_dir is not None and home_dir != Path("/"):
+        hidden.append(home_dir)
+    return hidden
+
+
+def _under(path: Path, places: list[Path]) -> bool:
+    return any(path == place or place in path.parents for place in places)
+
+
+def _installations(command: str, hidden: list[Path]) -> list[Path]:
+    """The installations (…/bin/x: …) of a program and its interpreter that a hidden folder
+    would hide: bound back read-only so that it starts."""
+    return [p.parent.parent for p in _programs(command) if _under(p, hidden)]
 
 
 def _arguments(profile: Profile, argv: list[str], *, cwd: str, home: str | None) -> list[str]:
     root = Path(profile.root).resolve()
     home_dir = Path(home).resolve() if home and Path(home).is_dir() else None
-    hidden = [Path("/tmp")]
-    if home_dir is not None and home_dir != Path("/"):
-        hidden.append(home_dir)
+    hidden = _hidden(home)
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for place in hidden:
         args += ["--tmpfs", str(place)]
@@ -241,16 +302,13 @@ def _shown(
     """What is bound read-only back into the hidden home and /tmp: the project, the program's
     installation, a file the command line names (a script) with its folder, and `read:`."""
 
-    def under_hidden(path: Path) -> bool:
-        return any(path == place or place in path.parents for place in hidden)
-
-    shown: list[Path] = [root] if under_hidden(root) else []
+    shown: list[Path] = [root] if _under(root, hidden) else []
     for program in _programs(argv[0]):
-        if under_hidden(program) and root not in program.parents:
+        if _under(program, hidden) and root not in program.parents:
             shown.append(program.parent.parent)  # its installation (…/bin/x: …)
     for argument in argv[1:]:
         named = Path(argument)
-        if named.is_absolute() and named.exists() and under_hidden(named.resolve()):
+        if named.is_absolute() and named.exists() and _under(named.resolve(), hidden):
             folder = named.resolve() if named.is_dir() else named.resolve().parent
             if root not in (folder, *folder.parents):
                 shown.append(folder)

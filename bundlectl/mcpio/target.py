@@ -5,6 +5,7 @@ call through and imports the rest while it starts. Connecting is `connect`'s.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,8 @@ class Target:
     sandbox_mode: str = "off"  # policy.sandbox: off, on or required (`mcpio.sandbox`)
     # in a sandbox, where the policy lets its calls write (`resolve.sandboxing`)
     sandbox_writes: tuple[str, ...] = ()
+    # told each host its sandbox's egress proxy refuses (`sandbox.network`: a list of hosts)
+    egress_refused: Callable[[str], None] | None = field(default=None, repr=False)
     # the token of the person the calls are made for (`auth.exchange`, `serve` over HTTP)
     bearer: str | None = field(default=None, repr=False)
     # whose sign-in the calls use (`auth.per_person`, `serve` over HTTP): their key (a digest
@@ -85,6 +88,7 @@ class Target:
             str(self.root / (spec.cwd or ".")),
             spec.max_message_mb * 1024 * 1024,
             profile_for(self.name, spec, self.root, self.sandbox_mode, self.sandbox_writes),
+            self.egress_refused,
         )
 
     def adopt(self, child: Child, stderr: StderrTee) -> Child:

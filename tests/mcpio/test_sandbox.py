@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.conftest import TEST_SERVERS, Run, write
+from tests.conftest import TEST_SERVERS, Run, audit_records, write
 from tests.gateway.test_gateway import PY, connected, texts
 
 HOSTILE = TEST_SERVERS / "hostile.py"
@@ -354,3 +355,123 @@ def test_a_write_path_that_cannot_be_made_is_a_clear_error(project: Path, run: R
     assert "server 'hostile' was not started: its sandbox cannot be set up" in result.err
     assert "check servers.hostile.sandbox" in result.err
     assert "Traceback" not in result.err
+
+
+@pytest.fixture
+def web() -> Iterator[int]:
+    """A plain HTTP server on the host's loopback: what an allowed host answers."""
+    import http.server
+    import threading
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"hello from the host"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.usefixtures("fake_home")
+def test_a_server_reaches_the_hosts_its_network_lists_through_its_proxy_and_no_other(
+    project: Path, run: Run, web: int, open_port: int, isolated_home: Path
+) -> None:
+    _config(project, f'{{network: ["127.0.0.1:{web}"]}}')
+    said = _batch(
+        project,
+        run,
+        [
+            ("fetch", {"url": f"http://127.0.0.1:{web}/hello"}),  # plain HTTP, through it
+            ("tunnel", {"host": "127.0.0.1", "port": web}),  # CONNECT, as TLS clients do
+            ("fetch", {"url": f"http://127.0.0.1:{open_port}/"}),  # a port it was not given
+            ("fetch", {"url": "http://example.invalid/"}),  # a host not on its list
+            ("tunnel", {"host": "localhost.example.invalid", "port": web}),
+            ("connect", {"port": web}),  # straight, past the proxy: it has no network
+        ],
+    )
+    plain, tunnelled, other_port, other_host, other_tunnel, straight = said
+    assert plain == "200 hello from the host"
+    assert tunnelled == "HTTP/1.1 200 Connection Established / HTTP/1.0 200 OK"
+    assert other_port == other_host == "refused: 403"
+    assert other_tunnel == "HTTP/1.1 403 Forbidden"
+    assert straight.startswith("refused:")
+    denied = [
+        r
+        for r in audit_records(isolated_home / "state" / "audit.jsonl")
+        if r["outcome"] == "egress-denied"
+    ]
+    assert [(r["server"], r["remote"]) for r in denied] == [
+        ("hostile", "127.0.0.1"),
+        ("hostile", "example.invalid"),
+        ("hostile", "localhost.example.invalid"),
+    ]
+    assert all(r["decision"] == "deny" for r in denied)
+    # the proxy's socket folder is gone with the server
+    assert not list(Path(tempfile.gettempdir()).glob("bundlectl-egress-hostile-*"))
+
+
+def test_the_gateway_gives_its_servers_the_same_way_out(
+    project: Path, tmp_path: Path, web: int
+) -> None:
+    _config(project, f'{{network: ["127.0.0.1:{web}"]}}')
+    from mcp import StdioServerParameters
+
+    home = tmp_path / "state"
+    params = StdioServerParameters(
+        command=PY,
+        args=["-m", "bundlectl", "serve", "--agent", "bot"],
+        cwd=str(project),
+        env={**os.environ, "BUNDLECTL_HOME": str(home)},
+    )
+
+    async def session() -> list[str]:
+        async with connected(params) as client:
+            return [
+                texts(await client.call_tool("hostile__fetch", {"url": url}))[0]
+                for url in (f"http://127.0.0.1:{web}/", "http://example.invalid/")
+            ]
+
+    assert anyio.run(session) == ["200 hello from the host", "refused: 403"]
+    records = [
+        json.loads(line) for line in (home / "state" / "audit.jsonl").read_text().splitlines()
+    ]
+    assert [r["remote"] for r in records if r["outcome"] == "egress-denied"] == ["example.invalid"]
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "allowed"),
+    [
+        ("api.github.com", 443, True),
+        ("API.GitHub.com.", 80, True),  # case and a trailing dot do not matter
+        ("api.github.com", 22, False),  # a host without a port: 443 and 80 only
+        ("raw.githubusercontent.com", 443, True),
+        ("githubusercontent.com", 443, False),  # *.domain: below it, not the domain itself
+        ("raw.githubusercontent.com", 80, False),
+        ("evilgithubusercontent.com", 443, False),
+        ("api.github.com.evil.example", 443, False),
+        ("127.0.0.1", 8080, True),
+        ("127.0.0.1", 8081, False),
+    ],
+)
+def test_a_host_list_allows_exactly_what_it_names(host: str, port: int, allowed: bool) -> None:
+    from bundlectl.config.hosts import allows
+
+    patterns = ["api.github.com", "*.githubusercontent.com:443", "127.0.0.1:8080"]
+    assert allows(patterns, host, port) is allowed
+
+
+def test_a_host_that_is_no_host_is_a_positioned_error(project: Path, run: Run) -> None:
+    _config(project, '{network: [api.github.com, "https://example.com/x"]}')
+    result = run("resolve")
+    assert result.code == 2
+    assert "bundlectl.yaml:6:24: servers.hostile.sandbox.network:" in result.err, result.err
+    assert "a host, not a URL" in result.err

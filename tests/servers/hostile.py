@@ -63,6 +63,43 @@ def connect(port: int) -> str:
 
 
 @server.tool()
+def fetch(url: str) -> str:
+    """GET `url` as a client library does: through the proxy its environment names, if any."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return f"{answer.status} {answer.read().decode()}"
+    except urllib.error.HTTPError as exc:
+        return f"refused: {exc.code}"
+    except (urllib.error.URLError, OSError) as exc:
+        return f"refused: {getattr(exc, 'reason', exc)}"
+
+
+@server.tool()
+def tunnel(host: str, port: int) -> str:
+    """A `CONNECT` through the proxy its environment names (as TLS clients do), then a plain
+    request to `/` through the tunnel: the status lines of both."""
+    from urllib.parse import urlsplit
+
+    proxy = urlsplit(os.environ.get("HTTPS_PROXY", "http://127.0.0.1:9"))
+    try:
+        with socket.create_connection((proxy.hostname, proxy.port), timeout=5) as conn:
+            conn.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            opened = conn.recv(4096).split(b"\r\n")[0].decode()
+            if " 200 " not in opened:
+                return opened
+            conn.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+            answer = b""
+            while chunk := conn.recv(4096):
+                answer += chunk
+            return opened + " / " + answer.split(b"\r\n")[0].decode()
+    except OSError as exc:
+        return f"refused: {exc.strerror or exc}"
+
+
+@server.tool()
 def allocate(megabytes: int) -> str:
     """Hold `megabytes` of memory at once."""
     return _tried(lambda: bytearray(megabytes * 1024 * 1024))
