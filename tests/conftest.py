@@ -39,13 +39,13 @@ def admitted(
 ) -> Any:
     """The pipeline's judgement and admission of a call, as the sequence makes them for a
     door whose confirmations answer at once (`exec`): the decision, or the refusal raised."""
-    from bundlectl.calls.confirm import settled
+    from bundlectl.calls.confirm import run_to_end
 
     interactive = pipeline.confirm is not None or pipeline.approvals is not None
     decision = pipeline.judge(
         agent, server, tool, interactive=interactive, arguments=arguments or {}
     )
-    return settled(pipeline.admission(decision, arguments, pipeline.confirm))
+    return run_to_end(pipeline.admission(decision, arguments, pipeline.confirm))
 
 
 # A 2025-11-25 `initialize` request, for tests that speak raw JSON-RPC to a server or gateway.

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bundlectl.config.bounded import MAX_INPUT, read_bounded
+from bundlectl.config.bounded_read import MAX_INPUT, read_bounded
 from bundlectl.errors import ToolCallError, UsageError
 from bundlectl.mcpio.schemas import checker
 from bundlectl.policy.conditions import unencodable

@@ -16,11 +16,11 @@ from bundlectl.calls import sequence
 from bundlectl.calls.arguments import DuplicateKeyError, loads_strict
 from bundlectl.calls.call import client_capabilities, perform
 from bundlectl.calls.calldata import CallOutcome, CallRequest, ToolCall
-from bundlectl.calls.confirm import Deferred
+from bundlectl.calls.confirm import AnswerLater
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.calls.render import result_json
 from bundlectl.calls.sequence import Door
-from bundlectl.config.bounded import read_bounded
+from bundlectl.config.bounded_read import read_bounded
 from bundlectl.errors import BundlectlError, UsageError
 from bundlectl.mcpio.connect import connect
 from bundlectl.mcpio.session import SdkSession
@@ -117,7 +117,7 @@ async def run_items(
                     item.error = exc
                     ended_line(index, None)
                     continue
-                assert not isinstance(ended, Deferred)  # a held call is refused with its id
+                assert not isinstance(ended, AnswerLater)  # a held call is refused with its id
                 ended_line(index, ended)
 
     async with anyio.create_task_group() as group:

@@ -173,7 +173,7 @@ def _declared_only(arguments: dict[str, Any], schema: dict[str, Any], qualified:
         )
 
 
-def prepared(outcome: CallOutcome, tool: Any, target: Target) -> dict[str, Any]:
+def checked_arguments(outcome: CallOutcome, tool: Any, target: Target) -> dict[str, Any]:
     """Every check between a call's admission and its sending, on the server's live `tool`:
     the arguments as the server gets them (a detokenize tool's real values), or the refusal
     (BundlectlError); `outcome.arguments` are those the agent sent, typed by the tool's schema
@@ -223,7 +223,7 @@ async def perform(
         tool = tools.get(request.tool)
         if tool is None:
             raise missing_tool(request.server, request.tool, sorted(tools))
-        sent = prepared(outcome, tool, target)
+        sent = checked_arguments(outcome, tool, target)
         with (
             runner.interruptible() as scope,
             telemetry.step(
@@ -256,7 +256,7 @@ async def perform(
     return outcome
 
 
-async def call_once(
+async def connect_and_call(
     target: Target,
     request: CallRequest,
     *,
@@ -277,7 +277,7 @@ async def call_once(
 
     in_process = _direct_client(target, request) if direct else None
     if in_process is not None:  # a built-in server's tool, called in this process without the SDK
-        return await _call_on(in_process, request, target, show, remaining=whole)
+        return await _call_on_session(in_process, request, target, show, remaining=whole)
     began = anyio.current_time()
     limit, option = connect_timeout, "--connect-timeout"
     if whole is not None and whole < connect_timeout:
@@ -296,10 +296,12 @@ async def call_once(
             )
             client = await stack.enter_async_context(opened)
         remaining = None if whole is None else whole - (anyio.current_time() - began)
-        return await _call_on(SdkSession(client), request, target, show, remaining=remaining)
+        return await _call_on_session(
+            SdkSession(client), request, target, show, remaining=remaining
+        )
 
 
-async def _call_on(
+async def _call_on_session(
     session: Session,
     request: CallRequest,
     target: Target,
@@ -326,7 +328,7 @@ async def _plain_call(
     whole: float | None,
     show: Callable[[CallOutcome], None],
 ) -> CallOutcome | None:
-    """`call_once` on a stdio server without the SDK (`plain.StdioClient`); None when the
+    """`connect_and_call` on a stdio server without the SDK (`plain.StdioClient`); None when the
     server refused the handshake (it was stopped)."""
 
     began = anyio.current_time()
@@ -352,7 +354,7 @@ async def _plain_call(
         if connecting.cancelled_caught:
             raise connect_timed_out(target, limit, option)
         remaining = None if whole is None else whole - (anyio.current_time() - began)
-        return await _call_on(client, request, target, show, remaining=remaining)
+        return await _call_on_session(client, request, target, show, remaining=remaining)
 
 
 def _reaped(child: Child, within: float = 0.5) -> None:

@@ -1,6 +1,6 @@
 """Who confirms a call that an `ask` rule holds: the strategies of `Pipeline.admission` (a terminal
 prompt, `--yes`, and, in other modules, an MCP elicitation and an out-of-band approval), and
-what a session should do after a call (`After`).
+what a session should do after a call (`AfterCall`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from bundlectl.policy.rules import Decision
 if TYPE_CHECKING:
     import mcp_types
 
+    from bundlectl.calls.arguments_shown import Shown
     from bundlectl.calls.audit import AuditSink
-    from bundlectl.calls.shown import Shown
     from bundlectl.config.settings import ApprovalSettings
     from bundlectl.resolve.resolved import Resolution
     from bundlectl.state import Store
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class After(Enum):
+class AfterCall(Enum):
     """What a server's session should do after a call (`Pipeline.finish`)."""
 
     KEEP = "keep"  # it answered (a result or a tool error): keep using it
@@ -42,7 +42,7 @@ class After(Enum):
 
 
 @dataclass(frozen=True)
-class Deferred:
+class AnswerLater:
     """An `ask` rule's answer that comes later, outside this request: what the front door
     answers meanwhile (the gateway: an MCP input-required result its client answers by
     retrying the call)."""
@@ -51,7 +51,7 @@ class Deferred:
 
 
 # An `ask` rule's answer: True go ahead, False the person said no, None no one could be asked.
-Answer = bool | None | Deferred
+Answer = bool | None | AnswerLater
 
 
 class Admitting(Protocol):
@@ -128,7 +128,7 @@ async def always_yes(pipeline: Admitting, decision: Decision, arguments: Mapping
     return True
 
 
-def settled(step: Coroutine[Any, Any, T]) -> T:
+def run_to_end(step: Coroutine[Any, Any, T]) -> T:
     """A coroutine that never waits on anything (the admission of `exec`, batch and code mode,
     whose confirmations block), run to its end without an event loop: the policy decides before
     anyio or the SDK is imported."""

@@ -7,7 +7,7 @@ One sequence, in three steps:
   audited here when it is a deny, an unconfirmed ask, or an ask no one can confirm;
 - `perform` (`calls.call`): on a session — check the live tool, validate the arguments, call
   with the timeout;
-- `finish`: the outcome audited, and what the session should do next (`After`: keep the server,
+- `finish`: the outcome audited, and what the session should do next (`AfterCall`: keep the server,
   start it afresh, or check that it is not stuck).
 
 A front door supplies what differs between them through two small interfaces: who confirms an
@@ -56,14 +56,14 @@ if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowe
 
 from bundlectl.calls import pins
 from bundlectl.calls.arguments import not_unicode
+from bundlectl.calls.arguments_shown import Shown
 from bundlectl.calls.audit import AuditLog, AuditSink
 from bundlectl.calls.confirm import (
-    After,
+    AfterCall,
     Answer,
+    AnswerLater,
     Confirmation,
-    Deferred,
 )
-from bundlectl.calls.shown import Shown
 
 # The audit log's outcome of a call that failed, by the error's exit code (SPEC 4.1).
 OUTCOMES = {
@@ -185,7 +185,7 @@ class Pipeline:
         confirm: Confirmation | None,
         *,
         bound: Mapping[str, Any] | None = None,
-    ) -> Decision | Deferred:
+    ) -> Decision | AnswerLater:
         """The one place a judged call is confirmed and admitted, for every front door: an
         `ask` rule's call is put to `confirm` (the front door's strategy; when it has none,
         an approver's, if `policy.approvals` is on); then `admit`. `bound`: the arguments as
@@ -218,7 +218,7 @@ class Pipeline:
         if decision.effect == "ask" and confirm is not None:
             self.check_limits(decision)  # over a quota: refused before anyone is asked
             answer = await confirm(self, decision, arguments)
-        if isinstance(answer, Deferred):
+        if isinstance(answer, AnswerLater):
             return answer
         return self.admit(decision, answer)
 
@@ -390,7 +390,7 @@ class Pipeline:
             self._shown = Shown(self.resolution)
         return self._shown
 
-    def finish(self, outcome: CallOutcome) -> After:
+    def finish(self, outcome: CallOutcome) -> AfterCall:
         """The call is over, whichever front door made it: audit its outcome (the arguments as
         the agent sent them, digested) and say what the server's session should do next —
         `Downstream.after` acts on it, the one place crashes are counted."""
@@ -405,12 +405,12 @@ class Pipeline:
         self.record(outcome.request.decision, done, outcome.duration_ms, outcome.arguments, why=why)
         self._refund(outcome.request.decision, done)
         if isinstance(error, ServerCrashed):
-            return After.CRASHED
+            return AfterCall.CRASHED
         if isinstance(error, ServerError):
-            return After.RESTART
+            return AfterCall.RESTART
         if isinstance(error, CallTimeout):
-            return After.PROBE
-        return After.KEEP
+            return AfterCall.PROBE
+        return AfterCall.KEEP
 
     def _refund(self, decision: Decision, done: str) -> None:
         """The quota count of an admitted call back, when nothing was sent: refused for its

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
 from bundlectl.calls.calldata import CallOutcome, CallRequest, ToolCall
-from bundlectl.calls.confirm import After, Confirmation, Deferred
+from bundlectl.calls.confirm import AfterCall, AnswerLater, Confirmation
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.errors import BundlectlError, Interrupted
 from bundlectl.policy.rules import Decision
@@ -67,7 +67,7 @@ class Door(Generic[R]):
         """What the door answers with (or answers, when it writes its own answer)."""
         raise NotImplementedError
 
-    async def finished(self, after: After) -> None:
+    async def finished(self, after: AfterCall) -> None:
         """The call is finished (audited): what its server's session should do next."""
 
     def refused(self, decision: Decision | None, error: BundlectlError) -> R:
@@ -82,9 +82,9 @@ class Door(Generic[R]):
         return await job()
 
 
-async def run(pipeline: Pipeline, door: Door[R], call: ToolCall) -> R | Deferred:
+async def run(pipeline: Pipeline, door: Door[R], call: ToolCall) -> R | AnswerLater:
     """The call through every step, in order (see the module): what the door presents, or a
-    `Deferred` answer (an `ask` answered later, by the client's retry), or its refusal."""
+    `AnswerLater` answer (an `ask` answered later, by the client's retry), or its refusal."""
     try:
         decision = pipeline.judge(
             call.agent,
@@ -108,7 +108,7 @@ async def run(pipeline: Pipeline, door: Door[R], call: ToolCall) -> R | Deferred
         )
     except BundlectlError as exc:
         return door.refused(decision, exc)
-    if isinstance(admitted, Deferred):
+    if isinstance(admitted, AnswerLater):
         return admitted
     request = door.request(pipeline, call, admitted)
 

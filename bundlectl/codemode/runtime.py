@@ -18,9 +18,9 @@ import anyio
 
 from bundlectl.calls import sequence
 from bundlectl.calls.audit import AuditLog
-from bundlectl.calls.call import call_once, client_capabilities
+from bundlectl.calls.call import client_capabilities, connect_and_call
 from bundlectl.calls.calldata import CallOutcome, CallRequest, ToolCall
-from bundlectl.calls.confirm import Deferred, settled, terminal_confirmer
+from bundlectl.calls.confirm import AnswerLater, run_to_end, terminal_confirmer
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.calls.sequence import Door
 from bundlectl.codemode.outcomes import ToolDenied, ToolFailed
@@ -93,8 +93,8 @@ def _in_process(
         target = pipeline.target(server, quiet=True, agents=[call.agent])
         door = _CodeDoor(pipeline, target, tokens if restore else None)
         ran = sequence.run(pipeline, door, call)  # its confirmations block: no event loop yet
-        outcome = settled(ran)
-        assert not isinstance(outcome, Deferred)
+        outcome = run_to_end(ran)
+        assert not isinstance(outcome, AnswerLater)
     except PolicyDenied as exc:
         raise ToolDenied(exc.message + (f" ({exc.hint})" if exc.hint else "")) from None
     except BundlectlError as exc:
@@ -128,7 +128,7 @@ class _CodeDoor(Door[CallOutcome]):
         options = client_capabilities(self.target.root, ask=self.ask)
 
         async def go() -> CallOutcome:
-            return await call_once(
+            return await connect_and_call(
                 self.target,
                 request,
                 child=None,

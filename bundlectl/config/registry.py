@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from packaging.version import InvalidVersion, Version
 
 from bundlectl.config import fields, models, paths, settings
-from bundlectl.config.bounded import read_bounded
+from bundlectl.config.bounded_read import read_bounded
 from bundlectl.config.models import BundleManifest
 from bundlectl.config.requirements import NAME_HELP, NAME_RE
 from bundlectl.config.validation import validate_doc

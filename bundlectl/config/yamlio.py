@@ -33,7 +33,7 @@ from ruamel.yaml.events import (
 from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.resolver import VersionedResolver
 
-from bundlectl.config.bounded import read_bounded
+from bundlectl.config.bounded_read import read_bounded
 from bundlectl.config.yamlevents import bounded_events
 from bundlectl.errors import InputFileError, Problem
 

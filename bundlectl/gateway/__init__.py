@@ -1,5 +1,5 @@
 """`bundlectl serve`: the policy-enforcing MCP gateway. `hub` holds what every session shares
 (the downstream servers, names, reloads), `view` one agent's view of it (listing, calls through
 `calls.sequence`), `handlers` the MCP server's handlers, `http` the streamable HTTP front door
-(tokens, identities, the approvers' page, people's own sign-ins: `personal`), `stdio_door` and
+(tokens, identities, the approvers' page, people's own sign-ins: `personal`), `serve_stdio` and
 `express` the stdio front door and its warm-call door."""

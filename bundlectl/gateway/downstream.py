@@ -15,13 +15,13 @@ from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectSendStream
 
 from bundlectl import metrics
-from bundlectl.calls.confirm import After
+from bundlectl.calls.confirm import AfterCall
 from bundlectl.errors import (
     BundlectlError,
     ServerCrashed,
     ServerError,
 )
-from bundlectl.gateway.relay import Job, Relay
+from bundlectl.gateway.server_messages import Job, Relay
 from bundlectl.mcpio.connect import classify, connect
 from bundlectl.mcpio.pipe_session import PipeSession
 from bundlectl.mcpio.session import SdkSession, ServerSession
@@ -29,7 +29,7 @@ from bundlectl.mcpio.target import Target
 from bundlectl.output import err
 
 if TYPE_CHECKING:
-    from bundlectl.gateway.context import RequestContext
+    from bundlectl.gateway.request_context import RequestContext
     from bundlectl.privacy.tokenize import Tokenizer
 
 CONNECT_TIMEOUT = 30.0
@@ -236,26 +236,26 @@ class Downstream:
         process = getattr(child, "process", None)
         return process is not None and process.poll() is not None
 
-    def kept(self, after: After) -> bool:
+    def kept(self, after: AfterCall) -> bool:
         """Whether the server is kept as it is after the call (it answered): then it is sound
         again, its crashes in a row forgotten."""
-        if after is not After.KEEP:
+        if after is not AfterCall.KEEP:
             return False
         self.failures = 0
         return True
 
-    async def after(self, after: After, group: TaskGroup) -> None:
+    async def after(self, after: AfterCall, group: TaskGroup) -> None:
         """What `Pipeline.finish` said of a call — the one place a server's crashes are counted,
         whichever path the call took: one that answered is sound again; one that broke the call
         is started afresh, after a backoff that grows with each crash in a row; one that did not
         answer in time is checked for being stuck in it (`probe`)."""
         if self.kept(after):
             return
-        if after in (After.CRASHED, After.RESTART):
+        if after in (AfterCall.CRASHED, AfterCall.RESTART):
             metrics.restarted(self.target.name, after.value)
-        if after is After.CRASHED:
+        if after is AfterCall.CRASHED:
             await self.crashed()
-        elif after is After.RESTART:
+        elif after is AfterCall.RESTART:
             await self.stop()
         else:
             group.start_soon(self.probe, group)

@@ -37,9 +37,11 @@ from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from bundlectl import __version__, metrics
-from bundlectl.calls.confirm import Admitting, Confirmation, Deferred
+from bundlectl.calls.confirm import Admitting, AnswerLater, Confirmation
 from bundlectl.config.lockfile import digest_json
-from bundlectl.gateway.context import (
+from bundlectl.gateway.hub import Hub
+from bundlectl.gateway.input_rounds import unseal
+from bundlectl.gateway.request_context import (
     MODERN,
     SdkContext,
     answers_by_retry,
@@ -48,8 +50,6 @@ from bundlectl.gateway.context import (
     error_result,
     session_key,
 )
-from bundlectl.gateway.hub import Hub
-from bundlectl.gateway.input_rounds import unseal
 from bundlectl.gateway.search import search_mode_tools
 from bundlectl.gateway.view import AgentView
 from bundlectl.mcpio.requests import JsonObject
@@ -366,7 +366,7 @@ def _elicitation(
 
     async def confirm(
         pipeline: Admitting, decision: Decision, arguments: Mapping[str, object]
-    ) -> bool | Deferred:
+    ) -> bool | AnswerLater:
         downstream = gateway.hub.servers.get(gateway.hub.slot(decision.server, gateway.agent))
         live = (downstream.tools if downstream is not None else None) or {}
         schema = getattr(live.get(decision.tool), "input_schema", None)
@@ -383,7 +383,7 @@ def _elicitation(
         )
         bound = {"agent": gateway.agent, "tool": params.name, "arguments": digest()}
         state = json.dumps({**bound, "nonce": secrets.token_hex(12)})
-        return Deferred(
+        return AnswerLater(
             types.InputRequiredResult(input_requests={"confirm": request}, request_state=state)
         )
 

@@ -36,12 +36,12 @@ from bundlectl.gateway.access import (
     people_tokens,
 )
 from bundlectl.gateway.approvers import ApprovalsPage, Approvers, People
-from bundlectl.gateway.context import SdkContext
 from bundlectl.gateway.downstream import log_line
 from bundlectl.gateway.handlers import mcp_server
 from bundlectl.gateway.hub import Hub
 from bundlectl.gateway.identity import Verdict, Verifier, looks_like_jwt
 from bundlectl.gateway.personal import PersonalSignIns
+from bundlectl.gateway.request_context import SdkContext
 from bundlectl.mcpio import runner
 from bundlectl.policy.rules import DEFAULT_AGENT
 from bundlectl.resolve.resolved import Resolution

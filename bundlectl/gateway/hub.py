@@ -17,16 +17,16 @@ from mcp.shared.subscriptions import ToolsListChanged
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config.project import load_project
 from bundlectl.errors import BundlectlError, ServerError
-from bundlectl.gateway.context import (
-    ConnectionKey,
-)
 from bundlectl.gateway.downstream import Downstream, FileStamp, file_stamp
 from bundlectl.gateway.exchange import Exchanger, ExchangeRefused
 from bundlectl.gateway.identity import Caller
 from bundlectl.gateway.input_rounds import InputRounds
 from bundlectl.gateway.listings import Listings
 from bundlectl.gateway.personal import PersonalSignIns, SignInNeeded, person_key, signed_in
-from bundlectl.gateway.relay import Relay
+from bundlectl.gateway.request_context import (
+    ConnectionKey,
+)
+from bundlectl.gateway.server_messages import Relay
 from bundlectl.gateway.session_privacy import SessionPrivacy
 from bundlectl.gateway.subscriptions import Notify, Subscriptions, WatcherKey
 from bundlectl.mcpio.session import ServerSession

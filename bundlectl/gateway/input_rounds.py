@@ -33,7 +33,7 @@ from anyio.abc import TaskGroup
 from bundlectl.mcpio.requests import JsonObject
 
 if TYPE_CHECKING:
-    from bundlectl.gateway.context import RequestContext
+    from bundlectl.gateway.request_context import RequestContext
 
 GRACE = 60.0  # seconds a finished call's result waits for the client's retry
 

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.errors import UsageError
-from bundlectl.gateway.context import (
+from bundlectl.gateway.request_context import (
     MODERN,
     ConnectionKey,
-    ExpressContext,
     RequestContext,
+    StdioCallContext,
     connection_of,
 )
 from bundlectl.privacy.tokenize import Privacy, Tokenizer
@@ -57,7 +57,7 @@ class SessionPrivacy:
         if (
             self.stateless
             or ctx is None
-            or isinstance(ctx, ExpressContext)  # stdio: one client
+            or isinstance(ctx, StdioCallContext)  # stdio: one client
             or ctx.request is None  # not over HTTP
             or ctx.protocol_version >= MODERN
         ):

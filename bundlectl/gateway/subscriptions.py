@@ -12,7 +12,7 @@ import mcp_types as types
 from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.shared.subscriptions import ResourceUpdated
 
-from bundlectl.gateway.context import (
+from bundlectl.gateway.request_context import (
     LOG_LEVELS,
     MODERN,
     ConnectionKey,

@@ -18,7 +18,7 @@ from bundlectl.calls import sequence
 from bundlectl.calls.approval import ApprovalHeld, DeniedByApprover, OutOfBand
 from bundlectl.calls.call import perform
 from bundlectl.calls.calldata import CallOutcome, CallRequest, ToolCall
-from bundlectl.calls.confirm import After, Confirmation, Deferred
+from bundlectl.calls.confirm import AfterCall, AnswerLater, Confirmation
 from bundlectl.calls.limits import LimitReached
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.calls.sequence import Door
@@ -30,15 +30,15 @@ from bundlectl.errors import (
     PolicyDenied,
     Unconfirmable,
 )
-from bundlectl.gateway.content import ServerContent
-from bundlectl.gateway.context import (
-    ExpressContext,
-    RequestContext,
-    error_result,
-)
 from bundlectl.gateway.identity import Caller
 from bundlectl.gateway.personal import SignInNeeded, public_base
+from bundlectl.gateway.request_context import (
+    RequestContext,
+    StdioCallContext,
+    error_result,
+)
 from bundlectl.gateway.search import DETAILS, declared_tool, described, listed_name
+from bundlectl.gateway.server_content import ServerContent
 from bundlectl.mcpio.requests import JsonObject
 from bundlectl.mcpio.session import Progress, ServerSession
 from bundlectl.output import err
@@ -209,7 +209,7 @@ class AgentView(ServerContent):
         ctx = self.ctx
         if (
             ctx is None
-            or isinstance(ctx, ExpressContext)
+            or isinstance(ctx, StdioCallContext)
             or (ctx.meta or {}).get("progress_token") is None  # (0 is a token)
         ):
             return None  # (the express lane passes progress on itself)
@@ -254,7 +254,7 @@ class AgentView(ServerContent):
         ended = await sequence.run(self.pipeline, door, call)
         if door.sign_in is not None:
             return self._sign_in_first(door.sign_in)
-        return ended.answer if isinstance(ended, Deferred) else ended
+        return ended.answer if isinstance(ended, AnswerLater) else ended
 
     def _sign_in_first(self, needed: SignInNeeded) -> types.CallToolResult:
         """A call whose caller has not signed in to its server yet (`auth.per_person`): a URL
@@ -463,7 +463,7 @@ class _GatewayDoor(Door[_Answer]):
             self.raised = True
             raise
 
-    async def finished(self, after: After) -> None:
+    async def finished(self, after: AfterCall) -> None:
         if not self.raised:
             await self.downstream.after(after, self.view.hub.group)
 

@@ -4,7 +4,7 @@ Three senders make requests without the SDK's session and must find the answers 
 messages: the SDK-free stdio client (`plain.StdioClient`), the gateway's calls past the SDK on a
 downstream server's pipes (`stdio.Tap`: the express lane's, and the SDK path's tool calls of
 `mcpio/pipe_session.py`), and the express lane's questions to its own client
-(`gateway/express.py`). Each keeps a `Requests`: it gives every request an id the SDK never uses
+(`gateway/stdio_calls.py`). Each keeps a `Requests`: it gives every request an id the SDK never uses
 (the SDK counts with integers; ours are `bundlectl-N`, the SDK path's `bundlectl-pipe-N`),
 which is also the request's progress token, hands each answer, error or progress report to the
 request's handler, and tells every request still waiting that the connection is gone (`close`,

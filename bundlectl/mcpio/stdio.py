@@ -33,7 +33,7 @@ def _sdk_encode(message: Any) -> bytes:
 
 class Tap:
     """Requests written to a child's stdin past the SDK's client session (the gateway's express
-    lane, `gateway/express.py`): their answers and progress are taken out of the child's stdout
+    lane, `gateway/stdio_calls.py`): their answers and progress are taken out of the child's stdout
     before the SDK reads it. The SDK's own requests are watched for the `_meta` it stamps on
     every request of the session (protocol version, client info and capabilities on the
     2026-07-28 protocol; nothing on older ones), so that ours carry the same.

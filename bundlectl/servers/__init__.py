@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bundlectl.policy.conditions import normalised
-from bundlectl.servers.beneath import Root
+from bundlectl.servers.confined_paths import Root
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer

@@ -23,7 +23,7 @@ from bundlectl.config.yamlio import read_yaml
 from bundlectl.policy.conditions import unportable_name
 from bundlectl.policy.governing import governs
 from bundlectl.servers._tooling import Blob, Toolbox, ToolFailure
-from bundlectl.servers.beneath import Outside, Resolved, Root, open_file, replace_file
+from bundlectl.servers.confined_paths import Outside, Resolved, Root, open_file, replace_file
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bundlectl.servers._tooling import Toolbox, ToolFailure
-from bundlectl.servers.beneath import Root
 from bundlectl.servers.complexity import METRICS, report
+from bundlectl.servers.confined_paths import Root
 from bundlectl.servers.files import inside, read_below
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bundlectl.calls.calldata import CallOutcome, CallRequest
-from bundlectl.calls.confirm import After, always_yes
+from bundlectl.calls.confirm import AfterCall, always_yes
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config.project import load_project
 from bundlectl.errors import (
@@ -119,16 +119,16 @@ def test_an_ask_no_one_could_answer_is_refused_and_audited(resolution: Any) -> N
 @pytest.mark.parametrize(
     ("error", "outcome", "after"),
     [
-        (None, "ok", After.KEEP),
-        (ServerError("it returned an error"), "server-error", After.RESTART),
-        (ServerCrashed("it exited"), "server-error", After.CRASHED),
-        (CallTimeout("too slow"), "timeout", After.PROBE),
-        (ToolCallError("bad arguments"), "invalid-call", After.KEEP),
-        (Interrupted("stopped"), "interrupted", After.KEEP),
+        (None, "ok", AfterCall.KEEP),
+        (ServerError("it returned an error"), "server-error", AfterCall.RESTART),
+        (ServerCrashed("it exited"), "server-error", AfterCall.CRASHED),
+        (CallTimeout("too slow"), "timeout", AfterCall.PROBE),
+        (ToolCallError("bad arguments"), "invalid-call", AfterCall.KEEP),
+        (Interrupted("stopped"), "interrupted", AfterCall.KEEP),
     ],
 )
 def test_finish_audits_the_outcome_and_says_what_the_server_needs(
-    resolution: Any, error: Any, outcome: str, after: After
+    resolution: Any, error: Any, outcome: str, after: AfterCall
 ) -> None:
     sink = Recorded()
     pipeline = Pipeline(resolution, sink, confirm=None)

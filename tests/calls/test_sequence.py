@@ -13,14 +13,14 @@ import bundlectl
 PACKAGE = Path(bundlectl.__file__).parent
 
 # The steps of a call, and who alone may call each: the sequence composes them; `calls.call`
-# makes the call on a session (`perform`, which runs `prepared`) for the doors' `perform`;
+# makes the call on a session (`perform`, which runs `checked_arguments`) for the doors' `perform`;
 # the pipeline's own steps call each other inside `admission`.
 STEPS = {
     "judge": {"calls/sequence.py"},
     "admission": {"calls/sequence.py"},
     "admit": {"calls/pipeline.py"},
     "finish": {"calls/sequence.py"},
-    "prepared": {"calls/call.py"},
+    "checked_arguments": {"calls/call.py"},
 }
 
 

@@ -237,9 +237,9 @@ def test_no_module_imports_another_modules_private_name(tmp_path: Path) -> None:
     assert private_imports(package) == []
     leak = tmp_path / "bundlectl" / "gateway"
     leak.mkdir(parents=True)
-    (leak / "view.py").write_text("from bundlectl.gateway.context import _secret\n")
+    (leak / "view.py").write_text("from bundlectl.gateway.request_context import _secret\n")
     assert private_imports(tmp_path / "bundlectl") == [
-        "bundlectl/gateway/view.py: bundlectl.gateway.context._secret"
+        "bundlectl/gateway/view.py: bundlectl.gateway.request_context._secret"
     ]
 
 

@@ -1,4 +1,4 @@
-"""The gateway's express lane (`gateway/express.py`): warm calls of `serve`'s stdio front door
+"""The gateway's express lane (`gateway/stdio_calls.py`): warm calls of `serve`'s stdio front door
 relayed past the SDK. Each test compares with the SDK path, which search mode's `call_tool`
 always takes (same pipeline, same downstream servers), or checks what the SDK path is known
 to give."""

@@ -261,13 +261,13 @@ def serve(folder: Path) -> None:
     # function by its file when it is called, whenever its module was imported; only their
     # top-level lines run here, unmeasured, and the suite imports every module measured
     # elsewhere. None reads the environment or the folder as it is imported.
-    import bundlectl.calls.headstart
+    import bundlectl.calls.early_start
     import bundlectl.cli.commands.exec
     import bundlectl.cli.commands.exec_call
     import bundlectl.cli.commands.serve
     import bundlectl.cli.main
     import bundlectl.gateway.handlers
-    import bundlectl.gateway.stdio_door
+    import bundlectl.gateway.serve_stdio
     import bundlectl.mcpio.pipe_session  # noqa: F401
 
     signal.signal(signal.SIGCHLD, _reap)

@@ -8,7 +8,7 @@ validate the arguments → call with the timeout → print → audit. The steps 
 
 This module is the command's front: it checks the command line and, when the same call was
 allowed outright last time and nothing it was decided from has changed, starts the server
-before anything else is imported (`calls.headstart`). Nothing imported here loads YAML,
+before anything else is imported (`calls.early_start`). Nothing imported here loads YAML,
 pydantic, an event loop or the MCP SDK; the rest is imported while the server starts.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bundlectl.calls.arguments import load_json_args, split_pairs
-from bundlectl.calls.headstart import HeadStart
+from bundlectl.calls.early_start import HeadStart
 from bundlectl.cli.options import Format
 from bundlectl.errors import UsageError
 from bundlectl.policy.patterns import parse_tool_name

@@ -12,7 +12,7 @@ from bundlectl.calls import sequence
 from bundlectl.calls.arguments import build_arguments
 from bundlectl.calls.audit import AuditLog
 from bundlectl.calls.calldata import ToolCall
-from bundlectl.calls.confirm import Deferred, always_yes, settled, terminal_confirmer
+from bundlectl.calls.confirm import AnswerLater, always_yes, run_to_end, terminal_confirmer
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.calls.render import OutputDir, render_text, result_json
 from bundlectl.cli.options import Format
@@ -26,7 +26,7 @@ from bundlectl.resolve.resolved import resolve_project
 if TYPE_CHECKING:
     from bundlectl.calls.batch import BatchItem
     from bundlectl.calls.calldata import CallOutcome, CallRequest
-    from bundlectl.calls.headstart import HeadStart
+    from bundlectl.calls.early_start import HeadStart
     from bundlectl.cli.commands.exec import ExecOptions, Parsed
     from bundlectl.mcpio.target import Target
     from bundlectl.policy.rules import Decision
@@ -60,8 +60,8 @@ def one(head: HeadStart, options: ExecOptions, parsed: Parsed) -> int:
     door = _ExecDoor(pipeline, head, target, o.timeout, connect_timeout=o.connect_timeout)
     door.fmt, door.output_dir, door.detach = o.fmt, o.output_dir, o.fast_exit
     ran = sequence.run(pipeline, door, call)  # its confirmations block: no event loop yet
-    outcome = settled(ran)
-    assert not isinstance(outcome, Deferred)  # exec's confirmations answer now
+    outcome = run_to_end(ran)
+    assert not isinstance(outcome, AnswerLater)  # exec's confirmations answer now
     if outcome.error is not None:
         raise outcome.error
     result = outcome.result
@@ -141,7 +141,7 @@ class _ExecDoor(sequence.Door["CallOutcome"]):
         # the server and everything it started must not outlive us.
         with stop_on_failure(child):
             # what talks to the server loads while it starts (see the module's doc)
-            from bundlectl.calls.call import call_once, client_capabilities  # noqa: PLC0415
+            from bundlectl.calls.call import client_capabilities, connect_and_call  # noqa: PLC0415
             from bundlectl.mcpio import runner  # noqa: PLC0415
 
             if launchable:
@@ -152,7 +152,7 @@ class _ExecDoor(sequence.Door["CallOutcome"]):
             options = client_capabilities(root, ask=terminal_confirmer() is not None)
 
             async def go() -> CallOutcome:
-                return await call_once(
+                return await connect_and_call(
                     target,
                     request,
                     child=child,

@@ -9,7 +9,7 @@ from typing import Any
 
 from bundlectl.cli.options import Format
 from bundlectl.config import paths
-from bundlectl.config.bounded import read_bounded
+from bundlectl.config.bounded_read import read_bounded
 from bundlectl.config.edits import set_entries
 from bundlectl.config.fsio import atomic_write, project_lock
 from bundlectl.config.models import BundleManifest

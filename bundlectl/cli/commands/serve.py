@@ -16,7 +16,7 @@ from bundlectl.config.project import load_project
 from bundlectl.errors import UsageError
 from bundlectl.gateway.access import access_for
 from bundlectl.gateway.downstream import log_line
-from bundlectl.gateway.stdio_door import serve_stdio
+from bundlectl.gateway.serve_stdio import serve_stdio
 from bundlectl.mcpio import runner
 from bundlectl.mcpio.child import parent_death_signal
 from bundlectl.output import err, note

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from bundlectl import __version__
 from bundlectl.config import paths
-from bundlectl.config.bounded import read_bounded
+from bundlectl.config.bounded_read import read_bounded
 from bundlectl.errors import BundlectlError
 from bundlectl.mcpio.launch import Launch
 from bundlectl.mcpio.stderr import StderrTee

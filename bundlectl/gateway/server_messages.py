@@ -19,7 +19,7 @@ from mcp.shared.subscriptions import ResourceUpdated
 from bundlectl.errors import (
     Interrupted,
 )
-from bundlectl.gateway.context import RequestContext, owner_of
+from bundlectl.gateway.request_context import RequestContext, owner_of
 from bundlectl.mcpio.session import ServerSession
 
 if TYPE_CHECKING:

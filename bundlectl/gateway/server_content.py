@@ -14,8 +14,8 @@ from mcp.shared.exceptions import MCPError
 
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.errors import BundlectlError
-from bundlectl.gateway.context import RequestContext, connection_of, not_found
-from bundlectl.gateway.relay import Job
+from bundlectl.gateway.request_context import RequestContext, connection_of, not_found
+from bundlectl.gateway.server_messages import Job
 from bundlectl.mcpio.session import ServerSession
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ are held on the SDK path, `input_rounds.py`). Everything else — the first call
 name, a reload, search mode, prompts and resources — goes through the SDK's server, so every
 refusal has one source. What the server sends during a call goes where it would through the
 SDK: progress to the client's progress token; log messages and questions through `Relay`,
-which gets an `ExpressContext` standing for the request. A client's `notifications/cancelled`
+which gets an `StdioCallContext` standing for the request. A client's `notifications/cancelled`
 for a call here cancels it (its server is told, its record says `interrupted`).
 """
 
@@ -39,12 +39,12 @@ from pydantic import ValidationError
 from bundlectl.calls import sequence
 from bundlectl.calls.call import perform
 from bundlectl.calls.calldata import CallOutcome, CallRequest, ToolCall
-from bundlectl.calls.confirm import After, Confirmation
+from bundlectl.calls.confirm import AfterCall, Confirmation
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.calls.sequence import Door
 from bundlectl.errors import BundlectlError
 from bundlectl.gateway import results_out
-from bundlectl.gateway.context import ExpressContext, SdkContext
+from bundlectl.gateway.request_context import SdkContext, StdioCallContext
 from bundlectl.mcpio.connect import broke_protocol
 from bundlectl.mcpio.pipes import PipeWriter, json_line
 from bundlectl.mcpio.requests import JsonObject, Requests
@@ -67,7 +67,7 @@ def _trace_of(meta: JsonObject) -> dict[str, str]:
 
 
 @dataclass
-class Express:
+class StdioCalls:
     """The express door of one stdio client (one agent, direct mode)."""
 
     hub: Hub
@@ -75,7 +75,7 @@ class Express:
     group: TaskGroup
     writer: PipeWriter  # our stdout
     connection: Connection | None = None  # the client's connection as the SDK holds it
-    calls: dict[types.RequestId, _ExpressDoor] = field(default_factory=dict)  # by client id
+    calls: dict[types.RequestId, _StdioCallDoor] = field(default_factory=dict)  # by client id
     asked: Requests = field(default_factory=Requests)  # our questions to the client
     _routes: dict[str, tuple[Resolution, Downstream, types.Tool, str]] = field(default_factory=dict)
 
@@ -120,7 +120,7 @@ class Express:
             return True
         return method is None and self.asked.take(message)
 
-    def _ready(self, message: JsonObject) -> _ExpressDoor | None:
+    def _ready(self, message: JsonObject) -> _StdioCallDoor | None:
         """The call's door, when the call may come this way (see the module); else None."""
         params = message.get("params")
         if not isinstance(params, dict) or "requestState" in params or "inputResponses" in params:
@@ -147,7 +147,7 @@ class Express:
         if tap is None or not tap.ready:
             return None
         call = ToolCall(self.agent, server, tool, arguments, trace=_trace_of(meta) or None)
-        return _ExpressDoor(
+        return _StdioCallDoor(
             self, message["id"], version=version, meta=meta, downstream=downstream, call=call
         )
 
@@ -231,13 +231,13 @@ def _may_be_asked(capabilities: object) -> bool:
     )
 
 
-class _ExpressDoor(Door[None]):
+class _StdioCallDoor(Door[None]):
     """One call at the express door (see the module): the sequence's adapter for it, and the
     task that runs it and answers the client."""
 
     def __init__(
         self,
-        lane: Express,
+        lane: StdioCalls,
         key: types.RequestId,
         *,
         version: str,
@@ -295,7 +295,7 @@ class _ExpressDoor(Door[None]):
         async def call(session: ServerSession) -> CallOutcome:
             return await perform(session, request, downstream.target, tools)
 
-        ctx = ExpressContext(lane, self.id, self.version, self.meta)
+        ctx = StdioCallContext(lane, self.id, self.version, self.meta)
         try:
             done: CallOutcome = await downstream.run(lane.group, call, ctx)
             return done
@@ -323,7 +323,7 @@ class _ExpressDoor(Door[None]):
         head = b'{"jsonrpc":"2.0","id":' + json.dumps(self.id).encode() + b',"result":'
         self.lane.write(head + result + b"}\n")
 
-    async def finished(self, after: After) -> None:
+    async def finished(self, after: AfterCall) -> None:
         lane, downstream = self.lane, self.downstream
         if not self.raised and not downstream.kept(after):  # in a task: not the client's wait
             lane.group.start_soon(downstream.after, after, lane.group)

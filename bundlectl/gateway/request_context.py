@@ -27,7 +27,7 @@ _Result = TypeVar("_Result", bound=BaseModel)
 
 
 class Lane(Protocol):
-    """The stdio client's line as a request on the express lane reads it (`express.Express`):
+    """The stdio client's line as a request on the express lane reads it (`express.StdioCalls`):
     the client's connection once the SDK served one of its requests, a request sent to the
     client and its answer, a notification posted to it."""
 
@@ -40,7 +40,7 @@ class Lane(Protocol):
 
 
 @dataclass
-class ExpressContext:
+class StdioCallContext:
     """What the gateway uses of an MCP request context, for a call on the express lane: the
     client's capabilities, its log level opt-in (2026-07-28), and requests to the client
     (possible on older protocols only, as through the SDK)."""
@@ -51,7 +51,7 @@ class ExpressContext:
     meta: JsonObject
 
     @property
-    def session(self) -> ExpressContext:
+    def session(self) -> StdioCallContext:
         return self
 
     @property
@@ -91,7 +91,7 @@ class ExpressContext:
 
 
 # The request a piece of the gateway's work answers: through the SDK, or on the express lane.
-RequestContext = SdkContext | ExpressContext
+RequestContext = SdkContext | StdioCallContext
 # One client's connection, as a key of what is kept per client (the SDK's connection, the
 # session standing for it, or the express lane).
 ConnectionKey = object
@@ -124,7 +124,7 @@ def error_result(message: str) -> types.CallToolResult:
 def connection_of(ctx: RequestContext) -> ConnectionKey:
     """The client connection a request context belongs to (the SDK's `Connection`; for a call
     on the express lane, the connection the lane learnt, else the lane itself)."""
-    if isinstance(ctx, ExpressContext):
+    if isinstance(ctx, StdioCallContext):
         lane = ctx.lane
         return lane.connection if lane.connection is not None else lane
     return getattr(ctx.session, "_connection", ctx.session)
@@ -133,7 +133,7 @@ def connection_of(ctx: RequestContext) -> ConnectionKey:
 def owner_of(ctx: RequestContext) -> object:
     """Which client connection a request context belongs to (the express lane's calls: the
     lane, which is one stdio client)."""
-    if isinstance(ctx, ExpressContext):
+    if isinstance(ctx, StdioCallContext):
         return ("lane", id(ctx.lane))
     return session_key(ctx.session)
 

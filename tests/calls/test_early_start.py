@@ -1,4 +1,4 @@
-"""exec's head start (`calls.headstart`): which calls' launches are kept, that every input the
+"""exec's head start (`calls.early_start`): which calls' launches are kept, that every input the
 decision was made from invalidates them, and that a kept launch starts a real process.
 The exec-level behaviour (the server starts before the project loads; a refused call starts
 nothing; a kept launch that is not the configured one is stopped) is in tests/cli/test_exec.py."""
@@ -15,7 +15,7 @@ import pytest
 
 from bundlectl.calls.audit import AuditLog
 from bundlectl.calls.confirm import always_yes
-from bundlectl.calls.headstart import HeadStart, stamp
+from bundlectl.calls.early_start import HeadStart, stamp
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config import paths
 from bundlectl.config.project import load_project

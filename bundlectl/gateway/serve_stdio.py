@@ -18,9 +18,9 @@ from mcp.shared.message import SessionMessage
 from bundlectl.calls.arguments import refuse_constant
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.gateway.downstream import log_line
-from bundlectl.gateway.express import Express
 from bundlectl.gateway.handlers import mcp_server
 from bundlectl.gateway.hub import Hub
+from bundlectl.gateway.stdio_calls import StdioCalls
 from bundlectl.mcpio.pipes import Oversized, PipeWriter, json_line, read_pipe
 from bundlectl.mcpio.stdio import session_message
 
@@ -36,7 +36,7 @@ async def serve_stdio(
         hub = Hub(pipeline, group, log=log_line, agents={agent}, one_client=True, naming=names)
         async with _stdio() as (read, writer, express_to):
             # Warm calls of direct mode skip the SDK on both sides (`express.py`).
-            lane = Express(hub, agent, group, writer) if mode == "direct" else None
+            lane = StdioCalls(hub, agent, group, writer) if mode == "direct" else None
             express_to(lane)
             server = mcp_server(hub, mode, lambda ctx: agent, seen=lane.seen if lane else None)
             await server.run(read, writer.queue, server.create_initialization_options())
@@ -63,7 +63,7 @@ async def _stdio() -> AsyncIterator[
     tuple[
         MemoryObjectReceiveStream[SessionMessage | Exception],
         PipeWriter,
-        Callable[[Express | None], None],
+        Callable[[StdioCalls | None], None],
     ]
 ]:
     """Our stdin and stdout as the SDK's message streams, and a way to hand the express lane
@@ -78,7 +78,7 @@ async def _stdio() -> AsyncIterator[
     read_send, read = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     writer = PipeWriter(stdout, _sdk_line)
-    lane: list[Express | None] = [None]
+    lane: list[StdioCalls | None] = [None]
 
     count = itertools.count(1)
 
@@ -117,7 +117,7 @@ async def _stdio() -> AsyncIterator[
             async for message in await read_pipe(stdin, parse):
                 await read_send.send(message)
 
-    def express_to(express: Express | None) -> None:
+    def express_to(express: StdioCalls | None) -> None:
         lane[0] = express
 
     async with anyio.create_task_group() as group:
