@@ -5,6 +5,8 @@ server's) and `mcp-server-time` (its handshake).
 
     python bench/bench_sandbox.py [--starts 30]
 
+A third start is sandboxed with hosts to reach (`network: [example.com]`): its egress proxy
+starts on the host and the bridge (a second Python) inside the sandbox, before the server.
 Warm calls go over the same pipes either way (the sandbox is only how the process started).
 Goal: <= 30 ms more a start.
 """
@@ -20,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bundlectl.config.models import ServerSpec
+from bundlectl.config.models import SandboxSpec, ServerSpec
 from bundlectl.mcpio.sandbox import bwrap
 from bundlectl.mcpio.stderr import StderrTee
 from bundlectl.mcpio.target import Target
@@ -50,6 +52,8 @@ def start(target: Target) -> float:
     took = (time.perf_counter() - began) * 1000
     process.stdin.close()
     process.wait(10)
+    if child.egress is not None:
+        child.egress.close()
     return took
 
 
@@ -69,19 +73,29 @@ def main() -> None:
         ("mcp-server-time", ServerSpec(command=command), max(5, starts // 3)),
     ):
         with tempfile.TemporaryDirectory() as tmp:
-            plain = Target("s", spec, Path(tmp))
-            boxed = Target("s", spec, Path(tmp), sandbox_mode="required")
-            times: dict[str, list[float]] = {"unsandboxed": [], "sandboxed": []}
-            start(plain), start(boxed)  # warm the file cache
+            reaching = spec.model_copy(update={"sandbox": SandboxSpec(network=["example.com"])})
+            targets = {
+                "unsandboxed": Target("s", spec, Path(tmp)),
+                "sandboxed": Target("s", spec, Path(tmp), sandbox_mode="required"),
+                "with hosts": Target("s", reaching, Path(tmp), sandbox_mode="required"),
+            }
+            times: dict[str, list[float]] = {name: [] for name in targets}
+            for target in targets.values():
+                start(target)  # warm the file cache
             for _ in range(count):
-                times["unsandboxed"].append(start(plain))
-                times["sandboxed"].append(start(boxed))
-        plain_ms, boxed_ms = (statistics.median(times[k]) for k in ("unsandboxed", "sandboxed"))
-        paired = statistics.median(b - p for p, b in zip(*times.values(), strict=True))
+                for name, target in targets.items():
+                    times[name].append(start(target))
+        medians = {name: statistics.median(found) for name, found in times.items()}
+        plain = times["unsandboxed"]
+        added = {
+            name: statistics.median(b - p for p, b in zip(plain, times[name], strict=True))
+            for name in ("sandboxed", "with hosts")
+        }
         print(
-            f"{label}: unsandboxed {plain_ms:.1f} ms, sandboxed {boxed_ms:.1f} ms to its first "
-            f"answer (medians of {count}); the sandbox adds {paired:.1f} ms (median of the "
-            "paired differences)"
+            f"{label}: unsandboxed {medians['unsandboxed']:.1f} ms, sandboxed "
+            f"{medians['sandboxed']:.1f} ms, with hosts {medians['with hosts']:.1f} ms to its "
+            f"first answer (medians of {count}); the sandbox adds {added['sandboxed']:.1f} ms, "
+            f"with hosts {added['with hosts']:.1f} ms (medians of the paired differences)"
         )
 
 

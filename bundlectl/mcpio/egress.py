@@ -32,6 +32,7 @@ PORT = 3128  # where the bridge listens inside the sandbox (its own network: alw
 INSIDE = "/tmp/.bundlectl-egress.sock"  # where the proxy's socket is bound in the sandbox
 HEAD_LIMIT = 64 * 1024  # bytes of a request's head the proxy reads before refusing it
 SOCKET_PATH_MAX = 100  # bytes of a Unix socket's path (the kernel's limit is 107)
+HEAD_WAIT = 30.0  # seconds a connection may take to send its request's head
 CONNECT_TIMEOUT = 10.0  # seconds to reach an allowed host
 
 # The bridge inside the sandbox: listens on 127.0.0.1:PORT, forks a process that carries each
@@ -123,9 +124,11 @@ class Egress:
 
     def _handle(self, conn: socket.socket) -> None:
         with contextlib.closing(conn):
+            conn.settimeout(HEAD_WAIT)  # a connection that never asks holds no thread for long
             head, rest = _read_head(conn)
             if head is None:
                 return
+            conn.settimeout(None)
             request = _parse(head)
             if request is None:
                 conn.sendall(_answer(400, "bundlectl's egress proxy: not an HTTP proxy request"))
