@@ -54,6 +54,9 @@ def _pre_commit(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
         PYTHONPATH=sysconfig.get_paths()["purelib"],
         PIP_NO_BUILD_ISOLATION="0",  # pip reads this variable inverted: "0" turns isolation off
         PIP_NO_INPUT="1",
+        # the hook's environment needs pip alone (hatchling comes from PYTHONPATH)
+        VIRTUALENV_NO_SETUPTOOLS="1",
+        VIRTUALENV_NO_WHEEL="1",
     )
     env.pop("VIRTUAL_ENV", None)
     return subprocess.run(
