@@ -130,6 +130,8 @@ def environment(home: Path, model: FakeModel) -> dict[str, str]:
         "GOOGLE_GEMINI_BASE_URL": model.url,
         # Codex: the provider its config names
         "FAKE_MODEL_KEY": "test",
+        # Kilo: no telemetry (its client waited 4 s on shutdown to send what it had queued)
+        "KILO_TELEMETRY_LEVEL": "off",
     }
 
 
