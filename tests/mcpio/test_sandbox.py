@@ -168,20 +168,23 @@ def test_governed_files_stay_read_only_in_a_writable_project(project: Path, run:
     assert "hostile" in (project / "bundlectl.yaml").read_text()
 
 
-def test_the_gateway_runs_its_servers_in_the_same_sandbox(project: Path, tmp_path: Path) -> None:
-    _config(project, "{write: [out]}")
+def _served(project: Path, home: Path) -> Any:
+    """`serve` over stdio for the agent `bot` of the project, its state in `home`."""
     from mcp import StdioServerParameters
 
-    home = tmp_path / "state"
-    params = StdioServerParameters(
+    return StdioServerParameters(
         command=PY,
         args=["-m", "bundlectl", "serve", "--agent", "bot"],
         cwd=str(project),
         env={**os.environ, "BUNDLECTL_HOME": str(home)},
     )
 
+
+def test_the_gateway_runs_its_servers_in_the_same_sandbox(project: Path, tmp_path: Path) -> None:
+    _config(project, "{write: [out]}")
+
     async def session() -> list[str]:
-        async with connected(params) as client:
+        async with connected(_served(project, tmp_path / "state")) as client:
             return [
                 texts(await client.call_tool(name, args))[0]
                 for name, args in (
@@ -423,18 +426,10 @@ def test_the_gateway_gives_its_servers_the_same_way_out(
     project: Path, tmp_path: Path, web: int
 ) -> None:
     _config(project, f'{{network: ["127.0.0.1:{web}"]}}')
-    from mcp import StdioServerParameters
-
     home = tmp_path / "state"
-    params = StdioServerParameters(
-        command=PY,
-        args=["-m", "bundlectl", "serve", "--agent", "bot"],
-        cwd=str(project),
-        env={**os.environ, "BUNDLECTL_HOME": str(home)},
-    )
 
     async def session() -> list[str]:
-        async with connected(params) as client:
+        async with connected(_served(project, home)) as client:
             return [
                 texts(await client.call_tool("hostile__fetch", {"url": url}))[0]
                 for url in (f"http://127.0.0.1:{web}/", "http://example.invalid/")
