@@ -470,3 +470,12 @@ def test_a_host_that_is_no_host_is_a_positioned_error(project: Path, run: Run) -
     assert result.code == 2
     assert "bundlectl.yaml:6:24: servers.hostile.sandbox.network:" in result.err, result.err
     assert "a host, not a URL" in result.err
+
+
+def test_a_container_with_a_host_list_is_not_started(project: Path) -> None:
+    from bundlectl.errors import ServerError
+    from bundlectl.mcpio.sandbox import Profile, wrap
+
+    profile = Profile("web", str(project), network=("api.github.com",), container=True)
+    with pytest.raises(ServerError, match="a list of hosts is for servers bubblewrap runs"):
+        wrap(profile, ["docker", "run", "--rm", "-i", "image"], cwd=str(project), home=None)
