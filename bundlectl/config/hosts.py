@@ -41,6 +41,14 @@ def allows(patterns: Sequence[str], host: str, port: int) -> bool:
     return False
 
 
+def whole_domain(pattern: str) -> str | None:
+    """The top-level domain a pattern opens whole (`*.com`: "com"), or None."""
+    host, _ = _split(pattern)
+    if host.startswith("*.") and "." not in host[2:]:
+        return host[2:]
+    return None
+
+
 def _split(pattern: str) -> tuple[str, str]:
     """(host, port or "") of a pattern, the host lowercased (an IPv6 address in brackets)."""
     text = pattern.lower()

@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterator
 
 from bundlectl.config import paths
+from bundlectl.config.hosts import whole_domain
 from bundlectl.config.launchcheck import LAUNCHER_OPTIONS, docker_run, loads_code
 from bundlectl.config.requirements import requirement_name
 from bundlectl.lint.context import Context, at
@@ -215,3 +216,15 @@ def sandbox_widened(ctx: Context) -> Iterator[Finding]:
                 "unfiltered",
                 anchor=f"{name}:network",
             )
+        elif isinstance(sandbox.network, list):
+            for index, host in enumerate(sandbox.network):
+                domain = whole_domain(host)
+                if domain is not None:
+                    yield at(
+                        "BCL407",
+                        doc,
+                        ("servers", name, "sandbox", "network", index),
+                        f"server {name!r} may reach every host under .{domain} from its "
+                        f"sandbox ({host!r}): name the hosts it needs",
+                        anchor=f"{name}:network:{host}",
+                    )

@@ -420,9 +420,10 @@ RULES = _rules(
         "sandbox-widened",
         "warning",
         "A local server's sandbox is widened past the default: `network: host` (every host, "
-        "unfiltered) or `off: true` (no sandbox at all, with the reason given).",
-        "Keep the server without network, or run it unsandboxed only for the reason given; "
-        "review the widening like a grant.",
+        "unfiltered), a host list that opens a whole top-level domain (`*.com`), or "
+        "`off: true` (no sandbox at all, with the reason given).",
+        "Keep the server without network or name the hosts it needs, or run it unsandboxed "
+        "only for the reason given; review the widening like a grant.",
         6.0,
     ),
     RuleInfo(
