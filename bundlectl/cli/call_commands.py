@@ -176,9 +176,10 @@ def exec_(
 ) -> int:
     """Make one policy-checked tool call (or a batch): denied calls start nothing."""
     from bundlectl.cli.commands import exec as cmd
+    from bundlectl.cli.commands.exec_options import ExecOptions
 
     return cmd.run(
-        cmd.ExecOptions(
+        ExecOptions(
             config,
             tool,
             tuple(arguments or []),

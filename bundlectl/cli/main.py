@@ -6,11 +6,9 @@ The commands are declared by area (`project_commands`, `policy_commands`, `clien
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import sys
-from typing import NoReturn
 
 import typer
 
@@ -22,6 +20,7 @@ from bundlectl.cli import (  # noqa: F401 - they register the commands
     project_commands,
 )
 from bundlectl.cli.app import Invocation, app
+from bundlectl.cli.process_exit import leave
 from bundlectl.output import err
 
 
@@ -169,22 +168,3 @@ def entry() -> None:
     stderr are flushed we leave at once.
     """
     leave(main(fast_exit=True))
-
-
-def leave(code: int) -> NoReturn:
-    """End the process now with `code`, once what is still on its way out is out (`entry`;
-    each of `serve --workers`' workers)."""
-    notify = sys.modules.get("bundlectl.calls.notify")
-    if notify is not None:  # announcements of approval requests still being sent
-        notify.drain()
-    telemetry = sys.modules.get("bundlectl.telemetry")
-    if telemetry is not None:  # spans still buffered
-        telemetry.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    if "logging" in sys.modules:
-        import logging
-
-        logging.shutdown()
-    os._exit(code)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -27,9 +27,6 @@ from bundlectl.config.fsio import atomic_write, project_lock
 from bundlectl.config.paths import display_path
 from bundlectl.config.validation import validate_doc
 from bundlectl.config.yamlio import YamlDoc, parse_yaml, read_text, read_yaml
-
-if TYPE_CHECKING:
-    from bundlectl.config.project import Project
 
 LOCAL_FILE = paths.LOCAL_NAME
 HEADER = (
@@ -122,15 +119,6 @@ def unpin(project_file: Path, names: Collection[str]) -> None:
         text = remove_entries(read_text(path, display_path(path)), "pins", names)
         validate_doc(parse_yaml(text, display_path(path)), LocalConfig, what="local rules")
         atomic_write(path, text)
-
-
-def unreviewed_pins(project: Project) -> dict[str, str]:
-    """This machine's pins (`project`'s local layer) that its reviewed `policy.pins` lacks."""
-    local = project.local
-    if local is None:
-        return {}
-    reviewed = project.config.policy.pins
-    return {name: d for name, d in local.config.pins.items() if reviewed.get(name) != d}
 
 
 def _ignored(root: Path) -> None:

@@ -87,6 +87,13 @@ class Project:
     # `bundlectl.local.yaml`: allow rules added on this machine ("always allow"); never locked.
     local: LocalLayer | None = None
 
+    def unreviewed_pins(self) -> dict[str, str]:
+        """This machine's pins (the local layer) that the reviewed `policy.pins` lacks."""
+        if self.local is None:
+            return {}
+        reviewed = self.config.policy.pins
+        return {n: d for n, d in self.local.config.pins.items() if reviewed.get(n) != d}
+
     def watched_files(self) -> tuple[Path, ...]:
         """The files whose edits change what this project resolves to (the gateway reloads)."""
         return paths.project_files(self.config_path)

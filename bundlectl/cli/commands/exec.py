@@ -15,40 +15,14 @@ pydantic, an event loop or the MCP SDK; the rest is imported while the server st
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from bundlectl.calls.arguments import load_json_args, split_pairs
 from bundlectl.calls.early_start import HeadStart
+from bundlectl.cli.commands.exec_options import ExecOptions, Parsed
 from bundlectl.cli.options import Format
 from bundlectl.errors import UsageError
 from bundlectl.policy.patterns import parse_tool_name
 from bundlectl.policy.rules import default_agent
-
-
-@dataclass(frozen=True)
-class ExecOptions:
-    """`bundlectl exec`'s command line as typer parsed it: declared once, in
-    `call_commands.exec_`, and read here and by `exec_call` (never passed on option by option).
-    `fast_exit`: the process leaves with os._exit once the command returns, so a finished stdio
-    server's shutdown may be left to the detached watchdog."""
-
-    config: Path | None
-    tool: str | None
-    pairs: tuple[str, ...]
-    agent: str | None
-    args_json: str | None
-    timeout: float | None
-    connect_timeout: float
-    yes: bool
-    fmt: Format
-    output_dir: Path | None
-    quiet: bool
-    batch: Path | None
-    fast_exit: bool = False
-    follow_links: bool = False
-    wait: bool = True
 
 
 def run(options: ExecOptions) -> int:
@@ -88,15 +62,3 @@ def run(options: ExecOptions) -> int:
         from bundlectl.cli.commands import exec_call  # noqa: PLC0415 - see the module's doc
 
         return exec_call.one(head, o, call)
-
-
-@dataclass(frozen=True)
-class Parsed:
-    """The call the command line names: its tool, its arguments (KEY=VALUE pairs, and the JSON
-    object of --args), and the agent that makes it."""
-
-    server: str
-    name: str
-    split: list[tuple[str, str]]
-    base: dict[str, Any]
-    who: str

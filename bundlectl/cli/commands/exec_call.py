@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from bundlectl.calls.batch import BatchItem
     from bundlectl.calls.calldata import CallOutcome, CallRequest
     from bundlectl.calls.early_start import HeadStart
-    from bundlectl.cli.commands.exec import ExecOptions, Parsed
+    from bundlectl.cli.commands.exec_options import ExecOptions, Parsed
     from bundlectl.mcpio.target import Target
     from bundlectl.policy.rules import Decision
 

@@ -8,7 +8,7 @@ from bundlectl.cli.options import Format
 from bundlectl.config.edits import edit_bundles, set_entries
 from bundlectl.config.fields import check_requirement
 from bundlectl.config.fsio import project_lock, write_project_file
-from bundlectl.config.local import unpin, unreviewed_pins
+from bundlectl.config.local import unpin
 from bundlectl.config.lockfile import describe_drift, dump_lock
 from bundlectl.config.models import LockFile
 from bundlectl.config.project import Project, load_project, project_from_text
@@ -126,7 +126,7 @@ def pins_update(config: Path | None, *, dry_run: bool, fmt: Format) -> int:
     """`bundlectl pins update`: this machine's approved pins into `policy.pins`, re-locked;
     then gone from bundlectl.local.yaml."""
     project = load_project(config)
-    pending = unreviewed_pins(project)
+    pending = project.unreviewed_pins()
     if not pending:
         if fmt is Format.json:
             emit_json({"format_version": JSON_FORMAT_VERSION, "recorded": {}})
@@ -241,7 +241,7 @@ def lock(config: Path | None, names: list[str], *, check: bool, upgrade: bool, f
     on_disk = project.lock_path.read_text("utf-8") if project.lock_path.exists() else None
     stale = fresh != on_disk
     drift = describe_drift(project.lock, resolution.lock) if stale else []
-    unreviewed = unreviewed_pins(project)
+    unreviewed = project.unreviewed_pins()
     if unreviewed:  # approved on this machine, not yet in the reviewed file
         stale = True
         drift.append(

@@ -155,7 +155,7 @@ def _supervised(workers: int, serve_one: Callable[[], int]) -> int:
     import signal  # noqa: PLC0415 - only with --workers
 
     from bundlectl.cli.error_handler import crash, failure  # noqa: PLC0415
-    from bundlectl.cli.main import leave  # noqa: PLC0415
+    from bundlectl.cli.process_exit import leave  # noqa: PLC0415
     from bundlectl.errors import BundlectlError  # noqa: PLC0415
 
     children: set[int] = set()
