@@ -40,11 +40,11 @@ RefreshOpt = Annotated[
 def _registry_timeout(seconds: float, *, refresh: bool = False) -> None:
     """What `--timeout` gives each request to a remote registry in this command; `refresh`:
     every remote index is asked for again, however fresh the cached one."""
-    from bundlectl.config import remote
+    from bundlectl.config.remote_index import REQUESTS
 
-    remote.REQUESTS.timeout = seconds
-    remote.REQUESTS.revalidate = refresh
-    remote.REQUESTS.revalidated.clear()
+    REQUESTS.timeout = seconds
+    REQUESTS.revalidate = refresh
+    REQUESTS.revalidated.clear()
 
 
 @app.command()

@@ -17,14 +17,11 @@ Docker's config file (`docker login` / `oras login`), as every OCI tool finds th
 
 from __future__ import annotations
 
-import json
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bundlectl.config import remote
-from bundlectl.errors import ReportedFailure, UsageError
+from bundlectl.config import remote_index
+from bundlectl.errors import UsageError
 
 if TYPE_CHECKING:
     import requests
@@ -78,7 +75,7 @@ def tag_of(name: str, version: str) -> str:
     return f"{name}-{version}".replace("+", "_")
 
 
-def _client(ref: Reference) -> Any:
+def client_of(ref: Reference) -> Any:
     """An oras registry client whose requests are each one attempt with a timeout."""
     try:
         import oras.auth  # noqa: PLC0415 - only for oci:// registries (oras loads requests)
@@ -112,7 +109,7 @@ def _client(ref: Reference) -> Any:
                     headers=headers,
                     stream=stream,
                     verify=self._tls_verify,
-                    timeout=remote.REQUESTS.timeout,
+                    timeout=remote_index.REQUESTS.timeout,
                 )
 
             response = send(headers)
@@ -136,13 +133,13 @@ class Fetcher:
     @property
     def registry(self) -> Any:
         if self._registry is None:
-            self._registry = _client(self.ref)
+            self._registry = client_of(self.ref)
         return self._registry
 
     def index(self, etag: str | None) -> tuple[bytes | None, str | None]:
-        found = _read_index(self.registry, self.ref, etag)
+        found = read_index(self.registry, self.ref, etag)
         if found is None:
-            raise remote.problem(
+            raise remote_index.problem(
                 self.where,
                 f"the repository has no tag {INDEX_TAG!r}: not a bundlectl registry",
                 f"publish one: bundlectl registry push FOLDER {self.ref.url}",
@@ -154,7 +151,7 @@ class Fetcher:
         return _blob(self.registry, self.ref, entry["sha256"], f"{name} {version}"), where
 
 
-def _read_index(registry: Any, ref: Reference, etag: str | None) -> tuple[bytes | None, str] | None:
+def read_index(registry: Any, ref: Reference, etag: str | None) -> tuple[bytes | None, str] | None:
     """The index's bytes (None when its digest is still `etag`) and its manifest's digest;
     None when the repository has no index."""
     found = _manifest(registry, ref, INDEX_TAG)
@@ -166,7 +163,7 @@ def _read_index(registry: Any, ref: Reference, etag: str | None) -> tuple[bytes 
     where = ref.where
     layers = [layer for layer in manifest.get("layers", []) if layer.get("mediaType") == INDEX]
     if len(layers) != 1:
-        raise remote.problem(
+        raise remote_index.problem(
             where,
             f"the artifact tagged {INDEX_TAG!r} holds no layer of type {INDEX}",
             f"publish the registry again: bundlectl registry push FOLDER {ref.url}",
@@ -186,8 +183,8 @@ def _manifest(registry: Any, ref: Reference, tag: str) -> tuple[dict[str, Any], 
     try:
         manifest = response.json()
     except ValueError:
-        raise remote.problem(ref.url, f"the manifest of tag {tag!r} is not JSON") from None
-    digest = response.headers.get("Docker-Content-Digest") or remote.digest(response.content)
+        raise remote_index.problem(ref.url, f"the manifest of tag {tag!r} is not JSON") from None
+    digest = response.headers.get("Docker-Content-Digest") or remote_index.digest(response.content)
     return manifest if isinstance(manifest, dict) else {}, digest
 
 
@@ -196,24 +193,26 @@ def _blob(registry: Any, ref: Reference, digest: str, what: str) -> bytes:
     url = f"{registry.prefix}://{container.get_blob_url(digest)}"
     response = _request(registry, url, ref, {})
     if response.status_code == 404:
-        raise remote.problem(
+        raise remote_index.problem(
             f"{ref.url}@{digest}",
             f"{what}: the registry has no blob {digest}",
             "the index names a manifest the repository does not hold: publish it again",
         )
     _check(response, ref, what)
     body: bytes = response.content
-    if len(body) > remote.MAX_BYTES:
-        raise remote.problem(ref.url, f"{what} is larger than {remote.MAX_BYTES >> 20} MiB")
+    if len(body) > remote_index.MAX_BYTES:
+        raise remote_index.problem(
+            ref.url, f"{what} is larger than {remote_index.MAX_BYTES >> 20} MiB"
+        )
     return body
 
 
 def _checked_blob(registry: Any, ref: Reference, digest: str, where: str) -> bytes:
     body = _blob(registry, ref, digest, "the index")
-    if remote.digest(body) != digest:
-        raise remote.problem(
+    if remote_index.digest(body) != digest:
+        raise remote_index.problem(
             where,
-            f"the index's digest {remote.digest(body)} differs from its address {digest}",
+            f"the index's digest {remote_index.digest(body)} differs from its address {digest}",
             "the download was altered: try again, or ask the registry's owner",
         )
     return body
@@ -225,7 +224,7 @@ def _request(registry: Any, url: str, ref: Reference, headers: dict[str, str]) -
     try:
         return registry.do_request(url, "GET", headers=headers)
     except requests.RequestException as exc:
-        raise remote.Unreachable(_reason(exc)) from None
+        raise remote_index.Unreachable(reason_of(exc)) from None
     except ValueError as exc:  # oras: authentication it cannot answer
         raise UsageError(
             f"the registry {ref.url} refused the request: {exc}",
@@ -235,101 +234,20 @@ def _request(registry: Any, url: str, ref: Reference, headers: dict[str, str]) -
 
 def _check(response: Any, ref: Reference, what: str) -> None:
     if response.status_code >= 500:
-        raise remote.Unreachable(f"HTTP {response.status_code}")
+        raise remote_index.Unreachable(f"HTTP {response.status_code}")
     if response.status_code in (401, 403):
         raise UsageError(
             f"the registry {ref.url} refused to give {what} (HTTP {response.status_code})",
             hint=f"sign in to {ref.host} (docker login or oras login), then try again",
         )
     if response.status_code != 200:
-        raise remote.problem(ref.url, f"{what}: HTTP {response.status_code}")
+        raise remote_index.problem(ref.url, f"{what}: HTTP {response.status_code}")
 
 
-def _reason(exc: Exception) -> str:
+def reason_of(exc: Exception) -> str:
     text = str(exc)
     if "timed out" in text.lower() or type(exc).__name__.endswith("Timeout"):
-        return f"timed out after {remote.REQUESTS.timeout:g} s"
+        return f"timed out after {remote_index.REQUESTS.timeout:g} s"
     if "Connection refused" in text or "Failed to establish" in text:
         return "connection refused"
     return text.splitlines()[0][:200] if text else type(exc).__name__
-
-
-@dataclass
-class Pushed:
-    """What a push did, per bundle version."""
-
-    published: list[tuple[str, str]]
-    unchanged: list[tuple[str, str]]
-
-
-def push(folder: Path, url: str) -> Pushed:
-    """Publish a registry folder to the OCI repository `url`: each manifest not there yet as
-    its own artifact, then the index of everything the repository holds. A version already
-    published with other content is refused before anything is written."""
-    import requests  # noqa: PLC0415
-
-    ref = Reference.parse(url)
-    index = remote.index_of(folder)
-    registry = _client(ref)
-    try:
-        found = _read_index(registry, ref, None)
-    except remote.Unreachable as exc:
-        raise UsageError(
-            f"cannot reach the registry {url} ({exc})",
-            hint="check the host and port; loopback registries are spoken to over plain HTTP",
-        ) from None
-    current: dict[str, dict[str, dict[str, str]]] = {}
-    if found is not None:
-        current = remote.parse_index(ref.where, found[0] or b"")
-    changed = [
-        f"{name} {version}: published as {current[name][version]['sha256']}, "
-        f"the folder has {entry['sha256']}"
-        for name, versions in index["bundles"].items()
-        for version, entry in versions.items()
-        if version in current.get(name, {}) and current[name][version]["sha256"] != entry["sha256"]
-    ]
-    if changed:
-        raise ReportedFailure(
-            f"{url} already holds other content for " + "; ".join(changed),
-            hint="a published version is immutable: bump `version` and push again",
-        )
-    done = Pushed([], [])
-    merged = {name: dict(versions) for name, versions in current.items()}
-    try:
-        with tempfile.TemporaryDirectory(prefix="bundlectl-push-") as tmp:
-            for name, versions in index["bundles"].items():
-                for version, entry in versions.items():
-                    if version in current.get(name, {}):
-                        done.unchanged.append((name, version))
-                        continue
-                    layer = Path(tmp) / f"{tag_of(name, version)}.yaml"
-                    layer.write_bytes((folder / entry["path"]).read_bytes())
-                    _push(registry, ref, tag_of(name, version), layer, MANIFEST)
-                    merged.setdefault(name, {})[version] = entry
-                    done.published.append((name, version))
-            if done.published or found is None:
-                layer = Path(tmp) / "index.json"
-                layer.write_bytes(remote.index_bytes({"format_version": 1, "bundles": merged}))
-                _push(registry, ref, INDEX_TAG, layer, INDEX)
-    except requests.RequestException as exc:
-        raise UsageError(f"cannot push to {url}: {_reason(exc)}") from None
-    except ValueError as exc:  # oras: an answer other than 2xx to an upload
-        raise UsageError(
-            f"the registry {url} refused the push: {exc}",
-            hint=f"check that you may push to {ref.host}/{ref.repository} (docker login)",
-        ) from None
-    return done
-
-
-def _push(registry: Any, ref: Reference, tag: str, layer: Path, media_type: str) -> None:
-    response = registry.push(
-        target=ref.target(tag),
-        files=[f"{layer}:{media_type}"],
-        manifest_config=f":{ARTIFACT}",
-        manifest_annotations={"org.opencontainers.image.title": layer.name},
-        disable_path_validation=True,
-        quiet=True,
-    )
-    if response.status_code not in (200, 201):
-        detail = json.dumps(response.json()) if response.content else ""
-        raise UsageError(f"the registry refused {tag}: HTTP {response.status_code} {detail}")

@@ -15,43 +15,30 @@ naming the URL.
 from __future__ import annotations
 
 import hashlib
-import json
-import re
 import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
-
-from packaging.version import InvalidVersion, Version
+from typing import Protocol
 
 from bundlectl.config import paths, urls
-from bundlectl.config.requirements import NAME_RE
-from bundlectl.errors import InputFileError, Problem, UsageError
+from bundlectl.config.remote_index import (
+    INDEX,
+    MAX_BYTES,
+    REQUESTS,
+    Unreachable,
+    digest,
+    parse_index,
+    problem,
+)
+from bundlectl.errors import UsageError
 from bundlectl.output import err, status
 
-_NAME = re.compile(NAME_RE)
-INDEX = "index.json"
 FRESH = 300.0  # seconds a fetched index is used before it is asked for again
-MAX_BYTES = 32 << 20  # an index or a manifest larger than this is refused
 FETCHERS = 8  # manifests fetched at once (a bundle's versions, `list` of a whole registry)
-
-
-@dataclass
-class Requests:
-    """How this process asks remote registries (a command sets it from its options)."""
-
-    timeout: float = 20.0  # seconds one request may take (`lock`/`install`/`remove --timeout`)
-    # Ask for every index again, however fresh the cached one (`lock --upgrade`, `--refresh`):
-    # once each per process (an unchanged index costs a 304).
-    revalidate: bool = False
-    revalidated: set[str] = field(default_factory=set)
-
-
-REQUESTS = Requests()
 
 
 def _hint(why: str, otherwise: str) -> str:
@@ -96,72 +83,6 @@ def _get(url: str, etag: str | None = None) -> tuple[int, bytes, str | None]:
         if exc.code == 304:
             return 304, b"", etag
         raise
-
-
-def problem(url: str, message: str, hint: str | None = None) -> InputFileError:
-    return InputFileError([Problem(url, 1, 1, message, "", hint, "remote_registry")])
-
-
-def parse_index(url: str, data: bytes) -> dict[str, dict[str, dict[str, str]]]:
-    """The bundles of an index: name → version → {path, sha256}; a malformed index is an
-    error naming what is wrong."""
-    if len(data) > MAX_BYTES:
-        raise problem(url, f"the index is larger than {MAX_BYTES >> 20} MiB")
-    try:
-        index = json.loads(data)
-    except ValueError as exc:
-        raise problem(
-            url, f"the index is not JSON: {exc}", "rebuild it: bundlectl registry build"
-        ) from None
-    bundles = index.get("bundles") if isinstance(index, dict) else None
-    if not isinstance(bundles, dict) or index.get("format_version") != 1:
-        raise problem(
-            url,
-            "not a bundlectl registry index (format_version 1 with bundles)",
-            "write it with `bundlectl registry build FOLDER`",
-        )
-    for name, versions in bundles.items():
-        if not _NAME.match(name):  # it becomes a folder of the mirror: never `..` or a path
-            raise problem(url, f"bundle name {name!r} is not a bundle name")
-        if not isinstance(versions, dict) or not all(map(_entry, versions.values())):
-            raise problem(url, f"bundle {name!r}: each version needs a path and a sha256")
-        for version, entry in versions.items():
-            if not relative_path(entry["path"]):
-                raise problem(
-                    url,
-                    f"bundle {name!r} {version}: path {entry['path']!r} is not a relative path "
-                    "below the index (no scheme, no leading '/', no '..')",
-                    "rebuild the index with `bundlectl registry build`",
-                )
-        for version in versions:
-            try:
-                Version(version)
-            except InvalidVersion:
-                raise problem(url, f"bundle {name!r}: {version!r} is not a version") from None
-    return bundles
-
-
-def relative_path(path: str) -> bool:
-    """A manifest's path in an index: a plain relative path below the index's own folder —
-    never a URL of its own (`file://`, plain http to another host), an absolute path, a
-    `..` step, a backslash, a query or an escape (the sha256 limits the damage of a hostile
-    index; this limits where it can make us go)."""
-    if not path or path.startswith("/") or any(c in path for c in "\\?#%") or ":" in path:
-        return False
-    return all(part not in ("", ".", "..") for part in path.split("/"))
-
-
-def _entry(value: Any) -> bool:
-    return (
-        isinstance(value, dict)
-        and isinstance(value.get("path"), str)
-        and isinstance(value.get("sha256"), str)
-    )
-
-
-class Unreachable(Exception):
-    """The registry could not be reached (network, timeout, a server error): the mirror falls
-    back to what is cached."""
 
 
 class Fetcher(Protocol):
@@ -349,10 +270,6 @@ def _manifests(
         status("\r\033[K")
 
 
-def digest(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
 def _write(path: Path, data: bytes) -> None:
     """A file of the mirror: in place at once or not at all, not synced to disk (each manifest
     is checked against its digest whenever the mirror is read, so one cut short by a crash is
@@ -360,46 +277,6 @@ def _write(path: Path, data: bytes) -> None:
     from bundlectl.config.fsio import atomic_write_bytes  # noqa: PLC0415 - only when fetching
 
     atomic_write_bytes(path, data, durable=False)
-
-
-def index_of(folder: Path) -> dict[str, Any]:
-    """The index of a registry folder (`<name>/<version>.yaml`): every manifest loaded and
-    checked first, so a broken one is never published."""
-    from bundlectl.config.registry import Registry, Source  # noqa: PLC0415
-
-    source = Source(str(folder), folder)
-    problems = source.layout_problems()
-    if problems:
-        raise InputFileError(problems)
-    registry = Registry([source])
-    bundles: dict[str, dict[str, dict[str, str]]] = {}
-    for name in source.names():
-        for version in registry.versions(name):
-            loaded = registry.get(name, version)
-            relative = loaded.path.relative_to(folder).as_posix()
-            bundles.setdefault(name, {})[str(version)] = {
-                "path": relative,
-                "sha256": loaded.digest,
-                "description": loaded.manifest.description,
-            }
-    return {"format_version": 1, "bundles": bundles}
-
-
-def index_bytes(index: dict[str, Any]) -> bytes:
-    """An index as it is published (stable: the same bundles give the same bytes)."""
-    return (json.dumps(index, indent=2, sort_keys=True) + "\n").encode()
-
-
-def build(folder: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
-    """Write `index.json` for a registry folder (and, with `out`, the manifests beside it)."""
-    index = index_of(folder)
-    target = (out or folder) / INDEX
-    if out is not None:
-        for versions in index["bundles"].values():
-            for entry in versions.values():
-                _write(out / entry["path"], (folder / entry["path"]).read_bytes())
-    _write(target, index_bytes(index))
-    return target, index
 
 
 def checked_at(url: str) -> str:

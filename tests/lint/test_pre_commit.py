@@ -42,6 +42,9 @@ def _this_checkout(shadow: Path) -> str:
         GIT_INDEX_FILE=_git(shadow, "rev-parse", "--absolute-git-dir") + "/index",
         GIT_OBJECT_DIRECTORY=_git(shadow, "rev-parse", "--absolute-git-dir") + "/objects",
     )
+    staged = _git(REPO, "diff", "--cached", "--name-only", "--diff-filter=d").splitlines()
+    if staged:  # new files added to the index, as pre-commit takes them
+        _git(REPO, "add", "--", *staged, env=into_shadow)
     _git(REPO, "add", "-u", env=into_shadow)
     _git(shadow, "commit", "-q", "--allow-empty", "-m", "the working tree")
     return _git(shadow, "rev-parse", "HEAD")

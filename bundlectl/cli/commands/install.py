@@ -93,10 +93,10 @@ def _indexes_checked(project: Project) -> str:
     urls = [e for e in project.config.registries if e.startswith(("https://", "http://", "oci://"))]
     if not urls:
         return ""
-    from bundlectl.config import remote  # noqa: PLC0415 - only for a project with one
+    from bundlectl.config import remote, remote_index  # noqa: PLC0415 - only with one
 
     said = "; ".join(f"{url} checked {remote.checked_at(url)}" for url in urls)
-    again = "" if remote.REQUESTS.revalidate else "; --refresh checks them again"
+    again = "" if remote_index.REQUESTS.revalidate else "; --refresh checks them again"
     return f" (registry index: {said}{again})"
 
 

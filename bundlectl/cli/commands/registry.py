@@ -124,11 +124,11 @@ def list_sources(config: Path | None, *, fmt: Format) -> int:
 
 
 def build(folder: Path, *, into: Path | None, fmt: Format) -> int:
-    from bundlectl.config import remote  # noqa: PLC0415 - only for this command
+    from bundlectl.config import registry_index  # noqa: PLC0415 - only for this command
 
     if not folder.is_dir():
         raise UsageError(f"{folder} is not a folder", hint="give a folder of <name>/<version>.yaml")
-    target, index = remote.build(folder, into)
+    target, index = registry_index.build(folder, into)
     versions = sum(len(v) for v in index["bundles"].values())
     if fmt is Format.json:
         emit_json({"format_version": JSON_FORMAT_VERSION, "index": str(target), **index})
@@ -139,7 +139,8 @@ def build(folder: Path, *, into: Path | None, fmt: Format) -> int:
 
 
 def push(folder: Path, reference: str, *, fmt: Format) -> int:
-    from bundlectl.config import oci  # noqa: PLC0415 - only for this command (loads oras)
+    from bundlectl.config import oci_push  # noqa: PLC0415 - only for this command (loads oras)
+    from bundlectl.config.oci import tag_of  # noqa: PLC0415
 
     if not folder.is_dir():
         raise UsageError(f"{folder} is not a folder", hint="give a folder of <name>/<version>.yaml")
@@ -148,7 +149,7 @@ def push(folder: Path, reference: str, *, fmt: Format) -> int:
             f"{reference!r} is not an OCI reference",
             hint="write oci://HOST[:PORT]/REPOSITORY; for a web server use `registry build`",
         )
-    done = oci.push(folder, reference)
+    done = oci_push.push(folder, reference)
     if fmt is Format.json:
         emit_json(
             {
@@ -160,7 +161,7 @@ def push(folder: Path, reference: str, *, fmt: Format) -> int:
         )
         return 0
     for name, version in done.published:
-        out(f"published {name} {version} to {reference} (tag {oci.tag_of(name, version)})")
+        out(f"published {name} {version} to {reference} (tag {tag_of(name, version)})")
     if done.unchanged:
         out(f"{len(done.unchanged)} version(s) already there, unchanged")
     if not done.published and not done.unchanged:
