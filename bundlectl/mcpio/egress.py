@@ -214,7 +214,10 @@ def _parse(head: bytes) -> tuple[str, str, int, bytes] | None:
 
 
 def _name_or_ip(host: str) -> bool:
-    return valid_pattern(host) is None and not host.startswith("*") and ":" not in host.strip("[]")
+    """A host as a request names it: a name or an IP address (IPv6 in brackets), no pattern."""
+    bracketed = host.startswith("[") and host.endswith("]")
+    plain = bracketed or ":" not in host  # a port left on it is no host
+    return valid_pattern(host) is None and not host.startswith("*") and plain
 
 
 def _answer(status: int, text: str) -> bytes:

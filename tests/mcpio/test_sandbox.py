@@ -479,3 +479,29 @@ def test_a_container_with_a_host_list_is_not_started(project: Path) -> None:
     profile = Profile("web", str(project), network=("api.github.com",), container=True)
     with pytest.raises(ServerError, match="a list of hosts is for servers bubblewrap runs"):
         wrap(profile, ["docker", "run", "--rm", "-i", "image"], cwd=str(project), home=None)
+
+
+@pytest.mark.parametrize(
+    ("target", "status"),
+    [
+        ("[::1]:9", {"502", "200"}),  # allowed: reached (or refused by the host: nothing there)
+        ("127.0.0.1:9", {"403"}),  # another host than the one allowed
+        ("*.example:443", {"400"}),  # a pattern is no host
+        ("example.com", {"400"}),  # no port
+    ],
+)
+def test_the_proxy_reads_the_host_a_request_names(target: str, status: set[str]) -> None:
+    """The egress proxy on its own (no sandbox): what a CONNECT names is decided as a host."""
+    from bundlectl.mcpio.egress import Egress
+
+    refused: list[str] = []
+    egress = Egress("web", ["[::1]:9"], refused.append)
+    try:
+        with socket.socket(socket.AF_UNIX) as conn:
+            conn.connect(egress.path)
+            conn.sendall(f"CONNECT {target} HTTP/1.1\r\n\r\n".encode())
+            said = conn.recv(4096).split(b" ")[1].decode()
+    finally:
+        egress.close()
+    assert said in status, said
+    assert refused == (["127.0.0.1"] if said == "403" else [])
