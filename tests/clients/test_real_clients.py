@@ -7,10 +7,12 @@ the project's servers approved, a model provider), and talks to `FakeModel` on 1
 instead of its vendor's API: the model's first turn calls an allowed tool, its second a tool the
 policy denies, its third answers. Run alone with `pytest -m real_clients`.
 
-Each case runs the client twice (its own `mcp list`, then one non-interactive prompt): about a
-second for Claude Code and Codex (native binaries), two to four for Gemini CLI (Node), and Kilo
-CLI (Bun) takes five to ten seconds a command, so it runs once. Import is checked on files
-written by each client's own `mcp add`.
+Each case runs the client once, one non-interactive prompt: the tools it offers the model prove
+that it parsed the file, started (or reached) the server and filtered its tools, which its own
+`mcp list` would prove again at the cost of a second start (two to four seconds of CPU each for
+Gemini CLI and Kilo CLI; Claude Code's listing was also the check that failed on a loaded
+machine). Kilo, whose prompt costs ten seconds, is checked through its `mcp list`. Import is
+checked on files written by each client's own `mcp add`.
 """
 
 from __future__ import annotations
@@ -183,31 +185,6 @@ def client_run(
     )
 
 
-def connected(client: Client, server: str, project: Path, env: dict[str, str]) -> None:
-    """The client's own `mcp list` parses the exported file and (Claude Code, Gemini CLI)
-    reaches the server. Codex's list shows the configuration only: its prompt below shows the
-    server's tools."""
-    if client is GEMINI:
-        # Gemini's `mcp list` gives a server 5 s to connect unless its entry says `timeout`
-        # (a key export leaves to the user, and keeps): on a loaded machine a Python server's
-        # start under the suite's coverage took longer, so the entry says what a user on a
-        # slow machine would.
-        settings_file = project / ".gemini" / "settings.json"
-        settings = json.loads(settings_file.read_text())
-        for entry in settings["mcpServers"].values():
-            entry["timeout"] = 60_000
-        settings_file.write_text(json.dumps(settings, indent=2))
-    listed = client_run(client, ["mcp", "list"], project, env)
-    shown = listed.stdout + listed.stderr  # Gemini CLI lists on stderr
-    assert listed.returncode == 0, shown
-    if client is CLAUDE:
-        assert re.search(rf"^{server}: .* - ✔ Connected$", shown, re.M), shown
-    elif client is GEMINI:
-        assert re.search(rf"✓ {server}: .*- Connected", shown), shown
-    else:
-        assert re.search(rf"^{server}\s.*\benabled\b", shown, re.M), shown
-
-
 def prompt(client: Client, project: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """One non-interactive prompt. Gemini CLI runs in yolo mode: without it, a non-interactive
     run hides every tool that would need a confirmation (the files server's write_file among
@@ -234,10 +211,16 @@ def test_the_client_offers_what_the_policy_allows_and_cannot_call_the_rest(
     # Direct: the client runs the files server itself and filters its tools; gateway: one
     # `bundlectl serve` entry, whose tool names carry the server's (`files__read_file`).
     server, prefix = ("files", "") if via == "direct" else ("bundlectl", "files__")
-    if client is not GEMINI or via == "direct":
-        # (Gemini's list costs two seconds of CPU; through the gateway, the tools it offers
-        # below come from the connected gateway.)
-        connected(client, server, project, env)
+    if client is GEMINI:
+        # Gemini gives a server 5 s to connect unless its entry says `timeout` (a key export
+        # leaves to the user, and keeps): on a loaded machine a Python server's start under
+        # the suite's coverage took longer, so the entry says what a user on a slow machine
+        # would.
+        settings_file = project / ".gemini" / "settings.json"
+        settings = json.loads(settings_file.read_text())
+        for entry in settings["mcpServers"].values():
+            entry["timeout"] = 60_000
+        settings_file.write_text(json.dumps(settings, indent=2))
 
     model.reset(
         [
