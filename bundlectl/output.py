@@ -162,6 +162,8 @@ def pretty_json(value: Any, depth: int = 0) -> str:
     10,000 findings took 0.7 s). Here each object or array whose members are all scalars is
     encoded by the C encoder, with the line break and indentation as its separator.
     """
+    if isinstance(value, Shared):
+        return value.at(depth)
     if not isinstance(value, dict | list) or not value:
         return json.dumps(value, ensure_ascii=False)
     pad = "  " * (depth + 1)
@@ -179,6 +181,21 @@ def pretty_json(value: Any, depth: int = 0) -> str:
         inner = f",\n{pad}".join(pretty_json(v, depth + 1) for v in value)
     brackets = "{}" if isinstance(value, dict) else "[]"
     return f"{brackets[0]}\n{pad}{inner}\n{pad[2:]}{brackets[1]}"
+
+
+class Shared:
+    """A value that appears many times in one document (the same cell under thousands of
+    changes): `pretty_json` encodes it once per depth."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self._text: dict[int, str] = {}
+
+    def at(self, depth: int) -> str:
+        found = self._text.get(depth)
+        if found is None:
+            found = self._text[depth] = pretty_json(self.value, depth)
+        return found
 
 
 class Lazy:

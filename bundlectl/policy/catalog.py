@@ -103,6 +103,13 @@ class Catalog:
             cached = self._masks[pattern] = self._compute(pattern)
         return cached
 
+    def share_masks(self, other: Catalog) -> None:
+        """Use `other`'s masks from now on when it holds the same tools (two sides of a
+        `policy diff`, whose rules are mostly the same patterns)."""
+        if other is not self and other.index.keys() == self.index.keys():
+            other._masks.update(self._masks)
+            self._masks = other._masks
+
     def mask_casefold(self, pattern: str) -> int:
         """Bitmask of the tools `pattern` matches when case is ignored (lint BCL208)."""
         server, tool = split_rule(pattern)

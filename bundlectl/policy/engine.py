@@ -9,6 +9,7 @@ does not record are denied.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from bundlectl.suggest import Suggester
 if TYPE_CHECKING:  # conditions are imported only by a policy that has them (models.py)
     from bundlectl.policy.conditions import PathReader
 
-from bundlectl.policy.inheritance import ancestors, check_extends
+from bundlectl.policy.inheritance import check_extends
 from bundlectl.policy.rules import EFFECTS, Decision, Effect, PolicySet, Rule
 
 T = TypeVar("T")
@@ -91,7 +92,7 @@ class CompiledAgent:
 
     name: str
     listed: bool
-    rules: list[Rule]
+    members: list[_Member] = field(repr=False)  # the chain's own rules, then `policy.deny`'s
     chain: list[str]  # the agent and its ancestors, nearest first
     policy: PolicySet
     _conditional_memo: dict[tuple[str, str], dict[Effect, list[Rule]]] = field(
@@ -99,20 +100,38 @@ class CompiledAgent:
     )
 
     @cached_property
+    def rules(self) -> list[Rule]:
+        """Every rule that applies to the agent: its own, its ancestors' (nearest first) and
+        `policy.deny`, in that order."""
+        return list(itertools.chain.from_iterable(m.rules for m in self.members))
+
+    @cached_property
+    def plain(self) -> dict[Effect, list[Rule]]:
+        """Per effect, the rules without argument conditions, in declaration order."""
+        join = itertools.chain.from_iterable
+        return {e: list(join(m.plain[e] for m in self.members)) for e in EFFECTS}
+
+    @cached_property
+    def has_grants(self) -> bool:
+        """Whether a rule of the chain (not `policy.deny`) allows or asks (`falls_open`)."""
+        return any(m.grants for m in self.members[:-1])
+
+    @cached_property
+    def has_denies(self) -> bool:
+        return any(m.denies for m in self.members[:-1])
+
+    @cached_property
     def _matchers(self) -> dict[Effect, _Matcher]:
         """Per effect, the rules without conditions indexed for single decisions (built on the
         first `decide`; the catalog's masks never need them)."""
-        return {
-            effect: _Matcher(r for r in self.rules if r.effect == effect and r.condition is None)
-            for effect in EFFECTS
-        }
+        return {effect: _Matcher(self.plain[effect]) for effect in EFFECTS}
 
     @cached_property
     def _conditional(self) -> dict[Effect, list[Rule]]:
         """Per effect, the rules with argument conditions (SPEC 10), in declaration order."""
         found: dict[Effect, list[Rule]] = {effect: [] for effect in EFFECTS}
-        for rule in self.rules:  # (one pass: an agent deep in `extends` has thousands)
-            if rule.condition is not None:
+        for member in self.members:
+            for rule in member.conditioned:
                 found[rule.effect].append(rule)
         return found
 
@@ -153,11 +172,6 @@ class CompiledAgent:
                 return candidate, True, failed
             failed.append(f"{candidate.head} ({candidate.origin}): {why} does not hold")
         return None, True, failed
-
-    def __post_init__(self) -> None:
-        own = [r for r in self.rules if r.agent is not None]
-        self.has_grants = any(r.effect in ("allow", "ask") for r in own)
-        self.has_denies = any(r.effect == "deny" for r in own)
 
     @property
     def falls_open(self) -> bool:
@@ -396,12 +410,43 @@ class CompiledAgent:
         ]
 
 
+@dataclass(frozen=True)
+class _Member:
+    """One agent's own rules (or `policy.deny`'s) as its descendants' compiled agents take
+    them: all, those without conditions per effect, those with conditions, and whether any
+    grants or denies."""
+
+    rules: tuple[Rule, ...]
+    plain: dict[Effect, tuple[Rule, ...]]
+    conditioned: tuple[Rule, ...]
+    grants: bool
+    denies: bool
+
+    @classmethod
+    def of(cls, rules: tuple[Rule, ...]) -> _Member:
+        plain: dict[Effect, list[Rule]] = {effect: [] for effect in EFFECTS}
+        conditioned = []
+        for rule in rules:
+            if rule.condition is None:
+                plain[rule.effect].append(rule)
+            else:
+                conditioned.append(rule)
+        return cls(
+            rules,
+            {effect: tuple(found) for effect, found in plain.items()},
+            tuple(conditioned),
+            any(r.effect in ("allow", "ask") for r in rules),
+            any(r.effect == "deny" for r in rules),
+        )
+
+
 class Policy:
     """The engine over one PolicySet. Load-time errors (extends) are raised on construction."""
 
     def __init__(self, policy_set: PolicySet) -> None:
         self.set = policy_set
         self._compiled: dict[str, CompiledAgent] = {}
+        self._members: dict[str, _Member] = {}
         check_extends(policy_set.agents)
 
     @property
@@ -409,17 +454,45 @@ class Policy:
         return sorted(self.set.agents)
 
     def agent(self, name: str) -> CompiledAgent:
-        """The compiled policy of an agent (listed or not)."""
-        if name not in self._compiled:
-            chain = ancestors(self.set.agents, name)
-            rules: list[Rule] = []
-            for member in chain:
-                rules.extend(self.set.agents[member].rules)
-            rules.extend(self.set.global_deny)
-            self._compiled[name] = CompiledAgent(
-                name, name in self.set.agents, rules, chain, self.set
+        """The compiled policy of an agent (listed or not): its chain's rules, each member's
+        sorted once per policy (an agent deep in `extends` inherits thousands of rules, and
+        shares most of its ancestors with its siblings)."""
+        found = self._compiled.get(name)
+        if found is None:
+            chain = self._chain(name)
+            members = [self._member(m) for m in chain]
+            members.append(self._global)
+            found = self._compiled[name] = CompiledAgent(
+                name, name in self.set.agents, members, chain, self.set
             )
-        return self._compiled[name]
+        return found
+
+    def _chain(self, name: str) -> list[str]:
+        """`ancestors`, over the parents' names taken once."""
+        if name not in self._parents:
+            return []
+        parents = self._parents
+        order, seen = [name], {name}
+        for current in order:  # the list is the queue: it grows while it is walked
+            for parent in parents.get(current, ()):
+                if parent not in seen:
+                    seen.add(parent)
+                    order.append(parent)
+        return order
+
+    @cached_property
+    def _parents(self) -> dict[str, list[str]]:
+        return {name: [p for p, _ in spec.extends] for name, spec in self.set.agents.items()}
+
+    def _member(self, name: str) -> _Member:
+        found = self._members.get(name)
+        if found is None:
+            found = self._members[name] = _Member.of(self.set.agents[name].rules)
+        return found
+
+    @cached_property
+    def _global(self) -> _Member:
+        return _Member.of(self.set.global_deny)
 
     def unlisted(self, agent: str) -> str | None:
         """None when `agent` is listed under `agents:`; else what it gets, with a did-you-mean

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Literal
@@ -34,6 +34,14 @@ if TYPE_CHECKING:
     from bundlectl.policy.engine import CompiledAgent
 
 Kind = Literal["widened", "narrowed", "changed"]
+# What decides a tool, in the order `decide` asks (SPEC 3): deny, pinning, ask, allow, default.
+_DECIDED_BY: tuple[Literal["deny", "pin", "ask", "allow", "default"], ...] = (
+    "deny",
+    "pin",
+    "ask",
+    "allow",
+    "default",
+)
 ABSENT = "absent"
 
 
@@ -247,16 +255,17 @@ class _Side:
         if wanted & ~self.present:
             parts.append((wanted & ~self.present, ABSENT_CELL))
         left = wanted & self.present
-        plain = [r for r in agent.rules if r.condition is None]
-        for effect in ("deny", "pin", "ask", "allow", "default"):
+        for effect in _DECIDED_BY:
             if not left:
                 break
             if effect == "pin":
-                candidates: list[tuple[int, Rule | None]] = [(self.unpinned, None)]
+                candidates: Iterable[tuple[int, Rule | None]] = [(self.unpinned, None)]
             elif effect == "default":
                 candidates = [(left, None)]
             else:
-                candidates = [(self.mask(r.pattern), r) for r in plain if r.effect == effect]
+                candidates = (  # lazily: the search ends once every wanted tool is decided
+                    (self.mask(r.pattern), r) for m in agent.members for r in m.plain[effect]
+                )
             for mask, rule in candidates:
                 hit = mask & left
                 if not hit:
@@ -319,6 +328,7 @@ def compare(
     found = PolicyDiff()
     union = sorted({(t.server, t.tool) for t in (*before.catalog.tools, *after.catalog.tools)})
     names = [f"{server}.{tool}" for server, tool in union]
+    after.catalog.share_masks(before.catalog)
     old_side, new_side = _Side(before, union), _Side(after, union)
     same_tools = old_side.same and new_side.same and _locked(before) == _locked(after)
     listed = sorted(set(before.policy.agents) | set(after.policy.agents))

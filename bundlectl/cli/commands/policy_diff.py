@@ -26,7 +26,7 @@ from bundlectl import __version__
 from bundlectl.config.paths import CONFIG_NAME, display_path
 from bundlectl.config.project import Project, load_project, project_from_text
 from bundlectl.errors import BundlectlError, UsageError
-from bundlectl.output import emit_json, out, paint, visible, write
+from bundlectl.output import Shared, emit_json, out, paint, visible, write
 from bundlectl.resolve.diff import ABSENT, Cell, OtherChange, PolicyDiff, ToolChange, compare
 from bundlectl.resolve.resolved import Resolution, resolve_project
 
@@ -287,6 +287,15 @@ def _cell_json(cell: Cell, side: Side | None = None) -> dict[str, Any]:
 
 
 def _json(found: PolicyDiff, base: Side, current: Project) -> None:
+    shared: dict[tuple[int, bool], Shared] = {}  # cells are shared by the changes they decide
+
+    def cell(value: Cell, side: Side | None = None) -> Shared:
+        key = (id(value), side is None)
+        found = shared.get(key)
+        if found is None:
+            found = shared[key] = Shared(_cell_json(value, side))
+        return found
+
     emit_json(
         {
             "format_version": 1,
@@ -298,8 +307,8 @@ def _json(found: PolicyDiff, base: Side, current: Project) -> None:
                     "agent": c.agent,
                     "tools": list(c.tools),
                     "kind": c.kind,
-                    "before": _cell_json(c.before, base),
-                    "after": _cell_json(c.after),
+                    "before": cell(c.before, base),
+                    "after": cell(c.after),
                 }
                 for changes in found.by_agent().values()
                 for c in changes
