@@ -73,7 +73,11 @@ class StdioCallContext:
     def can_send_request(self) -> bool:
         return not self.modern
 
-    async def send_request(self, request: BaseModel, result_type: type[_Result]) -> _Result:
+    async def send_request(
+        self, request: BaseModel, result_type: type[_Result], metadata: object = None
+    ) -> _Result:
+        """(`metadata`, the request it relates to, as the SDK's session takes it: stdio has
+        one stream, which carries everything.)"""
         data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
         return result_type.model_validate(await self.lane.ask(data["method"], data["params"]))
 

@@ -14,6 +14,7 @@ import anyio.lowlevel
 import mcp_types as types
 from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
 from mcp.shared.subscriptions import ResourceUpdated
 
 from bundlectl.errors import (
@@ -155,7 +156,11 @@ class Relay:
             why = f"the client behind the bundlectl gateway did not declare {capability}"
             return self._refuse(capability, why)
         if ctx.session.can_send_request:
-            return await ctx.session.send_request(request, answer)
+            # On the stream of the call it belongs to (the transport's rule for a request
+            # related to a client's request): a stateful client need not have opened its
+            # standalone stream, and one that has not yet would never see it.
+            related = ServerMessageMetadata(related_request_id=ctx.request_id)
+            return await ctx.session.send_request(request, answer, metadata=related)
         rounds = self.rounds
         if not rounds.holds(ctx):
             return self._refuse(

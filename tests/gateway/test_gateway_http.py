@@ -706,3 +706,68 @@ def test_workers_serve_one_port_each_with_its_own_servers_and_stop_together(
     assert all(gone(pid) for pid in kitchens)
     refused = run("serve", "--transport", "streamable-http", "--workers", "2")
     assert refused.code == 2 and "--stateless" in refused.err
+
+
+def test_a_servers_question_during_a_call_comes_on_that_calls_own_stream(
+    project: Path, isolated_home: Path
+) -> None:
+    """A stateful client that opened no standalone stream (a GET it may open later, or never)
+    is asked a downstream server's question on the response stream of the call it belongs to,
+    as the transport says a request related to a client's request should be; sent on the
+    session's standalone stream, it was lost whenever the client had not opened one yet, and
+    the call waited out the client's timeout (the conformance suite's elicitation scenario,
+    once, on a loaded machine)."""
+    import httpx2
+
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          kitchen:
+            command: {PY}
+            args: ["{TEST_SERVERS / "kitchen.py"}"]
+            env: {{KITCHEN_LEGACY: "1"}}
+        agents:
+          solo: {{allow: [kitchen.whisper]}}
+        policy: {{default: deny}}
+        """,
+    )
+    headers = {"Accept": "application/json, text/event-stream"}
+    hello = {**INITIALIZE, "params": {**INITIALIZE["params"], "capabilities": {"elicitation": {}}}}
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "kitchen__whisper", "arguments": {"tag": "t", "pause": 0}},
+    }
+    with gateway(project, "--agent", "solo") as (url, _), httpx2.Client(timeout=20) as http:
+        opened = http.post(f"{url}/mcp", json=hello, headers=headers)
+        assert opened.status_code == 200, opened.text
+        session = {
+            **headers,
+            "mcp-session-id": opened.headers["mcp-session-id"],
+            "MCP-Protocol-Version": "2025-11-25",
+        }
+        done = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert http.post(f"{url}/mcp", json=done, headers=session).status_code == 202
+        seen: list[dict[str, Any]] = []
+        with http.stream("POST", f"{url}/mcp", json=call, headers=session) as stream:
+            for line in stream.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                message = json.loads(line[5:])
+                seen.append(message)
+                if message.get("method") == "elicitation/create":
+                    assert message["params"]["message"] == "question of t", message
+                    reply = {
+                        "jsonrpc": "2.0",
+                        "id": message["id"],
+                        "result": {"action": "accept", "content": {"ok": True}},
+                    }
+                    assert http.post(f"{url}/mcp", json=reply, headers=session).status_code == 202
+                if message.get("id") == 2:
+                    break
+    methods = [m.get("method") for m in seen]
+    assert "elicitation/create" in methods, json.dumps(seen)
+    assert seen[-1]["result"]["content"][0]["text"] == "t: accept", json.dumps(seen)
