@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import http.server
 import json
 import os
@@ -46,6 +47,15 @@ def admitted(
         agent, server, tool, interactive=interactive, arguments=arguments or {}
     )
     return run_to_end(pipeline.admission(decision, arguments, pipeline.confirm))
+
+
+@functools.cache
+def tls() -> Any:
+    """One TLS context for the tests' HTTP clients (httpx makes one per client, reading the
+    whole CA bundle: ~60 ms each, some hundreds of clients a run)."""
+    import httpx2
+
+    return httpx2.create_ssl_context()
 
 
 # A 2025-11-25 `initialize` request, for tests that speak raw JSON-RPC to a server or gateway.

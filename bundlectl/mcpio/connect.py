@@ -13,7 +13,7 @@ import os
 import subprocess
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pydantic
@@ -32,6 +32,9 @@ from bundlectl.mcpio.child import Child
 from bundlectl.mcpio.stdio import child_transport
 from bundlectl.mcpio.target import Target, start_child
 from bundlectl.suggest import Suggester
+
+if TYPE_CHECKING:
+    import ssl
 
 
 def _client_target(target: Target, child: Child | None) -> Any:
@@ -71,6 +74,16 @@ def _client_target(target: Target, child: Child | None) -> Any:
     return _streamable_http(url, headers, target, auth)
 
 
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """httpx's own default TLS context (its CA roots; `SSL_CERT_FILE`/`SSL_CERT_DIR` honoured),
+    made once per process: making one reads the whole CA bundle, ~60 ms, which every client
+    paid — each call of `exec`, each connection of the gateway to a remote server."""
+    import httpx2
+
+    return httpx2.create_ssl_context()
+
+
 def _http_client(
     target: Target,
     headers: dict[str, str] | None = None,
@@ -90,6 +103,7 @@ def _http_client(
     return httpx2.AsyncClient(
         headers=headers,
         timeout=timeout or httpx2.Timeout(30, read=300),
+        verify=_tls(),
         auth=auth,
         event_hooks={
             "request": [telemetry.inject_headers] if telemetry.active() else [],

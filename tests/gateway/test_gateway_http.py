@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from tests.cli.test_exec import gone, listening, pids
-from tests.conftest import INITIALIZE, TEST_SERVERS, Run, write
+from tests.conftest import INITIALIZE, TEST_SERVERS, Run, tls, write
 
 PY = sys.executable
 READER_TOKEN = "reader-" + "r" * 30
@@ -108,7 +108,7 @@ async def client(
     headers = {**(headers or {}), **({"Authorization": f"Bearer {token}"} if token else {})}
     timeout = httpx2.Timeout(30, read=300)
     async with (
-        httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
+        httpx2.AsyncClient(headers=headers, timeout=timeout, verify=tls()) as http,
         Client(streamable_http_client(f"{url}/mcp", http_client=http), **options) as c,
     ):
         yield c

@@ -18,7 +18,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.conftest import audit_records, send_json, write
+from tests.conftest import audit_records, send_json, tls, write
 from tests.gateway.test_gateway_http import client, gateway, refused_at_start
 
 
@@ -108,7 +108,7 @@ def _raw(url: str, token: str | None) -> Any:
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
     body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
-    return httpx2.post(f"{url}/mcp", json=body, headers=headers, timeout=30)
+    return httpx2.post(f"{url}/mcp", json=body, headers=headers, timeout=30, verify=tls())
 
 
 def test_verified_tokens_pick_their_agent_by_claims(
