@@ -28,7 +28,7 @@ from bundlectl.suggest import Suggester
 if TYPE_CHECKING:  # conditions are imported only by a policy that has them (models.py)
     from bundlectl.policy.conditions import PathReader
 
-from bundlectl.policy.inheritance import check_extends
+from bundlectl.policy.inheritance import ancestors, check_extends, parent_names
 from bundlectl.policy.rules import EFFECTS, Decision, Effect, PolicySet, Rule
 
 T = TypeVar("T")
@@ -459,7 +459,7 @@ class Policy:
         shares most of its ancestors with its siblings)."""
         found = self._compiled.get(name)
         if found is None:
-            chain = self._chain(name)
+            chain = ancestors(self._parents, name)
             members = [self._member(m) for m in chain]
             members.append(self._global)
             found = self._compiled[name] = CompiledAgent(
@@ -467,22 +467,9 @@ class Policy:
             )
         return found
 
-    def _chain(self, name: str) -> list[str]:
-        """`ancestors`, over the parents' names taken once."""
-        if name not in self._parents:
-            return []
-        parents = self._parents
-        order, seen = [name], {name}
-        for current in order:  # the list is the queue: it grows while it is walked
-            for parent in parents.get(current, ()):
-                if parent not in seen:
-                    seen.add(parent)
-                    order.append(parent)
-        return order
-
     @cached_property
     def _parents(self) -> dict[str, list[str]]:
-        return {name: [p for p, _ in spec.extends] for name, spec in self.set.agents.items()}
+        return parent_names(self.set.agents)
 
     def _member(self, name: str) -> _Member:
         found = self._members.get(name)

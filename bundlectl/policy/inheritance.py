@@ -5,7 +5,7 @@ policy as plain data for the lock's digest. Pure.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from bundlectl.errors import InputFileError, Problem
@@ -16,16 +16,19 @@ if TYPE_CHECKING:  # conditions are imported only by a policy that has them (mod
 from bundlectl.policy.rules import EFFECTS, AgentSpec, PolicySet
 
 
-def ancestors(agents: Mapping[str, AgentSpec], name: str) -> list[str]:
-    """The agent and every ancestor, breadth-first, each once."""
-    if name not in agents:
+def parent_names(agents: Mapping[str, AgentSpec]) -> dict[str, list[str]]:
+    """Each agent's parents by name, as `ancestors` walks them."""
+    return {name: [parent for parent, _ in spec.extends] for name, spec in agents.items()}
+
+
+def ancestors(parents: Mapping[str, Sequence[str]], name: str) -> list[str]:
+    """The agent and every ancestor, breadth-first, each once (`parents`: `parent_names`)."""
+    if name not in parents:
         return []
     order, seen = [name], {name}
     for current in order:  # the list is the queue: it grows while it is walked
-        spec = agents.get(current)  # an unknown parent is a load error reported elsewhere
-        if spec is None:
-            continue
-        for parent, _ in spec.extends:
+        # (an unknown parent has none: a load error reported elsewhere)
+        for parent in parents.get(current, ()):
             if parent not in seen:
                 seen.add(parent)
                 order.append(parent)
