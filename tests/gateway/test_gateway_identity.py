@@ -5,6 +5,7 @@ token refused; RFC 9728 metadata and the 401's `resource_metadata`."""
 
 from __future__ import annotations
 
+import functools
 import http.server
 import json
 import threading
@@ -22,12 +23,20 @@ from tests.conftest import audit_records, send_json, tls, write
 from tests.gateway.test_gateway_http import client, gateway, refused_at_start
 
 
+@functools.cache
+def _signing_keys() -> tuple[rsa.RSAPrivateKey, rsa.RSAPrivateKey]:
+    """The issuers' signing key and a key that is not theirs, made once a process: a 2048-bit
+    key takes ~0.1 s to make, two for each of some 60 tests. Each test's issuer is its own
+    server, at its own address."""
+    made = [rsa.generate_private_key(public_exponent=65537, key_size=2048) for _ in range(2)]
+    return made[0], made[1]
+
+
 class Issuer:
     """An OIDC provider's public side: discovery metadata and its signing keys (JWKS)."""
 
     def __init__(self) -> None:
-        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        self.other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.key, self.other = _signing_keys()
         self.jwks_fetches = 0
         self.kid = "k1"
         issuer = self
