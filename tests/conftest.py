@@ -255,6 +255,11 @@ def pytest_configure(config: pytest.Config) -> None:
     site = str(Path(__file__).parent / "_site")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    # `policy.sandbox` absent is `on`: the suite's projects that say nothing about the sandbox run
+    # their servers as this machine's setting says, unsandboxed, so that they start warm in the
+    # fork server (a sandboxed one has its own namespaces and cannot). The sandbox's tests say
+    # `policy.sandbox`, and those of the default unset this (tests/mcpio/test_sandbox.py).
+    os.environ["BUNDLECTL_SANDBOX"] = "off"
     if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
         return  # xdist's controller runs no test: importing hypothesis (0.8 s) delays the workers
     # The same examples on every run and machine (a deterministic suite), no example database.

@@ -7,7 +7,8 @@ it — and nothing that decision was made from has changed since, the server is 
 from the launch kept then, and the project loads while the server starts. "Nothing changed" is
 checked as mypy checks its cache, but by content: the digest of every file the project is
 loaded from (config, lock, local rules, user-level config; absent ones too) and of every
-registry folder's tree, and bundlectl's version.
+registry folder's tree, bundlectl's version, and `$BUNDLECTL_SANDBOX` (the machine's say on
+the sandbox, for a project silent on it).
 
 The call itself is judged from the files exactly as without a head start. The early server is
 used only when the configured launch equals the kept one and the policy lets the call through;
@@ -35,6 +36,7 @@ from bundlectl.config import paths
 from bundlectl.config.bounded_read import read_bounded
 from bundlectl.errors import BundlectlError
 from bundlectl.mcpio.launch import Launch
+from bundlectl.mcpio.sandbox import MACHINE_MODE
 from bundlectl.mcpio.stderr import StderrTee
 
 if TYPE_CHECKING:
@@ -107,6 +109,8 @@ class HeadStart:
         self.stamps = (
             {str(path): stamp(path) for path in fixed_inputs(self.config)} if self.config else {}
         )
+        if self.config is not None:  # the machine's say on the sandbox decides the launch too
+            self.stamps[f"${MACHINE_MODE}"] = os.environ.get(MACHINE_MODE, "")
         self.early: Early | None = None
         self._kept: dict[str, Any] | None = None
 

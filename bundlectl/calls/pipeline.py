@@ -39,6 +39,7 @@ from bundlectl.errors import (
     Unconfirmable,
     UsageError,
 )
+from bundlectl.mcpio.sandbox import mode_here
 from bundlectl.mcpio.target import Target
 from bundlectl.output import err
 from bundlectl.policy.conditions import non_finite, unencodable
@@ -457,7 +458,7 @@ class Pipeline:
                 f"server {server!r} is disabled",
                 hint=f"set servers.{server}.disabled: false to use it",
             )
-        mode = self.resolution.project.config.policy.sandbox
+        mode = mode_here(self.resolution.project.config.policy.sandbox)
         return Target(
             server,
             merged.spec,

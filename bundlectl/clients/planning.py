@@ -49,7 +49,7 @@ def plan(resolution: Resolution, agent: str, live: Mapping[str, list[Any]] | Non
     conditional: list[str] = []
     cannot: list[str] = []
     sandboxed: list[str] = []
-    sandbox = resolution.project.config.policy.sandbox
+    sandbox = resolution.project.config.policy.sandbox_mode  # the project's, not this machine's
     for name, merged in resolution.merged.servers.items():
         spec = merged.spec
         if spec.disabled or not compiled.may_reach(name):

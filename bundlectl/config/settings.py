@@ -253,13 +253,20 @@ class PolicySettings(StrictModel):
         "they are made (CI, batch, code mode, a client that cannot elicit), for an approver; "
         "absent: such calls are refused.",
     )
-    sandbox: Literal["off", "on", "required"] = Field(
-        default="off",
-        description="Run local (stdio) servers in a kernel sandbox (Linux: bubblewrap): on — "
-        "sandboxed where bubblewrap is installed, else a warning and unsandboxed; required — a "
-        "server that cannot be sandboxed is not started; off — none. Each server's profile: "
-        "servers.NAME.sandbox.",
+    sandbox: Literal["off", "on", "required"] | None = Field(
+        default=None,
+        description="Run local (stdio) servers in a kernel sandbox (Linux: bubblewrap): on (the "
+        "default) — sandboxed where bubblewrap can make one, else a warning and unsandboxed; "
+        "required — a server that cannot be sandboxed is not started; off — none. Absent: on, "
+        "unless $BUNDLECTL_SANDBOX says otherwise for the machine (and off on macOS and "
+        "Windows, which have no bubblewrap). Each server's profile: servers.NAME.sandbox.",
     )
+
+    @property
+    def sandbox_mode(self) -> str:
+        """`sandbox` as the project means it, the same on every machine (`export`, `lint`,
+        `policy diff`); where servers start, `mcpio.sandbox.mode_here` adds the machine's say."""
+        return self.sandbox or "on"
 
     invariants: list[Invariant] = Field(
         default_factory=empty_list,

@@ -29,26 +29,33 @@ the runtime's options — `--network none` (unless `network: host`), `--read-onl
 `/tmp` (`--tmpfs /tmp`), `--memory`, and `write:`/`read:` paths mounted at the same place —
 each only where the configured arguments do not already say it (they are the declaration).
 
-Without bubblewrap (not installed, or not Linux) a server runs as before, after a one-line
-warning, unless the policy says `required`: then it is not started. `$BUNDLECTL_BWRAP` names
-another bwrap (an empty value: none). No I/O at import, nothing imported but the standard
-library: this runs on `exec`'s way to starting a server.
+`policy.sandbox` absent is `on` (`mode_here`): on Linux every local server is sandboxed unless
+the project says `off` or `$BUNDLECTL_SANDBOX` (a machine's setting, for a project that says
+nothing) does; on macOS and Windows, where there is no bubblewrap, an absent setting is off
+without a word. Without a bubblewrap that works here — not installed, or one the machine does
+not let make namespaces (a container without privileges, a kernel or AppArmor that forbids
+unprivileged user namespaces: asked once a process, `_unusable`) — a server runs as before,
+after a one-line warning, unless the policy says `required`: then it is not started.
+`$BUNDLECTL_BWRAP` names another bwrap (an empty value: none). No I/O at import, nothing
+imported but the standard library: this runs on `exec`'s way to starting a server.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import re
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bundlectl.errors import ServerError
+from bundlectl.errors import ServerError, UsageError
 from bundlectl.output import err
 from bundlectl.policy.governing import CLIENT_FILES, OTHER_FILES, POLICY_FILES
 
@@ -58,6 +65,8 @@ if TYPE_CHECKING:
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 CONTAINER_RUNTIMES = frozenset({"docker", "podman"})
+MODES = ("off", "on", "required")
+MACHINE_MODE = "BUNDLECTL_SANDBOX"  # this machine's policy.sandbox, for a project silent on it
 # `docker run`'s options that take no value (every other option takes the next word, or `=`).
 _RUN_FLAGS = frozenset(
     {
@@ -78,7 +87,7 @@ _RUN_FLAGS = frozenset(
     }
 )
 _RUN_SHORT_FLAGS = frozenset("ditPq")
-_WARNED: set[str] = set()  # servers warned about this process (once each)
+_WARNED: set[tuple[str, str | None]] = set()  # servers warned about, and why (once each)
 _GROUPS = itertools.count(1)  # the pids cgroups made by this process
 CGROUPS = Path("/sys/fs/cgroup")
 
@@ -162,6 +171,24 @@ def profile_for(
     )
 
 
+def mode_here(written: str | None) -> str:
+    """`policy.sandbox` as it applies on this machine: as the project writes it; absent (`on`),
+    what `$BUNDLECTL_SANDBOX` says, else on where the OS has a sandbox (Linux) and off where it
+    has none (macOS, Windows: nothing anyone could install, so nothing to warn about)."""
+    if written is not None:
+        return written
+    chosen = os.environ.get(MACHINE_MODE, "").strip().lower()
+    if chosen:
+        if chosen not in MODES:
+            raise UsageError(
+                f"${MACHINE_MODE} is {chosen!r}, which is not a sandbox mode",
+                hint="set it to off, on or required, or unset it (on); a project's "
+                "policy.sandbox, where it says one, is what counts",
+            )
+        return chosen
+    return "on" if sys.platform.startswith("linux") else "off"
+
+
 def runs_container(command: str, args: list[str] | tuple[str, ...]) -> bool:
     """Whether a server's command starts a container (`docker run ...`, `podman run ...`)."""
     return Path(command).name in CONTAINER_RUNTIMES and bool(args) and args[0] == "run"
@@ -176,6 +203,39 @@ def bwrap() -> str | None:
     if chosen is not None:
         return chosen or None
     return shutil.which("bwrap")
+
+
+def unavailable(tool: str | None) -> str | None:
+    """Why no server can be sandboxed here (a phrase), or None: bubblewrap is there and works."""
+    if tool is None:
+        return "bubblewrap (bwrap) is not available here"
+    refused = _unusable(tool)
+    if refused is None:
+        return None
+    return f"bubblewrap cannot make a sandbox here ({refused})"
+
+
+@functools.cache
+def _unusable(tool: str) -> str | None:
+    """What `tool` says when it cannot make the sandbox's namespaces and mounts on this
+    machine (its first line), or None. Some machines forbid them (a container without
+    privileges; a kernel or AppArmor that refuses unprivileged user namespaces, as Ubuntu 24.04
+    does): there every server would fail to start. Asked once a process (~3 ms)."""
+    probe = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    probe += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net"]
+    probe += ["--new-session", "--die-with-parent", "--cap-drop", "ALL", "--", "true"]
+    try:
+        done = subprocess.run(
+            [tool, *probe], stdin=subprocess.DEVNULL, capture_output=True, timeout=10, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return "it did not answer in 10 s"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if done.returncode == 0:
+        return None
+    said = done.stderr.decode(errors="replace").strip().splitlines()
+    return said[0] if said else f"it exited with {done.returncode}"
 
 
 @dataclass(frozen=True)
@@ -212,19 +272,21 @@ def wrap(
             )
         return Confined(contained(profile, argv), {})
     tool = bwrap()
-    if tool is None:
+    missing = unavailable(tool)
+    if tool is None or missing is not None:
         if profile.required:
             raise ServerError(
                 f"server {profile.server!r} was not started: policy.sandbox is required and "
-                "bubblewrap (bwrap) is not available here",
-                hint="install bubblewrap (Debian, Ubuntu: apt install bubblewrap), or set "
-                "policy.sandbox: on to run servers unsandboxed where it is missing",
+                f"{missing}",
+                hint="install bubblewrap (Debian, Ubuntu: apt install bubblewrap) and let it make "
+                "user namespaces, or set policy.sandbox: on to run servers unsandboxed where "
+                "it cannot",
             )
-        if profile.server not in _WARNED:
-            _WARNED.add(profile.server)
+        if (profile.server, missing) not in _WARNED:
+            _WARNED.add((profile.server, missing))
             err(
-                f"warning: server {profile.server!r} runs unsandboxed: bubblewrap (bwrap) is "
-                "not available here (install it, or policy.sandbox: required to refuse)"
+                f"warning: server {profile.server!r} runs unsandboxed: {missing} (install "
+                "it, or say so: policy.sandbox: off, or required to refuse)"
             )
         return Confined(argv, {})
     egress = None

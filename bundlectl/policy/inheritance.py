@@ -54,7 +54,7 @@ def canonical_policy(policy_set: PolicySet) -> tuple[dict[str, object], dict[str
         "deny": sorted({r.key for r in policy_set.global_deny}),
         "pin_tools": policy_set.pin_tools,
     }
-    if policy_set.sandbox != "off":  # (a project without it keeps the digest it had)
+    if policy_set.sandbox is not None:  # (a project without it keeps the digest it had)
         settings["sandbox"] = policy_set.sandbox
     if policy_set.pins:  # (likewise)
         settings["pins"] = dict(sorted(policy_set.pins.items()))

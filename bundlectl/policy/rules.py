@@ -130,7 +130,7 @@ class PolicySet:
     # `policy.pins`: reviewed definitions of changed tools (`server.tool` → sha256 of the live
     # definition), which `pin_tools` lets through
     pins: Mapping[str, str] = field(default_factory=dict)
-    sandbox: str = "off"  # policy.sandbox: how local servers run (`mcpio.sandbox`)
+    sandbox: str | None = None  # policy.sandbox as written (absent: on; `mcpio.sandbox`)
 
 
 def no_rule_grants(agent: str) -> str:

@@ -452,14 +452,9 @@ def _settings(before: Resolution, after: Resolution) -> Iterator[OtherChange]:
         if was != now:  # a newly accepted definition lets a changed tool through: a widening
             yield OtherChange("pinning", f"policy.pins {name}", was, now, now is not None)
     order = {"required": 2, "on": 1, "off": 0}
-    if old.sandbox != new.sandbox:
-        yield OtherChange(
-            "sandbox",
-            "policy.sandbox",
-            old.sandbox,
-            new.sandbox,
-            order[new.sandbox] < order[old.sandbox],
-        )
+    was, now = old.sandbox or "on", new.sandbox or "on"  # absent: on
+    if was != now:
+        yield OtherChange("sandbox", "policy.sandbox", was, now, order[now] < order[was])
 
 
 def _limits(resolution: Resolution) -> list[str]:

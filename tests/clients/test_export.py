@@ -562,7 +562,7 @@ UNDECLARED = f"""
     agents:
       reviewer:
         allow: [odd.ping, odd.shape, files.read_file]
-    policy: {{default: deny}}
+    policy: {{default: deny, sandbox: off}}  # a client may start it: it is not sandboxed
     """
 
 
@@ -704,7 +704,7 @@ def test_a_catalog_nobody_checked_is_not_exported_as_exact(project: Path, run: R
         agents:
           docs: {{allow: ["kitchen.*"], deny: ["kitchen.note_*"]}}
           plain: {{allow: [kitchen.echo, kitchen.add]}}
-        policy: {{default: deny}}
+        policy: {{default: deny, sandbox: off}}  # a client may start it: it is not sandboxed
         """,
     )
     for client, agent in (("claude-code", "docs"), ("roo", "docs"), ("cursor", "plain")):
@@ -841,7 +841,7 @@ def test_export_starts_a_server_as_exec_would_on_this_machine(
           gone: {command: uvx, args: ["no-such-mcp-server==1.0.0"], tools: [{name: go}]}
         agents:
           rev: {allow: ["git.*", "gone.*"]}
-        policy: {default: deny}
+        policy: {default: deny, sandbox: off}  # a client may start them: they are not sandboxed
         """,
     )
     bare = tmp_path / "bare-bin"

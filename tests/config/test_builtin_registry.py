@@ -65,7 +65,7 @@ def test_show_lists_servers_tools_inputs_and_agents(project: Path, run: Run) -> 
     assert result.code == 0
     assert result.lines[:5] == [
         "github 1.1.0 (builtin): GitHub repositories, issues and pull requests (reference server)",
-        "versions: 1.0.0, 1.1.0, 2.0.0",
+        "versions: 1.0.0, 1.1.0, 2.0.0, 2.1.0",
         "requires: -",
         "inputs:",
         "  GITHUB_TOKEN  required, secret  GitHub personal access token with repo scope",

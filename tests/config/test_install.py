@@ -31,7 +31,7 @@ def test_install_keeps_every_comment_and_the_formatting(configured: Path, run: R
     result = run("install", "docs-writer", "github>=1,<2")
     assert result.code == 0, result.err
     assert result.lines == [
-        "+ docs-writer 1.0.0",
+        "+ docs-writer 1.1.0",
         "+ github 1.1.0",
         "wrote bundlectl.yaml and bundlectl.lock",
     ]
@@ -42,7 +42,7 @@ def test_install_keeps_every_comment_and_the_formatting(configured: Path, run: R
     lock = load_yaml(configured / "bundlectl.lock")
     assert {n: b["version"] for n, b in lock["bundles"].items()} == {
         "basic": "1.1.0",
-        "docs-writer": "1.0.0",
+        "docs-writer": "1.1.0",
         "github": "1.1.0",
     }
 
@@ -50,7 +50,7 @@ def test_install_keeps_every_comment_and_the_formatting(configured: Path, run: R
 def test_install_replaces_an_entry_in_place_and_upgrades(configured: Path, run: Run) -> None:
     run("install", "docs-writer", "github<2")
     result = run("install", "github>=2")
-    assert result.lines == ["~ github 1.1.0 -> 2.0.0", "wrote bundlectl.yaml and bundlectl.lock"]
+    assert result.lines == ["~ github 1.1.0 -> 2.1.0", "wrote bundlectl.yaml and bundlectl.lock"]
     assert "    - github>=2\n" in (configured / "bundlectl.yaml").read_text()
     assert "github<2" not in (configured / "bundlectl.yaml").read_text()
 
@@ -60,7 +60,7 @@ def test_dry_run_writes_nothing(configured: Path, run: Run) -> None:
     result = run("install", "code-review", "--dry-run")
     assert result.code == 0
     assert result.lines[-1] == "would write bundlectl.yaml and bundlectl.lock"
-    assert "+ code-review 1.0.0" in result.lines
+    assert "+ code-review 1.1.0" in result.lines
     assert {p.name: p.read_bytes() for p in configured.iterdir()} == before
     assert (
         run("remove", "basic", "--dry-run").lines[-1]
@@ -74,12 +74,12 @@ def test_remove_refuses_while_required_and_names_the_dependent(configured: Path,
     result = run("remove", "github")
     assert result.code == 1
     assert result.err_lines == [
-        "error: cannot remove github: required by docs-writer@1.0.0",
+        "error: cannot remove github: required by docs-writer@1.1.0",
         "hint: remove docs-writer as well, or keep github",
     ]
     both = run("remove", "docs-writer", "github")
     assert both.code == 0, both.err
-    assert both.lines[:2] == ["- docs-writer 1.0.0", "- github 2.0.0"]
+    assert both.lines[:2] == ["- docs-writer 1.1.0", "- github 2.1.0"]
     assert "docs-writer" not in (configured / "bundlectl.yaml").read_text()
     assert "# trailing comment before servers" in (configured / "bundlectl.yaml").read_text()
 
@@ -95,7 +95,7 @@ def test_remove_unknown_and_install_invalid(configured: Path, run: Run) -> None:
     assert conflict.err_lines[:3] == [
         "error: no version of 'github' satisfies every constraint:",
         "  github<1.1 (required by bundlectl.yaml)",
-        "  github>=1.1,<3 (required by docs-writer@1.0.0)",
+        "  github>=1.1,<3 (required by docs-writer@1.1.0)",
     ]
     assert "github<1.1" not in (configured / "bundlectl.yaml").read_text()
     # A name no registry has is about the argument, not a place in bundlectl.yaml.
@@ -125,7 +125,7 @@ def test_lock_check_detects_drift_and_upgrade_moves_pins(configured: Path, run: 
     run("install", "github==1.0.0")
     run("install", "github")
     assert load_yaml(configured / "bundlectl.lock")["bundles"]["github"]["version"] == "1.0.0"
-    assert run("lock", "--upgrade", "github").lines[0] == "~ github 1.0.0 -> 2.0.0"
+    assert run("lock", "--upgrade", "github").lines[0] == "~ github 1.0.0 -> 2.1.0"
     assert run("lock", "github").code == 2
 
 
@@ -242,7 +242,7 @@ def test_resolve_json_is_stable(configured: Path, run: Run) -> None:
         "command": "./run.sh",
         "args": ["--token", "${API_TOKEN}"],
         "tools": [],
-        "sandbox": {"said": "off (policy.sandbox: off)"},
+        "sandbox": {"said": "off ($BUNDLECTL_SANDBOX=off on this machine)"},  # conftest.py
     }
     assert data["agents"]["reader"]["allow"] == ["files.read_file"]
     assert data["agents"]["reader"]["rules"] == [

@@ -61,19 +61,19 @@ def test_the_users_entries_merge_under_the_project_which_wins_every_name(
     data = json.loads(run("resolve", "--format", "json").out)
     shown = {b["name"]: (b["version"], b["user"]) for b in data["bundles"]}
     # basic==1.0.0 of the user file does not move the project's basic (the newest, 1.1.0).
-    assert shown == {"basic": ("1.1.0", False), "github": ("2.0.0", True)}
+    assert shown == {"basic": ("1.1.0", False), "github": ("2.1.0", True)}
     servers = data["servers"]
     assert servers["files"]["source"] == "basic@1.1.0"
     assert servers["kitchen"]["source"].startswith("user: ")
     assert servers["kitchen"]["file"].endswith("config/bundlectl.yaml")
-    assert servers["github"]["source"] == "github@2.0.0, user"
+    assert servers["github"]["source"] == "github@2.1.0, user"
     assert data["agents"]["reader"]["allow"] == ["files.read_file"]
     assert data["agents"]["me"]["rules"][0]["source"].endswith("config/bundlectl.yaml:8:13")
     assert data["policy"] == {
         "default": "deny",
         "deny": ["files.write_file", "kitchen.fail"],
         "pin_tools": False,
-        "sandbox": "off",
+        "sandbox": "on",  # absent: on (this machine's $BUNDLECTL_SANDBOX is not the project's)
     }
     notes = run("resolve").err
     assert "server 'files' of " in notes and "is hidden by the project's" in notes
@@ -81,7 +81,7 @@ def test_the_users_entries_merge_under_the_project_which_wins_every_name(
 
     text = run("resolve").out
     assert "kitchen  [user: " in text
-    assert "github 2.0.0 (builtin, required by the user-level file)" in text
+    assert "github 2.1.0 (builtin, required by the user-level file)" in text
 
 
 def test_the_lock_is_the_projects_alone(layered: Path, run: Run, user_file: Path) -> None:

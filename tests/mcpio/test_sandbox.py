@@ -213,6 +213,87 @@ def test_without_bubblewrap_required_refuses_and_on_warns(
     assert (project / "x.txt").exists()
 
 
+def test_a_project_silent_on_the_sandbox_runs_its_servers_in_one(
+    project: Path, run: Run, fake_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#55 item 1: `policy.sandbox` absent is `on`. The suite's machine says off for its other
+    projects (conftest.py); this one is a machine that says nothing."""
+    monkeypatch.delenv("BUNDLECTL_SANDBOX")
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          hostile: {{command: {sys.executable}, args: ["{HOSTILE}"]}}
+        agents:
+          bot: {{allow: ["hostile.*"]}}
+        policy: {{default: deny}}
+        """,
+    )
+    said = run("exec", "--agent", "bot", "hostile.read", "path=~/.ssh/id_rsa")
+    assert said.code == 0, said.err
+    assert "No such file or directory" in said.out, said.out  # the home is an empty one
+    said = run("exec", "--agent", "bot", "hostile.write", "path=x.txt")
+    assert "refused: Read-only file system" in said.out, said.out
+    assert not (project / "x.txt").exists()
+    shown = run("resolve")
+    assert "sandbox: writes nothing; no network" in shown.out, shown.out
+    # A client would start it outside the sandbox: its export goes through the gateway.
+    exported = run("export", "claude-code", "--agent", "bot")
+    assert exported.code == 0, exported.err
+    assert "server 'hostile' (policy.sandbox)" in exported.err
+    entry = json.loads((project / ".mcp.json").read_text())["mcpServers"]["bundlectl"]
+    assert entry["args"] == ["serve", "--agent", "bot"]
+
+    # The machine's say, for a project that says nothing: off; a project's own word stands.
+    monkeypatch.setenv("BUNDLECTL_SANDBOX", "off")
+    said = run("exec", "--agent", "bot", "hostile.write", "path=x.txt")
+    assert said.out.strip() == "ok", said.out
+    assert (project / "x.txt").exists()
+    _config(project, "{}", mode="on")
+    said = run("exec", "--agent", "bot", "hostile.write", "path=y.txt")
+    assert "refused: Read-only file system" in said.out, said.out
+    monkeypatch.setenv("BUNDLECTL_SANDBOX", "loose")
+    wrong = run("exec", "--agent", "bot", "hostile.write", "path=y.txt")  # the project says on
+    assert wrong.code == 0, wrong.err
+    write(
+        project / "bundlectl.yaml",
+        (project / "bundlectl.yaml").read_text().replace(", sandbox: on", ""),
+    )
+    wrong = run("exec", "--agent", "bot", "hostile.write", "path=y.txt")
+    assert wrong.code == 2
+    assert "error: $BUNDLECTL_SANDBOX is 'loose', which is not a sandbox mode" in wrong.err
+    assert "hint: set it to off, on or required" in wrong.err
+
+
+def test_a_bubblewrap_the_machine_does_not_let_make_a_sandbox_is_said_once(
+    project: Path, run: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A machine that forbids the namespaces bubblewrap needs (a container without privileges,
+    AppArmor's restriction on Ubuntu 24.04): `on` warns with bubblewrap's own words and runs the
+    server as before, `required` refuses it; neither fails on bubblewrap's error later."""
+    refusing = tmp_path / "bin" / "bwrap"
+    refusing.parent.mkdir()
+    refusing.write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n"
+    )
+    refusing.chmod(0o755)
+    monkeypatch.setenv("BUNDLECTL_BWRAP", str(refusing))
+    _config(project, "{}", mode="on")
+    warned = run("exec", "--agent", "bot", "hostile.write", "path=x.txt")
+    assert warned.code == 0, warned.err
+    assert (
+        "warning: server 'hostile' runs unsandboxed: bubblewrap cannot make a sandbox here "
+        "(bwrap: No permissions to create a new namespace)"
+    ) in warned.err
+    assert (project / "x.txt").exists()
+    _config(project, "{}", mode="required")
+    refused = run("exec", "--agent", "bot", "hostile.write", "path=y.txt")
+    assert refused.code == 5
+    assert "policy.sandbox is required and bubblewrap cannot make a sandbox here" in refused.err
+    assert not (project / "y.txt").exists()
+
+
 def test_a_third_party_server_works_unchanged_in_its_sandbox(project: Path, run: Run) -> None:
     write(
         project / "bundlectl.yaml",
@@ -505,3 +586,36 @@ def test_the_proxy_reads_the_host_a_request_names(target: str, status: set[str])
         egress.close()
     assert said in status, said
     assert refused == (["127.0.0.1"] if said == "403" else [])
+
+
+def test_a_head_start_kept_unsandboxed_is_not_taken_once_the_machine_sandboxes(
+    project: Path, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`exec`'s head start runs the launch kept last time before the project loads: one kept
+    while this machine said `BUNDLECTL_SANDBOX=off` must not start (unsandboxed) once it no
+    longer does — the machine's say is one of the kept call's inputs."""
+    recorded = project / "starts"
+    recorded.mkdir()
+    # Each start says so first thing (a shell, before the server's imports): a start from the
+    # kept launch is stopped only once the project has loaded, well after that.
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          kitchen:
+            command: sh
+            args: [-c, 'echo $$ >> starts/pids.txt; exec "$0" "$@"', {sys.executable},
+                   "{TEST_SERVERS / "kitchen.py"}"]
+            sandbox: {{write: [starts]}}
+        agents:
+          bot: {{allow: [kitchen.echo]}}
+        policy: {{default: deny}}
+        """,
+    )
+    assert run("exec", "--agent", "bot", "kitchen.echo", "text=a").code == 0  # kept: unsandboxed
+    monkeypatch.delenv("BUNDLECTL_SANDBOX")
+    again = run("exec", "--agent", "bot", "kitchen.echo", "text=b")
+    assert (again.code, again.out) == (0, "b\n"), again.err
+    # Two starts: the first call's, and the second's in its sandbox — none from the kept launch.
+    assert len((recorded / "pids.txt").read_text().split()) == 2

@@ -111,6 +111,7 @@ def test_explain_names_winner_losers_chain_and_defaults(configured: Path, run: R
     assert result.lines == [
         "gh.delete_repo for agent writer: deny",
         "  server gh: bundlectl.yaml",
+        "  sandbox: off ($BUNDLECTL_SANDBOX=off on this machine)",  # conftest.py; absent: on
         "  agent writer: bundlectl.yaml:15:5",
         "  decided by: policy.deny: *.delete_*  (bundlectl.yaml:21:10)",
         "  reason: denied by policy.deny: *.delete_*",

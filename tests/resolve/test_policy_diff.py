@@ -177,7 +177,7 @@ def test_a_widened_grant_is_shown_with_its_rule_on_both_sides_and_exits_1(
     assert run("policy", "diff", "main").code == 0
     _edit(repo, "deny: [git.git_commit, git.git_reset]", "deny: [git.git_reset]")
     _edit(repo, "    ask: [files.write_file]\n", "    ask: [files.write_file, git.git_commit]\n")
-    _edit(repo, "default: deny", "default: deny\n  sandbox: on")
+    _edit(repo, "default: deny", "default: deny\n  sandbox: off")  # absent is on
     pin = "sha256:" + "a" * 64  # a reviewed definition of a changed tool (#60)
     _edit(repo, "default: deny", f"default: deny\n  pins: {{git.git_log: '{pin}'}}")
     done = run("policy", "diff", "HEAD")
@@ -186,7 +186,7 @@ def test_a_widened_grant_is_shown_with_its_rule_on_both_sides_and_exits_1(
     assert "agent author:\n  + git.git_commit: deny → ask" in done.out
     assert "now:    agents.author.ask: git.git_commit (bundlectl.yaml:13:" in done.out
     assert "before: policy.deny: git.git_commit (HEAD:bundlectl.yaml:16:" in done.out
-    assert "- policy.sandbox: off → on" in done.out
+    assert "+ policy.sandbox: on → off" in done.out
     # The reviewer, who does not ask, gains nothing: deny stays deny without the global deny.
     assert "agent reviewer" not in done.out
     listed = json.loads(run("policy", "diff", "HEAD", "--format", "json").out)

@@ -268,7 +268,7 @@ def explain_one(
     else:
         _said(_header(d, agent, arguments))
     _said(f"  server {server}: {source or 'not configured'}")
-    if boxed is not None and resolution.project.config.policy.sandbox != "off":
+    if boxed is not None and resolution.project.config.policy.sandbox_mode != "off":
         _said(f"  sandbox: {boxed['said']}")
     if agent_from is not None:
         _said(f"  agent {agent}: {agent_from}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from bundlectl.config.fields import rule_data
 from bundlectl.config.models import ServerSpec
 from bundlectl.config.project import load_project
 from bundlectl.errors import UsageError
-from bundlectl.mcpio.sandbox import bwrap, profile_for
+from bundlectl.mcpio.sandbox import MACHINE_MODE, bwrap, mode_here, profile_for, unavailable
 from bundlectl.output import JSON_FORMAT_VERSION, Lazy, RawJson, note, out, stream_json
 from bundlectl.policy.catalog import agent_row
 from bundlectl.policy.rules import Rule
@@ -114,7 +115,7 @@ def _data(resolution: Resolution, agents: list[str], *, encoded: bool) -> dict[s
             "default": policy.set.default,
             "deny": [rule_data(entry) for entry in denies],
             "pin_tools": policy.set.pin_tools,
-            "sandbox": resolution.project.config.policy.sandbox,
+            "sandbox": resolution.project.config.policy.sandbox_mode,
         },
         "notes": merged.notes,
     }
@@ -128,23 +129,25 @@ def sandbox_of(
     remote or built-in server."""
     if spec.transport != "stdio" or builtin_of(spec) is not None:
         return {}
-    mode = resolution.project.config.policy.sandbox
+    written = resolution.project.config.policy.sandbox
+    mode = mode_here(written)
     drawn = writes_from_policy(resolution, name, agents) if mode != "off" else ()
     profile = profile_for(name, spec, resolution.project.root, mode, drawn)
     if profile is None:
-        why = (
-            f"off ({spec.sandbox.reason})"
-            if spec.sandbox is not None and spec.sandbox.off
-            else "off (policy.sandbox: off)"
-        )
+        if spec.sandbox is not None and spec.sandbox.off:
+            why = f"off ({spec.sandbox.reason})"
+        elif written is not None:
+            why = "off (policy.sandbox: off)"
+        elif os.environ.get(MACHINE_MODE):
+            why = f"off (${MACHINE_MODE}=off on this machine)"
+        else:
+            why = "off (no sandbox on this system: bubblewrap is Linux's)"
         return {"sandbox": {"said": why}}
     said = profile.described()
-    if bwrap() is None and not profile.container:
-        said += (
-            "; bubblewrap is not available here, so it is not started"
-            if profile.required
-            else "; bubblewrap is not available here, so it runs unsandboxed"
-        )
+    missing = None if profile.container else unavailable(bwrap())
+    if missing is not None:
+        how = "it is not started" if profile.required else "it runs unsandboxed"
+        said += f"; {missing}, so {how}"
     return {"sandbox": {**profile.to_json(), "said": said}}
 
 
