@@ -8,7 +8,9 @@ from the launch kept then, and the project loads while the server starts. "Nothi
 checked as mypy checks its cache, but by content: the digest of every file the project is
 loaded from (config, lock, local rules, user-level config; absent ones too) and of every
 registry folder's tree, bundlectl's version, and `$BUNDLECTL_SANDBOX` (the machine's say on
-the sandbox, for a project silent on it).
+the sandbox, for a project silent on it). A sandboxed launch is kept with its profile (drawn
+from those same files), and started in its sandbox; one with an egress proxy is not (the proxy
+audits what it refuses, which needs the loaded project).
 
 The call itself is judged from the files exactly as without a head start. The early server is
 used only when the configured launch equals the kept one and the policy lets the call through;
@@ -212,10 +214,10 @@ class HeadStart:
             and not pipeline.limited(decision.agent, decision.server, decision.tool)
         ):
             return
-        if target.launch().sandbox is not None:
-            return  # a sandboxed start is drawn from the loaded policy each time
-        registries = pipeline.resolution.project.local_registries()
         launch = target.launch()
+        if launch.sandbox is not None and launch.sandbox.hosts:
+            return  # its egress proxy audits what it refuses: set up with the loaded project
+        registries = pipeline.resolution.project.local_registries()
         if self._kept is not None and self._kept["calls"].get(self.key) == launch.to_json():
             return  # kept already (this call started from it)
         if registries is None or _holds_secret(launch):

@@ -80,7 +80,11 @@ class Launch:
             "env": dict(self.env),
             "cwd": self.cwd,
             "max_message": self.max_message,
-            **({"sandbox": self.sandbox.to_json()} if self.sandbox is not None else {}),
+            **(
+                {"sandbox": {**self.sandbox.to_json(), "root": self.sandbox.root}}
+                if self.sandbox is not None
+                else {}
+            ),
         }
 
     @classmethod
@@ -94,6 +98,7 @@ class Launch:
             tuple((str(k), str(v)) for k, v in env.items()),
             str(data["cwd"]),
             int(data["max_message"]),
+            Profile.from_json(str(data["server"]), data["sandbox"]) if "sandbox" in data else None,
         )
         if not Path(launch.cwd).is_absolute():
             raise ValueError(launch.cwd)

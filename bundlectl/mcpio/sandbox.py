@@ -34,8 +34,9 @@ the project says `off` or `$BUNDLECTL_SANDBOX` (a machine's setting, for a proje
 nothing) does; on macOS and Windows, where there is no bubblewrap, an absent setting is off
 without a word. Without a bubblewrap that works here — not installed, or one the machine does
 not let make namespaces (a container without privileges, a kernel or AppArmor that forbids
-unprivileged user namespaces: asked once a process, `_unusable`) — a server runs as before,
-after a one-line warning, unless the policy says `required`: then it is not started.
+unprivileged user namespaces: asked until it works, then once a boot, `_unusable`) — a server
+runs as before, after a one-line warning, unless the policy says `required`: then it is not
+started.
 `$BUNDLECTL_BWRAP` names another bwrap (an empty value: none). No I/O at import, nothing
 imported but the standard library: this runs on `exec`'s way to starting a server.
 """
@@ -43,7 +44,6 @@ imported but the standard library: this runs on `exec`'s way to starting a serve
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import os
 import re
@@ -118,6 +118,25 @@ class Profile:
             "required": self.required,
             **({"container": True} if self.container else {}),
         }
+
+    @classmethod
+    def from_json(cls, server: str, data: Any) -> Profile:
+        """A kept profile (`to_json` with its `root`; KeyError, TypeError or ValueError when it
+        is not one)."""
+        network = data["network"]
+        cpu = data["cpu_seconds"]
+        return cls(
+            server,
+            str(data["root"]),
+            tuple(str(p) for p in data["read"]),
+            tuple(str(p) for p in data["write"]),
+            str(network) if isinstance(network, str) else tuple(str(h) for h in network),
+            str(data["memory"]),
+            None if cpu is None else int(cpu),
+            required=bool(data["required"]),
+            processes=int(data["processes"]),
+            container=bool(data.get("container", False)),
+        )
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -215,12 +234,41 @@ def unavailable(tool: str | None) -> str | None:
     return f"bubblewrap cannot make a sandbox here ({refused})"
 
 
-@functools.cache
 def _unusable(tool: str) -> str | None:
     """What `tool` says when it cannot make the sandbox's namespaces and mounts on this
     machine (its first line), or None. Some machines forbid them (a container without
     privileges; a kernel or AppArmor that refuses unprivileged user namespaces, as Ubuntu 24.04
-    does): there every server would fail to start. Asked once a process (~3 ms)."""
+    does): there every server would fail to start. Asked at a start (~8 ms) until the answer is
+    yes, which is remembered in the cache folder until the machine restarts or that bubblewrap
+    changes."""
+    key = _machine_key(tool)
+    if key is not None:
+        from bundlectl.config import paths  # noqa: PLC0415 - cheap; keeps this module light
+
+        kept = paths.cache_dir() / "bwrap-works"
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            if kept.read_text() == key:
+                return None
+    refused = _probe(tool)
+    if refused is None and key is not None:
+        from bundlectl.config.fsio import atomic_write_bytes  # noqa: PLC0415 - a miss writes
+
+        with contextlib.suppress(OSError):  # a cache: the next start asks again
+            atomic_write_bytes(kept, key.encode(), durable=False)
+    return refused
+
+
+def _machine_key(tool: str) -> str | None:
+    """This user, this boot of the machine, and this bubblewrap (None: one of them unknown)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        found = os.stat(tool)
+    except OSError:
+        return None
+    return f"{os.getuid()} {boot} {tool} {found.st_ino} {found.st_mtime_ns} {found.st_size}"
+
+
+def _probe(tool: str) -> str | None:
     probe = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     probe += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net"]
     probe += ["--new-session", "--die-with-parent", "--cap-drop", "ALL", "--", "true"]

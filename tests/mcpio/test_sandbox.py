@@ -214,7 +214,7 @@ def test_without_bubblewrap_required_refuses_and_on_warns(
 
 
 def test_a_project_silent_on_the_sandbox_runs_its_servers_in_one(
-    project: Path, run: Run, fake_home: Path, monkeypatch: pytest.MonkeyPatch
+    project: Path, run: Run, fake_home: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """#55 item 1: `policy.sandbox` absent is `on`. The suite's machine says off for its other
     projects (conftest.py); this one is a machine that says nothing."""
@@ -236,6 +236,9 @@ def test_a_project_silent_on_the_sandbox_runs_its_servers_in_one(
     said = run("exec", "--agent", "bot", "hostile.write", "path=x.txt")
     assert "refused: Read-only file system" in said.out, said.out
     assert not (project / "x.txt").exists()
+    # That bubblewrap works on this machine is asked once, and remembered until it restarts.
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert boot in (isolated_home / "cache" / "bwrap-works").read_text()
     shown = run("resolve")
     assert "sandbox: writes nothing; no network" in shown.out, shown.out
     # A client would start it outside the sandbox: its export goes through the gateway.
@@ -267,7 +270,7 @@ def test_a_project_silent_on_the_sandbox_runs_its_servers_in_one(
 
 
 def test_a_bubblewrap_the_machine_does_not_let_make_a_sandbox_is_said_once(
-    project: Path, run: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    project: Path, run: Run, tmp_path: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A machine that forbids the namespaces bubblewrap needs (a container without privileges,
     AppArmor's restriction on Ubuntu 24.04): `on` warns with bubblewrap's own words and runs the
@@ -292,6 +295,7 @@ def test_a_bubblewrap_the_machine_does_not_let_make_a_sandbox_is_said_once(
     assert refused.code == 5
     assert "policy.sandbox is required and bubblewrap cannot make a sandbox here" in refused.err
     assert not (project / "y.txt").exists()
+    assert not (isolated_home / "cache" / "bwrap-works").exists()  # a no is asked again
 
 
 def test_a_third_party_server_works_unchanged_in_its_sandbox(project: Path, run: Run) -> None:
@@ -619,3 +623,36 @@ def test_a_head_start_kept_unsandboxed_is_not_taken_once_the_machine_sandboxes(
     assert (again.code, again.out) == (0, "b\n"), again.err
     # Two starts: the first call's, and the second's in its sandbox — none from the kept launch.
     assert len((recorded / "pids.txt").read_text().split()) == 2
+
+
+def test_a_sandboxed_call_allowed_last_time_starts_in_its_sandbox_before_the_project_loads(
+    project: Path, run: Run, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`exec`'s head start (tests/cli/test_exec.py) for a server in the sandbox, the default:
+    the same call again starts its server, sandboxed, before the project is loaded."""
+    from tests.cli.test_exec import loaded_at_start
+
+    monkeypatch.delenv("BUNDLECTL_SANDBOX")
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          kitchen: {{command: {sys.executable}, args: ["{TEST_SERVERS / "kitchen.py"}"]}}
+          hostile: {{command: {sys.executable}, args: ["{HOSTILE}"]}}
+        agents:
+          bot: {{allow: [kitchen.echo, hostile.write]}}
+        policy: {{default: deny}}
+        """,
+    )
+    watched = "pydantic ruamel.yaml bundlectl.config.project bundlectl.resolve.resolved"
+    args = ("-a", "bot", "kitchen.echo", "text=hi")
+    assert loaded_at_start(project, isolated_home, watched, *args) == (
+        *sorted(watched.split()),
+        "0",
+    )
+    assert loaded_at_start(project, isolated_home, watched, *args) == ("0",)
+    for _ in range(2):  # the second from the kept launch: in its sandbox as the first
+        said = run("exec", "-a", "bot", "hostile.write", "path=x.txt")
+        assert "refused: Read-only file system" in said.out, said.out + said.err
+    assert not (project / "x.txt").exists()
