@@ -73,6 +73,18 @@ def test_show_lists_servers_tools_inputs_and_agents(project: Path, run: Run) -> 
     assert "  github  stdio: npx -y @modelcontextprotocol/server-github@2025.4.8" in result.lines
     assert "    env: GITHUB_PERSONAL_ACCESS_TOKEN=${GITHUB_TOKEN}" in result.lines
     assert "    tools (26):" in result.lines
+    # Where it runs by default (#55): 1.1.0 declares nothing, so no network; 2.1.0 declares it.
+    assert any(
+        line.startswith("    sandbox: writes nothing; no network; 2G of memory")
+        and line.endswith("(and where a project's rules bound its writes)")
+        for line in result.lines
+    ), result.out
+    newest = run("show", "github").lines
+    assert (
+        "    sandbox: writes nothing; the machine's network; 2G of memory; in its container "
+        "(the runtime's isolation)"
+    ) in newest
+    assert not any("sandbox" in line for line in run("show", "basic").lines)  # built in
     assert "  github-reader  allow: github.get_*, github.search_*, github.list_*" in result.lines
     as_json = run("show", "docs-writer", "--format", "json")
     assert '"requires": [\n      "basic>=1.0,<2",\n      "github>=1.1,<3"\n    ]' in as_json.out

@@ -11,6 +11,7 @@ from bundlectl.config.registry import LoadedManifest, Registry
 from bundlectl.config.requirements import parse_requirement
 from bundlectl.errors import UsageError
 from bundlectl.mcpio.launchers import needs
+from bundlectl.mcpio.sandbox import profile_for
 from bundlectl.output import JSON_FORMAT_VERSION, emit_json, out
 from bundlectl.resolve.versions import constraint, resolve
 
@@ -69,6 +70,10 @@ def _print(loaded: LoadedManifest, versions: list[str]) -> None:
             if values:
                 out(f"    {key}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
         out(f"    timeout: {spec.timeout}s")
+        boxed = profile_for(name, spec, Path.cwd(), "on")  # as it runs by default (#55)
+        if boxed is not None:
+            drawn = "" if boxed.container else " (and where a project's rules bound its writes)"
+            out(f"    sandbox: {boxed.described()}{drawn}")
         out(f"    tools ({len(spec.tools)}):")
         width = max((len(t.name) for t in spec.tools), default=0)
         for tool in spec.tools:
