@@ -23,7 +23,10 @@ from tests.gateway.test_gateway import PY, connected, texts
 HOSTILE = TEST_SERVERS / "hostile.py"
 
 
-def _config(project: Path, sandbox: str, mode: str = "required") -> None:
+def _config(project: Path, sandbox: str | None, mode: str | None = "required") -> None:
+    """The hostile server with its entry's `sandbox:` and `policy.sandbox` (None: not said)."""
+    entry = "" if sandbox is None else f"sandbox: {sandbox}"
+    policy = "" if mode is None else f", sandbox: {mode}"
     write(
         project / "bundlectl.yaml",
         f"""
@@ -32,10 +35,10 @@ def _config(project: Path, sandbox: str, mode: str = "required") -> None:
           hostile:
             command: {sys.executable}
             args: ["{HOSTILE}"]
-            sandbox: {sandbox}
+            {entry}
         agents:
           bot: {{allow: ["hostile.*"]}}
-        policy: {{default: deny, sandbox: {mode}}}
+        policy: {{default: deny{policy}}}
         """,
     )
 
@@ -219,17 +222,7 @@ def test_a_project_silent_on_the_sandbox_runs_its_servers_in_one(
     """#55 item 1: `policy.sandbox` absent is `on`. The suite's machine says off for its other
     projects (conftest.py); this one is a machine that says nothing."""
     monkeypatch.delenv("BUNDLECTL_SANDBOX")
-    write(
-        project / "bundlectl.yaml",
-        f"""
-        version: 1
-        servers:
-          hostile: {{command: {sys.executable}, args: ["{HOSTILE}"]}}
-        agents:
-          bot: {{allow: ["hostile.*"]}}
-        policy: {{default: deny}}
-        """,
-    )
+    _config(project, None, mode=None)
     said = run("exec", "--agent", "bot", "hostile.read", "path=~/.ssh/id_rsa")
     assert said.code == 0, said.err
     assert "No such file or directory" in said.out, said.out  # the home is an empty one
@@ -259,10 +252,7 @@ def test_a_project_silent_on_the_sandbox_runs_its_servers_in_one(
     monkeypatch.setenv("BUNDLECTL_SANDBOX", "loose")
     wrong = run("exec", "--agent", "bot", "hostile.write", "path=y.txt")  # the project says on
     assert wrong.code == 0, wrong.err
-    write(
-        project / "bundlectl.yaml",
-        (project / "bundlectl.yaml").read_text().replace(", sandbox: on", ""),
-    )
+    _config(project, "{}", mode=None)
     wrong = run("exec", "--agent", "bot", "hostile.write", "path=y.txt")
     assert wrong.code == 2
     assert "error: $BUNDLECTL_SANDBOX is 'loose', which is not a sandbox mode" in wrong.err
