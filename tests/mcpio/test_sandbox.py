@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -646,3 +647,36 @@ def test_a_sandboxed_call_allowed_last_time_starts_in_its_sandbox_before_the_pro
         said = run("exec", "-a", "bot", "hostile.write", "path=x.txt")
         assert "refused: Read-only file system" in said.out, said.out + said.err
     assert not (project / "x.txt").exists()
+
+
+def test_the_suites_other_third_party_servers_work_in_the_default_sandbox(
+    project: Path, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mcp-server-git (the code-review bundle's, as it declares) and the reference
+    server-everything (Node), each in the sandbox a project silent on it gets."""
+    from tests.gateway.test_gateway_everything import peer
+
+    monkeypatch.delenv("BUNDLECTL_SANDBOX")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # node; no uvx: the git server runs from here
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        bundles: [code-review]
+        servers:
+          everything: {{command: {peer("mcp-server-everything")}}}
+        agents:
+          bot: {{allow: [git.git_status, everything.echo]}}
+        policy: {{default: deny}}
+        """,
+    )
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    shown = run("resolve").out
+    assert shown.count("    sandbox: writes nothing;") == 2, shown
+    assert "unsandboxed" not in shown, shown
+    status = run("exec", "-a", "bot", "git.git_status", f"repo_path={project}")
+    assert status.code == 0, status.err
+    assert status.out.startswith("Repository status:"), status.out
+    echoed = run("exec", "-a", "bot", "everything.echo", "message=boxed")
+    assert echoed.code == 0, echoed.err
+    assert "boxed" in echoed.out
