@@ -228,3 +228,52 @@ def sandbox_widened(ctx: Context) -> Iterator[Finding]:
                         f"sandbox ({host!r}): name the hosts it needs",
                         anchor=f"{name}:network:{host}",
                     )
+
+
+def sandbox_declared_later(ctx: Context) -> Iterator[Finding]:
+    """BCL409, at the requirement of a bundle whose servers run in the sandbox as the chosen
+    version leaves them — no network, none of the home — while a newer version of the bundle
+    declares what they need (versions published before servers ran sandboxed by default)."""
+    config, model = ctx.config, ctx.config_model
+    resolution = ctx.resolution
+    if resolution is None or config is None or model is None:
+        return
+    if model.policy.sandbox_mode == "off":
+        return
+    from packaging.version import Version  # noqa: PLC0415 - packaging is light; lint only
+
+    from bundlectl.servers import builtin_of  # noqa: PLC0415 - cheap; keeps lint's start light
+
+    registry = resolution.project.registry
+    for loaded in resolution.merged.bundles:
+        manifest = loaded.manifest
+        bare = [
+            name
+            for name, spec in manifest.servers.items()
+            if spec.transport == "stdio" and spec.sandbox is None and builtin_of(spec) is None
+        ]
+        if not bare:
+            continue
+        chosen = Version(manifest.version)
+        for version in reversed(registry.versions(manifest.name)):
+            if version <= chosen:
+                break
+            later = registry.get(manifest.name, version).manifest.servers
+            declared = [n for n in bare if n in later and later[n].sandbox is not None]
+            if not declared:
+                continue
+            index = next(
+                (i for i, r in enumerate(model.bundles) if requirement_name(r) == manifest.name),
+                None,
+            )
+            path: tuple[str | int, ...] = ("bundles", index) if index is not None else ("bundles",)
+            yield at(
+                "BCL409",
+                config.doc,
+                path,
+                f"{manifest.name} {manifest.version} declares nothing its server(s) "
+                f"{', '.join(declared)} need in the sandbox (no network, none of the home); "
+                f"{manifest.name} {version} does",
+                anchor=f"{manifest.name}:{version}",
+            )
+            break

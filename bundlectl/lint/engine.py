@@ -71,6 +71,7 @@ CHECKS: list[Check] = [
     checks_supply.container_widening,
     checks_supply.sandbox_widened,
     checks_supply.sandbox_write_unneeded,
+    checks_supply.sandbox_declared_later,
     checks_supply.replaced_bundle_servers,
     checks_descriptions.descriptions,
 ]

@@ -438,6 +438,18 @@ RULES = _rules(
         5.0,
     ),
     RuleInfo(
+        "BCL409",
+        "sandbox-declared-later",
+        "warning",
+        "A bundle's local server runs in the sandbox as the chosen version leaves it — no "
+        "network, nothing of the home — while a newer version of the bundle declares what it "
+        "needs (`servers.NAME.sandbox`): versions published before servers ran sandboxed by "
+        "default.",
+        "Move to the newer version (`bundlectl lock --upgrade NAME`, widening the requirement "
+        "if it excludes it), or say `policy.sandbox: off` for the project.",
+        4.0,
+    ),
+    RuleInfo(
         "BCL601",
         "hidden-text",
         "error",
