@@ -638,10 +638,7 @@ def test_a_sandboxed_call_allowed_last_time_starts_in_its_sandbox_before_the_pro
     )
     watched = "pydantic ruamel.yaml bundlectl.config.project bundlectl.resolve.resolved"
     args = ("-a", "bot", "kitchen.echo", "text=hi")
-    assert loaded_at_start(project, isolated_home, watched, *args) == (
-        *sorted(watched.split()),
-        "0",
-    )
+    assert run("exec", *args).out == "hi\n"  # kept (in this process: the project loaded first)
     assert loaded_at_start(project, isolated_home, watched, *args) == ("0",)
     for _ in range(2):  # the second from the kept launch: in its sandbox as the first
         said = run("exec", "-a", "bot", "hostile.write", "path=x.txt")
