@@ -592,7 +592,8 @@ def test_a_head_start_kept_unsandboxed_is_not_taken_once_the_machine_sandboxes(
     recorded = project / "starts"
     recorded.mkdir()
     # Each start says so first thing (a shell, before the server's imports): a start from the
-    # kept launch is stopped only once the project has loaded, well after that.
+    # kept launch is stopped only once the project has loaded, well after that. (This Python's
+    # environment is named as a folder, which the sandbox shows wherever it is.)
     write(
         project / "bundlectl.yaml",
         f"""
@@ -600,8 +601,8 @@ def test_a_head_start_kept_unsandboxed_is_not_taken_once_the_machine_sandboxes(
         servers:
           kitchen:
             command: sh
-            args: [-c, 'echo $$ >> starts/pids.txt; exec "$0" "$@"', {sys.executable},
-                   "{TEST_SERVERS / "kitchen.py"}"]
+            args: [-c, 'echo $$ >> starts/pids.txt; exec "$1/bin/python" "$2"', sh,
+                   "{sys.prefix}", "{TEST_SERVERS / "kitchen.py"}"]
             sandbox: {{write: [starts]}}
         agents:
           bot: {{allow: [kitchen.echo]}}
