@@ -71,16 +71,21 @@ def shadowed_builtins(ctx: Context) -> Iterator[Finding]:
         name = loaded.manifest.name
         if loaded.source.label == "builtin" or not (builtin / name).is_dir():
             continue
-        index = next((i for i, r in enumerate(model.bundles) if requirement_name(r) == name), None)
-        path: tuple[str | int, ...] = ("bundles", index) if index is not None else ("bundles",)
         yield at(
             "BCL402",
             config.doc,
-            path,
+            _requirement_at(model.bundles, name),
             f"bundle {name!r} comes from registry {loaded.source.label}, which hides the "
             f"built-in bundle {name!r}",
             anchor=name,
         )
+
+
+def _requirement_at(requirements: list[str], name: str) -> tuple[str | int, ...]:
+    """Where the project requires bundle `name` (`bundles[i]`; `bundles` when only the user's
+    file or another bundle does)."""
+    index = next((i for i, r in enumerate(requirements) if requirement_name(r) == name), None)
+    return ("bundles", index) if index is not None else ("bundles",)
 
 
 def replaced_bundle_servers(ctx: Context) -> Iterator[Finding]:
@@ -262,15 +267,10 @@ def sandbox_declared_later(ctx: Context) -> Iterator[Finding]:
             declared = [n for n in bare if n in later and later[n].sandbox is not None]
             if not declared:
                 continue
-            index = next(
-                (i for i, r in enumerate(model.bundles) if requirement_name(r) == manifest.name),
-                None,
-            )
-            path: tuple[str | int, ...] = ("bundles", index) if index is not None else ("bundles",)
             yield at(
                 "BCL409",
                 config.doc,
-                path,
+                _requirement_at(model.bundles, manifest.name),
                 f"{manifest.name} {manifest.version} declares nothing its server(s) "
                 f"{', '.join(declared)} need in the sandbox (no network, none of the home); "
                 f"{manifest.name} {version} does",
