@@ -37,6 +37,7 @@ policy:
   default: deny        # agents not listed above may call nothing
   deny: []             # denied for every agent; cannot be lifted
   pin_tools: false     # true: tools not recorded in bundlectl.lock are denied
+  # sandbox: on        # the default: local servers run in a kernel sandbox (Linux: bubblewrap)
 """
 
 
