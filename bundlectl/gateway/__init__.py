@@ -2,4 +2,4 @@
 (the downstream servers, names, reloads), `view` one agent's view of it (listing, calls through
 `calls.sequence`), `handlers` the MCP server's handlers, `http` the streamable HTTP front door
 (tokens, identities, the approvers' page, people's own sign-ins: `personal`), `serve_stdio` and
-`express` the stdio front door and its warm-call door."""
+`stdio_calls` the stdio front door and the calls it reads off the pipe."""
