@@ -70,7 +70,7 @@ def _print(loaded: LoadedManifest, versions: list[str]) -> None:
             if values:
                 out(f"    {key}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
         out(f"    timeout: {spec.timeout}s")
-        boxed = profile_for(name, spec, Path.cwd(), "on")  # as it runs by default (#55)
+        boxed = profile_for(name, spec, Path("."), "on")  # as it runs by default (#55)
         if boxed is not None:
             drawn = "" if boxed.container else " (and where a project's rules bound its writes)"
             out(f"    sandbox: {boxed.described()}{drawn}")
