@@ -290,27 +290,36 @@ class _Side:
             found |= self.mask(rule.pattern)
         return found
 
-    def naming(self, agent: CompiledAgent, tools: int) -> dict[int, tuple[Any, ...]]:
-        """For each of `tools` this side has, everything its decision follows from: the
-        agent's rules that name it, in order (with their conditions and approvers), whether
-        it is pinned, and the agent's default."""
-        found: dict[int, list[Any]] = {u: [] for u in _bits(tools & self.present)}
-        if not found:
-            return {}
+    def naming(self, agent: CompiledAgent, tools: int) -> list[tuple[int, tuple[Any, ...] | None]]:
+        """`tools` split by everything their decision follows from: the agent's rules that name
+        a tool, in order (with their conditions and approvers), whether it is pinned, and the
+        agent's default (None: not in this side's catalog). Split mask by mask, as `parts`
+        does: the parts are few where the tools are thousands."""
+        if not tools:
+            return []
+        split: list[tuple[int, tuple[Any, ...]]] = []
+        if tools & self.present:
+            split.append((tools & self.present, ()))
         for rule in agent.rules:
             named = self.mask(rule.pattern) & tools
-            if named:
-                key = _rule_key(rule)
-                for u in _bits(named):
-                    if u in found:
-                        found[u].append(key)
+            if not named:
+                continue
+            key = _rule_key(rule)
+            split = [
+                piece
+                for mask, keys in split
+                for piece in ((mask & ~named, keys), (mask & named, (*keys, key)))
+                if piece[0]
+            ]
         fallback = (agent.listed, agent.falls_open, agent.has_grants, agent.has_denies)
-        return {u: (fallback, bool(self.unpinned >> u & 1), *keys) for u, keys in found.items()}
-
-    def cell(self, agent: CompiledAgent, key: tuple[str, str], u: int) -> Cell:
-        if not self.present >> u & 1:
-            return ABSENT_CELL
-        return self.cells.of(agent, *key)
+        found: list[tuple[int, tuple[Any, ...] | None]] = []
+        if tools & ~self.present:
+            found.append((tools & ~self.present, None))
+        for mask, keys in split:
+            for pinned, part in ((False, mask & ~self.unpinned), (True, mask & self.unpinned)):
+                if part:
+                    found.append((part, (fallback, pinned, *keys)))
+        return found
 
 
 def _bits(mask: int) -> Iterator[int]:
@@ -356,17 +365,22 @@ def compare(
                     groups.setdefault((cell_old, cell_new), []).extend(
                         names[u] for u in _bits(both)
                     )
-        # Decided one by one where the rules that name the tool differ (or where it is
-        # present on one side only): equal rules over a tool decide it equally.
-        named_old = old_side.naming(old, conditional)
+        # Decided where the rules that name the tools differ (or where they are present on
+        # one side only), once per set of tools named alike: equal rules over a tool decide
+        # it equally. In the order of the tools, as the cells above.
         named_new = new_side.naming(new, conditional)
-        for u in _bits(conditional):
-            if named_old.get(u) == named_new.get(u):
-                continue
-            cell_old = old_side.cell(old, union[u], u)
-            cell_new = new_side.cell(new, union[u], u)
+        differing = [
+            (both, key_old, key_new)
+            for mask_old, key_old in old_side.naming(old, conditional)
+            for mask_new, key_new in named_new
+            if key_old != key_new and (both := mask_old & mask_new)
+        ]
+        for both, key_old, key_new in sorted(differing, key=lambda d: d[0] & -d[0]):
+            u = (both & -both).bit_length() - 1
+            cell_old = ABSENT_CELL if key_old is None else old_side.cells.of(old, *union[u])
+            cell_new = ABSENT_CELL if key_new is None else new_side.cells.of(new, *union[u])
             if _meaning(cell_old) != _meaning(cell_new):
-                groups.setdefault((cell_old, cell_new), []).append(names[u])
+                groups.setdefault((cell_old, cell_new), []).extend(names[u] for u in _bits(both))
         found.tools.extend(
             ToolChange(name, tuple(sorted(tools)), was, now) for (was, now), tools in groups.items()
         )
