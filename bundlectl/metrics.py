@@ -21,6 +21,7 @@ from bundlectl import telemetry
 from bundlectl.errors import BundlectlError
 
 if TYPE_CHECKING:
+    from bundlectl.calls.calldata import ToolCall
     from bundlectl.policy.rules import Decision
 
 
@@ -153,7 +154,7 @@ def on() -> bool:
     return bool(_PROMETHEUS) or _otel() is not None
 
 
-def record(decision: Decision, outcome: str, duration_ms: float) -> None:
+def record(decision: Decision, outcome: str, duration_ms: float, call: ToolCall | None) -> None:
     """A call's step as the audit log has it; its outcome is counted (not `pending`)."""
     if outcome == "pending" or not on():
         return
@@ -161,7 +162,7 @@ def record(decision: Decision, outcome: str, duration_ms: float) -> None:
     _count("calls", 1, **who, outcome=outcome)
     if outcome.startswith("denied"):
         _count("denials", 1, agent=decision.agent, rule=decision.decided_by)
-    elif outcome != "over-limit" and decision.call is not None:
+    elif outcome != "over-limit" and call is not None and call.id is not None:
         _count("duration", duration_ms / 1000, server=decision.server, tool=decision.tool)
 
 

@@ -8,7 +8,7 @@ The W3C trace context a client sends parents the gateway's spans: over MCP (`_me
 the MCP SDK's server span for the request is made from it and a call's span starts inside it;
 over HTTP (the `traceparent` header of a request to `/mcp`) it is the ambient context the SDK's
 span starts from (`from_headers`); on the stdio express lane, which bypasses the SDK, the call's
-span is made from the request's `_meta` itself (`Decision.trace`). The client's context goes on
+span is made from the request's `_meta` itself (`ToolCall.trace`). The client's context goes on
 to the server in the request's `_meta` on both paths (the SDK's client passes the context of the
 request it serves; the lane passes the client's as it came), so the server's spans join it.
 
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from bundlectl.output import err
 
 if TYPE_CHECKING:
+    from bundlectl.calls.calldata import ToolCall
     from bundlectl.policy.rules import Decision
 
 _TRACER: list[Any] = []  # [tracer] once set up, [None] when off
@@ -131,25 +132,27 @@ def active() -> bool:
     return _tracer() is not None
 
 
-def record(decision: Decision, outcome: str, duration_ms: float) -> None:
-    """A step of a call, as the audit log records it: `pending` opens its span, the outcome
-    ends it; a decision with no call id (refused before it was let through) is a span of its
-    own."""
+def record(decision: Decision, outcome: str, duration_ms: float, call: ToolCall | None) -> None:
+    """A step of a call, as the audit log records it: `pending` opens its span (a child of the
+    trace the call came with), the outcome ends it; a call with no id (refused before it was
+    let through) is a span of its own."""
     tracer = _tracer()
     if tracer is None:
         return
-    call = decision.call
-    if outcome == "pending" and call is not None:
-        parent = _parent(decision.trace) if decision.trace else None
+    call_id = call.id if call is not None else None
+    if outcome == "pending" and call is not None and call_id is not None:
+        parent = _parent(call.trace) if call.trace else None
         span = tracer.start_span(
-            f"bundlectl call {decision.qualified}", context=parent, attributes=_about(decision)
+            f"bundlectl call {decision.qualified}",
+            context=parent,
+            attributes=_about(decision, call),
         )
-        _OPEN[call] = span
+        _OPEN[call_id] = span
         return
-    span = _OPEN.pop(call, None) if call is not None else None
+    span = _OPEN.pop(call_id, None) if call_id is not None else None
     if span is None:
         span = tracer.start_span(
-            f"bundlectl call {decision.qualified}", attributes=_about(decision)
+            f"bundlectl call {decision.qualified}", attributes=_about(decision, call)
         )
     span.set_attribute("bundlectl.outcome", outcome)
     span.set_attribute("bundlectl.duration_ms", round(duration_ms, 3))
@@ -260,7 +263,7 @@ def from_headers(headers: Mapping[bytes, bytes]) -> Iterator[None]:
         context.detach(token)
 
 
-def _about(decision: Decision) -> dict[str, Any]:
+def _about(decision: Decision, call: ToolCall | None) -> dict[str, Any]:
     rule = decision.rule
     about: dict[str, Any] = {
         "bundlectl.agent": decision.agent,
@@ -271,10 +274,10 @@ def _about(decision: Decision) -> dict[str, Any]:
     if rule is not None:
         about["bundlectl.rule"] = rule.pattern
         about["bundlectl.rule_source"] = str(rule.origin)
-    if decision.call is not None:
-        about["bundlectl.call"] = decision.call
-    if decision.subject is not None:
-        about["enduser.id"] = decision.subject
+    if call is not None and call.id is not None:
+        about["bundlectl.call"] = call.id
+    if call is not None and call.subject is not None:
+        about["enduser.id"] = call.subject
     return about
 
 

@@ -36,17 +36,26 @@ def over_the_pipes(request_id: str) -> bool:
 
 
 def admitted(
-    pipeline: Any, agent: str, server: str, tool: str, arguments: dict[str, Any] | None = None
+    pipeline: Any,
+    agent: str,
+    server: str,
+    tool: str,
+    arguments: dict[str, Any] | None = None,
+    *,
+    call: Any = None,
 ) -> Any:
-    """The pipeline's judgement and admission of a call, as the sequence makes them for a
-    door whose confirmations answer at once (`exec`): the decision, or the refusal raised."""
+    """The pipeline's judgement and admission of a call (`call`, a `ToolCall`: made here when
+    not given), as the sequence makes them for a door whose confirmations answer at once
+    (`exec`): the decision, or the refusal raised."""
+    from bundlectl.calls.calldata import ToolCall
     from bundlectl.calls.confirm import run_to_end
 
+    call = call or ToolCall(agent, server, tool, dict(arguments or {}))
     interactive = pipeline.confirm is not None or pipeline.approvals is not None
     decision = pipeline.judge(
-        agent, server, tool, interactive=interactive, arguments=arguments or {}
+        agent, server, tool, interactive=interactive, arguments=arguments or {}, call=call
     )
-    return run_to_end(pipeline.admission(decision, arguments, pipeline.confirm))
+    return run_to_end(pipeline.admission(decision, call, pipeline.confirm))
 
 
 @functools.cache

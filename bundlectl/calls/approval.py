@@ -33,6 +33,7 @@ from bundlectl.output import err, span_text, status
 from bundlectl.state import TOOL_CHANGE, WAITED_EVERY, Approval, Binding, StateError, Store
 
 if TYPE_CHECKING:
+    from bundlectl.calls.calldata import ToolCall
     from bundlectl.calls.confirm import Admitting
     from bundlectl.policy.rules import Decision
 
@@ -71,16 +72,10 @@ class OutOfBand:
     # telling the client through `progress` (progress, total, message) while it waits.
     hold: float | None = None
     progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
-    # The arguments as the server receives them (privacy tokens put back), which the approval
-    # binds; None: those shown. Per-session token maps make `[EMAIL_1]` stand for different
-    # values in different sessions: the approval of one must not let the other through.
-    bound: Mapping[str, Any] | None = None
     # The request this wait last told the store it waits on, and when (monotonic)
     _said_waiting: tuple[str, float] = ("", float("-inf"))
 
-    async def __call__(
-        self, pipeline: Admitting, decision: Decision, arguments: Mapping[str, Any]
-    ) -> bool:
+    async def __call__(self, pipeline: Admitting, decision: Decision, call: ToolCall) -> bool:
         settings = pipeline.approvals
         ttl = seconds(settings.ttl if settings is not None else "15m")
         store = self.store = self.store or pipeline.store()
@@ -89,7 +84,10 @@ class OutOfBand:
             decision.agent,
             decision.server,
             decision.tool,
-            _bound_digest(arguments if self.bound is None else self.bound, decision.subject),
+            # the arguments as the server receives them (privacy tokens put back): per-session
+            # token maps make `[EMAIL_1]` stand for different values in different sessions,
+            # and the approval of one must not let the other through
+            _bound_digest(call.received if call.received is not None else call.shown, call.subject),
         )
         granted = store.take(binding)
         if granted is not None:
@@ -97,13 +95,13 @@ class OutOfBand:
             return True
         rule = decision.rule
         where = f"{rule.label} ({rule.origin})" if rule is not None else "an ask rule"
-        shown = json.dumps(pipeline.shown.redacted(arguments), ensure_ascii=False, indent=2)
+        shown = json.dumps(pipeline.shown.redacted(call.shown), ensure_ascii=False, indent=2)
         approval, new = store.request(
             binding,
             rule=where,
             shown=shown,
             ttl=ttl,
-            requester=decision.subject,
+            requester=call.subject,
             needed=decision.approvals_needed,
         )
         if new:
@@ -113,7 +111,7 @@ class OutOfBand:
 
                 announce(settings.notify, approval)
         how = f"bundlectl approvals show {approval.id}; bundlectl approvals approve {approval.id}"
-        if self.hold is not None and await self._held(pipeline, decision, approval, how):
+        if self.hold is not None and await self._held(pipeline, decision, call, approval, how):
             return True
         if not self.wait:
             raise ApprovalHeld(
@@ -123,10 +121,10 @@ class OutOfBand:
                 approval,
                 hint=f"an approver runs: {how}",
             )
-        return self._waited(pipeline, decision, approval, how)
+        return self._waited(pipeline, decision, call, approval, how)
 
     async def _held(
-        self, pipeline: Admitting, decision: Decision, approval: Approval, how: str
+        self, pipeline: Admitting, decision: Decision, call: ToolCall, approval: Approval, how: str
     ) -> bool:
         """The gateway's wait (`hold` seconds at most): True once approved (and taken); a
         denial or an expiry refuse the call; False when the wait is over (the caller is told
@@ -144,7 +142,7 @@ class OutOfBand:
                     told = time.monotonic()
                     with contextlib.suppress(Exception):  # a client that went away
                         await self.progress(told - (ends - self.hold), self.hold, said)
-                if self._settled(pipeline, decision, approval):
+                if self._settled(pipeline, decision, call, approval):
                     return True
                 await anyio.sleep(POLL)
         except anyio.get_cancelled_exc_class():
@@ -154,7 +152,9 @@ class OutOfBand:
             raise
         return False
 
-    def _settled(self, pipeline: Admitting, decision: Decision, approval: Approval) -> bool:
+    def _settled(
+        self, pipeline: Admitting, decision: Decision, call: ToolCall, approval: Approval
+    ) -> bool:
         """One look at the request: True once approved (and taken, audited); raises for a
         denial (`Declined`) or a request that ended (`Unconfirmable`); False: still pending."""
         assert self.store is not None
@@ -171,13 +171,13 @@ class OutOfBand:
                 return True
             state = "used"  # another process with the same call took it first
         if state == "denied":
-            pipeline.record(decision, "denied-by-approver", 0.0, None)
+            pipeline.record(decision, "denied-by-approver", 0.0, None, call=call)
             why = f": {current.reason}" if current.reason else ""
             raise DeniedByApprover(
                 f"{decision.qualified} was denied by {current.decided_by}{why}; nothing was started"
             )
         if state != "pending":
-            pipeline.record(decision, "denied", 0.0, None)
+            pipeline.record(decision, "denied", 0.0, None, call=call)
             raise Unconfirmable(
                 f"approval request {approval.id} for {decision.qualified} "
                 f"{_ENDED.get(state, 'ended')}; nothing was started",
@@ -186,7 +186,7 @@ class OutOfBand:
         return False
 
     def _waited(
-        self, pipeline: Admitting, decision: Decision, approval: Approval, how: str
+        self, pipeline: Admitting, decision: Decision, call: ToolCall, approval: Approval, how: str
     ) -> bool:
         """Wait for the approver's answer: True once approved (and taken); a denial, an expiry
         or Ctrl-C refuse the call (audited)."""
@@ -198,7 +198,7 @@ class OutOfBand:
         )
         try:
             with _stops_as_interrupts():
-                while not self._settled(pipeline, decision, approval):
+                while not self._settled(pipeline, decision, call, approval):
                     if sys.stderr.isatty():
                         current = self.store.get(approval.id) or approval
                         status(f"\rwaiting for approval {approval.id} ({_left(current)} left)   ")

@@ -23,7 +23,8 @@ from bundlectl.calls.auditfile import AuditFile, AuditRecord
 from bundlectl.config import paths, userconfig
 from bundlectl.output import err
 
-if TYPE_CHECKING:  # the sink records what the pipeline decided
+if TYPE_CHECKING:  # the sink records what the pipeline decided, of which call
+    from bundlectl.calls.calldata import ToolCall
     from bundlectl.policy.rules import Decision
     from bundlectl.resolve.resolved import Resolution
 
@@ -93,6 +94,7 @@ class AuditSink(Protocol):
         duration_ms: float,
         arguments: dict[str, Any] | None,
         *,
+        call: ToolCall | None = None,
         why: str | None = None,
     ) -> None: ...
 
@@ -172,6 +174,7 @@ class AuditLog:
         duration_ms: float,
         arguments: dict[str, Any] | None,
         *,
+        call: ToolCall | None = None,
         why: str | None = None,
     ) -> None:
         rule = decision.rule
@@ -182,8 +185,8 @@ class AuditLog:
             arguments_sha256=self._digest(arguments),
             rule_condition=rule.condition.describe() if rule and rule.condition else None,
             conditions_failed=list(decision.failed) or None,
-            call=decision.call,
-            subject=decision.subject,
+            call=call.id if call is not None else None,
+            subject=call.subject if call is not None else None,
             why=why[:300] if why else None,
         )
 

@@ -29,7 +29,6 @@ from bundlectl.mcpio.stdio import child_transport
 from bundlectl.mcpio.target import Target, start_child
 from bundlectl.output import ask, err, status
 from bundlectl.policy.conditions import unencodable
-from bundlectl.policy.rules import Decision
 
 
 class _Progress:
@@ -142,13 +141,14 @@ def _typed(text: str, kind: str) -> Any:
     return text
 
 
-def _meets_conditions(admitted: Decision, arguments: dict[str, Any], schema: Any) -> None:
+def _meets_conditions(request: CallRequest, arguments: dict[str, Any], schema: Any) -> None:
     """SPEC 10: a rule's argument conditions see the arguments as the server will get them
     (validated, the schema's defaults filled in). The call was admitted on the arguments as
     sent; when the validated ones decide more strictly, nothing is sent (PolicyDenied)."""
-    if admitted.redecide is None:
+    if request.rejudge is None:
         return
-    final = admitted.redecide(arguments, schema)
+    admitted = request.decision
+    final = request.rejudge(arguments, schema)
     if admitted.effect == "ask" and final.matched_effect == "ask":
         # still the ask it was admitted under (confirmed, or confirmed in advance by a local
         # rule), even where no one could confirm it now
@@ -202,7 +202,7 @@ def checked_arguments(outcome: CallOutcome, tool: Any, target: Target) -> dict[s
     # The audit digests what the agent sent; the server gets the real values when the tool is
     # one that receives them, and the conditions judge those.
     sent = request.restore(arguments) if request.restore else arguments
-    _meets_conditions(request.decision, sent, schema)
+    _meets_conditions(request, sent, schema)
     return sent
 
 
@@ -227,7 +227,7 @@ async def perform(
         with (
             runner.interruptible() as scope,
             telemetry.step(
-                request.decision.call,
+                request.call.id,
                 f"tools/call {request.qualified}",
                 server=request.server,
                 tool=request.tool,
@@ -290,7 +290,7 @@ async def connect_and_call(
             return done
         child = target.child = None  # it speaks the 2026-07-28 protocol only: the SDK, afresh
     async with contextlib.AsyncExitStack() as stack:
-        with telemetry.step(request.decision.call, f"connect {target.name}", server=target.name):
+        with telemetry.step(request.call.id, f"connect {target.name}", server=target.name):
             opened = connect(
                 target, connect_timeout=limit, option=option, child=child, options=options
             )
@@ -346,7 +346,7 @@ async def _plain_call(
         try:
             with (
                 anyio.move_on_after(limit) as connecting,
-                telemetry.step(request.decision.call, f"connect {target.name}", server=target.name),
+                telemetry.step(request.call.id, f"connect {target.name}", server=target.name),
             ):
                 await client.initialize()
         except plain.Unsupported:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from bundlectl.calls.arguments_shown import Shown
     from bundlectl.calls.audit import AuditSink
+    from bundlectl.calls.calldata import ToolCall
     from bundlectl.config.settings import ApprovalSettings
     from bundlectl.resolve.resolved import Resolution
     from bundlectl.state import Store
@@ -82,6 +83,7 @@ class Admitting(Protocol):
         duration_ms: float,
         arguments: dict[str, Any] | None,
         *,
+        call: ToolCall | None = None,
         why: str | None = None,
     ) -> None: ...
 
@@ -93,9 +95,8 @@ class Confirmation(Protocol):
     door — a terminal prompt (`OnTerminal`), `--yes` (`always_yes`), an MCP elicitation (the
     gateway), or no one (None: the call is refused)."""
 
-    async def __call__(
-        self, pipeline: Admitting, decision: Decision, arguments: Mapping[str, Any]
-    ) -> Answer: ...
+    async def __call__(self, pipeline: Admitting, decision: Decision, call: ToolCall) -> Answer:
+        """The answer for `call` (its arguments as a person sees them: `call.shown`)."""
 
 
 def terminal_confirmer() -> Confirmation | None:
@@ -106,14 +107,12 @@ def terminal_confirmer() -> Confirmation | None:
     return on_terminal
 
 
-async def on_terminal(
-    pipeline: Admitting, decision: Decision, arguments: Mapping[str, Any]
-) -> bool:
+async def on_terminal(pipeline: Admitting, decision: Decision, call: ToolCall) -> bool:
     """The question, and the answer read on the terminal (blocking: `exec`, code mode): yes
     once, no, or always — an allow rule for this tool (with the conditions of the rule that
     asked) written to `bundlectl.local.yaml`, never to the reviewed config."""
     answer = ask(
-        f"{pipeline.shown.question(decision, arguments)}\n"
+        f"{pipeline.shown.question(decision, call.shown)}\n"
         f"Allow? [y/N/a] (a: always, a rule in {LOCAL_FILE}) "
     )
     choice = answer.strip().lower()
@@ -123,7 +122,7 @@ async def on_terminal(
     return choice in ("y", "yes")
 
 
-async def always_yes(pipeline: Admitting, decision: Decision, arguments: Mapping[str, Any]) -> bool:
+async def always_yes(pipeline: Admitting, decision: Decision, call: ToolCall) -> bool:
     """`--yes`: every `ask` rule is confirmed in advance."""
     return True
 

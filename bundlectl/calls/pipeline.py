@@ -50,7 +50,7 @@ from bundlectl.state import Counter, StateError, Store, open_store
 from bundlectl.suggest import tool_suggestions
 
 if TYPE_CHECKING:  # the transports load anyio: not before the policy has allowed the call
-    from bundlectl.calls.calldata import CallOutcome
+    from bundlectl.calls.calldata import CallOutcome, ToolCall
     from bundlectl.calls.limits import Limits
     from bundlectl.mcpio.target import Target
     from bundlectl.policy.conditions import PathReader
@@ -136,13 +136,14 @@ class Pipeline:
         duration_ms: float,
         arguments: dict[str, Any] | None,
         *,
+        call: ToolCall | None = None,
         why: str | None = None,
     ) -> None:
-        """A step of a call — let through (`pending`), refused, or its outcome — to the audit
+        """A step of `call` — let through (`pending`), refused, or its outcome — to the audit
         log, and to the call's trace span when tracing is on (`telemetry`)."""
-        self.audit.record(decision, outcome, duration_ms, arguments, why=why)
-        telemetry.record(decision, outcome, duration_ms)  # nothing when tracing is off
-        metrics.record(decision, outcome, duration_ms)  # nothing without serve --metrics
+        self.audit.record(decision, outcome, duration_ms, arguments, call=call, why=why)
+        telemetry.record(decision, outcome, duration_ms, call)  # nothing when tracing is off
+        metrics.record(decision, outcome, duration_ms, call)  # nothing without serve --metrics
 
     def paths(self, server: str) -> PathReader | None:
         """How `server` reads a path argument, for `{path: }` conditions: a built-in server's
@@ -160,39 +161,59 @@ class Pipeline:
         *,
         interactive: bool,
         arguments: Mapping[str, Any] | None = None,
+        call: ToolCall | None = None,
     ) -> Decision:
         """The policy's decision (`interactive`: someone could confirm an `ask` rule) for a call
         with `arguments` (as sent; `perform` checks the rules' conditions again once they are
-        validated); nothing is recorded until `admit`."""
+        validated: `rejudge`); nothing is recorded until `admit`, but arguments no JSON can
+        carry, refused here (`call`: whose)."""
         decision = self.resolution.policy.agent(agent).decide(
             server, tool, interactive=interactive, arguments=arguments, paths=self.paths(server)
         )
         if arguments is not None and non_finite(arguments):  # any front door: HTTP's parser too
-            self.record(decision, "invalid-call", 0.0, None)
+            self.record(decision, "invalid-call", 0.0, None, call=call)
             raise ToolCallError(
                 f"the arguments of {decision.qualified} hold NaN or an infinity, which are not "
                 "JSON numbers; nothing was sent",
                 hint="send finite numbers",
             )
         if arguments is not None and (where := unencodable(arguments)) is not None:
-            self.record(decision, "invalid-call", 0.0, None)
+            self.record(decision, "invalid-call", 0.0, None, call=call)
             raise not_unicode(decision.qualified, where)
         return decision
 
+    def rejudge(
+        self, decision: Decision, *, interactive: bool
+    ) -> Callable[[Mapping[str, Any], Mapping[str, Any] | None], Decision] | None:
+        """The same judgement for other arguments (validated, with the tool's input schema),
+        when a rule's argument condition names the tool; None: the arguments do not matter."""
+        if not decision.conditional:
+            return None
+        agent = self.resolution.policy.agent(decision.agent)
+        server, tool, paths = decision.server, decision.tool, self.paths(decision.server)
+
+        def again(arguments: Mapping[str, Any], schema: Mapping[str, Any] | None) -> Decision:
+            return agent.decide(
+                server,
+                tool,
+                interactive=interactive,
+                arguments=arguments,
+                schema=schema,
+                paths=paths,
+            )
+
+        return again
+
     async def admission(
-        self,
-        decision: Decision,
-        arguments: Mapping[str, Any],
-        confirm: Confirmation | None,
-        *,
-        bound: Mapping[str, Any] | None = None,
+        self, decision: Decision, call: ToolCall, confirm: Confirmation | None
     ) -> Decision | AnswerLater:
         """The one place a judged call is confirmed and admitted, for every front door: an
         `ask` rule's call is put to `confirm` (the front door's strategy; when it has none,
-        an approver's, if `policy.approvals` is on); then `admit`. `bound`: the arguments as
-        the server will receive them (privacy tokens put back), when they differ from those
-        shown: an approver's decision binds those, so a token that stands for another value
+        an approver's, if `policy.approvals` is on); then `admit`, which gives `call` its id.
+        An approver's decision binds the arguments as the server will receive them
+        (`call.received`: privacy tokens put back), so a token that stands for another value
         in another session cannot reuse it."""
+        arguments = call.shown
         answer: Answer = None
         # an `ask` (unconfirmable where it was judged, too) a local rule answers in advance —
         # unless only an approver may answer it
@@ -206,22 +227,22 @@ class Pipeline:
             )
         ):
             err(f"note: {decision.qualified} confirmed in advance by {rule.origin} (always allow)")
-            return self.admit(dataclasses.replace(decision, effect="ask"), True)
+            return self.admit(dataclasses.replace(decision, effect="ask"), call, True)
         if (
             decision.effect == "ask"
             and decision.by_approver
             and not getattr(confirm, "by_approver", False)
         ):
             # `approve: out-of-band`: never the caller's own terminal, --yes or elicitation
-            confirm = self.out_of_band(wait=self.wait_for_approver, bound=bound)
+            confirm = self.out_of_band(wait=self.wait_for_approver)
         elif decision.effect == "ask" and confirm is None:
-            confirm = self.out_of_band(bound=bound)  # held for an approver, when approvals are on
+            confirm = self.out_of_band()  # held for an approver, when approvals are on
         if decision.effect == "ask" and confirm is not None:
-            self.check_limits(decision)  # over a quota: refused before anyone is asked
-            answer = await confirm(self, decision, arguments)
+            self.check_limits(decision, call)  # over a quota: refused before anyone is asked
+            answer = await confirm(self, decision, call)
         if isinstance(answer, AnswerLater):
             return answer
-        return self.admit(decision, answer)
+        return self.admit(decision, call, answer)
 
     @property
     def approvals(self) -> ApprovalSettings | None:
@@ -235,33 +256,30 @@ class Pipeline:
             return None
         return len(self._open_store().listed())
 
-    def out_of_band(
-        self, *, wait: bool = False, bound: Mapping[str, Any] | None = None
-    ) -> Confirmation | None:
+    def out_of_band(self, *, wait: bool = False) -> Confirmation | None:
         """Out-of-band approval (`calls.approval`) when `policy.approvals` is on, else None;
-        `wait`: until an approver answers (`exec`), else the caller gets the request's id;
-        `bound`: the arguments as the server receives them, which an approval binds."""
+        `wait`: until an approver answers (`exec`), else the caller gets the request's id."""
         if self.approvals is None:
             return None
         from bundlectl.calls.approval import OutOfBand  # noqa: PLC0415 - only for a held call
 
-        return OutOfBand(wait=wait, bound=bound)
+        return OutOfBand(wait=wait)
 
-    def admit(self, decision: Decision, answer: bool | None = None) -> Decision:
-        """Let the call through, or refuse it (PolicyDenied, exit 3: `Unconfirmable` when no one
-        could be asked, `Declined` when the person said no) with the refusal audited under its
-        real reason, whatever the front door then tells the caller. `answer`: the person's
-        answer to an `ask` rule (None: no one could be asked)."""
+    def admit(self, decision: Decision, call: ToolCall, answer: bool | None = None) -> Decision:
+        """Let the call through under a new id (`start`), or refuse it (PolicyDenied, exit 3:
+        `Unconfirmable` when no one could be asked, `Declined` when the person said no) with the
+        refusal audited under its real reason, whatever the front door then tells the caller.
+        `answer`: the person's answer to an `ask` rule (None: no one could be asked)."""
         agent, qualified = decision.agent, decision.qualified
         if decision.effect == "deny":
-            self.record(decision, "denied", 0.0, None)
+            self.record(decision, "denied", 0.0, None, call=call)
             close = tool_suggestions(self.resolution.catalog.index, decision.server, decision.tool)
             raise PolicyDenied(
                 f"agent {agent!r} may not call {qualified}: {decision.reason}",
                 hint=self._did_you_mean(agent, qualified, close) if close else decision.explain,
             )
         if decision.effect == "ask" and answer is None and decision.by_approver:
-            self.record(decision, "denied", 0.0, None)
+            self.record(decision, "denied", 0.0, None, call=call)
             raise Unconfirmable(
                 f"only an approver may confirm {qualified} (the rule at "
                 f"{decision.rule.origin if decision.rule else '?'} says approve: out-of-band), "
@@ -269,20 +287,20 @@ class Pipeline:
                 hint="turn them on with `approvals: {}` under policy: in bundlectl.yaml",
             )
         if decision.effect == "ask" and answer is None:
-            self.record(decision, "denied", 0.0, None)
+            self.record(decision, "denied", 0.0, None, call=call)
             raise Unconfirmable(
                 f"{qualified} needs a person's confirmation ({decision.reason}), and no one "
                 "can be asked here",
                 hint="run it with `bundlectl exec` on a terminal, or with --yes",
             )
         if decision.effect == "ask" and not answer:
-            self.record(decision, "denied-by-user", 0.0, None)
+            self.record(decision, "denied-by-user", 0.0, None, call=call)
             raise Declined(f"{qualified} was not confirmed; nothing was started")
-        charged = self.charge(decision)
-        started = self.start(decision)
-        if charged and started.call is not None:
-            self._charged[started.call] = charged
-        return started
+        charged = self.charge(decision, call)
+        call_id = self.start(decision, call)
+        if charged:
+            self._charged[call_id] = charged
+        return decision
 
     @property
     def limits(self) -> Limits:
@@ -309,31 +327,31 @@ class Pipeline:
         state = self.resolution.project.config.state
         return open_store(state.url if state is not None else None)
 
-    def check_limits(self, decision: Decision) -> None:
+    def check_limits(self, decision: Decision, call: ToolCall) -> None:
         """Refuse (audited) a call a quota would refuse now, counting nothing: an `ask` is
         refused before a person is asked to approve a call that could not run anyway."""
         if self.limits:
-            self._counted(decision, self.limits.check)
+            self._counted(decision, call, self.limits.check)
 
-    def charge(self, decision: Decision) -> list[Counter]:
+    def charge(self, decision: Decision, call: ToolCall) -> list[Counter]:
         """Count the let-through call against the quotas that cover it, or refuse it: over a
         limit (`LimitReached`), or no state store to count in (`StateError`: fail closed);
         either refusal audited. The counters it was counted on."""
         if not self.limits:
             return []
-        return self._counted(decision, self.limits.charge)
+        return self._counted(decision, call, self.limits.charge)
 
-    def _counted(self, decision: Decision, step: Callable[..., T]) -> T:
+    def _counted(self, decision: Decision, call: ToolCall, step: Callable[..., T]) -> T:
         """A quota step (`Limits.check` or `charge`) for the call, its refusal audited."""
         spec = self.resolution.catalog.spec(decision.server, decision.tool)
         try:
             return step(self.store(), decision.agent, decision.server, decision.tool, spec)
         except PolicyDenied as exc:
-            self.record(decision, "over-limit", 0.0, None)
+            self.record(decision, "over-limit", 0.0, None, call=call)
             metrics.over_limit(decision.agent, getattr(exc, "limit", ""))
             raise
         except StateError:
-            self.record(decision, "state-error", 0.0, None)
+            self.record(decision, "state-error", 0.0, None, call=call)
             raise
 
     def _did_you_mean(self, agent: str, qualified: str, close: list[str]) -> str:
@@ -352,13 +370,13 @@ class Pipeline:
             )
         return said
 
-    def start(self, decision: Decision) -> Decision:
-        """The call is let through: recorded now as `pending` under a new call id, before the
-        server can act (a process killed mid-call leaves that record), and completed by
-        `finish` under the same id."""
-        started = dataclasses.replace(decision, call=f"{_RUN}-{next(_CALLS)}")
-        self.record(started, "pending", 0.0, None)
-        return started
+    def start(self, decision: Decision, call: ToolCall) -> str:
+        """The call is let through: recorded now as `pending` under a new id (`call.id`),
+        before the server can act (a process killed mid-call leaves that record), and
+        completed by `finish` under the same id."""
+        call.id = f"{_RUN}-{next(_CALLS)}"
+        self.record(decision, "pending", 0.0, None, call=call)
+        return call.id
 
     def always_allow(self, decision: Decision) -> None:
         """ "Always allow": an allow rule for exactly this tool — with the conditions of the rule
@@ -403,8 +421,16 @@ class Pipeline:
             # it never reached its server (not started, not connected): nothing can have acted
             # (a refusal of its arguments keeps its own outcome)
             done, why = NOT_STARTED, error.message
-        self.record(outcome.request.decision, done, outcome.duration_ms, outcome.arguments, why=why)
-        self._refund(outcome.request.decision, done)
+        request = outcome.request
+        self.record(
+            request.decision,
+            done,
+            outcome.duration_ms,
+            outcome.arguments,
+            call=request.call,
+            why=why,
+        )
+        self._refund(request.call, done)
         if isinstance(error, ServerCrashed):
             return AfterCall.CRASHED
         if isinstance(error, ServerError):
@@ -413,10 +439,10 @@ class Pipeline:
             return AfterCall.PROBE
         return AfterCall.KEEP
 
-    def _refund(self, decision: Decision, done: str) -> None:
+    def _refund(self, call: ToolCall, done: str) -> None:
         """The quota count of an admitted call back, when nothing was sent: refused for its
         arguments, or never started."""
-        charged = self._charged.pop(decision.call or "", None)
+        charged = self._charged.pop(call.id or "", None)
         if charged and done in ("invalid-call", NOT_STARTED):
             try:
                 self.store().refund(charged)

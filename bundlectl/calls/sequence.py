@@ -18,7 +18,6 @@ wait (a door that answers as it presents, as the express door does, has answered
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
@@ -48,13 +47,10 @@ class Door(Generic[R]):
     def request(self, pipeline: Pipeline, call: ToolCall, decision: Decision) -> CallRequest:
         """The admitted call as its session makes it."""
         return CallRequest(
-            call.agent,
-            call.server,
-            call.tool,
+            call,
             decision,
-            call.pairs,
-            call.arguments,
             check=pipeline.pin_check(call.server),
+            rejudge=pipeline.rejudge(decision, interactive=self.interactive(pipeline)),
             meta=dict(call.trace) if call.trace else None,  # the server's spans join the trace
         )
 
@@ -92,20 +88,12 @@ async def run(pipeline: Pipeline, door: Door[R], call: ToolCall) -> R | AnswerLa
             call.tool,
             interactive=door.interactive(pipeline),
             arguments=call.judged if call.typed else None,
+            call=call,
         )
     except BundlectlError as exc:  # arguments refused at the door (NaN, lone surrogates)
         return door.refused(None, exc)
-    if call.subject is not None or call.trace is not None:
-        decision = dataclasses.replace(
-            decision, subject=call.subject or decision.subject, trace=call.trace or decision.trace
-        )
     try:
-        admitted = await pipeline.admission(
-            decision,
-            call.seen if call.seen is not None else call.arguments,
-            door.confirmer(pipeline, decision),
-            bound=call.received,
-        )
+        admitted = await pipeline.admission(decision, call, door.confirmer(pipeline, decision))
     except BundlectlError as exc:
         return door.refused(decision, exc)
     if isinstance(admitted, AnswerLater):

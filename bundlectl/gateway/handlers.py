@@ -23,7 +23,7 @@ import json
 import secrets
 import warnings
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -37,6 +37,7 @@ from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from bundlectl import __version__, metrics
+from bundlectl.calls.calldata import ToolCall
 from bundlectl.calls.confirm import Admitting, AnswerLater, Confirmation
 from bundlectl.config.lockfile import digest_json
 from bundlectl.gateway.hub import Hub
@@ -355,9 +356,7 @@ def _elicitation(
         reply = params.input_responses.get("confirm")
         if gateway.hub.accepted(params.request_state, gateway.agent, params.name, digest()):
 
-            async def answered(
-                pipeline: Admitting, decision: Decision, arguments: Mapping[str, object]
-            ) -> bool:
+            async def answered(pipeline: Admitting, decision: Decision, call: ToolCall) -> bool:
                 return _accepted(reply, pipeline, decision, gateway)
 
             return answered
@@ -365,12 +364,12 @@ def _elicitation(
         return None  # a stateless HTTP session on the old protocol: no way back to the client
 
     async def confirm(
-        pipeline: Admitting, decision: Decision, arguments: Mapping[str, object]
+        pipeline: Admitting, decision: Decision, call: ToolCall
     ) -> bool | AnswerLater:
         downstream = gateway.hub.servers.get(gateway.hub.slot(decision.server, gateway.agent))
         live = (downstream.tools if downstream is not None else None) or {}
         schema = getattr(live.get(decision.tool), "input_schema", None)
-        question = pipeline.shown.question(decision, arguments, schema)
+        question = pipeline.shown.question(decision, call.shown, schema)
         question += "\nAllow it?"
         fields = _ALWAYS if gateway.hub.one_client else _NO_FIELDS
         if ctx.session.can_send_request:

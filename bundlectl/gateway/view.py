@@ -250,7 +250,7 @@ class AgentView(ServerContent):
             received=received if received is not arguments else None,
             subject=self._subject(),
         )
-        door = _GatewayDoor(self, name, unknown, confirm, received)
+        door = _GatewayDoor(self, name, unknown, confirm)
         ended = await sequence.run(self.pipeline, door, call)
         if door.sign_in is not None:
             return self._sign_in_first(door.sign_in)
@@ -300,7 +300,7 @@ class AgentView(ServerContent):
             return _refused_arguments(name, decision, self._policy_of(decision))
         return unknown  # said as for no such tool
 
-    def _held_for_approval(self, bound: JsonObject) -> Confirmation | None:
+    def _held_for_approval(self) -> Confirmation | None:
         """With `policy.approvals` on and a progress token from the client: an `ask` no one
         can confirm here is held open for an approver for `approvals.hold`, with progress
         notifications; else None (the admission holds it and answers with its id at once)."""
@@ -308,7 +308,7 @@ class AgentView(ServerContent):
         progress = self._progress()
         if settings is None or progress is None:
             return None
-        return OutOfBand(wait=False, hold=seconds(settings.hold), progress=progress, bound=bound)
+        return OutOfBand(wait=False, hold=seconds(settings.hold), progress=progress)
 
     def _subject(self) -> str | None:
         """The subject of the identity token this request came with (HTTP, `gateway.auth`)."""
@@ -407,10 +407,8 @@ class _GatewayDoor(Door[_Answer]):
         name: str,
         unknown: str,
         confirm: Confirmation | None,
-        received: JsonObject,
     ) -> None:
         self.view, self.name, self.unknown, self.confirm = view, name, unknown, confirm
-        self.received = received  # the arguments as the server receives them
         self.tokens = view.hub.privacy.tokenizer(view.ctx, view.agent)  # None: nothing is tokenized
         self.raised = False  # a failure `Downstream.run` has already counted
         self.sign_in: SignInNeeded | None = None  # the caller must sign in to the server first
@@ -420,7 +418,7 @@ class _GatewayDoor(Door[_Answer]):
 
     def confirmer(self, pipeline: Pipeline, decision: Decision) -> Confirmation | None:
         if self.confirm is None or decision.by_approver:  # (not the client's elicitation, then)
-            return self.view._held_for_approval(self.received)
+            return self.view._held_for_approval()
         return self.confirm
 
     def request(self, pipeline: Pipeline, call: ToolCall, decision: Decision) -> CallRequest:
@@ -435,7 +433,7 @@ class _GatewayDoor(Door[_Answer]):
         return request
 
     async def perform(self, request: CallRequest) -> CallOutcome:
-        view, decision = self.view, request.decision
+        view = self.view
         group = view.hub.group
         try:
             # for a server that takes calls on behalf of people, the caller's own session
@@ -446,7 +444,7 @@ class _GatewayDoor(Door[_Answer]):
                 tools = await downstream.live_tools(group)
             else:  # started (or its tools listed again) for this call
                 with telemetry.step(
-                    decision.call, f"start {request.server}", server=request.server
+                    request.call.id, f"start {request.server}", server=request.server
                 ):
                     tools = await downstream.live_tools(group)
 

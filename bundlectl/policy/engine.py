@@ -316,12 +316,6 @@ class CompiledAgent:
             return Decision(
                 self.name, server, tool, final, rule, reason, effect, listed=self.listed
             )
-
-        def redecide(args: Mapping[str, Any], schema: Mapping[str, Any] | None) -> Decision:
-            return self.decide(
-                server, tool, interactive=interactive, arguments=args, schema=schema, paths=paths
-            )
-
         return Decision(
             self.name,
             server,
@@ -332,7 +326,6 @@ class CompiledAgent:
             effect,
             conditional=True,
             checked=arguments is not None,
-            redecide=redecide,
             failed=failed_shown,
             listed=self.listed,
         )

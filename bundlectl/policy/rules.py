@@ -5,10 +5,10 @@ project's policy settings, and one decision. Pure.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from bundlectl.policy.patterns import (
     part_matches,
@@ -140,7 +140,9 @@ def no_rule_grants(agent: str) -> str:
 
 @dataclass(frozen=True)
 class Decision:
-    """The effect for one call, the rule that decided it (None: a default), and why."""
+    """The policy's answer for one call: the effect, the rule that decided it (None: a
+    default), and why. What the running call carries (its id, who made it, its trace) travels
+    with the call (`calls.calldata.ToolCall`), not here."""
 
     agent: str
     server: str
@@ -151,23 +153,10 @@ class Decision:
     matched_effect: Effect  # before an unconfirmable `ask` became deny
     conditional: bool = False  # a rule with argument conditions names the tool (SPEC 10)
     checked: bool = False  # decided with the call's arguments
-    # The same decision for other arguments (validated, with the tool's input schema): what
-    # `perform` asks before a conditional call is sent. None: the arguments do not matter.
-    redecide: Callable[[Mapping[str, Any], Mapping[str, Any] | None], Decision] | None = field(
-        default=None, compare=False, repr=False
-    )
     # The grants whose conditions this call did not meet (rule and the part that failed,
     # never an argument's value), when the call was refused or asked for because of it.
     failed: tuple[str, ...] = ()
-    # The id of the admitted call this decision let through (its audit records share it).
-    call: str | None = field(default=None, compare=False)
-    # Who stands behind the agent when an identity provider's token named it (its `sub`; the
-    # gateway's front door), for the audit record; never the token.
-    subject: str | None = field(default=None, compare=False)
     listed: bool = field(default=True, compare=False)  # the agent is listed under agents:
-    # The W3C trace context the client sent with the call (`traceparent`, `tracestate` of its
-    # `_meta`) where no MCP SDK span carries it: the parent of the call's span.
-    trace: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def explain(self) -> str:

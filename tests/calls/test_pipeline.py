@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bundlectl.calls.calldata import CallOutcome, CallRequest
+from bundlectl.calls.calldata import CallOutcome, CallRequest, ToolCall
 from bundlectl.calls.confirm import AfterCall, always_yes
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config.project import load_project
@@ -42,14 +42,16 @@ class Recorded:
         duration_ms: float,
         arguments: Any,
         *,
+        call: ToolCall | None = None,
         why: str | None = None,
     ) -> None:
+        assert call is not None  # every step of a call is recorded with the call
         if outcome == "pending":  # a call let through: before the server can act
-            assert decision.call is not None and decision.call not in self.pending
-            self.pending.append(decision.call)
+            assert call.id is not None and call.id not in self.pending
+            self.pending.append(call.id)
             return
         # an outcome of a call that was let through completes its pending record
-        assert decision.call is None or decision.call in self.pending, decision
+        assert call.id is None or call.id in self.pending, decision
         self.records.append((decision.agent, decision.qualified, outcome))
 
 
@@ -89,7 +91,7 @@ def test_ask_goes_to_the_confirmer(resolution: Any, answer: bool, outcome: str |
     sink = Recorded()
     asked: list[str] = []
 
-    async def confirm(pipeline: Pipeline, decision: Decision, arguments: Any) -> bool:
+    async def confirm(pipeline: Pipeline, decision: Decision, call: ToolCall) -> bool:
         asked.append(decision.qualified)
         return answer
 
@@ -108,11 +110,14 @@ def test_an_ask_no_one_could_answer_is_refused_and_audited(resolution: Any) -> N
     """The gateway's case: an `ask` rule, and a client that cannot elicit."""
     sink = Recorded()
     pipeline = Pipeline(resolution, sink, confirm=None)
-    decision = pipeline.judge("writer", "files", "write_file", interactive=True)
+    call = ToolCall("writer", "files", "write_file", {})
+    decision = pipeline.judge("writer", "files", "write_file", interactive=True, call=call)
     assert decision.effect == "ask" and sink.records == []  # judging records nothing
     with pytest.raises(PolicyDenied, match="no one can be asked"):
-        pipeline.admit(decision, None)
-    assert pipeline.admit(decision, True) == decision
+        pipeline.admit(decision, call, None)
+    assert call.id is None  # refused: no id
+    assert pipeline.admit(decision, call, True) == decision
+    assert call.id is not None  # let through under an id its records share
     assert sink.records == [("writer", "files.write_file", "denied")]
 
 
@@ -132,12 +137,13 @@ def test_finish_audits_the_outcome_and_says_what_the_server_needs(
 ) -> None:
     sink = Recorded()
     pipeline = Pipeline(resolution, sink, confirm=None)
-    decision = admitted(pipeline, "writer", "files", "read_file")
-    request = CallRequest("writer", "files", "read_file", decision, sent=True)
+    call = ToolCall("writer", "files", "read_file", {})
+    decision = admitted(pipeline, "writer", "files", "read_file", call=call)
+    request = CallRequest(call, decision, sent=True)
     assert pipeline.finish(CallOutcome(request, error=error)) is after
     assert sink.records == [("writer", "files.read_file", outcome)]
     # The same error before the request went to the server: nothing can have acted (#56).
-    unsent = CallRequest("writer", "files", "read_file", decision)
+    unsent = CallRequest(call, decision)
     pipeline.finish(CallOutcome(unsent, error=error))
     kept = outcome if error is None or isinstance(error, ToolCallError) else "not-started"
     assert sink.records[-1] == ("writer", "files.read_file", kept)
