@@ -387,6 +387,7 @@ async def serve_http(
         )
         if approvers is not None:
             log_line(f"approvals page on http://{shown}:{port}/approvals (the approver token)")
+        runner.long_lived()
         try:
             with runner.on_stop(stop):
                 await web.serve(sockets=[sock])

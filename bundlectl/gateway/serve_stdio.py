@@ -21,6 +21,7 @@ from bundlectl.gateway.downstream import log_line
 from bundlectl.gateway.handlers import mcp_server
 from bundlectl.gateway.hub import Hub
 from bundlectl.gateway.stdio_calls import StdioCalls
+from bundlectl.mcpio import runner
 from bundlectl.mcpio.pipes import Oversized, PipeWriter, json_line, read_pipe
 from bundlectl.mcpio.stdio import session_message
 
@@ -39,6 +40,7 @@ async def serve_stdio(
             lane = StdioCalls(hub, agent, group, writer) if mode == "direct" else None
             express_to(lane)
             server = mcp_server(hub, mode, lambda ctx: agent, seen=lane.seen if lane else None)
+            runner.long_lived()
             await server.run(read, writer.queue, server.create_initialization_options())
         group.cancel_scope.cancel()  # the client is gone: stop every downstream server
 
