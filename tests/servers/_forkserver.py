@@ -48,9 +48,7 @@ HERE = Path(__file__).resolve().parent
 BUNDLECTL = HERE.parent.parent / "bundlectl"
 # The test servers that import the SDK (the others start in a few tens of milliseconds, and some
 # start processes of their own, whose process group the tests follow: they start as they are).
-SERVERS = frozenset(
-    {"kitchen.py", "conformance.py", "hostile.py", "oauth_server.py", "pantry.py", "named.py"}
-)
+SERVERS = frozenset({"kitchen.py", "conformance.py", "oauth_server.py", "pantry.py", "named.py"})
 _NAMESPACES = ("mnt", "pid", "net", "user", "ipc", "uts")
 _LIMITS = [getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_")]
 _FORWARDED = (
