@@ -34,6 +34,7 @@ class Recorded:
     def __init__(self) -> None:
         self.records: list[tuple[str, str, str]] = []  # outcomes (pending ones kept apart)
         self.pending: list[str] = []  # the call ids recorded as pending, in order
+        self.subjects: list[str | None] = []  # who stood behind each record's call
 
     def record(
         self,
@@ -46,6 +47,7 @@ class Recorded:
         why: str | None = None,
     ) -> None:
         assert call is not None  # every step of a call is recorded with the call
+        self.subjects.append(call.subject)
         if outcome == "pending":  # a call let through: before the server can act
             assert call.id is not None and call.id not in self.pending
             self.pending.append(call.id)
@@ -104,6 +106,30 @@ def test_ask_goes_to_the_confirmer(resolution: Any, answer: bool, outcome: str |
     assert asked == ["files.write_file"]
     assert sink.records == ([] if outcome is None else [("writer", "files.write_file", outcome)])
     assert admitted(Pipeline(resolution, sink, always_yes), "writer", "files", "write_file")
+
+
+def test_every_record_of_a_call_names_who_made_it_refused_at_judging_too(resolution: Any) -> None:
+    """The running call's data travels with the call, not the decision (#53): its subject is
+    on every record, the one of arguments refused before admission included."""
+    sink = Recorded()
+    pipeline = Pipeline(resolution, sink, confirm=None)
+    call = ToolCall("writer", "files", "read_file", {"path": float("nan")}, subject="ana@x")
+    with pytest.raises(ToolCallError, match="NaN"):
+        admitted(pipeline, "writer", "files", "read_file", call.arguments, call=call)
+    call = ToolCall("writer", "files", "read_file", {}, subject="ana@x")
+    admitted(pipeline, "writer", "files", "read_file", call=call)
+    pipeline.finish(
+        CallOutcome(
+            CallRequest(
+                call, pipeline.judge("writer", "files", "read_file", interactive=False), sent=True
+            )
+        )
+    )
+    assert sink.records == [
+        ("writer", "files.read_file", "invalid-call"),
+        ("writer", "files.read_file", "ok"),
+    ]
+    assert sink.subjects == ["ana@x", "ana@x", "ana@x"]  # refused; let through; its outcome
 
 
 def test_an_ask_no_one_could_answer_is_refused_and_audited(resolution: Any) -> None:
