@@ -92,7 +92,7 @@ class CompiledAgent:
 
     name: str
     listed: bool
-    members: list[Member] = field(repr=False)  # the chain's own rules, then `policy.deny`'s
+    members: list[_Member] = field(repr=False)  # the chain's own rules, then `policy.deny`'s
     chain: list[str]  # the agent and its ancestors, nearest first
     policy: PolicySet
     _conditional_memo: dict[tuple[str, str], dict[Effect, list[Rule]]] = field(
@@ -404,7 +404,7 @@ class CompiledAgent:
 
 
 @dataclass(frozen=True)
-class Member:
+class _Member:
     """One agent's own rules (or `policy.deny`'s) as its descendants' compiled agents take
     them: all, those without conditions per effect, those with conditions, and whether any
     grants or denies."""
@@ -416,7 +416,7 @@ class Member:
     denies: bool
 
     @classmethod
-    def of(cls, rules: tuple[Rule, ...]) -> Member:
+    def of(cls, rules: tuple[Rule, ...]) -> _Member:
         plain: dict[Effect, list[Rule]] = {effect: [] for effect in EFFECTS}
         conditioned = []
         for rule in rules:
@@ -439,7 +439,7 @@ class Policy:
     def __init__(self, policy_set: PolicySet) -> None:
         self.set = policy_set
         self._compiled: dict[str, CompiledAgent] = {}
-        self._members: dict[str, Member] = {}
+        self._members: dict[str, _Member] = {}
         check_extends(policy_set.agents)
 
     @property
@@ -453,8 +453,7 @@ class Policy:
         found = self._compiled.get(name)
         if found is None:
             chain = ancestors(self._parents, name)
-            made = self._members  # (most of a chain's members are made by then)
-            members = [made.get(m) or self._member(m) for m in chain]
+            members = [self._member(m) for m in chain]
             members.append(self._global)
             found = self._compiled[name] = CompiledAgent(
                 name, name in self.set.agents, members, chain, self.set
@@ -465,15 +464,15 @@ class Policy:
     def _parents(self) -> dict[str, list[str]]:
         return parent_names(self.set.agents)
 
-    def _member(self, name: str) -> Member:
+    def _member(self, name: str) -> _Member:
         found = self._members.get(name)
         if found is None:
-            found = self._members[name] = Member.of(self.set.agents[name].rules)
+            found = self._members[name] = _Member.of(self.set.agents[name].rules)
         return found
 
     @cached_property
-    def _global(self) -> Member:
-        return Member.of(self.set.global_deny)
+    def _global(self) -> _Member:
+        return _Member.of(self.set.global_deny)
 
     def unlisted(self, agent: str) -> str | None:
         """None when `agent` is listed under `agents:`; else what it gets, with a did-you-mean

@@ -31,8 +31,7 @@ from bundlectl.policy.rules import Rule
 from bundlectl.resolve.resolved import GATEWAY_AUTH, Resolution, identity_digests, server_digest
 
 if TYPE_CHECKING:
-    from bundlectl.policy.engine import CompiledAgent, Member
-    from bundlectl.policy.rules import Effect
+    from bundlectl.policy.engine import CompiledAgent
 
 Kind = Literal["widened", "narrowed", "changed"]
 # What decides a tool, in the order `decide` asks (SPEC 3): deny, pinning, ask, allow, default.
@@ -224,8 +223,6 @@ class _Side:
         )
         self.cells = _Cells()
         self._masks: dict[str, int] = {}
-        # (id(member), effect) → (tools named, [(mask, rule)]); the policy keeps each alive
-        self._plain_masks: dict[tuple[int, str], tuple[int, list[tuple[int, Rule | None]]]] = {}
 
     def to_union(self, mask: int) -> int:
         """A mask over this side's catalog as a mask over the union (C-speed string work)."""
@@ -262,50 +259,30 @@ class _Side:
             if not left:
                 break
             if effect == "pin":
-                groups: Iterable[tuple[int, list[tuple[int, Rule | None]]]] = [
-                    (self.unpinned, [(self.unpinned, None)])
-                ]
+                candidates: Iterable[tuple[int, Rule | None]] = [(self.unpinned, None)]
             elif effect == "default":
-                groups = [(left, [(left, None)])]
-            else:  # lazily: the search ends once every wanted tool is decided
-                groups = (self._plain(member, effect) for member in agent.members)
-            for named, candidates in groups:
-                if not named & left:  # no rule of this member names a tool still open
+                candidates = [(left, None)]
+            else:
+                candidates = (  # lazily: the search ends once every wanted tool is decided
+                    (self.mask(r.pattern), r) for m in agent.members for r in m.plain[effect]
+                )
+            for mask, rule in candidates:
+                hit = mask & left
+                if not hit:
                     continue
-                for mask, rule in candidates:
-                    hit = mask & left
-                    if not hit:
-                        continue
-                    left &= ~hit
-                    server, tool = union[(hit & -hit).bit_length() - 1]
-                    found = agent.settled(
-                        server,
-                        tool,
-                        rule if effect == "deny" else None,
-                        rule if effect == "ask" else None,
-                        rule if effect == "allow" else None,
-                    )
-                    parts.append((hit, self.cells.made_of(*found, [])))
-                    if not left:
-                        break
+                left &= ~hit
+                server, tool = union[(hit & -hit).bit_length() - 1]
+                found = agent.settled(
+                    server,
+                    tool,
+                    rule if effect == "deny" else None,
+                    rule if effect == "ask" else None,
+                    rule if effect == "allow" else None,
+                )
+                parts.append((hit, self.cells.made_of(*found, [])))
                 if not left:
                     break
         return parts
-
-    def _plain(self, member: Member, effect: Effect) -> tuple[int, list[tuple[int, Rule | None]]]:
-        """A member's rules of `effect` without conditions, each with its mask, and the tools
-        any of them names: made once per side (members are shared along `extends` chains)."""
-        key = (id(member), effect)
-        found = self._plain_masks.get(key)
-        if found is None:
-            pairs: list[tuple[int, Rule | None]] = [
-                (self.mask(r.pattern), r) for r in member.plain[effect]
-            ]
-            named = 0
-            for mask, _ in pairs:
-                named |= mask
-            found = self._plain_masks[key] = (named, pairs)
-        return found
 
     def conditional(self, agent: CompiledAgent) -> int:
         found = 0
