@@ -567,11 +567,28 @@ def pids_group(profile: Profile) -> Path | None:
 
 
 def sweep_groups(base: Path) -> None:
-    """Remove the empty groups bundlectl made under `base` (a group with a process in it
-    cannot be removed: the kernel says busy)."""
+    """Remove the empty groups under `base` that bundlectl processes which have ended made (a
+    group with a process in it cannot be removed: the kernel says busy). A live process's
+    group is left alone even when empty: it may be one just made, whose server has not joined
+    it yet — removed, that server's start failed (two `exec`s at once, or a gateway starting
+    servers while an `exec` runs)."""
     for found in base.glob("bundlectl-*"):
+        maker = found.name.split("-")[1]
+        if maker.isdigit() and _alive(int(maker)):
+            continue
         with contextlib.suppress(OSError):
             found.rmdir()
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process with this id exists (ours, or another user's)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def release_group(procs: Path | None) -> None:

@@ -69,6 +69,7 @@ def _batch(
     lines = [json.dumps({"tool": f"hostile.{tool}", "arguments": args}) for tool, args in calls]
     (project / "calls.jsonl").write_text("\n".join(lines) + "\n")
     result = run("exec", "--agent", agent, "--batch", "calls.jsonl")
+    assert len(result.lines) == len(calls), result.err  # one answer a call, or why not
     answers = []
     for line in result.lines:
         data = json.loads(line)
@@ -678,3 +679,28 @@ def test_the_suites_other_third_party_servers_work_in_the_default_sandbox(
     echoed = run("exec", "-a", "bot", "everything.echo", "message=boxed")
     assert echoed.code == 0, echoed.err
     assert "boxed" in echoed.out
+
+
+def test_a_group_another_live_process_just_made_is_not_swept_away(tmp_path: Path) -> None:
+    """Each sandboxed start sweeps away the empty pids groups earlier starts left. A group a
+    live process made a moment ago is empty too until its server joins it: swept, that start
+    failed ("Exception occurred in preexec_fn", two `exec`s at once — seen in the suite). Only
+    the groups of processes that have ended go."""
+    from bundlectl.mcpio.sandbox import sweep_groups
+
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    live = tmp_path / f"bundlectl-{os.getpid()}-1-hostile"
+    other = tmp_path / f"bundlectl-{os.getppid()}-7-kitchen"  # another live process's
+    left = tmp_path / f"bundlectl-{ended}-3-hostile"
+    busy = tmp_path / f"bundlectl-{ended}-4-hostile"
+    for group in (live, other, left, busy):
+        group.mkdir()
+    (busy / "cgroup.procs").write_text("")  # not empty: the kernel would say busy
+    sweep_groups(tmp_path)
+    assert live.is_dir() and other.is_dir() and busy.is_dir()
+    assert not left.exists()
