@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from tests.cli.test_exec import gone, listening, pids
-from tests.conftest import INITIALIZE, TEST_SERVERS, Run, tls, write
+from tests.conftest import INITIALIZE, TEST_SERVERS, Run, audit_records, tls, write
 
 PY = sys.executable
 READER_TOKEN = "reader-" + "r" * 30
@@ -771,3 +771,57 @@ def test_a_servers_question_during_a_call_comes_on_that_calls_own_stream(
     methods = [m.get("method") for m in seen]
     assert "elicitation/create" in methods, json.dumps(seen)
     assert seen[-1]["result"]["content"][0]["text"] == "t: accept", json.dumps(seen)
+
+
+def test_a_modern_request_whose_headers_disagree_with_its_body_is_refused_unsent(
+    project: Path, isolated_home: Path
+) -> None:
+    """2026-07-28 (SEP-2243): `Mcp-Method` and `Mcp-Name` mirror the body so that a proxy can
+    route and decide on headers alone. A request whose headers say another tool than its body
+    is refused with 400 and the header-mismatch error before anything is called (no call is
+    audited); the same request with agreeing headers is called."""
+    import httpx2
+    import mcp_types as types
+
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          kitchen: {{command: {PY}, args: ["{TEST_SERVERS / "kitchen.py"}"]}}
+        agents:
+          solo: {{allow: [kitchen.echo]}}
+        policy: {{default: deny}}
+        """,
+    )
+    envelope = {
+        types.PROTOCOL_VERSION_META_KEY: "2026-07-28",
+        types.CLIENT_CAPABILITIES_META_KEY: {},
+    }
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "kitchen__echo", "arguments": {"text": "hi"}, "_meta": envelope},
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "kitchen__fail",
+    }
+    with (
+        gateway(project, "--agent", "solo", "--stateless", home=isolated_home) as (url, _),
+        httpx2.Client(timeout=30, verify=tls()) as http,
+    ):
+        wrong = http.post(f"{url}/mcp", json=body, headers=headers)
+        assert wrong.status_code == 400, wrong.text
+        assert '"code":-32020' in wrong.text.replace(" ", ""), wrong.text
+        assert "mcp-name header does not match" in wrong.text
+        wrong = http.post(f"{url}/mcp", json=body, headers={**headers, "Mcp-Method": "tools/list"})
+        assert wrong.status_code == 400, wrong.text
+        right = http.post(f"{url}/mcp", json=body, headers={**headers, "Mcp-Name": "kitchen__echo"})
+        assert right.status_code == 200, right.text
+        assert "hi" in right.text and '"isError":true' not in right.text.replace(" ", "")
+    calls = [r for r in audit_records(isolated_home / "state" / "audit.jsonl") if r["tool"] != "-"]
+    assert [(r["tool"], r["outcome"]) for r in calls] == [("echo", "ok")]
