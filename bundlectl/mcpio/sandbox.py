@@ -89,6 +89,7 @@ _RUN_FLAGS = frozenset(
 _RUN_SHORT_FLAGS = frozenset("ditPq")
 _WARNED: set[tuple[str, str | None]] = set()  # servers warned about, and why (once each)
 _GROUPS = itertools.count(1)  # the pids cgroups made by this process
+_HELD: set[str] = set()  # those of them whose server has not ended yet (by name)
 CGROUPS = Path("/sys/fs/cgroup")
 
 
@@ -563,18 +564,21 @@ def pids_group(profile: Profile) -> Path | None:
         with contextlib.suppress(OSError):
             group.rmdir()
         return None
+    _HELD.add(group.name)
     return group / "cgroup.procs"
 
 
 def sweep_groups(base: Path) -> None:
-    """Remove the empty groups under `base` that bundlectl processes which have ended made (a
-    group with a process in it cannot be removed: the kernel says busy). A live process's
-    group is left alone even when empty: it may be one just made, whose server has not joined
-    it yet — removed, that server's start failed (two `exec`s at once, or a gateway starting
-    servers while an `exec` runs)."""
+    """Remove the empty groups under `base` that bundlectl made for servers that have ended (a
+    group with a process in it cannot be removed: the kernel says busy). A group another live
+    process made, or one of ours whose server has not ended, is left alone even when empty: it
+    may be one just made, whose server has not joined it yet — removed, that server's start
+    failed (two `exec`s at once, or a gateway starting servers while an `exec` runs). Ours that
+    could not be removed when their server ended (a grandchild still in them) go here."""
+    me = os.getpid()
     for found in base.glob("bundlectl-*"):
         maker = found.name.split("-")[1]
-        if maker.isdigit() and _alive(int(maker)):
+        if maker.isdigit() and (found.name in _HELD if int(maker) == me else _alive(int(maker))):
             continue
         with contextlib.suppress(OSError):
             found.rmdir()
@@ -592,7 +596,9 @@ def _alive(pid: int) -> bool:
 
 
 def release_group(procs: Path | None) -> None:
-    """Remove a server's pids cgroup once it is empty (its processes ended)."""
+    """Remove a server's pids cgroup once it is empty (its processes ended); one that is not
+    empty yet is removed by a later start's sweep."""
     if procs is not None:
+        _HELD.discard(procs.parent.name)
         with contextlib.suppress(OSError):
             procs.parent.rmdir()

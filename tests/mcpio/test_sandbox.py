@@ -685,8 +685,9 @@ def test_a_group_another_live_process_just_made_is_not_swept_away(tmp_path: Path
     """Each sandboxed start sweeps away the empty pids groups earlier starts left. A group a
     live process made a moment ago is empty too until its server joins it: swept, that start
     failed ("Exception occurred in preexec_fn", two `exec`s at once — seen in the suite). Only
-    the groups of processes that have ended go."""
-    from bundlectl.mcpio.sandbox import sweep_groups
+    the groups of processes that have ended go, and this process's own once their server has
+    ended (one left behind then, not empty yet, would otherwise stay for the process's life)."""
+    from bundlectl.mcpio import sandbox
 
     ended = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
@@ -694,13 +695,21 @@ def test_a_group_another_live_process_just_made_is_not_swept_away(tmp_path: Path
         capture_output=True,
         text=True,
     ).stdout.strip()
-    live = tmp_path / f"bundlectl-{os.getpid()}-1-hostile"
+    mine = tmp_path / f"bundlectl-{os.getpid()}-1-hostile"  # its server has not ended
+    done = tmp_path / f"bundlectl-{os.getpid()}-2-hostile"  # released while still busy
     other = tmp_path / f"bundlectl-{os.getppid()}-7-kitchen"  # another live process's
     left = tmp_path / f"bundlectl-{ended}-3-hostile"
     busy = tmp_path / f"bundlectl-{ended}-4-hostile"
-    for group in (live, other, left, busy):
+    for group in (mine, done, other, left, busy):
         group.mkdir()
     (busy / "cgroup.procs").write_text("")  # not empty: the kernel would say busy
-    sweep_groups(tmp_path)
-    assert live.is_dir() and other.is_dir() and busy.is_dir()
-    assert not left.exists()
+    sandbox._HELD.update({mine.name, done.name})
+    (done / "cgroup.procs").write_text("")
+    sandbox.release_group(done / "cgroup.procs")  # busy: stays, no longer held
+    (done / "cgroup.procs").unlink()  # its last process ended since
+    try:
+        sandbox.sweep_groups(tmp_path)
+    finally:
+        sandbox._HELD.discard(mine.name)
+    assert mine.is_dir() and other.is_dir() and busy.is_dir()
+    assert not left.exists() and not done.exists()
