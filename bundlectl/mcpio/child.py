@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from bundlectl.mcpio import watchdog
-from bundlectl.mcpio.sandbox import release_group
+from bundlectl.mcpio.pids_groups import release_group
 from bundlectl.mcpio.watchdog import group_alive, stop_group
 
 if TYPE_CHECKING:

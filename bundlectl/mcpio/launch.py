@@ -18,7 +18,8 @@ from bundlectl.config.expand import child_environment, expand
 from bundlectl.errors import ServerError
 from bundlectl.mcpio.child import Child
 from bundlectl.mcpio.launchers import resolve_argv
-from bundlectl.mcpio.sandbox import Confined, Profile, release_group, wrap
+from bundlectl.mcpio.pids_groups import release_group
+from bundlectl.mcpio.sandbox import Confined, Profile, wrap
 from bundlectl.mcpio.stderr import StderrTee
 
 

@@ -19,9 +19,9 @@ Every path is bound resolved, so a symlink inside a writable folder cannot point
 outside it: the kernel refuses the write (`Read-only file system`). Memory (`RLIMIT_DATA`, 2G
 by default) and CPU time (`RLIMIT_CPU`) are limited per process, so a runaway allocation ends
 the server, not the machine; and the number of its processes (256 by default) through a pids
-cgroup made for each start, which it joins before bubblewrap starts — where the machine lets us
-make one (cgroup v1, as root; v2 where the pids controller is delegated to us), else it is not
-limited and `resolve` says so.
+cgroup made for each start (`pids_groups`), which it joins before bubblewrap starts — where
+the machine lets us make one (cgroup v1, as root; v2 where the pids controller is delegated
+to us), else it is not limited and `resolve` says so.
 
 A server started as a container (`docker run ...`, `podman run ...`) keeps its runtime's own
 isolation instead of bubblewrap around the container client: its `run` gets the same profile as
@@ -44,9 +44,7 @@ imported but the standard library: this runs on `exec`'s way to starting a serve
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -56,6 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bundlectl.errors import ServerError, UsageError
+from bundlectl.mcpio.pids_groups import pids_base, pids_group
 from bundlectl.output import err
 from bundlectl.policy.governing import CLIENT_FILES, OTHER_FILES, POLICY_FILES
 
@@ -88,9 +87,6 @@ _RUN_FLAGS = frozenset(
 )
 _RUN_SHORT_FLAGS = frozenset("ditPq")
 _WARNED: set[tuple[str, str | None]] = set()  # servers warned about, and why (once each)
-_GROUPS = itertools.count(1)  # the pids cgroups made by this process
-_HELD: set[str] = set()  # those of them whose server has not ended yet (by name)
-CGROUPS = Path("/sys/fs/cgroup")
 
 
 @dataclass(frozen=True)
@@ -362,7 +358,12 @@ def wrap(
             f"{exc.strerror or exc}: {exc.filename}",
             hint=f"check servers.{profile.server}.sandbox (read: and write: paths)",
         ) from None
-    return Confined([tool, *arguments, "--", *argv], _limits(profile), pids_group(profile), egress)
+    return Confined(
+        [tool, *arguments, "--", *argv],
+        _limits(profile),
+        pids_group(profile.server, profile.processes),
+        egress,
+    )
 
 
 def _hidden(home: str | None) -> list[Path]:
@@ -520,85 +521,3 @@ def _limits(profile: Profile) -> dict[int, int]:
     if profile.cpu_seconds:
         limits[resource.RLIMIT_CPU] = profile.cpu_seconds
     return limits
-
-
-def pids_base() -> Path | None:
-    """The pids cgroup this process is in, where a group for a server can be made: cgroup v1's
-    pids hierarchy, or a v2 group that delegates the pids controller; None: neither (or not
-    writable by us)."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, where = line.split(":", 2)
-        if "pids" in controllers.split(","):  # v1
-            base = CGROUPS / "pids" / where.lstrip("/")
-            return base if os.access(base, os.W_OK) else None
-    for line in lines:
-        if line.startswith("0::"):  # v2
-            base = CGROUPS / line[3:].lstrip("/")
-            try:
-                delegated = "pids" in (base / "cgroup.subtree_control").read_text().split()
-            except OSError:
-                return None
-            return base if delegated and os.access(base, os.W_OK) else None
-    return None
-
-
-def pids_group(profile: Profile) -> Path | None:
-    """A pids cgroup for one start of the server, allowing `profile.processes`: the file its
-    process writes itself into (`cgroup.procs`). Groups left empty by earlier starts — by
-    processes that were killed before removing theirs — are removed first. None: no group
-    can be made here; the server starts unlimited (`resolve` says so)."""
-    base = pids_base()
-    if base is None:
-        return None
-    sweep_groups(base)
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", profile.server)[:40]
-    group = base / f"bundlectl-{os.getpid()}-{next(_GROUPS)}-{name}"
-    try:
-        group.mkdir()
-        (group / "pids.max").write_text(str(profile.processes))
-    except OSError:
-        with contextlib.suppress(OSError):
-            group.rmdir()
-        return None
-    _HELD.add(group.name)
-    return group / "cgroup.procs"
-
-
-def sweep_groups(base: Path) -> None:
-    """Remove the empty groups under `base` that bundlectl made for servers that have ended (a
-    group with a process in it cannot be removed: the kernel says busy). A group another live
-    process made, or one of ours whose server has not ended, is left alone even when empty: it
-    may be one just made, whose server has not joined it yet — removed, that server's start
-    failed (two `exec`s at once, or a gateway starting servers while an `exec` runs). Ours that
-    could not be removed when their server ended (a grandchild still in them) go here."""
-    me = os.getpid()
-    for found in base.glob("bundlectl-*"):
-        maker = found.name.split("-")[1]
-        if maker.isdigit() and (found.name in _HELD if int(maker) == me else _alive(int(maker))):
-            continue
-        with contextlib.suppress(OSError):
-            found.rmdir()
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process with this id exists (ours, or another user's)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def release_group(procs: Path | None) -> None:
-    """Remove a server's pids cgroup once it is empty (its processes ended); one that is not
-    empty yet is removed by a later start's sweep."""
-    if procs is not None:
-        _HELD.discard(procs.parent.name)
-        with contextlib.suppress(OSError):
-            procs.parent.rmdir()

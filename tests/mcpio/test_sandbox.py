@@ -687,14 +687,11 @@ def test_a_group_another_live_process_just_made_is_not_swept_away(tmp_path: Path
     failed ("Exception occurred in preexec_fn", two `exec`s at once — seen in the suite). Only
     the groups of processes that have ended go, and this process's own once their server has
     ended (one left behind then, not empty yet, would otherwise stay for the process's life)."""
-    from bundlectl.mcpio import sandbox
+    from bundlectl.mcpio import pids_groups
 
-    ended = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    ended = gone.pid  # a process that has ended
     mine = tmp_path / f"bundlectl-{os.getpid()}-1-hostile"  # its server has not ended
     done = tmp_path / f"bundlectl-{os.getpid()}-2-hostile"  # released while still busy
     other = tmp_path / f"bundlectl-{os.getppid()}-7-kitchen"  # another live process's
@@ -703,13 +700,13 @@ def test_a_group_another_live_process_just_made_is_not_swept_away(tmp_path: Path
     for group in (mine, done, other, left, busy):
         group.mkdir()
     (busy / "cgroup.procs").write_text("")  # not empty: the kernel would say busy
-    sandbox._HELD.update({mine.name, done.name})
+    pids_groups._HELD.update({mine.name, done.name})
     (done / "cgroup.procs").write_text("")
-    sandbox.release_group(done / "cgroup.procs")  # busy: stays, no longer held
+    pids_groups.release_group(done / "cgroup.procs")  # busy: stays, no longer held
     (done / "cgroup.procs").unlink()  # its last process ended since
     try:
-        sandbox.sweep_groups(tmp_path)
+        pids_groups.sweep_groups(tmp_path)
     finally:
-        sandbox._HELD.discard(mine.name)
+        pids_groups._HELD.discard(mine.name)
     assert mine.is_dir() and other.is_dir() and busy.is_dir()
     assert not left.exists() and not done.exists()
