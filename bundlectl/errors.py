@@ -97,6 +97,15 @@ class ServerError(BundlectlError):
     exit_code = 5
 
 
+class ClientLacks(ServerError):
+    """The server needs a capability the client did not declare (2026-07-28: -32021); `data`
+    names it (`requiredCapabilities`), for a gateway to pass on to its own client."""
+
+    def __init__(self, message: str, data: object, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.data = data
+
+
 class ServerCrashed(ServerError):
     """The server's connection ended under a call (it exited or crashed) or it broke the
     protocol: a crash, counted towards its restart backoff."""

@@ -1,6 +1,7 @@
 """The MCP conformance suite (`@modelcontextprotocol/conformance`, pinned in `tests/npm` with the
-Node 22 it needs) against bundlectl: its server scenarios against `serve` over streamable HTTP,
-stateful and `--stateless`, in front of `tests/servers/conformance.py`; its client scenarios
+Node 22 it needs) against bundlectl: the server scenarios the 2025-11-25 and the 2026-07-28
+revisions require, against `serve` over streamable HTTP, stateful and `--stateless`, in front of
+`tests/servers/conformance.py` (and some over stdio); its client scenarios
 against `exec` (and `tools --live` for the bare handshake) through `tests/conformance/client.py`.
 
 A scenario bundlectl fails is listed, with the reason, in `tests/conformance/*baseline.yml`; the
@@ -74,9 +75,21 @@ def over_stdio(project: Path, *flags: str, home: Path) -> Iterator[tuple[str, An
 STDIO_SCENARIOS = ["tools-call-with-progress", "tools-call-sampling", "resources-subscribe"]
 
 
-@pytest.mark.parametrize("mode", ["stateful", "stateless", "stdio"])
+# Each HTTP mode runs the scenarios a protocol revision requires, frozen at its release
+# (`--requirements`), for the two revisions bundlectl speaks; the 2026-07-28 set also runs the
+# extensions' scenarios unscored (tasks: not spoken yet) and fails only on a scored one.
+BASELINES = {
+    ("stateful", "2025-11-25"): "baseline.yml",
+    ("stateless", "2025-11-25"): "stateless-baseline.yml",
+    ("stateful", "2026-07-28"): "baseline-2026-07-28.yml",
+    ("stateless", "2026-07-28"): "baseline-2026-07-28.yml",
+    ("stdio", None): "stdio-baseline.yml",
+}
+
+
+@pytest.mark.parametrize(("mode", "revision"), list(BASELINES))
 def test_server_scenarios_against_serve(
-    project: Path, isolated_home: Path, tmp_path: Path, mode: str
+    project: Path, isolated_home: Path, tmp_path: Path, mode: str, revision: str | None
 ) -> None:
     write(
         project / "bundlectl.yaml",
@@ -92,12 +105,13 @@ def test_server_scenarios_against_serve(
         policy: {{default: deny}}
         """,
     )
-    baseline = HERE / {"stateless": "stateless-baseline.yml", "stdio": "stdio-baseline.yml"}.get(
-        mode, "baseline.yml"
-    )
+    baseline = HERE / BASELINES[(mode, revision)]
     flags = ["--agent", "suite", *(["--stateless"] if mode == "stateless" else [])]
     front = over_stdio if mode == "stdio" else gateway
-    runs = [[f"--scenario={name}"] for name in STDIO_SCENARIOS] if mode == "stdio" else [[]]
+    if mode == "stdio":
+        runs = [[f"--scenario={name}"] for name in STDIO_SCENARIOS]
+    else:
+        runs = [[f"--requirements={revision}"]]
     with front(project, *flags, home=isolated_home) as (url, _):
         for chosen in runs:
             ran = suite(
@@ -112,6 +126,8 @@ def test_server_scenarios_against_serve(
             said = ran.stdout + ran.stderr
             assert ran.returncode == 0, said[-8000:]
             assert re.search(r"=== SUMMARY ===|Passed: [1-9]", said), said  # they ran
+            if revision == "2026-07-28":  # the rounds a 2026-07-28 server asks, handed on
+                assert "✓ input-required-result-multiple-input-requests" in said, said[-8000:]
 
 
 # The auth scenarios sign in with `bundlectl auth login` (a scripted browser following the

@@ -240,6 +240,7 @@ async def perform(
                 timeout=request.timeout,
                 progress=request.progress or progress,
                 meta=request.meta,
+                rounds=request.rounds,
             )
         if scope.cancelled_caught:
             raise runner.stopped()

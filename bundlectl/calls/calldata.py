@@ -13,7 +13,7 @@ from bundlectl.errors import BundlectlError
 from bundlectl.policy.rules import Decision
 
 if TYPE_CHECKING:
-    from bundlectl.mcpio.session import ToolResult
+    from bundlectl.mcpio.session import Rounds, ToolResult
 
 
 @dataclass
@@ -78,6 +78,9 @@ class CallRequest:
     restore: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     # The request's `_meta` for the server (the gateway: the log level its client asked for).
     meta: dict[str, Any] | None = None
+    # Its caller answers the server's 2026-07-28 questions itself (the gateway's retrying
+    # client): they are the call's answer, and a retry carries the answers (`mcpio.session`).
+    rounds: Rounds | None = None
     # The call went to the server (from then on a failure may follow what it did): set by
     # `perform` as it sends the request, and by the gateway's express lane.
     sent: bool = False

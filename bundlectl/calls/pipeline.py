@@ -31,6 +31,7 @@ from bundlectl.config.settings import ApprovalSettings
 from bundlectl.errors import (
     BundlectlError,
     CallTimeout,
+    ClientLacks,
     Declined,
     PolicyDenied,
     ServerCrashed,
@@ -433,8 +434,8 @@ class Pipeline:
         self._refund(request.call, done)
         if isinstance(error, ServerCrashed):
             return AfterCall.CRASHED
-        if isinstance(error, ServerError):
-            return AfterCall.RESTART
+        if isinstance(error, ServerError) and not isinstance(error, ClientLacks):
+            return AfterCall.RESTART  # (a server that asked what the client lacks is sound)
         if isinstance(error, CallTimeout):
             return AfterCall.PROBE
         return AfterCall.KEEP

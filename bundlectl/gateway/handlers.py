@@ -34,7 +34,7 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.request_state import RequestStateBoundary, RequestStateCodec, RequestStateSecurity
 from mcp.server.subscriptions import ListenHandler
-from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from bundlectl import __version__, metrics
 from bundlectl.calls.calldata import ToolCall
@@ -42,6 +42,7 @@ from bundlectl.calls.confirm import Admitting, AnswerLater, Confirmation
 from bundlectl.config.lockfile import digest_json
 from bundlectl.gateway.hub import Hub
 from bundlectl.gateway.input_rounds import unseal
+from bundlectl.gateway.relayed import retried
 from bundlectl.gateway.request_context import (
     MODERN,
     SdkContext,
@@ -54,6 +55,7 @@ from bundlectl.gateway.request_context import (
 from bundlectl.gateway.search import search_mode_tools
 from bundlectl.gateway.view import AgentView
 from bundlectl.mcpio.requests import JsonObject
+from bundlectl.mcpio.session import Rounds
 from bundlectl.policy.rules import Decision
 
 Paginated = types.PaginatedRequestParams | None
@@ -107,9 +109,8 @@ def mcp_server(
 
     async def on_get_prompt(
         ctx: SdkContext, params: types.GetPromptRequestParams
-    ) -> types.GetPromptResult:
-        with as_protocol_error():
-            return await (await view(ctx)).get_prompt(params.name, params.arguments)
+    ) -> types.GetPromptResult | types.InputRequiredResult:
+        return await _prompt(ctx, await view(ctx), params)
 
     async def on_completion(
         ctx: SdkContext, params: types.CompleteRequestParams
@@ -287,25 +288,60 @@ class _ListingCache:
         return cached
 
 
+async def _prompt(
+    ctx: SdkContext, gateway: AgentView, params: types.GetPromptRequestParams
+) -> types.GetPromptResult | types.InputRequiredResult:
+    """`prompts/get`; a 2026-07-28 client may be asked what its server asks (`_bound`)."""
+    if answers_by_retry(ctx):
+        arguments = dict(params.arguments or {})
+        _bound(gateway, params.name, arguments, params.request_state, params.input_responses)
+    with as_protocol_error():
+        return await gateway.get_prompt(params.name, params.arguments)
+
+
 async def _held(
     gateway: AgentView, params: types.CallToolRequestParams, arguments: JsonObject
 ) -> types.CallToolResult | types.InputRequiredResult | None:
-    """A 2026-07-28 client's call, whose server's questions are answered by retries: the
-    call is bound to its agent, tool and arguments (`AgentView.binding`); a retry with answers
-    resumes the held call (its next question or its result). None: a new call."""
-    binding = {"agent": gateway.agent, "tool": params.name, "arguments": digest_json(arguments)}
-    gateway.binding = binding
-    held = unseal(params.request_state)
+    """A 2026-07-28 client's call, whose server's questions are answered by retries
+    (`_bound`); a retry with answers resumes a held call (its next question or its result).
+    None: a new call, or the next round of a relayed one."""
+    held = _bound(gateway, params.name, arguments, params.request_state, params.input_responses)
     if held is None:
         return None
     responses = dict(params.input_responses or {})
-    answer = await gateway.hub.input_rounds.resume(held, binding, responses)
+    answer = await gateway.hub.input_rounds.resume(held, gateway.binding or {}, responses)
     if answer is not None:
         return answer
     return error_result(
         f"{params.name}: the call these answers belong to is no longer waiting (it ended, or "
         "another gateway process holds it); call the tool again"
     )
+
+
+def _bound(
+    gateway: AgentView,
+    name: str,
+    arguments: JsonObject,
+    state: str | None,
+    responses: dict[str, Any] | None,
+) -> JsonObject | None:
+    """Binds a 2026-07-28 client's request (a tool call, a prompt) to its agent, name and
+    arguments (`AgentView.binding`): its server's questions go to the client as asked
+    (`relayed`), and a retry of such a round carries its answers (`AgentView.rounds`; refused
+    with -32602 when they belong to another request or were given already). The unsealed
+    state of a held call's retry (`input_rounds`), else None."""
+    binding = {"agent": gateway.agent, "tool": name, "arguments": digest_json(arguments)}
+    # Answers sent with a first request (no state of ours) are the client's to give: the server
+    # takes or ignores them, as from the client itself.
+    gateway.binding, gateway.rounds = binding, Rounds(dict(responses) if responses else None)
+    held = unseal(state)
+    if held is None or "relay" not in held:
+        return held
+    retry = retried(gateway.hub, binding, held, state or "", dict(responses or {}))
+    if isinstance(retry, str):
+        raise MCPError(types.INVALID_PARAMS, retry)
+    gateway.rounds, gateway.confirmed = retry
+    return None
 
 
 _NO_FIELDS: JsonObject = {"type": "object", "properties": {}}

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import anyio
 import mcp_types as types
 from anyio.abc import TaskGroup
+from mcp.shared.exceptions import MCPError
 
 from bundlectl.mcpio.requests import JsonObject
 
@@ -53,11 +54,12 @@ class Held:
     ctx: RequestContext  # the request that started it (`Relay` names it for the server)
     binding: dict[str, str]  # agent, tool, arguments (a digest)
     questions: dict[str, _Question] = field(default_factory=dict)
-    result: types.CallToolResult | None = None
+    result: types.CallToolResult | types.InputRequiredResult | None = None
     changed: anyio.Event = field(default_factory=anyio.Event)
     finished_at: float | None = None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    asked: int = 0  # questions asked so far (their names: q1, q2, …)
+    asked: int = 0  # questions asked so far (their names: q1, q2, … unless the server named it)
+    refused: MCPError | None = None  # the answer is this JSON-RPC error (-32021)
 
     def wake(self) -> None:
         self.changed.set()
@@ -79,7 +81,7 @@ class InputRounds:
         self,
         ctx: RequestContext,
         binding: dict[str, str],
-        job: Callable[[], Awaitable[types.CallToolResult]],
+        job: Callable[[], Awaitable[types.CallToolResult | types.InputRequiredResult]],
     ) -> types.CallToolResult | types.InputRequiredResult:
         """Run `job` (the whole call: perform, finish, audit) for the request `ctx`; its
         result, or the first question its server asks."""
@@ -93,6 +95,8 @@ class InputRounds:
             with held.scope:
                 try:
                     held.result = await job()
+                except MCPError as exc:  # the client's request is refused as such
+                    held.refused = exc
                 except Exception as exc:  # a defect: the client hears of it
                     held.result = _failed(f"the gateway failed during the call: {exc}")
                 finally:
@@ -117,12 +121,15 @@ class InputRounds:
         ctx: RequestContext,
         request: types.ElicitRequest | types.CreateMessageRequest,
         timeout: float,
+        name: str | None = None,
     ) -> object:
         """The client's answer to what the server asks during the held call of `ctx`: None
-        when no answer came within `timeout` seconds."""
+        when no answer came within `timeout` seconds. `name`: the server's own name for the
+        question (2026-07-28), kept unless taken."""
         held = self._by_ctx[id(ctx)]
         held.asked += 1
-        name = f"q{held.asked}"
+        if name is None or name in held.questions:
+            name = f"q{held.asked}"
         question = held.questions[name] = _Question(request)
         held.wake()
         with anyio.move_on_after(timeout):
@@ -148,6 +155,9 @@ class InputRounds:
 
     async def _next(self, held: Held) -> types.CallToolResult | types.InputRequiredResult:
         while True:
+            if held.refused is not None:
+                self.held.pop(held.key, None)
+                raise held.refused
             if held.finished_at is not None:
                 self.held.pop(held.key, None)
                 return held.result or _failed("the call ended without a result")
@@ -173,11 +183,13 @@ def _failed(text: str) -> types.CallToolResult:
 
 
 def unseal(state: str | None) -> JsonObject | None:
-    """The requestState of a held call (unsealed by the SDK), else None."""
+    """The requestState of a held call, or of a round relayed as the server asked it
+    (`AgentView.rounds`), unsealed by the SDK; else None."""
     if state is None:
         return None
     try:
         bound = json.loads(state)
     except ValueError:
         return None
-    return bound if isinstance(bound, dict) and "held" in bound else None
+    held = isinstance(bound, dict) and ("held" in bound or "relay" in bound)
+    return bound if held else None

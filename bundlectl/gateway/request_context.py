@@ -114,9 +114,12 @@ def as_protocol_error() -> Iterator[None]:
         raise MCPError(code=types.INTERNAL_ERROR, message=exc.explained) from None
 
 
-def not_found(message: str) -> Exception:
-    """A JSON-RPC error for an unknown prompt or resource (those have no error results)."""
-    return MCPError(code=types.INVALID_PARAMS, message=message)
+def not_found(message: str, uri: str | None = None) -> Exception:
+    """A JSON-RPC error for an unknown prompt or resource (those have no error results); a
+    resource's names its URI (`data.uri`, SEP-2164)."""
+    return MCPError(
+        code=types.INVALID_PARAMS, message=message, data=None if uri is None else {"uri": uri}
+    )
 
 
 def error_result(message: str) -> types.CallToolResult:

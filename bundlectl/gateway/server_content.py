@@ -14,15 +14,17 @@ from mcp.shared.exceptions import MCPError
 
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.errors import BundlectlError
+from bundlectl.gateway.relayed import relayed
 from bundlectl.gateway.request_context import RequestContext, connection_of, not_found
 from bundlectl.gateway.server_messages import Job
-from bundlectl.mcpio.session import ServerSession
+from bundlectl.mcpio.session import Rounds, ServerSession
 
 if TYPE_CHECKING:
     from bundlectl.gateway.hub import Hub
     from bundlectl.gateway.subscriptions import Notify, WatcherKey
 
 L = TypeVar("L")
+_Prompt = types.GetPromptResult | types.InputRequiredResult
 T = TypeVar("T")
 
 
@@ -32,6 +34,8 @@ class ServerContent:
     hub: Hub
     agent: str
     ctx: RequestContext | None
+    binding: dict[str, str] | None  # (`AgentView`)
+    rounds: Rounds | None
 
     @property
     def pipeline(self) -> Pipeline:
@@ -86,14 +90,18 @@ class ServerContent:
 
     async def get_prompt(
         self, name: str, arguments: dict[str, str] | None
-    ) -> types.GetPromptResult:
+    ) -> types.GetPromptResult | types.InputRequiredResult:
+        """The prompt (by the name the client sees); or, when the client answers a 2026-07-28
+        server's questions itself (`rounds`), those questions (`relayed`)."""
         listed = await self._gather(_PROMPTS)
         found = [(s, p.name) for s, p in listed if self.hub.listings.name_of(s, p.name) == name]
         if found:
             server, prompt = found[0]
 
-            async def job(session: ServerSession) -> types.GetPromptResult:
-                return await session.prompt(prompt, arguments)
+            async def job(
+                session: ServerSession,
+            ) -> types.GetPromptResult | types.InputRequiredResult:
+                return await session.prompt(prompt, arguments, self.rounds)
 
             key = {"name": prompt, "arguments": arguments or {}}
             try:
@@ -104,6 +112,9 @@ class ServerContent:
                 raise
             self.pipeline.access(self.agent, server, "prompts/get", key, "ok")
             tokens = self.hub.privacy.tokenizer(self.ctx, self.agent)
+            if isinstance(got, types.InputRequiredResult):
+                assert self.binding is not None
+                return relayed(self.ctx, got, self.binding, False, tokens)
             return tokens.prompt(got) if tokens is not None else got
         self.pipeline.access(self.agent, "-", "prompts/get", {"name": name}, "not-found")
         raise not_found(f"unknown prompt {name!r}; prompts/list shows the prompts you can use")
@@ -185,7 +196,7 @@ class ServerContent:
                 tokens = self.hub.privacy.tokenizer(self.ctx, self.agent)
                 return tokens.read(result) if tokens is not None else result
         self.pipeline.access(self.agent, "-", "resources/read", {"uri": uri}, "not-found")
-        raise not_found(f"unknown resource {uri!r}; resources/list shows what you can read")
+        raise not_found(f"unknown resource {uri!r}; resources/list shows what you can read", uri)
 
     async def subscribe(
         self, uri: str, key: WatcherKey, notify: Notify, ctx: RequestContext | None = None
@@ -200,7 +211,7 @@ class ServerContent:
                 if ctx is not None:
                     self.hub.release_at_end(connection_of(ctx), key)
                 return
-        raise not_found(f"unknown resource {uri!r}; resources/list shows what you can read")
+        raise not_found(f"unknown resource {uri!r}; resources/list shows what you can read", uri)
 
 
 async def _PROMPTS(session: ServerSession) -> list[types.Prompt]:

@@ -15,11 +15,13 @@ import mcp_types as types
 from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
-from mcp.shared.subscriptions import ResourceUpdated
+from mcp.shared.subscriptions import PromptsListChanged, ResourceUpdated
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from bundlectl.errors import (
     Interrupted,
 )
+from bundlectl.gateway.relayed import missing
 from bundlectl.gateway.request_context import RequestContext, owner_of
 from bundlectl.mcpio.session import ServerSession
 
@@ -74,7 +76,10 @@ class Relay:
         self.tools_changed = tools_changed  # the server said its tools changed
         self.listings_changed = listings_changed  # its live tools differ from those listed
         self.one_client = one_client  # stdio: one client, whose everything the server says is
-        self.timeout = timeout  # the server's `timeout`: how long a client has to answer it
+        # How long a client has to answer a question held for its retry: a second less than
+        # the server's `timeout` (at most a fifth less), so that a server whose question went
+        # unanswered (as dismissed) can still answer the call in time.
+        self.timeout = max(timeout - 1.0, timeout * 0.8)
         self.inflight: dict[int, RequestContext] = {}  # the request of each call in flight
         self.tokens: dict[int, Tokenizer | None] = {}  # the token map of each call in flight
         self.last: RequestContext | None = None  # the latest call's (a gateway with one client)
@@ -144,6 +149,7 @@ class Relay:
         capability: Literal["elicitation", "sampling"],
         request: types.ElicitRequest | types.CreateMessageRequest,
         answer: type[Answer],
+        context: ClientRequestContext,
     ) -> object:
         """A server's request to the client of the call it belongs to: sent on the client's
         session (2025-11-25), or parked for a 2026-07-28 client to answer by retrying
@@ -153,8 +159,9 @@ class Relay:
             return self._refuse(capability, why)
         declared = ctx.session.client_capabilities
         if declared is None or getattr(declared, capability) is None:
-            why = f"the client behind the bundlectl gateway did not declare {capability}"
-            return self._refuse(capability, why)
+            # The server needs what the client did not declare: the client's request is refused
+            # as such (-32021; `relayed.protocol_error`), not as if the tool had failed.
+            return missing(capability)
         if ctx.session.can_send_request:
             # On the stream of the call it belongs to (the transport's rule for a request
             # related to a client's request): a stateful client need not have opened its
@@ -169,13 +176,17 @@ class Relay:
                 "which has no way to send a request back to the client during a call; serve "
                 "without --stateless, or use a client on the 2026-07-28 protocol",
             )
-        return await rounds.ask(ctx, request, self.timeout)
+        # A 2026-07-28 server's input request keeps the name it gave it (the SDK's client hands
+        # it on as the request id); a 2025-11-25 server's request is named by the gateway.
+        modern = context.session.protocol_version in MODERN_PROTOCOL_VERSIONS
+        name = str(context.request_id) if modern else None
+        return await rounds.ask(ctx, request, self.timeout, name)
 
     async def elicit(
         self, context: ClientRequestContext, params: types.ElicitRequestParams
     ) -> types.ElicitResult | types.ErrorData:
         request = types.ElicitRequest(params=params)
-        reply = await self._ask("elicitation", request, types.ElicitResult)
+        reply = await self._ask("elicitation", request, types.ElicitResult, context)
         if reply is None:  # nobody answered in time: as if the user dismissed it
             return types.ElicitResult(action="cancel")
         if isinstance(reply, types.ElicitResult | types.ErrorData):
@@ -186,7 +197,7 @@ class Relay:
         self, context: ClientRequestContext, params: types.CreateMessageRequestParams
     ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
         request = types.CreateMessageRequest(params=params)
-        reply = await self._ask("sampling", request, types.CreateMessageResult)
+        reply = await self._ask("sampling", request, types.CreateMessageResult, context)
         if reply is None:
             why = f"the client did not answer within {self.timeout:g} s"
             return self._refuse("sampling", why)
@@ -213,18 +224,24 @@ class Relay:
         if isinstance(message, types.ToolListChangedNotification):
             await self.tools_changed(self.server)
         elif isinstance(message, types.PromptListChangedNotification):
-            await self.subscriptions.tell_listeners("send_prompt_list_changed")
+            await self.prompts_changed()
         elif isinstance(message, types.ResourceListChangedNotification):
             await self.subscriptions.tell_listeners("send_resource_list_changed")
         elif isinstance(message, types.ResourceUpdatedNotification) and not self.modern:
             uri = str(message.params.uri)
             await self.subscriptions.resource_updated(self.server, self.owner, uri)
 
+    async def prompts_changed(self) -> None:
+        """The server's prompts changed: every client is told (each lists them again through
+        its agent's view): a listen stream (2026-07-28), or a notification."""
+        await self.subscriptions.bus.publish(PromptsListChanged())
+        await self.subscriptions.tell_listeners("send_prompt_list_changed")
+
     async def listen(self, session: ServerSession, scope: anyio.CancelScope) -> None:
         """On the 2026-07-28 protocol a server's changes come only to a client that listens for
-        them (`subscriptions/listen`): its tool list, and the resources clients subscribed to
-        (the stream is opened again when that set changes). Older servers send list changes
-        unasked and take `resources/subscribe` requests (`Hub.watch`)."""
+        them (`subscriptions/listen`): its tools and prompts, and the resources clients
+        subscribed to (the stream is opened again when that set changes). Older servers send
+        list changes unasked and take `resources/subscribe` requests (`Hub.watch`)."""
 
         quiet = (MCPError, RuntimeError, TimeoutError)
         with scope:
@@ -233,7 +250,7 @@ class Relay:
                     self._listening = anyio.CancelScope()
                     with self._listening, contextlib.suppress(*quiet):
                         async with session.listen(
-                            tools=True, resources=sorted(self.watched)
+                            tools=True, prompts=True, resources=sorted(self.watched)
                         ) as events:
                             self.modern = True
                             self.settled.set()
@@ -243,6 +260,8 @@ class Relay:
                                     await self.subscriptions.resource_updated(
                                         self.server, self.owner, event.uri
                                     )
+                                elif isinstance(event, PromptsListChanged):
+                                    await self.prompts_changed()
                                 else:
                                     await self.tools_changed(self.server)
                             return  # the server ended the stream

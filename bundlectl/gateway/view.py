@@ -32,6 +32,7 @@ from bundlectl.errors import (
 )
 from bundlectl.gateway.identity import Caller
 from bundlectl.gateway.personal import SignInNeeded, public_base
+from bundlectl.gateway.relayed import confirmed, protocol_error, relayed
 from bundlectl.gateway.request_context import (
     RequestContext,
     StdioCallContext,
@@ -40,7 +41,7 @@ from bundlectl.gateway.request_context import (
 from bundlectl.gateway.search import DETAILS, declared_tool, described, listed_name
 from bundlectl.gateway.server_content import ServerContent
 from bundlectl.mcpio.requests import JsonObject
-from bundlectl.mcpio.session import Progress, ServerSession
+from bundlectl.mcpio.session import Progress, Rounds, ServerSession
 from bundlectl.output import err
 from bundlectl.policy.catalog import ToolRef, search
 from bundlectl.policy.descriptions import WITHHELD, withheld, withheld_schema
@@ -63,6 +64,11 @@ class AgentView(ServerContent):
     # What binds a held call (`input_rounds.py`) when this request's client can answer a server's
     # question only by retrying (2026-07-28); None: it is asked directly, or cannot be.
     binding: dict[str, str] | None = None
+    # A 2026-07-28 server's questions go to this request's client as they are (named by the
+    # server), and its retry's answers back (`mcpio.session.Rounds`); `confirmed`: the retry
+    # belongs to a call whose `ask` rule was confirmed (or approved) in an earlier round.
+    rounds: Rounds | None = None
+    confirmed: bool = False
 
     @property
     def listing(self) -> str:
@@ -417,6 +423,8 @@ class _GatewayDoor(Door[_Answer]):
         return True  # an `ask` no one can confirm here is refused as such, not as a deny
 
     def confirmer(self, pipeline: Pipeline, decision: Decision) -> Confirmation | None:
+        if self.view.confirmed:  # a later round of a call confirmed in its first
+            return confirmed
         if self.confirm is None or decision.by_approver:  # (not the client's elicitation, then)
             return self.view._held_for_approval()
         return self.confirm
@@ -430,6 +438,7 @@ class _GatewayDoor(Door[_Answer]):
         if tokens is not None and view._real_values(call.server, call.tool):
             request.restore = tokens.restore
         request.meta = view._log_meta()
+        request.rounds = view.rounds
         return request
 
     async def perform(self, request: CallRequest) -> CallOutcome:
@@ -468,10 +477,16 @@ class _GatewayDoor(Door[_Answer]):
     async def present(self, outcome: CallOutcome) -> _Answer:
         tokens = self.tokens
         if outcome.error is not None:
+            protocol_error(self.view.ctx, outcome.error)
             # A server's or a validator's error may quote the real values behind tokens.
             message = outcome.error.explained
             return error_result(tokens.conceal(message) if tokens is not None else message)
         assert outcome.result is not None
+        if outcome.result.asks:
+            assert self.view.binding is not None
+            asked: types.InputRequiredResult = outcome.result.as_model()
+            confirmed = outcome.request.decision.effect == "ask"  # (it was, to get here)
+            return relayed(self.view.ctx, asked, self.view.binding, confirmed, self.tokens)
         result: types.CallToolResult = outcome.result.as_model()
         if tokens is None:
             return result
@@ -495,10 +510,6 @@ class _GatewayDoor(Door[_Answer]):
         if view.binding is None or view.ctx is None:
             return await job()
 
-        async def result() -> types.CallToolResult:
-            answer = await job()
-            assert isinstance(answer, types.CallToolResult)
-            return answer
-
-        # its client answers its server's questions by retrying: the call is held across them
-        return await view.hub.input_rounds.start(view.ctx, view.binding, result)
+        # its client answers its server's questions by retrying: a 2025-11-25 server's call is
+        # held across them (a 2026-07-28 server's questions are the job's answer: `relayed`)
+        return await view.hub.input_rounds.start(view.ctx, view.binding, job)

@@ -23,6 +23,7 @@ from bundlectl.config.expand import expand
 from bundlectl.errors import (
     BundlectlError,
     CallTimeout,
+    ClientLacks,
     ServerCrashed,
     ServerError,
     ToolCallError,
@@ -214,7 +215,6 @@ def classify(exc: BaseException, target: Target) -> BundlectlError | None:
     """Map an exception from the SDK or the OS to our error, or None when it is not ours."""
     import httpx2
     from mcp.shared.exceptions import MCPError
-    from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
     found = leaves(exc)
     ours = [e for e in found if isinstance(e, BundlectlError)]
@@ -237,13 +237,7 @@ def classify(exc: BaseException, target: Target) -> BundlectlError | None:
                 hint=f"install {cmd!r} or fix servers.{name}.command",
             )
         if isinstance(leaf, MCPError):
-            if leaf.code == REQUEST_TIMEOUT:
-                return call_timed_out(target)
-            # The SDK's own "Connection closed" has the code JSON-RPC leaves to servers, and
-            # servers use it too: only the SDK's message says the connection ended.
-            if leaf.code == CONNECTION_CLOSED and leaf.error.message == "Connection closed":
-                return connection_closed(target)
-            return returned_error(target, leaf.error.message, leaf.code)
+            return _answered_error(leaf, target)
         if isinstance(leaf, httpx2.HTTPError):
             return ServerError(
                 f"cannot reach server {name!r} at {target.spec.url}: "
@@ -266,6 +260,27 @@ def classify(exc: BaseException, target: Target) -> BundlectlError | None:
                 f"{type(leaf).__name__}: {leaf}" + tail_of(target)
             )
     return None
+
+
+def _answered_error(leaf: Any, target: Target) -> BundlectlError:
+    """A JSON-RPC error the server (or the SDK on its behalf) answered a request with."""
+    from mcp_types import CONNECTION_CLOSED, MISSING_REQUIRED_CLIENT_CAPABILITY, REQUEST_TIMEOUT
+
+    if leaf.code == REQUEST_TIMEOUT:
+        return call_timed_out(target)
+    # The SDK's own "Connection closed" has the code JSON-RPC leaves to servers, and servers use
+    # it too: only the SDK's message says the connection ended.
+    if leaf.code == CONNECTION_CLOSED and leaf.error.message == "Connection closed":
+        return connection_closed(target)
+    if leaf.code == MISSING_REQUIRED_CLIENT_CAPABILITY:
+        return ClientLacks(
+            f"server {target.name!r} needs a capability the client did not declare: "
+            f"{leaf.error.message}",
+            leaf.error.data,
+            hint="the tool asks its client for this during the call; use a client that can "
+            "answer it",
+        )
+    return returned_error(target, leaf.error.message, leaf.code)
 
 
 def call_timed_out(target: Target) -> CallTimeout:

@@ -13,7 +13,8 @@ two that `exec`'s SDK-free client (`plain.StdioClient`) uses: one raw-pipe tool 
 door the call came in by. Progress, the timeout and a cancelled call are `plain.exchange`'s. A
 tool whose server answers `input_required` (2026-07-28: it asks the client first) is called
 through the SDK's client from then on, which runs those rounds — that call too, asked again
-(such a server expects retries).
+(such a server expects retries) — and so is a call whose client answers those rounds itself
+(`Rounds`).
 While the tap is not ready (the session's first request not yet made) or cannot take a line,
 the SDK's client makes the call.
 """
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from bundlectl.mcpio import results
 from bundlectl.mcpio.connect import connection_closed
 from bundlectl.mcpio.plain import call_tool
-from bundlectl.mcpio.session import Progress, SdkSession, ToolResult
+from bundlectl.mcpio.session import Progress, Rounds, SdkSession, ToolResult
 
 if TYPE_CHECKING:
     import mcp_types as types
@@ -62,8 +63,9 @@ class PipeSession(SdkSession):
         timeout: float | None,
         progress: Progress | None,
         meta: dict[str, Any] | None = None,
+        rounds: Rounds | None = None,
     ) -> ToolResult:
-        if name not in self.asks and self.tap.ready:
+        if name not in self.asks and rounds is None and self.tap.ready:
             try:
                 answer = await call_tool(
                     self.tap.in_order,
@@ -87,7 +89,9 @@ class PipeSession(SdkSession):
                 if result is not None:
                     return result
                 self.asks.add(name)  # it asks the client first: the SDK's client runs that
-        return await super().call(name, arguments, timeout=timeout, progress=progress, meta=meta)
+        return await super().call(
+            name, arguments, timeout=timeout, progress=progress, meta=meta, rounds=rounds
+        )
 
     async def _send(self, message: JsonObject) -> None:
         if not self.tap.post(message):

@@ -34,7 +34,7 @@ from bundlectl.mcpio.connect import (
     returned_error,
 )
 from bundlectl.mcpio.requests import Requests
-from bundlectl.mcpio.session import Progress, ToolResult
+from bundlectl.mcpio.session import Progress, Rounds, ToolResult
 from bundlectl.mcpio.target import Target
 from bundlectl.servers._tooling import Blob, Toolbox, ToolFailure, content_only
 
@@ -207,6 +207,7 @@ class StdioClient:
         timeout: float | None,
         progress: Progress | None,
         meta: dict[str, Any] | None = None,
+        rounds: Rounds | None = None,
     ) -> ToolResult:
         if self._gone is not None:
             raise self._gone
@@ -423,6 +424,7 @@ class BuiltinClient:
         timeout: float | None,
         progress: Progress | None = None,
         meta: dict[str, Any] | None = None,
+        rounds: Rounds | None = None,
     ) -> ToolResult:
         tool = self.box.tools[name]
         known = inspect.signature(tool.fn).parameters

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -29,6 +30,18 @@ if TYPE_CHECKING:
 
 # Progress of a call: (progress, total, message).
 Progress = Callable[[float, float | None, str | None], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """A call whose caller answers its server's 2026-07-28 input requests itself (a gateway's
+    client that retries): the server's `InputRequiredResult` is the call's answer, handed on
+    with the names the server gave its questions, rather than answered here. A retry carries
+    the caller's answers and the server's `requestState`. A session on an older protocol has
+    no such rounds (its server asks during the call) and ignores this."""
+
+    responses: dict[str, Any] | None = None
+    state: str | None = None
 
 
 class ListedTool(Protocol):
@@ -56,8 +69,10 @@ class Session(Protocol):
         timeout: float | None,
         progress: Progress | None,
         meta: dict[str, Any] | None = None,
+        rounds: Rounds | None = None,
     ) -> ToolResult:
-        """One tools/call; a transport or protocol failure raises (see `connect.classify`)."""
+        """One tools/call; a transport or protocol failure raises (see `connect.classify`).
+        With `rounds`, a 2026-07-28 server's questions are the answer (`ToolResult.asks`)."""
         ...
 
 
@@ -77,8 +92,8 @@ class ServerSession(Session, Protocol):
         ...
 
     async def prompt(
-        self, name: str, arguments: dict[str, str] | None
-    ) -> types.GetPromptResult: ...
+        self, name: str, arguments: dict[str, str] | None, rounds: Rounds | None = None
+    ) -> types.GetPromptResult | types.InputRequiredResult: ...
 
     async def complete(
         self, ref: CompletionRef, argument: dict[str, str], context: dict[str, str] | None
@@ -92,7 +107,7 @@ class ServerSession(Session, Protocol):
 
     async def ping(self) -> None: ...
 
-    def listen(self, *, tools: bool, resources: list[str]) -> Any:
+    def listen(self, *, tools: bool, prompts: bool, resources: list[str]) -> Any:
         """The 2026-07-28 listen stream (an async context manager of events)."""
         ...
 
@@ -121,8 +136,16 @@ class ToolResult:
     @property
     def is_error(self) -> bool:
         if self._model is not None:
-            return bool(self._model.is_error)
+            return bool(getattr(self._model, "is_error", False))
         return bool(self.data.get("isError", False))
+
+    @property
+    def asks(self) -> bool:
+        """Whether the server asks the caller first (a 2026-07-28 `InputRequiredResult`, handed
+        on when the call was made with `Rounds`)."""
+        if self._model is not None:
+            return hasattr(self._model, "input_requests")
+        return self.data.get("resultType") == "input_required"
 
     @property
     def content(self) -> list[dict[str, Any]]:
@@ -140,7 +163,8 @@ class ToolResult:
         return [block["text"] for block in self.content if block.get("type") == "text"]
 
     def as_model(self) -> Any:
-        """The SDK's `CallToolResult` (the gateway answers its client with it)."""
+        """The SDK's `CallToolResult` or `InputRequiredResult` (the gateway answers its client
+        with it)."""
         if self._model is None:
             import mcp_types as types
 
@@ -169,6 +193,13 @@ class SdkSession:
     @property
     def protocol_version(self) -> str:
         return str(self.client.protocol_version)
+
+    @property
+    def modern(self) -> bool:
+        """Whether the server speaks 2026-07-28 (questions as input-required results)."""
+        from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+        return self.client.protocol_version in MODERN_PROTOCOL_VERSIONS
 
     async def tools(self) -> list[Any]:
         return await list_all_tools(self.client)
@@ -201,7 +232,20 @@ class SdkSession:
         result: types.ReadResourceResult = await self.client.read_resource(uri)
         return result
 
-    async def prompt(self, name: str, arguments: dict[str, str] | None) -> types.GetPromptResult:
+    async def prompt(
+        self, name: str, arguments: dict[str, str] | None, rounds: Rounds | None = None
+    ) -> types.GetPromptResult | types.InputRequiredResult:
+        """The prompt; with `rounds`, a 2026-07-28 server's questions instead (as `call`)."""
+        if rounds is not None and self.modern:
+            asked: types.GetPromptResult | types.InputRequiredResult
+            asked = await self.client.session.get_prompt(
+                name,
+                arguments,
+                input_responses=rounds.responses,
+                request_state=rounds.state,
+                allow_input_required=True,
+            )
+            return asked
         result: types.GetPromptResult = await self.client.get_prompt(name, arguments)
         return result
 
@@ -232,8 +276,12 @@ class SdkSession:
     async def ping(self) -> None:
         await self.client.send_ping()
 
-    def listen(self, *, tools: bool, resources: list[str]) -> Any:
-        return self.client.listen(tools_list_changed=tools, resource_subscriptions=resources)
+    def listen(self, *, tools: bool, prompts: bool, resources: list[str]) -> Any:
+        return self.client.listen(
+            tools_list_changed=tools,
+            prompts_list_changed=prompts,
+            resource_subscriptions=resources,
+        )
 
     async def call(
         self,
@@ -243,7 +291,20 @@ class SdkSession:
         timeout: float | None,
         progress: Progress | None,
         meta: dict[str, Any] | None = None,
+        rounds: Rounds | None = None,
     ) -> ToolResult:
+        if rounds is not None and self.modern:
+            asked = await self.client.session.call_tool(
+                name,
+                arguments,
+                read_timeout_seconds=timeout,
+                progress_callback=progress,
+                input_responses=rounds.responses,
+                request_state=rounds.state,
+                meta=meta or None,
+                allow_input_required=True,
+            )
+            return ToolResult(model=asked)
         result = await self.client.call_tool(
             name,
             arguments,

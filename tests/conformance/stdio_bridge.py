@@ -18,6 +18,7 @@ request in flight), else on the session's GET stream. It prints `listening on UR
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import Any
@@ -33,6 +34,8 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp.types import JSONRPCNotification, JSONRPCRequest
 
+# A session's streams closed under a relay: the client ended the session (a DELETE).
+ENDED = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream)
 # Host and Origin checked as `serve --transport streamable-http` checks them (DNS rebinding).
 LOOPBACK = TransportSecuritySettings(
     allowed_hosts=["127.0.0.1:*", "localhost:*"],
@@ -72,28 +75,30 @@ class Relay:
             ):
 
                 async def up() -> None:  # client -> server
-                    async for item in http_read:
-                        if isinstance(item, Exception):
-                            continue
-                        message = item.message
-                        if isinstance(message, JSONRPCRequest):
-                            meta = (message.params or {}).get("_meta") or {}
-                            self.in_flight[message.id] = meta.get("progressToken")
-                        await server_write.send(SessionMessage(message))
+                    with contextlib.suppress(*ENDED):  # the client ended the session
+                        async for item in http_read:
+                            if isinstance(item, Exception):
+                                continue
+                            message = item.message
+                            if isinstance(message, JSONRPCRequest):
+                                meta = (message.params or {}).get("_meta") or {}
+                                self.in_flight[message.id] = meta.get("progressToken")
+                            await server_write.send(SessionMessage(message))
                     tg.cancel_scope.cancel()
 
                 async def down() -> None:  # server -> client
-                    async for item in server_read:
-                        if isinstance(item, Exception):
-                            continue
-                        message = item.message
-                        request_id = getattr(message, "id", None)
-                        if not isinstance(message, JSONRPCRequest) and request_id is not None:
-                            self.in_flight.pop(request_id, None)  # a response
-                            await http_write.send(SessionMessage(message))
-                            continue
-                        meta = ServerMessageMetadata(related_request_id=self.related(message))
-                        await http_write.send(SessionMessage(message, meta))
+                    with contextlib.suppress(*ENDED):
+                        async for item in server_read:
+                            if isinstance(item, Exception):
+                                continue
+                            message = item.message
+                            request_id = getattr(message, "id", None)
+                            if not isinstance(message, JSONRPCRequest) and request_id is not None:
+                                self.in_flight.pop(request_id, None)  # a response
+                                await http_write.send(SessionMessage(message))
+                                continue
+                            meta = ServerMessageMetadata(related_request_id=self.related(message))
+                            await http_write.send(SessionMessage(message, meta))
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(up)

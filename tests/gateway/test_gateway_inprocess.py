@@ -545,14 +545,18 @@ def test_listings_of_resources_and_prompts_are_tokenized_as_reads_are(project: P
     assert text == "figs, from [EMAIL_1]"  # read by its real URI, shown tokenized
 
 
-def _consenting(project: Path, timeout: int = 60) -> None:
-    """kitchen over stdio: a 2026-07-28 server, whose `consent` tool asks its client."""
+def _consenting(project: Path, timeout: int = 60, *, legacy: bool = False) -> None:
+    """kitchen over stdio: a 2026-07-28 server, whose `consent` tool asks its client (its
+    questions handed on as it asked them, `relayed.py`); `legacy`: a 2025-11-25 server, which
+    asks during the call (the call held across the client's retries, `input_rounds.py`)."""
+    env = ', env: {KITCHEN_LEGACY: "1"}' if legacy else ""
     write(
         project / "bundlectl.yaml",
         f"""
         version: 1
         servers:
-          kitchen: {{command: {PY}, args: ["{TEST_SERVERS / "kitchen.py"}"], timeout: {timeout}}}
+          kitchen:
+            {{command: {PY}, args: ["{TEST_SERVERS / "kitchen.py"}"], timeout: {timeout}{env}}}
         agents:
           bot: {{allow: ["kitchen.*"]}}
         policy: {{default: deny}}
@@ -580,13 +584,14 @@ def test_a_2026_client_answers_its_servers_question_by_retrying(project: Path) -
 
 
 def test_a_held_call_takes_its_own_answers_and_ends_when_none_come(project: Path) -> None:
-    """The retry is bound to the call's arguments; a question nobody answers ends with the
-    server's timeout (as a dismissed elicitation), and the result waits for the retry."""
+    """A 2025-11-25 server's call held for a 2026-07-28 client: the retry is bound to the
+    call's arguments; a question nobody answers ends with the server's timeout (as a dismissed
+    elicitation), and the result waits for the retry."""
     import mcp_types as types
 
     # The server's timeout also bounds its start: 6 s leaves a loaded machine room to start
     # it (3 s did not, in CI).
-    _consenting(project, timeout=6)
+    _consenting(project, timeout=6, legacy=True)
 
     async def elicit(context: Any, params: Any) -> types.ElicitResult:
         raise AssertionError("the script answers by hand")

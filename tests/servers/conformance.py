@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import _unmeasured  # noqa: F401  # first: see its docstring
 import json
+import secrets
 from typing import Any
 
 import anyio
@@ -23,6 +24,9 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import PromptsListChanged, ToolsListChanged
+
+from conformance_rounds import _form, ask, inputs, rounds, said, text
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5E" + (
     "rkJggg=="
@@ -56,6 +60,34 @@ TOOLS = [
     ),
     tool("test_elicitation_sep1034_defaults", "Asks for a form whose fields have defaults."),
     tool("test_elicitation_sep1330_enums", "Asks for a form with each kind of enum."),
+    tool("test_streaming_elicitation", "Reports progress while it runs (a streamed answer)."),
+    tool("test_logging_tool", "Logs one message, to a request that asked for log messages."),
+    tool(
+        "test_custom_headers",
+        "Echoes its region, which a 2026-07-28 client also sends as the Mcp-Param-Region header.",
+        {
+            "type": "object",
+            "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
+            "required": ["region"],
+        },
+    ),
+    tool("whoami", "This process's own random name (bundlectl's tests: was it restarted?)."),
+    tool("test_trigger_tool_change", "Tells listening clients that its tools changed."),
+    tool("test_trigger_prompt_change", "Tells listening clients that its prompts changed."),
+    tool("test_missing_capability", "Samples; refused to a client without sampling (-32021)."),
+    *(
+        tool(f"test_input_required_result_{name}", f"Asks through input-required rounds: {what}.")
+        for name, what in [
+            ("elicitation", "a name"),
+            ("sampling", "a completion"),
+            ("list_roots", "the roots"),
+            ("request_state", "a confirmation, with state"),
+            ("multiple_inputs", "a name, a completion and the roots at once"),
+            ("multi_round", "a name, then a colour"),
+            ("tampered_state", "a confirmation, with signed state"),
+            ("capabilities", "what the client's capabilities allow"),
+        ]
+    ),
     tool(
         "json_schema_2020_12_tool",
         "Takes a JSON Schema 2020-12 input schema.",
@@ -64,11 +96,25 @@ TOOLS = [
             "type": "object",
             "$defs": {
                 "address": {
+                    "$anchor": "addressDef",
                     "type": "object",
                     "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
                 }
             },
-            "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+            "properties": {
+                "name": {"type": "string"},
+                "address": {"$ref": "#/$defs/address"},
+                "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+                "phone": {"type": "string"},
+                "email": {"type": "string"},
+            },
+            "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+            "if": {
+                "properties": {"contactMethod": {"const": "phone"}},
+                "required": ["contactMethod"],
+            },
+            "then": {"required": ["phone"]},
+            "else": {"required": ["email"]},
             "additionalProperties": False,
         },
     ),
@@ -114,10 +160,6 @@ ENUMS_FORM = {
 }
 
 
-def text(value: str) -> types.TextContent:
-    return types.TextContent(type="text", text=value)
-
-
 def image() -> types.ImageContent:
     return types.ImageContent(type="image", data=PNG, mime_type="image/png")
 
@@ -136,26 +178,6 @@ FORMS = {
     "test_elicitation_sep1034_defaults": (DEFAULTS_FORM, "Please review the fields' defaults"),
     "test_elicitation_sep1330_enums": (ENUMS_FORM, "Please select options from the enum fields"),
 }
-MODERN = "2026-07-28"
-
-
-async def ask(ctx: ServerRequestContext, params: types.CallToolRequestParams, request: Any) -> Any:
-    """A question to the client: a request sent back on the connection (2025-11-25), or on the
-    2026-07-28 protocol an InputRequiredResult, answered when the client calls again."""
-    if ctx.protocol_version < MODERN:
-        if isinstance(request, types.ElicitRequest):
-            form = request.params
-            return await ctx.session.elicit(
-                form.message, form.requested_schema, related_request_id=ctx.request_id
-            )
-        sampling = request.params
-        return await ctx.session.create_message(
-            sampling.messages, max_tokens=sampling.max_tokens, related_request_id=ctx.request_id
-        )
-    answer = (params.input_responses or {}).get("ask")
-    if answer is None:
-        return types.InputRequiredResult(input_requests={"ask": request}, request_state="asked")
-    return answer
 
 
 async def list_tools(ctx: ServerRequestContext, params: Any) -> types.ListToolsResult:
@@ -208,6 +230,35 @@ async def call_tool(ctx: ServerRequestContext, params: types.CallToolRequestPara
     if name == "json_schema_2020_12_tool":
         said = f"JSON Schema 2020-12 tool called with: {json.dumps(args)}"
         return types.CallToolResult(content=[text(said)])
+    return await diagnostics(ctx, params)
+
+
+async def diagnostics(ctx: ServerRequestContext, params: types.CallToolRequestParams) -> Any:
+    """The 2026-07-28 suite's diagnostic tools: a log to a request that asked for logs, progress
+    on the call's stream, list changes told to listening clients, an `x-mcp-header` argument."""
+    name, args = params.name, params.arguments or {}
+    if name == "test_logging_tool":
+        said = "Diagnostic trace logging activated"
+        await ctx.session.send_log_message("info", said, "conformance", ctx.request_id)
+        return types.CallToolResult(content=[text("Logging evaluated")])
+    if name == "test_streaming_elicitation":
+        token = (ctx.meta or {}).get("progress_token")
+        if token is not None:
+            await ctx.session.send_progress_notification(token, 50, 100, "halfway", ctx.request_id)
+        return types.CallToolResult(content=[text("Streaming complete")])
+    if name in ("test_trigger_tool_change", "test_trigger_prompt_change"):
+        tools = name == "test_trigger_tool_change"
+        if ctx.protocol_version >= "2026-07-28":
+            await BUS.publish(ToolsListChanged() if tools else PromptsListChanged())
+        elif tools:
+            await ctx.session.send_tool_list_changed()
+        else:
+            await ctx.session.send_prompt_list_changed()
+        return types.CallToolResult(content=[text("Mutation triggered")])
+    if name == "whoami":
+        return types.CallToolResult(content=[text(PROCESS)])
+    if name == "test_custom_headers":
+        return types.CallToolResult(content=[text(f"region: {args.get('region')}")])
     return await questions(ctx, params)
 
 
@@ -233,8 +284,11 @@ async def questions(ctx: ServerRequestContext, params: types.CallToolRequestPara
         return types.CallToolResult(
             content=[text(f"{label}: action={reply.action}, content={found}")]
         )
-    raise ValueError(f"unknown tool {name}")
+    return await rounds(ctx, params)
 
+
+BUS = InMemorySubscriptionBus()  # a 2026-07-28 client's listen streams
+PROCESS = secrets.token_hex(8)
 
 STATIC = {
     "test://static-text": ("Static Text Resource", "text/plain"),
@@ -286,7 +340,7 @@ async def read_resource(
             uri=uri, mime_type="application/json", text=json.dumps(body)
         )
     else:
-        raise MCPError(code=-32002, message=f"Resource not found: {uri}")
+        raise MCPError(code=-32002, message=f"Resource not found: {uri}", data={"uri": uri})
     return types.ReadResourceResult(contents=[contents])
 
 
@@ -310,6 +364,9 @@ PROMPTS = [
         arguments=[types.PromptArgument(name="resourceUri", required=True)],
     ),
     types.Prompt(name="test_prompt_with_image", description="A prompt with an image."),
+    types.Prompt(
+        name="test_input_required_result_prompt", description="Asks for context before it answers."
+    ),
 ]
 
 
@@ -319,7 +376,7 @@ async def list_prompts(ctx: ServerRequestContext, params: Any) -> types.ListProm
 
 async def get_prompt(
     ctx: ServerRequestContext, params: types.GetPromptRequestParams
-) -> types.GetPromptResult:
+) -> types.GetPromptResult | types.InputRequiredResult:
     args = params.arguments or {}
 
     def user(content: Any) -> types.PromptMessage:
@@ -328,8 +385,8 @@ async def get_prompt(
     if params.name == "test_simple_prompt":
         messages = [user(text("This is a simple prompt for testing."))]
     elif params.name == "test_prompt_with_arguments":
-        said = f"Prompt with arguments: arg1='{args.get('arg1')}', arg2='{args.get('arg2')}'"
-        messages = [user(text(said))]
+        shown = f"Prompt with arguments: arg1='{args.get('arg1')}', arg2='{args.get('arg2')}'"
+        messages = [user(text(shown))]
     elif params.name == "test_prompt_with_embedded_resource":
         uri = args.get("resourceUri", "test://example-resource")
         messages = [
@@ -338,6 +395,11 @@ async def get_prompt(
         ]
     elif params.name == "test_prompt_with_image":
         messages = [user(image()), user(text("Please analyze the image above."))]
+    elif params.name == "test_input_required_result_prompt":
+        got = await inputs(ctx, params, {"user_context": _form("What context?", "context")})
+        if isinstance(got, types.InputRequiredResult):
+            return got
+        messages = [user(text(f"Prompt with context: {said(got['user_context'], 'context')}"))]
     else:
         raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {params.name}")
     return types.GetPromptResult(messages=messages)
@@ -370,12 +432,13 @@ server: Server[Any] = Server(
     on_completion=complete,
     on_set_logging_level=set_level,
     # 2026-07-28 clients watch resources on a listen stream instead of resources/subscribe.
-    on_subscriptions_listen=ListenHandler(InMemorySubscriptionBus()),
+    on_subscriptions_listen=ListenHandler(BUS),
 )
 
 
 async def main() -> None:
-    options = server.create_initialization_options(NotificationOptions(resources_changed=True))
+    changes = NotificationOptions(resources_changed=True, tools_changed=True, prompts_changed=True)
+    options = server.create_initialization_options(changes)
     async with stdio_server() as (read, write):
         await server.run(read, write, options)
 
