@@ -337,7 +337,7 @@ def _bound(
     held = unseal(state)
     if held is None or "relay" not in held:
         return held
-    retry = retried(gateway.hub, binding, held, state or "", dict(responses or {}))
+    retry = retried(gateway.hub.accepted, binding, held, state or "", dict(responses or {}))
     if isinstance(retry, str):
         raise MCPError(types.INVALID_PARAMS, retry)
     gateway.rounds, gateway.confirmed = retry

@@ -34,7 +34,6 @@ from bundlectl.mcpio.session import Rounds
 
 if TYPE_CHECKING:
     from bundlectl.calls.calldata import ToolCall
-    from bundlectl.gateway.hub import Hub
     from bundlectl.policy.rules import Decision
     from bundlectl.privacy.tokenize import Tokenizer
 
@@ -101,7 +100,7 @@ def relayed(
 
 
 def retried(
-    hub: Hub,
+    accepted: Callable[[str, str, str, str], bool],
     binding: dict[str, str],
     held: JsonObject,
     state: str,
@@ -109,9 +108,10 @@ def retried(
 ) -> tuple[Rounds, bool] | str:
     """The retry of a relayed round (`held`: its unsealed requestState, `state` as sent): the
     rounds to hand the server, and whether the call was confirmed in an earlier round. A
-    string: why it is refused (another call's answers, or answers given already)."""
+    string: why it is refused (another call's answers, or answers given already). `accepted`:
+    `Hub.accepted`, which checks the binding and uses the nonce up."""
     agent, name, arguments = binding["agent"], binding["tool"], binding["arguments"]
-    if not hub.accepted(state, agent, name, arguments):
+    if not accepted(state, agent, name, arguments):
         return (
             f"{name}: these answers belong to another request, or were given already; "
             "make the request again"
