@@ -150,6 +150,21 @@ AUTH_SCENARIOS = [
 ]
 
 
+# 2026-07-28: the request envelope and its headers (`Mcp-Method`, `Mcp-Name`, a tool whose
+# `x-mcp-header` is malformed left out), a server's input-required rounds answered at a terminal,
+# and the authorization checks that guard against a mix-up (RFC 9207 `iss`, a resource that is
+# not the server). The whole 2026-07-28 client set (`--requirements 2026-07-28`, ~70 s) runs by
+# hand (README, "Development").
+MODERN_SCENARIOS = [
+    "request-metadata",
+    "http-standard-headers",
+    "http-invalid-tool-headers",
+    "sep-2322-client-request-state",
+    "auth/iss-wrong-issuer",
+    "auth/resource-mismatch",
+]
+
+
 @pytest.mark.parametrize(
     "scenario",
     [
@@ -157,6 +172,7 @@ AUTH_SCENARIOS = [
         "tools_call",
         "elicitation-sep1034-client-defaults",
         "sse-retry",
+        *MODERN_SCENARIOS,
         *AUTH_SCENARIOS,
     ],
 )
