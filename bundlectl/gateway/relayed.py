@@ -28,7 +28,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from bundlectl.errors import BundlectlError, ClientLacks
-from bundlectl.gateway.request_context import MODERN, RequestContext, StdioCallContext
+from bundlectl.gateway.request_context import MODERN, RequestContext
 from bundlectl.mcpio.requests import JsonObject
 from bundlectl.mcpio.session import Rounds
 
@@ -57,16 +57,15 @@ def missing(capability: str) -> types.ErrorData:
     )
 
 
-def protocol_error(ctx: RequestContext | None, error: BundlectlError) -> None:
-    """Raises what a 2026-07-28 client is told as a JSON-RPC error rather than as a tool's
-    failure: a capability it did not declare but its tool needs (-32021)."""
-    if (
-        isinstance(error, ClientLacks)
-        and ctx is not None
-        and not isinstance(ctx, StdioCallContext)
-        and ctx.protocol_version >= MODERN
-    ):
-        raise MCPError(types.MISSING_REQUIRED_CLIENT_CAPABILITY, error.message, error.data)
+def protocol_error(version: str, error: BundlectlError) -> types.ErrorData | None:
+    """What a client on `version` is told as a JSON-RPC error rather than as a tool's failure
+    (every front door, every transport): on 2026-07-28, a capability it did not declare but
+    its tool needs (-32021). None: a tool's failure."""
+    if isinstance(error, ClientLacks) and version >= MODERN:
+        return types.ErrorData(
+            code=types.MISSING_REQUIRED_CLIENT_CAPABILITY, message=error.message, data=error.data
+        )
+    return None
 
 
 def relayed(

@@ -44,6 +44,7 @@ from bundlectl.calls.pipeline import Pipeline
 from bundlectl.calls.sequence import Door
 from bundlectl.errors import BundlectlError
 from bundlectl.gateway import results_out
+from bundlectl.gateway.relayed import protocol_error
 from bundlectl.gateway.request_context import SdkContext, StdioCallContext
 from bundlectl.mcpio.connect import broke_protocol
 from bundlectl.mcpio.pipes import PipeWriter, json_line
@@ -305,6 +306,12 @@ class _StdioCallDoor(Door[None]):
 
     async def present(self, outcome: CallOutcome) -> None:
         """The answer, written to the client now (before the call's audit record)."""
+        refusal = protocol_error(self.version, outcome.error) if outcome.error else None
+        if refusal is not None:  # (a JSON-RPC error, not a result)
+            self.answered = True
+            error = refusal.model_dump(by_alias=True, mode="json", exclude_none=True)
+            self.lane.post({"jsonrpc": "2.0", "id": self.id, "error": error})
+            return
         self.answer(self.shaped(outcome))
 
     def shaped(self, outcome: CallOutcome) -> bytes:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import mcp_types as types
-from mcp.shared.exceptions import UrlElicitationRequiredError
+from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 
 from bundlectl import telemetry
 from bundlectl.calls import sequence
@@ -477,7 +477,10 @@ class _GatewayDoor(Door[_Answer]):
     async def present(self, outcome: CallOutcome) -> _Answer:
         tokens = self.tokens
         if outcome.error is not None:
-            protocol_error(self.view.ctx, outcome.error)
+            ctx = self.view.ctx
+            refusal = protocol_error(ctx.protocol_version, outcome.error) if ctx else None
+            if refusal is not None:  # (a JSON-RPC error, not a result)
+                raise MCPError.from_error_data(refusal)
             # A server's or a validator's error may quote the real values behind tokens.
             message = outcome.error.explained
             return error_result(tokens.conceal(message) if tokens is not None else message)
