@@ -19,9 +19,10 @@ Each HTTP session starts its own COMMAND and relays JSON-RPC messages both ways,
 bridge understands nothing of MCP beyond which request a server message belongs to, so what the
 suite sees is what the stdio server said. A 2026-07-28 request (no session) goes to one COMMAND
 for them all, as a client of that protocol keeps one process; one without the protocol's
-envelope gets a COMMAND of its own (it would turn that pipe to the older protocol). A server message that is not a response goes on the
-stream of the request it belongs to (the request that gave its progress token, else the one
-request in flight), else on the session's GET stream. It prints `listening on URL` to stderr.
+envelope gets a COMMAND of its own (it would turn that pipe to the older protocol). A server
+message that is not a response goes on the stream of the request it belongs to (the request that
+gave its progress token, or the listen stream it names, else the one request in flight), else on
+the session's GET stream. It prints `listening on URL` to stderr.
 """
 
 from __future__ import annotations
