@@ -139,3 +139,53 @@ def test_a_question_the_client_did_not_declare_it_can_answer_is_refused_with_320
         assert "sampling" in json.dumps(refused["error"]["data"]), refused
         _, after = bare.call("conf__whoami")
         assert after["result"]["content"] == before["result"]["content"]  # the same process
+
+
+def test_over_stdio_too_a_tool_that_needs_an_undeclared_capability_is_refused_with_32021(
+    project: Path, isolated_home: Path
+) -> None:
+    """The same refusal at the stdio front's express door, which takes the calls of a
+    2026-07-28 client that declared nothing it could be asked (JSON-RPC lines written here)."""
+    import os
+    import subprocess
+
+    _project(project)
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    names = ["conf__test_simple_text", "conf__test_missing_capability", "conf__test_simple_text"]
+    lines = [
+        {
+            "jsonrpc": "2.0",
+            "id": n,
+            "method": "tools/call",
+            "params": {"name": name, "_meta": envelope},
+        }
+        for n, name in enumerate(names, 1)
+    ]
+    proc = subprocess.Popen(
+        [PY, "-m", "bundlectl", "serve", "--agent", "solo"],
+        cwd=project,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "BUNDLECTL_HOME": str(isolated_home)},
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    answers = []
+    try:
+        for line in lines:  # one at a time: the first warms the door the next ones take
+            proc.stdin.write(json.dumps(line).encode() + b"\n")
+            proc.stdin.flush()
+            answers.append(json.loads(proc.stdout.readline()))
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+        proc.stdout.close()
+    first, refused, after = answers
+    assert "simple text" in json.dumps(first["result"]), first
+    assert refused["error"]["code"] == -32021, refused
+    assert refused["error"]["data"] == {"requiredCapabilities": {"sampling": {}}}, refused
+    assert "simple text" in json.dumps(after["result"]), after
