@@ -292,9 +292,9 @@ async def _prompt(
     ctx: SdkContext, gateway: AgentView, params: types.GetPromptRequestParams
 ) -> types.GetPromptResult | types.InputRequiredResult:
     """`prompts/get`; a 2026-07-28 client may be asked what its server asks (`_bound`)."""
-    if answers_by_retry(ctx):
-        arguments = dict(params.arguments or {})
-        _bound(gateway, params.name, arguments, params.request_state, params.input_responses)
+    if answers_by_retry(ctx):  # (bound as a prompt: a tool's state is not a prompt's)
+        arguments, name = dict(params.arguments or {}), f"prompts/get {params.name}"
+        _bound(gateway, name, arguments, params.request_state, params.input_responses)
     with as_protocol_error():
         return await gateway.get_prompt(params.name, params.arguments)
 
