@@ -89,11 +89,10 @@ def relayed(
         "confirmed": confirmed,
     }
     requests = asked.input_requests
-    if requests is not None and tokens is not None:  # a question may quote real values
+    if requests is not None and tokens is not None:  # tokenized as the call's result would be
         dumped = {k: v.model_dump(by_alias=True, mode="json") for k, v in requests.items()}
-        concealed = _strings(dumped, tokens.conceal)
         requests = types.InputRequiredResult.model_validate(
-            {"inputRequests": concealed, "requestState": "-"}
+            {"inputRequests": tokens.value(dumped), "requestState": "-"}
         ).input_requests
     return types.InputRequiredResult(input_requests=requests, request_state=json.dumps(state))
 
@@ -123,14 +122,3 @@ def retried(
 async def confirmed(pipeline: object, decision: Decision, call: ToolCall) -> bool:
     """The confirmation of a later round of a call confirmed in its first."""
     return True
-
-
-def _strings(value: object, change: Callable[[str], str]) -> object:
-    """`value` (JSON) with every string in it changed."""
-    if isinstance(value, str):
-        return change(value)
-    if isinstance(value, dict):
-        return {key: _strings(item, change) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_strings(item, change) for item in value]
-    return value

@@ -19,7 +19,7 @@ PY = sys.executable
 MODERN = "2026-07-28"
 
 
-def _project(project: Path) -> None:
+def _project(project: Path, more: str = "") -> None:
     # concurrency 1 (the default): a round held open in the gateway would stop every other call
     write(
         project / "bundlectl.yaml",
@@ -30,6 +30,7 @@ def _project(project: Path) -> None:
         agents:
           solo: {{allow: ["conf.*"]}}
         policy: {{default: deny}}
+        {more}
         """,
     )
 
@@ -40,7 +41,9 @@ class _Client:
     def __init__(self, http: Any, url: str, capabilities: dict[str, Any]) -> None:
         self.http, self.url, self.capabilities, self.ids = http, url, capabilities, 0
 
-    def call(self, name: str, **more: Any) -> tuple[int, dict[str, Any]]:
+    def call(
+        self, name: str, arguments: dict[str, Any] | None = None, **more: Any
+    ) -> tuple[int, dict[str, Any]]:
         self.ids += 1
         meta = {
             "io.modelcontextprotocol/protocolVersion": MODERN,
@@ -51,7 +54,7 @@ class _Client:
             "jsonrpc": "2.0",
             "id": self.ids,
             "method": "tools/call",
-            "params": {"name": name, "arguments": {}, "_meta": meta, **more},
+            "params": {"name": name, "arguments": arguments or {}, "_meta": meta, **more},
         }
         headers = {
             "Accept": "application/json, text/event-stream",
@@ -189,3 +192,22 @@ def test_over_stdio_too_a_tool_that_needs_an_undeclared_capability_is_refused_wi
     assert refused["error"]["code"] == -32021, refused
     assert refused["error"]["data"] == {"requiredCapabilities": {"sampling": {}}}, refused
     assert "simple text" in json.dumps(after["result"]), after
+
+
+def test_a_relayed_question_passes_the_agents_privacy_tokenizer(
+    project: Path, isolated_home: Path
+) -> None:
+    """A server's question may quote a real value (here, one the agent sent it): the agent's
+    client sees it tokenized, as it would in the call's result."""
+    import httpx2
+
+    _project(project, "privacy: {tokenize: [email]}")
+    with (
+        gateway(project, "--agent", "solo", "--stateless", home=isolated_home) as (url, _),
+        httpx2.Client(timeout=20) as http,
+    ):
+        client = _Client(http, url, {"elicitation": {}})
+        asked = {"message": "Send it to jane.doe@corp.example?"}
+        _, first = client.call("conf__test_elicitation", asked)
+    question = first["result"]["inputRequests"]["ask"]["params"]["message"]
+    assert question == "Send it to [EMAIL_1]?", first
