@@ -10,6 +10,7 @@ suite fails on any other failure, and on a listed scenario that passes (the list
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -141,6 +142,22 @@ def test_server_scenarios_against_serve(
             assert re.search(r"=== SUMMARY ===|Passed: [1-9]", said), said  # they ran
             if revision == "2026-07-28" and mode != "stdio":  # a server's rounds, handed on
                 assert "✓ input-required-result-multiple-input-requests" in said, said[-8000:]
+                # The tasks extension's scenarios: run (unscored by the suite), held here.
+                failing = extension_failures(tmp_path / "results", "tasks-")
+                assert failing == set(load_yaml(baseline)["tasks"]), failing
+
+
+def extension_failures(results: Path, prefix: str) -> set[str]:
+    """The scenarios named `prefix...` of a run (its results folder) with a failed check; a
+    run without them fails (they ran)."""
+    ran: dict[str, bool] = {}
+    for checks in results.glob(f"server-{prefix}*/checks.json"):
+        found = re.match(r"server-(.+)-\d{4}-\d\d-\d\dT[\d-]+Z$", checks.parent.name)
+        assert found, checks
+        failed = any(c["status"] == "FAILURE" for c in json.loads(checks.read_text()))
+        ran[found.group(1)] = ran.get(found.group(1), False) or failed
+    assert len(ran) >= 8, sorted(ran)
+    return {name for name, failed in ran.items() if failed}
 
 
 # The auth scenarios sign in with `bundlectl auth login` (a scripted browser following the

@@ -72,6 +72,11 @@ class OutOfBand:
     # telling the client through `progress` (progress, total, message) while it waits.
     hold: float | None = None
     progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
+    # ... and is told when the call starts to wait, with what it waits for (a task's client)
+    held: Callable[[Approval, str], None] | None = None
+    # ... and when its wait is cancelled, whether the request stays (a task's call that another
+    # gateway process makes again, as this one stops); else it is withdrawn
+    kept: Callable[[], bool] | None = None
     # The request this wait last told the store it waits on, and when (monotonic)
     _said_waiting: tuple[str, float] = ("", float("-inf"))
 
@@ -128,12 +133,15 @@ class OutOfBand:
     ) -> bool:
         """The gateway's wait (`hold` seconds at most): True once approved (and taken); a
         denial or an expiry refuse the call; False when the wait is over (the caller is told
-        the request's id). A client that cancels the call withdraws the request."""
+        the request's id). A client that cancels the call withdraws the request (unless
+        `kept`)."""
         import anyio  # noqa: PLC0415 - the gateway's event loop
 
         assert self.store is not None
         assert self.hold is not None
         said = f"waiting for approval request {approval.id}; an approver runs: {how}"
+        if self.held is not None:
+            self.held(approval, said)
         ends = time.monotonic() + self.hold
         told = 0.0
         try:
@@ -146,9 +154,10 @@ class OutOfBand:
                     return True
                 await anyio.sleep(POLL)
         except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):
-                self.store.withdraw(approval.id)
-                pipeline.audit.approval(decision, "approval-withdrawn", approval.id, None)
+            if self.kept is None or not self.kept():
+                with anyio.CancelScope(shield=True):
+                    self.store.withdraw(approval.id)
+                    pipeline.audit.approval(decision, "approval-withdrawn", approval.id, None)
             raise
         return False
 

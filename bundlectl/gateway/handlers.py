@@ -24,7 +24,8 @@ import secrets
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
 import anyio
 import anyio.lowlevel
@@ -40,6 +41,7 @@ from bundlectl import __version__, metrics
 from bundlectl.calls.calldata import ToolCall
 from bundlectl.calls.confirm import Admitting, AnswerLater, Confirmation
 from bundlectl.config.lockfile import digest_json
+from bundlectl.gateway import tasks
 from bundlectl.gateway.hub import Hub
 from bundlectl.gateway.input_rounds import unseal
 from bundlectl.gateway.relayed import retried
@@ -90,19 +92,10 @@ def mcp_server(
             return types.ListToolsResult(tools=search_mode_tools())
         return types.ListToolsResult(tools=await (await view(ctx)).list_tools())
 
-    async def on_call_tool(
-        ctx: SdkContext, params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult:
-        gateway = await view(ctx)
-        arguments = dict(params.arguments or {})
-        if answers_by_retry(ctx):
-            resumed = await _held(gateway, params, arguments)
-            if resumed is not None:
-                return resumed
-        confirm = _elicitation(ctx, gateway, params)
-        if mode != "search":
-            return await gateway.call_tool(params.name, arguments, confirm)
-        return await gateway.call_in_search_mode(params.name, arguments, confirm)
+    calls = _Calls(hub, mode, view)
+    hub.tasks.runner = calls.again  # (a held task's call, made again)
+    if codec is not None:  # the replicas' key: any of them opens a task's sealed parts
+        hub.tasks.keys = codec
 
     async def on_list_prompts(ctx: SdkContext, params: Paginated) -> types.ListPromptsResult:
         return types.ListPromptsResult(prompts=await (await view(ctx)).list_prompts())
@@ -168,7 +161,7 @@ def mcp_server(
             version=__version__,
             instructions="The tools this agent may call, under bundlectl's policy.",
             on_list_tools=on_list_tools,
-            on_call_tool=on_call_tool,
+            on_call_tool=calls.on_call_tool,
             on_list_prompts=on_list_prompts,
             on_get_prompt=on_get_prompt,
             on_completion=on_completion,
@@ -182,6 +175,7 @@ def mcp_server(
             on_set_logging_level=on_set_logging_level,
             on_subscriptions_listen=_Listen(ListenHandler(hub.subscriptions.bus), hub, view),
         )
+    calls.serve_tasks(server)
     security = (
         RequestStateSecurity(codec=codec) if codec is not None else RequestStateSecurity.ephemeral()
     )
@@ -196,6 +190,74 @@ def mcp_server(
     if metrics.on() and not hub.stateless:  # a stateless request is no session
         server.middleware.append(_Sessions())
     return server
+
+
+class _Calls:
+    """`tools/call`, and the tasks extension's methods (SEP-2663; `tasks.py`) for 2026-07-28
+    clients that declare it: a call held for a person or a slow server becomes a task."""
+
+    def __init__(
+        self, hub: Hub, mode: str, view: Callable[[SdkContext], Awaitable[AgentView]]
+    ) -> None:
+        self.hub, self.mode, self.view = hub, mode, view
+
+    async def on_call_tool(
+        self, ctx: SdkContext, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        if not tasks.declared(ctx):
+            return await self.call(ctx, params, None)
+        gateway = await self.view(ctx)  # (whose task it is)
+        arguments = dict(params.arguments or {})
+        run = partial(self.call, ctx, params)
+        answer = await self.hub.tasks.call(
+            ctx, gateway.agent, gateway.subject(), params.name, arguments, run
+        )
+        # (a task is a mapping, `resultType: task`, which the SDK sends as it is)
+        return cast(types.CallToolResult, answer)
+
+    async def call(
+        self, ctx: SdkContext, params: types.CallToolRequestParams, task: tasks.TaskRun | None
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """One `tools/call` (`task`: the task it runs as, for a client that declared them)."""
+        gateway = await self.view(ctx)
+        gateway.task = task
+        arguments = dict(params.arguments or {})
+        if answers_by_retry(ctx):
+            resumed = await _held(gateway, params, arguments)
+            if resumed is not None:
+                return resumed
+        confirm = _elicitation(ctx, gateway, params)
+        if self.mode != "search":
+            return await gateway.call_tool(params.name, arguments, confirm)
+        return await gateway.call_in_search_mode(params.name, arguments, confirm)
+
+    async def again(
+        self, ctx: SdkContext, name: str, arguments: JsonObject, task: tasks.TaskRun
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """A task's call made again by this process (`Tasks.get`: the one that made it is
+        gone), by the request that found it so."""
+        params = types.CallToolRequestParams(name=name, arguments=arguments)
+        return await self.call(ctx, params, task)
+
+    def serve_tasks(self, server: Server[dict[str, Any]]) -> None:
+        server.extensions[tasks.TASKS] = {}
+        server.add_request_handler("tasks/get", types.GetTaskRequestParams, self.on_task_get)
+        server.add_request_handler(
+            "tasks/cancel", types.CancelTaskRequestParams, self.on_task_cancel
+        )
+        server.add_request_handler("tasks/update", tasks.UpdateParams, self.on_task_update)
+
+    async def on_task_get(self, ctx: SdkContext, params: types.GetTaskRequestParams) -> JsonObject:
+        gateway = await self.view(ctx)
+        return self.hub.tasks.get(ctx, gateway.agent, gateway.subject(), params.task_id)
+
+    async def on_task_cancel(
+        self, ctx: SdkContext, params: types.CancelTaskRequestParams
+    ) -> JsonObject:
+        return self.hub.tasks.cancel(ctx, (await self.view(ctx)).agent, params.task_id)
+
+    async def on_task_update(self, ctx: SdkContext, params: tasks.UpdateParams) -> JsonObject:
+        return self.hub.tasks.update(ctx, (await self.view(ctx)).agent, params.task_id)
 
 
 class _Server(Server[dict[str, Any]]):

@@ -76,6 +76,11 @@ class Gate:
         hub.agents = access.agents
         hub.vet = self._vet
 
+    def stopped(self) -> None:
+        """Serving stops: the refusals left out are counted, held tasks left to a replica."""
+        self.refusals.flush()
+        self.hub.tasks.release()
+
     def _vet(self, fresh: Resolution) -> None:
         access = access_for(fresh, self._agent, self._host)  # raises: the old one stays
         self.access, self.hub.agents = access, access.agents
@@ -392,7 +397,7 @@ async def serve_http(
             with runner.on_stop(stop):
                 await web.serve(sockets=[sock])
         finally:
-            gate.refusals.flush()
+            gate.stopped()
         group.cancel_scope.cancel()
 
 

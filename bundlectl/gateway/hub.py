@@ -16,6 +16,7 @@ from mcp.shared.subscriptions import ToolsListChanged
 
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config.project import load_project
+from bundlectl.config.settings import seconds
 from bundlectl.errors import BundlectlError, ServerError
 from bundlectl.gateway.downstream import Downstream, FileStamp, file_stamp
 from bundlectl.gateway.exchange import Exchanger, ExchangeRefused
@@ -29,6 +30,7 @@ from bundlectl.gateway.request_context import (
 from bundlectl.gateway.server_messages import Relay
 from bundlectl.gateway.session_privacy import SessionPrivacy
 from bundlectl.gateway.subscriptions import Notify, Subscriptions, WatcherKey
+from bundlectl.gateway.tasks import Tasks
 from bundlectl.mcpio.session import ServerSession
 from bundlectl.mcpio.stdio import Tap
 from bundlectl.resolve.resolved import Resolution, resolve_project
@@ -73,14 +75,21 @@ class Hub:
     privacy: SessionPrivacy = field(init=False)  # `privacy:` in force, and the token maps
     # 2026-07-28 clients' calls held while their server asks them something (`input_rounds.py`)
     input_rounds: InputRounds = field(init=False)
+    tasks: Tasks = field(init=False)  # calls held for a person or a slow server (`tasks.py`)
 
     def __post_init__(self) -> None:
         self.listings = Listings(lambda: self.pipeline.resolution, self.log, self.naming)
         self.subscriptions = Subscriptions(self.stateless)
         self.privacy = SessionPrivacy(self.pipeline, self.stateless, self.log)
         self.input_rounds = InputRounds(self.group)
+        self.tasks = Tasks(self.group, self.pipeline.store, self._held_for)
         self._watched = tuple(map(str, self.pipeline.resolution.project.watched_files()))
         self._stamp = self._files()
+
+    def _held_for(self) -> float:
+        """How long a call may wait for an approver (`approvals.ttl`; 0: approvals are off)."""
+        approvals = self.pipeline.approvals
+        return seconds(approvals.ttl) if approvals is not None else 0.0
 
     @property
     def resolution(self) -> Resolution:

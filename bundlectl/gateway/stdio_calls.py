@@ -46,6 +46,7 @@ from bundlectl.errors import BundlectlError
 from bundlectl.gateway import results_out
 from bundlectl.gateway.relayed import protocol_error
 from bundlectl.gateway.request_context import SdkContext, StdioCallContext
+from bundlectl.gateway.tasks import TASKS
 from bundlectl.mcpio.connect import broke_protocol
 from bundlectl.mcpio.pipes import PipeWriter, json_line
 from bundlectl.mcpio.requests import JsonObject, Requests
@@ -139,7 +140,7 @@ class StdioCalls:
         if version not in SUPPORTED_PROTOCOL_VERSIONS or not self.hub.current():
             return None
         if version in MODERN_PROTOCOL_VERSIONS and _may_be_asked(meta.get(CAPABILITIES_KEY)):
-            return None  # its server's questions are answered by retries: held on the SDK path
+            return None  # its server's questions are answered by retries, or it takes tasks
         route = self._route(name)
         if route is None:
             return None
@@ -226,10 +227,13 @@ class StdioCalls:
 
 
 def _may_be_asked(capabilities: object) -> bool:
-    """Whether a 2026-07-28 client declared it answers elicitation or sampling."""
-    return isinstance(capabilities, dict) and bool(
-        capabilities.keys() & {"elicitation", "sampling"}
-    )
+    """Whether a 2026-07-28 client declared it answers elicitation or sampling, or takes
+    tasks (a slow call becomes one: `tasks.py`, on the SDK path)."""
+    if not isinstance(capabilities, dict):
+        return False
+    extensions = capabilities.get("extensions")
+    tasks = isinstance(extensions, dict) and TASKS in extensions
+    return tasks or bool(capabilities.keys() & {"elicitation", "sampling"})
 
 
 class _StdioCallDoor(Door[None]):

@@ -50,6 +50,7 @@ from bundlectl.policy.rules import Decision
 if TYPE_CHECKING:
     from bundlectl.config.models import ServerSpec
     from bundlectl.gateway.hub import Hub
+    from bundlectl.gateway.tasks import TaskRun
 
 
 @dataclass
@@ -69,6 +70,9 @@ class AgentView(ServerContent):
     # belongs to a call whose `ask` rule was confirmed (or approved) in an earlier round.
     rounds: Rounds | None = None
     confirmed: bool = False
+    # The task this call runs as, for a client that declared the tasks extension (`tasks.py`):
+    # held for a person as long as the approval request lasts, saying so in the task's status.
+    task: TaskRun | None = None
 
     @property
     def listing(self) -> str:
@@ -213,6 +217,8 @@ class AgentView(ServerContent):
     def _progress(self) -> Progress | None:
         """The downstream server's progress, passed on to the client when it asked for it."""
         ctx = self.ctx
+        if self.task is not None:
+            return self.task.report  # (the task's status message)
         if (
             ctx is None
             or isinstance(ctx, StdioCallContext)
@@ -254,7 +260,7 @@ class AgentView(ServerContent):
             tool,
             arguments,
             received=received if received is not arguments else None,
-            subject=self._subject(),
+            subject=self.subject(),
         )
         door = _GatewayDoor(self, name, unknown, confirm)
         ended = await sequence.run(self.pipeline, door, call)
@@ -309,14 +315,19 @@ class AgentView(ServerContent):
     def _held_for_approval(self) -> Confirmation | None:
         """With `policy.approvals` on and a progress token from the client: an `ask` no one
         can confirm here is held open for an approver for `approvals.hold`, with progress
-        notifications; else None (the admission holds it and answers with its id at once)."""
+        notifications; else None (the admission holds it and answers with its id at once).
+        A task's call waits as long as the request lasts (`approvals.ttl`)."""
         settings = self.pipeline.approvals
         progress = self._progress()
         if settings is None or progress is None:
             return None
+        if self.task is not None:
+            task = self.task
+            hold, kept = seconds(settings.ttl), lambda: task.released
+            return OutOfBand(wait=False, hold=hold, progress=progress, held=task.held, kept=kept)
         return OutOfBand(wait=False, hold=seconds(settings.hold), progress=progress)
 
-    def _subject(self) -> str | None:
+    def subject(self) -> str | None:
         """The subject of the identity token this request came with (HTTP, `gateway.auth`)."""
         subject = self._scope().get("bundlectl.subject")
         return subject if isinstance(subject, str) else None
@@ -444,6 +455,8 @@ class _GatewayDoor(Door[_Answer]):
     async def perform(self, request: CallRequest) -> CallOutcome:
         view = self.view
         group = view.hub.group
+        if view.task is not None:
+            view.task.started()
         try:
             # for a server that takes calls on behalf of people, the caller's own session
             self.downstream = downstream = await view.hub.on_behalf(
@@ -483,6 +496,8 @@ class _GatewayDoor(Door[_Answer]):
                 raise MCPError.from_error_data(refusal)
             # A server's or a validator's error may quote the real values behind tokens.
             message = outcome.error.explained
+            if self.view.task is not None:
+                self.view.task.failed(tokens.conceal(message) if tokens is not None else message)
             return error_result(tokens.conceal(message) if tokens is not None else message)
         assert outcome.result is not None
         if outcome.result.asks:
@@ -500,6 +515,8 @@ class _GatewayDoor(Door[_Answer]):
         return tokenized
 
     def refused(self, decision: Decision | None, error: BundlectlError) -> _Answer:
+        if self.view.task is not None:
+            self.view.task.refused(error)
         if (
             decision is None
             or isinstance(error, LimitReached)

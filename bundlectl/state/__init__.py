@@ -192,6 +192,16 @@ class Store(Protocol):
         it was let through, then refused for its arguments before anything was sent)."""
         ...
 
+    def put_task(self, task_id: str, record: str, ttl: float, *, rev: int | None) -> bool:
+        """Write a task's record (`gateway/tasks.py`, JSON), kept `ttl` seconds from now: a new
+        task when `rev` is None (False: the id is taken), else over revision `rev` only (False:
+        another process wrote it since; read it again)."""
+        ...
+
+    def task(self, task_id: str) -> tuple[str, int] | None:
+        """A task's record and its revision; None: no such task (or it expired)."""
+        ...
+
 
 class TokenStore(Protocol):
     """Where replicas share the privacy token maps of agents (`privacy.tokens`): Redis."""

@@ -6,7 +6,8 @@ admit exactly 20. Keys expire on their own (a counter at its window's end, a req
 after it was made).
 
 Keys, under `bundlectl:` — `approval:ID` (a hash), `pending:B` and `grant:B` (the id of a
-binding's pending request and of its approval; B is the sha256 of the binding), `approvals` (a
+binding's pending request and of its approval; B is the sha256 of the binding), `task:ID` (a
+client's task, `gateway/tasks.py`: its record and revision), `approvals` (a
 sorted set of ids by creation), `count:KEY` (a counter); the privacy token maps of agents
 shared by replicas (`privacy.tokens`): `tokens:S:index` (keyed digest of a value → its token),
 `tokens:S:sealed` (token → the value, encrypted by the gateway), both expiring a while after
@@ -142,6 +143,19 @@ end
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('EXPIRE', KEYS[2], ARGV[4])
 return token
+"""
+
+
+_PUT_TASK = """
+local rev = tonumber(redis.call('HGET', KEYS[1], 'rev') or '0')
+if ARGV[3] == '' then
+  if rev > 0 then return 0 end
+elseif rev ~= tonumber(ARGV[3]) then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'record', ARGV[1], 'rev', rev + 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
 """
 
 
@@ -362,6 +376,18 @@ class RedisStore:
         except self._errors as exc:
             raise self._broken(exc) from None
         return {key: int(v) for key, v in zip(keys, values, strict=True) if v is not None}
+
+    def put_task(self, task_id: str, record: str, ttl: float, *, rev: int | None) -> bool:
+        args = [record, max(int(ttl * 1000), 1), "" if rev is None else rev]
+        return bool(self._run("put_task", _PUT_TASK, [PREFIX + "task:" + task_id], args))
+
+    def task(self, task_id: str) -> tuple[str, int] | None:
+        try:
+            found = self._db.hmget(PREFIX + "task:" + task_id, ["record", "rev"])
+        except self._errors as exc:
+            raise self._broken(exc) from None
+        record, rev = found
+        return (record, int(rev)) if record is not None and rev is not None else None
 
     def token(self, scope: str, index: str, label: str, sealed: str, ttl: int) -> str:
         """The token of the value whose keyed digest is `index` in the token map `scope`: the

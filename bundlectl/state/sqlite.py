@@ -40,6 +40,12 @@ CREATE TABLE IF NOT EXISTS approvals (
 );
 CREATE INDEX IF NOT EXISTS approvals_binding
     ON approvals (project, agent, server, tool, digest, status);
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY,
+    record TEXT NOT NULL,
+    rev INTEGER NOT NULL,
+    expires REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS counters (
     key TEXT PRIMARY KEY,
     count INTEGER NOT NULL,
@@ -302,6 +308,37 @@ class SqliteStore:
             return dict(rows.fetchall())
         except sqlite3.Error as exc:
             raise self._broken(exc) from None
+
+    def put_task(self, task_id: str, record: str, ttl: float, *, rev: int | None) -> bool:
+        now = time.time()
+        with self._transaction() as db:
+            db.execute("DELETE FROM tasks WHERE expires <= ?", (now,))
+            if rev is None:
+                done = db.execute(
+                    "INSERT OR IGNORE INTO tasks (id, record, rev, expires) VALUES (?, ?, 1, ?)",
+                    (task_id, record, now + ttl),
+                )
+            else:
+                done = db.execute(
+                    "UPDATE tasks SET record = ?, rev = rev + 1, expires = ? "
+                    "WHERE id = ? AND rev = ?",
+                    (record, now + ttl, task_id, rev),
+                )
+            return done.rowcount == 1
+
+    def task(self, task_id: str) -> tuple[str, int] | None:
+        try:
+            row = (
+                self._connect()
+                .execute(
+                    "SELECT record, rev FROM tasks WHERE id = ? AND expires > ?",
+                    (task_id, time.time()),
+                )
+                .fetchone()
+            )
+        except sqlite3.Error as exc:
+            raise self._broken(exc) from None
+        return (str(row[0]), int(row[1])) if row is not None else None
 
 
 def _key(binding: Binding) -> tuple[str, str, str, str, str]:

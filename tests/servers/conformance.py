@@ -26,7 +26,8 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import PromptsListChanged, ToolsListChanged
 
-from conformance_rounds import _form, ask, inputs, rounds, said, text
+from conformance_jobs import JOBS, jobs
+from conformance_rounds import _form, ask, inputs, said, text
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5E" + (
     "rkJggg=="
@@ -181,7 +182,7 @@ FORMS = {
 
 
 async def list_tools(ctx: ServerRequestContext, params: Any) -> types.ListToolsResult:
-    return types.ListToolsResult(tools=TOOLS)
+    return types.ListToolsResult(tools=[*TOOLS, *JOBS])
 
 
 def mixed() -> list[Any]:
@@ -284,7 +285,7 @@ async def questions(ctx: ServerRequestContext, params: types.CallToolRequestPara
         return types.CallToolResult(
             content=[text(f"{label}: action={reply.action}, content={found}")]
         )
-    return await rounds(ctx, params)
+    return await jobs(ctx, params)
 
 
 BUS = InMemorySubscriptionBus()  # a 2026-07-28 client's listen streams

@@ -332,3 +332,26 @@ def test_a_request_that_needs_two_people_counts_distinct_approvers(store_factory
     store.decide(second.id, approve=True, by="Carol", approver="carol")
     denied = store_factory().decide(second.id, approve=False, by="Dave", reason="no")
     assert denied.status == "denied" and store.take(other) is None
+
+
+def test_a_task_record_is_written_once_new_then_only_over_the_revision_read(
+    store_factory: Any,
+) -> None:
+    """`gateway/tasks.py`'s records: a new task never overwrites one (ids are random, but a
+    replica must not clobber another's); an update written over a stale revision is refused,
+    so a client's cancel written by one replica is not lost to another's lease renewal; and a
+    record is gone when its time is up."""
+    store: Store = store_factory()
+    assert store.task("t1") is None
+    assert store.put_task("t1", '{"n": 1}', 60, rev=None)
+    assert not store_factory().put_task("t1", '{"n": "other"}', 60, rev=None)
+    record, rev = store_factory().task("t1") or ("", 0)
+    assert record == '{"n": 1}'
+    # Two writers read the same revision: the first wins, the second must read again.
+    assert store.put_task("t1", '{"n": 2, "cancel": true}', 60, rev=rev)
+    assert not store_factory().put_task("t1", '{"n": 2, "lease": 9}', 60, rev=rev)
+    record, newer = store.task("t1") or ("", 0)
+    assert (record, newer) == ('{"n": 2, "cancel": true}', rev + 1)
+    assert store.put_task("t2", "{}", 0.3, rev=None)
+    time.sleep(0.4)
+    assert store_factory().task("t2") is None and store.task("t1") is not None

@@ -1,0 +1,57 @@
+"""The conformance downstream's tools for the tasks extension's scenarios (SEP-2663), served by
+`conformance.py`: plain tools, some slow. The server speaks no tasks itself: `bundlectl serve`
+in front of it makes a task of a call slower than a second (`gateway/tasks.py`), which is what
+these scenarios see."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+
+from conformance_rounds import _form, inputs, rounds, said, text
+
+SLOW = 1.5  # seconds a job takes (the gateway answers with a task after one)
+
+
+def _tool(name: str, description: str, properties: dict[str, Any], **extra: Any) -> types.Tool:
+    schema = {"type": "object", "properties": properties}
+    return types.Tool(name=name, description=description, input_schema=schema, **extra)
+
+
+JOBS = [
+    _tool("greet", "Says hello at once.", {"name": {"type": "string"}}),
+    _tool(
+        "slow_compute",
+        "Sleeps `seconds`, then answers.",
+        {"seconds": {"type": "number"}, "label": {"type": "string"}},
+    ),
+    _tool("failing_job", "Fails (a tool error) after a while.", {}),
+    _tool("test_tool_with_task", "Asks the user's name, then works a while.", {}),
+    _tool("protocol_error_job", "Fails with a protocol error after a while.", {}),
+]
+
+
+async def jobs(ctx: ServerRequestContext, params: types.CallToolRequestParams) -> Any:
+    name, args = params.name, params.arguments or {}
+    if name == "greet":
+        return types.CallToolResult(content=[text(f"Hello, {args.get('name', 'World')}!")])
+    if name == "slow_compute":
+        await anyio.sleep(float(args.get("seconds", 1)))
+        return types.CallToolResult(content=[text(f"Computed {args.get('label', 'result')}")])
+    if name == "failing_job":
+        await anyio.sleep(SLOW)
+        return types.CallToolResult(content=[text("the job failed")], is_error=True)
+    if name == "test_tool_with_task":
+        got = await inputs(ctx, params, {"user_name": _form("What is your name?", "name")})
+        if isinstance(got, types.InputRequiredResult):
+            return got
+        await anyio.sleep(SLOW)
+        return types.CallToolResult(content=[text(f"Hello, {said(got['user_name'], 'name')}!")])
+    if name == "protocol_error_job":
+        await anyio.sleep(SLOW)
+        raise MCPError(code=types.INTERNAL_ERROR, message="the job crashed")
+    return await rounds(ctx, params)
