@@ -34,6 +34,7 @@ class LimitReached(PolicyDenied):
     (`limits[N]`)."""
 
     limit = ""
+    resets: float | None = None  # when the window that is full ends (a time.time() stamp)
 
 
 @dataclass(frozen=True)
@@ -129,5 +130,5 @@ class Limits:
             "was started",
             hint="`bundlectl limits status` shows every limit's use",
         )
-        refusal.limit = f"limits[{limit.index}]"
+        refusal.limit, refusal.resets = f"limits[{limit.index}]", full.ends
         return refusal

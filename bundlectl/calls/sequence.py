@@ -3,6 +3,8 @@ mode, and `serve` (its SDK path over stdio and HTTP, and its stdio express door)
 
     judge → admission (confirmation, approvals, quotas) → perform → present → finish
 
+(a door may wait for a full quota's window to reset, then the admission is made anew).
+
 A front door is an adapter (`Door`): who confirms an `ask` rule there, the request as its
 session needs it (timeout, progress, privacy, the pin check), how the call is performed on a
 session of its choosing, and how the outcome is presented. It never calls the pipeline's steps
@@ -24,6 +26,7 @@ from typing import Generic, TypeVar
 
 from bundlectl.calls.calldata import CallOutcome, CallRequest, ToolCall
 from bundlectl.calls.confirm import AfterCall, AnswerLater, Confirmation
+from bundlectl.calls.limits import LimitReached
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.errors import BundlectlError, Interrupted
 from bundlectl.policy.rules import Decision
@@ -72,6 +75,11 @@ class Door(Generic[R]):
         no `decision`). By default the refusal is raised."""
         raise error
 
+    async def waited(self, full: LimitReached) -> bool:
+        """A quota's window is full (already audited, `over-limit`): whether this door waited
+        for it to reset, so the call is admitted anew; by default it does not (refused)."""
+        return False
+
     async def hold(self, job: Callable[[], Awaitable[R]]) -> R:
         """Where the admitted call runs: here and now (the gateway may hold it across a
         client's retries instead)."""
@@ -92,10 +100,16 @@ async def run(pipeline: Pipeline, door: Door[R], call: ToolCall) -> R | AnswerLa
         )
     except BundlectlError as exc:  # arguments refused at the door (NaN, lone surrogates)
         return door.refused(None, exc)
-    try:
-        admitted = await pipeline.admission(decision, call, door.confirmer(pipeline, decision))
-    except BundlectlError as exc:
-        return door.refused(decision, exc)
+    while True:
+        try:
+            admitted = await pipeline.admission(decision, call, door.confirmer(pipeline, decision))
+        except LimitReached as exc:  # a full quota window: refused, or admitted anew once over
+            if await door.waited(exc):
+                continue
+            return door.refused(decision, exc)
+        except BundlectlError as exc:
+            return door.refused(decision, exc)
+        break
     if isinstance(admitted, AnswerLater):
         return admitted
     request = door.request(pipeline, call, admitted)

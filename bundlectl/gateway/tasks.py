@@ -3,8 +3,9 @@ clients that declare it.
 
 A call such a client makes runs through the sequence as every call does (`AgentView.call_tool`).
 When it is answered within `AFTER` seconds, the client gets its result as usual. When it is
-held for a person (`policy.approvals`: its approval request made) or outlasts `AFTER` (a slow
-server), the client gets a task at once (`CreateTaskResult`) and the call goes on in this
+held for a person (`policy.approvals`: its approval request made), waits for a full quota's
+window to reset (`limits:`, up to QUOTA_WAIT), or outlasts `AFTER` (a slow server), the client
+gets a task at once (`CreateTaskResult`) and the call goes on in this
 process; the client polls `tasks/get` for its status and, at the end, the call's own result
 inlined (`completed`), how it was refused (`failed`: who denied it and why, or a protocol error)
 or `cancelled` (its approval request expired, or the client sent `tasks/cancel`, which
@@ -58,6 +59,7 @@ LEASE = 15.0  # seconds a process's hold on a running task lasts unless renewed
 RENEW = 5.0  # seconds between renewals (and looks for a client's tasks/cancel)
 KEEP = 3600.0  # seconds a task is kept after its call is held (its result, after the end)
 POLL_MS = 200  # how often a client is asked to poll (ms)
+QUOTA_WAIT = 900.0  # seconds a task's call may wait for its quota's window to reset
 DENIED = -32003  # the JSON-RPC error of a call a person (or the policy) refused
 TERMINAL = ("completed", "failed", "cancelled")
 _ENDED = re.compile(r"\b(expired|was withdrawn)\b")  # an approval request nobody answered
@@ -111,6 +113,13 @@ class TaskRun:
         """The call waits for a person's approval (`OutOfBand`): the client gets a task."""
         self.record.update(approval=approval.id, message=message)
         self.ready.set()
+
+    def waiting(self, message: str) -> None:
+        """The call waits (for a quota's window to reset): the client gets a task now."""
+        self.record["message"] = message
+        self.ready.set()
+        if self.created:
+            self.tasks.save(self, message=message)
 
     async def report(self, progress: float, total: float | None, message: str | None) -> None:
         """What the call says while it runs (its server's progress, the approval's wait)

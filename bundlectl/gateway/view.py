@@ -6,10 +6,12 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 
@@ -40,6 +42,7 @@ from bundlectl.gateway.request_context import (
 )
 from bundlectl.gateway.search import DETAILS, declared_tool, described, listed_name
 from bundlectl.gateway.server_content import ServerContent
+from bundlectl.gateway.tasks import QUOTA_WAIT
 from bundlectl.mcpio.requests import JsonObject
 from bundlectl.mcpio.session import Progress, Rounds, ServerSession
 from bundlectl.output import err
@@ -524,6 +527,17 @@ class _GatewayDoor(Door[_Answer]):
         ):
             return error_result(error.explained)  # arguments refused at the door; or try later
         return error_result(self.view._refusal(self.name, decision, error, self.unknown))
+
+    async def waited(self, full: LimitReached) -> bool:
+        """A task's call waits for its quota's window to reset (up to `tasks.QUOTA_WAIT`),
+        saying so in the task's status; any other call is refused."""
+        task = self.view.task
+        left = None if full.resets is None else full.resets - time.time()
+        if task is None or left is None or left > QUOTA_WAIT:
+            return False
+        task.waiting(f"waiting for a quota window: {full.message}")
+        await anyio.sleep(max(left, 0.0) + 0.05)
+        return True
 
     async def hold(self, job: Callable[[], Awaitable[_Answer]]) -> _Answer:
         view = self.view

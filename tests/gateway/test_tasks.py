@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -308,3 +309,39 @@ def _any() -> Any:
 
 
 _ANY = _any()
+
+
+def test_a_call_over_its_quota_waits_as_a_task_for_the_window_to_reset(
+    tasks_project: Callable[[str], Path], isolated_home: Path
+) -> None:
+    """A full quota's window: a plain call is refused as before, a task's call waits for the
+    window to reset (saying so in the task's status), then is made and counted in the next."""
+    project = tasks_project(
+        "limits: [{agents: [writer], tools: [kitchen.sleep], calls: 1, per: 3s}]"
+    )
+
+    async def script(url: str) -> tuple[list[Any], Tasks]:
+        tasks = Tasks(poll=0.1)
+        async with client(url, WRITER, extensions=[tasks]) as c:
+            async with client(url, WRITER) as plain:
+                # (both in one window: the first call at the start of one)
+                while time.time() % 3 > 1.0:
+                    await anyio.sleep(0.05)
+                first = await c.call_tool("kitchen__sleep", {"seconds": 0})
+                refused = await plain.call_tool("kitchen__sleep", {"seconds": 0})
+            waited = await c.call_tool("kitchen__sleep", {"seconds": 0})
+        return [first, refused, waited], tasks
+
+    with gateway(project, home=isolated_home) as (url, _):
+        (first, refused, waited), tasks = anyio.run(script, url)
+    assert not first.is_error and not waited.is_error and waited.content[0].text == "slept 0.0"
+    assert refused.is_error and "all used in this window" in refused.content[0].text
+    assert len(tasks.created) == 1  # the call that waited
+    working = [task for _, task in tasks.seen if task["status"] == "working"]
+    assert working and working[0]["statusMessage"].startswith("waiting for a quota window")
+    outcomes = [
+        r["outcome"]
+        for r in audit_records(isolated_home / "state" / "audit.jsonl")
+        if r.get("tool") == "sleep"
+    ]
+    assert outcomes == ["ok", "over-limit", "over-limit", "ok"]
