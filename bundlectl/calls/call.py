@@ -18,12 +18,19 @@ from bundlectl import servers, telemetry
 from bundlectl.calls.arguments import build_arguments, not_unicode, validate
 from bundlectl.calls.calldata import CallOutcome, CallRequest
 from bundlectl.calls.confirm import terminal_confirmer
-from bundlectl.errors import BundlectlError, PolicyDenied, ToolCallError, UsageError
+from bundlectl.errors import (
+    BundlectlError,
+    ClientLacks,
+    PolicyDenied,
+    ToolCallError,
+    UsageError,
+)
 from bundlectl.mcpio import plain, runner
 from bundlectl.mcpio.child import Child
 from bundlectl.mcpio.connect import classify, connect, connect_timed_out, missing_tool
 from bundlectl.mcpio.pipes import json_line
 from bundlectl.mcpio.plain import NO_SAMPLING, NO_TERMINAL, BuiltinClient
+from bundlectl.mcpio.results import needs_tasks
 from bundlectl.mcpio.session import SdkSession, Session
 from bundlectl.mcpio.stdio import child_transport
 from bundlectl.mcpio.target import Target, start_child
@@ -289,7 +296,9 @@ async def connect_and_call(
         )
         if done is not None:
             return done
-        child = target.child = None  # it speaks the 2026-07-28 protocol only: the SDK, afresh
+        # it speaks the 2026-07-28 protocol only, or runs the tool only as a task: the SDK's
+        # client (which speaks both), afresh
+        child = target.child = None
     async with contextlib.AsyncExitStack() as stack:
         with telemetry.step(request.call.id, f"connect {target.name}", server=target.name):
             opened = connect(
@@ -330,7 +339,8 @@ async def _plain_call(
     show: Callable[[CallOutcome], None],
 ) -> CallOutcome | None:
     """`connect_and_call` on a stdio server without the SDK (`plain.StdioClient`); None when the
-    server refused the handshake (it was stopped)."""
+    server refused the handshake (it was stopped), or the tool as one it runs only as a task
+    (nothing ran: the SDK's client declares the extension, `mcpio/tasks.py`)."""
 
     began = anyio.current_time()
     started = child or start_child(target)
@@ -355,7 +365,10 @@ async def _plain_call(
         if connecting.cancelled_caught:
             raise connect_timed_out(target, limit, option)
         remaining = None if whole is None else whole - (anyio.current_time() - began)
-        return await _call_on_session(client, request, target, show, remaining=remaining)
+        outcome = await _call_on_session(client, request, target, show, remaining=remaining)
+        if isinstance(outcome.error, ClientLacks) and needs_tasks(outcome.error.data):
+            return None  # a tool its server runs only as a task: the SDK's client, afresh
+        return outcome
 
 
 def _reaped(child: Child, within: float = 0.5) -> None:

@@ -56,7 +56,7 @@ from bundlectl.gateway.request_context import (
 )
 from bundlectl.gateway.search import search_mode_tools
 from bundlectl.gateway.view import AgentView
-from bundlectl.mcpio.requests import JsonObject
+from bundlectl.mcpio.requests import TASKS, JsonObject
 from bundlectl.mcpio.session import Rounds
 from bundlectl.policy.rules import Decision
 
@@ -240,7 +240,7 @@ class _Calls:
         return await self.call(ctx, params, task)
 
     def serve_tasks(self, server: Server[dict[str, Any]]) -> None:
-        server.extensions[tasks.TASKS] = {}
+        server.extensions[TASKS] = {}
         server.add_request_handler("tasks/get", types.GetTaskRequestParams, self.on_task_get)
         server.add_request_handler(
             "tasks/cancel", types.CancelTaskRequestParams, self.on_task_cancel

@@ -46,10 +46,9 @@ from bundlectl.errors import BundlectlError
 from bundlectl.gateway import results_out
 from bundlectl.gateway.relayed import protocol_error
 from bundlectl.gateway.request_context import SdkContext, StdioCallContext
-from bundlectl.gateway.tasks import TASKS
 from bundlectl.mcpio.connect import broke_protocol
 from bundlectl.mcpio.pipes import PipeWriter, json_line
-from bundlectl.mcpio.requests import JsonObject, Requests
+from bundlectl.mcpio.requests import TASKS, JsonObject, Requests
 from bundlectl.mcpio.session import ServerSession
 from bundlectl.policy.rules import Decision
 

@@ -48,12 +48,11 @@ from pydantic import Field
 
 from bundlectl.errors import BundlectlError, PolicyDenied
 from bundlectl.gateway.request_context import MODERN, SdkContext
-from bundlectl.mcpio.requests import JsonObject
+from bundlectl.mcpio.requests import TASKS, JsonObject
 
 if TYPE_CHECKING:
     from bundlectl.state import Approval, Store
 
-TASKS = "io.modelcontextprotocol/tasks"
 AFTER = 1.0  # seconds a call may take before its client gets a task instead of the result
 LEASE = 15.0  # seconds a process's hold on a running task lasts unless renewed
 RENEW = 5.0  # seconds between renewals (and looks for a client's tasks/cancel)

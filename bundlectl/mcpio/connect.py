@@ -37,6 +37,8 @@ from bundlectl.suggest import Suggester
 if TYPE_CHECKING:
     import ssl
 
+MISSING_CAPABILITY = -32021  # MCP 2026-07-28: a capability the client did not declare
+
 
 def _client_target(target: Target, child: Child | None) -> Any:
     """What `mcp.Client` connects to: a server object, or a transport context manager."""
@@ -157,13 +159,19 @@ async def connect(
     from mcp import Client
     from mcp_types import Implementation
 
+    from bundlectl.mcpio.tasks import TaskPolling  # noqa: PLC0415 - it imports the SDK
+
     client_target = _client_target(target, child)
     me = Implementation(name="bundlectl", version=__version__)
     scope = anyio.CancelScope(deadline=anyio.current_time() + connect_timeout)
     try:
         with scope:
             async with Client(
-                client_target, mode="auto", client_info=me, **(options or {})
+                client_target,
+                mode="auto",
+                client_info=me,
+                extensions=[TaskPolling()],  # a server's tasks, followed to their result
+                **(options or {}),
             ) as client:
                 scope.deadline = math.inf  # connected: only the call's own timeout applies now
                 yield client
@@ -264,7 +272,7 @@ def classify(exc: BaseException, target: Target) -> BundlectlError | None:
 
 def _answered_error(leaf: Any, target: Target) -> BundlectlError:
     """A JSON-RPC error the server (or the SDK on its behalf) answered a request with."""
-    from mcp_types import CONNECTION_CLOSED, MISSING_REQUIRED_CLIENT_CAPABILITY, REQUEST_TIMEOUT
+    from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
     if leaf.code == REQUEST_TIMEOUT:
         return call_timed_out(target)
@@ -272,15 +280,7 @@ def _answered_error(leaf: Any, target: Target) -> BundlectlError:
     # it too: only the SDK's message says the connection ended.
     if leaf.code == CONNECTION_CLOSED and leaf.error.message == "Connection closed":
         return connection_closed(target)
-    if leaf.code == MISSING_REQUIRED_CLIENT_CAPABILITY:
-        return ClientLacks(
-            f"server {target.name!r} needs a capability the client did not declare: "
-            f"{leaf.error.message}",
-            leaf.error.data,
-            hint="the tool asks its client for this during the call; use a client that can "
-            "answer it",
-        )
-    return returned_error(target, leaf.error.message, leaf.code)
+    return returned_error(target, leaf.error.message, leaf.code, leaf.error.data)
 
 
 def call_timed_out(target: Target) -> CallTimeout:
@@ -300,8 +300,17 @@ def connection_closed(target: Target) -> ServerError:
     )
 
 
-def returned_error(target: Target, message: str, code: Any) -> ServerError:
-    """The error of a server that answered a request with a JSON-RPC error."""
+def returned_error(target: Target, message: str, code: Any, data: Any = None) -> ServerError:
+    """The error of a server that answered a request with a JSON-RPC error (every session's:
+    the SDK's client, the raw pipes): -32021, a capability the client did not declare, is
+    `ClientLacks`, with the server's `data` naming it."""
+    if code == MISSING_CAPABILITY:
+        return ClientLacks(
+            f"server {target.name!r} needs a capability the client did not declare: {message}",
+            data,
+            hint="the tool asks its client for this during the call; use a client that can "
+            "answer it",
+        )
     return ServerError(
         f"server {target.name!r} returned an error: {message} (code {code})" + tail_of(target)
     )

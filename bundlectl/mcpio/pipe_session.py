@@ -14,7 +14,8 @@ door the call came in by. Progress, the timeout and a cancelled call are `plain.
 tool whose server answers `input_required` (2026-07-28: it asks the client first) is called
 through the SDK's client from then on, which runs those rounds — that call too, asked again
 (such a server expects retries) — and so is a call whose client answers those rounds itself
-(`Rounds`).
+(`Rounds`), and a tool its server runs only as a task (-32021 naming the tasks extension, which
+the SDK's client declares: `mcpio/tasks.py`).
 While the tap is not ready (the session's first request not yet made) or cannot take a line,
 the SDK's client makes the call.
 """
@@ -24,8 +25,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from bundlectl.errors import ClientLacks
 from bundlectl.mcpio import results
-from bundlectl.mcpio.connect import connection_closed
+from bundlectl.mcpio.connect import broke_protocol, connection_closed
 from bundlectl.mcpio.plain import call_tool
 from bundlectl.mcpio.session import Progress, Rounds, SdkSession, ToolResult
 
@@ -83,15 +85,36 @@ class PipeSession(SdkSession):
             else:
                 if answer is None:
                     raise connection_closed(self.target)
+                created = answer.get("result")
+                if isinstance(created, dict) and created.get("resultType") == "task":
+                    return await self._followed(created, timeout)
                 tool = (self._tools() or {}).get(name)
                 schema = tool.output_schema if tool is not None else None
-                result = results.checked(self.target, name, answer, schema)
+                try:
+                    result = results.checked(self.target, name, answer, schema)
+                except ClientLacks as exc:
+                    if not results.needs_tasks(exc.data):
+                        raise
+                    result = None  # a tool its server runs only as a task: the SDK's client
                 if result is not None:
                     return result
                 self.asks.add(name)  # it asks the client first: the SDK's client runs that
         return await super().call(
             name, arguments, timeout=timeout, progress=progress, meta=meta, rounds=rounds
         )
+
+    async def _followed(self, created: JsonObject, timeout: float | None) -> ToolResult:
+        """A task the server answered the call with (it declared the extension to the SDK's
+        client, whose handshake this call rides on): followed on that client's session."""
+        from pydantic import ValidationError  # noqa: PLC0415
+
+        from bundlectl.mcpio.tasks import CreatedTask, followed  # noqa: PLC0415
+
+        try:
+            task = CreatedTask.model_validate(created)
+        except ValidationError as exc:
+            raise broke_protocol(self.target, str(exc).splitlines()[0]) from None
+        return ToolResult(model=await followed(self.client.session, task, timeout))
 
     async def _send(self, message: JsonObject) -> None:
         if not self.tap.post(message):

@@ -258,7 +258,9 @@ class StdioClient:
     def _answer_of(self, message: dict[str, Any]) -> Any:
         error = message.get("error")
         if isinstance(error, dict):
-            raise returned_error(self.target, error.get("message", ""), error.get("code"))
+            raise returned_error(
+                self.target, error.get("message", ""), error.get("code"), error.get("data")
+            )
         return message.get("result")
 
     async def _send(self, message: dict[str, Any]) -> None:

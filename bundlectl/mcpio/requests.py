@@ -29,6 +29,7 @@ JsonObject = dict[str, Any]
 Handler = Callable[[JsonObject | None], None]
 
 PROGRESS = "notifications/progress"
+TASKS = "io.modelcontextprotocol/tasks"  # the tasks extension (SEP-2663): `mcpio/tasks.py`
 
 
 class Requests:

@@ -15,11 +15,21 @@ from __future__ import annotations
 from typing import Any
 
 from bundlectl.mcpio.connect import broke_protocol, returned_error
+from bundlectl.mcpio.requests import TASKS
 from bundlectl.mcpio.schemas import checker
 from bundlectl.mcpio.session import ToolResult
 from bundlectl.mcpio.target import Target
 
 _PLAIN_KEYS = frozenset({"content", "isError", "structuredContent", "resultType", "_meta"})
+
+
+def needs_tasks(data: object) -> bool:
+    """Whether a -32021 error's `data` names the tasks extension: a server that runs the tool
+    only as a task refused a request that did not declare it (nothing ran; the SDK's client,
+    which declares it, makes the call)."""
+    required = data.get("requiredCapabilities") if isinstance(data, dict) else None
+    extensions = required.get("extensions") if isinstance(required, dict) else None
+    return isinstance(extensions, dict) and TASKS in extensions
 
 
 def checked(
@@ -33,7 +43,7 @@ def checked(
     if error is not None:
         if not isinstance(error, dict):
             raise broke_protocol(target, "its error is not an object")
-        raise returned_error(target, error.get("message", ""), error.get("code"))
+        raise returned_error(target, error.get("message", ""), error.get("code"), error.get("data"))
     result = answer.get("result")
     if not isinstance(result, dict):
         raise broke_protocol(target, "the result is not an object")

@@ -303,7 +303,12 @@ class SdkSession:
                 request_state=rounds.state,
                 meta=meta or None,
                 allow_input_required=True,
+                allow_claimed=True,
             )
+            from bundlectl.mcpio.tasks import CreatedTask, followed  # noqa: PLC0415
+
+            if isinstance(asked, CreatedTask):  # (a task: its result is the round's)
+                asked = await followed(self.client.session, asked, timeout)
             return ToolResult(model=asked)
         result = await self.client.call_tool(
             name,

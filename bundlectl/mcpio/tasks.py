@@ -1,0 +1,102 @@
+"""The tasks extension (`io.modelcontextprotocol/tasks`, SEP-2663) as a client: bundlectl's
+connections to servers (`exec`, `serve`'s downstream sessions) declare it, so a 2026-07-28
+server may answer a `tools/call` with a task — a tool it runs only as one, or a long one — and
+the call's result is the task's: `tasks/get` is polled (every `pollIntervalMs` the server asks,
+between 50 ms and 5 s) until the task ends, and its result is the call's. A task that fails is the
+server's error; one cancelled by the server, an error saying so; a call stopped on our side (its
+timeout — the task is the call, bounded by its timeout as a whole —, Ctrl-C, the gateway's
+client cancelling) sends `tasks/cancel` first. A task that asks
+its client something (`input_required`) is not answered: the call fails, saying so.
+
+The SDK (2.3) has the extension mechanism (`ClientExtension`, `ResultClaim`), not this
+extension; the gateway's own tasks, for its clients, are `gateway/tasks.py`."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import anyio
+import mcp_types as types
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.shared.exceptions import MCPError
+from pydantic import ConfigDict, Field, TypeAdapter
+
+from bundlectl.mcpio.requests import TASKS
+
+_ANSWER: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+
+
+class CreatedTask(types.Result):
+    """A server's `CreateTaskResult` (the task's fields, flat)."""
+
+    model_config = ConfigDict(extra="allow")
+    result_type: Literal["task"] = Field(alias="resultType")
+    task_id: str = Field(alias="taskId")
+    status: str = "working"
+    poll_interval_ms: int | None = Field(default=None, alias="pollIntervalMs")
+
+
+class TaskPolling(ClientExtension):
+    """Declares the extension and follows each task a `tools/call` answers with (see the
+    module)."""
+
+    identifier = TASKS
+
+    def claims(self) -> list[ResultClaim[Any]]:
+        return [ResultClaim(result_type="task", model=CreatedTask, resolve=self._resolve)]
+
+    async def _resolve(self, created: CreatedTask, ctx: ClaimContext) -> types.CallToolResult:
+        return await followed(ctx.session, created, ctx.read_timeout_seconds)
+
+
+async def followed(
+    session: Any, created: CreatedTask, timeout: float | None
+) -> types.CallToolResult:
+    """The result of the task `created`, polled on `session` until it ends: within `timeout`
+    seconds (the call's), else the task is cancelled and the call timed out."""
+    with anyio.move_on_after(timeout if timeout is not None else math.inf) as bounded:
+        return await _polled(session, created)
+    if bounded.cancelled_caught:
+        raise MCPError(types.REQUEST_TIMEOUT, "the server's task did not end in time")
+    raise AssertionError("unreachable")
+
+
+async def _polled(session: Any, created: CreatedTask) -> types.CallToolResult:
+    interval = created.poll_interval_ms
+    try:
+        while True:
+            task = await _request(session, types.GetTaskRequest, created.task_id)
+            status = task.get("status")
+            if status == "completed":
+                return types.CallToolResult.model_validate(task.get("result") or {})
+            if status == "failed":
+                error = task.get("error") or {}
+                raise MCPError(
+                    int(error.get("code", types.INTERNAL_ERROR)),
+                    str(error.get("message") or "the server's task failed"),
+                    error.get("data"),
+                )
+            if status == "cancelled":
+                raise MCPError(types.INTERNAL_ERROR, "the server cancelled the task")
+            if status == "input_required":
+                said = "the server's task asks its client something (not answered by bundlectl)"
+                raise MCPError(types.INTERNAL_ERROR, said)
+            interval = task.get("pollIntervalMs") or interval or 500
+            await anyio.sleep(min(max(interval / 1000, 0.05), 5.0))
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+            await _request(session, types.CancelTaskRequest, created.task_id)
+        raise
+
+
+async def _request(session: Any, kind: Any, task_id: str) -> dict[str, Any]:
+    params = (
+        types.GetTaskRequestParams
+        if kind is types.GetTaskRequest
+        else types.CancelTaskRequestParams
+    )
+    answer: dict[str, Any] = await session.send_request(
+        kind(params=params(task_id=task_id)), _ANSWER
+    )
+    return answer

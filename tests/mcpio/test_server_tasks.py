@@ -1,0 +1,73 @@
+"""bundlectl as a client of a server that speaks the tasks extension (SEP-2663; `mcpio/tasks.py`):
+its connections declare the extension, so a tool the server runs only as a task
+(`tests/servers/tasks_server.py`) is called — by `exec` and through `serve` — and its task
+followed to the result; a failed task is the server's error; a call that runs out of time
+cancels the server's task."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from tests.conftest import TEST_SERVERS, Run, audit_records, write
+from tests.gateway.test_gateway_http import client, gateway, texts
+
+PY = sys.executable
+
+
+def _project(project: Path, tmp_path: Path) -> Path:
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          jobs:
+            command: {PY}
+            args: ["{TEST_SERVERS / "tasks_server.py"}"]
+            env: {{TASKS_LOG: "{tmp_path / "tasks.log"}"}}
+            sandbox: {{write: ["{tmp_path}"]}}
+        agents:
+          worker: {{allow: ["jobs.*"]}}
+        policy: {{default: deny}}
+        """,
+    )
+    return project
+
+
+def test_exec_follows_a_servers_task_to_its_result_and_cancels_it_when_out_of_time(
+    project: Path, tmp_path: Path, run: Run, isolated_home: Path
+) -> None:
+    _project(project, tmp_path)
+    done = run("exec", "-a", "worker", "jobs.long_job", "seconds=0.2")
+    assert done.code == 0, done.err
+    assert done.out.strip() == "worked 0.2 s"
+    failed = run("exec", "-a", "worker", "jobs.failing_job")
+    assert failed.code == 5 and "returned an error: the job broke (code -32603)" in failed.err
+    late = run("exec", "-a", "worker", "--timeout", "6", "jobs.long_job", "seconds=60")
+    assert late.code == 6 and "did not answer in time" in late.err, late.err
+    assert (tmp_path / "tasks.log").read_text().startswith("cancelled ")
+    outcomes = [r["outcome"] for r in audit_records(isolated_home / "state" / "audit.jsonl")]
+    assert outcomes == ["ok", "server-error", "timeout"], outcomes
+
+
+def test_serve_calls_a_servers_task_only_tool_for_any_client(
+    project: Path, tmp_path: Path, isolated_home: Path
+) -> None:
+    """Through the gateway, whose session with the server is a raw pipe first: the tool the
+    server runs only as a task is made on the SDK's client, which follows the task."""
+    _project(project, tmp_path)
+
+    async def script(url: str) -> list[Any]:
+        async with client(url) as c:
+            return [
+                await c.call_tool("jobs__long_job", {"seconds": 0.2}),
+                await c.call_tool("jobs__long_job", {"seconds": 0.1}),
+                await c.call_tool("jobs__quick", {}),
+            ]
+
+    with gateway(project, "--agent", "worker", home=isolated_home) as (url, _):
+        results = anyio.run(script, url)
+    assert [texts(r) for r in results] == [["worked 0.2 s"], ["worked 0.1 s"], ["quick"]]
