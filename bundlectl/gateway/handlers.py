@@ -204,11 +204,11 @@ class _Calls:
     async def on_call_tool(
         self, ctx: SdkContext, params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
+        gateway = await self.view(ctx)
         if not tasks.declared(ctx):
-            return await self.call(ctx, params, None)
-        gateway = await self.view(ctx)  # (whose task it is)
+            return await self.call(gateway, ctx, params)
         arguments = dict(params.arguments or {})
-        run = partial(self.call, ctx, params)
+        run = partial(self.call, gateway, ctx, params)
         answer = await self.hub.tasks.call(
             ctx, gateway.agent, gateway.subject(), params.name, arguments, run
         )
@@ -216,10 +216,14 @@ class _Calls:
         return cast(types.CallToolResult, answer)
 
     async def call(
-        self, ctx: SdkContext, params: types.CallToolRequestParams, task: tasks.TaskRun | None
+        self,
+        gateway: AgentView,
+        ctx: SdkContext,
+        params: types.CallToolRequestParams,
+        task: tasks.TaskRun | None = None,
     ) -> types.CallToolResult | types.InputRequiredResult:
-        """One `tools/call` (`task`: the task it runs as, for a client that declared them)."""
-        gateway = await self.view(ctx)
+        """One `tools/call` by the agent's view `gateway` (`task`: the task it runs as, for a
+        client that declared them)."""
         gateway.task = task
         arguments = dict(params.arguments or {})
         if answers_by_retry(ctx):
@@ -237,7 +241,7 @@ class _Calls:
         """A task's call made again by this process (`Tasks.get`: the one that made it is
         gone), by the request that found it so."""
         params = types.CallToolRequestParams(name=name, arguments=arguments)
-        return await self.call(ctx, params, task)
+        return await self.call(await self.view(ctx), ctx, params, task)
 
     def serve_tasks(self, server: Server[dict[str, Any]]) -> None:
         server.extensions[TASKS] = {}

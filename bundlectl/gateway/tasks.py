@@ -265,14 +265,20 @@ class Tasks:
         process may have written a client's cancel since); the record as written."""
         return self._update(run.id, lambda record: record.update(changes))
 
-    def _update(self, task_id: str, change: Callable[[JsonObject], None]) -> JsonObject | None:
+    def _update(
+        self, task_id: str, change: Callable[[JsonObject], bool | None]
+    ) -> JsonObject | None:
+        """`change` made to the task's record as it is in the store, and written over the
+        revision read (read again and made again when another process wrote it since); None:
+        no such task, or `change` said False (nothing to write)."""
         store = self._store()
         for _ in range(20):
             found = store.task(task_id)
             if found is None:
                 return None
             record, rev = json.loads(found[0]), found[1]
-            change(record)
+            if change(record) is False:
+                return None
             record["updated"] = time.time()
             left = record["created"] + record["ttl"] - time.time()
             if store.put_task(task_id, json.dumps(record), max(left, 1.0), rev=rev):
@@ -348,8 +354,12 @@ class Tasks:
         if record.get("subject") != subject:  # only the caller's request makes it as theirs
             return record
 
-        def claim(current: JsonObject) -> None:
+        def claim(current: JsonObject) -> bool:
+            """Ours, unless another replica took it over first (its lease is fresh again)."""
+            if current["status"] != "working" or current.get("lease", 0) >= time.time():
+                return False
             current.update(owner=self.owner, lease=time.time() + LEASE)
+            return True
 
         if current := self._update(task_id, claim):
             if current.get("cancel"):
