@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
+from tests.calls.test_approvals import pending
 from tests.conftest import TEST_SERVERS, Run, audit_records, write
 from tests.gateway.tasks_client import TaskFailed, Tasks, cancel, code_of, get
 from tests.gateway.test_approvals_page import APPROVER, browser, until
@@ -58,13 +59,6 @@ def tasks_project(project: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[s
         return project
 
     return configured
-
-
-def pending(run: Run) -> list[dict[str, Any]]:
-    listed = run("approvals", "list", "--format", "json")
-    assert listed.code == 0, listed.err
-    requests: list[dict[str, Any]] = json.loads(listed.out)["approvals"]
-    return requests
 
 
 def decide(url: str, approval: str, decision: str, reason: str | None = None) -> None:
