@@ -235,12 +235,24 @@ class _Calls:
             return await gateway.call_tool(params.name, arguments, confirm)
         return await gateway.call_in_search_mode(params.name, arguments, confirm)
 
-    async def again(
-        self, ctx: SdkContext, name: str, arguments: JsonObject, task: tasks.TaskRun
+    async def again(  # noqa: PLR0917 - the call, its task, and its next round's
+        self,
+        ctx: SdkContext,
+        name: str,
+        arguments: JsonObject,
+        task: tasks.TaskRun,
+        state: str | None,
+        responses: JsonObject | None,
     ) -> types.CallToolResult | types.InputRequiredResult:
-        """A task's call made again by this process (`Tasks.get`: the one that made it is
-        gone), by the request that found it so."""
-        params = types.CallToolRequestParams(name=name, arguments=arguments)
+        """A task's call made by this process, by the request that asked for it: again
+        (`Tasks.get`: the process that made it is gone), or its next round with the client's
+        answers (`Tasks.update`: `state`, the round's requestState, as a retry carries it)."""
+        params = types.CallToolRequestParams(
+            name=name,
+            arguments=arguments,
+            request_state=state,
+            input_responses=responses,
+        )
         return await self.call(await self.view(ctx), ctx, params, task)
 
     def serve_tasks(self, server: Server[dict[str, Any]]) -> None:
@@ -261,7 +273,8 @@ class _Calls:
         return self.hub.tasks.cancel(ctx, (await self.view(ctx)).agent, params.task_id)
 
     async def on_task_update(self, ctx: SdkContext, params: tasks.UpdateParams) -> JsonObject:
-        return self.hub.tasks.update(ctx, (await self.view(ctx)).agent, params.task_id)
+        agent = (await self.view(ctx)).agent
+        return self.hub.tasks.update(ctx, agent, params.task_id, params.input_responses)
 
 
 class _Server(Server[dict[str, Any]]):

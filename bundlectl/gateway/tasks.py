@@ -20,10 +20,12 @@ sealed with the replicas' shared state key, `access.StateKeys`) by the replica t
 the same approval request, the sequence again — and a call that had already started on its
 server is `failed`, since whether it finished cannot be known (its audit record says).
 
-Not built: a question a server asks after the call became a task (`input_required` and
-`tasks/update`: the task fails, saying so), and `notifications/tasks` on the listen stream
-(optional in SEP-2663: clients poll). `tasks/list` and `tasks/result` were removed by SEP-2663
-and answer -32601.
+A question the call's server asks after the call became a task makes it `input_required`: the
+questions are in `tasks/get` (`inputRequests`, as a 2026-07-28 client would be asked them in an
+input-required result), and the client's `tasks/update` with its answers makes the call's next
+round, as a retry would (the same path: `relayed.py`, `input_rounds.py`). Not built:
+`notifications/tasks` on the listen stream (optional in SEP-2663: clients poll). `tasks/list`
+and `tasks/result` were removed by SEP-2663 and answer -32601.
 """
 
 from __future__ import annotations
@@ -80,8 +82,12 @@ class Sealer(Protocol):
 
 
 # What makes a task's call: (the request that makes it, the tool's name as the client called
-# it, its arguments, the task it runs as) → the call's answer (handlers.py: the one path).
-Runner = Callable[[SdkContext, str, JsonObject, "TaskRun"], Awaitable[Answer]]
+# it, its arguments, the task it runs as, and for a next round the state of the one before and
+# the client's answers) → the call's answer (handlers.py: the one path).
+Runner = Callable[
+    [SdkContext, str, JsonObject, "TaskRun", "str | None", "JsonObject | None"], Awaitable[Answer]
+]
+_SEALED = ("result", "error", "inputRequests", "requestState")  # kept sealed in the store
 
 
 def declared(ctx: SdkContext) -> bool:
@@ -293,8 +299,8 @@ class Tasks:
         if record["status"] == "working" and record.get("lease", 0) < time.time():
             record = self._recovered(ctx, task_id, record, subject)
         shown = {"resultType": "complete", **_shown(task_id, record)}
-        for key in ("result", "error"):  # (sealed: `_kept`)
-            if key in record and record["status"] in TERMINAL:
+        for key in ("result", "error", "inputRequests"):  # (sealed: `_kept`)
+            if key in record and record["status"] != "working":
                 opened = self._opened(record[key])
                 shown[key] = opened if opened is not None else _unreadable(key)
         return shown
@@ -306,6 +312,9 @@ class Tasks:
         if record["status"] in TERMINAL:
             return {"resultType": "complete"}
         run = self.running.get(task_id)
+        if record["status"] == "input_required" and run is None:  # nothing runs: it ends now
+            self._abandoned(task_id, record, "cancelled", None)
+            return {"resultType": "complete"}
         if run is not None:  # ours: stop it now
             run.ended = ("cancelled", None)
             run.scope.cancel()
@@ -316,11 +325,47 @@ class Tasks:
         self._abandoned(task_id, record, "cancelled", None)
         return {"resultType": "complete"}
 
-    def update(self, ctx: SdkContext, agent: str, task_id: str) -> JsonObject:
-        """`tasks/update`: an ack (a task of this gateway never waits for the client's input:
-        answers to questions it did not ask are ignored, as in a call's retry)."""
-        self._known(ctx, agent, task_id)
+    def update(
+        self, ctx: SdkContext, agent: str, task_id: str, responses: JsonObject | None
+    ) -> JsonObject:
+        """`tasks/update`: the client's answers to what the task's call asks
+        (`input_required`) go to its server in the call's next round, made by this process
+        (the task is `working` again); an ack. Answers to a task that asks nothing are
+        ignored, as in a call's retry."""
+        record = self._known(ctx, agent, task_id)
+        if record["status"] != "input_required" or self.runner is None:
+            return {"resultType": "complete"}
+        opened = self._opened(record.get("requestState"))
+        state = opened if isinstance(opened, str) else None
+
+        def claim(current: JsonObject) -> bool:
+            """Ours, unless another update took it first (it is `working` again)."""
+            if current["status"] != "input_required":
+                return False
+            current.update(status="working", owner=self.owner, lease=time.time() + LEASE)
+            current.pop("inputRequests", None)
+            return True
+
+        if current := self._update(task_id, claim):
+            runner, name = self.runner, str(current["name"])
+            arguments = self._opened(current.get("arguments")) or {}
+            answers = dict(responses or {})
+
+            async def job(run: TaskRun) -> Answer:
+                return await runner(ctx, name, arguments, run, state, answers)
+
+            self._resumed(task_id, current, job)
         return {"resultType": "complete"}
+
+    def _resumed(
+        self, task_id: str, record: JsonObject, job: Callable[[TaskRun], Awaitable[Answer]]
+    ) -> None:
+        """A task's call made (again, or its next round) here, the task's record claimed."""
+        run = TaskRun(self, task_id, record, created=True)
+        run.ready.set()
+        self.running[task_id] = run
+        self.group.start_soon(self._body, run, job)
+        self.group.start_soon(self._renew, run)
 
     def _known(self, ctx: SdkContext, agent: str, task_id: str) -> JsonObject:
         if ctx.protocol_version < MODERN:  # an extension of the 2026-07-28 protocol
@@ -364,12 +409,12 @@ class Tasks:
         if current := self._update(task_id, claim):
             if current.get("cancel"):
                 return self._abandoned(task_id, current, "cancelled", None)
-            run = TaskRun(self, task_id, current, created=True)
-            run.ready.set()
-            self.running[task_id] = run
             runner, name = self.runner, str(current["name"])
-            self.group.start_soon(self._body, run, lambda run: runner(ctx, name, arguments, run))
-            self.group.start_soon(self._renew, run)
+
+            async def job(run: TaskRun) -> Answer:
+                return await runner(ctx, name, arguments, run, None, None)
+
+            self._resumed(task_id, current, job)
             return current
         return record
 
@@ -385,22 +430,21 @@ class Tasks:
         """How a task's end is stored: its status, and its result or error sealed (what a
         tool answered is no one's to read in the store)."""
         kept: JsonObject = {"status": outcome["status"]}
-        for key in ("result", "error"):
+        for key in _SEALED:
             if key in outcome:
                 kept[key] = self._sealed(outcome[key])
         return kept
 
-    def _sealed(self, value: JsonObject) -> str:
+    def _sealed(self, value: object) -> str:
         return self.keys.seal(json.dumps(value).encode())
 
-    def _opened(self, sealed: object) -> JsonObject | None:
+    def _opened(self, sealed: object) -> Any:
         if not isinstance(sealed, str):
             return None
         try:
-            opened = json.loads(self.keys.unseal(sealed))
+            return json.loads(self.keys.unseal(sealed))
         except Exception:  # another key (rotated twice since, a process's own), or damaged
             return None
-        return opened if isinstance(opened, dict) else None
 
 
 def _outcome(
@@ -415,8 +459,12 @@ def _outcome(
     if isinstance(answer, types.CallToolResult):
         dumped = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
         return "completed", {"result": dumped}
-    said = "its server asked the client a question after the call became a task (not supported)"
-    return "failed", {"error": _error(types.ErrorData(code=types.INTERNAL_ERROR, message=said))}
+    assert answer is not None  # (an InputRequiredResult: its server asks the client first)
+    asked = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return "input_required", {
+        "inputRequests": asked.get("inputRequests") or {},
+        "requestState": answer.request_state,  # (ours, relayed: `relayed.py`; or a held call's)
+    }
 
 
 def _error(error: types.ErrorData) -> JsonObject:

@@ -6,6 +6,7 @@ ships the extension mechanism (`ClientExtension`, `ResultClaim`) but not this ex
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 import anyio
@@ -42,8 +43,13 @@ class Tasks(ClientExtension):
 
     identifier = TASKS
 
-    def __init__(self, poll: float | None = None) -> None:
+    def __init__(
+        self,
+        poll: float | None = None,
+        answer: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
         self.poll = poll  # seconds between looks (None: what the server asks)
+        self.answer = answer  # a task's questions (`input_required`) → the client's answers
         self.created: list[CreatedTask] = []
         self.seen: list[tuple[float, dict[str, Any]]] = []
 
@@ -57,8 +63,13 @@ class Tasks(ClientExtension):
             self.seen.append((time.monotonic(), task))
             if task["status"] == "completed":
                 return types.CallToolResult.model_validate(task["result"])
-            if task["status"] in ("failed", "cancelled"):
+            if task["status"] in ("failed", "cancelled") or (
+                task["status"] == "input_required" and self.answer is None
+            ):
                 raise TaskFailed(task)
+            if task["status"] == "input_required" and self.answer is not None:
+                await update(ctx.session, created.task_id, self.answer(task["inputRequests"]))
+                continue
             interval = task.get("pollIntervalMs") or created.poll_interval_ms or 500
             await anyio.sleep(self.poll if self.poll is not None else interval / 1000)
 
@@ -67,6 +78,16 @@ async def get(session: Any, task_id: str) -> dict[str, Any]:
     request = types.GetTaskRequest(params=types.GetTaskRequestParams(task_id=task_id))
     answer: dict[str, Any] = await session.send_request(request, _ANY)
     return answer
+
+
+async def update(session: Any, task_id: str, responses: dict[str, Any]) -> dict[str, Any]:
+    params = {"taskId": task_id, "inputResponses": responses}
+    answer: dict[str, Any] = await session.send_request(_Update(params=params), _ANY)
+    return answer
+
+
+class _Update(types.Request[dict[str, Any], Literal["tasks/update"]]):
+    method: Literal["tasks/update"] = "tasks/update"
 
 
 async def cancel(session: Any, task_id: str) -> dict[str, Any]:

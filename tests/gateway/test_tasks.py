@@ -339,3 +339,45 @@ def test_a_call_over_its_quota_waits_as_a_task_for_the_window_to_reset(
         if r.get("tool") == "sleep"
     ]
     assert outcomes == ["ok", "over-limit", "over-limit", "ok"]
+
+
+def test_a_question_asked_after_the_call_became_a_task_is_answered_by_tasks_update(
+    project: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 2026-07-28 server that works a while and then asks its client something: the task
+    says `input_required` with the server's question, as asked; the client's `tasks/update`
+    makes the call's next round with its answer, and the task completes with the result."""
+    monkeypatch.setenv("WRITER_TOKEN", WRITER)
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          conf: {{command: {PY}, args: ["{TEST_SERVERS / "conformance.py"}"]}}
+        agents:
+          writer: {{token: "${{WRITER_TOKEN}}", allow: [conf.slow_question]}}
+        policy: {{default: deny}}
+        """,
+    )
+    asked: list[dict[str, Any]] = []
+
+    def answer(questions: dict[str, Any]) -> dict[str, Any]:
+        asked.append(questions)
+        return {"user_name": {"action": "accept", "content": {"name": "Ada"}}}
+
+    async def never(context: Any, params: Any) -> Any:
+        raise AssertionError("the task's questions come through tasks/get, not the session")
+
+    async def script(url: str) -> tuple[Any, Tasks]:
+        tasks = Tasks(poll=0.1, answer=answer)
+        async with client(url, WRITER, extensions=[tasks], elicitation_callback=never) as c:
+            return await c.call_tool("conf__slow_question", {}), tasks
+
+    with gateway(project, home=isolated_home) as (url, _):
+        done, tasks = anyio.run(script, url)
+    assert done.content[0].text == "Hello, Ada!" and len(tasks.created) == 1
+    [questions] = asked
+    assert list(questions) == ["user_name"]  # the server's own name for its question
+    assert questions["user_name"]["method"] == "elicitation/create"
+    statuses = [task["status"] for _, task in tasks.seen]
+    assert "input_required" in statuses and statuses[-1] == "completed", statuses

@@ -31,6 +31,7 @@ JOBS = [
     ),
     _tool("failing_job", "Fails (a tool error) after a while.", {}),
     _tool("test_tool_with_task", "Asks the user's name, then works a while.", {}),
+    _tool("slow_question", "Works a while, then asks the user's name.", {}),
     _tool("protocol_error_job", "Fails with a protocol error after a while.", {}),
 ]
 
@@ -50,6 +51,13 @@ async def jobs(ctx: ServerRequestContext, params: types.CallToolRequestParams) -
         if isinstance(got, types.InputRequiredResult):
             return got
         await anyio.sleep(SLOW)
+        return types.CallToolResult(content=[text(f"Hello, {said(got['user_name'], 'name')}!")])
+    if name == "slow_question":
+        if not params.input_responses:
+            await anyio.sleep(SLOW)
+        got = await inputs(ctx, params, {"user_name": _form("What is your name?", "name")})
+        if isinstance(got, types.InputRequiredResult):
+            return got
         return types.CallToolResult(content=[text(f"Hello, {said(got['user_name'], 'name')}!")])
     if name == "protocol_error_job":
         await anyio.sleep(SLOW)
