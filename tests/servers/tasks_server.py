@@ -80,7 +80,6 @@ async def call_tool(ctx: ServerRequestContext, params: types.CallToolRequestPara
                 job.update(status="completed", result={"content": [{"type": "text", "text": text}]})
         if job["scope"].cancelled_caught:
             job["status"] = "cancelled"
-            log(f"cancelled {task_id}")
 
     GROUP[0].start_soon(work)
     return {"resultType": "task", **_task(task_id), "ttlMs": 60_000, "pollIntervalMs": 50}
@@ -104,6 +103,7 @@ async def get_task(ctx: ServerRequestContext, params: types.GetTaskRequestParams
 
 async def cancel_task(ctx: ServerRequestContext, params: types.CancelTaskRequestParams) -> Any:
     _task(params.task_id)
+    log(f"cancelled {params.task_id}")  # (before the answer: the client may stop us next)
     JOBS[params.task_id]["scope"].cancel()
     return {}
 
