@@ -55,7 +55,7 @@ from bundlectl.mcpio.requests import TASKS, JsonObject
 if TYPE_CHECKING:
     from bundlectl.state import Approval, Store
 
-AFTER = 1.0  # seconds a call may take before its client gets a task instead of the result
+AFTER = 0.5  # seconds a call may take before its client gets a task instead of the result
 LEASE = 15.0  # seconds a process's hold on a running task lasts unless renewed
 RENEW = 5.0  # seconds between renewals (and looks for a client's tasks/cancel)
 KEEP = 3600.0  # seconds a task is kept after its call is held (its result, after the end)

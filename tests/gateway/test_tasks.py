@@ -1,6 +1,6 @@
 """Held calls as tasks (#58, `gateway/tasks.py`): a 2026-07-28 client that declares the tasks
 extension (the MCP Python SDK's `Client` with `tasks_client.Tasks`) is given a task for a call
-held for an approver or slower than a second, polls it on any replica, and gets the call's own
+held for an approver or slower than half a second, polls it on any replica, and gets the call's own
 result, who denied it, or `cancelled` — against `serve --transport streamable-http`, real
 servers behind it, real `redis-server` between replicas and Chromium on the approvers' page."""
 
@@ -198,7 +198,7 @@ def test_a_denied_task_fails_saying_who_and_why_and_a_cancelled_one_withdraws_it
 def test_a_slow_call_is_a_task_and_its_tool_error_completes_it(
     tasks_project: Callable[[str], Path], isolated_home: Path
 ) -> None:
-    """A call that outlasts a second is given as a task, its server's progress as the task's
+    """A call that outlasts half a second is given as a task, its server's progress as the task's
     status message; a tool's error completes the task with `isError` (`failed` is for protocol
     errors and refusals)."""
     project = tasks_project("")

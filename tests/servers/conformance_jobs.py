@@ -1,6 +1,6 @@
 """The conformance downstream's tools for the tasks extension's scenarios (SEP-2663), served by
 `conformance.py`: plain tools, some slow. The server speaks no tasks itself: `bundlectl serve`
-in front of it makes a task of a call slower than a second (`gateway/tasks.py`), which is what
+in front of it makes a task of a call slower than half a second (`gateway/tasks.py`), which is what
 these scenarios see."""
 
 from __future__ import annotations
