@@ -264,17 +264,21 @@ class _Calls:
         server.add_request_handler("tasks/update", tasks.UpdateParams, self.on_task_update)
 
     async def on_task_get(self, ctx: SdkContext, params: types.GetTaskRequestParams) -> JsonObject:
-        gateway = await self.view(ctx)
-        return self.hub.tasks.get(ctx, gateway.agent, gateway.subject(), params.task_id)
+        return self.hub.tasks.get(ctx, await self._who(ctx), params.task_id)
 
     async def on_task_cancel(
         self, ctx: SdkContext, params: types.CancelTaskRequestParams
     ) -> JsonObject:
-        return self.hub.tasks.cancel(ctx, (await self.view(ctx)).agent, params.task_id)
+        return self.hub.tasks.cancel(ctx, await self._who(ctx), params.task_id)
 
     async def on_task_update(self, ctx: SdkContext, params: tasks.UpdateParams) -> JsonObject:
-        agent = (await self.view(ctx)).agent
-        return self.hub.tasks.update(ctx, agent, params.task_id, params.input_responses)
+        who = await self._who(ctx)
+        return self.hub.tasks.update(ctx, who, params.task_id, params.input_responses)
+
+    async def _who(self, ctx: SdkContext) -> tasks.Who:
+        """Whose tasks the request may see: its agent's, and its person's (a token's `sub`)."""
+        gateway = await self.view(ctx)
+        return gateway.agent, gateway.subject()
 
 
 class _Server(Server[dict[str, Any]]):

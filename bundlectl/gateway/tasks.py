@@ -12,13 +12,14 @@ or `cancelled` (its approval request expired, or the client sent `tasks/cancel`,
 withdraws the request or stops the call).
 
 A task is a record in the state store (`state.Store.put_task`; SQLite, or Redis for replicas),
-so any replica answers `tasks/get`, and one client's agent never sees another agent's task (an
-unknown task, -32602). The process that runs the call holds a lease on the record and renews
-it; when that process is gone (a restart, a replica that stopped), the next `tasks/get` finds
-the lease over: a call still held for a person is made again from the record (its arguments
-sealed with the replicas' shared state key, `access.StateKeys`) by the replica that asked —
-the same approval request, the sequence again — and a call that had already started on its
-server is `failed`, since whether it finished cannot be known (its audit record says).
+so any replica answers `tasks/get`, and one client's agent never sees another agent's task, nor
+one person's another person's (an unknown task, -32602). The process that runs the call holds a
+lease on the record and renews it; when that process is gone (a restart, a replica that
+stopped), the next `tasks/get` finds the lease over: a call still held for a person is made
+again from the record (its arguments sealed with the replicas' shared state key,
+`access.StateKeys`) by the replica that asked — the same approval request, the sequence again —
+and a call that had already started on its server is `failed`, since whether it finished cannot
+be known (its audit record says).
 
 A question the call's server asks after the call became a task makes it `input_required`: the
 questions are in `tasks/get` (`inputRequests`, as a 2026-07-28 client would be asked them in an
@@ -66,6 +67,7 @@ TERMINAL = ("completed", "failed", "cancelled")
 _ENDED = re.compile(r"\b(expired|was withdrawn)\b")  # an approval request nobody answered
 
 Answer = types.CallToolResult | types.InputRequiredResult
+Who = tuple[str, str | None]  # whose a task is: the agent, and the person when a token named one
 
 
 class UpdateParams(types.RequestParams):
@@ -293,11 +295,11 @@ class Tasks:
 
     # -- the extension's methods --------------------------------------------------------------
 
-    def get(self, ctx: SdkContext, agent: str, subject: str | None, task_id: str) -> JsonObject:
+    def get(self, ctx: SdkContext, who: Who, task_id: str) -> JsonObject:
         """`tasks/get`: the task as it is now (a DetailedTask)."""
-        record = self._known(ctx, agent, task_id)
+        record = self._known(ctx, who, task_id)
         if record["status"] == "working" and record.get("lease", 0) < time.time():
-            record = self._recovered(ctx, task_id, record, subject)
+            record = self._recovered(ctx, task_id, record)
         shown = {"resultType": "complete", **_shown(task_id, record)}
         for key in ("result", "error", "inputRequests"):  # (sealed: `_kept`)
             if key in record and record["status"] != "working":
@@ -305,10 +307,10 @@ class Tasks:
                 shown[key] = opened if opened is not None else _unreadable(key)
         return shown
 
-    def cancel(self, ctx: SdkContext, agent: str, task_id: str) -> JsonObject:
+    def cancel(self, ctx: SdkContext, who: Who, task_id: str) -> JsonObject:
         """`tasks/cancel`: an ack; the task's status says `cancelled` once the call stopped
         (at once when no process runs it)."""
-        record = self._known(ctx, agent, task_id)
+        record = self._known(ctx, who, task_id)
         if record["status"] in TERMINAL:
             return {"resultType": "complete"}
         run = self.running.get(task_id)
@@ -326,13 +328,13 @@ class Tasks:
         return {"resultType": "complete"}
 
     def update(
-        self, ctx: SdkContext, agent: str, task_id: str, responses: JsonObject | None
+        self, ctx: SdkContext, who: Who, task_id: str, responses: JsonObject | None
     ) -> JsonObject:
         """`tasks/update`: the client's answers to what the task's call asks
         (`input_required`) go to its server in the call's next round, made by this process
         (the task is `working` again); an ack. Answers to a task that asks nothing are
         ignored, as in a call's retry."""
-        record = self._known(ctx, agent, task_id)
+        record = self._known(ctx, who, task_id)
         if record["status"] != "input_required" or self.runner is None:
             return {"resultType": "complete"}
         opened = self._opened(record.get("requestState"))
@@ -367,7 +369,10 @@ class Tasks:
         self.group.start_soon(self._body, run, job)
         self.group.start_soon(self._renew, run)
 
-    def _known(self, ctx: SdkContext, agent: str, task_id: str) -> JsonObject:
+    def _known(self, ctx: SdkContext, who: Who, task_id: str) -> JsonObject:
+        """The task `task_id` of the agent and person `who` (another's is as unknown: -32602),
+        asked for by a request that may ask (2026-07-28, the extension declared, `Mcp-Name`
+        the task's id when given)."""
         if ctx.protocol_version < MODERN:  # an extension of the 2026-07-28 protocol
             raise MCPError(types.METHOD_NOT_FOUND, "Method not found")
         if not declared(ctx):
@@ -378,14 +383,14 @@ class Tasks:
             said = f"{MCP_NAME_HEADER} header does not match the request body's 'taskId'"
             raise MCPError(HEADER_MISMATCH, said)
         found = self._store().task(task_id)
-        record = json.loads(found[0]) if found is not None else None
-        if record is None or record.get("agent") != agent:  # another agent's is as unknown
+        record: JsonObject = json.loads(found[0]) if found is not None else {}
+        agent, subject = who
+        person = record.get("subject")
+        if record.get("agent") != agent or (person is not None and person != subject):
             raise MCPError(types.INVALID_PARAMS, f"no task {task_id!r} (it ended long ago?)")
-        return dict(record)
+        return record
 
-    def _recovered(
-        self, ctx: SdkContext, task_id: str, record: JsonObject, subject: str | None
-    ) -> JsonObject:
+    def _recovered(self, ctx: SdkContext, task_id: str, record: JsonObject) -> JsonObject:
         """A working task whose process is gone: made again here while it was held for a
         person (nothing started on its server), else failed."""
         arguments = self._opened(record.get("arguments"))
@@ -396,8 +401,6 @@ class Tasks:
                 "whether the tool ran is not known (the audit log says)",
             )
             return self._abandoned(task_id, record, "failed", error)
-        if record.get("subject") != subject:  # only the caller's request makes it as theirs
-            return record
 
         def claim(current: JsonObject) -> bool:
             """Ours, unless another replica took it over first (its lease is fresh again)."""

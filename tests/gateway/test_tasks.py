@@ -22,8 +22,9 @@ from tests.conftest import TEST_SERVERS, Run, audit_records, write
 from tests.gateway.tasks_client import TaskFailed, Tasks, cancel, code_of, get
 from tests.gateway.test_approvals_page import APPROVER, browser, until
 from tests.gateway.test_gateway_http import client, gateway
+from tests.gateway.test_gateway_identity import Issuer, issuer
 
-__all__ = ["browser"]  # a fixture
+__all__ = ["browser", "issuer"]  # fixtures
 PY = sys.executable
 WRITER = "writer-" + "w" * 30
 READER = "reader-" + "r" * 30
@@ -381,3 +382,39 @@ def test_a_question_asked_after_the_call_became_a_task_is_answered_by_tasks_upda
     assert questions["user_name"]["method"] == "elicitation/create"
     statuses = [task["status"] for _, task in tasks.seen]
     assert "input_required" in statuses and statuses[-1] == "completed", statuses
+
+
+def test_a_persons_task_is_unknown_to_another_person_of_the_same_agent(
+    project: Path, issuer: Issuer, isolated_home: Path
+) -> None:
+    """With identities from the team's issuer, a task is its person's: another person whose
+    token maps to the same agent is told it does not exist (as for another agent's)."""
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        bundles: [basic]
+        agents:
+          dev: {{match: {{groups: [devs]}}, ask: [files.write_file]}}
+        gateway:
+          auth:
+            issuers: [{{issuer: "{issuer.url}", audience: [bundlectl-gateway]}}]
+        policy: {{default: deny, approvals: {{ttl: 10m}}}}
+        """,
+    )
+    ana = issuer.token(sub="ana", groups=["devs"])
+    bob = issuer.token(sub="bob", groups=["devs"])
+
+    async def script(url: str) -> tuple[dict[str, Any], int, dict[str, Any]]:
+        async with client(url, ana, extensions=[Tasks()]) as c:
+            created = await created_task(c, "files__write_file", {"path": "a.txt", "content": "x"})
+            async with client(url, bob, extensions=[Tasks()]) as other:
+                hidden = await code_of(get(other.session, created["taskId"]))
+            own = await get(c.session, created["taskId"])
+            await cancel(c.session, created["taskId"])
+        return created, hidden, own
+
+    with gateway(project, home=isolated_home) as (url, _):
+        created, hidden, own = anyio.run(script, url)
+    assert created["resultType"] == "task" and own["status"] == "working"
+    assert hidden == -32602
