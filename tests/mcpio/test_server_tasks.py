@@ -38,19 +38,18 @@ def _project(project: Path, tmp_path: Path, timeout: int = 60) -> Path:
     return project
 
 
-def test_exec_follows_a_servers_task_to_its_result_and_cancels_it_when_out_of_time(
+def test_exec_follows_a_servers_task_and_cancels_it_when_its_time_is_up(
     project: Path, tmp_path: Path, run: Run, isolated_home: Path
 ) -> None:
-    _project(project, tmp_path)
-    done = run("exec", "-a", "worker", "jobs.long_job", "seconds=0.2")
-    assert done.code == 0, done.err
-    assert done.out.strip() == "worked 0.2 s"
-    _project(project, tmp_path, timeout=2)
+    """`exec`'s SDK-free session is refused the task-only tool (-32021 naming the extension,
+    nothing ran); the SDK's client makes the call, follows the task, and when the server's
+    `timeout` is up cancels it on the server (its result: `serve`'s test below)."""
+    _project(project, tmp_path, timeout=1)
     late = run("exec", "-a", "worker", "jobs.long_job", "seconds=60")
     assert late.code == 6 and "did not answer in time" in late.err, late.err
     assert (tmp_path / "tasks.log").read_text().startswith("cancelled ")
     outcomes = [r["outcome"] for r in audit_records(isolated_home / "state" / "audit.jsonl")]
-    assert outcomes == ["ok", "timeout"], outcomes
+    assert outcomes == ["timeout"], outcomes
 
 
 def test_serve_calls_a_servers_task_only_tool_for_any_client(

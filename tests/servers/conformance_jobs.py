@@ -14,7 +14,7 @@ from mcp.shared.exceptions import MCPError
 
 from conformance_rounds import _form, inputs, rounds, said, text
 
-SLOW = 1.5  # seconds a job takes (the gateway answers with a task after one)
+SLOW = 0.8  # seconds a job takes (the gateway answers with a task after half a second)
 
 
 def _tool(name: str, description: str, properties: dict[str, Any], **extra: Any) -> types.Tool:
