@@ -331,30 +331,45 @@ class Tasks:
         self, ctx: SdkContext, who: Who, task_id: str, responses: JsonObject | None
     ) -> JsonObject:
         """`tasks/update`: the client's answers to what the task's call asks
-        (`input_required`) go to its server in the call's next round, made by this process
-        (the task is `working` again); an ack. Answers to a task that asks nothing are
-        ignored, as in a call's retry."""
+        (`input_required`); an ack. Answers to questions it does not ask are ignored, as in a
+        call's retry. While some of its questions are unanswered the task stays
+        `input_required`, asking only those (SEP-2663: a client may answer one at a time);
+        once every one is, they go to its server in the call's next round, made by this
+        process (the task is `working` again)."""
         record = self._known(ctx, who, task_id)
         if record["status"] != "input_required" or self.runner is None:
             return {"resultType": "complete"}
-        opened = self._opened(record.get("requestState"))
-        state = opened if isinstance(opened, str) else None
+        given = dict(responses or {})
+        answered: JsonObject = {}
 
-        def claim(current: JsonObject) -> bool:
-            """Ours, unless another update took it first (it is `working` again)."""
+        def answer(current: JsonObject) -> bool:
+            """Ours to make, once every question is answered (unless another update took it
+            first: it is `working` again); else the answers so far are kept."""
             if current["status"] != "input_required":
                 return False
+            asked = self._opened(current.get("inputRequests")) or {}  # (those still open)
+            answered.clear()
+            answered.update(self._opened(current.get("answers")) or {})
+            answered.update({key: value for key, value in given.items() if key in asked})
+            left = {key: question for key, question in asked.items() if key not in answered}
+            if left:
+                current.update(self._kept({"status": "input_required", "inputRequests": left}))
+                current["answers"] = self._sealed(answered)
+                return True
             current.update(status="working", owner=self.owner, lease=time.time() + LEASE)
-            current.pop("inputRequests", None)
+            for key in ("inputRequests", "answers"):
+                current.pop(key, None)
             return True
 
-        if current := self._update(task_id, claim):
+        current = self._update(task_id, answer)
+        if current is not None and current["status"] == "working":
             runner, name = self.runner, str(current["name"])
             arguments = self._opened(current.get("arguments")) or {}
-            answers = dict(responses or {})
+            opened = self._opened(record.get("requestState"))
+            state = opened if isinstance(opened, str) else None
 
             async def job(run: TaskRun) -> Answer:
-                return await runner(ctx, name, arguments, run, state, answers)
+                return await runner(ctx, name, arguments, run, state, dict(answered))
 
             self._resumed(task_id, current, job)
         return {"resultType": "complete"}
