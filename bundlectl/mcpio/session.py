@@ -294,6 +294,12 @@ class SdkSession:
         rounds: Rounds | None = None,
     ) -> ToolResult:
         if rounds is not None and self.modern:
+            from bundlectl.mcpio.tasks import CreatedTask, continued, followed  # noqa: PLC0415
+
+            session = self.client.session
+            following = await continued(session, rounds.state, rounds.responses, timeout)
+            if following is not None:  # (the next round of a server's task that asked)
+                return ToolResult(model=following)
             asked = await self.client.session.call_tool(
                 name,
                 arguments,
@@ -305,10 +311,8 @@ class SdkSession:
                 allow_input_required=True,
                 allow_claimed=True,
             )
-            from bundlectl.mcpio.tasks import CreatedTask, followed  # noqa: PLC0415
-
-            if isinstance(asked, CreatedTask):  # (a task: its result is the round's)
-                asked = await followed(self.client.session, asked, timeout)
+            if isinstance(asked, CreatedTask):  # (a task: its result, or question, the round's)
+                asked = await followed(session, asked, timeout, relay=True)
             return ToolResult(model=asked)
         result = await self.client.call_tool(
             name,

@@ -5,8 +5,10 @@ the call's result is the task's: `tasks/get` is polled (every `pollIntervalMs` t
 between 50 ms and 5 s) until the task ends, and its result is the call's. A task that fails is the
 server's error; one cancelled by the server, an error saying so; a call stopped on our side (its
 timeout — the task is the call, bounded by its timeout as a whole —, Ctrl-C, the gateway's
-client cancelling) sends `tasks/cancel` first. A task that asks
-its client something (`input_required`) is not answered: the call fails, saying so.
+client cancelling) sends `tasks/cancel` first. A task that asks its client something
+(`input_required`) is handed on where the caller hands a server's questions on (the gateway's
+2026-07-28 clients: `session.Rounds`), as an input-required round whose answers go to the task
+(`tasks/update`); elsewhere (`exec`) the call fails, saying so.
 
 The SDK (2.3) has the extension mechanism (`ClientExtension`, `ResultClaim`), not this
 extension; the gateway's own tasks, for its clients, are `gateway/tasks.py`."""
@@ -25,6 +27,10 @@ from pydantic import ConfigDict, Field, TypeAdapter
 from bundlectl.mcpio.requests import TASKS
 
 _ANSWER: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+# The requestState of a round that a server's task asked (`followed`): the task's id after it.
+# Never sent to a server as a requestState; a client cannot forge it (the gateway seals the
+# states it hands on: `gateway/relayed.py`).
+CONTINUED = "io.modelcontextprotocol/tasks#"
 
 
 class CreatedTask(types.Result):
@@ -47,22 +53,29 @@ class TaskPolling(ClientExtension):
         return [ResultClaim(result_type="task", model=CreatedTask, resolve=self._resolve)]
 
     async def _resolve(self, created: CreatedTask, ctx: ClaimContext) -> types.CallToolResult:
-        return await followed(ctx.session, created, ctx.read_timeout_seconds)
+        result = await followed(ctx.session, created, ctx.read_timeout_seconds)
+        assert isinstance(result, types.CallToolResult)  # (nothing relayed: it fails instead)
+        return result
 
 
 async def followed(
-    session: Any, created: CreatedTask, timeout: float | None
-) -> types.CallToolResult:
+    session: Any, created: CreatedTask, timeout: float | None, *, relay: bool = False
+) -> types.CallToolResult | types.InputRequiredResult:
     """The result of the task `created`, polled on `session` until it ends: within `timeout`
-    seconds (the call's), else the task is cancelled and the call timed out."""
+    seconds (the call's), else the task is cancelled and the call timed out. `relay`: the
+    caller hands the server's questions on (`session.Rounds`): a task that asks its client
+    something is answered with them (an `InputRequiredResult` whose state names the task:
+    the next round, `continued`, answers the task), else the call fails, saying so."""
     with anyio.move_on_after(timeout if timeout is not None else math.inf) as bounded:
-        return await _polled(session, created)
+        return await _polled(session, created, relay)
     if bounded.cancelled_caught:
         raise MCPError(types.REQUEST_TIMEOUT, "the server's task did not end in time")
     raise AssertionError("unreachable")
 
 
-async def _polled(session: Any, created: CreatedTask) -> types.CallToolResult:
+async def _polled(
+    session: Any, created: CreatedTask, relay: bool
+) -> types.CallToolResult | types.InputRequiredResult:
     interval = created.poll_interval_ms
     try:
         while True:
@@ -79,6 +92,10 @@ async def _polled(session: Any, created: CreatedTask) -> types.CallToolResult:
                 )
             if status == "cancelled":
                 raise MCPError(types.INTERNAL_ERROR, "the server cancelled the task")
+            if status == "input_required" and relay:
+                asked = {"inputRequests": task.get("inputRequests") or {}}
+                asked["requestState"] = CONTINUED + created.task_id
+                return types.InputRequiredResult.model_validate(asked)
             if status == "input_required":
                 said = "the server's task asks its client something (not answered by bundlectl)"
                 raise MCPError(types.INTERNAL_ERROR, said)
@@ -88,6 +105,25 @@ async def _polled(session: Any, created: CreatedTask) -> types.CallToolResult:
         with anyio.CancelScope(shield=True), anyio.move_on_after(2):
             await _request(session, types.CancelTaskRequest, created.task_id)
         raise
+
+
+async def continued(
+    session: Any, state: str | None, responses: dict[str, Any] | None, timeout: float | None
+) -> types.CallToolResult | types.InputRequiredResult | None:
+    """The next round of a call whose server's task asked its client something (`state`, as
+    `followed` named it): the client's answers sent to the task (`tasks/update`), and the task
+    followed on; None: `state` names no task (a round of a server's own, made as a call)."""
+    if state is None or not state.startswith(CONTINUED):
+        return None
+    task_id = state.removeprefix(CONTINUED)
+    update = _UpdateTask(params={"taskId": task_id, "inputResponses": responses or {}})
+    await session.send_request(update, _ANSWER)
+    created = CreatedTask.model_validate({"resultType": "task", "taskId": task_id})
+    return await followed(session, created, timeout, relay=True)
+
+
+class _UpdateTask(types.Request[dict[str, Any], Literal["tasks/update"]]):
+    method: Literal["tasks/update"] = "tasks/update"
 
 
 async def _request(session: Any, kind: Any, task_id: str) -> dict[str, Any]:

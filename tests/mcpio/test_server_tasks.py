@@ -73,3 +73,29 @@ def test_serve_calls_a_servers_task_only_tool_for_any_client(
     assert [texts(r) for r in results[:3]] == [["worked 0.2 s"], ["worked 0.1 s"], ["quick"]]
     failed = results[3]  # a task that failed: the server's error, as the model reads it
     assert failed.is_error and "returned an error: the job broke (code -32603)" in texts(failed)[0]
+
+
+def test_a_servers_task_that_asks_is_handed_on_to_the_client_that_answers(
+    project: Path, tmp_path: Path, isolated_home: Path
+) -> None:
+    """A server's task that asks its client something (`input_required`): the gateway hands
+    the question to a 2026-07-28 client as an input-required round, and the client's answer
+    goes to the task (`tasks/update`), whose result is the call's."""
+    _project(project, tmp_path)
+    asked: list[str] = []
+
+    async def confirm(context: Any, params: Any) -> Any:
+        import mcp_types as types
+
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"ok": True})
+
+    async def script(url: str) -> Any:
+        async with client(url, elicitation_callback=confirm) as c:
+            assert c.protocol_version == "2026-07-28"
+            return await c.call_tool("jobs__ask_job", {"seconds": 0.1})
+
+    with gateway(project, "--agent", "worker", home=isolated_home) as (url, _):
+        result = anyio.run(script, url)
+    assert asked == ["Go ahead?"]
+    assert texts(result) == ["confirmed: {'ok': True}"], texts(result)

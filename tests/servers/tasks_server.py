@@ -1,8 +1,10 @@
 """A 2026-07-28 server that speaks the tasks extension (SEP-2663) itself: `long_job` runs only
 as a task (a request that does not declare the extension is refused with -32021, as the spec
-asks of a task-required tool), `failing_job` is a task that fails at the protocol level, and
-`quick` answers at once. `tasks/get` and `tasks/cancel` over its tasks; a cancelled job is
-written to $TASKS_LOG (bundlectl's tests: was the server told?).
+asks of a task-required tool), `failing_job` is a task that fails at the protocol level,
+`ask_job` a task that asks its client to confirm (`input_required`, answered with
+`tasks/update`), and `quick` answers at once. `tasks/get`, `tasks/update` and `tasks/cancel`
+over its tasks; a cancelled job is written to $TASKS_LOG (bundlectl's tests: was the server
+told?).
 
     python tasks_server.py            (stdio)
 """
@@ -21,6 +23,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
+from pydantic import ConfigDict
 
 TASKS = "io.modelcontextprotocol/tasks"
 EMPTY: dict[str, Any] = {"type": "object", "properties": {}}
@@ -31,9 +34,19 @@ TOOLS = [
         input_schema={"type": "object", "properties": {"seconds": {"type": "number"}}},
     ),
     types.Tool(name="failing_job", description="A task that fails.", input_schema=EMPTY),
+    types.Tool(
+        name="ask_job", description="A task that asks its client first.", input_schema=EMPTY
+    ),
     types.Tool(name="quick", description="Answers at once.", input_schema=EMPTY),
 ]
 JOBS: dict[str, dict[str, Any]] = {}
+QUESTION = {
+    "method": "elicitation/create",
+    "params": {
+        "message": "Go ahead?",
+        "requestedSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}},
+    },
+}
 GROUP: list[Any] = []
 
 
@@ -73,7 +86,15 @@ async def call_tool(ctx: ServerRequestContext, params: types.CallToolRequestPara
     async def work() -> None:
         with job["scope"]:
             await anyio.sleep(seconds)
-            if failing:
+            if params.name == "ask_job":
+                job["answered"] = anyio.Event()
+                job.update(status="input_required", inputRequests={"confirm": QUESTION})
+                await job["answered"].wait()
+                answer = job.pop("answers")["confirm"]
+                text = f"confirmed: {answer.get('content')}"
+                job.update(status="completed", result={"content": [{"type": "text", "text": text}]})
+                del job["inputRequests"]
+            elif failing:
                 job.update(status="failed", error={"code": -32603, "message": "the job broke"})
             else:
                 text = f"worked {seconds} s"
@@ -91,7 +112,7 @@ def _task(task_id: str) -> dict[str, Any]:
         raise MCPError(types.INVALID_PARAMS, f"no task {task_id}")
     shown = {"taskId": task_id, "status": job["status"], "createdAt": _stamp()}
     shown.update(lastUpdatedAt=_stamp(), ttlMs=60_000)
-    for key in ("result", "error"):
+    for key in ("result", "error", "inputRequests"):
         if key in job:
             shown[key] = job[key]
     return shown
@@ -108,10 +129,27 @@ async def cancel_task(ctx: ServerRequestContext, params: types.CancelTaskRequest
     return {}
 
 
+async def update_task(ctx: ServerRequestContext, params: Any) -> Any:
+    job = JOBS.get(params.taskId) if hasattr(params, "taskId") else None
+    if job is None or job.get("status") != "input_required":
+        return {}
+    job["answers"] = dict(params.inputResponses or {})
+    job["status"] = "working"
+    job["answered"].set()
+    return {}
+
+
+class UpdateParams(types.RequestParams):
+    model_config = ConfigDict(extra="allow")
+    taskId: str  # (the wire's name)
+    inputResponses: dict[str, Any] | None = None
+
+
 server: Server[Any] = Server("tasks-test-server", on_list_tools=list_tools, on_call_tool=call_tool)
 server.extensions[TASKS] = {}
 server.add_request_handler("tasks/get", types.GetTaskRequestParams, get_task)
 server.add_request_handler("tasks/cancel", types.CancelTaskRequestParams, cancel_task)
+server.add_request_handler("tasks/update", UpdateParams, update_task)
 
 
 async def main() -> None:
