@@ -150,11 +150,13 @@ class TaskRun:
     def refused(self, error: BundlectlError) -> None:
         """How a refused call ends its task: a person denied it (`failed`, who and why), its
         approval request expired or was withdrawn (`cancelled`), or the policy refused it."""
-        from bundlectl.calls.approval import DeniedByApprover  # noqa: PLC0415
+        from bundlectl.calls.approval import ApprovalHeld, DeniedByApprover  # noqa: PLC0415
 
         if isinstance(error, DeniedByApprover) or not isinstance(error, PolicyDenied):
             self.ended = ("failed", types.ErrorData(code=DENIED, message=error.message))
-        elif self.record.get("approval") is not None and _ENDED.search(error.message):
+        elif isinstance(error, ApprovalHeld) or (  # (its wait over with no answer)
+            self.record.get("approval") is not None and _ENDED.search(error.message)
+        ):
             self.ended = ("cancelled", None)
         else:
             self.ended = ("failed", types.ErrorData(code=DENIED, message=error.message))

@@ -325,8 +325,8 @@ class AgentView(ServerContent):
         if settings is None or progress is None:
             return None
         if self.task is not None:
-            task = self.task
-            hold, kept = seconds(settings.ttl), lambda: task.released
+            task = self.task  # (a second past the expiry: the wait sees the request expire)
+            hold, kept = seconds(settings.ttl) + 1.0, lambda: task.released
             return OutOfBand(wait=False, hold=hold, progress=progress, held=task.held, kept=kept)
         return OutOfBand(wait=False, hold=seconds(settings.hold), progress=progress)
 

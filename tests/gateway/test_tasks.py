@@ -418,3 +418,44 @@ def test_a_persons_task_is_unknown_to_another_person_of_the_same_agent(
         created, hidden, own = anyio.run(script, url)
     assert created["resultType"] == "task" and own["status"] == "working"
     assert hidden == -32602
+
+
+def test_a_task_ends_cancelled_when_its_request_expires_or_its_call_is_stopped(
+    tasks_project: Callable[[str], Path], tmp_path: Path, isolated_home: Path, run: Run
+) -> None:
+    """Two ways a task ends `cancelled`: its approval request expires with no answer, and
+    `tasks/cancel` while its call runs on the server (which is told: its call stops)."""
+    project = tasks_project("")
+    config = project / "bundlectl.yaml"
+    config.write_text(
+        config.read_text()
+        .replace("approvals: {ttl: 10m}", "approvals: {ttl: 2s}")
+        .replace('args: ["', f'env: {{KITCHEN_LOG: "{tmp_path / "kitchen.log"}"}}, args: ["')
+        .replace("policy:", 'policy:\n  sandbox: "off"  # (the kitchen writes its log)\n', 1)
+    )
+
+    async def script(url: str) -> tuple[BaseException | None, list[dict[str, Any]]]:
+        expired: BaseException | None = None
+        async with client(url, WRITER, extensions=[Tasks(poll=0.1)]) as c:
+            try:
+                await c.call_tool("files__write_file", {"path": "e.txt", "content": "late"})
+            except TaskFailed as exc:
+                expired = exc
+            created = await created_task(c, "kitchen__sleep", {"seconds": 30})
+            await anyio.sleep(0.3)
+            await cancel(c.session, created["taskId"])
+            seen = [await get(c.session, created["taskId"])]
+            with anyio.fail_after(10):
+                while seen[-1]["status"] == "working":
+                    await anyio.sleep(0.05)
+                    seen.append(await get(c.session, created["taskId"]))
+        return expired, seen
+
+    with gateway(project, home=isolated_home) as (url, _):
+        expired, seen = anyio.run(script, url)
+    assert isinstance(expired, TaskFailed) and expired.task["status"] == "cancelled"
+    assert seen[-1]["status"] == "cancelled", seen
+    assert "sleep cancelled" in (tmp_path / "kitchen.log").read_text()
+    everything = json.loads(run("approvals", "list", "--all", "--format", "json").out)
+    assert [r["status"] for r in everything["approvals"]] == ["expired"]
+    assert not (project / "e.txt").exists()
