@@ -240,12 +240,20 @@ class Tasks:
 
     def release(self) -> None:
         """This process stops: the calls of its tasks still held for a person are left to the
-        next process a client's `tasks/get` reaches (their approval requests stay)."""
+        next process a client's `tasks/get` reaches (their approval requests stay); those
+        under way on their servers are stopped with it, and their tasks fail saying so."""
+        stopped = types.ErrorData(
+            code=types.INTERNAL_ERROR,
+            message="the gateway stopped while the call was under way on its server; whether "
+            "the tool finished is not known (the audit log says)",
+        )
         for run in list(self.running.values()):
+            run.released = True
+            self.running.pop(run.id, None)
             if run.record.get("phase") == "held":
-                run.released = True
-                self.running.pop(run.id, None)
                 self.save(run, lease=0.0)
+            else:
+                self.save(run, **self._kept({"status": "failed", "error": _error(stopped)}))
 
     def _create(self, run: TaskRun) -> None:
         stored = {k: v for k, v in run.record.items() if k not in ("outcome", "answer")}

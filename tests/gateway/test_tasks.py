@@ -224,12 +224,19 @@ def test_a_gateway_that_stops_leaves_its_held_task_to_the_next_one(
 ) -> None:
     """A restart loses no held call: the task made on one replica is polled on another after
     the first stopped; it takes the call over (the same approval request, still pending) and
-    makes it once approved."""
+    makes it once approved. A call that was under way on its server when its gateway stopped
+    fails, saying so (made again, it could do twice what it does)."""
     project = tasks_project(f"state: {{url: '{redis_url}'}}")
 
-    async def create(url: str) -> dict[str, Any]:
+    async def create(url: str) -> tuple[dict[str, Any], dict[str, Any]]:
         async with client(url, WRITER, extensions=[Tasks()]) as c:
-            return await created_task(c, "files__write_file", {"path": "r.txt", "content": "z"})
+            held = await created_task(c, "files__write_file", {"path": "r.txt", "content": "z"})
+            running = await created_task(c, "kitchen__sleep", {"seconds": 30})
+            return held, running
+
+    async def look(url: str, task_id: str) -> dict[str, Any]:
+        async with client(url, WRITER, extensions=[Tasks()]) as c:
+            return await get(c.session, task_id)
 
     async def finish(url: str, task_id: str) -> list[dict[str, Any]]:
         async with client(url, WRITER, extensions=[Tasks()]) as c:
@@ -244,12 +251,14 @@ def test_a_gateway_that_stops_leaves_its_held_task_to_the_next_one(
 
     with gateway(project, "--stateless", home=isolated_home) as (two, _):
         with gateway(project, "--stateless", home=isolated_home) as (one, first):
-            created = anyio.run(create, one)
+            created, running = anyio.run(create, one)
             first.terminate()
             assert first.wait(30) == 130  # (stopped by SIGTERM)
         assert len(pending(run)) == 1  # the request stays
+        stopped = anyio.run(look, two, running["taskId"])  # (it was under way on its server)
         seen = anyio.run(finish, two, created["taskId"])
     assert seen[0]["status"] == "working" and seen[-1]["status"] == "completed", seen
+    assert stopped["status"] == "failed" and "whether the tool finished" in str(stopped)
     assert (project / "r.txt").read_text() == "z"
     # The store keeps the call's arguments and its result sealed (the replicas' key).
     import redis
