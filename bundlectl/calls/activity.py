@@ -67,6 +67,7 @@ def _kind(outcome: str) -> str | None:
         "approval-withdrawn",
         "withheld",
         "tool-changed",
+        "asked",
     ):
         return None  # a step of a call counted by its outcome, or an approver's
     if outcome == "approval-requested":

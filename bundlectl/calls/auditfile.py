@@ -91,6 +91,7 @@ OUTCOMES = (
     "interrupted",
     "error",
     "over-limit",
+    "asked",  # a round of a call that ended in its server's questions to the client (#58)
     "state-error",
     "unauthorized",
     "not-found",

@@ -79,6 +79,7 @@ OUTCOMES = {
 
 
 NOT_STARTED = "not-started"  # a call let through that never reached its server
+ASKED = "asked"  # a round that ended in its server's questions to the client (2026-07-28)
 
 
 def outcome_of(error: BundlectlError | None, *, tool_error: bool = False) -> str:
@@ -417,6 +418,8 @@ class Pipeline:
         error, result = outcome.error, outcome.result
         tool_error = result is not None and result.is_error
         done = outcome_of(error, tool_error=tool_error)
+        if error is None and result is not None and result.asks:
+            done = ASKED  # a round that ended in its server's questions to the client
         why = None
         if error is not None and not outcome.request.sent and error.exit_code not in (3, 4):
             # it never reached its server (not started, not connected): nothing can have acted
@@ -441,10 +444,12 @@ class Pipeline:
         return AfterCall.KEEP
 
     def _refund(self, call: ToolCall, done: str) -> None:
-        """The quota count of an admitted call back, when nothing was sent: refused for its
-        arguments, or never started."""
+        """The quota count of an admitted call back, when nothing was sent (refused for its
+        arguments, or never started) or when it was a round that asked the client something
+        (2026-07-28: the client's retry is the same call's next round, counted then)."""
         charged = self._charged.pop(call.id or "", None)
-        if charged and done in ("invalid-call", NOT_STARTED):
+        # (a round that asked is not counted: the round that ends the call is, once)
+        if charged and done in ("invalid-call", NOT_STARTED, ASKED):
             try:
                 self.store().refund(charged)
             except StateError as exc:

@@ -19,6 +19,9 @@ PY = sys.executable
 MODERN = "2026-07-28"
 
 
+MULTI = "test_input_required_result_multi_round"
+
+
 def _project(project: Path, more: str = "") -> None:
     # concurrency 1 (the default): a round held open in the gateway would stop every other call
     write(
@@ -74,7 +77,9 @@ def test_a_modern_servers_questions_reach_the_client_as_asked_and_nothing_waits_
 ) -> None:
     import httpx2
 
-    _project(project)
+    # One call of the tool an hour: the call in three rounds is one call (the rounds that ask
+    # are audited as such and not counted).
+    _project(project, f"limits: [{{agents: [solo], tools: [conf.{MULTI}], calls: 1, per: 1h}}]")
     with (
         gateway(project, "--agent", "solo", "--stateless", home=isolated_home) as (url, _),
         httpx2.Client(timeout=20) as http,
@@ -112,7 +117,8 @@ def test_a_modern_servers_questions_reach_the_client_as_asked_and_nothing_waits_
         assert texts == ["Multi-round complete for Ada who likes teal"], done
     calls = [r for r in audit_records(isolated_home / "state" / "audit.jsonl") if r["tool"] != "-"]
     rounds = [r["outcome"] for r in calls if r["tool"] == "test_input_required_result_multi_round"]
-    assert rounds == ["ok", "ok", "ok"], calls  # each round a call (the refused ones never ran)
+    # each round a call of its own (the refused ones never ran), counted by the one that ended it
+    assert rounds == ["asked", "asked", "ok"], calls
 
 
 def test_a_question_the_client_did_not_declare_it_can_answer_is_refused_with_32021(
