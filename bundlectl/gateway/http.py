@@ -77,7 +77,8 @@ class Gate:
         hub.vet = self._vet
 
     def stopped(self) -> None:
-        """Serving stops: the refusals left out are counted, held tasks left to a replica."""
+        """Serving stops: the refusals left out are counted; tasks held for a person are left
+        to a replica, those under way fail saying so (`Tasks.release`)."""
         self.refusals.flush()
         self.hub.tasks.release()
 
