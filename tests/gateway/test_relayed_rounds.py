@@ -22,7 +22,7 @@ MODERN = "2026-07-28"
 MULTI = "test_input_required_result_multi_round"
 
 
-def _project(project: Path, more: str = "") -> None:
+def conformance_project(project: Path, more: str = "") -> None:
     # concurrency 1 (the default): a round held open in the gateway would stop every other call
     write(
         project / "bundlectl.yaml",
@@ -79,7 +79,9 @@ def test_a_modern_servers_questions_reach_the_client_as_asked_and_nothing_waits_
 
     # One call of the tool an hour: the call in three rounds is one call (the rounds that ask
     # are audited as such and not counted).
-    _project(project, f"limits: [{{agents: [solo], tools: [conf.{MULTI}], calls: 1, per: 1h}}]")
+    conformance_project(
+        project, f"limits: [{{agents: [solo], tools: [conf.{MULTI}], calls: 1, per: 1h}}]"
+    )
     with (
         gateway(project, "--agent", "solo", "--stateless", home=isolated_home) as (url, _),
         httpx2.Client(timeout=20) as http,
@@ -130,7 +132,7 @@ def test_a_question_the_client_did_not_declare_it_can_answer_is_refused_with_320
     answer a question it never declared. The server is sound: it is not restarted for it."""
     import httpx2
 
-    _project(project)
+    conformance_project(project)
     with (
         gateway(project, "--agent", "solo", "--stateless", home=isolated_home) as (url, _),
         httpx2.Client(timeout=20) as http,
@@ -158,7 +160,7 @@ def test_over_stdio_too_a_tool_that_needs_an_undeclared_capability_is_refused_wi
     import os
     import subprocess
 
-    _project(project)
+    conformance_project(project)
     envelope = {
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
@@ -207,7 +209,7 @@ def test_a_relayed_question_passes_the_agents_privacy_tokenizer(
     client sees it tokenized, as it would in the call's result."""
     import httpx2
 
-    _project(project, "privacy: {tokenize: [email]}")
+    conformance_project(project, "privacy: {tokenize: [email]}")
     with (
         gateway(project, "--agent", "solo", "--stateless", home=isolated_home) as (url, _),
         httpx2.Client(timeout=20) as http,

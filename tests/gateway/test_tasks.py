@@ -23,6 +23,7 @@ from tests.gateway.tasks_client import TaskFailed, Tasks, cancel, code_of, get
 from tests.gateway.test_approvals_page import APPROVER, browser, until
 from tests.gateway.test_gateway_http import client, gateway
 from tests.gateway.test_gateway_identity import Issuer, issuer
+from tests.gateway.test_relayed_rounds import conformance_project
 
 __all__ = ["browser", "issuer"]  # fixtures
 PY = sys.executable
@@ -352,23 +353,12 @@ def test_a_call_over_its_quota_waits_as_a_task_for_the_window_to_reset(
 
 
 def test_a_question_asked_after_the_call_became_a_task_is_answered_by_tasks_update(
-    project: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+    project: Path, isolated_home: Path
 ) -> None:
     """A 2026-07-28 server that works a while and then asks its client something: the task
     says `input_required` with the server's question, as asked; the client's `tasks/update`
     makes the call's next round with its answer, and the task completes with the result."""
-    monkeypatch.setenv("WRITER_TOKEN", WRITER)
-    write(
-        project / "bundlectl.yaml",
-        f"""
-        version: 1
-        servers:
-          conf: {{command: {PY}, args: ["{TEST_SERVERS / "conformance.py"}"]}}
-        agents:
-          writer: {{token: "${{WRITER_TOKEN}}", allow: [conf.slow_question]}}
-        policy: {{default: deny}}
-        """,
-    )
+    conformance_project(project)
     asked: list[dict[str, Any]] = []
 
     def answer(questions: dict[str, Any]) -> dict[str, Any]:
@@ -380,10 +370,10 @@ def test_a_question_asked_after_the_call_became_a_task_is_answered_by_tasks_upda
 
     async def script(url: str) -> tuple[Any, Tasks]:
         tasks = Tasks(poll=0.1, answer=answer)
-        async with client(url, WRITER, extensions=[tasks], elicitation_callback=never) as c:
+        async with client(url, extensions=[tasks], elicitation_callback=never) as c:
             return await c.call_tool("conf__slow_question", {}), tasks
 
-    with gateway(project, home=isolated_home) as (url, _):
+    with gateway(project, "--agent", "solo", home=isolated_home) as (url, _):
         done, tasks = anyio.run(script, url)
     assert done.content[0].text == "Hello, Ada!" and len(tasks.created) == 1
     [questions] = asked
