@@ -17,8 +17,8 @@ bundlectl imported and measured in the copy. Each such start spent ~1.5 s of CPU
 ~100 of them a run.
 """
 
+import os
 import sys
-from pathlib import Path
 
 from _untraced import measures_bundlectl, start_coverage
 
@@ -31,16 +31,14 @@ def _warm_start() -> None:
     argv = sys.orig_argv
     if argv[1:3] == ["-m", "bundlectl"]:
         command, run, path0 = argv[3:4], {"module": "bundlectl"}, None
-    elif len(argv) > 1 and Path(argv[1]).name == "bundlectl":
+    elif len(argv) > 1 and os.path.basename(argv[1]) == "bundlectl":
         command, run, path0 = argv[2:3], {"script": argv[1]}, None
     else:
         return
     if not command or command[0] not in WARM:
         return
-    import os
-
-    path0 = os.getcwd() if "module" in run else str(Path(argv[1]).resolve().parent)
-    servers = str(Path(__file__).resolve().parent.parent / "servers")
+    path0 = os.getcwd() if "module" in run else os.path.dirname(os.path.realpath(argv[1]))
+    servers = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "servers")
     sys.path.insert(0, servers)
     try:
         from _forkserver import hand_over

@@ -32,7 +32,6 @@ processes; the copy would be outside them).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import resource
@@ -41,11 +40,17 @@ import signal
 import socket
 import sys
 import time
-from pathlib import Path
-from typing import Any
 
-HERE = Path(__file__).resolve().parent
-BUNDLECTL = HERE.parent.parent / "bundlectl"
+# A launcher imports this module in every test server and warm command the suite starts (~500
+# a run): it loads nothing the interpreter has not loaded at start-up but the sockets and JSON it
+# needs (`pathlib` and `typing` cost ~25 ms a start; the fork server's side imports them).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+BUNDLECTL = os.path.join(os.path.dirname(os.path.dirname(HERE)), "bundlectl")
 # The test servers that import the SDK (the others start in a few tens of milliseconds, and some
 # start processes of their own, whose process group the tests follow: they start as they are).
 SERVERS = frozenset({"kitchen.py", "conformance.py", "oauth_server.py", "pantry.py", "named.py"})
@@ -65,6 +70,9 @@ def place() -> Path:
     """The fork server's socket for this checkout, this Python environment and bundlectl's
     sources as they are (it holds them imported: after an edit, a run gets a new one). The
     suite's processes are told it (conftest.py); others find it (~7 ms)."""
+    import hashlib
+    from pathlib import Path
+
     told = os.environ.get("BUNDLECTL_SUITE_FORKSERVER")
     if told:
         return Path(told)
@@ -141,7 +149,8 @@ def hand_over(run: dict[str, str] | None = None, path0: str | None = None) -> No
         return  # the copy itself, running the script
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.connect(str(place() / "socket"))
+        folder = os.environ.get("BUNDLECTL_SUITE_FORKSERVER") or str(place())
+        sock.connect(os.path.join(folder, "socket"))
         hello = _line(sock)
     except OSError:
         sock.close()
@@ -481,7 +490,7 @@ def _measured() -> None:
     """Start coverage in the copy as the launcher would have (`tests/_site/_untraced.py`
     reads the launcher's environment), with the suite's hook for untraced third-party
     imports."""
-    site = str(HERE.parent / "_site")
+    site = os.path.join(os.path.dirname(HERE), "_site")
     if site in sys.path:
         import _untraced  # tests/_site
 
@@ -491,4 +500,6 @@ def _measured() -> None:
 if __name__ == "__main__":
     if os.fork() > 0:
         os._exit(0)  # detached: whoever started it does not wait for it
+    from pathlib import Path
+
     serve(Path(sys.argv[1]))

@@ -10,19 +10,21 @@ Such a process then hands itself over to the fork server when one runs (`_forkse
 server runs in a warm copy that already imported the SDK, on this process's pipes.
 """
 
+import os
 import sys
-from pathlib import Path
 
 _main = getattr(sys.modules.get("__main__"), "__file__", None) or ""
-if "coverage" in sys.modules and Path(_main).resolve().parent == Path(__file__).resolve().parent:
+# (os.path, not pathlib: a launcher handing over to the fork server imports nothing it need not)
+_ours = os.path.dirname(os.path.realpath(_main)) == os.path.dirname(os.path.realpath(__file__))
+if "coverage" in sys.modules and _ours:
     import coverage
 
     _current = coverage.Coverage.current()
     if _current is not None:
         _current.stop()
 
-if Path(_main).resolve().parent == Path(__file__).resolve().parent:
+if _ours:
     from _forkserver import SERVERS, hand_over
 
-    if Path(_main).name in SERVERS:  # a server started as a script: run it forked, warm
+    if os.path.basename(_main) in SERVERS:  # a server started as a script: run it forked, warm
         hand_over()
