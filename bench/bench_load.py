@@ -1,7 +1,7 @@
 """The HTTP gateway under load and over time: a sweep of connections, and a soak, side by side
 with a peer proxy in one run — or against a gateway of your own (`--url`, `--token`).
 
-    python bench/bench_load.py [--connections 1,16,64,256] [--duration 10]
+    python bench/bench_load.py [--connections 1,16,64,256] [--duration 10] [--rounds 1]
                                [--sessions 16,64,128] [--calls 40]
                                [--soak 32 --minutes 10] [--peer-python PATH]
     python bench/bench_load.py --url https://gw.example/mcp --token "$TOKEN" --tool TOOL
@@ -9,7 +9,9 @@ with a peer proxy in one run — or against a gateway of your own (`--url`, `--t
 1. **Stateless requests** (`serve --stateless`), driven by autocannon (pinned in tests/npm, run
    with its Node: a load generator that is not the thing measured), one fixed `tools/call` body,
    at each of `--connections` for `--duration` seconds: requests/s, p50/p99/p99.9 latency,
-   errors, timeouts and answers other than 2xx.
+   errors, timeouts and answers other than 2xx. `--rounds N` repeats the sweep, every other
+   round in reverse order, and prints the medians: on a machine whose speed drifts (a shared
+   VM), one pass can read a drift as a drop under concurrency.
 2. **Stateful sessions** (2025-11-25, `mcp-session-id`): `--sessions` sessions at once, each an
    httpx2 keep-alive client that initializes and makes `--calls` sequential calls: calls/s,
    p50/p99/p99.9, sessions that failed (a dropped connection, an error) and why; then one
@@ -33,6 +35,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -298,21 +301,51 @@ def _numbers(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part.strip()]
 
 
+def sweep(target: Target, points: list[int], duration: int, rounds: int) -> None:
+    """The stateless sweep: each point `rounds` times, the order reversed every other round
+    (1, 16, 64, 256, then 256, 64, 16, 1, ...) so that a machine whose speed drifts during the
+    run weighs on every point alike; the medians of the rounds, and the flatness goals (#57)."""
+    print(f"{target.name}: stateless requests (autocannon, {duration} s each, {rounds} rounds)")
+    print(f"  {'conns':>6} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} errors")
+    found: dict[int, list[dict[str, float]]] = {point: [] for point in points}
+    for round_ in range(rounds):
+        for connections in points if round_ % 2 == 0 else points[::-1]:
+            r = autocannon(target, connections, duration)
+            found[connections].append(r)
+            print(
+                f"  {connections:>6} {r['req_s']:>8.0f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
+                f"{r['p99_9_ms']:>9.1f} {r['errors']} errors, {r['timeouts']} timeouts, "
+                f"{r['non_2xx']} non-2xx" + (f"  (round {round_ + 1})" if rounds > 1 else ""),
+                flush=True,
+            )
+    if rounds == 1:
+        return
+    median = {
+        point: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+        for point, runs in found.items()
+    }
+    print(f"  medians of {rounds} rounds:")
+    for point, r in median.items():
+        print(
+            f"  {point:>6} {r['req_s']:>8.0f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
+            f"{r['p99_9_ms']:>9.1f}",
+            flush=True,
+        )
+    best = max(r["req_s"] for r in median.values())
+    last = points[-1]
+    share = median[last]["req_s"] / best
+    print(f"  {last} connections: {share:.0%} of the best point (#57: >= 85%)")
+    if 64 in median:
+        at = median[64]
+        print(f"  64 connections: p99 {at['p99_ms'] / at['p50_ms']:.1f}x p50 (#57: <= 4x)")
+
+
 def run_target(
     target: Target, args: argparse.Namespace, *, stateless: bool, stateful: bool
 ) -> None:
     anyio.run(sessions, target, 1, 3)  # warm: its server started, caches filled
     if stateless:
-        print(f"{target.name}: stateless requests (autocannon, {args.duration} s each)")
-        print(f"  {'conns':>6} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} errors")
-        for connections in _numbers(args.connections):
-            r = autocannon(target, connections, args.duration)
-            print(
-                f"  {connections:>6} {r['req_s']:>8.0f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
-                f"{r['p99_9_ms']:>9.1f} {r['errors']} errors, {r['timeouts']} timeouts, "
-                f"{r['non_2xx']} non-2xx",
-                flush=True,
-            )
+        sweep(target, _numbers(args.connections), args.duration, args.rounds)
     if stateful:
         print(f"{target.name}: stateful sessions ({args.calls} calls each)")
         print(f"  {'sess':>6} {'calls/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} failed")
@@ -340,6 +373,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--connections", default="1,16,64,256", help="autocannon connections")
     parser.add_argument("--duration", type=int, default=10, help="seconds per autocannon run")
+    parser.add_argument("--rounds", type=int, default=1, help="the stateless sweep N times")
     parser.add_argument("--sessions", default="16,64,128", help="concurrent stateful sessions")
     parser.add_argument("--calls", type=int, default=40, help="calls per stateful session")
     parser.add_argument("--soak", type=int, default=0, help="sessions of the soak (0: none)")
