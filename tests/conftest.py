@@ -259,6 +259,7 @@ def pytest_configure(config: pytest.Config) -> None:
         _bytecode()
         if getattr(config.option, "numprocesses", None):
             _rewritten_tests(config)
+        _precombined(config)
     # The processes the suite starts import third-party packages untraced by coverage
     # (tests/_site/sitecustomize.py says why); bundlectl in them is measured as before.
     site = str(Path(__file__).parent / "_site")
@@ -376,6 +377,38 @@ def _bytecode() -> None:
     import compileall
 
     compileall.compile_dir(REPO / "bundlectl", quiet=2)
+
+
+def _precombined(config: pytest.Config) -> None:
+    """Coverage's data from ended processes combined while the tests run (tests/_precombine.py
+    says why), when the run measures coverage."""
+    if not config.pluginmanager.hasplugin("_cov"):
+        return
+    import coverage
+
+    current = coverage.Coverage.current()
+    if current is None:
+        return
+    from tests._precombine import Precombiner
+
+    precombiner = Precombiner(current.config.data_file)
+    precombiner.start()
+    config.stash[_PRECOMBINER] = precombiner
+
+
+_PRECOMBINER = pytest.StashKey[Any]()
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtestloop(session: pytest.Session) -> Any:
+    """Inside pytest-cov's wrapper: the pre-combining stops (a round under way ends) before
+    pytest-cov combines what is left."""
+    try:
+        return (yield)
+    finally:
+        precombiner = session.config.stash.get(_PRECOMBINER, None)
+        if precombiner is not None:
+            precombiner.stop()
 
 
 @pytest.hookimpl(hookwrapper=True, trylast=True)
