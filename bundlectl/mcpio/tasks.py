@@ -8,7 +8,8 @@ timeout — the task is the call, bounded by its timeout as a whole —, Ctrl-C,
 client cancelling) sends `tasks/cancel` first. A task that asks its client something
 (`input_required`) is handed on where the caller hands a server's questions on (the gateway's
 2026-07-28 clients: `session.Rounds`), as an input-required round whose answers go to the task
-(`tasks/update`); elsewhere (`exec`) the call fails, saying so.
+(`tasks/update`); elsewhere the session's own callbacks answer them, as the SDK answers a
+server's questions outside a task (`exec`: the terminal; `serve`: a 2025-11-25 client).
 
 The SDK (2.3) has the extension mechanism (`ClientExtension`, `ResultClaim`), not this
 extension; the gateway's own tasks, for its clients, are `gateway/tasks.py`."""
@@ -21,12 +22,14 @@ from typing import Any, Literal
 import anyio
 import mcp_types as types
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
-from pydantic import ConfigDict, Field, TypeAdapter
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from bundlectl.mcpio.requests import TASKS
 
 _ANSWER: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+_QUESTION: TypeAdapter[types.InputRequest] = TypeAdapter(types.InputRequest)
 # The requestState of a round that a server's task asked (`followed`): the task's id after it.
 # Never sent to a server as a requestState; a client cannot forge it (the gateway seals the
 # states it hands on: `gateway/relayed.py`).
@@ -97,8 +100,15 @@ async def _polled(
                 asked["requestState"] = CONTINUED + created.task_id
                 return types.InputRequiredResult.model_validate(asked)
             if status == "input_required":
-                said = "the server's task asks its client something (not answered by bundlectl)"
-                raise MCPError(types.INTERNAL_ERROR, said)
+                try:
+                    answers = await _answered(session, task.get("inputRequests") or {})
+                except MCPError:  # not answered here: the server need not wait for it
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                        await _request(session, types.CancelTaskRequest, created.task_id)
+                    raise
+                params = {"taskId": created.task_id, "inputResponses": answers}
+                await session.send_request(_UpdateTask(params=params), _ANSWER)
+                continue  # the task goes on with the answers: asked again at once
             interval = task.get("pollIntervalMs") or interval or 500
             await anyio.sleep(min(max(interval / 1000, 0.05), 5.0))
     except anyio.get_cancelled_exc_class():
@@ -120,6 +130,26 @@ async def continued(
     await session.send_request(update, _ANSWER)
     created = CreatedTask.model_validate({"resultType": "task", "taskId": task_id})
     return await followed(session, created, timeout, relay=True)
+
+
+async def _answered(session: Any, asked: dict[str, Any]) -> dict[str, Any]:
+    """The answers of this session's own callbacks to a task's questions (`inputRequests`), one
+    after the other (a person may be asked): a refusal is the call's error."""
+    answers: dict[str, Any] = {}
+    for key, raw in asked.items():
+        try:
+            request = _QUESTION.validate_python(raw)
+        except ValidationError as exc:
+            problem = str(exc).splitlines()[0]
+            said = f"the server's task asked its client something it cannot answer: {problem}"
+            raise MCPError(types.INVALID_PARAMS, said) from None
+        meta = request.params.meta if request.params is not None else None
+        context = ClientRequestContext(session=session, request_id=key, meta=meta)
+        answer = await session.dispatch_input_request(context, request)
+        if isinstance(answer, types.ErrorData):
+            raise MCPError.from_error_data(answer)
+        answers[key] = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return answers
 
 
 class _UpdateTask(types.Request[dict[str, Any], Literal["tasks/update"]]):

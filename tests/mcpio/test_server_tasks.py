@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
+from tests.cli.test_exec import on_terminal
 from tests.conftest import TEST_SERVERS, Run, audit_records, write
 from tests.gateway.test_gateway_http import client, gateway, texts
 
@@ -75,11 +77,13 @@ def test_serve_calls_a_servers_task_only_tool_for_any_client(
     assert failed.is_error and "returned an error: the job broke (code -32603)" in texts(failed)[0]
 
 
+@pytest.mark.parametrize(("mode", "version"), [("auto", "2026-07-28"), ("legacy", "2025-11-25")])
 def test_a_servers_task_that_asks_is_handed_on_to_the_client_that_answers(
-    project: Path, tmp_path: Path, isolated_home: Path
+    project: Path, tmp_path: Path, isolated_home: Path, mode: str, version: str
 ) -> None:
     """A server's task that asks its client something (`input_required`): the gateway hands
-    the question to a 2026-07-28 client as an input-required round, and the client's answer
+    the question to a 2026-07-28 client as an input-required round, and to a 2025-11-25 one as
+    a request on its session (as it hands on a server's own question); the client's answer
     goes to the task (`tasks/update`), whose result is the call's."""
     _project(project, tmp_path)
     asked: list[str] = []
@@ -91,11 +95,30 @@ def test_a_servers_task_that_asks_is_handed_on_to_the_client_that_answers(
         return types.ElicitResult(action="accept", content={"ok": True})
 
     async def script(url: str) -> Any:
-        async with client(url, elicitation_callback=confirm) as c:
-            assert c.protocol_version == "2026-07-28"
+        async with client(url, elicitation_callback=confirm, mode=mode) as c:
+            assert c.protocol_version == version
             return await c.call_tool("jobs__ask_job", {"seconds": 0.1})
 
     with gateway(project, "--agent", "worker", home=isolated_home) as (url, _):
         result = anyio.run(script, url)
     assert asked == ["Go ahead?"]
     assert texts(result) == ["confirmed: {'ok': True}"], texts(result)
+
+
+def test_exec_answers_a_servers_task_that_asks_on_the_terminal(
+    project: Path, tmp_path: Path, run: Run, isolated_home: Path
+) -> None:
+    """A server's task that asks its client something (`input_required`): `exec` asks the
+    person at the terminal as it asks a server's own question, and the answer goes to the task
+    (`tasks/update`), whose result is the call's. Without a terminal the call fails, saying
+    why, and the server's task is cancelled rather than left waiting."""
+    _project(project, tmp_path)
+    script = [(b"ok (boolean): ", "true"), (b"send this answer? [y/N]", "y")]
+    status, seen = on_terminal(project, ["exec", "-a", "worker", "jobs.ask_job"], script)
+    shown = seen.decode(errors="replace")
+    assert "the server asks: Go ahead?" in shown, shown
+    assert (status, shown.splitlines()[-1].strip()) == (0, "confirmed: {'ok': True}"), shown
+    unanswered = run("exec", "-a", "worker", "jobs.ask_job")
+    assert unanswered.code == 5, unanswered.err
+    assert "no one is at a terminal to answer" in unanswered.err, unanswered.err
+    assert (tmp_path / "tasks.log").read_text().startswith("cancelled "), unanswered.err
