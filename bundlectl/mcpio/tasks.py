@@ -132,9 +132,12 @@ async def continued(
     return await followed(session, created, timeout, relay=True)
 
 
-async def _answered(session: Any, asked: dict[str, Any]) -> dict[str, Any]:
+async def _answered(session: Any, asked: object) -> dict[str, Any]:
     """The answers of this session's own callbacks to a task's questions (`inputRequests`), one
     after the other (a person may be asked): a refusal is the call's error."""
+    if not isinstance(asked, dict):
+        said = "the server's task asked its client something, but its inputRequests is no object"
+        raise MCPError(types.INVALID_PARAMS, said)
     answers: dict[str, Any] = {}
     for key, raw in asked.items():
         try:

@@ -122,3 +122,7 @@ def test_exec_answers_a_servers_task_that_asks_on_the_terminal(
     assert unanswered.code == 5, unanswered.err
     assert "no one is at a terminal to answer" in unanswered.err, unanswered.err
     assert (tmp_path / "tasks.log").read_text().startswith("cancelled "), unanswered.err
+    odd = run("exec", "-a", "worker", "jobs.ask_job", "odd=true")  # questions not an object
+    assert odd.code == 5 and "inputRequests is no object" in odd.err, odd.err
+    assert "Traceback" not in odd.err
+    assert (tmp_path / "tasks.log").read_text().count("cancelled ") == 2, odd.err

@@ -2,9 +2,9 @@
 as a task (a request that does not declare the extension is refused with -32021, as the spec
 asks of a task-required tool), `failing_job` is a task that fails at the protocol level,
 `ask_job` a task that asks its client to confirm (`input_required`, answered with
-`tasks/update`), and `quick` answers at once. `tasks/get`, `tasks/update` and `tasks/cancel`
-over its tasks; a cancelled job is written to $TASKS_LOG (bundlectl's tests: was the server
-told?).
+`tasks/update`; with `odd: true` its `inputRequests` is a list, not an object), and `quick`
+answers at once. `tasks/get`, `tasks/update` and `tasks/cancel` over its tasks; a cancelled
+job is written to $TASKS_LOG (bundlectl's tests: was the server told?).
 
     python tasks_server.py            (stdio)
 """
@@ -88,7 +88,9 @@ async def call_tool(ctx: ServerRequestContext, params: types.CallToolRequestPara
             await anyio.sleep(seconds)
             if params.name == "ask_job":
                 job["answered"] = anyio.Event()
-                job.update(status="input_required", inputRequests={"confirm": QUESTION})
+                odd = (params.arguments or {}).get("odd")  # a malformed question: a list
+                asked: Any = ["confirm", QUESTION] if odd else {"confirm": QUESTION}
+                job.update(status="input_required", inputRequests=asked)
                 await job["answered"].wait()
                 answer = job.pop("answers")["confirm"]
                 text = f"confirmed: {answer.get('content')}"
