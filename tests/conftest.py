@@ -381,8 +381,11 @@ def _bytecode() -> None:
 
 def _precombined(config: pytest.Config) -> None:
     """Coverage's data from ended processes combined while the tests run (tests/_precombine.py
-    says why), when the run measures coverage."""
-    if not config.pluginmanager.hasplugin("_cov"):
+    says why), when the run measures coverage — under xdist only, by its controller, which runs
+    no test: a thread beside the tests would make each `pty.fork` a fork of a threaded process
+    (a DeprecationWarning on Python 3.12+, an error here)."""
+    workers = getattr(config.option, "numprocesses", None)
+    if not workers or not config.pluginmanager.hasplugin("_cov"):
         return
     import coverage
 
