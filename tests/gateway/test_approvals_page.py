@@ -75,14 +75,24 @@ def browser(tmp_path: Path) -> Iterator[Callable[[], Any]]:
 
 def until(driver: Any, check: Callable[[Any], Any]) -> Any:
     """Wait for `check`; an element the page replaced while it was read (it redraws the
-    status as answers come) is looked up again."""
-    from selenium.common.exceptions import StaleElementReferenceException
+    status as answers come) is looked up again, and so is one asked for while the window was
+    still following a redirect (a sign-in ends in several; on a loaded machine the first
+    look can land between two of them: "aborted by navigation")."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
+
+    def settled(window: Any) -> Any:
+        try:
+            return check(window)
+        except WebDriverException as exc:
+            if "aborted by navigation" not in str(exc):
+                raise
+            return False
 
     wait = WebDriverWait(
         driver, WAIT, poll_frequency=0.05, ignored_exceptions=(StaleElementReferenceException,)
     )
-    return wait.until(check)
+    return wait.until(settled)
 
 
 def text_of(driver: Any) -> str:
