@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Literal
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from bundlectl.policy.catalog import agent_row
 from bundlectl.policy.rules import Rule
 from bundlectl.resolve.resolved import GATEWAY_AUTH, Resolution, identity_digests, server_digest
+from bundlectl.spread import Spread, serially
 
 if TYPE_CHECKING:
     from bundlectl.policy.engine import CompiledAgent
@@ -331,63 +332,83 @@ def _bits(mask: int) -> Iterator[int]:
 
 
 def compare(
-    before: Resolution, after: Resolution, *, agents: list[str] | None = None
+    before: Resolution,
+    after: Resolution,
+    *,
+    agents: list[str] | None = None,
+    spread: Spread = serially,
 ) -> PolicyDiff:
-    """What changes from `before` to `after` (only for `agents`, when given)."""
+    """What changes from `before` to `after` (only for `agents`, when given); the agents whose
+    decisions may differ are compared as `spread` runs the work (over several cores, by the
+    command line)."""
     found = PolicyDiff()
     union = sorted({(t.server, t.tool) for t in (*before.catalog.tools, *after.catalog.tools)})
-    names = [f"{server}.{tool}" for server, tool in union]
     after.catalog.share_masks(before.catalog)
-    old_side, new_side = _Side(before, union), _Side(after, union)
-    same_tools = old_side.same and new_side.same and _locked(before) == _locked(after)
+    sides = _Side(before, union), _Side(after, union)
+    same_tools = sides[0].same and sides[1].same and _locked(before) == _locked(after)
     listed = sorted(set(before.policy.agents) | set(after.policy.agents))
     signed_before, signed_after = _signatures(before), _signatures(after)
-    for name in agents if agents is not None else listed:
-        found.agents_compared += 1
-        signature = signed_before.get(name)
-        if same_tools and signature is not None and signature == signed_after.get(name):
-            continue
-        old, new = before.policy.agent(name), after.policy.agent(name)
-        allow_old, ask_old = old_side.row(old)
-        allow_new, ask_new = new_side.row(new)
-        # What may differ: a different effect, or an ask on both sides (out of band, by how
-        # many people); a tool a rule with conditions names is decided on its own.
-        conditional = old_side.conditional(old) | new_side.conditional(new)
-        wanted = (
-            (allow_old ^ allow_new) | (ask_old ^ ask_new) | (ask_old & ask_new)
-        ) & ~conditional
-        groups: dict[tuple[Cell, Cell], list[str]] = {}
-        parts_new = new_side.parts(new, wanted, union)
-        for mask_old, cell_old in old_side.parts(old, wanted, union):
-            for mask_new, cell_new in parts_new:
-                both = mask_old & mask_new
-                if both and _meaning(cell_old) != _meaning(cell_new):
-                    groups.setdefault((cell_old, cell_new), []).extend(
-                        names[u] for u in _bits(both)
-                    )
-        # Decided where the rules that name the tools differ (or where they are present on
-        # one side only), once per set of tools named alike: equal rules over a tool decide
-        # it equally. In the order of the tools, as the cells above.
-        named_new = new_side.naming(new, conditional)
-        differing = [
-            (both, key_old, key_new)
-            for mask_old, key_old in old_side.naming(old, conditional)
-            for mask_new, key_new in named_new
-            if key_old != key_new and (both := mask_old & mask_new)
-        ]
-        for both, key_old, key_new in sorted(differing, key=lambda d: d[0] & -d[0]):
-            u = (both & -both).bit_length() - 1
-            cell_old = ABSENT_CELL if key_old is None else old_side.cells.of(old, *union[u])
-            cell_new = ABSENT_CELL if key_new is None else new_side.cells.of(new, *union[u])
-            if _meaning(cell_old) != _meaning(cell_new):
-                groups.setdefault((cell_old, cell_new), []).extend(names[u] for u in _bits(both))
-        found.tools.extend(
-            ToolChange(name, tuple(sorted(tools)), was, now) for (was, now), tools in groups.items()
-        )
+    names = agents if agents is not None else listed
+    found.agents_compared = len(names)
+    compared = [
+        name
+        for name in names
+        if not same_tools  # (a tool that came or went may fall under any agent's rule)
+        or signed_before.get(name) is None
+        or signed_before.get(name) != signed_after.get(name)
+    ]
+    shown = [f"{server}.{tool}" for server, tool in union]
+
+    def changes(some: Sequence[str]) -> list[list[ToolChange]]:
+        return [_agent_changes(name, sides, union, shown) for name in some]
+
+    for agent_changes in spread(changes, compared):
+        found.tools.extend(agent_changes)
     found.other.extend(_identities(before, after))
     found.other.extend(_settings(before, after))
     found.other.extend(_servers(before, after))
     return found
+
+
+def _agent_changes(
+    name: str, sides: tuple[_Side, _Side], union: list[tuple[str, str]], names: list[str]
+) -> list[ToolChange]:
+    """One agent's cells that differ between the two sides, grouped by their two cells."""
+    old_side, new_side = sides
+    old = old_side.resolution.policy.agent(name)
+    new = new_side.resolution.policy.agent(name)
+    allow_old, ask_old = old_side.row(old)
+    allow_new, ask_new = new_side.row(new)
+    # What may differ: a different effect, or an ask on both sides (out of band, by how
+    # many people); a tool a rule with conditions names is decided on its own.
+    conditional = old_side.conditional(old) | new_side.conditional(new)
+    wanted = ((allow_old ^ allow_new) | (ask_old ^ ask_new) | (ask_old & ask_new)) & ~conditional
+    groups: dict[tuple[Cell, Cell], list[str]] = {}
+    parts_new = new_side.parts(new, wanted, union)
+    for mask_old, cell_old in old_side.parts(old, wanted, union):
+        for mask_new, cell_new in parts_new:
+            both = mask_old & mask_new
+            if both and _meaning(cell_old) != _meaning(cell_new):
+                groups.setdefault((cell_old, cell_new), []).extend(names[u] for u in _bits(both))
+    # Decided where the rules that name the tools differ (or where they are present on
+    # one side only), once per set of tools named alike: equal rules over a tool decide
+    # it equally. In the order of the tools, as the cells above.
+    named_new = new_side.naming(new, conditional)
+    differing = [
+        (both, key_old, key_new)
+        for mask_old, key_old in old_side.naming(old, conditional)
+        for mask_new, key_new in named_new
+        if key_old != key_new and (both := mask_old & mask_new)
+    ]
+    for both, key_old, key_new in sorted(differing, key=lambda d: d[0] & -d[0]):
+        u = (both & -both).bit_length() - 1
+        cell_old = ABSENT_CELL if key_old is None else old_side.cells.of(old, *union[u])
+        cell_new = ABSENT_CELL if key_new is None else new_side.cells.of(new, *union[u])
+        if _meaning(cell_old) != _meaning(cell_new):
+            groups.setdefault((cell_old, cell_new), []).extend(names[u] for u in _bits(both))
+    return [
+        ToolChange(name, tuple(sorted(tools)), was, now) for (was, now), tools in groups.items()
+    ]
 
 
 def _meaning(cell: Cell) -> tuple[str, tuple[str, ...]]:

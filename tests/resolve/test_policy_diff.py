@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -260,3 +261,64 @@ def test_a_base_that_is_neither_a_path_nor_a_revision_is_a_usage_error(
     assert fresh.code == 1 and "+ review.view_diff: not in the catalog → allow" in fresh.out, (
         fresh.err
     )
+
+
+def test_a_diff_spread_over_forked_processes_is_the_diff_made_in_one(tmp_path: Path) -> None:
+    """The command line compares a large project's agents in several processes (`spread`):
+    the same changes, in the same order, as one process finds. Run in a fresh interpreter (the
+    test process has xdist's threads, beside which nothing forks), with three shares."""
+    agents = []
+    for i in range(30):
+        parent = f"    extends: [a{i - 3}]\n" if i >= 3 and i % 2 else ""
+        grants = ", ".join(f'"{p}"' for p in PATTERNS[i % 4 : i % 4 + 2])
+        agents.append(f"  a{i}:\n{parent}    allow: [{grants}]\n    ask: [{PATTERNS[i % 7]!r}]\n")
+    servers = "".join(
+        f"  {s}: {{command: x, tools: [{', '.join(f'{{name: {n}}}' for n in names)}]}}\n"
+        for s, names in TOOLS.items()
+    )
+    text = f"version: 1\nservers:\n{servers}agents:\n{''.join(agents)}policy:\n  deny: [DENY]\n"
+    (tmp_path / "before").mkdir()
+    (tmp_path / "after").mkdir()
+    (tmp_path / "before" / "bundlectl.yaml").write_text(text.replace("DENY", '"*.delete*"'))
+    edited = text.replace("ask: ['gh.*']", "deny: ['files.write']")
+    edited = edited.replace("DENY", '"*.delete*", "gh.get_*"')
+    (tmp_path / "after" / "bundlectl.yaml").write_text(edited)
+    script = f"""
+import os
+from pathlib import Path
+from bundlectl import spread
+from bundlectl.config.project import load_project
+from bundlectl.resolve.diff import compare
+from bundlectl.resolve.resolved import resolve_project
+
+spread.LEAST_PER_SHARE = 1
+spread.cores = lambda: 3
+before, after = (
+    resolve_project(load_project(Path({str(tmp_path)!r}) / side / "bundlectl.yaml"))
+    for side in ("before", "after")
+)
+forks = []
+real_fork = os.fork
+def counted():
+    forks.append(1)
+    return real_fork()
+os.fork = counted
+spread_found = compare(before, after, spread=spread.over_cores)
+os.fork = real_fork
+alone = compare(before, after)
+assert len(forks) == 2, forks
+assert spread_found.tools == alone.tools and spread_found.other == alone.other
+assert spread_found.agents_compared == alone.agents_compared == 30
+print(len(alone.tools), len({{c.agent for c in alone.tools}}))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    changes, agents_changed = map(int, done.stdout.split())
+    assert changes >= agents_changed >= 20  # most agents lose gh.get_issue

@@ -29,6 +29,7 @@ from bundlectl.errors import BundlectlError, UsageError
 from bundlectl.output import Shared, emit_json, out, paint, visible, write
 from bundlectl.resolve.diff import ABSENT, Cell, OtherChange, PolicyDiff, ToolChange, compare
 from bundlectl.resolve.resolved import Resolution, resolve_project
+from bundlectl.spread import over_cores
 
 DEFAULT_BRANCHES = ("origin/HEAD", "origin/main", "origin/master", "main", "master")
 SIGN = {"widened": "+", "narrowed": "-", "changed": "~"}
@@ -76,7 +77,7 @@ def diff(config: Path | None, base: str | None, *, fmt: str, agents: list[str]) 
                     f"agent {agent!r} is listed on neither side",
                     hint="agents: " + ", ".join(sorted(after.policy.agents)),
                 )
-        found = compare(before.resolution, after, agents=agents or None)
+        found = compare(before.resolution, after, agents=agents or None, spread=over_cores)
         REPORTERS[fmt](found, before, current)
     return 1 if found else 0
 
