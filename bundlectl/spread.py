@@ -50,11 +50,11 @@ def over_cores(work: Callable[[Sequence[T]], list[R]], items: Sequence[T]) -> li
         for part in parts[1:]:
             children.append(_started(work, part))
         results = [work(parts[0])]
-        for (pid, pipe), part in zip(children, parts[1:], strict=True):
+        for part in parts[1:]:
+            pid, pipe = children.pop(0)
             results.append(_collected(pid, pipe, len(part)) or work(part))
-        children.clear()
     finally:
-        for pid, pipe in children:  # the work failed here: stop the rest
+        for pid, pipe in children:  # the work failed here: stop the children not yet heard
             _stopped(pid, pipe)
     ordered: list[Any] = [None] * len(items)
     for i, found in enumerate(results):

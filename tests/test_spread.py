@@ -87,9 +87,26 @@ def test_an_error_of_the_work_is_raised_here_and_no_child_is_left() -> None:
         except ChildProcessError:
             print("none left")
         assert time.monotonic() - began < 20
+
+        def share_fails(some):  # in its child, then again here; the third share is slow
+            if some[0] == 1:
+                raise KeyError("share")
+            if os.getpid() != HOME and some[0] == 2:
+                time.sleep(30)
+            return list(some)
+
+        try:
+            spread.over_cores(share_fails, list(range(9)))
+        except KeyError:
+            print("raised")
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            print("none left")
+        assert time.monotonic() - began < 20
         """
     )
-    assert said.split() == ["raised", "none", "left"]
+    assert said.split() == ["raised", "none", "left"] * 2
 
 
 def test_nothing_forks_beside_a_running_thread_or_for_a_few_items() -> None:
