@@ -240,6 +240,15 @@ class _Side:
             found = self._masks[pattern] = self.to_union(self.catalog.mask(pattern))
         return found
 
+    def prepare(self, agents: list[str]) -> None:
+        """The masks the agents' rows are made of — each rule's of their whole `extends` chains,
+        and the global denies' — made here once, rather than again by each process `spread`
+        forks (each would make nearly all of them: neighbours share ancestors)."""
+        policy = self.resolution.policy.set
+        for name in agents:
+            self.catalog.inherited_masks(policy.agents, name)
+        self.catalog.rules_mask(policy.global_deny)
+
     def row(self, agent: CompiledAgent) -> tuple[int, int]:
         """The tools the agent may call outright and those it is asked about, over the union."""
         row = agent_row(agent, self.catalog)
@@ -362,6 +371,8 @@ def compare(
     def changes(some: Sequence[str]) -> list[list[ToolChange]]:
         return [_agent_changes(name, sides, union, shown) for name in some]
 
+    for side in sides:  # what every share of the work reads, made once before they part
+        side.prepare(compared)
     for agent_changes in spread(changes, compared):
         found.tools.extend(agent_changes)
     found.other.extend(_identities(before, after))
