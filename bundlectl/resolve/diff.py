@@ -172,13 +172,11 @@ class _Cells:
 
 
 def _signatures(resolution: Resolution) -> dict[str, str]:
-    """Per listed agent, a digest of everything its decisions follow from besides the catalog:
-    its own rules, its parents' digests (so the whole `extends` chain), the global denies, the
-    default and pinning. Made once per agent, without compiling any (a chain is walked with a
+    """Per listed agent, a digest of its chain: its own rules and its parents' digests (so the
+    whole `extends` chain, in order). With `_common`, everything its decisions follow from
+    besides the catalog. Made once per agent, without compiling any (a chain is walked with a
     stack: it may be thousands deep)."""
-    policy = resolution.policy.set
-    agents = policy.agents
-    common = repr((policy.default, policy.pin_tools, [_rule_key(r) for r in policy.global_deny]))
+    agents = resolution.policy.set.agents
     done: dict[str, str] = {}
     for start in agents:
         stack = [start]
@@ -195,9 +193,15 @@ def _signatures(resolution: Resolution) -> dict[str, str]:
             stack.pop()
             own = [_rule_key(r) for r in spec.rules]
             parents = [(p, done.get(p)) for p, _ in spec.extends]
-            text = repr((common, own, parents))
+            text = repr((own, parents))
             done[name] = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
     return done
+
+
+def _common(resolution: Resolution) -> str:
+    """What every agent's decisions follow from: the global denies, the default, pinning."""
+    policy = resolution.policy.set
+    return repr((policy.default, policy.pin_tools, [_rule_key(r) for r in policy.global_deny]))
 
 
 def _rule_key(rule: Rule) -> tuple[str, str, str | None]:
@@ -357,19 +361,27 @@ def compare(
     same_tools = sides[0].same and sides[1].same and _locked(before) == _locked(after)
     listed = sorted(set(before.policy.agents) | set(after.policy.agents))
     signed_before, signed_after = _signatures(before), _signatures(after)
+    same_common = _common(before) == _common(after)
     names = agents if agents is not None else listed
     found.agents_compared = len(names)
     compared = [
         name
         for name in names
-        if not same_tools  # (a tool that came or went may fall under any agent's rule)
+        if not (same_tools and same_common)  # (a tool may fall under any agent's rule)
         or signed_before.get(name) is None
         or signed_before.get(name) != signed_after.get(name)
     ]
+    # Of these, the agents whose own chains are the same on both sides (a global deny
+    # changed, say): a tool asked on both sides is asked by the same rule on both.
+    same_chain = {
+        name
+        for name in compared
+        if signed_before.get(name) is not None and signed_before.get(name) == signed_after.get(name)
+    }
     shown = [f"{server}.{tool}" for server, tool in union]
 
     def changes(some: Sequence[str]) -> list[list[ToolChange]]:
-        return [_agent_changes(name, sides, union, shown) for name in some]
+        return [_agent_changes(name, sides, union, shown, name in same_chain) for name in some]
 
     for side in sides:  # what every share of the work reads, made once before they part
         side.prepare(compared)
@@ -382,18 +394,28 @@ def compare(
 
 
 def _agent_changes(
-    name: str, sides: tuple[_Side, _Side], union: list[tuple[str, str]], names: list[str]
+    name: str,
+    sides: tuple[_Side, _Side],
+    union: list[tuple[str, str]],
+    names: list[str],
+    same_chain: bool,
 ) -> list[ToolChange]:
-    """One agent's cells that differ between the two sides, grouped by their two cells."""
+    """One agent's cells that differ between the two sides, grouped by their two cells
+    (`same_chain`: its own rules and its whole `extends` chain are the same on both sides)."""
     old_side, new_side = sides
     old = old_side.resolution.policy.agent(name)
     new = new_side.resolution.policy.agent(name)
     allow_old, ask_old = old_side.row(old)
     allow_new, ask_new = new_side.row(new)
     # What may differ: a different effect, or an ask on both sides (out of band, by how
-    # many people); a tool a rule with conditions names is decided on its own.
+    # many people) — unless the chain is the same: the first ask rule that matches a tool is
+    # then the same rule on both sides (the global denies add no ask, and pinning or a deny
+    # would have made it no ask). A tool a rule with conditions names is decided on its own.
     conditional = old_side.conditional(old) | new_side.conditional(new)
-    wanted = ((allow_old ^ allow_new) | (ask_old ^ ask_new) | (ask_old & ask_new)) & ~conditional
+    wanted = (allow_old ^ allow_new) | (ask_old ^ ask_new)
+    if not same_chain:
+        wanted |= ask_old & ask_new
+    wanted &= ~conditional
     groups: dict[tuple[Cell, Cell], list[str]] = {}
     parts_new = new_side.parts(new, wanted, union)
     for mask_old, cell_old in old_side.parts(old, wanted, union):
