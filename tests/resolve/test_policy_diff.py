@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bundlectl.config.project import load_project
+from bundlectl.config.yamlio import parse_yaml
 from bundlectl.resolve.diff import compare
 from bundlectl.resolve.resolved import Resolution, resolve_project
 from tests.conftest import REPO, Run, write
@@ -114,13 +115,36 @@ def _all_tools(text: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _reapproved(text: str) -> str:
+    """The same project whose ask rules are approved otherwise: at the terminal where they
+    were out of band, out of band (by one person) where they were not — the same tools asked,
+    by rules that differ."""
+    data = parse_yaml(text, "bundlectl.yaml").data
+    for rules in (data.get("agents") or {}).values():
+        asked = []
+        for rule in rules.get("ask", []):
+            if isinstance(rule, str):
+                asked.append({"tool": rule, "approve": "out-of-band"})
+            elif "args" in rule:
+                asked.append(rule)
+            elif rule.get("approvals", 1) > 1:
+                asked.append({"tool": rule["tool"], "approve": "out-of-band"})
+            else:
+                asked.append(rule["tool"])
+        if asked:
+            rules["ask"] = asked
+    return json.dumps(data)
+
+
 @settings(max_examples=100, deadline=None)
-@given(configs(), configs(), st.booleans())
+@given(configs(), configs(), st.sampled_from(["drawn", "new catalog", "reapproved"]))
 def test_the_diff_is_every_cell_where_the_two_sides_decide_differently(
-    before_text: str, after_text: str, new_catalog_only: bool
+    before_text: str, after_text: str, after_is: str
 ) -> None:
-    if new_catalog_only:
+    if after_is == "new catalog":  # the same rules
         after_text = _all_tools(before_text)
+    elif after_is == "reapproved":  # the same tools asked, by other rules
+        after_text = _reapproved(before_text)
     with tempfile.TemporaryDirectory() as scratch:
         before = _resolved(Path(scratch) / "before", before_text)
         after = _resolved(Path(scratch) / "after", after_text)
@@ -288,6 +312,7 @@ import os
 from pathlib import Path
 from bundlectl import spread
 from bundlectl.config.project import load_project
+from bundlectl.config.yamlio import parse_yaml
 from bundlectl.resolve.diff import compare
 from bundlectl.resolve.resolved import resolve_project
 
