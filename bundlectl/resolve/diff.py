@@ -357,6 +357,7 @@ def compare(
     found = PolicyDiff()
     union = sorted({(t.server, t.tool) for t in (*before.catalog.tools, *after.catalog.tools)})
     after.catalog.share_masks(before.catalog)
+    after.policy.share_chains(before.policy)
     sides = _Side(before, union), _Side(after, union)
     same_tools = sides[0].same and sides[1].same and _locked(before) == _locked(after)
     listed = sorted(set(before.policy.agents) | set(after.policy.agents))
