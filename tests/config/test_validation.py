@@ -1,6 +1,9 @@
 """Every malformed config ends in positioned errors, all at once, exit 2 — through the CLI."""
 
+import json
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import Run, write
 
@@ -160,3 +163,36 @@ def test_a_duration_that_is_not_one_says_what_one_looks_like(project: Path, run:
         "m, h or d, such as 15m, 1h or 7d"
     ) in refused.err
     assert "should match pattern" not in refused.err
+
+
+SCHEMAS = [
+    {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    {"type": 5},
+    {"items": [{"type": "string"}]},  # draft-07's tuple form: valid where no dialect is named
+    {"$schema": "https://json-schema.org/draft/2020-12/schema", "items": [{"type": "string"}]},
+    {"$schema": "https://json-schema.org/draft/2020-12/schema", "prefixItems": [{}]},
+    {"dependencies": {"a": 5}},
+    {"additionalItems": 5},  # draft-07 refuses it; 2020-12 no longer knows the keyword
+    {"definitions": {"x": {"type": "nope"}}},
+    {"properties": {"a": {"type": "strin"}}},
+    {"required": []},
+    {"exclusiveMinimum": True},
+    {"$schema": "http://json-schema.org/draft-04/schema#", "exclusiveMinimum": True},
+    {"$schema": "https://example.com/unknown", "type": "object"},
+    {"minLength": -1},
+    {"enum": []},
+]
+
+
+@pytest.mark.parametrize("schema", SCHEMAS, ids=[json.dumps(s) for s in SCHEMAS])
+def test_a_declared_schema_is_judged_as_jsonschema_judges_it(schema: dict[str, object]) -> None:
+    """The Rust validator answers "valid" first where it is installed; its yes must be
+    jsonschema's (against draft-07 where the schema names no dialect)."""
+    import jsonschema
+    from jsonschema.validators import validator_for
+
+    from bundlectl.config.toolschemas import _first_error
+
+    meta = validator_for(schema, default=jsonschema.Draft7Validator)
+    reference = validator_for(meta.META_SCHEMA)(meta.META_SCHEMA).is_valid(schema)
+    assert (_first_error(json.dumps(schema, sort_keys=True)) is None) == reference
