@@ -14,7 +14,14 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from bundlectl.policy.engine import CompiledAgent
-from bundlectl.policy.patterns import compiled, has_wildcard, part_matches, split_rule
+from bundlectl.policy.patterns import (
+    SEPARATOR,
+    compiled,
+    has_wildcard,
+    in_joined,
+    part_matches,
+    split_rule,
+)
 from bundlectl.policy.rules import EFFECTS, AgentSpec, Effect, Rule
 
 if TYPE_CHECKING:  # a tool's declared spec, as the config's model has it
@@ -133,13 +140,37 @@ class Catalog:
             servers = [s for s in self.by_server if part_matches(server, s, casefold=casefold)]
         if not casefold and not has_wildcard(tool):
             return sum(1 << self.index[(s, tool)] for s in servers if (s, tool) in self.index)
-        regex = compiled(tool, casefold=casefold)
         bits = 0
+        found = in_joined(tool, casefold=casefold)
+        joined = self._joined if SEPARATOR not in tool else {}
         for s in servers:
-            for i in self.by_server[s]:
-                if regex.fullmatch(self.tools[i].tool):
-                    bits |= 1 << i
+            names = joined.get(s)
+            if names is None:  # a name (or the pattern) holds the separator: name by name
+                regex = compiled(tool, casefold=casefold)
+                for i in self.by_server[s]:
+                    if regex.fullmatch(self.tools[i].tool):
+                        bits |= 1 << i
+                continue
+            text, index_at = names
+            for match in found.finditer(text):
+                bits |= 1 << index_at[match.start()]
         return bits
+
+    @cached_property
+    def _joined(self) -> dict[str, tuple[str, dict[int, int]]]:
+        """Per server, its tool names joined for `in_joined`, and the catalog index of the name
+        that starts at each offset (a server with a name holding the separator is left out)."""
+        found: dict[str, tuple[str, dict[int, int]]] = {}
+        for server, indexes in self.by_server.items():
+            names = [self.tools[i].tool for i in indexes]
+            if any(SEPARATOR in name for name in names):
+                continue
+            index_at, offset = {}, 1
+            for i, name in zip(indexes, names, strict=True):
+                index_at[offset] = i
+                offset += len(name) + 1
+            found[server] = (SEPARATOR + SEPARATOR.join(names) + SEPARATOR, index_at)
+        return found
 
     @cached_property
     def destructive(self) -> int:

@@ -48,6 +48,21 @@ def compiled(part: str, *, casefold: bool = False) -> re.Pattern[str]:
     return re.compile(regex_source(part), re.DOTALL | (re.IGNORECASE if casefold else 0))
 
 
+# Between (and around) the names of a list joined for `in_joined`: a character no name holds.
+SEPARATOR = "\x00"
+
+
+@functools.lru_cache(maxsize=8192)
+def in_joined(part: str, *, casefold: bool = False) -> re.Pattern[str]:
+    """One part of a pattern as a search over names joined by SEPARATOR (one before each and
+    one at the end): every match is a whole name that `part` matches, and one `finditer` finds
+    them all in C instead of a `fullmatch` per name."""
+    source = "".join(
+        "[^\x00]*" if c == "*" else "[^\x00]" if c == "?" else re.escape(c) for c in part
+    )
+    return re.compile(f"(?<=\x00){source}(?=\x00)", re.IGNORECASE if casefold else 0)
+
+
 def part_matches(part: str, text: str, *, casefold: bool = False) -> bool:
     """Whether one part of a pattern (the server or the tool part) matches `text`."""
     if not casefold and not has_wildcard(part):

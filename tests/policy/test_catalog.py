@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
 from bundlectl.config.models import ToolSpec
 from bundlectl.policy.catalog import Catalog, ToolRef, is_destructive, search
+from bundlectl.policy.patterns import part_matches, split_rule
 from tests.conftest import Run, write
 
 
@@ -84,3 +88,34 @@ def test_members_and_names_of_any_mask() -> None:
         assert catalog.members(mask) == wanted
         assert catalog.members(mask, limit=3) == wanted[:3]
         assert catalog.names(mask) == [t.qualified for t in wanted]
+
+
+NAME_CHARS = "ab.*?/_-\n\x00É"  # wildcards, regex and separator characters, a newline, a NUL
+
+
+@settings(max_examples=200, deadline=None)
+@example([("s", "a"), ("s", "b")], ["s.a\x00b", "*\x00*", "s.?\x00?"])  # across two names
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["s", "t", "s.x"]), st.text(NAME_CHARS, max_size=4)),
+        max_size=12,
+    ),
+    st.lists(st.text(NAME_CHARS, max_size=5), min_size=1, max_size=6),
+)
+def test_a_patterns_mask_is_the_tools_it_matches_one_by_one(
+    tools: list[tuple[str, str]], patterns: list[str]
+) -> None:
+    """Masks are found by one regular expression search over a server's joined names; each is
+    what matching the pattern against every tool alone gives, case-folded or not."""
+    catalog = Catalog(ToolRef(server, tool) for server, tool in tools)
+    for pattern in patterns:
+        for casefold in (False, True):
+            alone = 0
+            for i, ref in enumerate(catalog.tools):
+                server_part, tool_part = split_rule(pattern)
+                if part_matches(server_part, ref.server, casefold=casefold) and part_matches(
+                    tool_part, ref.tool, casefold=casefold
+                ):
+                    alone |= 1 << i
+            found = catalog.mask_casefold(pattern) if casefold else catalog.mask(pattern)
+            assert found == alone, (pattern, casefold, catalog.tools)
