@@ -16,13 +16,15 @@ server nothing to write. The project's governed files stay read-only whatever th
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from bundlectl.policy.conditions import Condition, Matcher
 from bundlectl.policy.patterns import part_matches
+from bundlectl.policy.rules import AgentSpec, Rule
 
 if TYPE_CHECKING:
+    from bundlectl.policy.engine import CompiledAgent
     from bundlectl.resolve.resolved import Resolution
 
 ANYWHERE = "."
@@ -52,7 +54,10 @@ def writes_needed(resolution: Resolution, server: str) -> tuple[str, ...] | None
 def _drawn(
     resolution: Resolution, server: str, agents: Collection[str] | None
 ) -> tuple[set[str], bool]:
-    """The folders the granting rules bound, and whether some granting rule is unbounded."""
+    """The folders the granting rules bound, and whether some granting rule is unbounded.
+    Each rule is judged once, however many agents inherit it, and each pattern part once per
+    server (`resolve` asks this of every server: 3,000 agents deep in `extends` made it
+    hundreds of millions of matches)."""
     merged = resolution.merged.servers.get(server)
     if merged is None:
         return set(), False
@@ -60,23 +65,47 @@ def _drawn(
     writers = [t.name for t in catalog if not (t.annotations or {}).get("readOnlyHint")]
     if catalog and not writers:
         return set(), False  # every tool of it only reads
+    policy = resolution.policy
+    compiled = [policy.agent(agent) for agent in (policy.agents if agents is None else agents)]
+    unbounded = any(agent.falls_open and agent.may_reach(server) for agent in compiled)
     found: set[str] = set()
-    unbounded = False
-    for agent in resolution.policy.agents if agents is None else agents:
-        compiled = resolution.policy.agent(agent)
-        unbounded |= compiled.falls_open and compiled.may_reach(server)
-        for rule in compiled.rules:
-            server_part, tool_part = rule.parts
-            if rule.effect == "deny" or not part_matches(server_part, server):
+    on_server: dict[str, bool] = {}
+    writing: dict[str, bool] = {}
+    for rule in _granting(policy.set.agents.values() if agents is None else compiled):
+        server_part, tool_part = rule.parts
+        here = on_server.get(server_part)
+        if here is None:
+            here = on_server[server_part] = part_matches(server_part, server)
+        if not here:
+            continue
+        if catalog:
+            writes = writing.get(tool_part)
+            if writes is None:
+                writes = writing[tool_part] = any(part_matches(tool_part, t) for t in writers)
+            if not writes:
                 continue
-            if catalog and not any(part_matches(tool_part, tool) for tool in writers):
-                continue
-            bounds = _bounds(rule.condition)
-            if bounds is None:
-                unbounded = True
-            else:
-                found |= bounds
+        bounds = _bounds(rule.condition)
+        if bounds is None:
+            unbounded = True
+        else:
+            found |= bounds
     return found, unbounded
+
+
+def _granting(owners: Iterable[AgentSpec] | Iterable[CompiledAgent]) -> Iterator[Rule]:
+    """The allow and ask rules of the given agents' `extends` chains, each once. Every listed
+    agent's spec (its own rules: each listed agent heads its own chain), or the members of
+    some compiled agents' chains."""
+    seen: set[int] = set()
+    for owner in owners:
+        members = (
+            [owner.rules] if isinstance(owner, AgentSpec) else (m.rules for m in owner.members)
+        )
+        for rules in members:
+            if id(rules) in seen:
+                continue
+            seen.add(id(rules))
+            yield from (rule for rule in rules if rule.effect != "deny")
 
 
 def _bounds(condition: Condition | None) -> set[str] | None:

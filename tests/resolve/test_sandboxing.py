@@ -77,6 +77,20 @@ def test_each_agents_process_gets_its_own_agents_write_set(project: Path) -> Non
     assert _writes(project, agents) == ("docs", "site")  # a shared process: every agent's
 
 
+def test_an_agent_writes_where_the_rules_it_inherits_bound_its_paths(project: Path) -> None:
+    agents = (
+        '  docs: {allow: [{tool: fs.write_file, args: {path: {path: "docs/**"}}}]}\n'
+        "  child:\n"
+        "    extends: [docs]\n"
+        '    ask: [{tool: fs.move_file, args: {path: {path: "out/**"}}}]\n'
+        "  grandchild: {extends: [child, docs]}\n"
+        "  reader: {allow: [fs.read_file]}\n"
+    )
+    assert _writes(project, agents, ["grandchild"]) == ("docs", "out")
+    assert _writes(project, agents, ["reader", "docs"]) == ("docs",)
+    assert _writes(project, agents) == ("docs", "out")
+
+
 def test_explain_and_resolve_show_the_write_set_the_policy_draws(project: Path, run: Run) -> None:
     agents = '  docs: {allow: [{tool: fs.write_file, args: {path: {path: "docs/**"}}}]}\n'
     write(
