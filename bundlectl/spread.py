@@ -25,6 +25,9 @@ R = TypeVar("R")
 
 # Items per share below which a child costs more than it saves (a fork, a pickle, a wait).
 LEAST_PER_SHARE = 256
+# Processes at most, however many cores: each child's copy-on-write pages add to the memory
+# used, and past a few the work left in one process (loading, reporting) is most of the time.
+MOST_SHARES = 4
 
 
 class Spread(Protocol):
@@ -41,7 +44,7 @@ def serially(work: Callable[[Sequence[T]], list[R]], items: Sequence[T]) -> list
 def over_cores(work: Callable[[Sequence[T]], list[R]], items: Sequence[T]) -> list[R]:
     """`work(items)`, its items shared among this process and forked children (interleaved:
     neighbouring items often cost alike), the results back in the items' order."""
-    shares = min(cores(), len(items) // LEAST_PER_SHARE)
+    shares = min(cores(), MOST_SHARES, len(items) // LEAST_PER_SHARE)
     if shares < 2 or not _may_fork():
         return work(items)
     parts = [items[i::shares] for i in range(shares)]

@@ -117,6 +117,8 @@ def test_nothing_forks_beside_a_running_thread_or_for_a_few_items() -> None:
 
         assert pids(range(3)) == {HOME}  # fewer than two shares' worth
         assert len(pids(range(6))) == 3
+        spread.cores = lambda: 64
+        assert len(pids(range(200))) == spread.MOST_SHARES  # however many cores
         stop = threading.Event()
         beside = threading.Thread(target=stop.wait)
         beside.start()
