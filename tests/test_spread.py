@@ -71,22 +71,24 @@ def test_a_child_that_fails_costs_time_not_results() -> None:
 def test_an_error_of_the_work_is_raised_here_and_no_child_is_left() -> None:
     said = _ran(
         """
-        def work(some):
+        began = time.monotonic()
+
+        def raised_and_none_left(work):
+            try:
+                spread.over_cores(work, list(range(9)))
+            except KeyError:
+                print("raised")
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                print("none left")
+            assert time.monotonic() - began < 20
+
+        def fails_here(some):
             if os.getpid() == HOME:
                 raise KeyError("here")
             time.sleep(30)  # a child still working is stopped
             return list(some)
-
-        began = time.monotonic()
-        try:
-            spread.over_cores(work, list(range(9)))
-        except KeyError:
-            print("raised")
-        try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
-            print("none left")
-        assert time.monotonic() - began < 20
 
         def share_fails(some):  # in its child, then again here; the third share is slow
             if some[0] == 1:
@@ -95,15 +97,8 @@ def test_an_error_of_the_work_is_raised_here_and_no_child_is_left() -> None:
                 time.sleep(30)
             return list(some)
 
-        try:
-            spread.over_cores(share_fails, list(range(9)))
-        except KeyError:
-            print("raised")
-        try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
-            print("none left")
-        assert time.monotonic() - began < 20
+        raised_and_none_left(fails_here)
+        raised_and_none_left(share_fails)
         """
     )
     assert said.split() == ["raised", "none", "left"] * 2
