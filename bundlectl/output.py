@@ -256,7 +256,7 @@ def _stream(value: Any, expand: int, depth: int, write: Any) -> None:
         member = entry
         if is_map:
             key, member = entry
-            write(json.dumps(str(key), ensure_ascii=False) + ": ")
+            write(_encode_str(str(key)) + ": ")
         _stream(member, expand, depth + 1, write)
     if not first:
         write("\n" + "  " * depth)
@@ -266,13 +266,11 @@ def _stream(value: Any, expand: int, depth: int, write: Any) -> None:
 def _one_line(value: Any) -> str:
     """`value` as JSON on one line; a mapping's `RawJson` members are written as they are."""
     if isinstance(value, dict) and any(isinstance(v, RawJson) for v in value.values()):
-        members = (
-            f"{json.dumps(str(k), ensure_ascii=False)}: {_one_line(v)}" for k, v in value.items()
-        )
+        members = (f"{_encode_str(str(k))}: {_one_line(v)}" for k, v in value.items())
         return "{" + ", ".join(members) + "}"
     if isinstance(value, RawJson):
         return value.text
-    return json.dumps(value, ensure_ascii=False, default=_plain)
+    return _encode_plain(value)
 
 
 def _plain(value: Any) -> Any:
@@ -282,6 +280,9 @@ def _plain(value: Any) -> Any:
     if isinstance(value, RawJson):
         return json.loads(value.text)
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_encode_plain = json.JSONEncoder(ensure_ascii=False, default=_plain).encode
 
 
 def write_csv(rows: Iterable[Sequence[str]]) -> None:
