@@ -16,6 +16,7 @@ server nothing to write. The project's governed files stay read-only whatever th
 from __future__ import annotations
 
 import posixpath
+import weakref
 from collections.abc import Collection, Iterable, Iterator
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,7 @@ from bundlectl.policy.patterns import part_matches
 from bundlectl.policy.rules import AgentSpec, Rule
 
 if TYPE_CHECKING:
-    from bundlectl.policy.engine import CompiledAgent
+    from bundlectl.policy.engine import CompiledAgent, Policy
     from bundlectl.resolve.resolved import Resolution
 
 ANYWHERE = "."
@@ -69,27 +70,44 @@ def _drawn(
     compiled = [policy.agent(agent) for agent in (policy.agents if agents is None else agents)]
     unbounded = any(agent.falls_open and agent.may_reach(server) for agent in compiled)
     found: set[str] = set()
-    on_server: dict[str, bool] = {}
     writing: dict[str, bool] = {}
-    for rule in _granting(policy.set.agents.values() if agents is None else compiled):
-        server_part, tool_part = rule.parts
-        here = on_server.get(server_part)
-        if here is None:
-            here = on_server[server_part] = part_matches(server_part, server)
-        if not here:
+    granting = _everyones(policy) if agents is None else _by_server_part(_granting(compiled))
+    for server_part, rules in granting.items():
+        if not part_matches(server_part, server):
             continue
-        if catalog:
-            writes = writing.get(tool_part)
-            if writes is None:
-                writes = writing[tool_part] = any(part_matches(tool_part, t) for t in writers)
-            if not writes:
-                continue
-        bounds = _bounds(rule.condition)
-        if bounds is None:
-            unbounded = True
-        else:
-            found |= bounds
+        for rule in rules:
+            tool_part = rule.parts[1]
+            if catalog:
+                writes = writing.get(tool_part)
+                if writes is None:
+                    writes = writing[tool_part] = any(part_matches(tool_part, t) for t in writers)
+                if not writes:
+                    continue
+            bounds = _bounds(rule.condition)
+            if bounds is None:
+                unbounded = True
+            else:
+                found |= bounds
     return found, unbounded
+
+
+# Every listed agent's granting rules by server part, made once per policy (`resolve` and lint
+# ask for every server in turn); a policy no longer used takes its entry with it.
+_EVERYONES: weakref.WeakKeyDictionary[Policy, dict[str, list[Rule]]] = weakref.WeakKeyDictionary()
+
+
+def _everyones(policy: Policy) -> dict[str, list[Rule]]:
+    found = _EVERYONES.get(policy)
+    if found is None:
+        found = _EVERYONES[policy] = _by_server_part(_granting(policy.set.agents.values()))
+    return found
+
+
+def _by_server_part(rules: Iterable[Rule]) -> dict[str, list[Rule]]:
+    groups: dict[str, list[Rule]] = {}
+    for rule in rules:
+        groups.setdefault(rule.parts[0], []).append(rule)
+    return groups
 
 
 def _granting(owners: Iterable[AgentSpec] | Iterable[CompiledAgent]) -> Iterator[Rule]:
