@@ -55,13 +55,14 @@ def over_cores(work: Callable[[Sequence[T]], list[R]], items: Sequence[T]) -> li
         results = [work(parts[0])]
         for part in parts[1:]:
             pid, pipe = children.pop(0)
-            results.append(_collected(pid, pipe, len(part)) or work(part))
+            found = _collected(pid, pipe, len(part))
+            results.append(work(part) if found is None else found)
     finally:
         for pid, pipe in children:  # the work failed here: stop the children not yet heard
             _stopped(pid, pipe)
     ordered: list[Any] = [None] * len(items)
-    for i, found in enumerate(results):
-        ordered[i::shares] = found
+    for i, share in enumerate(results):
+        ordered[i::shares] = share
     return ordered
 
 
