@@ -187,14 +187,28 @@ def _cache_entry(digest: str) -> Path:
     return paths.cache_dir() / "manifests" / f"{key}.pickle"
 
 
+# The cache entries this process has read or written, by their file's name: a process that
+# resolves again (a reload of `serve`, a batch, `policy diff`'s two sides) unpickles them
+# without reading the file. A fresh object each time: callers may change what they get.
+_KEPT: dict[str, bytes] = {}
+_KEPT_BYTES = 32 << 20  # past this, the oldest go first
+
+
 def _cache_get(digest: str) -> tuple[YamlDoc, BundleManifest] | None:
     """A manifest validated before. Parsing and validating a large tool catalog costs tens of
     milliseconds; this costs well under one. Only valid manifests are ever stored."""
     import pickle  # noqa: PLC0415  # start-up: `list` reads summaries, never a pickle
 
+    entry = _cache_entry(digest)
     try:
-        with _cache_entry(digest).open("rb") as handle:
-            doc, manifest = pickle.load(handle)
+        data = _KEPT.get(entry.name)
+        if data is None:
+            data = entry.read_bytes()
+            _keep(entry.name, data)
+        elif not entry.exists():  # kept from another cache folder (another BUNDLECTL_HOME)
+            with contextlib.suppress(OSError):
+                _write_cache(entry, data)
+        doc, manifest = pickle.loads(data)
     except (OSError, EOFError, pickle.UnpicklingError, AttributeError, TypeError, ValueError):
         return None
     if isinstance(doc, YamlDoc) and isinstance(manifest, BundleManifest):
@@ -205,8 +219,16 @@ def _cache_get(digest: str) -> tuple[YamlDoc, BundleManifest] | None:
 def _cache_put(digest: str, doc: YamlDoc, manifest: BundleManifest) -> None:
     import pickle  # noqa: PLC0415  # start-up: `list` reads summaries, never a pickle
 
+    entry, data = _cache_entry(digest), pickle.dumps((doc, manifest))
+    _keep(entry.name, data)
     with contextlib.suppress(OSError):
-        _write_cache(_cache_entry(digest), pickle.dumps((doc, manifest)))
+        _write_cache(entry, data)
+
+
+def _keep(name: str, data: bytes) -> None:
+    _KEPT[name] = data
+    while sum(map(len, _KEPT.values())) > _KEPT_BYTES and len(_KEPT) > 1:
+        del _KEPT[next(iter(_KEPT))]
 
 
 def _write_cache(path: Path, data: bytes) -> None:

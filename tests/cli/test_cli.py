@@ -165,6 +165,10 @@ def test_config_option_before_or_after_the_command(
     assert run("-c", str(other / "team.yaml"), "resolve").out == before.out
     both = run("-c", str(other / "env.yaml"), "resolve", "-c", str(other / "team.yaml"))
     assert both.out == before.out
+    # A process builds each command's parser once (`cli.main._built`): it keeps no option of
+    # an earlier run.
+    assert run("resolve", "--format", "json").out.startswith("{")
+    assert run("resolve").out == run("resolve", "--format", "text").out != before.out
 
 
 def test_debug_shows_the_traceback_for_this_run_only(project: Path, run: Run) -> None:

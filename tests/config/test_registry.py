@@ -259,3 +259,27 @@ def test_the_maintainers_catalog_script_answers_help() -> None:
         [sys.executable, str(script)], capture_output=True, text=True, check=False
     )
     assert bare.returncode == 2 and "Traceback" not in bare.stderr
+
+
+def test_a_manifest_read_again_in_one_process_is_a_copy_and_each_cache_folder_gets_it(
+    tmp_path: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that loads a manifest again (a reload, another home in the same process)
+    unpickles what it kept in memory: a fresh object each time, and the entry written to each
+    cache folder it is asked for in, as a first load writes it."""
+    from bundlectl.config.registry import Registry, load_manifest_file
+
+    registry = Registry.default(tmp_path)
+    version = registry.versions("basic")[-1]
+    path = paths.builtin_registry_dir() / "basic" / f"{version}.yaml"
+    source = registry.source_of("basic")
+    assert source is not None
+    first = load_manifest_file(path, source)
+    other_home = tmp_path / "other-home"
+    monkeypatch.setenv("BUNDLECTL_HOME", str(other_home))
+    again = load_manifest_file(path, source, display="shown elsewhere")
+    assert again.manifest == first.manifest and again.digest == first.digest
+    assert again.manifest is not first.manifest and again.doc is not first.doc
+    assert (again.doc.file, first.doc.file) == ("shown elsewhere", str(path))
+    for home in (isolated_home, other_home):
+        assert list((home / "cache" / "manifests").glob("*.pickle")), home
