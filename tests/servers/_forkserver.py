@@ -242,7 +242,7 @@ def _signal(pid: int, number: int, *, group: bool) -> None:
 
 def serve(folder: Path) -> None:
     """Accept launchers until no registered pytest process is alive."""
-    import anyio  # noqa: F401  # what the test servers import, once
+    import anyio  # what the test servers import, once
     import mcp.server.elicitation
     import mcp.server.mcpserver
     import mcp.server.mcpserver.resolve
@@ -253,7 +253,7 @@ def serve(folder: Path) -> None:
     import rich.console  # MCPServer() imports these to log (~25 ms a start)
     import rich.logging  # noqa: F401
     import starlette.applications  # noqa: F401
-    import uvicorn  # noqa: F401
+    import uvicorn
 
     mcp.server.mcpserver.server.Settings.model_rebuild(force=True)  # built by MCPServer()
 
@@ -269,6 +269,19 @@ def serve(folder: Path) -> None:
     import ruamel.yaml  # noqa: F401
     import typer  # noqa: F401
 
+    # ... and what they import when they first need it (measured in the copies: ~0.1 s of CPU
+    # where a start needs them): anyio's event loop, the HTTP transport and server protocols,
+    # schema checks, suggestions, and the stores and exporters some configurations name.
+    import anyio._backends._asyncio  # noqa: F401
+    import httpcore2  # noqa: F401
+    import jsonschema  # noqa: F401
+    import jsonschema_rs  # noqa: F401
+    import rapidfuzz  # noqa: F401
+    import redis  # noqa: F401
+    import requests  # noqa: F401
+    import uvicorn.protocols.http.auto
+    import uvicorn.protocols.websockets.auto  # noqa: F401
+
     # ... and the modules of bundlectl that `exec` and `serve` import as they start (~0.3 s of
     # CPU a start, measured). A copy measures what it runs of them: coverage follows a
     # function by its file when it is called, whenever its module was imported; only their
@@ -280,8 +293,11 @@ def serve(folder: Path) -> None:
     import bundlectl.cli.commands.serve
     import bundlectl.cli.main
     import bundlectl.gateway.handlers
+    import bundlectl.gateway.http
     import bundlectl.gateway.serve_stdio
-    import bundlectl.mcpio.pipe_session  # noqa: F401
+    import bundlectl.mcpio.oauth
+    import bundlectl.mcpio.pipe_session
+    import bundlectl.mcpio.tasks  # noqa: F401
 
     # ... and what each such start builds before its first line of work: typer's command for
     # it (`_built`: 10-25 ms a start) and the validators of bundlectl's models, which pydantic
