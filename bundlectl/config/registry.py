@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -192,6 +193,7 @@ def _cache_entry(digest: str) -> Path:
 # without reading the file. A fresh object each time: callers may change what they get.
 _KEPT: dict[str, bytes] = {}
 _KEPT_BYTES = 32 << 20  # past this, the oldest go first
+_KEEPING = threading.Lock()
 
 
 def _cache_get(digest: str) -> tuple[YamlDoc, BundleManifest] | None:
@@ -226,9 +228,10 @@ def _cache_put(digest: str, doc: YamlDoc, manifest: BundleManifest) -> None:
 
 
 def _keep(name: str, data: bytes) -> None:
-    _KEPT[name] = data
-    while sum(map(len, _KEPT.values())) > _KEPT_BYTES and len(_KEPT) > 1:
-        del _KEPT[next(iter(_KEPT))]
+    with _KEEPING:  # a gateway's threads may load manifests at once
+        _KEPT[name] = data
+        while sum(map(len, _KEPT.values())) > _KEPT_BYTES and len(_KEPT) > 1:
+            del _KEPT[next(iter(_KEPT))]
 
 
 def _write_cache(path: Path, data: bytes) -> None:
