@@ -22,9 +22,10 @@ import sys
 
 from _untraced import measures_bundlectl, start_coverage
 
-# The commands that import the MCP SDK (the others start in ~0.2 s and some tests read which
-# modules they import: they start as they are).
-WARM = frozenset({"serve", "exec", "auth", "tools"})
+# The commands that import the MCP SDK or an HTTP server: `approvals` for its page, `server` for
+# the built-in servers (the others start in ~0.2 s and some tests read which modules they
+# import: they start as they are).
+WARM = frozenset({"serve", "exec", "auth", "tools", "approvals", "server"})
 
 
 def _warm_start() -> None:

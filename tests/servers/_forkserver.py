@@ -288,6 +288,9 @@ def serve(folder: Path) -> None:
     # top-level lines run here, unmeasured, and the suite imports every module measured
     # elsewhere. None reads the environment or the folder as it is imported.
     import bundlectl.calls.early_start
+    import bundlectl.cli.commands.approvals
+    import bundlectl.cli.commands.server
+    import bundlectl.gateway.approvers
     import bundlectl.cli.commands.exec
     import bundlectl.cli.commands.exec_call
     import bundlectl.cli.commands.serve
@@ -304,7 +307,14 @@ def serve(folder: Path) -> None:
     # builds on first use (`defer_build`: ~40 ms a start, the project's and the lock's).
     from bundlectl.cli.main import _built
 
-    for command in ("serve", "exec", "auth", "tools"):  # tests/_site/sitecustomize.py's WARM
+    for command in (
+        "serve",
+        "exec",
+        "auth",
+        "tools",
+        "approvals",
+        "server",
+    ):  # sitecustomize's WARM
         _built(command)
     _models_built()
 
