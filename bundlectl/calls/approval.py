@@ -101,14 +101,39 @@ class OutOfBand:
         rule = decision.rule
         where = f"{rule.label} ({rule.origin})" if rule is not None else "an ask rule"
         shown = json.dumps(pipeline.shown.redacted(call.shown), ensure_ascii=False, indent=2)
-        approval, new = store.request(
-            binding,
-            rule=where,
-            shown=shown,
-            ttl=ttl,
-            requester=call.subject,
-            needed=decision.approvals_needed,
-        )
+        # A caller that waits here (`exec`) is stopped as by Ctrl-C from before its request
+        # exists: a SIGTERM or SIGHUP between the request and the wait ended the process with
+        # the request pending, for an approver to approve a call no one waits for.
+        waits = self.hold is None and self.wait
+        approval: Approval | None = None
+        with _stops_as_interrupts() if waits else contextlib.nullcontext():
+            try:
+                approval, new = store.request(
+                    binding,
+                    rule=where,
+                    shown=shown,
+                    ttl=ttl,
+                    requester=call.subject,
+                    needed=decision.approvals_needed,
+                )
+                return await self._requested(pipeline, decision, call, approval, new=new)
+            except KeyboardInterrupt:
+                if waits and approval is not None:
+                    store.withdraw(approval.id)
+                    pipeline.audit.approval(decision, "approval-withdrawn", approval.id, None)
+                raise
+
+    async def _requested(
+        self,
+        pipeline: Admitting,
+        decision: Decision,
+        call: ToolCall,
+        approval: Approval,
+        *,
+        new: bool,
+    ) -> bool:
+        """The request made: announced when new, then held, refused as held, or waited for."""
+        settings = pipeline.approvals
         if new:
             pipeline.audit.approval(decision, "approval-requested", approval.id, None)
             if settings is not None and settings.notify is not None:
@@ -205,20 +230,14 @@ class OutOfBand:
             f"approval request {approval.id} (expires in {_left(approval)}; Ctrl-C withdraws "
             f"it)\n  an approver runs: {how}"
         )
-        try:
-            with _stops_as_interrupts():
-                while not self._settled(pipeline, decision, call, approval):
-                    if sys.stderr.isatty():
-                        current = self.store.get(approval.id) or approval
-                        status(f"\rwaiting for approval {approval.id} ({_left(current)} left)   ")
-                    time.sleep(POLL)
-            taken = self.store.get(approval.id) or approval
-            err(f"approved by {taken.decided_by}")
-            return True
-        except KeyboardInterrupt:
-            self.store.withdraw(approval.id)
-            pipeline.audit.approval(decision, "approval-withdrawn", approval.id, None)
-            raise
+        while not self._settled(pipeline, decision, call, approval):
+            if sys.stderr.isatty():
+                current = self.store.get(approval.id) or approval
+                status(f"\rwaiting for approval {approval.id} ({_left(current)} left)   ")
+            time.sleep(POLL)
+        taken = self.store.get(approval.id) or approval
+        err(f"approved by {taken.decided_by}")
+        return True
 
 
 @contextlib.contextmanager
