@@ -219,8 +219,10 @@ def traced(meta: Mapping[str, Any] | None) -> dict[str, Any] | None:
     import, ~80 ms, is not paid by a call that traces nothing)."""
     if "opentelemetry.context" not in sys.modules:
         return dict(meta) if meta else None
-    from opentelemetry import propagate  # noqa: PLC0415
+    from opentelemetry import context, propagate  # noqa: PLC0415
 
+    if not context.get_current():  # nothing is current (an untraced call): nothing to add
+        return dict(meta) if meta else None
     carrier = dict(meta) if meta else {}
     propagate.inject(carrier)
     return carrier or None

@@ -51,10 +51,11 @@ _STAMP = {"name": "bundlectl", "version": __version__}
 
 def plain(result: JsonObject, version: str) -> bytes | None:
     """`shaped` for the common result the protocol's types would pass unchanged: text blocks
-    only, and nothing but `content`, `isError`, `structuredContent` and `_meta` (and on
-    2026-07-28 a `resultType` of complete). None: anything else, which the protocol's types
-    check. (The types cost the lane's warm call more than anything else it does;
-    `test_gateway_express` holds this to what they give, on every protocol.)"""
+    only, and nothing but `content`, `isError`, `structuredContent`, `_meta` and a `resultType`
+    of complete (which an older protocol's types drop: every session's result carries it).
+    None: anything else, which the protocol's types check. (The types cost a warm call more
+    than anything else the door does; `test_gateway_express` holds this to what they give, on
+    every protocol.)"""
     if not is_plain(result):
         return None
     meta = result.get("_meta", {})
@@ -64,8 +65,10 @@ def plain(result: JsonObject, version: str) -> bytes | None:
         result = {**result, "resultType": "complete"}
         if SERVER_INFO_KEY not in meta:
             result["_meta"] = {**meta, SERVER_INFO_KEY: _STAMP}
-    elif "resultType" in result:
-        return None
+    elif "resultType" in result:  # the sessions' results say so; older protocols lack it
+        if result["resultType"] != "complete":
+            return None
+        result = {key: value for key, value in result.items() if key != "resultType"}
     return json_line(result)[:-1]
 
 

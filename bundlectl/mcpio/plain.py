@@ -116,16 +116,20 @@ class _Waiter:
     reports, then the answer; None: the connection ended)."""
 
     arrived: collections.deque[dict[str, Any] | None] = field(default_factory=collections.deque)
-    wakeup: anyio.Event = field(default_factory=anyio.Event)
+    wakeup: anyio.Event | None = None  # made only while `next` waits (one per call, not three)
 
     def put(self, message: dict[str, Any] | None) -> None:
         self.arrived.append(message)
-        self.wakeup.set()
+        if self.wakeup is not None:
+            self.wakeup.set()
 
     async def next(self) -> dict[str, Any] | None:
         while not self.arrived:
-            await self.wakeup.wait()
             self.wakeup = anyio.Event()
+            try:
+                await self.wakeup.wait()
+            finally:
+                self.wakeup = None
         return self.arrived.popleft()
 
 
