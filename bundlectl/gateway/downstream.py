@@ -86,7 +86,7 @@ class Downstream:
     relay: Relay | None = None
     _inbox: MemoryObjectSendStream[None] | None = None  # open while its actor holds a session
     # Both taken on every call: taken at once when free (`fast_acquire`), where anyio's default
-    # yields to the event loop even then — one more loop turn each, a tenth of a warm call.
+    # yields to the event loop even then (one more loop turn each; waiters still go first).
     _lock: anyio.Lock = field(default_factory=lambda: anyio.Lock(fast_acquire=True))
     tools: dict[str, types.Tool] | None = None  # the live tools of the session, by name
     failures: int = 0  # crashes in a row
