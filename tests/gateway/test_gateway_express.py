@@ -267,6 +267,11 @@ def test_the_lanes_shortcut_for_plain_results_gives_what_the_protocols_types_giv
             assert shaped(result, version) == _typed(result, version)
         except ValueError:
             assert "_meta" in result
+    # What a raw-pipe session makes of a server's all-text answer is written directly too.
+    from bundlectl.mcpio.plain import result_of
+
+    made = result_of({"content": [{"type": "text", "text": "t"}]}, {"name": "s", "version": "1"})
+    assert plain(made.data, version) is not None
     for kind in ("input_required", "task", "incomplete"):  # never answered as if complete
         assert plain({"content": [], "resultType": kind}, version) is None
     broken = {"content": [{"type": "text", "text": "\ud800"}]}  # a lone surrogate
