@@ -34,6 +34,7 @@ import contextlib
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -143,13 +144,23 @@ def autocannon(
     argv += ["-m", "POST", "-b", json.dumps(_call(1, target.tool)), "-t", "30"]
     for key, value in headers.items():
         argv += ["-H", f"{key}={value}"]
+    gateway, loader = tree_cpu(target.pid), resource.getrusage(resource.RUSAGE_CHILDREN)
     ran = subprocess.run([*argv, target.url], capture_output=True, text=True, check=False)
     if ran.returncode != 0:
         raise RuntimeError(f"autocannon failed: {ran.stderr[-2000:]}")
+    gateway = tree_cpu(target.pid) - gateway
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    loader_s = after.ru_utime + after.ru_stime - loader.ru_utime - loader.ru_stime
     summary = json.loads(ran.stdout)
     latency = summary["latency"]
+    total = max(1, summary["requests"]["total"])
     return {
         "req_s": summary["requests"]["average"],
+        # CPU per request: the gateway's processes (its servers too), and autocannon's own —
+        # on a 2-core machine they share the cores, so a flat first column with a falling
+        # req/s says the load generator took the difference
+        "cpu_ms": gateway * 1000 / total if target.pid else float("nan"),
+        "load_ms": loader_s * 1000 / total,
         "p50_ms": latency["p50"],
         "p99_ms": latency["p99"],
         "p99_9_ms": latency.get("p99_9", float("nan")),
@@ -236,6 +247,30 @@ async def sessions(target: Target, count: int, calls: int) -> dict[str, float]:
     }
 
 
+def tree_cpu(pid: int | None) -> float:
+    """CPU seconds used so far by `pid` and every process under it, those that ended and were
+    waited for included (Linux /proc; 0 elsewhere)."""
+    if pid is None or not Path("/proc").is_dir():
+        return 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    used: dict[int, float] = {}
+    children: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        # after the name: state, ppid, ... utime (the 12th), stime, cutime, cstime
+        used[int(entry)] = sum(int(value) for value in fields[11:15]) / tick
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    total, todo = 0.0, [pid]
+    while todo:
+        process = todo.pop()
+        total += used.get(process, 0.0)
+        todo += children.get(process, [])
+    return total
+
+
 def _rss_and_fds(pid: int | None) -> tuple[str, str]:
     if pid is None:
         return "-", "-"
@@ -306,7 +341,10 @@ def sweep(target: Target, points: list[int], duration: int, rounds: int) -> None
     (1, 16, 64, 256, then 256, 64, 16, 1, ...) so that a machine whose speed drifts during the
     run weighs on every point alike; the medians of the rounds, and the flatness goals (#57)."""
     print(f"{target.name}: stateless requests (autocannon, {duration} s each, {rounds} rounds)")
-    print(f"  {'conns':>6} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} errors")
+    print(
+        f"  {'conns':>6} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} "
+        f"{'cpu ms':>7} {'load ms':>7} errors"
+    )
     found: dict[int, list[dict[str, float]]] = {point: [] for point in points}
     for round_ in range(rounds):
         for connections in points if round_ % 2 == 0 else points[::-1]:
@@ -314,7 +352,8 @@ def sweep(target: Target, points: list[int], duration: int, rounds: int) -> None
             found[connections].append(r)
             print(
                 f"  {connections:>6} {r['req_s']:>8.0f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
-                f"{r['p99_9_ms']:>9.1f} {r['errors']} errors, {r['timeouts']} timeouts, "
+                f"{r['p99_9_ms']:>9.1f} {r['cpu_ms']:>7.2f} {r['load_ms']:>7.2f} "
+                f"{r['errors']} errors, {r['timeouts']} timeouts, "
                 f"{r['non_2xx']} non-2xx" + (f"  (round {round_ + 1})" if rounds > 1 else ""),
                 flush=True,
             )
@@ -328,7 +367,7 @@ def sweep(target: Target, points: list[int], duration: int, rounds: int) -> None
     for point, r in median.items():
         print(
             f"  {point:>6} {r['req_s']:>8.0f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
-            f"{r['p99_9_ms']:>9.1f}",
+            f"{r['p99_9_ms']:>9.1f} {r['cpu_ms']:>7.2f} {r['load_ms']:>7.2f}",
             flush=True,
         )
     best = max(r["req_s"] for r in median.values())
