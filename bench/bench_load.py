@@ -384,6 +384,10 @@ def run_target(
 ) -> None:
     anyio.run(sessions, target, 1, 3)  # warm: its server started, caches filled
     if stateless:
+        # Each of `serve --workers N`'s processes starts its own server on its first request
+        # (a second or more for mcp-server-time); one session reaches one of them. A burst over
+        # 32 connections reaches every worker, so no point's tail holds a server's start-up.
+        autocannon(target, 32, 2)
         sweep(target, _numbers(args.connections), args.duration, args.rounds)
     if stateful:
         print(f"{target.name}: stateful sessions ({args.calls} calls each)")
