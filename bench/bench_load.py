@@ -3,7 +3,7 @@ with a peer proxy in one run — or against a gateway of your own (`--url`, `--t
 
     python bench/bench_load.py [--connections 1,16,64,256] [--duration 10] [--rounds 1]
                                [--sessions 16,64,128] [--calls 40]
-                               [--soak 32 --minutes 10] [--peer-python PATH]
+                               [--soak 32 --minutes 10] [--peer-python PATH] [--json-response]
     python bench/bench_load.py --url https://gw.example/mcp --token "$TOKEN" --tool TOOL
 
 1. **Stateless requests** (`serve --stateless`), driven by autocannon (pinned in tests/npm, run
@@ -11,7 +11,8 @@ with a peer proxy in one run — or against a gateway of your own (`--url`, `--t
    at each of `--connections` for `--duration` seconds: requests/s, p50/p99/p99.9 latency,
    errors, timeouts and answers other than 2xx. `--rounds N` repeats the sweep, every other
    round in reverse order, and prints the medians: on a machine whose speed drifts (a shared
-   VM), one pass can read a drift as a drop under concurrency.
+   VM), one pass can read a drift as a drop under concurrency. `--json-response` adds the same
+   sweep of `serve --stateless --json-response` (each answer one JSON body) after it.
 2. **Stateful sessions** (2025-11-25, `mcp-session-id`): `--sessions` sessions at once, each an
    httpx2 keep-alive client that initializes and makes `--calls` sequential calls: calls/s,
    p50/p99/p99.9, sessions that failed (a dropped connection, an error) and why; then one
@@ -74,6 +75,7 @@ def bundlectl_serve(folder: Path, time_server: str, *flags: str) -> Iterator[Tar
     """`serve` over streamable HTTP (with `flags`) in front of mcp-server-time."""
     with http_serve(folder, time_server, *flags) as (url, tool, pid):
         name = "bundlectl serve" + (" --stateless" if "--stateless" in flags else "")
+        name += " --json-response" if "--json-response" in flags else ""
         if "--workers" in flags and flags[flags.index("--workers") + 1] != "1":
             name += f" --workers {flags[flags.index('--workers') + 1]}"
         yield Target(name, url, tool, pid, audit=folder / "home" / "state" / "audit.jsonl")
@@ -429,6 +431,11 @@ def main() -> None:
     parser.add_argument("--pid", type=int, help="with --url: its process, for RSS and fds")
     parser.add_argument("--workers", type=int, default=1, help="serve --stateless --workers N")
     parser.add_argument("--no-stateful", action="store_true", help="the stateless runs only")
+    parser.add_argument(
+        "--json-response",
+        action="store_true",
+        help="also `serve --stateless --json-response`, after the plain stateless run",
+    )
     args = parser.parse_args()
     if args.url:
         headers = {"authorization": f"Bearer {args.token}"} if args.token else {}
@@ -453,6 +460,12 @@ def main() -> None:
             flags = ["--stateless", "--workers", str(args.workers)] if stateless else []
             with bundlectl_serve(folder, time_server, *flags) as target:
                 run_target(target, args, stateless=stateless, stateful=not stateless)
+            if stateless and args.json_response:
+                (folder / "json").mkdir()
+                with bundlectl_serve(
+                    folder / "json", time_server, *flags, "--json-response"
+                ) as target:
+                    run_target(target, args, stateless=True, stateful=False)
             if peer.returncode == 0:
                 started = peer_proxy(
                     time_server, args.peer_python, peer.stdout, stateless=stateless

@@ -304,6 +304,15 @@ def serve(
             "--stateless", help="streamable-http: no session state, for replicas behind a balancer."
         ),
     ] = False,
+    json_response: Annotated[
+        bool,
+        typer.Option(
+            "--json-response",
+            help="streamable-http --stateless: answer a 2025-11-25 client's request with one "
+            "JSON body, not an event stream (less CPU a call; no progress or log messages during "
+            "it).",
+        ),
+    ] = False,
     names: Annotated[
         GatewayNames | None,
         typer.Option(
@@ -346,6 +355,7 @@ def serve(
         host=host,
         port=port,
         stateless=stateless,
+        json_response=json_response,
         names=names.value if names else None,
         unlisted=unlisted,
         with_metrics=with_metrics,

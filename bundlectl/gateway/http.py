@@ -17,8 +17,8 @@ import hmac
 import json
 import os
 import socket
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -47,6 +47,8 @@ from bundlectl.policy.rules import DEFAULT_AGENT
 from bundlectl.resolve.resolved import Resolution
 
 if TYPE_CHECKING:
+    from mcp.server.lowlevel import Server
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
     from mcp.server.transport_security import TransportSecuritySettings
     from starlette.requests import Request
     from starlette.routing import BaseRoute
@@ -304,15 +306,13 @@ async def serve_http(
     stateless: bool = False,
     names: str | None = None,
     with_metrics: bool = False,
+    json_response: bool = False,
 ) -> None:
     """Serve until a stop signal: the first one lets the requests in flight finish (3 s at
-    most), then every downstream server is stopped."""
+    most), then every downstream server is stopped. `json_response` (with `stateless`): a
+    2025-11-25 client's request answered with one JSON body (`ByEra`)."""
     import uvicorn
     from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
-    from mcp.server.streamable_http_manager import (
-        StreamableHTTPASGIApp,
-        StreamableHTTPSessionManager,
-    )
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
@@ -322,10 +322,8 @@ async def serve_http(
         hub = Hub(pipeline, group, log=log_line, stateless=stateless, naming=names)
         gate = Gate(None, access, hub, agent, str(host))
         server = mcp_server(hub, mode, _agent_of, codec=gate.keys)
-        manager = StreamableHTTPSessionManager(
-            app=server, stateless=stateless, security_settings=_security(str(host))
-        )
-        gate.app = AuthContextMiddleware(StreamableHTTPASGIApp(manager))
+        endpoint, managers = _transports(server, str(host), stateless, json_response)
+        gate.app = AuthContextMiddleware(endpoint)
 
         async def healthz(request: Request) -> JSONResponse:
             await hub.refresh()
@@ -370,7 +368,7 @@ async def serve_http(
                 *(approvers.routes() if approvers is not None else []),
                 *hub.personal.routes(),
             ],
-            lifespan=lambda app: manager.run(),
+            lifespan=lambda app: _running(managers),
         )
         config = uvicorn.Config(
             HostChecked(app, str(host)),
@@ -400,6 +398,61 @@ async def serve_http(
         finally:
             gate.stopped()
         group.cancel_scope.cancel()
+
+
+def _transports(
+    server: Server[Any], host: str, stateless: bool, json_response: bool
+) -> tuple[ASGIApp, list[StreamableHTTPSessionManager]]:
+    """The `/mcp` endpoint and the SDK's session managers behind it (run for the app's life):
+    the streaming transport, and with `json_response` the plain one (`ByEra`)."""
+    from mcp.server.streamable_http_manager import (
+        StreamableHTTPASGIApp,
+        StreamableHTTPSessionManager,
+    )
+
+    security = _security(host)
+    managers = [
+        StreamableHTTPSessionManager(
+            app=server, stateless=stateless, json_response=plain, security_settings=security
+        )
+        for plain in ((False, True) if json_response else (False,))
+    ]
+    endpoints = [StreamableHTTPASGIApp(manager) for manager in managers]
+    return (ByEra(*endpoints) if json_response else endpoints[0]), managers
+
+
+class ByEra:
+    """`serve --stateless --json-response`: a request of the handshake era (2025-11-25 and
+    before: no MCP-Protocol-Version header, or one of those versions — the SDK's own rule) goes
+    to the transport that answers with one JSON body, which costs a quarter less CPU than an
+    event stream opened for one answer; what its call sends before the answer (progress, log
+    messages) is not delivered. A 2026-07-28 request goes to the streaming one, which answers
+    with JSON already unless the call sends something first (the progress or the log level
+    the client asked for), and then streams it."""
+
+    def __init__(self, streaming: ASGIApp, plain: ASGIApp) -> None:
+        self.streaming, self.plain = streaming, plain
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+        version = next(
+            (v.decode("latin-1") for k, v in scope.get("headers", ()) if k == _VERSION_HEADER),
+            None,
+        )
+        modern = version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
+        await (self.streaming if modern else self.plain)(scope, receive, send)
+
+
+_VERSION_HEADER = b"mcp-protocol-version"
+
+
+@contextlib.asynccontextmanager
+async def _running(managers: Sequence[StreamableHTTPSessionManager]) -> AsyncIterator[None]:
+    async with contextlib.AsyncExitStack() as stack:
+        for manager in managers:
+            await stack.enter_async_context(manager.run())
+        yield
 
 
 def approvers_page(gate: Gate, access: Access, host: str) -> ApprovalsPage | None:

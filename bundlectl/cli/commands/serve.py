@@ -34,6 +34,7 @@ def run(
     host: str = "127.0.0.1",
     port: int = 8765,
     stateless: bool = False,
+    json_response: bool = False,
     names: str | None = None,
     unlisted: bool = False,
     with_metrics: bool = False,
@@ -42,7 +43,16 @@ def run(
     """`unlisted`: serve an agent named with --agent that is not listed under `agents:` (it
     gets `policy.default`); without it such a name — usually a typo in a client's config, which
     the client hides behind an empty tool list — is refused before anything is served.
-    `workers`: processes serving one port (`--stateless` over HTTP; see `_supervised`)."""
+    `workers`: processes serving one port (`--stateless` over HTTP; see `_supervised`).
+    `json_response`: a 2025-11-25 client's request over stateless HTTP answered with one JSON
+    body (`gateway.http.serve_http`)."""
+    if json_response and (transport is not ServeTransport.streamable_http or not stateless):
+        raise UsageError(
+            "--json-response answers each request of a stateless HTTP gateway with one JSON "
+            "body; a session's client is asked an `ask` rule's question on its call's event "
+            "stream, so it needs --transport streamable-http --stateless",
+            hint="add --transport streamable-http --stateless, or leave out --json-response",
+        )
     resolution = resolve_project(load_project(config))
     if agent is not None:
         resolution.policy.require_listed([agent], unlisted=unlisted)
@@ -107,6 +117,7 @@ def run(
                 sock=sock,
                 mode=mode.value,
                 stateless=stateless,
+                json_response=json_response,
                 names=names,
                 with_metrics=with_metrics,
             )
