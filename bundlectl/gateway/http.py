@@ -431,16 +431,17 @@ class ByEra:
     the client asked for), and then streams it."""
 
     def __init__(self, streaming: ASGIApp, plain: ASGIApp) -> None:
-        self.streaming, self.plain = streaming, plain
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
+        self.streaming, self.plain = streaming, plain
+        self.handshake_era = frozenset(HANDSHAKE_PROTOCOL_VERSIONS)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         version = next(
             (v.decode("latin-1") for k, v in scope.get("headers", ()) if k == _VERSION_HEADER),
             None,
         )
-        modern = version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
+        modern = version is not None and version not in self.handshake_era
         await (self.streaming if modern else self.plain)(scope, receive, send)
 
 
