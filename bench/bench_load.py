@@ -324,11 +324,21 @@ async def soak(target: Target, count: int, minutes: float, every: float) -> None
 
 
 def _ok_records(log: Path | None) -> int:
-    """The records of calls that ended `ok` in an audit log (0: none, or not ours)."""
-    if log is None or not log.exists():
+    """The records of calls that ended `ok` in an audit log and the files it was rotated into
+    (`audit.jsonl.1`, ...: a 10-minute soak writes past the default 100 MB; 0: none, or not
+    ours). The count is right while rotation drops no file (`audit.keep`, 5 by default)."""
+    if log is None:
         return 0
-    with log.open("rb") as lines:
-        return sum(1 for line in lines if b'"outcome": "ok"' in line)
+    files = [log, *(log.with_name(f"{log.name}.{n}") for n in range(1, 100))]
+    found = 0
+    for path in files:
+        if not path.exists():
+            if path is not log:
+                break
+            continue
+        with path.open("rb") as lines:
+            found += sum(1 for line in lines if b'"outcome": "ok"' in line)
+    return found
 
 
 # --- the run -----------------------------------------------------------------------------------
