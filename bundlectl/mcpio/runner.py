@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import signal
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
@@ -32,8 +33,17 @@ class _Stop:
         self.everything = everything
         self.calls: set[anyio.CancelScope] = set()
         self.graceful: list[Callable[[], object]] = []
+        self.heard: set[str] = set()  # the ways a stop came: a signal, the supervisor's word
 
-    def fire(self, by: str) -> None:
+    def fire(self, by: str, way: str = "signal") -> None:
+        """A stop, `by` a signal's name: the first winds down, a second one the same `way`
+        cancels everything. The same stop heard another way repeats the first (a worker of
+        `serve --workers` gets the terminal's Ctrl-C, or a manager's SIGTERM to every process,
+        and its supervisor's word of it)."""
+        again = way in self.heard
+        self.heard.add(way)
+        if self.by and not again:
+            return
         if not self.by and self.graceful:  # a server winds down by itself the first time
             self.by = by
             for callback in self.graceful:
@@ -47,6 +57,29 @@ class _Stop:
 
 
 _STOP: ContextVar[_Stop | None] = ContextVar("bundlectl_stop", default=None)
+_WORD: list[int] = []  # a worker's end of its supervisor's pipe (`obey`)
+
+
+def obey(fd: int) -> None:
+    """In a worker of `serve --workers`: a stop also comes as a line on `fd`, the name of the
+    signal its supervisor got, or as the pipe's end (the supervisor is gone). `run` winds down
+    on it as on a signal; a second word cancels everything, as a second signal does."""
+    _WORD[:] = [fd]
+
+
+async def _listen(fd: int, stop: _Stop) -> None:
+    """The supervisor's words on `fd`, each a line, until its end."""
+    said = b""
+    while True:
+        await anyio.wait_readable(fd)
+        chunk = os.read(fd, 256)
+        said += chunk
+        while b"\n" in said:
+            line, said = said.split(b"\n", 1)
+            stop.fire(line.decode(errors="replace") or "its supervisor", "word")
+        if not chunk:
+            stop.fire("its supervisor's exit", "word")
+            return
 
 
 @contextlib.contextmanager
@@ -120,6 +153,8 @@ def run(fn: Callable[[], Awaitable[T]]) -> T:
                         stop.fire(signal.Signals(signum).name)
 
             group.start_soon(watch)
+            if _WORD:
+                group.start_soon(_listen, _WORD[0], stop)
             box["value"] = await fn()
             group.cancel_scope.cancel()
 

@@ -4,6 +4,7 @@ front of it and real downstream servers behind it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -706,6 +707,58 @@ def test_workers_serve_one_port_each_with_its_own_servers_and_stop_together(
     assert all(gone(pid) for pid in kitchens)
     refused = run("serve", "--transport", "streamable-http", "--workers", "2")
     assert refused.code == 2 and "--stateless" in refused.err
+
+
+def _children(parent: int) -> list[int]:
+    """The processes whose parent is `parent` (Linux /proc)."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == parent:
+                found.append(int(entry))
+    return found
+
+
+def test_a_stop_every_worker_hears_too_winds_each_down_once(
+    http_project: Path, tmp_path: Path
+) -> None:
+    """Ctrl-C reaches the terminal's whole process group, and a manager such as systemd signals
+    every process of a service: each worker then hears the stop itself and from its supervisor.
+    It winds down once — no traceback (the second signal cancelled everything mid-way), every
+    worker and server gone, exit 130 — as one process would."""
+    import signal
+
+    # `-X faulthandler`: run here, not handed to the suite's fork server, so that the workers
+    # are this process's children, as under a terminal
+    argv = ["serve", "--transport", "streamable-http", "--port", "0", "--stateless"]
+    proc = subprocess.Popen(
+        [PY, "-X", "faulthandler", "-m", "bundlectl", *argv, "--workers", "2"],
+        cwd=http_project,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    first = proc.stderr.readline().decode()
+    proc.stderr.readline()  # the other worker listens too
+    found = re.search(r"on (http://\S+)/mcp", first)
+    assert found, first
+    answers = _at_once(found.group(1), 16, "kitchen__echo", {"text": "both"})
+    assert [a.split(" ", 2)[1] for a in answers] == ["200"] * 16
+    kitchens = pids(tmp_path / "starts.txt")
+    workers = _children(proc.pid)
+    assert len(workers) == 2, workers
+    for worker in workers:  # each worker hears Ctrl-C itself ...
+        os.kill(worker, signal.SIGINT)
+    time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGINT)  # ... and from its supervisor, which hears it too
+    _, said = proc.communicate(timeout=30)
+    text = said.decode()
+    assert proc.returncode == 130, text
+    assert "Traceback" not in text, text
+    assert text.count("stopped by SIGINT") == 2, text  # each worker, once
+    assert kitchens and all(gone(pid) for pid in kitchens), kitchens
 
 
 def test_a_servers_question_during_a_call_comes_on_that_calls_own_stream(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import NoReturn
 
 from bundlectl import metrics
 from bundlectl.calls.audit import AuditLog
@@ -136,6 +137,34 @@ def _pipeline(resolution: Resolution) -> Pipeline:
     return pipeline
 
 
+def _work(serve_one: Callable[[], int], heard: int, theirs: Iterable[int]) -> NoReturn:
+    """A worker: serve until stopped — by a signal or by its supervisor's word on `heard` —
+    then leave as the command would. `theirs`: the supervisor's ends of the pipes, which stay
+    with it."""
+    from bundlectl.cli.error_handler import crash, failure  # noqa: PLC0415
+    from bundlectl.cli.process_exit import leave  # noqa: PLC0415
+    from bundlectl.errors import BundlectlError  # noqa: PLC0415
+
+    code = 70
+    try:
+        for fd in theirs:
+            os.close(fd)
+        runner.obey(heard)
+        set_signal = parent_death_signal()  # never outlive a killed supervisor
+        if set_signal is not None:
+            set_signal()
+        code = serve_one()
+    except BundlectlError as exc:
+        code = failure(exc)
+    except KeyboardInterrupt:
+        err("interrupted")
+        code = 130
+    except Exception as exc:
+        code = crash(exc)
+    finally:
+        leave(code)
+
+
 def _check_workers(resolution: Resolution, *, transport: ServeTransport, stateless: bool) -> None:
     """More than one worker: only over HTTP, only `--stateless` (a session lives in the process
     that opened it, and the next request may reach another), and privacy only with a shared
@@ -162,39 +191,29 @@ def _supervised(workers: int, serve_one: Callable[[], int]) -> int:
     they share —
     held calls, quotas, the audit chain — is in the store and the audit file, as between
     replicas. This process only watches them: a signal is passed on to every worker, and when
-    one ends on its own the others are stopped (the process manager restarts the gateway)."""
+    one ends on its own the others are stopped (the process manager restarts the gateway).
+
+    A signal is passed on as a word on each worker's pipe, not as the signal: a worker may get
+    the signal itself too (Ctrl-C reaches the terminal's whole process group, and a manager
+    such as systemd signals every process of the service), and the same stop heard twice must
+    not count as the second one that cancels everything (`runner.obey`)."""
     import signal  # noqa: PLC0415 - only with --workers
 
-    from bundlectl.cli.error_handler import crash, failure  # noqa: PLC0415
-    from bundlectl.cli.process_exit import leave  # noqa: PLC0415
-    from bundlectl.errors import BundlectlError  # noqa: PLC0415
-
-    children: set[int] = set()
+    words: dict[int, int] = {}  # each worker's pid: our end of its pipe
     for _ in range(workers):
+        heard, said = os.pipe()
         pid = os.fork()
-        if pid == 0:  # a worker: serve until stopped, then leave as the command would
-            code = 70
-            try:
-                set_signal = parent_death_signal()  # never outlive a killed supervisor
-                if set_signal is not None:
-                    set_signal()
-                code = serve_one()
-            except BundlectlError as exc:
-                code = failure(exc)
-            except KeyboardInterrupt:
-                err("interrupted")
-                code = 130
-            except Exception as exc:
-                code = crash(exc)
-            finally:
-                leave(code)
-        children.add(pid)
+        if pid == 0:
+            _work(serve_one, heard, (said, *words.values()))
+        os.close(heard)
+        words[pid] = said
     signalled: list[int] = []
 
     def forward(number: int) -> None:
-        for pid in children:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, number)
+        word = f"{signal.Signals(number).name}\n".encode()
+        for fd in words.values():
+            with contextlib.suppress(OSError):  # that worker has ended
+                os.write(fd, word)
 
     def stop(number: int, _frame: object) -> None:
         signalled.append(number)
@@ -203,17 +222,20 @@ def _supervised(workers: int, serve_one: Callable[[], int]) -> int:
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(number, stop)
     code = 0
-    while children:
+    while words:
         try:
             pid, status = os.waitpid(-1, 0)
         except ChildProcessError:
             break
-        children.discard(pid)
+        if pid in words:
+            os.close(words.pop(pid))
         if not signalled and not code:  # a worker ended on its own: the gateway is not whole
             ended = os.waitstatus_to_exitcode(status)
             log_line(f"worker {pid} ended ({ended}): stopping the others")
             code = ended if ended > 0 else 1
             forward(signal.SIGTERM)
+    for fd in words.values():
+        os.close(fd)
     return 130 if signalled else code  # stopped by a signal, as one process would say
 
 
