@@ -740,20 +740,25 @@ def test_a_stop_every_worker_hears_too_winds_each_down_once(
         stderr=subprocess.PIPE,
     )
     assert proc.stderr is not None
-    first = proc.stderr.readline().decode()
-    proc.stderr.readline()  # the other worker listens too
-    found = re.search(r"on (http://\S+)/mcp", first)
-    assert found, first
-    answers = _at_once(found.group(1), 16, "kitchen__echo", {"text": "both"})
-    assert [a.split(" ", 2)[1] for a in answers] == ["200"] * 16
-    kitchens = pids(tmp_path / "starts.txt")
-    workers = _children(proc.pid)
-    assert len(workers) == 2, workers
-    for worker in workers:  # each worker hears Ctrl-C itself ...
-        os.kill(worker, signal.SIGINT)
-    time.sleep(0.1)
-    os.kill(proc.pid, signal.SIGINT)  # ... and from its supervisor, which hears it too
-    _, said = proc.communicate(timeout=30)
+    try:
+        first = proc.stderr.readline().decode()
+        proc.stderr.readline()  # the other worker listens too
+        found = re.search(r"on (http://\S+)/mcp", first)
+        assert found, first
+        answers = _at_once(found.group(1), 16, "kitchen__echo", {"text": "both"})
+        assert [a.split(" ", 2)[1] for a in answers] == ["200"] * 16
+        kitchens = pids(tmp_path / "starts.txt")
+        workers = _children(proc.pid)
+        assert len(workers) == 2, workers
+        for worker in workers:  # each worker hears Ctrl-C itself ...
+            os.kill(worker, signal.SIGINT)
+        time.sleep(0.1)
+        os.kill(proc.pid, signal.SIGINT)  # ... and from its supervisor, which hears it too
+        _, said = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:  # a failed check above: nothing is left running
+            proc.terminate()
+            proc.communicate(timeout=30)
     text = said.decode()
     assert proc.returncode == 130, text
     assert "Traceback" not in text, text
