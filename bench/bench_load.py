@@ -11,8 +11,9 @@ with a peer proxy in one run — or against a gateway of your own (`--url`, `--t
    at each of `--connections` for `--duration` seconds: requests/s, p50/p99/p99.9 latency,
    errors, timeouts and answers other than 2xx. `--rounds N` repeats the sweep, every other
    round in reverse order, and prints the medians: on a machine whose speed drifts (a shared
-   VM), one pass can read a drift as a drop under concurrency. `--json-response` adds the same
-   sweep of `serve --stateless --json-response` (each answer one JSON body) after it.
+   VM), one pass can read a drift as a drop under concurrency. `--json-response` runs it on
+   `serve --stateless` and `serve --stateless --json-response` (each answer one JSON body) at
+   once, each point on one and then the other, and prints the ratio round by round.
 2. **Stateful sessions** (2025-11-25, `mcp-session-id`): `--sessions` sessions at once, each an
    httpx2 keep-alive client that initializes and makes `--calls` sequential calls: calls/s,
    p50/p99/p99.9, sessions that failed (a dropped connection, an error) and why; then one
@@ -391,6 +392,41 @@ def sweep(target: Target, points: list[int], duration: int, rounds: int) -> None
         print(f"  64 connections: p99 {at['p99_ms'] / at['p50_ms']:.1f}x p50 (#57: <= 4x)")
 
 
+def paired(first: Target, second: Target, points: list[int], duration: int, rounds: int) -> None:
+    """Two gateways' stateless sweeps interleaved: each point on one, then at once on the other
+    (which goes first swapped every round), so that a machine whose speed drifts weighs on
+    both alike; per point, each one's medians and the second's req/s over the first's, round
+    by round."""
+    print(f"{first.name} and {second.name}, paired ({duration} s each, {rounds} rounds)")
+    found: dict[tuple[str, int], list[dict[str, float]]] = {}
+    for round_ in range(rounds):
+        for connections in points:
+            for target in (first, second) if round_ % 2 == 0 else (second, first):
+                r = autocannon(target, connections, duration)
+                found.setdefault((target.name, connections), []).append(r)
+    for connections in points:
+        ratios = [
+            b["req_s"] / a["req_s"]
+            for a, b in zip(
+                found[(first.name, connections)], found[(second.name, connections)], strict=True
+            )
+        ]
+        for target in (first, second):
+            runs = found[(target.name, connections)]
+            print(
+                f"  {connections:>6} conns {target.name}: "
+                f"{statistics.median(r['req_s'] for r in runs):.0f} req/s, "
+                f"p50 {statistics.median(r['p50_ms'] for r in runs):.1f} ms, "
+                f"cpu {statistics.median(r['cpu_ms'] for r in runs):.2f} ms a request, "
+                f"{sum(r['errors'] + r['timeouts'] + r['non_2xx'] for r in runs)} failed"
+            )
+        print(
+            f"  {connections:>6} conns second / first, round by round: "
+            + ", ".join(f"{ratio:.2f}" for ratio in ratios),
+            flush=True,
+        )
+
+
 def run_target(
     target: Target, args: argparse.Namespace, *, stateless: bool, stateful: bool
 ) -> None:
@@ -444,7 +480,7 @@ def main() -> None:
     parser.add_argument(
         "--json-response",
         action="store_true",
-        help="also `serve --stateless --json-response`, after the plain stateless run",
+        help="the stateless sweep of `serve --stateless` paired with `... --json-response`",
     )
     args = parser.parse_args()
     if args.url:
@@ -468,14 +504,21 @@ def main() -> None:
             folder = Path(tmp) / ("stateless" if stateless else "stateful")
             folder.mkdir()
             flags = ["--stateless", "--workers", str(args.workers)] if stateless else []
-            with bundlectl_serve(folder, time_server, *flags) as target:
-                run_target(target, args, stateless=stateless, stateful=not stateless)
-            if stateless and args.json_response:
-                (folder / "json").mkdir()
-                with bundlectl_serve(
-                    folder / "json", time_server, *flags, "--json-response"
-                ) as target:
-                    run_target(target, args, stateless=True, stateful=False)
+            if stateless and args.json_response:  # both modes up at once, their runs paired
+                (Path(tmp) / "stateless-json").mkdir()
+                with (
+                    bundlectl_serve(folder, time_server, *flags) as plain,
+                    bundlectl_serve(
+                        Path(tmp) / "stateless-json", time_server, *flags, "--json-response"
+                    ) as json_,
+                ):
+                    for target in (plain, json_):
+                        anyio.run(sessions, target, 1, 3)
+                        autocannon(target, 32, 2)  # every worker warm (see `run_target`)
+                    paired(plain, json_, _numbers(args.connections), args.duration, args.rounds)
+            else:
+                with bundlectl_serve(folder, time_server, *flags) as target:
+                    run_target(target, args, stateless=stateless, stateful=not stateless)
             if peer.returncode == 0:
                 started = peer_proxy(
                     time_server, args.peer_python, peer.stdout, stateless=stateless

@@ -424,8 +424,8 @@ def _transports(
 class ByEra:
     """`serve --stateless --json-response`: a request of the handshake era (2025-11-25 and
     before: no MCP-Protocol-Version header, or one of those versions — the SDK's own rule) goes
-    to the transport that answers with one JSON body, which costs a quarter less CPU than an
-    event stream opened for one answer; what its call sends before the answer (progress, log
+    to the transport that answers with one JSON body, which costs up to a quarter less CPU
+    than an event stream opened for one answer; what its call sends before the answer (progress, log
     messages) is not delivered. A 2026-07-28 request goes to the streaming one, which answers
     with JSON already unless the call sends something first (the progress or the log level
     the client asked for), and then streams it."""
