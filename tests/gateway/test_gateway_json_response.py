@@ -74,11 +74,8 @@ def test_a_2025_clients_call_is_one_json_body_and_a_2026_clients_progress_still_
         assert kind == "text/event-stream", messages
         assert [m["method"] for m in messages[:-1]][:1] == ["notifications/progress"], messages
         assert messages[-1]["id"] == 2 and messages[-1]["result"]["resultType"] == "complete"
-    with gateway(kitchen, "--agent", "solo", "--stateless") as (url, _):  # without it: streamed
-        kind, messages = _sleep(url, "2025-11-25", 3)
-        assert kind == "text/event-stream", messages
-        assert messages[0]["method"] == "notifications/progress", messages
-        assert messages[-1]["id"] == 3, messages
+    # Without the option the same call streams its progress: the conformance suite's
+    # `tools-call-with-progress` against `serve --stateless` (tests/test_conformance.py).
 
 
 def test_json_response_is_refused_where_a_session_would_need_its_stream(
