@@ -427,15 +427,21 @@ def paired(first: Target, second: Target, points: list[int], duration: int, roun
         )
 
 
+def warm(target: Target, *, stateless: bool) -> None:
+    """Its server started and caches filled before anything is measured. Stateless, each of
+    `serve --workers N`'s processes starts its own server on its first request (a second or
+    more for mcp-server-time) and one session reaches one of them: a burst over 32
+    connections reaches every worker, so no point's tail holds a server's start-up."""
+    anyio.run(sessions, target, 1, 3)
+    if stateless:
+        autocannon(target, 32, 2)
+
+
 def run_target(
     target: Target, args: argparse.Namespace, *, stateless: bool, stateful: bool
 ) -> None:
-    anyio.run(sessions, target, 1, 3)  # warm: its server started, caches filled
+    warm(target, stateless=stateless)
     if stateless:
-        # Each of `serve --workers N`'s processes starts its own server on its first request
-        # (a second or more for mcp-server-time); one session reaches one of them. A burst over
-        # 32 connections reaches every worker, so no point's tail holds a server's start-up.
-        autocannon(target, 32, 2)
         sweep(target, _numbers(args.connections), args.duration, args.rounds)
     if stateful:
         print(f"{target.name}: stateful sessions ({args.calls} calls each)")
@@ -513,8 +519,7 @@ def main() -> None:
                     ) as json_,
                 ):
                     for target in (plain, json_):
-                        anyio.run(sessions, target, 1, 3)
-                        autocannon(target, 32, 2)  # every worker warm (see `run_target`)
+                        warm(target, stateless=True)
                     paired(plain, json_, _numbers(args.connections), args.duration, args.rounds)
             else:
                 with bundlectl_serve(folder, time_server, *flags) as target:
