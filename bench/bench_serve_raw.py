@@ -8,11 +8,18 @@ The server is `mcp-server-time` (`get_current_time`, UTC). Calls alternate betwe
 in rounds; each round's medians and the medians over every call are printed. `--baseline`
 adds `serve` from another checkout (PYTHONPATH) in the same run. Issue 53's goal: `serve`
 <= 1.5x the relay.
+
+    python bench/bench_serve_raw.py --callgrind [--calls 200] [--baseline CHECKOUT]
+
+counts the instructions `serve` executes per warm call instead (valgrind's callgrind, counting
+from the first measured call to the last): the same on every run, so a change of a few percent
+shows where timings on a shared machine cannot tell it from noise.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import shutil
@@ -81,21 +88,68 @@ class Raw:
         self.process.wait(10)
 
 
+def project(tmp: str, server: str) -> dict[str, str]:
+    """The bench's project in `tmp`, and the environment that keeps its state there."""
+    Path(tmp, "bundlectl.yaml").write_text(
+        f"version: 1\nservers:\n  time: {{command: {json.dumps(server)}}}\n"
+        "agents:\n  bench: {allow: [time.get_current_time]}\npolicy: {default: deny}\n"
+    )
+    return {**os.environ, "XDG_STATE_HOME": tmp, "XDG_CONFIG_HOME": tmp, "XDG_DATA_HOME": tmp}
+
+
+def instructions(server: str, calls: int, checkouts: dict[str, Path]) -> None:
+    """Instructions per warm call of each checkout's `serve`, under callgrind."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+    for name, checkout in checkouts.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {**project(tmp, server), "PYTHONPATH": str(checkout.resolve())}
+            out = str(Path(tmp, "callgrind.out"))
+            grind = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
+            serve = [sys.executable, "-m", "bundlectl", "serve", "--agent", "bench"]
+            session = Raw(
+                [*grind, f"--callgrind-out-file={out}", *serve], tmp, env, "time__get_current_time"
+            )
+            for _ in range(30):  # warm: the server started, its tools listed
+                session.call()
+            pid = str(session.process.pid)
+            subprocess.run(["callgrind_control", "-i", "on", pid], capture_output=True, check=True)
+            for _ in range(calls):
+                session.call()
+            subprocess.run(["callgrind_control", "-i", "off", pid], capture_output=True, check=True)
+            subprocess.run(["callgrind_control", "-d", pid], capture_output=True, check=True)
+            session.close()
+            counted = 0
+            for dump in glob.glob(out + "*"):
+                for line in Path(dump).read_text().splitlines():
+                    if line.startswith("totals:"):
+                        counted = max(counted, int(line.split()[1]))
+            print(f"{name:>9}: {counted / calls / 1e6:.3f} M instructions per call")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--baseline", type=Path, help="another checkout's serve, same run")
+    parser.add_argument("--callgrind", action="store_true", help="count instructions per call")
     options = parser.parse_args()
     server = shutil.which("mcp-server-time")
     if server is None:
         raise SystemExit("mcp-server-time is not installed (pip install mcp-server-time)")
+    if options.callgrind:
+        checkouts = {"serve": ROOT}
+        if options.baseline is not None:
+            checkouts["baseline"] = options.baseline
+        instructions(server, options.calls, checkouts)
+    else:
+        timings(server, options)
+
+
+def timings(server: str, options: argparse.Namespace) -> None:
+    """Each session's calls timed, in rounds, side by side."""
     with tempfile.TemporaryDirectory() as tmp:
-        Path(tmp, "bundlectl.yaml").write_text(
-            f"version: 1\nservers:\n  time: {{command: {json.dumps(server)}}}\n"
-            "agents:\n  bench: {allow: [time.get_current_time]}\npolicy: {default: deny}\n"
-        )
-        env = {**os.environ, "XDG_STATE_HOME": tmp, "XDG_CONFIG_HOME": tmp, "XDG_DATA_HOME": tmp}
+        env = project(tmp, server)
         serve = [sys.executable, "-m", "bundlectl", "serve", "--agent", "bench"]
         sessions = {
             "direct": Raw([server], tmp, env, "get_current_time"),

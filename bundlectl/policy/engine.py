@@ -34,6 +34,7 @@ from bundlectl.policy.inheritance import ancestors, check_extends, parent_names
 from bundlectl.policy.rules import EFFECTS, Decision, Effect, PolicySet, Rule
 
 T = TypeVar("T")
+_DECIDED_KEPT = 4096  # decisions kept per agent; then they are made afresh
 
 
 # One call as the conditions see it: server, tool, arguments, input schema, path reader.
@@ -98,6 +99,11 @@ class CompiledAgent:
     chain: list[str]  # the agent and its ancestors, nearest first
     policy: PolicySet
     _conditional_memo: dict[tuple[str, str], dict[Effect, list[Rule]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    # Decisions no argument can change, by (server, tool, interactive): a gateway judges the
+    # same few tools on every call (the policy is compiled anew when its files change).
+    _decided: dict[tuple[str, str, bool], Decision] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
@@ -297,7 +303,12 @@ class CompiledAgent:
             allow, l_cond, l_failed = self._applies("allow", given)
             conditional = d_cond or a_cond or l_cond
             failed = a_failed + l_failed  # the grants whose conditions did not hold
+            kept = None
         else:
+            kept = (server, tool, interactive)
+            known = self._decided.get(kept)
+            if known is not None:
+                return known
             deny = self._matchers["deny"].first(server, tool)
             ask = self._matchers["ask"].first(server, tool)
             allow = self._matchers["allow"].first(server, tool)
@@ -315,9 +326,14 @@ class CompiledAgent:
             reason += "; a rule's condition did not hold: " + "; ".join(failed)
             failed_shown = tuple(failed)
         if not conditional:
-            return Decision(
+            made = Decision(
                 self.name, server, tool, final, rule, reason, effect, listed=self.listed
             )
+            if kept is not None:
+                if len(self._decided) >= _DECIDED_KEPT:
+                    self._decided.clear()
+                self._decided[kept] = made
+            return made
         return Decision(
             self.name,
             server,
