@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import mimetypes
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,8 @@ class OutputDir:
             self.folder = Path(tempfile.mkdtemp(prefix="bundlectl-"))
         self.folder.mkdir(parents=True, exist_ok=True)
         self.count += 1
+        import mimetypes  # noqa: PLC0415 - only when a result holds a file (~2 ms a command)
+
         suffix = _EXTENSIONS.get(mime or "") or mimetypes.guess_extension(mime or "") or ".bin"
         path = self.folder / f"{stem}-{self.count}{suffix}"
         path.write_bytes(data)
