@@ -114,7 +114,8 @@ def _hostile(data: dict[str, Any]) -> list[str]:
         found += _runtime_problems(package, kind, where)
         for index, variable in enumerate(package.get("environmentVariables") or []):
             name = str(variable.get("name", "")) if isinstance(variable, dict) else ""
-            if loads_code(name) and isinstance(variable, dict) and variable.get("default"):
+            default = variable.get("default") if isinstance(variable, dict) else None
+            if default and loads_code(name, str(default)):
                 found.append(
                     f"{where}.environmentVariables[{index}]: a default for {name}, which loads "
                     "code into the server"

@@ -40,42 +40,103 @@ LAUNCHER_OPTIONS: dict[str, frozenset[str]] = {
     "uvx": frozenset({"--with", "--with-requirements", "--from", "--index-url", "--python"}),
 }
 
-# Environment variables that make a program load code it was not given: the dynamic linker's,
-# the interpreters' start-up hooks and option variables.
+# Environment variables that make a program load or run code it was not given, by the program
+# that reads them. Matched by name, upper-cased (Windows' names ignore case; npm reads
+# `npm_config_*` in either case).
 CODE_LOADING = frozenset(
     {
-        "LD_PRELOAD",
-        "LD_LIBRARY_PATH",
-        "LD_AUDIT",
-        "NODE_OPTIONS",
-        "NODE_PATH",
+        # which program runs at all
+        "PATH",
+        # the C library (glibc's character-set modules)
+        "GCONV_PATH",
+        # Python: module paths, start-up hooks, a bytecode cache elsewhere
         "PYTHONPATH",
         "PYTHONSTARTUP",
         "PYTHONHOME",
         "PYTHONUSERBASE",
+        "PYTHONPLATLIBDIR",
+        "PYTHONPYCACHEPREFIX",
+        "PYTHONBREAKPOINT",
+        # Node.js and Electron
+        "NODE_OPTIONS",
+        "_FORCE_NODE_OPTIONS",
+        "NODE_PATH",
+        "NODE_REPL_EXTERNAL_MODULE",
+        "ELECTRON_RUN_AS_NODE",
+        # shells: start-up files, options that run a prompt's commands
         "BASH_ENV",
         "ENV",
         "ZDOTDIR",
+        "PROMPT_COMMAND",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "PS4",
+        # Perl, Ruby, Lua, PHP
         "PERL5OPT",
         "PERL5LIB",
         "PERLLIB",
+        "PERL5DB",
         "RUBYOPT",
         "RUBYLIB",
+        "LUA_PATH",
+        "LUA_CPATH",
+        "PHPRC",
+        "PHP_INI_SCAN_DIR",
+        # the JVM and .NET (NuGet packages run on it): agents, start-up hooks, profilers
         "JAVA_TOOL_OPTIONS",
         "_JAVA_OPTIONS",
         "JDK_JAVA_OPTIONS",
         "CLASSPATH",
+        "DOTNET_STARTUP_HOOKS",
+        "DOTNET_ADDITIONAL_DEPS",
+        # OpenSSL's configuration loads engines and providers
+        "OPENSSL_CONF",
+        "OPENSSL_ENGINES",
+        "OPENSSL_MODULES",
+        # git (the git servers): commands it runs, hooks it copies
+        "GIT_SSH",
         "GIT_SSH_COMMAND",
         "GIT_EXEC_PATH",
-        "PROMPT_COMMAND",
+        "GIT_ASKPASS",
+        "SSH_ASKPASS",
+        "GIT_EXTERNAL_DIFF",
+        "GIT_PAGER",
+        "GIT_EDITOR",
+        "GIT_SEQUENCE_EDITOR",
+        "GIT_PROXY_COMMAND",
+        "GIT_TEMPLATE_DIR",
+        # commands programs run on their own: an editor, a pager, a browser for a sign-in
+        "EDITOR",
+        "VISUAL",
+        "PAGER",
+        "BROWSER",
     }
 )
-_CODE_LOADING_PREFIXES = ("DYLD_", "NPM_CONFIG_", "UV_", "PIP_")
+_CODE_LOADING_PREFIXES = (
+    "LD_",  # the dynamic linker: LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT, ...
+    "DYLD_",  # macOS's
+    "BASH_FUNC_",  # functions a bash script would run in place of a command
+    "LUA_INIT",  # LUA_INIT, LUA_INIT_5_4: Lua code run at start
+    "GIT_CONFIG",  # any git setting (core.fsmonitor, core.sshCommand run commands)
+    "CORECLR_",  # .NET's profiler, loaded into the process
+    "COR_PROFILER",
+    "NPM_CONFIG_",  # npx's settings: its shell, its node options, the registry it installs from
+    "UV_",  # uvx's: the index it installs from
+    "PIP_",
+)
 
 
-def loads_code(variable: str) -> bool:
-    """Whether setting `variable` can make a program load or run other code."""
+def loads_code(variable: str, value: str | None = None) -> bool:
+    """Whether setting `variable` (to `value`, when given) can make a program load or run other
+    code. `PYTHONWARNINGS` does only with a warning category in a module (`ignore::pkg.Warning`
+    imports `pkg` at start); the plain filters (`ignore`, `default::DeprecationWarning`) do not.
+    """
     upper = variable.upper()
+    if upper == "PYTHONWARNINGS":
+        if value is None:
+            return True  # its filters unknown: any may name a module
+        categories = ((part.split(":") + [""] * 3)[2] for part in value.split(","))
+        return any("." in category for category in categories)
     return upper in CODE_LOADING or upper.startswith(_CODE_LOADING_PREFIXES)
 
 

@@ -138,8 +138,8 @@ def code_loading_env(ctx: Context) -> Iterator[Finding]:
     """BCL405, at a server's variable that makes it load other code (LD_PRELOAD,
     NODE_OPTIONS, PYTHONPATH, ...)."""
     for doc, name, spec in ctx.servers():
-        for variable in spec.env:
-            if loads_code(variable):
+        for variable, value in spec.env.items():
+            if loads_code(variable, value):
                 yield at(
                     "BCL405",
                     doc,

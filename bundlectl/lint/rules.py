@@ -400,8 +400,11 @@ RULES = _rules(
         "BCL405",
         "code-loading-variable",
         "error",
-        "A server's env sets a variable that makes it load other code (LD_PRELOAD, "
-        "NODE_OPTIONS, PYTHONPATH, JAVA_TOOL_OPTIONS, ...).",
+        "A server's env sets a variable that makes it load or run other code: the dynamic "
+        "linker's (LD_*, DYLD_*), an interpreter's paths and start-up hooks (PYTHONPATH, "
+        "NODE_OPTIONS, PERL5OPT, RUBYOPT, JAVA_TOOL_OPTIONS, DOTNET_STARTUP_HOOKS, ...), a "
+        "launcher's settings (NPM_CONFIG_*, UV_*, PIP_*), git's (GIT_CONFIG*, GIT_SSH_COMMAND, "
+        "...), PATH, or a command a program runs (EDITOR, PAGER, BROWSER).",
         "Remove the variable; install what the server needs instead.",
         9.0,
     ),
