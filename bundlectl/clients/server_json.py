@@ -19,7 +19,9 @@ from bundlectl.config.launchcheck import (
     LAUNCHER_OPTIONS,
     docker_run,
     identifier_problem,
+    launcher_option,
     loads_code,
+    options_taking_code,
     version_problem,
 )
 from bundlectl.errors import InputFileError, Problem
@@ -130,9 +132,9 @@ def _runtime_problems(package: dict[str, Any], kind: str, where: str) -> list[st
     found: list[str] = []
     launcher = RUNNERS.get(kind)
     if launcher in LAUNCHER_OPTIONS:
-        for word in words:
-            option = word.partition("=")[0]
-            if option in LAUNCHER_OPTIONS[launcher]:
+        for index in options_taking_code(launcher, words, package=False):
+            option = launcher_option(launcher, words[index])
+            if option is not None:
                 found.append(
                     f"{where}.runtimeArguments: {option} makes {launcher} run a command or "
                     "take code from elsewhere"

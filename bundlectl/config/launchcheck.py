@@ -8,6 +8,7 @@ one is refused) and every server of a project (`lint`: BCL404-BCL406). No I/O.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass
 
@@ -32,13 +33,105 @@ IDENTIFIERS: dict[str, re.Pattern[str]] = {
 _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+_~!-]*$")
 
 # Launcher options that run a command or a script of their own choosing (npx's `--call`, a
-# shell, node's options) or take packages from elsewhere.
+# shell, node's options) or take packages, an index or settings from elsewhere.
 LAUNCHER_OPTIONS: dict[str, frozenset[str]] = {
     "npx": frozenset(
-        {"-c", "--call", "--shell", "--script-shell", "--node-options", "--userconfig"}
+        {
+            "-c",
+            "--call",
+            "--shell",
+            "--script-shell",
+            "--node-options",
+            "-p",
+            "--package",
+            "--registry",
+            "--prefix",
+            "--userconfig",
+            "--globalconfig",
+        }
     ),
-    "uvx": frozenset({"--with", "--with-requirements", "--from", "--index-url", "--python"}),
+    "uvx": frozenset(
+        {
+            "-w",
+            "--with",
+            "--with-editable",
+            "--with-requirements",
+            "--from",
+            "-i",
+            "--index-url",
+            "--index",
+            "--default-index",
+            "--extra-index-url",
+            "-f",
+            "--find-links",
+            "--constraints",
+            "--overrides",
+            "--build-constraints",
+            "-p",
+            "--python",
+            "--env-file",
+            "--config-file",
+            "--directory",
+            "--project",
+        }
+    ),
 }
+
+
+# Their options that take no value: a word after any other option may be its value, and the
+# package is the first word after one of these (or after an option given as `--name=value`).
+_LAUNCHER_FLAGS: dict[str, frozenset[str]] = {
+    "npx": frozenset(
+        {"-y", "--yes", "--no", "-q", "--quiet", "-s", "--silent", "-d"}
+        | {"--ignore-existing", "--no-install", "--prefer-offline", "--prefer-online"}
+        | {"--offline", "--verbose", "--foreground-scripts", "--ignore-scripts"}
+    ),
+    "uvx": frozenset(
+        {"-q", "--quiet", "-v", "--verbose", "-n", "--no-cache", "--offline", "--isolated"}
+        | {"--no-index", "--no-config", "--no-env-file", "--no-sources", "--refresh"}
+        | {"-U", "--upgrade", "--reinstall", "--no-build", "--native-tls", "--no-progress"}
+    ),
+}
+
+
+def launcher_option(launcher: str, arg: str) -> str | None:
+    """The option of `launcher` in `arg` that runs a command or takes code from elsewhere, if
+    any: `--call=...` by its name, `-yc` by each of its letters (npm and uv read a cluster of
+    one-letter options as each of them)."""
+    options = LAUNCHER_OPTIONS.get(launcher, frozenset())
+    name = arg.partition("=")[0]
+    if name in options:
+        return name
+    if arg.startswith("-") and not arg.startswith("--"):
+        for letter in arg[1:]:
+            if f"-{letter}" in options:
+                return f"-{letter}"
+            if not letter.isalpha():
+                break  # the rest is a value
+    return None
+
+
+def options_taking_code(launcher: str, args: list[str], *, package: bool = True) -> list[int]:
+    """The indexes of `args` (what follows `launcher` on its command line) that hold an option
+    that runs a command or takes code from elsewhere. With `package`, reading stops at the
+    package (its own arguments follow); a word after an option not known to take no value may
+    be that option's value (`npx --loglevel silent --call ...`), so reading goes on past it."""
+    found: list[int] = []
+    flags = _LAUNCHER_FLAGS.get(launcher, frozenset())
+    valued = False  # the word before was an option that may take this one as its value
+    for index, arg in enumerate(args):
+        if arg == "--" and package:
+            break
+        if not arg.startswith("-") or arg == "-":
+            if package and not valued:
+                break  # the package: what follows is its own
+            valued = False
+            continue
+        if launcher_option(launcher, arg) is not None:
+            found.append(index)
+        valued = "=" not in arg and arg not in flags
+    return found
+
 
 # Environment variables that make a program load or run code it was not given, by the program
 # that reads them. Matched by name, upper-cased (Windows' names ignore case; npm reads
@@ -250,6 +343,10 @@ def _widens(option: str, value: str) -> str | None:
         "disable",
     ):
         return f"--security-opt {value} turns a protection of the container off"
+    if option in ("-e", "--env"):  # `NAME=VALUE`, or `NAME` for the host's value
+        variable, eq, setting = value.partition("=")
+        if loads_code(variable, setting if eq else None):
+            return f"{option} {variable} makes the container's server load other code"
     if option in ("-v", "--volume"):
         source = value.split(":", 1)[0]
         return _bound(source)
@@ -261,11 +358,16 @@ def _widens(option: str, value: str) -> str | None:
     return None
 
 
+_RUNTIME_SOCKETS = ("docker.sock", "containerd.sock", "podman.sock", "crio.sock")
+
+
 def _bound(source: str) -> str | None:
-    if source.rstrip("/") in ("", "/") and source.startswith("/"):
+    # `/./`, `//` and `/srv/..` are `/`; `/home/x/../alice` is a home folder
+    path = posixpath.normpath(source).rstrip("/") if source.startswith("/") else source
+    if path == "" and source.startswith("/"):
         return "binds the host's whole file system (/) into the container"
-    if _HOME.match(source):
+    if _HOME.match(path):
         return f"binds the home folder ({source}) into the container"
-    if source.endswith("docker.sock"):
-        return "binds docker's socket: the container could start any container on the host"
+    if path.endswith(_RUNTIME_SOCKETS):
+        return "binds a container runtime's socket: the container could start any container"
     return None

@@ -7,7 +7,13 @@ from collections.abc import Iterator
 
 from bundlectl.config import paths
 from bundlectl.config.hosts import whole_domain
-from bundlectl.config.launchcheck import LAUNCHER_OPTIONS, docker_run, loads_code
+from bundlectl.config.launchcheck import (
+    LAUNCHER_OPTIONS,
+    docker_run,
+    launcher_option,
+    loads_code,
+    options_taking_code,
+)
 from bundlectl.config.requirements import requirement_name
 from bundlectl.lint.context import Context, at
 from bundlectl.lint.rules import Finding
@@ -117,14 +123,11 @@ def launcher_options(ctx: Context) -> Iterator[Finding]:
         if spec.transport != "stdio" or not spec.command:
             continue
         base = spec.command.rsplit("/", 1)[-1]
-        options = LAUNCHER_OPTIONS.get(base)
-        if options is None:
+        if base not in LAUNCHER_OPTIONS:
             continue
-        for index, arg in enumerate(spec.args):
-            if not arg.startswith("-"):
-                break  # the package: what follows is its own
-            option = arg.partition("=")[0]
-            if option in options:
+        for index in options_taking_code(base, spec.args):
+            option = launcher_option(base, spec.args[index])
+            if option is not None:
                 yield at(
                     "BCL404",
                     doc,

@@ -392,7 +392,9 @@ RULES = _rules(
         "launcher-runs-other-code",
         "error",
         "npx or uvx is given an option that runs a command of its own (`--call`, a shell, "
-        "node's options) or takes code from elsewhere (`--with`, `--from`, another index).",
+        "node's options) or takes code from elsewhere (`--package`, `--with`, `--from`, another "
+        "registry or index, a settings file); options are read by their arity and one-letter "
+        "clusters (`-yc`) letter by letter, up to the package.",
         "Remove the option; run the package itself, pinned.",
         9.0,
     ),
@@ -413,9 +415,11 @@ RULES = _rules(
         "container-widens-access",
         "error",
         "`docker run` gives the container more of the host: --privileged, --cap-add, --device, "
-        "a host namespace (--pid/--network host), an unconfined profile, or a bind of /, the "
-        "home folder or docker's socket.",
-        "Remove the option; bind only the folder the server needs, read-only where it can be.",
+        "a host namespace (--pid/--network host), an unconfined profile, a bind of / (however "
+        "spelled: `/./`, `//`), of the home folder or of a container runtime's socket, or a "
+        "variable that makes its server load other code (`-e LD_PRELOAD=...`).",
+        "Remove the option; bind only the folder the server needs, read-only where it can be; "
+        "set no variable that loads code.",
         9.0,
     ),
     RuleInfo(
