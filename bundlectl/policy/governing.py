@@ -2,10 +2,12 @@
 the clients `export` writes. An agent allowed `files.write_file` must not rewrite what binds it or
 another agent — its policy, or a client config that starts the gateway as a different agent — so
 the built-in files server never writes these; the exporters take their project-level locations
-from here, so the two lists cannot drift. No I/O, nothing imported.
+from here, so the two lists cannot drift. No I/O.
 """
 
 from __future__ import annotations
+
+import unicodedata
 
 # The policy's own files, by name, wherever they are below the root (a nested project's too).
 POLICY_FILES = frozenset({"bundlectl.yaml", "bundlectl.lock", "bundlectl.local.yaml"})
@@ -46,12 +48,20 @@ _FILES = frozenset(
 )
 
 
+def folded(name: str) -> str:
+    """`name` as a file system that ignores case may read it: macOS's compares names
+    normalized and case-folded, Windows' upper-cases them, and either reads `.mcp.jſon` (a
+    long s) as `.mcp.json` and `kılo.json` (a dotless i) as `kilo.json`. Compared in this form
+    a name is governed on every system where it could stand for a governed one."""
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).upper().casefold())
+
+
 def governs(parts: tuple[str, ...]) -> str | None:
     """Why the root-relative path `parts` governs agents (None: it does not). Names compare
-    without case (macOS and Windows file systems ignore it), at any depth (a nested project),
-    and at any position of the path: a folder made at a governed name (`.mcp.json/x`) would
-    stand where the file belongs, and `export` or "always allow" could no longer write it."""
-    lower = tuple(part.lower() for part in parts)
+    without case and normalized (`folded`), at any depth (a nested project), and at any
+    position of the path: a folder made at a governed name (`.mcp.json/x`) would stand where
+    the file belongs, and `export` or "always allow" could no longer write it."""
+    lower = tuple(folded(part) for part in parts)
     for end in range(1, len(parts) + 1):
         why = _governs_at(parts[:end], lower[:end])
         if why is not None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from bundlectl.config.yamlio import read_yaml
 from bundlectl.policy.conditions import unportable_name
-from bundlectl.policy.governing import governs
+from bundlectl.policy.governing import folded, governs
 from bundlectl.servers._tooling import Blob, Toolbox, ToolFailure
 from bundlectl.servers.confined_paths import Outside, Resolved, Root, open_file, replace_file
 
@@ -76,7 +76,7 @@ class Guard:
         """Why the root-relative path `parts` may not be written (None: it may)."""
         if ("/".join(parts) or ".") in self.unprotected:
             return None
-        if ".git" in (part.lower() for part in parts):
+        if ".git" in (folded(part) for part in parts):
             return "it is inside a .git folder"
         governing = governs(parts)
         if governing is not None:

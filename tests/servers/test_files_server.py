@@ -328,6 +328,11 @@ def test_server_c_serves_that_configs_folder(tmp_path: Path) -> None:
         "docs/.mcp.json/x",
         ".CLAUDE",
         ".Git/config",
+        # what macOS or Windows reads as a governed name: a long s, a dotless i, full width
+        ".mcp.j\u017fon/x",
+        "k\u0131lo.json",
+        "docs/.\uff4dcp.json",
+        ".g\u0131t/config",
     ],
 )
 def test_no_folder_or_file_stands_where_a_governed_file_belongs(project: Path, path: str) -> None:
