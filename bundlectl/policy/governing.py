@@ -50,8 +50,8 @@ _FILES = frozenset(
 
 def folded(name: str) -> str:
     """`name` as a file system that ignores case may read it: macOS's compares names
-    normalized and case-folded, Windows' upper-cases them, and either reads `.mcp.jſon` (a
-    long s) as `.mcp.json` and `kılo.json` (a dotless i) as `kilo.json`. Compared in this form
+    normalized and case-folded, Windows' upper-cases them, and either reads `.mcp.j\u017fon` (a
+    long s) as `.mcp.json` and `k\u0131lo.json` (a dotless i) as `kilo.json`. Compared in this form
     a name is governed on every system where it could stand for a governed one."""
     return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).upper().casefold())
 
