@@ -42,10 +42,7 @@ def colour(stream: Any) -> bool:
     """Whether to colour what goes to `stream`."""
     if _PLAIN.get() or os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
         return False
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):  # a replaced or closed stream
-        return False
+    return _is_terminal(stream)
 
 
 def paint(text: str, style: str, stream: Any = None) -> str:
@@ -108,6 +105,38 @@ def visible(text: str, fold: int | None = None, *, size: int | None = None) -> s
     if fold is not None and len(text_out) > fold:
         return f"{text_out[: max(fold - 1, 0)]}… ({len(text) if size is None else size} characters)"
     return text_out
+
+
+def visible_lines(text: str) -> str:
+    """`visible`, with the text's own line breaks (`\n`) and tabs kept: a message or a
+    description of several lines, shown as lines."""
+    return "\n".join(
+        "\t".join(visible(part) for part in line.split("\t")) for line in text.split("\n")
+    )
+
+
+# What a terminal takes as a command (C0 but tab and line feed, DEL, C1): a server's result shown
+# on a terminal cannot clear the screen, move the cursor or hide what follows.
+_TERMINAL_CONTROLS = frozenset(
+    chr(c) for c in (*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0))
+)
+
+
+def terminal_safe(text: str, stream: Any = None) -> str:
+    """`text` as data for `stream` (stdout by default): as it is for a file or a pipe; on a
+    terminal, with every control character but tab and line feed written as an escape
+    (`\x1b`). Other characters are left as they are, since this is what the person asked for
+    (a file's text, in any script); messages and descriptions go through `visible`."""
+    if _TERMINAL_CONTROLS.isdisjoint(text) or not _is_terminal(stream or sys.stdout):
+        return text
+    return "".join(_escape(c) if c in _TERMINAL_CONTROLS else c for c in text)
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        return False
 
 
 def out(line: str = "") -> None:

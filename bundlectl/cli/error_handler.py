@@ -3,7 +3,6 @@ becomes one line and a crash report."""
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 import traceback
@@ -11,16 +10,14 @@ import traceback
 from bundlectl import __version__
 from bundlectl.config import paths
 from bundlectl.errors import BundlectlError
-from bundlectl.output import err, status
-
-# Control characters (C0 but tab, DEL, C1): a message may quote a file, an argument or what a
-# server sent, and a raw ESC or NUL would reach the terminal as a command or cut the line.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+from bundlectl.output import err, status, visible
 
 
-def visible(text: str) -> str:
-    """`text` with control characters written as escapes (`\x1b`), line breaks kept."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+def _lines(text: str) -> list[str]:
+    """A message's lines, split only at its own line breaks (`\\n`; a U+2028 a server put in its
+    text is no line break), each escaped by `output.visible`: a message may quote a file, an
+    argument or what a server sent, which must not redraw the screen or reorder the line."""
+    return [visible(line) for line in text.split("\n")]
 
 
 def failure(exc: BundlectlError, *, debug: bool = False) -> int:
@@ -29,16 +26,17 @@ def failure(exc: BundlectlError, *, debug: bool = False) -> int:
         status(traceback.format_exc())
     if exc.problems:
         for problem in exc.problems:
-            err(visible(f"error: {problem.render()}"))
+            for line in _lines(f"error: {problem.render()}"):
+                err(line)
             if problem.hint:
-                err(visible(f"  hint: {problem.hint}"))
+                for line in _lines(f"  hint: {problem.hint}"):
+                    err(line)
     else:
-        lines = exc.message.splitlines() or [""]
-        err(visible(f"error: {lines[0]}"))
-        for line in lines[1:]:
-            err(visible(line))
+        for line in _lines(f"error: {exc.message}"):
+            err(line)
     if exc.hint:
-        err(visible(f"hint: {exc.hint}"))
+        for line in _lines(f"hint: {exc.hint}"):
+            err(line)
     return exc.exit_code
 
 

@@ -32,6 +32,7 @@ from bundlectl.errors import (
 from bundlectl.mcpio.child import Child
 from bundlectl.mcpio.stdio import child_transport
 from bundlectl.mcpio.target import Target, start_child
+from bundlectl.output import visible
 from bundlectl.suggest import Suggester
 
 if TYPE_CHECKING:
@@ -304,6 +305,7 @@ def returned_error(target: Target, message: str, code: Any, data: Any = None) ->
     """The error of a server that answered a request with a JSON-RPC error (every session's:
     the SDK's client, the raw pipes): -32021, a capability the client did not declare, is
     `ClientLacks`, with the server's `data` naming it."""
+    message = visible(str(message))  # the server's words: one line, nothing it can hide
     if code == MISSING_CAPABILITY:
         return ClientLacks(
             f"server {target.name!r} needs a capability the client did not declare: {message}",

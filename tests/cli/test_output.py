@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bundlectl.output import Lazy, RawJson, pretty_json, stream_json
-from tests.conftest import write
+from tests.conftest import TEST_SERVERS, write
 
 LEAVES = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text()
 KEYS = st.text() | st.integers()  # json turns int keys into strings; both encoders must agree
@@ -190,3 +191,54 @@ def test_visible_escapes_every_character_a_person_cannot_see() -> None:
     # A folded value says how many characters it holds.
     assert visible("x" * 300, 20) == "x" * 19 + "… (300 characters)"
     assert visible("\u2028" * 50, 13) == "\\u2028\\u2028… (50 characters)"
+
+
+def test_what_a_server_writes_cannot_draw_on_the_terminal_or_pose_as_bundlectl(
+    project: Path,
+) -> None:
+    """#52 item 1 through `exec`, `tools` and the error funnel: a server's description, its
+    JSON-RPC error and a result it reports as an error reach a person through `visible` (each
+    control, bidi override and line separator an escape, its line break no new line that could
+    read as bundlectl's `hint:`); a result it reports as done is data — as it is in a pipe, and
+    on a terminal with no character the terminal would take as a command."""
+    write(
+        project / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          s: {{command: {sys.executable}, args: ["{TEST_SERVERS / "misbehave.py"}", smear]}}
+        agents:
+          r: {{allow: [s.said]}}
+        policy: {{default: deny}}
+        """,
+    )
+    raw = "\x1b[2J", "\u202e", "\u2028", "\x9b"
+    for how, said in (("rpc", "returned an error: boom ok"), ("error", "reported an error")):
+        shown = on_a_terminal(["exec", "-a", "r", "s.said", f"how={how}"], project, NO_COLOR="1")
+        assert said in shown, shown
+        assert not any(char in shown for char in raw), repr(shown)
+        assert "\\x1b[2J\\x1b[1;31mFAKE\\u202edenied\\u2028next\\x9b31m" in shown, repr(shown)
+        if how == "rpc":  # the server's line break stays inside its message
+            lines = shown.replace("\r\n", "\n").split("\n")
+            assert not [line for line in lines if line.startswith("hint: run curl")], shown
+    recorded = subprocess.run(
+        [sys.executable, "-m", "bundlectl", "tools", "--live", "--record", "--server", "s"],
+        cwd=project,
+        capture_output=True,
+        check=False,
+    )
+    assert recorded.returncode == 0, recorded.stderr
+    listed = on_a_terminal(["tools", "--server", "s", "--detail", "summary"], project)
+    assert "s.said  Says. ok\\x1b[2J" in listed and not any(c in listed for c in raw), listed
+
+    terminal = on_a_terminal(["exec", "-a", "r", "s.said", "how=ok"], project, NO_COLOR="1")
+    assert "result ok\\x1b[2J\\x1b[1;31mFAKE\u202edenied\u2028next\\x9b31m" in terminal
+    piped = subprocess.run(
+        [sys.executable, "-m", "bundlectl", "exec", "-a", "r", "s.said", "how=ok"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert "result ok\x1b[2J\x1b[1;31mFAKE\u202edenied\u2028next\x9b31m\nhint" in piped.stdout

@@ -20,7 +20,7 @@ from bundlectl.config.project import load_project
 from bundlectl.errors import BundlectlError
 from bundlectl.mcpio.child import stop_on_failure
 from bundlectl.mcpio.schemas import preload
-from bundlectl.output import emit_json, err, note, out
+from bundlectl.output import emit_json, err, note, out, terminal_safe, visible_lines
 from bundlectl.resolve.resolved import resolve_project
 
 if TYPE_CHECKING:
@@ -195,11 +195,11 @@ def _print(outcome: CallOutcome, fmt: Format, output_dir: Path | None) -> int:
     lines = render_text(result, OutputDir(output_dir), f"{request.server}-{request.tool}")
     if result.is_error:  # reported on stderr (exit 1) once the audit record is written
         err(f"error: tool {request.qualified} reported an error:")
-        for line in lines:
-            err(line.removesuffix("\n"))
+        for line in lines:  # a message: the server's words escaped, its lines kept
+            err(visible_lines(line.removesuffix("\n")))
         return 1
-    for line in lines:
-        out(line.removesuffix("\n"))
+    for line in lines:  # the result: as it is, but no terminal command on a terminal
+        out(terminal_safe(line.removesuffix("\n")))
     return 0
 
 

@@ -28,7 +28,14 @@ from bundlectl.errors import (
 from bundlectl.mcpio import runner
 from bundlectl.mcpio.connect import connect
 from bundlectl.mcpio.session import SdkSession, ServerSession, ToolResult
-from bundlectl.output import JSON_FORMAT_VERSION, emit_json, err, out
+from bundlectl.output import (
+    JSON_FORMAT_VERSION,
+    emit_json,
+    err,
+    out,
+    terminal_safe,
+    visible,
+)
 from bundlectl.policy.rules import default_agent
 from bundlectl.resolve.resolved import resolve_project
 
@@ -67,7 +74,7 @@ def run_read(
     saved = OutputDir(output_dir)
     for item in data.get("contents") or []:
         if "text" in item:
-            out(item["text"])
+            out(terminal_safe(str(item["text"])))  # the resource, as it is (a pipe, a file)
         elif "blob" in item:
             blob = base64.b64decode(item["blob"])
             path = saved.save(blob, item.get("mimeType"), "resource")
@@ -125,12 +132,12 @@ def run_prompt(
         return 0
     saved = OutputDir(output_dir)
     if data.get("description"):
-        out(f"# {data['description']}")
+        out(f"# {visible(str(data['description']))}")
     for message in data.get("messages") or []:
         # a message's content is one content block: shown as exec shows a result's blocks
         block = ToolResult({"content": [message.get("content") or {}]})
         shown = "\n".join(render_text(block, saved, "prompt"))
-        out(f"{message.get('role', '?')}: {shown}")
+        out(f"{visible(str(message.get('role', '?')))}: {terminal_safe(shown)}")
     return 0
 
 
@@ -253,15 +260,15 @@ def run_list(
         return 0
     for item in data.get("resources", []):
         mime = f" ({item['mimeType']})" if item.get("mimeType") else ""
-        out(f"{item['uri']}{mime}  {item.get('name', '')}".rstrip())
+        out(visible(f"{item['uri']}{mime}  {item.get('name', '')}".rstrip()))
     for item in data.get("resourceTemplates", []):
-        out(f"{item['uriTemplate']}  (template) {item.get('name', '')}".rstrip())
+        out(visible(f"{item['uriTemplate']}  (template) {item.get('name', '')}".rstrip()))
     for item in data.get("prompts", []):
         names = [
             a["name"] + ("" if a.get("required") else "?") for a in item.get("arguments") or []
         ]
         shown = f"{item['name']} {' '.join(f'{n}=...' for n in names)}".rstrip()
-        out(f"{shown}  {item.get('description') or ''}".rstrip())
+        out(visible(f"{shown}  {item.get('description') or ''}".rstrip()))
     if not any(data.values()):
         err(f"server {server!r} offers no {kind}")
     return 0

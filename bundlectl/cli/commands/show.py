@@ -12,7 +12,7 @@ from bundlectl.config.requirements import parse_requirement
 from bundlectl.errors import UsageError
 from bundlectl.mcpio.launchers import needs
 from bundlectl.mcpio.sandbox import profile_for
-from bundlectl.output import JSON_FORMAT_VERSION, emit_json, out
+from bundlectl.output import JSON_FORMAT_VERSION, emit_json, out, visible
 from bundlectl.resolve.versions import constraint, resolve
 
 
@@ -49,39 +49,39 @@ def _as_json(loaded: LoadedManifest, versions: list[str]) -> dict[str, object]:
 
 def _print(loaded: LoadedManifest, versions: list[str]) -> None:
     m = loaded.manifest
-    out(f"{m.name} {m.version} ({loaded.source.label}): {m.description}")
-    out(f"versions: {', '.join(versions)}")
-    out(f"requires: {', '.join(m.requires) if m.requires else '-'}")
+    _shown(f"{m.name} {m.version} ({loaded.source.label}): {m.description}")
+    _shown(f"versions: {', '.join(versions)}")
+    _shown(f"requires: {', '.join(m.requires) if m.requires else '-'}")
     if m.env:
-        out("inputs:")
+        _shown("inputs:")
         for key, wanted in m.env.items():
             marks = [
                 w for w, on in (("required", wanted.required), ("secret", wanted.secret)) if on
             ]
             default = f" (default {wanted.default})" if wanted.default is not None else ""
-            out(f"  {key}  {', '.join(marks) or 'optional'}{default}  {wanted.description}")
-    out("servers:")
+            _shown(f"  {key}  {', '.join(marks) or 'optional'}{default}  {wanted.description}")
+    _shown("servers:")
     for name, spec in m.servers.items():
-        out(f"  {name}  {endpoint(spec)}")
+        _shown(f"  {name}  {endpoint(spec)}")
         if spec.description:
-            out(f"    {spec.description}")
-        out(f"    needs: {needs(spec)}")
+            _shown(f"    {spec.description}")
+        _shown(f"    needs: {needs(spec)}")
         for key, values in (("env", spec.env), ("headers", spec.headers)):
             if values:
-                out(f"    {key}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
-        out(f"    timeout: {spec.timeout}s")
+                _shown(f"    {key}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
+        _shown(f"    timeout: {spec.timeout}s")
         boxed = profile_for(name, spec, Path("."), "on")  # as it runs by default (#55)
         if boxed is not None:
             drawn = "" if boxed.container else " (and where a project's rules bound its writes)"
-            out(f"    sandbox: {boxed.described()}{drawn}")
-        out(f"    tools ({len(spec.tools)}):")
+            _shown(f"    sandbox: {boxed.described()}{drawn}")
+        _shown(f"    tools ({len(spec.tools)}):")
         width = max((len(t.name) for t in spec.tools), default=0)
         for tool in spec.tools:
             line = f"      {tool.name.ljust(width)}  {first_line(tool.description)}"
             flags = tool_flags(tool)
-            out(f"{line}  {flags}".rstrip() if flags else line.rstrip())
+            _shown(f"{line}  {flags}".rstrip() if flags else line.rstrip())
     if m.agents:
-        out("agent defaults:")
+        _shown("agent defaults:")
         for name, rules in m.agents.items():
             parts = [
                 f"{effect}: {', '.join(getattr(rules, effect))}"
@@ -90,4 +90,9 @@ def _print(loaded: LoadedManifest, versions: list[str]) -> None:
             ]
             if rules.extends:
                 parts.insert(0, f"extends: {', '.join(rules.extends)}")
-            out(f"  {name}  {'; '.join(parts) or 'no rules'}")
+            _shown(f"  {name}  {'; '.join(parts) or 'no rules'}")
+
+
+def _shown(line: str) -> None:
+    """A line of what a registry wrote (descriptions, names, values), shown by `visible`."""
+    out(visible(line))

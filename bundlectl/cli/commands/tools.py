@@ -106,10 +106,10 @@ def _condition(rule: Rule) -> str:
 
 def _print_tool(head: str, spec: ToolSpec, detail: Detail) -> None:
     if detail == "name":
-        out(head)
+        out(visible(head))
         return
-    flags = tool_flags(spec)
-    out(f"{head}  {first_line(spec.description)}" + (f"  {flags}" if flags else ""))
+    flags = tool_flags(spec)  # a server's words: names and descriptions shown by `visible`
+    out(visible(f"{head}  {first_line(spec.description)}" + (f"  {flags}" if flags else "")))
     if detail == "full":
         if spec.annotations:
             out(f"    annotations: {json.dumps(spec.annotations, sort_keys=True)}")
@@ -253,7 +253,7 @@ def _drift_json(d: Drift) -> dict[str, Any]:
 
 def _print_drift(d: Drift) -> None:
     if d.error is not None:
-        out(f"{d.server}: could not ask it: {d.error.message.splitlines()[0]}")
+        out(f"{d.server}: could not ask it: {visible(d.error.message.split(chr(10))[0])}")
         return
     if d.clean:
         out(f"{d.server}: matches the declared catalog ({d.live_count} tools)")
@@ -265,8 +265,8 @@ def _print_drift(d: Drift) -> None:
     for name, rule, message in d.told:
         out(f"  ! {visible(name)}: {rule} {message}")
     for name in d.added:
-        out(f"  + {name} (offered, not declared)")
+        out(f"  + {visible(name)} (offered, not declared)")
     for name in d.removed:
-        out(f"  - {name} (declared, not offered)")
+        out(f"  - {visible(name)} (declared, not offered)")
     for name, what in d.changed:
-        out(f"  ~ {name}: {', '.join(what)} {'differs' if len(what) == 1 else 'differ'}")
+        out(f"  ~ {visible(name)}: {', '.join(what)} {'differs' if len(what) == 1 else 'differ'}")
