@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 from bundlectl.config.expand import expand
 from bundlectl.config.urls import loopback_host
 from bundlectl.errors import UsageError
-from bundlectl.policy.rules import DEFAULT_AGENT
 from bundlectl.resolve.resolved import Resolution
 
 if TYPE_CHECKING:
@@ -53,11 +52,6 @@ def people_tokens(agents: dict[str, str]) -> dict[str, str]:
                 )
         found[variable] = value
     return found
-
-
-def listed(resolution: Resolution) -> set[str]:
-    """The agents the merged config lists by name (the project's and the user-level file's)."""
-    return set(resolution.policy.set.agents)
 
 
 def is_loopback(host: str) -> bool:
@@ -206,15 +200,8 @@ def access_for(resolution: Resolution, agent: str | None, host: str) -> Access:
         )
     people_tokens(tokens)
     _links_checkable(resolution)
-    auth = config.gateway.auth
-    if auth is not None and auth.unmatched == "default" and DEFAULT_AGENT in listed(resolution):
-        # The project's own file is refused at load; this is the user-level file's agent.
-        raise UsageError(
-            "gateway.auth.unmatched: default serves every valid token that fits no match: as "
-            "agent 'default', and an agent named 'default' is listed (in the user-level "
-            "bundlectl.yaml): strangers would get its grants",
-            hint="rename that agent, or set gateway.auth.unmatched: refuse",
-        )
+    auth = config.gateway.auth  # (unmatched: default beside a listed `default`: refused as
+    # the project resolves, `resolved.unmatched_default`)
     matched = frozenset(
         name
         for name, rules in config.agents.items()

@@ -29,7 +29,7 @@ from bundlectl.lint import (
 from bundlectl.lint.context import Context, LintedFile, from_problem
 from bundlectl.lint.rules import RULES, SEVERITY_RANK, Finding, Severity
 from bundlectl.policy.inheritance import extends_problems
-from bundlectl.resolve.resolved import resolve_project
+from bundlectl.resolve.resolved import resolve_project, unmatched_default
 
 Check = Callable[[Context], Iterable[Finding]]
 
@@ -144,6 +144,7 @@ def lint_project(config_path: Path) -> tuple[Context, list[Finding]]:
     try:
         ctx.resolution = resolve_project(ctx.project, strict=False)
         ctx.policy_ok = not extends_problems(ctx.resolution.merged.agents)
+        unmatched_default(ctx.project, ctx.resolution.merged)
     except InputFileError as exc:  # the lock, or a manifest outside the lint targets
         extra += [from_problem(checks_files.rule_of(p), p) for p in exc.problems]
     except BundlectlError as exc:

@@ -6,7 +6,7 @@ commands that only read a project (`list`, `show`) load neither the resolver nor
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,7 @@ from bundlectl.policy.catalog import Catalog, ToolRef
 from bundlectl.policy.engine import Policy
 from bundlectl.policy.inheritance import canonical_policy, check_extends
 from bundlectl.policy.patterns import name_clashes
-from bundlectl.policy.rules import AgentSpec, Decision, PolicySet, Rule
+from bundlectl.policy.rules import DEFAULT_AGENT, AgentSpec, Decision, PolicySet, Rule
 from bundlectl.resolve.merge import (
     Merged,
     MergedServer,
@@ -194,7 +194,33 @@ def resolve_project(
         if collision is not None:
             raise collision
         check_extends(merged.agents)
+        unmatched_default(project, merged)
     return Resolution(project, merged, own, local)
+
+
+def unmatched_default(project: Project, merged: Merged) -> None:
+    """`gateway.auth.unmatched: default` serves strangers as agent `default`: refused when an
+    agent of that name comes from a bundle's defaults or the user-level file (the project's own
+    file is refused as it loads), naming both (#52 item 2)."""
+    auth = project.config.gateway.auth
+    agent = merged.agents.get(DEFAULT_AGENT)
+    if auth is None or auth.unmatched != "default" or agent is None:
+        return
+    if DEFAULT_AGENT in project.config.agents:
+        return  # the project's own file: `config_problems` refused it with both positions
+    where = (
+        f"the agent defaults of bundle {agent.origin.bundle} ({agent.origin.position}) list"
+        if agent.origin.bundle
+        else f"the user-level file ({agent.origin.position}) lists"
+    )
+    problem = project.doc.problem(
+        ("gateway", "auth", "unmatched"),
+        "'default' serves every valid token that fits no agent's match: as agent "
+        f"'default', and {where} an agent of that name: strangers would get its grants",
+        hint="set gateway.auth.unmatched: refuse, and give the tokens you mean to serve an "
+        "agent whose match: fits them",
+    )
+    raise InputFileError([replace(problem, code="unmatched_default_listed")])
 
 
 def _with_user(project: Project, versions: dict[str, Version], own: Merged) -> Merged:

@@ -19,7 +19,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.conftest import audit_records, send_json, tls, write
+from tests.conftest import audit_records, make_registry, send_json, tls, write
 from tests.gateway.test_gateway_http import client, gateway, refused_at_start
 
 
@@ -256,6 +256,50 @@ def test_unmatched_tokens_never_get_a_listed_agent_named_default(
         said = refused.err + refused.out
         assert "bundlectl.yaml:21:16: " in said and "'default' serves every valid token" in said
         assert "bundlectl.yaml:4:3: " in said and "the agent that gateway.auth.unmatched" in said
+
+
+def test_a_default_agent_from_a_bundle_or_the_user_file_is_refused_beside_unmatched_default(
+    project: Path, issuer: Issuer, run: Any
+) -> None:
+    """#52 item 2, the variants the project file cannot show: an agent `default` that a
+    bundle's agent defaults or the user-level file bring would also go to every stranger. The
+    project resolves with an error naming `unmatched` and where the agent comes from, for every
+    command that resolves (`serve` included, so a reload keeps the gateway as it was), and lint
+    says it at the same position."""
+    from bundlectl.config import paths
+
+    _config(project, issuer)
+    text = (
+        (project / "bundlectl.yaml")
+        .read_text()
+        .replace(
+            "audience: [bundlectl-gateway]}",
+            "audience: [bundlectl-gateway]}\n    unmatched: default",
+        )
+    )
+    make_registry(
+        project / "registry",
+        {"team": {"1.0.0": {"description": "t", "agents": {"default": {"allow": ["files.*"]}}}}},
+    )
+    bundled = text.replace("bundles: [basic]", "bundles: [basic, team]\nregistries: [./registry]")
+    write(project / "bundlectl.yaml", bundled)
+    for command in (("resolve",), ("serve", "--transport", "streamable-http"), ("lint",)):
+        refused = run(*command)
+        assert refused.code == (1 if command[0] == "lint" else 2), refused.err
+        said = refused.err + refused.out
+        assert "bundlectl.yaml:21:16: " in said, said
+        assert "the agent defaults of bundle team@1.0.0 (" in said and "strangers" in said
+
+    write(project / "bundlectl.yaml", text)
+    user = paths.user_project_file()
+    assert user is not None
+    write(user, "version: 1\nagents:\n  default: {allow: [files.write_file]}\n")
+    refused = run("resolve")
+    assert refused.code == 2 and "bundlectl.yaml:20:16: " in refused.err, refused.err
+    assert "the user-level file (" in refused.err
+    assert "config/bundlectl.yaml:3:12) lists an agent of that name" in refused.err
+    user.unlink()
+    assert run("resolve").code == 0
 
 
 def test_issuers_without_any_agent_to_match_are_refused_at_start(
