@@ -324,8 +324,9 @@ class AgentRules(StrictModel):
         description="`serve` over HTTP with `gateway.auth.issuers`: the claims of a verified "
         "access token (JWT) that identify this agent, each a glob or a list of globs (a list "
         "claim such as groups matches when any of its values does); all must match. `email` "
-        "fits only when the token says `email_verified: true`, and `*@acme.example` only an "
-        "address whose domain is exactly acme.example.",
+        "fits only when the token says `email_verified: true`. A glob with an `@`, in any "
+        "claim, fits only an address with one `@` and the glob's domain: `*@acme.example` "
+        "fits no domain but exactly acme.example.",
     )
     token: Expandable | None = Field(
         default=None,

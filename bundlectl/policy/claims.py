@@ -3,9 +3,12 @@ globs) against a token's claims (SPEC 12, 17) — the gateway's check, `policy e
 --claims`, and lint's reading of matches that fit anyone or fit one token with another agent.
 No I/O, nothing imported beyond the standard library.
 
-A list claim (groups) fits when any of its values fits. A claim that names a mailbox (`email`)
-fits only when the token says the issuer verified it (`email_verified: true`), and only by its
-exact domain part: `*@acme.example` never fits `eve@evil.example#@acme.example`.
+A list claim (groups) fits when any of its values fits. A glob with an `@` is an address: it
+fits a value with exactly one `@`, the part before it by the glob's, and the domain by the
+glob's domain (exactly, without case, when that has no wildcard) — in every claim, so
+`*@acme.example` never fits `eve@evil.example#@acme.example` in `sub`, `upn` or
+`preferred_username` either. A claim that names a mailbox (`email`) fits only when the token
+says the issuer verified it (`email_verified: true`).
 """
 
 from __future__ import annotations
@@ -41,9 +44,7 @@ def why_not(claims: Mapping[str, Any], match: Match) -> str | None:
             verified = MAILBOX_CLAIMS[name]
             if claims.get(verified) is not True:
                 return f"its {name!r} is not verified ({verified} is not true)"
-            if not any(_mailbox_fits(v, g) for v in values for g in globs):
-                return f"its {name!r} fits none of {', '.join(globs)}"
-        elif not any(fnmatch.fnmatchcase(str(v), g) for v in values for g in globs):
+        if not any(_fits_glob(v, g) for v in values for g in globs):
             return f"its {name!r} fits none of {', '.join(globs)}"
     return None
 
@@ -53,18 +54,19 @@ def fits(claims: Mapping[str, Any], match: Match) -> bool:
     return why_not(claims, match) is None
 
 
-def _mailbox_fits(value: object, pattern: str) -> bool:
-    """`local@domain` against `glob@domain`: one `@` in the value, the local part by the glob,
-    the domain exactly (without case)."""
+def _fits_glob(value: object, pattern: str) -> bool:
+    """One claim value against one glob: as an address when the glob has an `@` (one `@` in
+    the value, the local part by the glob's, the domain by the glob's domain, without case,
+    and nothing in it that a URL or a shell would read otherwise); else as text."""
+    if "@" not in pattern:
+        return fnmatch.fnmatchcase(str(value), pattern)
     if not isinstance(value, str) or value.count("@") != 1:
         return False
     local, domain = value.split("@")
     if not local or not domain or any(c in domain for c in "#/?\\ \t\n"):
         return False
-    if "@" not in pattern:  # a glob of the whole address ("*"): any verified mailbox
-        return fnmatch.fnmatchcase(value, pattern)
     glob, _, wanted = pattern.rpartition("@")
-    return domain.lower() == wanted.lower() and fnmatch.fnmatchcase(local, glob)
+    return fnmatch.fnmatchcase(domain.lower(), wanted.lower()) and fnmatch.fnmatchcase(local, glob)
 
 
 def fits_anyone(match: Match) -> bool:

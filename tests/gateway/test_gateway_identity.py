@@ -417,9 +417,16 @@ def test_a_mailbox_claim_fits_only_when_verified_and_by_its_exact_domain() -> No
     ):
         assert not fits(forged), forged
     assert _fits({"email": "x@y.z", "email_verified": True}, {"email": "*"})
-    assert _fits(
-        {"sub": "eve@evil.example#@acme.example"}, {"sub": "*@acme.example"}
-    )  # not a mailbox claim
+    # An address glob is an address in every claim (no verification to ask for there): the
+    # same forgeries fail in `sub`, `upn`, `preferred_username`.
+    for claim in ("sub", "upn", "preferred_username"):
+        assert _fits({claim: "ana@ACME.example"}, {claim: "*@acme.example"})
+        for forged in ("eve@evil.example#@acme.example", "eve@evil.example@acme.example"):
+            assert not _fits({claim: forged}, {claim: "*@acme.example"}), (claim, forged)
+    subdomains: dict[str, str | list[str]] = {"sub": "ci-*@*.acme.example"}
+    assert _fits({"sub": "ci-1@eu.acme.example"}, subdomains)
+    assert not _fits({"sub": "ci-1@evil.example/@eu.acme.example"}, subdomains)
+    assert not _fits({"sub": "ci-1@evil.example#.acme.example"}, subdomains)
 
 
 def test_approvers_are_people_with_their_own_tokens_and_never_approve_their_own_calls(
