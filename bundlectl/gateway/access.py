@@ -31,7 +31,8 @@ def people_tokens(agents: dict[str, str]) -> dict[str, str]:
     """The tokens of the gateway's other doors (`$BUNDLECTL_APPROVER_TOKEN`,
     `$BUNDLECTL_METRICS_TOKEN`), by variable, checked with every load of the config (a
     reload may give an agent the same token): each at least `PEOPLE_TOKEN_LENGTH` characters
-    and none an agent's, so an agent can never approve its own calls or read the metrics."""
+    and none an agent's or the other's, so an agent can never approve its own calls or read the
+    metrics, and a metrics scraper never approve a call."""
     found: dict[str, str] = {}
     for variable in (APPROVER_TOKEN, METRICS_TOKEN):
         value = os.environ.get(variable, "").strip()
@@ -51,6 +52,13 @@ def people_tokens(agents: dict[str, str]) -> dict[str, str]:
                     hint=f"give ${variable} a value of its own",
                 )
         found[variable] = value
+    approver, metrics = found.get(APPROVER_TOKEN), found.get(METRICS_TOKEN)
+    if approver and metrics and hmac.compare_digest(approver.encode(), metrics.encode()):
+        raise UsageError(
+            f"${METRICS_TOKEN} is also ${APPROVER_TOKEN}: whatever scrapes the metrics could "
+            "approve held calls",
+            hint=f"give ${METRICS_TOKEN} a value of its own",
+        )
     return found
 
 

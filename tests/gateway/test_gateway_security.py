@@ -326,6 +326,10 @@ def test_the_tokens_of_the_approvers_and_metrics_doors_are_long_and_no_agents(
     monkeypatch.setenv("BUNDLECTL_METRICS_TOKEN", "w" * 40)
     with pytest.raises(UsageError, match=r"is also agent 'writer''s token: .* read metrics"):
         people_tokens(agents)
+    monkeypatch.setenv("BUNDLECTL_APPROVER_TOKEN", "m" * 32)
+    monkeypatch.setenv("BUNDLECTL_METRICS_TOKEN", " " + "m" * 32)  # as read: stripped
+    with pytest.raises(UsageError, match=r"METRICS_TOKEN is also \$BUNDLECTL_APPROVER_TOKEN"):
+        people_tokens(agents)  # what scrapes the metrics would approve held calls
     monkeypatch.setenv("BUNDLECTL_METRICS_TOKEN", "m" * 32)
     monkeypatch.setenv("BUNDLECTL_APPROVER_TOKEN", "a" * 32)
     assert people_tokens(agents) == {
