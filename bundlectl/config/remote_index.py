@@ -18,6 +18,8 @@ from bundlectl.config.requirements import NAME_RE
 from bundlectl.errors import InputFileError, Problem
 
 _NAME = re.compile(NAME_RE)
+# One name of a manifest's path in an index: never empty, `.` or `..` (see `relative_path`).
+_PATH_PART = re.compile(r"(?!\.{1,2}\Z)[A-Za-z0-9._+~-]+")
 INDEX = "index.json"  # the index's name beside the manifests
 MAX_BYTES = 32 << 20  # an index or a manifest larger than this is refused
 
@@ -80,13 +82,13 @@ def parse_index(url: str, data: bytes) -> dict[str, dict[str, dict[str, str]]]:
 
 
 def relative_path(path: str) -> bool:
-    """A manifest's path in an index: a plain relative path below the index's own folder —
-    never a URL of its own (`file://`, plain http to another host), an absolute path, a
-    `..` step, a backslash, a query or an escape (the sha256 limits the damage of a hostile
-    index; this limits where it can make us go)."""
-    if not path or path.startswith("/") or any(c in path for c in "\\?#%") or ":" in path:
-        return False
-    return all(part not in ("", ".", "..") for part in path.split("/"))
+    """A manifest's path in an index: a plain relative path below the index's own folder, of
+    names made of letters, digits and `._+~-` (what `registry build` writes) — never a URL of
+    its own (`file://`, plain http to another host), an absolute path, a `..` step, a
+    backslash, a query, an escape, or a space or control character, which a URL parser drops
+    (`"a/.\\n./x"` is `a/../x`, `"\\t/x"` is `/x`). The sha256 limits the damage of a hostile
+    index; this limits where it can make us go."""
+    return all(_PATH_PART.fullmatch(part) for part in path.split("/"))
 
 
 def _entry(value: Any) -> bool:

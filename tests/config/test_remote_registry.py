@@ -219,6 +219,33 @@ def test_a_broken_registry_is_a_clear_error(
     assert said in failed.err and "Traceback" not in failed.err
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "\t/elsewhere/w.yaml",  # a URL parser drops the tab: an absolute path on the host
+        " /elsewhere/w.yaml",  # and a leading space
+        "weather/.\n./.\n./../w.yaml",  # and the line breaks inside: `../../..`
+        "weather/1.0.0.yaml\x00",
+        "weather/\u2024\u2024/w.yaml",  # one-dot leaders, not dots, but not a name either
+    ],
+)
+def test_an_index_path_a_url_parser_reads_otherwise_is_refused(
+    project: Path, run: Run, served: Served, path: str
+) -> None:
+    """#52 item 11, the variants the plain checks missed: a manifest's path in an index is
+    made of names of letters, digits and `._+~-` only, so no character that a URL parser
+    strips or reads otherwise can lead the fetch outside the index's folder."""
+    index = served.root / "team" / "index.json"
+    data = json.loads(index.read_text())
+    data["bundles"]["weather"]["1.0.0"]["path"] = path
+    index.write_text(json.dumps(data))
+    _project(project, served.url)
+    failed = run("list")
+    assert failed.code == 2, failed.err
+    assert f"path {path!r} is not a relative path below the index" in failed.err, failed.err
+    assert not [p for p, _ in served.log if "elsewhere" in p or p.endswith("/w.yaml")]
+
+
 def test_only_the_bundles_a_project_uses_are_fetched(
     tmp_path: Path, project: Path, run: Run
 ) -> None:
