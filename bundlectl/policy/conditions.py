@@ -106,11 +106,25 @@ def normalised(path: str) -> str | None:
     return clean
 
 
-def unportable_name(part: str) -> bool:
-    """A path component that means another one on Windows, which strips a name's trailing dots
-    and spaces (`".. "` and `"..."` are `..`, `"notes. "` is `notes`): refused, so a path and a
-    policy mean the same on every OS. `.` and `..` themselves are the lexical steps."""
-    return part not in (".", "..") and part.endswith((".", " "))
+# The names Windows reads as devices, whatever their extension (`con.md` is the console).
+_DEVICE = re.compile(r"(?i)(con|prn|aux|nul|com[0-9¹²³]|lpt[0-9¹²³]|conin\$|conout\$) *(\..*)?")
+
+
+def unportable_name(part: str) -> str | None:
+    """Why a path component means something else on Windows (None: it does not), refused so
+    that a path and a policy mean the same on every OS: Windows strips a name's trailing dots
+    and spaces (`".. "` and `"..."` are `..`, `"notes. "` is `notes`), reads `a.exe:x.md` as a
+    stream of `a.exe` (a `*.md` rule would let `a.exe` be made), and `con.md` or `nul` as a
+    device. `.` and `..` themselves are the lexical steps."""
+    if part in (".", ".."):
+        return None
+    if part.endswith((".", " ")):
+        return "a name ending in a dot or a space, which Windows reads as another name"
+    if ":" in part:
+        return "a ':' in a name, which Windows reads as a stream of another file"
+    if _DEVICE.fullmatch(part):
+        return "a name Windows reads as a device"
+    return None
 
 
 def _folds(path: str) -> bool:

@@ -38,12 +38,10 @@ def _checked(relative: str) -> str:
         raise ToolFailure("path must be a non-empty relative path")
     if os.path.isabs(relative) or relative.startswith("~"):
         raise ToolFailure(f"{relative!r} is absolute; give a path relative to the root folder")
-    odd = [part for part in relative.split("/") if unportable_name(part)]
-    if odd:
-        raise ToolFailure(
-            f"{relative!r} has a name ending in a dot or a space ({odd[0]!r}), which Windows "
-            "reads as another name; rename it"
-        )
+    for part in relative.split("/"):
+        why = unportable_name(part)
+        if why is not None:
+            raise ToolFailure(f"{relative!r} has {why} ({part!r}); rename it")
     return relative
 
 

@@ -345,15 +345,33 @@ def test_no_folder_or_file_stands_where_a_governed_file_belongs(project: Path, p
     assert (project / "bundlectl.yaml").is_file()
 
 
-@pytest.mark.parametrize("path", [".. /x", "docs/...", "docs/a.txt.", "docs/a.txt ", "notes. /b"])
-def test_names_that_windows_reads_as_others_are_refused(project: Path, path: str) -> None:
-    """#52 item 13: Windows strips a name's trailing dots and spaces (`".. "` is `..`): the
-    server refuses such names, and a `{path: }` condition has no reading of them."""
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        *((p, "ending in a dot or a space") for p in (".. /x", "docs/...", "docs/a.txt.")),
+        *((p, "ending in a dot or a space") for p in ("docs/a.txt ", "notes. /b")),
+        ("docs/evil.exe:x.md", "a stream of another file"),  # a `*.md` rule would make evil.exe
+        ("docs/notes.md:$DATA", "a stream of another file"),
+        ("docs/con.md", "a device"),
+        ("NUL", "a device"),
+        ("docs/Com1.txt", "a device"),
+        ("lpt\u00b9/x", "a device"),
+    ],
+)
+def test_names_that_windows_reads_as_others_are_refused(
+    project: Path, path: str, said: str
+) -> None:
+    """#52 item 13: Windows strips a name's trailing dots and spaces (`".. "` is `..`), reads
+    `a:b` as a stream of `a` and `con.md` as the console: the server refuses such names, and a
+    `{path: }` condition has no reading of them."""
     from bundlectl.policy.conditions import normalised
 
     for tool in ("write_file", "read_file"):
         arguments = {"path": path, "content": "x"} if tool == "write_file" else {"path": path}
-        with pytest.raises(ToolFailure, match="ending in a dot or a space"):
+        with pytest.raises(ToolFailure, match=said):
             tools(project)[tool](**arguments)  # type: ignore[operator]
     assert normalised(path) is None
+    assert not any(
+        p.name.startswith(("evil", "con", "NUL", "Com", "lpt")) for p in project.rglob("*")
+    )
     assert normalised("docs/a.txt") == "docs/a.txt" and normalised("./docs/../x") == "x"
