@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None, *, fast_exit: bool = False) -> int:
         # triggered by millions of new objects); the process ends right after the command.
         gc.disable()
     try:
+        _text_only(args)
         run = _built(_known_name(args))
         result = run.main(args=args, prog_name="bundlectl", standalone_mode=False, obj=invocation)
     except typer.Exit as exc:
@@ -70,6 +71,22 @@ def main(argv: list[str] | None = None, *, fast_exit: bool = False) -> int:
 
         return error_handler.crash(exc, debug=_debug(invocation))
     return result if isinstance(result, int) else 0
+
+
+def _text_only(args: list[str]) -> None:
+    """Every argument is UTF-8 text: the OS hands bytes that are not as lone surrogates
+    (`\udcff`), which no name, path, argument or audit record can hold — bad input (exit 2),
+    before anything is read or started, whatever the command (#52 item 7)."""
+    from bundlectl.errors import UsageError
+
+    for position, arg in enumerate(args, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError(
+                f"argument {position} ({arg!r}) holds bytes that are not UTF-8 text",
+                hint="names, paths and arguments are UTF-8 text; check the terminal's encoding",
+            ) from None
 
 
 _ROOT_VALUES = ("-c", "--config")  # root options that take a value

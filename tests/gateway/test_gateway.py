@@ -753,7 +753,17 @@ def test_text_that_is_not_unicode_is_bad_input_at_every_door(
     bad = {"path": "\udc80"}
     assert run("exec", "-a", "reader", "files.read_file", "--args", '{"path": "\\udc80"}').code == 2
     pair = run("exec", "-a", "reader", "kitchen.echo", "text=\udc80")
-    assert pair.code == 2 and "text holds text that is not Unicode" in pair.err
+    assert pair.code == 2 and "argument 5 ('text=\\udc80') holds bytes that are not" in pair.err
+    # Any argument of any command (an agent's or a tool's name ended in exit 70 and a crash
+    # report, before the check moved to the command line as a whole).
+    for args in (
+        ("exec", "-a", "rea\udcffder", "kitchen.echo", "text=hi"),
+        ("exec", "-a", "reader", "kitchen.ech\udcff", "text=hi"),
+        ("policy", "explain", "--agent", "rea\udcffder", "kitchen.echo"),
+    ):
+        refused = run(*args)
+        assert refused.code == 2 and "holds bytes that are not UTF-8 text" in refused.err, args
+    assert not (isolated_home / "state" / "crash.log").exists()
     batch = gateway_project / "calls.jsonl"
     batch.write_text(
         json.dumps({"agent": "reader", "tool": "kitchen.echo", "arguments": {"text": "\udc80"}})
