@@ -24,6 +24,7 @@ from bundlectl.config.launchcheck import (
     options_taking_code,
     version_problem,
 )
+from bundlectl.config.urls import url_problem
 from bundlectl.errors import InputFileError, Problem
 
 RUNNERS = {"npm": "npx", "pypi": "uvx", "oci": "docker"}
@@ -96,11 +97,19 @@ def read_server_json(text: str, file: str) -> tuple[Imported, list[str]]:
 
 
 def _hostile(data: dict[str, Any]) -> list[str]:
-    """What in a server.json would make its launch run something else (#52 item 4): an
-    identifier or a version outside its registry type's grammar (a launcher would read
-    `--call=...` as its own option), a launcher option among the runtime arguments, a default
-    for a variable that loads code, a container option that widens access."""
+    """What in a server.json would make its launch run something else, or send what it asks for
+    elsewhere (#52 items 4 and 6): a remote URL outside the URL rule (plain http to another
+    host, a user name in it), an identifier or a version outside its registry type's grammar
+    (a launcher would read `--call=...` as its own option), a launcher option among the
+    runtime arguments, a default for a variable that loads code, a container option that
+    widens access."""
     found: list[str] = []
+    remotes = data.get("remotes") or []
+    for number, remote in enumerate(remotes if isinstance(remotes, list) else []):
+        url = str(remote.get("url", "")) if isinstance(remote, dict) else ""
+        why = url_problem(_PLACEHOLDER.sub("x", url)) if url else None
+        if why is not None:  # the headers it asks for (a token) would go where it says
+            found.append(f"remotes[{number}].url {url!r} {why}")
     packages = data.get("packages") or []
     for number, package in enumerate(packages if isinstance(packages, list) else []):
         if not isinstance(package, dict):

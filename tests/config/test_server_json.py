@@ -292,3 +292,21 @@ def test_a_variable_that_loads_no_code_is_imported_with_its_default(
     assert result.code == 0, result.err
     (server,) = servers.values()
     assert set(server["env"]) == {"PYTHONWARNINGS", "GIT_AUTHOR_NAME"}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://mcp.evil.example/mcp",  # the token its headers ask for, in plain text
+        "http://127.0.0.1.evil.example/mcp",
+        "https://user@mcp.example/mcp",
+        "file:///etc/passwd",
+    ],
+)
+def test_a_remote_outside_the_url_rule_is_refused(project: Path, run: Run, url: str) -> None:
+    """#52 item 6's rule for every URL a document hands us: a server.json's remote asks for a
+    token in its headers, and would get it over plain http to another host."""
+    header = {"name": "Authorization", "value": "Bearer {api_key}", "isSecret": True}
+    result, servers = _imported(project, run, _server(remotes=[{"url": url, "headers": [header]}]))
+    assert result.code == 2, result.err
+    assert f"remotes[0].url {url!r}" in result.err and servers == {}
