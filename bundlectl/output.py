@@ -124,12 +124,15 @@ _TERMINAL_CONTROLS = frozenset(
 
 def terminal_safe(text: str, stream: Any = None) -> str:
     """`text` as data for `stream` (stdout by default): as it is for a file or a pipe; on a
-    terminal, with every control character but tab and line feed written as an escape
-    (`\x1b`). Other characters are left as they are, since this is what the person asked for
-    (a file's text, in any script); messages and descriptions go through `visible`."""
+    terminal, with every control character but tab, line feed and a CRLF line end written as
+    an escape (`\\x1b`). Other characters are left as they are, since this is what the person
+    asked for (a file's text, in any script); messages and descriptions go through `visible`."""
     if _TERMINAL_CONTROLS.isdisjoint(text) or not _is_terminal(stream or sys.stdout):
         return text
-    return "".join(_escape(c) if c in _TERMINAL_CONTROLS else c for c in text)
+    return "\r\n".join(  # a CRLF line end is harmless; a lone CR would write over the line
+        "".join(_escape(c) if c in _TERMINAL_CONTROLS else c for c in part)
+        for part in text.split("\r\n")
+    )
 
 
 def _is_terminal(stream: Any) -> bool:

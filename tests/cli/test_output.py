@@ -242,3 +242,17 @@ def test_what_a_server_writes_cannot_draw_on_the_terminal_or_pose_as_bundlectl(
     )
     assert piped.returncode == 0, piped.stderr
     assert "result ok\x1b[2J\x1b[1;31mFAKE\u202edenied\u2028next\x9b31m\nhint" in piped.stdout
+
+
+def test_a_result_on_a_terminal_keeps_its_text_and_loses_its_terminal_commands() -> None:
+    """`terminal_safe`: a pipe gets the bytes; a terminal gets every script, tab, line feed and
+    CRLF as they are, and ESC, a lone CR (which writes over the line), DEL and C1 as escapes."""
+    from bundlectl.output import terminal_safe
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    text = "héllo\tشكرا\r\nnext\rHIDDEN\x1b[8m\x7f\x9b"
+    assert terminal_safe(text, io.StringIO()) == text
+    assert terminal_safe(text, Terminal()) == "héllo\tشكرا\r\nnext\\rHIDDEN\\x1b[8m\\x7f\\x9b"
