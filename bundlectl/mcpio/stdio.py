@@ -192,23 +192,28 @@ async def child_transport(
             if tap is not None:  # nothing more will come: whoever waits on the tap hears so
                 tap.closed()
 
-    async with anyio.create_task_group() as group:
-        group.start_soon(read_messages)
-        group.start_soon(writer.run)
-        if tap is not None:
-            tap.opened(writer)
-        try:
-            yield (incoming if tap is None else _Reading(incoming, tap)), outgoing
-        finally:
-            with anyio.CancelScope(shield=True):
-                if tap is not None:
-                    tap.closed()
-                outgoing.close()
-                await child.stop()
-                with contextlib.suppress(OSError):
-                    stdout.close()
-                incoming_send.close()  # an unclosed stream is a ResourceWarning at exit
-            group.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(read_messages)
+            group.start_soon(writer.run)
+            if tap is not None:
+                tap.opened(writer)
+            try:
+                yield (incoming if tap is None else _Reading(incoming, tap)), outgoing
+            finally:
+                with anyio.CancelScope(shield=True):
+                    if tap is not None:
+                        tap.closed()
+                    outgoing.close()
+                    await child.stop()
+                    incoming_send.close()  # an unclosed stream is a ResourceWarning at exit
+                group.cancel_scope.cancel()
+    finally:
+        # Once its reader is gone: the loop watched this pipe, and a close while it did could
+        # land between a poll that saw the server's end and the read it leads to ("Fatal read
+        # error on pipe transport", EBADF, a traceback on stderr at shutdown).
+        with contextlib.suppress(OSError):
+            stdout.close()
 
 
 async def _read_messages(
