@@ -272,6 +272,45 @@ def test_tools_a_server_brings_under_an_existing_wildcard_and_who_may_act(
     assert markdown.replace(str(base), "BASE") == golden.read_text()
 
 
+def test_a_rule_written_to_hide_itself_reads_as_written_in_the_comment(
+    project: Path, run: Run, tmp_path: Path
+) -> None:
+    """The pull request comment (`--format markdown`) is where a reviewer reads what a change
+    widens, and its author writes the rules: a condition's value that holds an HTML comment
+    (`<!--` hid the rest of the table), an entity (`&#8238;` renders as a right-to-left
+    override), a link, a code span or a strikethrough is shown as written. Rendered here by
+    CommonMark with GitHub's tables and strikethrough (markdown-it, which rich brings)."""
+    from markdown_it import MarkdownIt
+
+    base = tmp_path / "base"
+    config = """
+    version: 1
+    servers:
+      fs: {command: x, tools: [{name: read}, {name: write}]}
+    agents:
+      dev:
+        allow: [fs.read]
+    policy: {default: deny}
+    """
+    write(base / "bundlectl.yaml", config)
+    hostile = "docs/*.md --> ~~x~~ [ok](https://evil.example) &#8238; `a|b` <!-- "
+    write(
+        project / "bundlectl.yaml",
+        config.replace(
+            "allow: [fs.read]",
+            f"allow: [fs.read, {{tool: fs.write, args: {{path: {json.dumps(hostile)}}}}}]",
+        ),
+    )
+    markdown = run("policy", "diff", str(base), "--format", "markdown").out
+    html = MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(markdown)
+    assert "<!--" not in html and "<s>" not in html and "<a " not in html, html
+    assert "\u202e" not in html and "&amp;#8238;" in html
+    row = next(line for line in html.split("<tr>") if "fs.write" in line)
+    assert row.count("<td>") == 6, row  # no cell split off or swallowed
+    shown = "docs/*.md --&gt; ~~x~~ [ok](https://evil.example) &amp;#8238; `a|b` &lt;!-- "
+    assert f"path &quot;{shown}&quot;" in row
+
+
 def test_a_base_that_is_neither_a_path_nor_a_revision_is_a_usage_error(
     repo: Path, run: Run
 ) -> None:

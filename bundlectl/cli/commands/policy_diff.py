@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import io
 import json
+import re
 import shutil
 import subprocess
 import tarfile
@@ -237,13 +238,29 @@ def _other_line(o: OtherChange) -> str:
     )
 
 
+# What a pull request's author could write in a rule (a condition's value, a description) that
+# the comment's reader would not see as written: an HTML comment or tag (`<!--` hides the rest),
+# an entity (`&#8238;` is a right-to-left override), a link, a code span, a strikethrough.
+_MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`[]<>&|~"})
+
+
 def _md(text: str) -> str:
-    return visible(text).replace("|", "\\|").replace("\n", " ")
+    """Text in a comment's table cell: escaped as `visible` does, each markdown or HTML sign
+    backslash-escaped (CommonMark shows it as itself), on one line."""
+    return visible(text).translate(_MARKDOWN).replace("\n", " ")
+
+
+def _code(text: str) -> str:
+    """Text as a code span, fenced by one more backtick than its longest run of them."""
+    shown = visible(text)
+    fence = "`" * (max(map(len, re.findall("`+", shown)), default=0) + 1)
+    pad = " " if shown.startswith("`") or shown.endswith("`") else ""
+    return f"{fence}{pad}{shown}{pad}{fence}"
 
 
 def _markdown(found: PolicyDiff, base: Side, current: Project) -> None:
     counts = found.counts()
-    lines = [f"### bundlectl policy diff against `{_md(base.label)}`", ""]
+    lines = [f"### bundlectl policy diff against {_code(base.label)}", ""]
     if not found:
         lines.append("No change in who may do what.")
     else:
@@ -254,7 +271,7 @@ def _markdown(found: PolicyDiff, base: Side, current: Project) -> None:
     for agent, changes in sorted(
         found.by_agent().items(), key=lambda item: (item[1][0].kind != "widened", item[0])
     ):
-        lines += ["", f"#### Agent `{_md(agent)}`", ""]
+        lines += ["", f"#### Agent {_code(agent)}", ""]
         lines += [
             "| | Tools | Before | After | Why now | Why before |",
             "|---|---|---|---|---|---|",
