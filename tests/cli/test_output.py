@@ -221,27 +221,22 @@ def test_what_a_server_writes_cannot_draw_on_the_terminal_or_pose_as_bundlectl(
         if how == "rpc":  # the server's line break stays inside its message
             lines = shown.replace("\r\n", "\n").split("\n")
             assert not [line for line in lines if line.startswith("hint: run curl")], shown
-    recorded = subprocess.run(
-        [sys.executable, "-m", "bundlectl", "tools", "--live", "--record", "--server", "s"],
-        cwd=project,
-        capture_output=True,
-        check=False,
-    )
+    recorded = _piped(["tools", "--live", "--record", "--server", "s"], project)
     assert recorded.returncode == 0, recorded.stderr
     listed = on_a_terminal(["tools", "--server", "s", "--detail", "summary"], project)
     assert "s.said  Says. ok\\x1b[2J" in listed and not any(c in listed for c in raw), listed
 
     terminal = on_a_terminal(["exec", "-a", "r", "s.said", "how=ok"], project, NO_COLOR="1")
     assert "result ok\\x1b[2J\\x1b[1;31mFAKE\u202edenied\u2028next\\x9b31m" in terminal
-    piped = subprocess.run(
-        [sys.executable, "-m", "bundlectl", "exec", "-a", "r", "s.said", "how=ok"],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    piped = _piped(["exec", "-a", "r", "s.said", "how=ok"], project)
     assert piped.returncode == 0, piped.stderr
     assert "result ok\x1b[2J\x1b[1;31mFAKE\u202edenied\u2028next\x9b31m\nhint" in piped.stdout
+
+
+def _piped(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """What bundlectl writes when stdout and stderr are pipes."""
+    command = [sys.executable, "-m", "bundlectl", *args]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
 
 
 def test_a_result_on_a_terminal_keeps_its_text_and_loses_its_terminal_commands() -> None:
