@@ -19,7 +19,6 @@ from bundlectl.config.launchcheck import (
     LAUNCHER_OPTIONS,
     docker_run,
     identifier_problem,
-    launcher_option,
     loads_code,
     options_taking_code,
     version_problem,
@@ -141,13 +140,11 @@ def _runtime_problems(package: dict[str, Any], kind: str, where: str) -> list[st
     found: list[str] = []
     launcher = RUNNERS.get(kind)
     if launcher in LAUNCHER_OPTIONS:
-        for index in options_taking_code(launcher, words, package=False):
-            option = launcher_option(launcher, words[index])
-            if option is not None:
-                found.append(
-                    f"{where}.runtimeArguments: {option} makes {launcher} run a command or "
-                    "take code from elsewhere"
-                )
+        for _, option in options_taking_code(launcher, words, package=False):
+            found.append(
+                f"{where}.runtimeArguments: {option} makes {launcher} run a command or "
+                "take code from elsewhere"
+            )
     if kind == "oci":
         _, widening = docker_run(["run", *words, "image"])
         found += [f"{where}.runtimeArguments: {w.why}" for w in widening]

@@ -111,12 +111,15 @@ def launcher_option(launcher: str, arg: str) -> str | None:
     return None
 
 
-def options_taking_code(launcher: str, args: list[str], *, package: bool = True) -> list[int]:
-    """The indexes of `args` (what follows `launcher` on its command line) that hold an option
-    that runs a command or takes code from elsewhere. With `package`, reading stops at the
-    package (its own arguments follow); a word after an option not known to take no value may
-    be that option's value (`npx --loglevel silent --call ...`), so reading goes on past it."""
-    found: list[int] = []
+def options_taking_code(
+    launcher: str, args: list[str], *, package: bool = True
+) -> list[tuple[int, str]]:
+    """Where `args` (what follows `launcher` on its command line) hold an option that runs a
+    command or takes code from elsewhere, and which: (index, option). With `package`, reading
+    stops at the package (its own arguments follow); a word after an option not known to take
+    no value may be that option's value (`npx --loglevel silent --call ...`), so reading goes
+    on past it."""
+    found: list[tuple[int, str]] = []
     flags = _LAUNCHER_FLAGS.get(launcher, frozenset())
     valued = False  # the word before was an option that may take this one as its value
     for index, arg in enumerate(args):
@@ -127,8 +130,9 @@ def options_taking_code(launcher: str, args: list[str], *, package: bool = True)
                 break  # the package: what follows is its own
             valued = False
             continue
-        if launcher_option(launcher, arg) is not None:
-            found.append(index)
+        option = launcher_option(launcher, arg)
+        if option is not None:
+            found.append((index, option))
         valued = "=" not in arg and arg not in flags
     return found
 

@@ -10,7 +10,6 @@ from bundlectl.config.hosts import whole_domain
 from bundlectl.config.launchcheck import (
     LAUNCHER_OPTIONS,
     docker_run,
-    launcher_option,
     loads_code,
     options_taking_code,
 )
@@ -117,24 +116,22 @@ def replaced_bundle_servers(ctx: Context) -> Iterator[Finding]:
 
 
 def launcher_options(ctx: Context) -> Iterator[Finding]:
-    """BCL404, at an npx or uvx option that runs a command or takes code from elsewhere, and
-    at a package argument that starts with '-' where the launcher wants the package."""
+    """BCL404, at an npx or uvx option that runs a command or takes code from elsewhere (read
+    by `launchcheck.options_taking_code`, as the launcher reads its command line)."""
     for doc, name, spec in ctx.servers():
         if spec.transport != "stdio" or not spec.command:
             continue
         base = spec.command.rsplit("/", 1)[-1]
         if base not in LAUNCHER_OPTIONS:
             continue
-        for index in options_taking_code(base, spec.args):
-            option = launcher_option(base, spec.args[index])
-            if option is not None:
-                yield at(
-                    "BCL404",
-                    doc,
-                    ("servers", name, "args", index),
-                    f"{base} option {option} makes it run a command or take code from elsewhere",
-                    anchor=f"{name}:{option}",
-                )
+        for index, option in options_taking_code(base, spec.args):
+            yield at(
+                "BCL404",
+                doc,
+                ("servers", name, "args", index),
+                f"{base} option {option} makes it run a command or take code from elsewhere",
+                anchor=f"{name}:{option}",
+            )
 
 
 def code_loading_env(ctx: Context) -> Iterator[Finding]:
