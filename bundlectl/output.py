@@ -108,7 +108,7 @@ def visible(text: str, fold: int | None = None, *, size: int | None = None) -> s
 
 
 def visible_lines(text: str) -> str:
-    """`visible`, with the text's own line breaks (`\n`) and tabs kept: a message or a
+    """`visible`, with the text's own line breaks (`\\n`) and tabs kept: a message or a
     description of several lines, shown as lines."""
     return "\n".join(
         "\t".join(visible(part) for part in line.split("\t")) for line in text.split("\n")

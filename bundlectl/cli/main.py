@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None, *, fast_exit: bool = False) -> int:
 
 def _text_only(args: list[str]) -> None:
     """Every argument is UTF-8 text: the OS hands bytes that are not as lone surrogates
-    (`\udcff`), which no name, path, argument or audit record can hold — bad input (exit 2),
+    (`\\udcff`), which no name, path, argument or audit record can hold — bad input (exit 2),
     before anything is read or started, whatever the command (#52 item 7)."""
     from bundlectl.errors import UsageError
 
