@@ -26,7 +26,7 @@ from bundlectl.mcpio.connect import classify, connect
 from bundlectl.mcpio.pipe_session import PipeSession
 from bundlectl.mcpio.session import SdkSession, ServerSession
 from bundlectl.mcpio.target import Target
-from bundlectl.output import err
+from bundlectl.output import err, visible
 
 if TYPE_CHECKING:
     from bundlectl.gateway.request_context import RequestContext
@@ -376,8 +376,11 @@ class Downstream:
 
 
 def log_line(line: str) -> None:
-    """The gateway's own log: stderr, which MCP clients keep as the server's log."""
-    err(f"bundlectl serve: {line}")
+    """The gateway's own log: stderr, which MCP clients keep as the server's log. A line may
+    quote what a server said (an error, the tail of its stderr): each of its lines is shown
+    through `output.visible` and says it is the gateway's."""
+    for part in line.split("\n"):
+        err(f"bundlectl serve: {visible(part)}")
 
 
 async def _listed_tools(session: ServerSession) -> list[types.Tool]:

