@@ -1,7 +1,8 @@
 """Which URLs bundlectl fetches from: `https://`, or plain `http://` to this machine only.
 
 One rule for every URL the config names (token issuers and their JWKS, `registries:`) and
-every URL a document hands us (an issuer's metadata, a registry index, a redirect): plain
+every URL a document hands us (an issuer's metadata, a registry index, a redirect, what a
+remote MCP server names for its sign-in, `handed_over_problem`): plain
 http only when the host is a loopback address (127.0.0.0/8, ::1) or exactly `localhost`, and
 never a user name or password in a URL (it would be written to the lock and the logs). A
 look-alike such as `http://127.0.0.1.evil.example/` or `http://localhost@evil.example/` is
@@ -50,6 +51,22 @@ def url_problem(url: str) -> str | None:
     if parts.scheme == "http" and not loopback_host(parts.hostname):
         return f"is plain http to {parts.hostname}, which is not this machine"
     return None
+
+
+def handed_over_problem(home: str, url: str) -> str | None:
+    """Why a URL that a server at `home` hands over (its sign-in's metadata, registration and
+    token endpoints, its sign-in page, a redirect) may not be used (None: it may). The
+    server's own origin is the config's choice; any other obeys the rule."""
+    try:
+        same = _origin(url) == _origin(home)
+    except ValueError:
+        same = False
+    return None if same else url_problem(url)
+
+
+def _origin(url: str) -> tuple[str, str | None, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme.lower(), parts.hostname, parts.port
 
 
 def checked(url: str, what: str = "the URL") -> str:

@@ -20,6 +20,8 @@ import pydantic
 
 from bundlectl import __version__, servers, telemetry
 from bundlectl.config.expand import expand
+from bundlectl.config.urls import HINT as URL_HINT
+from bundlectl.config.urls import handed_over_problem
 from bundlectl.errors import (
     BundlectlError,
     CallTimeout,
@@ -73,7 +75,7 @@ def _client_target(target: Target, child: Child | None) -> Any:
             timeout=30,
             sse_read_timeout=spec.timeout + 30,
             auth=auth,
-            httpx_client_factory=functools.partial(_http_client, target),
+            httpx_client_factory=functools.partial(_http_client, target, home=url),
         )
     return _streamable_http(url, headers, target, auth)
 
@@ -93,16 +95,30 @@ def _http_client(
     headers: dict[str, str] | None = None,
     timeout: Any = None,
     auth: Any = None,
+    *,
+    home: str = "",
 ) -> Any:
-    """Our HTTP client for a remote server (SSE and streamable HTTP; the SDK's client factory's
-    parameters): the call's trace context goes to the server as HTTP headers too (`_meta` is
-    the SDK's), and a 401 or 403 is noted on the target (the SDK reports it only as "an error
-    response"). Default timeouts as the SDK's: a server may hold a response stream open."""
+    """Our HTTP client for a remote server at `home` (SSE and streamable HTTP; the SDK's
+    client factory's parameters): the call's trace context goes to the server as HTTP headers
+    too (`_meta` is the SDK's), and a 401 or 403 is noted on the target (the SDK reports it
+    only as "an error response"). A request elsewhere — the sign-in's metadata, registration
+    and token endpoints the server names, a redirect — obeys the URL rule (`config.urls`).
+    Default timeouts as the SDK's: a server may hold a response stream open."""
     import httpx2
 
     async def note(response: Any) -> None:
         if response.status_code in (401, 403):
             target.refused = response.status_code
+
+    async def within_the_rule(request: Any) -> None:
+        url = str(request.url)
+        why = handed_over_problem(home, url)
+        if why is not None:
+            raise ServerError(
+                f"server {target.name!r} sends bundlectl to {visible(url)}, which {why}; "
+                "nothing was sent there",
+                hint=URL_HINT,
+            )
 
     return httpx2.AsyncClient(
         headers=headers,
@@ -110,7 +126,8 @@ def _http_client(
         verify=_tls(),
         auth=auth,
         event_hooks={
-            "request": [telemetry.inject_headers] if telemetry.active() else [],
+            "request": [within_the_rule]
+            + ([telemetry.inject_headers] if telemetry.active() else []),
             "response": [note],
         },
     )
@@ -138,7 +155,7 @@ async def _streamable_http(
     """The streamable HTTP transport on our HTTP client (`_http_client`), which we own and close."""
     from mcp.client.streamable_http import streamable_http_client
 
-    http = _http_client(target, headers, auth=auth)
+    http = _http_client(target, headers, auth=auth, home=url)
     async with http, streamable_http_client(url, http_client=http) as streams:
         yield streams
 

@@ -32,8 +32,10 @@ from mcp.shared.auth import (
 from bundlectl import credentials
 from bundlectl.browser import open_url
 from bundlectl.config.expand import expand
+from bundlectl.config.urls import HINT as URL_HINT
+from bundlectl.config.urls import handed_over_problem
 from bundlectl.errors import ServerError
-from bundlectl.output import err
+from bundlectl.output import err, visible
 
 if TYPE_CHECKING:
     from bundlectl.mcpio.target import Target
@@ -213,11 +215,24 @@ def _signing_in(
     the authorization URL handed to `show`, the code awaited from `back`, and
     `auth.client_metadata_url` as the client id where the server takes metadata documents."""
     auth = target.spec.auth
+
+    async def shown(authorization_url: str) -> None:
+        """The sign-in page the server's authorization server names, when the URL rule lets a
+        person be sent there (a plain-http page elsewhere would take their password)."""
+        why = handed_over_problem(url, authorization_url)
+        if why is not None:
+            raise ServerError(
+                f"server {target.name!r} names {visible(authorization_url)} as its sign-in "
+                f"page, which {why}; no browser was sent there",
+                hint=URL_HINT,
+            )
+        await show(authorization_url)
+
     return _Provider(
         url,
         _metadata(target, redirect),
         KeptSignIn(kept_as(target), url),
-        redirect_handler=show,
+        redirect_handler=shown,
         callback_handler=back,
         client_metadata_url=auth.client_metadata_url if auth is not None else None,
     )
@@ -269,7 +284,7 @@ class _Loopback:
         ).start()
 
     async def show(self, target: Target, authorization_url: str, *, browser: bool) -> None:
-        err(f"sign in to {target.name!r} in your browser:\n  {authorization_url}")
+        err(f"sign in to {target.name!r} in your browser:\n  {visible(authorization_url)}")
         if browser:
             await anyio.to_thread.run_sync(open_url, authorization_url)
 

@@ -182,6 +182,58 @@ def test_a_refused_sign_in_and_a_local_server_are_clear_errors(
     assert unknown.code == 2
 
 
+@pytest.mark.parametrize(
+    "elsewhere",
+    ["http://auth.evil.example/", "http://127.0.0.1.evil.example/", "https://u@auth.example/"],
+)
+def test_a_sign_in_the_server_sends_outside_the_url_rule_is_refused(
+    remote: Path, run: Run, elsewhere: str
+) -> None:
+    """#52 item 6's rule for "every URL ... a server's metadata hands us": a remote server's
+    RFC 9728 metadata names its authorization server, to which the sign-in sends the client's
+    registration, the code and its verifier, and later the refresh token. Plain http to
+    another host (or a user name in the URL) is refused before anything is sent there (one
+    client makes every request of a sign-in: `auth login`'s, a person's through the gateway,
+    a kept sign-in's refresh)."""
+    import http.server
+    import threading
+
+    from tests.conftest import send_json
+
+    asked: list[str] = []
+
+    class Protected(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            port = self.server.server_address[1]
+            url = f"http://127.0.0.1:{port}/mcp"
+            send_json(self, {"resource": url, "authorization_servers": [elsewhere]})
+
+        def do_POST(self) -> None:
+            port = self.server.server_address[1]
+            metadata = f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp"
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", f'Bearer resource_metadata="{metadata}"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Protected)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        configure(remote, server.server_address[1])
+        refused = run("auth", "login", "linear", "--no-browser", "--timeout", "30")
+        assert refused.code == 5, refused.err
+        assert f"server 'linear' sends bundlectl to {elsewhere}" in refused.err, refused.err
+        assert "nothing was sent there" in refused.err
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert asked and all(path.startswith("/.well-known/oauth-protected-resource") for path in asked)
+
+
 def test_the_gateway_uses_the_kept_sign_in(remote: Path, run: Run, tmp_path: Path) -> None:
     from tests.gateway.test_gateway_inprocess import serve_in_process, texts
 
