@@ -65,8 +65,10 @@ def handed_over_problem(home: str, url: str) -> str | None:
 
 
 def _origin(url: str) -> tuple[str, str | None, int | None]:
+    """Scheme, host and port (`http://h/` and `http://h:80/` are one origin)."""
     parts = urllib.parse.urlsplit(url)
-    return parts.scheme.lower(), parts.hostname, parts.port
+    scheme = parts.scheme.lower()
+    return scheme, parts.hostname, parts.port or {"http": 80, "https": 443}.get(scheme)
 
 
 def checked(url: str, what: str = "the URL") -> str:
