@@ -10,14 +10,14 @@ import traceback
 from bundlectl import __version__
 from bundlectl.config import paths
 from bundlectl.errors import BundlectlError
-from bundlectl.output import err, status, visible
+from bundlectl.output import err, status, visible, visible_lines
 
 
 def _lines(text: str) -> list[str]:
-    """A message's lines, split only at its own line breaks (`\\n`; a U+2028 a server put in its
-    text is no line break), each escaped by `output.visible`: a message may quote a file, an
+    """A message's lines, split only at its own line breaks (a U+2028 a server put in its text
+    is no line break) and shown through `output.visible_lines`: a message may quote a file, an
     argument or what a server sent, which must not redraw the screen or reorder the line."""
-    return [visible(line) for line in text.split("\n")]
+    return visible_lines(text).split("\n")
 
 
 def failure(exc: BundlectlError, *, debug: bool = False) -> int:
