@@ -104,7 +104,7 @@ class Project:
         entries = self.config.registries
         return None if any(map(is_remote, entries)) else [self.root / e for e in entries]
 
-    @property
+    @cached_property
     def root(self) -> Path:
         return self.config_path.parent
 

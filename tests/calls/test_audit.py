@@ -3,13 +3,14 @@ by concurrent writers, and written again after the file was rotated away."""
 
 from __future__ import annotations
 
+import hmac
 import json
 import multiprocessing
 from pathlib import Path
 
 import pytest
 
-from bundlectl.calls.audit import arguments_digest
+from bundlectl.calls.audit import arguments_digest, keyed_sha256
 from bundlectl.calls.auditfile import AuditFile, AuditRecord, append
 from tests.conftest import TEST_SERVERS, Run
 
@@ -54,6 +55,17 @@ def test_argument_digests_are_keyed_per_installation(isolated_home: Path) -> Non
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600 and len(key_file.read_bytes()) == 32
     assert arguments_digest(sent) == digest  # the same key every time
     assert arguments_digest(sent, key=b"k" * 32) != digest  # another installation differs
+    # it is HMAC-SHA256 itself, as an auditor's own tools compute it from the key
+    blob = json.dumps(sent, sort_keys=True, separators=(",", ":")).encode()
+    assert digest == "hmac-sha256:" + hmac.digest(key_file.read_bytes(), blob, "sha256").hex()
+
+
+@pytest.mark.parametrize("length", [0, 1, 31, 32, 63, 64, 65, 200])
+def test_the_keyed_digest_is_rfc_2104_hmac_for_every_key_length(length: int) -> None:
+    key = bytes(range(length))
+    for data in (b"", b"{}", "\u00e9\u2028".encode() * 100):
+        assert keyed_sha256(key, data) == hmac.digest(key, data, "sha256")
+        assert keyed_sha256(key, data) == hmac.digest(key, data, "sha256")  # its states kept
 
 
 def _write_many(path: str, worker: int) -> None:

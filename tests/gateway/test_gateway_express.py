@@ -336,6 +336,34 @@ def test_progress_token_zero_is_a_token_on_both_paths(
         proc.communicate(timeout=30)  # closes its stdin: the gateway ends
 
 
+def test_a_client_that_leaves_during_a_warm_call_ends_it_as_interrupted(
+    lane_project: Path, isolated_home: Path
+) -> None:
+    """The client closes the pipes while its warm call (the express door's own task) runs: the
+    gateway ends at once, and the call's record says `interrupted`, not a lone `pending`."""
+    proc = serve_on_pipes(lane_project)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write((json.dumps(INITIALIZE) + "\n").encode())
+    proc.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+    for number, seconds in ((2, 0), (3, 60)):  # the first starts the server; the second waits
+        call = {"name": "kitchen__sleep", "arguments": {"seconds": seconds}}
+        message = {"jsonrpc": "2.0", "id": number, "method": "tools/call", "params": call}
+        proc.stdin.write((json.dumps(message) + "\n").encode())
+        proc.stdin.flush()
+        if number == 2:
+            assert b"slept 0" in read_lines(proc.stdout, 2)[1]  # initialize's answer, then its
+    log = isolated_home / "state" / "audit.jsonl"
+    deadline = time.monotonic() + 30
+    while log.read_text().count('"pending"') < 2:  # the second call is with its server
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+    began = time.monotonic()
+    proc.communicate(timeout=30)  # closes its stdin
+    assert time.monotonic() - began < 10
+    records = audit_records(log)  # every `pending` record completed
+    assert [r["outcome"] for r in records if r["tool"] == "sleep"] == ["ok", "interrupted"]
+
+
 def test_a_warm_call_whose_server_asks_first_is_answered_by_the_client_at_the_express_door(
     lane_project: Path, isolated_home: Path
 ) -> None:
