@@ -189,18 +189,19 @@ def end_step(span: Any, failure: str | None = None) -> None:
     span.end()
 
 
-@contextlib.contextmanager
-def step(call: str | None, name: str, **attributes: str) -> Iterator[None]:
+def step(call: str | None, name: str, **attributes: str) -> contextlib.AbstractContextManager[Any]:
     """`begin_step` around a block, its span the current one inside, so the MCP SDK's own
-    request spans nest under it; an exception ends it as an error."""
+    request spans nest under it; an exception ends it as an error. Nothing (a shared null
+    context, no generator) when the call has no open span: every warm gateway call asks."""
     span = begin_step(call, name, **attributes)
     if span is None:
-        yield
-        return
+        return _NO_STEP
     from opentelemetry import trace  # noqa: PLC0415
 
-    with trace.use_span(span, end_on_exit=True):
-        yield
+    return trace.use_span(span, end_on_exit=True)
+
+
+_NO_STEP = contextlib.nullcontext()
 
 
 async def inject_headers(request: Any) -> None:
@@ -217,12 +218,11 @@ def traced(meta: Mapping[str, Any] | None) -> dict[str, Any] | None:
     `tracestate`), as the SDK's client adds it to every request, so a server joins the call's
     trace. Without OpenTelemetry loaded there is no current context: `meta` as it is (and the
     import, ~80 ms, is not paid by a call that traces nothing)."""
-    if "opentelemetry.context" not in sys.modules:
+    context = sys.modules.get("opentelemetry.context")
+    if context is None or not context.get_current():  # nothing is current: nothing to add
         return dict(meta) if meta else None
-    from opentelemetry import context, propagate  # noqa: PLC0415
+    from opentelemetry import propagate  # noqa: PLC0415
 
-    if not context.get_current():  # nothing is current (an untraced call): nothing to add
-        return dict(meta) if meta else None
     carrier = dict(meta) if meta else {}
     propagate.inject(carrier)
     return carrier or None

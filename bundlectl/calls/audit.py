@@ -68,7 +68,7 @@ def arguments_digest(arguments: dict[str, Any] | None, key: bytes | None = None)
     """HMAC-SHA256 of the arguments as the agent sent them, keyed by `installation_key`."""
     if arguments is None:
         return None
-    blob = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    blob = _CANONICAL(arguments)
     # Text that is not Unicode is refused before a call is recorded (`unencodable`); should one
     # reach here anyway, its record is still written whole ("surrogatepass": its own bytes).
     data = blob.encode("utf-8", "surrogatepass")
@@ -95,6 +95,8 @@ def keyed_sha256(key: bytes, data: bytes) -> bytes:
     return outer.digest()
 
 
+# The arguments as one text: keys sorted, no spaces (one encoder, not one per record).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 _INNER = bytes(b ^ 0x36 for b in range(256))
 _OUTER = bytes(b ^ 0x5C for b in range(256))
 _PADS: dict[bytes, tuple[Any, Any]] = {}

@@ -40,6 +40,7 @@ from bundlectl.output import err
 
 KEY_PREFIX = "bclseal1-"
 DEFAULT_INTERVAL = 15 * 60.0  # seconds an epoch lasts unless `--every` says otherwise
+UNSEALED_RECHECK = 1.0  # seconds a writer of an unsealed log goes without looking for a key
 _SEAL = b"bundlectl audit seal v1"
 _EVOLVE = b"bundlectl audit key evolve v1"
 
@@ -159,12 +160,14 @@ def verification_key(text: str) -> bytes:
 
 @dataclass
 class Sealer:
-    """A writer's view of its log's sealing state: read again only when the file changed (a
-    stat per record), consulted and advanced under the log's lock."""
+    """A writer's view of its log's sealing state, consulted and advanced under the log's lock;
+    its file is looked at only when that can matter (`due`), and read again only when it
+    changed."""
 
     log: Path
     _stamp: tuple[int, int, int] | None = None
     _state: SealState | None = None
+    _looked: float = -UNSEALED_RECHECK  # when the file was last looked at (time.monotonic)
 
     @functools.cached_property
     def path(self) -> Path:
@@ -173,6 +176,7 @@ class Sealer:
 
     def current(self) -> SealState | None:
         """The sealing state (None: the log is not sealed)."""
+        self._looked = time.monotonic()
         try:
             info = os.stat(self.path)
         except OSError:
@@ -189,7 +193,18 @@ class Sealer:
         return self._state
 
     def due(self, now: float) -> SealState | None:
-        """The state whose epoch has run its interval (a seal is due), else None."""
+        """The state whose epoch has run its interval (a seal is due), else None.
+
+        The file is looked at (a stat; each record took one) only when the epoch this writer
+        knows is over — another writer may have sealed it and evolved the key meanwhile — and,
+        for a log not sealed, once a second: records written before this writer sees an
+        `audit seal --init` from elsewhere are sealed by its first seal all the same, which
+        seals the chain up to it."""
+        known = self._state
+        if known is None and time.monotonic() - self._looked < UNSEALED_RECHECK:
+            return None
+        if known is not None and now - known.sealed_at < known.interval:
+            return None
         state = self.current()
         if state is None or now - state.sealed_at < state.interval:
             return None

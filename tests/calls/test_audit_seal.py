@@ -207,3 +207,26 @@ def test_a_damaged_sealing_key_is_a_warning_for_writers_and_an_error_for_seal(
     assert len(log.read_text().splitlines()) == 1
     damaged = run("audit", "seal", str(log))
     assert damaged.code == 2 and "is not an audit sealing key" in damaged.err
+
+
+def test_a_writer_running_when_the_log_is_sealed_seals_what_it_wrote_meanwhile(
+    tmp_path: Path, run: Run
+) -> None:
+    """A gateway that writes while `audit seal --init` runs elsewhere looks for the key once a
+    second, not at every record (a stat each): its first seal seals the chain behind it, the
+    records it wrote before it saw the key included."""
+    log = tmp_path / "audit.jsonl"
+    writer = AuditFile(log)
+    writer.write(record("before"))  # no key yet
+    key = run("audit", "seal", "--init", "--every", "1s", str(log)).out.strip()
+    writer.write(record("meanwhile"))  # within the second: the writer has not looked again
+    time.sleep(1.1)
+    writer.write(record("after"))  # it looks: the epoch is over, sealed before this record
+    writer.close()
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    kinds = [line.get("event") or line["agent"] for line in lines]
+    assert kinds == ["before", "meanwhile", "seal", "after"]
+    checked = run("audit", "verify", "--key", key, str(log))
+    assert checked.code == 0, checked.err
+    assert "sealed through epoch 0" in checked.out
+    assert "1 record(s) after it are not sealed yet" in checked.out
