@@ -4,7 +4,6 @@ lane takes the warm calls, the SDK the rest)."""
 from __future__ import annotations
 
 import itertools
-import json
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -15,7 +14,7 @@ import anyio.lowlevel
 import mcp_types as types
 from mcp.shared.message import SessionMessage
 
-from bundlectl.calls.arguments import refuse_constant
+from bundlectl.calls.arguments import loads_message
 from bundlectl.calls.pipeline import Pipeline
 from bundlectl.gateway.downstream import log_line
 from bundlectl.gateway.handlers import mcp_server
@@ -92,7 +91,7 @@ async def _stdio() -> AsyncIterator[
         try:
             if isinstance(raw, Oversized):
                 raise ValueError(f"the message is {raw.size:,} bytes, over the limit")
-            parsed = json.loads(raw, parse_constant=refuse_constant)
+            parsed = loads_message(raw)
             express = lane[0]
             if express is not None and express.take(parsed):
                 return None

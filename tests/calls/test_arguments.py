@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from bundlectl.calls.arguments import (
+    NotJsonNumber,
     build_arguments,
     load_json_args,
+    loads_message,
     split_pairs,
     typed_value,
     validate,
@@ -170,3 +172,39 @@ def test_without_the_fast_validator_jsonschema_checks_alone(
     from bundlectl.calls.arguments import checker
 
     assert checker(schema).fast is None
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"id": 1, "params": {"x": [1.5, "\\u2028", null]}}',
+        '{"a": "\u00e9"}'.encode("utf-16"),  # a BOM: decoded as json.loads decodes it
+        '{"a": "\u00e9"}'.encode("utf-8-sig"),
+        '{"a": 1e308}',
+        bytearray(b"[]"),
+    ],
+)
+def test_a_message_is_read_as_json_loads_reads_it(raw: bytes | str) -> None:
+    import json
+
+    assert loads_message(raw) == json.loads(raw)
+
+
+@pytest.mark.parametrize("raw", [b'{"a": NaN}', '{"a": -Infinity}', b"[Infinity]"])
+def test_a_message_with_a_number_json_has_not_is_refused(raw: bytes | str) -> None:
+    with pytest.raises(NotJsonNumber):
+        loads_message(raw)
+
+
+def test_a_message_that_is_no_json_fails_as_json_loads_fails() -> None:
+    import json
+
+    def failure(read: Any, raw: bytes | str) -> tuple[type[BaseException], str]:
+        try:
+            read(raw)
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            return type(exc), str(exc)
+        raise AssertionError(f"{raw!r} was read")
+
+    for raw in (b"{", "\ufeff{}", b"\xff\xfe{", b"\x80"):
+        assert failure(loads_message, raw) == failure(json.loads, raw)
