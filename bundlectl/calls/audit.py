@@ -154,6 +154,9 @@ class AuditSink(Protocol):
 STREAMS = {"stdout": 1, "stderr": 2}
 
 
+_NO_LOCK = ((-1, -1), None)  # `AuditLog._lock_digest` of a project without a lock file
+
+
 @dataclass
 class AuditLog:
     """The audit log file (SPEC 4.2): digests of the lock, the policy and the arguments; never
@@ -184,10 +187,13 @@ class AuditLog:
         """The lock's digest, hashed again only when the file changed (a gateway makes many
         calls)."""
         path = self.resolution.project.lock_path
+        if self._lock_digest == _NO_LOCK and not os.access(path, os.F_OK):
+            return None  # still none (access(2): a failed stat raises, which costs more)
         try:
             stat = os.stat(path)
             key = (stat.st_mtime_ns, stat.st_size)
         except OSError:
+            self._lock_digest = _NO_LOCK
             return None
         if self._lock_digest is None or self._lock_digest[0] != key:
             self._lock_digest = (key, lock_digest(path))

@@ -76,6 +76,17 @@ def file_stamp(path: Path | str) -> FileStamp:
     return (info.st_mtime_ns, info.st_size, info.st_ino)
 
 
+def file_stamps(paths: tuple[str, ...], before: tuple[FileStamp, ...]) -> tuple[FileStamp, ...]:
+    """`file_stamp` of each path, where one that was not there `before` is first looked for
+    with access(2): a stat of a missing file raises an exception, which cost each warm call of
+    the gateway more than the look (every request looks; most projects have no local rules and
+    no user-level file)."""
+    return tuple(
+        file_stamp(path) if was is not None or os.access(path, os.F_OK) else None
+        for path, was in zip(paths, before, strict=True)
+    )
+
+
 @dataclass
 class Downstream:
     """One server behind the gateway: started on first use, warm after, one call at a time

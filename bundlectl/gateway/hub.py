@@ -18,7 +18,7 @@ from bundlectl.calls.pipeline import Pipeline
 from bundlectl.config.project import load_project
 from bundlectl.config.settings import seconds
 from bundlectl.errors import BundlectlError, ServerError
-from bundlectl.gateway.downstream import Downstream, FileStamp, file_stamp
+from bundlectl.gateway.downstream import Downstream, FileStamp, file_stamp, file_stamps
 from bundlectl.gateway.exchange import Exchanger, ExchangeRefused
 from bundlectl.gateway.identity import Caller
 from bundlectl.gateway.input_rounds import InputRounds
@@ -64,7 +64,7 @@ class Hub:
     exchanger: Exchanger = field(default_factory=Exchanger)  # tokens made for callers
     # people's own sign-ins to servers with `auth.per_person` (`serve` over HTTP)
     personal: PersonalSignIns | None = None
-    _stamp: tuple[FileStamp, ...] | None = None
+    _stamp: tuple[FileStamp, ...] = ()
     _watched: tuple[str, ...] = ()  # the files `_stamp` stamps (the same ones across reloads)
     _reloading: anyio.Lock = field(default_factory=anyio.Lock)
     _released: set[WatcherKey] = field(default_factory=set)  # what `release_at_end` watches
@@ -84,7 +84,7 @@ class Hub:
         self.input_rounds = InputRounds(self.group)
         self.tasks = Tasks(self.group, self.pipeline.store, self._held_for)
         self._watched = tuple(map(str, self.pipeline.resolution.project.watched_files()))
-        self._stamp = self._files()
+        self._stamp = tuple(map(file_stamp, self._watched))
 
     def _held_for(self) -> float:
         """How long a call may wait for an approver (`approvals.ttl`; 0: approvals are off)."""
@@ -286,7 +286,7 @@ class Hub:
         return True
 
     def _files(self) -> tuple[FileStamp, ...]:
-        return tuple(map(file_stamp, self._watched))
+        return file_stamps(self._watched, self._stamp)
 
     def current(self) -> bool:
         """Whether the config and the lock are as they were when last loaded."""

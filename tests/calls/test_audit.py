@@ -12,7 +12,7 @@ import pytest
 
 from bundlectl.calls.audit import arguments_digest, keyed_sha256
 from bundlectl.calls.auditfile import AuditFile, AuditRecord, append
-from tests.conftest import TEST_SERVERS, Run
+from tests.conftest import TEST_SERVERS, Run, audit_records
 
 
 def record(**fields: object) -> AuditRecord:
@@ -248,3 +248,25 @@ def test_every_record_names_its_project_and_audit_filters_by_it(
     assert [(r["tool"], r["records"]) for r in summed["summary"]] == [
         ("files.read_file", 1), ("files.write_file", 1)
     ]  # fmt: skip
+
+
+def test_a_lock_written_while_a_gateway_runs_is_named_by_its_next_record(
+    tmp_path: Path, isolated_home: Path
+) -> None:
+    """A project without a lock: its records name none; `bundlectl lock` runs beside the
+    long-lived writer, whose next record names the lock by its digest (the writer looks for a
+    missing lock with access(2), not a failed stat, on every record)."""
+    from bundlectl.calls.audit import AuditLog, lock_digest
+    from bundlectl.config.project import load_project
+    from bundlectl.resolve.resolved import resolve_project
+
+    (tmp_path / "bundlectl.yaml").write_text("version: 1\nbundles: [basic]\n")
+    resolution = resolve_project(load_project(tmp_path / "bundlectl.yaml"))
+    log = AuditLog(resolution, via="serve")
+    decision = resolution.policy.agent("reader").decide("files", "read_file", interactive=False)
+    log.record(decision, "ok", 1.0, {})
+    resolution.write_lock()
+    log.record(decision, "ok", 1.0, {})
+    named = [r["lock_digest"] for r in audit_records(isolated_home / "state" / "audit.jsonl")]
+    assert named == [None, lock_digest(tmp_path / "bundlectl.lock")]
+    assert named[1] is not None
