@@ -172,15 +172,18 @@ def main() -> None:
             "tools: []}\npolicy: {default: allow}\n"
         )
         env = {**os.environ, "BUNDLECTL_HOME": str(root / "home")}
+        # The first-call case keeps its state in a home of its own: removing its kept launches
+        # must not remove the other cases' (one file per project holds them all).
+        first_env = {**os.environ, "BUNDLECTL_HOME": str(root / "home-first")}
         cases = all_cases(bundlectl, inspector_binary())
-        for cmd in cases.values():  # warm caches (npm, manifests, bytecode)
-            timed(cmd, root, env)
+        for name, cmd in cases.items():  # warm caches (npm, manifests, bytecode)
+            timed(cmd, root, first_env if name == FIRST else env)
         samples: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(args.runs):
             for name, cmd in cases.items():
                 if name == FIRST:
-                    shutil.rmtree(root / "home" / "cache" / "exec", ignore_errors=True)
-                samples[name].append(timed(cmd, root, env))
+                    shutil.rmtree(root / "home-first" / "cache" / "exec", ignore_errors=True)
+                samples[name].append(timed(cmd, root, first_env if name == FIRST else env))
     report({name: statistics.median(values) for name, values in samples.items()})
 
 
