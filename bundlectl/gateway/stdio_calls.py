@@ -126,9 +126,9 @@ class StdioCalls:
 
     def _start(self, door: _StdioCallDoor) -> None:
         """The call's own task: an asyncio task, not one of the group's. anyio's `start_soon`
-        costs ~90,000 instructions a call (a task handle with its cancel scope and event: a
-        twelfth of the door's work, `bench_serve_raw.py --callgrind`); the group's end cancels
-        and awaits these tasks all the same (`_outlive_none`)."""
+        costs ~90,000 instructions a call (a task handle with its cancel scope and event: 7 %
+        of the door's work, `bench_serve_raw.py --callgrind`); the group's end cancels and
+        awaits these tasks all the same (`_outlive_none`)."""
         if not self._keeper:
             self._keeper = True
             self.group.start_soon(self._outlive_none)
