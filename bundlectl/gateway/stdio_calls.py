@@ -81,7 +81,9 @@ class StdioCalls:
     calls: dict[types.RequestId, _StdioCallDoor] = field(default_factory=dict)  # by client id
     asked: Requests = field(default_factory=Requests)  # our questions to the client
     _routes: dict[str, tuple[Resolution, Downstream, types.Tool, str]] = field(default_factory=dict)
-    _keeper: bool = False  # `_outlive_none` runs in the group
+
+    def __post_init__(self) -> None:
+        self.group.start_soon(self._outlive_none)
 
     def seen(self, ctx: SdkContext) -> None:
         """A request the SDK served: the client's connection (its handshake's protocol and
@@ -129,9 +131,6 @@ class StdioCalls:
         costs ~90,000 instructions a call (a task handle with its cancel scope and event: 7 %
         of the door's work, `bench_serve_raw.py --callgrind`); the group's end cancels and
         awaits these tasks all the same (`_outlive_none`)."""
-        if not self._keeper:
-            self._keeper = True
-            self.group.start_soon(self._outlive_none)
         door.task = asyncio.get_running_loop().create_task(door.run())
 
     async def _outlive_none(self) -> None:
